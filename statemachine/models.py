@@ -1,0 +1,123 @@
+"""Plain data shared by the core and its adapters.
+
+These shapes are a contract: the CLI prints them as JSON, the store keeps them in
+Redis, the report renders them. Keep them small, serialisable and free of I/O.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+BLUEPRINT_FIELDS = (
+    "exp_purpose",
+    "exp_codebase_dir",
+    "exp_venv_exe",
+    "exp_yaml_path",
+    "exp_launch_command",
+    "exp_result_dir",
+    "exp_max_time",
+)
+
+
+class Level(str, Enum):
+    error = "error"
+    warning = "warning"
+
+
+class Problem(BaseModel):
+    """One thing wrong with an input, named by the field it concerns."""
+
+    level: Level
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level.value}: {self.field}: {self.message}"
+
+
+class Blueprint(BaseModel):
+    """The 8 parts of an experiment blueprint, as parsed (values are never invented)."""
+
+    exp_purpose: str = ""
+    exp_codebase_dir: str = ""
+    exp_venv_exe: str = ""
+    exp_yaml_path: str = ""
+    exp_launch_command: str = ""
+    exp_result_dir: str = ""
+    exp_max_time_seconds: float | None = None
+    notes: str = ""
+    exp_max_time_text: str = Field(default="", exclude=True)
+
+    def yaml_abspath(self) -> str:
+        """The YAML as an absolute path (relative paths are relative to the codebase)."""
+        if not self.exp_yaml_path:
+            return ""
+        if os.path.isabs(self.exp_yaml_path):
+            return os.path.normpath(self.exp_yaml_path)
+        return os.path.normpath(os.path.join(self.exp_codebase_dir, self.exp_yaml_path))
+
+    def public(self) -> dict[str, Any]:
+        """The JSON shape `ajet-runner check --json` prints under "blueprint"."""
+        return self.model_dump(exclude={"exp_max_time_text"})
+
+
+class ConfigChange(BaseModel):
+    """One change the preflight makes (or proposes) to an AgentJet YAML."""
+
+    key: str
+    old: Any = None
+    new: Any = None
+    reason: str
+
+
+class Evaluation(BaseModel):
+    step: int
+    dataset: str = ""
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class RepairAction(BaseModel):
+    """One step of a repair plan. `kind` decides which other fields matter.
+
+    - set_yaml: `key` (dotted) gets `value`, or its current number times `factor`
+      (integers stay integers, never below `minimum`).
+    - set_env: environment variable `key` = `value` for the next attempt.
+    - prefix_command: put `value` (e.g. "proxychains4 -q") before the command when the
+      program `requires` is installed; otherwise the action is not applicable.
+    - add_flag / remove_flag: a launcher flag (`value`, e.g. "--skip-check-avail-gpu").
+    - cleanup: `value` names what to clean: "ray", "gpu_processes", "session".
+    """
+
+    kind: Literal["set_yaml", "set_env", "prefix_command", "add_flag", "remove_flag", "cleanup"]
+    key: str = ""
+    value: Any = None
+    factor: float | None = None
+    minimum: float | None = None
+    requires: str = ""
+    description: str = ""
+
+
+class Finding(BaseModel):
+    """A failure signature recognised at one line of a log."""
+
+    signature: str
+    fatal: bool
+    line: int
+    text: str
+    explanation: str
+    repairable: bool = True
+    repair: list[RepairAction] = Field(default_factory=list)
+
+
+class Diagnosis(BaseModel):
+    findings: list[Finding] = Field(default_factory=list)
+    completed_run: bool = False
+
+    @property
+    def cause(self) -> Finding | None:
+        """The first fatal finding: the reason the run failed."""
+        return next((f for f in self.findings if f.fatal), None)

@@ -1,0 +1,50 @@
+"""Shared fixtures: a private redis-server and a private tmux socket per test session.
+
+Tests never touch the machine's Redis on 6379 or a person's tmux sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.embedded import EmbeddedRedis
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis() as server:
+        yield server
+
+
+@pytest.fixture()
+def redis_url(redis_server: EmbeddedRedis) -> Iterator[str]:
+    """A clean database on the private server for each test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    yield redis_server.url
+    client.close()
+
+
+@pytest.fixture()
+def tmux_socket(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A private tmux server socket; everything on it is killed after the test."""
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed")
+    sock = str(tmp_path_factory.mktemp("tmux") / "tmux.sock")
+    monkeypatch.setenv("AJET_RUNNER_TMUX_SOCKET", sock)
+    yield sock
+    subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, check=False)
+    if os.path.exists(sock):
+        os.unlink(sock)
