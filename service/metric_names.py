@@ -1,0 +1,38 @@
+"""Every metric name ajet-runner exports. The dashboard, the alert rules and the tests check against this."""
+
+from __future__ import annotations
+
+# Computed from Redis by the API at scrape time (one target sees the whole cluster).
+API_METRICS = (
+    "ajet_runner_experiments",  # {state}
+    "ajet_runner_experiment_elapsed_seconds",  # {experiment, purpose, node}
+    "ajet_runner_experiment_max_seconds",  # {experiment, purpose, node}
+    "ajet_runner_experiment_mean_reward",  # {experiment, purpose, node}
+    "ajet_runner_experiment_task_pass_rate",  # {experiment, purpose, node, k}
+    "ajet_runner_experiment_val_step",  # {experiment, purpose, node}
+    "ajet_runner_experiment_state",  # {experiment, purpose, node, state} = 1
+    "ajet_runner_experiment_attempt",  # {experiment, purpose, node}
+    "ajet_runner_transitions_total",  # {from_state, to_state}
+    "ajet_runner_repairs_total",  # {signature, result}
+    "ajet_runner_outcomes_total",  # {outcome}
+    "ajet_runner_run_duration_seconds",  # histogram {outcome}: _bucket/_sum/_count
+    "ajet_runner_queue_jobs",  # {queue}
+    "ajet_runner_queue_oldest_job_age_seconds",  # {queue}
+    "ajet_runner_node_up",  # {node}
+    "ajet_runner_node_heartbeat_age_seconds",  # {node}
+    "ajet_runner_node_gpus",  # {node, state}  state = total|busy|free
+    "ajet_runner_http_request_duration_seconds",  # histogram {method, route, status}
+)
+
+# Exported by each worker on its own port.
+WORKER_METRICS = (
+    "ajet_runner_worker_watch_loop_seconds",  # histogram: one observation pass
+    "ajet_runner_worker_log_bytes_total",  # {experiment}
+    "ajet_runner_worker_last_output_age_seconds",  # {experiment}: the stall signal
+    "ajet_runner_worker_heartbeat_timestamp_seconds",  # {node}
+    "ajet_runner_worker_running_experiments",  # {node}
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+)
+
+EXPORTED_METRICS = API_METRICS + WORKER_METRICS
