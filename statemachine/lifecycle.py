@@ -1,0 +1,206 @@
+"""The experiment lifecycle as an explicit `transitions` machine.
+
+The machine's definition lives here, in code; only the state string, the outcome, counters
+and history are persisted (see `to_dict`/`from_dict`), so a restarted worker rebuilds the same
+machine at the saved state without re-running any `on_enter` callback.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from transitions import EventData, Machine, MachineError
+
+
+class State(str, Enum):
+    queued = "queued"
+    launching = "launching"
+    running = "running"
+    failing = "failing"
+    repairing = "repairing"
+    collecting = "collecting"
+    finished = "finished"
+
+
+class Outcome(str, Enum):
+    completed = "completed"
+    early_stopped = "early_stopped"
+    timed_out = "timed_out"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+ACTIVE_STATES = (State.launching, State.running, State.failing, State.repairing, State.collecting)
+UNFINISHED_STATES = (State.queued, *ACTIVE_STATES)
+# Outcomes a user counts as success (the `run` command exits 0 for them).
+SUCCESS_OUTCOMES = (Outcome.completed, Outcome.early_stopped)
+
+# The trigger that leads to `collecting` decides the outcome.
+OUTCOME_OF_TRIGGER = {
+    "completed": Outcome.completed,
+    "time_up": Outcome.timed_out,
+    "plateau": Outcome.early_stopped,
+    "cancel": Outcome.cancelled,
+    "give_up": Outcome.failed,
+}
+
+_S = State
+TRANSITIONS: list[dict[str, Any]] = [
+    {"trigger": "start", "source": _S.queued, "dest": _S.launching},
+    {"trigger": "reject", "source": [_S.queued, _S.launching], "dest": _S.failing},
+    {"trigger": "launched", "source": _S.launching, "dest": _S.running},
+    {"trigger": "completed", "source": _S.running, "dest": _S.collecting},
+    {"trigger": "anomaly", "source": [_S.launching, _S.running], "dest": _S.failing},
+    {"trigger": "time_up", "source": [_S.launching, _S.running, _S.failing, _S.repairing],
+     "dest": _S.collecting},
+    {"trigger": "plateau", "source": _S.running, "dest": _S.collecting},
+    {"trigger": "cancel", "source": [_S.queued, _S.launching, _S.running, _S.failing, _S.repairing],
+     "dest": _S.collecting},
+    {"trigger": "repair", "source": _S.failing, "dest": _S.repairing, "conditions": "repair_allowed"},
+    {"trigger": "give_up", "source": _S.failing, "dest": _S.collecting},
+    {"trigger": "relaunch", "source": _S.repairing, "dest": _S.launching, "after": "_next_attempt"},
+    {"trigger": "collected", "source": _S.collecting, "dest": _S.finished},
+]
+TRIGGERS = tuple(dict.fromkeys(t["trigger"] for t in TRANSITIONS))
+
+
+class TransitionRefused(RuntimeError):
+    """A trigger that is not valid in the current state, or whose guard said no."""
+
+
+@dataclass
+class RepairBudget:
+    total: int = 3
+    per_signature: int = 2
+
+
+@dataclass
+class Lifecycle:
+    """One experiment's position in the lifecycle, plus what the guards need to decide."""
+
+    id: str
+    state: str = State.queued.value
+    outcome: str = ""
+    reason: str = ""
+    attempt: int = 0
+    repairs: dict[str, int] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    version: int = 0
+    budget: RepairBudget = field(default_factory=RepairBudget)
+
+    def __post_init__(self) -> None:
+        self._machine = Machine(
+            model=self,
+            states=[s.value for s in State],
+            transitions=[_plain(t) for t in TRANSITIONS],
+            initial=self.state,
+            auto_transitions=False,
+            send_event=True,
+            after_state_change="_record",
+            model_attribute="state",
+        )
+
+    # -- guards and callbacks ------------------------------------------------------------
+    def repair_allowed(self, event: EventData) -> bool:
+        """The repair budget: a total per experiment and a smaller one per signature."""
+        signature = str(event.kwargs.get("signature", ""))
+        if sum(self.repairs.values()) >= self.budget.total:
+            return False
+        return self.repairs.get(signature, 0) < self.budget.per_signature
+
+    def _next_attempt(self, event: EventData) -> None:
+        self.attempt += 1
+
+    def _record(self, event: EventData) -> None:
+        trigger = event.event.name
+        if trigger in OUTCOME_OF_TRIGGER:
+            self.outcome = OUTCOME_OF_TRIGGER[trigger].value
+        if trigger == "repair":
+            signature = str(event.kwargs.get("signature", ""))
+            self.repairs[signature] = self.repairs.get(signature, 0) + 1
+        if trigger == "start" and self.attempt == 0:
+            self.attempt = 1
+        self.reason = str(event.kwargs.get("reason", "")) or self.reason
+        self.version += 1
+        self.history.append(
+            {
+                "at": float(event.kwargs.get("at") or time.time()),
+                "from": event.transition.source,
+                "to": event.transition.dest,
+                "trigger": trigger,
+                "reason": str(event.kwargs.get("reason", "")),
+                "attempt": self.attempt,
+            }
+        )
+
+    # -- the one entry point adapters use -------------------------------------------------
+    def fire(
+        self, trigger: str, *, reason: str = "", at: float | None = None, **detail: Any
+    ) -> dict[str, Any]:
+        """Apply `trigger`; return the history entry it made. Raises TransitionRefused."""
+        if trigger not in TRIGGERS:
+            raise TransitionRefused(f"unknown trigger {trigger!r}")
+        before = self.version
+        try:
+            self.trigger(trigger, reason=reason, at=at, **detail)  # type: ignore[attr-defined]
+        except MachineError as exc:
+            raise TransitionRefused(f"{trigger!r} is not allowed from state {self.state!r}") from exc
+        if self.version == before:
+            raise TransitionRefused(f"{trigger!r} refused in state {self.state!r}: guard said no")
+        return self.history[-1]
+
+    def can(self, trigger: str, **detail: Any) -> bool:
+        """Whether `trigger` is valid now (guards included)."""
+        if trigger not in TRIGGERS:
+            return False
+        return bool(self.may_trigger(trigger, **detail))  # type: ignore[attr-defined]
+
+    @property
+    def finished(self) -> bool:
+        return self.state == State.finished.value
+
+    # -- persistence -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "attempt": self.attempt,
+            "repairs": dict(self.repairs),
+            "history": list(self.history),
+            "version": self.version,
+            "budget": {"total": self.budget.total, "per_signature": self.budget.per_signature},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Lifecycle:
+        budget = data.get("budget") or {}
+        state = str(data.get("state") or State.queued.value)
+        if state not in {s.value for s in State}:
+            raise ValueError(f"unknown lifecycle state {state!r}")
+        return cls(
+            id=str(data["id"]),
+            state=state,
+            outcome=str(data.get("outcome") or ""),
+            reason=str(data.get("reason") or ""),
+            attempt=int(data.get("attempt") or 0),
+            repairs={str(k): int(v) for k, v in (data.get("repairs") or {}).items()},
+            history=list(data.get("history") or []),
+            version=int(data.get("version") or 0),
+            budget=RepairBudget(int(budget.get("total", 3)), int(budget.get("per_signature", 2))),
+        )
+
+
+def _plain(transition: dict[str, Any]) -> dict[str, Any]:
+    """Enum members → their string values, as `transitions` compares states by name."""
+
+    def value(x: Any) -> Any:
+        if isinstance(x, list):
+            return [value(i) for i in x]
+        return x.value if isinstance(x, Enum) else x
+
+    return {k: value(v) for k, v in transition.items()}

@@ -1,0 +1,50 @@
+"""Small independent rules that look at one Observation and may propose a trigger.
+
+The order is the priority: the first proposal the machine accepts wins. A new rule is a new
+module here plus one line in `default_rules`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from statemachine.rules.base import Observation, Proposal, Rule
+from statemachine.rules.cancel import CancelRule
+from statemachine.rules.diagnosis import DiagnosisRule
+from statemachine.rules.plateau import PlateauRule
+from statemachine.rules.process_exit import ProcessExitRule
+from statemachine.rules.stall import StallRule
+from statemachine.rules.time_limit import TimeLimitRule
+
+__all__ = [
+    "CancelRule", "DiagnosisRule", "Observation", "PlateauRule", "ProcessExitRule", "Proposal", "Rule",
+    "StallRule", "TimeLimitRule", "decide", "default_rules",
+]
+
+
+def default_rules(
+    *,
+    time_limit_grace: float = 60.0,
+    stall_seconds: float = 1800.0,
+    diagnosis_settle: float = 60.0,
+    plateau_after_fraction: float = 0.5,
+    plateau_window: int = 4,
+    plateau_epsilon: float = 0.005,
+) -> list[Rule]:
+    return [
+        CancelRule(),
+        ProcessExitRule(),
+        TimeLimitRule(grace=time_limit_grace),
+        DiagnosisRule(settle_seconds=diagnosis_settle),
+        StallRule(stall_seconds=stall_seconds),
+        PlateauRule(after_fraction=plateau_after_fraction, window=plateau_window, epsilon=plateau_epsilon),
+    ]
+
+
+def decide(rules: Sequence[Rule], obs: Observation, accepts: Callable[[str], bool]) -> Proposal | None:
+    """The first proposal whose trigger the machine accepts in its current state."""
+    for rule in rules:
+        proposal = rule.check(obs)
+        if proposal is not None and accepts(proposal.trigger):
+            return proposal
+    return None

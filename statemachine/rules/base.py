@@ -1,0 +1,49 @@
+"""What the watch loop sees, and what a rule may propose about it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from statemachine.models import Evaluation, Finding
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One look at a running attempt: process, log, results, clock, cancel flag."""
+
+    now: float
+    started_at: float  # when the experiment (not the attempt) started running
+    attempt_started_at: float
+    max_seconds: float | None
+    process_alive: bool
+    exit_code: int | None = None
+    cancel_requested: bool = False
+    last_output_at: float = 0.0
+    last_eval_at: float | None = None
+    completed_run: bool = False  # the log showed a successful end
+    cause: Finding | None = None  # first fatal finding of this attempt's log
+    cause_seen_at: float | None = None
+    evaluations: Sequence[Evaluation] = field(default_factory=tuple)
+
+    @property
+    def elapsed(self) -> float:
+        return max(0.0, self.now - self.started_at)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A rule's suggestion: fire `trigger` because `reason`. The machine has the last word."""
+
+    trigger: str
+    reason: str
+    rule: str
+    finding: Finding | None = None
+    force_kill: bool = False  # the graceful stop already overran: kill now
+
+
+class Rule(Protocol):
+    name: str
+
+    def check(self, obs: Observation) -> Proposal | None: ...

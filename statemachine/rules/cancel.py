@@ -1,0 +1,17 @@
+"""A person or a client asked to stop the experiment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from statemachine.rules.base import Observation, Proposal
+
+
+@dataclass(frozen=True)
+class CancelRule:
+    name: str = "cancel"
+
+    def check(self, obs: Observation) -> Proposal | None:
+        if obs.cancel_requested:
+            return Proposal("cancel", "stop requested", self.name)
+        return None

@@ -1,0 +1,35 @@
+"""Stop early when rewards stopped moving late in the run (the seed's third exception)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from statemachine.policies import plateaued
+from statemachine.rules.base import Observation, Proposal
+
+
+@dataclass(frozen=True)
+class PlateauRule:
+    after_fraction: float = 0.5
+    window: int = 4
+    epsilon: float = 0.005
+    name: str = "plateau"
+
+    def check(self, obs: Observation) -> Proposal | None:
+        if not obs.process_alive:
+            return None
+        if plateaued(
+            obs.evaluations,
+            elapsed=obs.elapsed,
+            max_seconds=obs.max_seconds,
+            after_fraction=self.after_fraction,
+            window=self.window,
+            epsilon=self.epsilon,
+        ):
+            return Proposal(
+                "plateau",
+                f"mean_reward and task_pass_rate@1 moved less than {self.epsilon} over the last "
+                f"{self.window} evaluations",
+                self.name,
+            )
+        return None

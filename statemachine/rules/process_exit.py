@@ -1,0 +1,25 @@
+"""The command ended: exit 0 is success, anything else is an anomaly to diagnose."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from statemachine.rules.base import Observation, Proposal
+
+
+@dataclass(frozen=True)
+class ProcessExitRule:
+    name: str = "process_exit"
+
+    def check(self, obs: Observation) -> Proposal | None:
+        if obs.process_alive:
+            return None
+        code = obs.exit_code
+        if code == 0:
+            return Proposal("completed", "the command exited 0", self.name)
+        if code is None and obs.completed_run:
+            return Proposal("completed", "the command ended after its final validation", self.name)
+        what = "ended without recording an exit code" if code is None else f"exited with code {code}"
+        if obs.cause is not None:
+            return Proposal("anomaly", f"the command {what}: {obs.cause.signature}", self.name, obs.cause)
+        return Proposal("anomaly", f"the command {what}", self.name)

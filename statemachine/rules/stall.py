@@ -1,0 +1,22 @@
+"""No output and no evaluation for a long time: the run hangs (an NCCL wait, a dead actor)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from statemachine.policies import stalled
+from statemachine.rules.base import Observation, Proposal
+
+
+@dataclass(frozen=True)
+class StallRule:
+    stall_seconds: float = 1800.0
+    name: str = "stall"
+
+    def check(self, obs: Observation) -> Proposal | None:
+        if not obs.process_alive:
+            return None
+        last_output = max(obs.last_output_at, obs.attempt_started_at)
+        if stalled(obs.now, last_output, obs.last_eval_at, self.stall_seconds):
+            return Proposal("anomaly", f"stalled: no output for {self.stall_seconds:.0f}s", self.name)
+        return None
