@@ -1,0 +1,341 @@
+"""Redis is the system of record: one hash per experiment, event streams, nodes, GPU slots.
+
+Every state change is a compare-and-set on the experiment's `version` inside one Lua script
+that also appends the event to the experiment's stream and the global stream, so a
+transition is never persisted without its event, and two workers can never both launch one
+experiment (the `start` transition is the claim).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import redis
+
+PREFIX = "ajet"
+GLOBAL_STREAM = f"{PREFIX}:events"
+INDEX = f"{PREFIX}:experiments"  # zset id -> created_at
+NODES = f"{PREFIX}:nodes"  # set of node names
+STREAM_MAXLEN = 10_000
+GLOBAL_STREAM_MAXLEN = 100_000
+DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, float("inf"))
+
+# JSON-encoded hash fields (everything else is a plain string).
+JSON_FIELDS = (
+    "lifecycle", "latest_metrics", "handle", "gpus", "blueprint_json", "problems", "config_changes",
+)
+
+
+def exp_key(exp_id: str) -> str:
+    return f"{PREFIX}:exp:{exp_id}"
+
+
+def stream_key(exp_id: str) -> str:
+    return f"{PREFIX}:exp:{exp_id}:events"
+
+
+def node_key(node: str) -> str:
+    return f"{PREFIX}:node:{node}"
+
+
+def gpu_key(node: str) -> str:
+    return f"{PREFIX}:node:{node}:gpus"
+
+
+def new_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+# KEYS: exp hash, exp stream, global stream
+# ARGV: expected version ("" = any), owner that must hold it ("" = none required), event json,
+#       stats json ({"transition": "a>b", "outcome": "...", "duration": s}), then field/value pairs
+_TRANSITION = """
+local cur = redis.call('HGET', KEYS[1], 'version')
+if not cur then return {0, 'missing'} end
+if ARGV[1] ~= '' and cur ~= ARGV[1] then return {0, 'version'} end
+if ARGV[2] ~= '' then
+  local owner = redis.call('HGET', KEYS[1], 'owner')
+  if owner and owner ~= '' and owner ~= ARGV[2] then
+    local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0
+    local t = redis.call('TIME')
+    if lease > tonumber(t[1]) + tonumber(t[2]) / 1e6 then return {0, 'owner'} end
+  end
+end
+local fields = {}
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
+local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
+local event = cjson.decode(ARGV[3])
+local id = redis.call('HGET', KEYS[1], 'id')
+local payload = {'id', id, 'type', event['type'] or 'transition',
+                 'version', tostring(version), 'data', ARGV[3]}
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', '10000', '*', unpack(payload))
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', '100000', '*', unpack(payload))
+local stats = cjson.decode(ARGV[4])
+if stats['transition'] then redis.call('HINCRBY', 'ajet:stats:transitions', stats['transition'], 1) end
+if stats['outcome'] then
+  redis.call('HINCRBY', 'ajet:stats:outcomes', stats['outcome'], 1)
+  local d = tonumber(stats['duration'] or '0')
+  redis.call('HINCRBYFLOAT', 'ajet:stats:duration_sum', stats['outcome'], d)
+  for _, b in ipairs(stats['buckets']) do
+    if b == 'inf' or d <= tonumber(b) then
+      redis.call('HINCRBY', 'ajet:stats:duration_bucket:' .. stats['outcome'], b, 1)
+    end
+  end
+end
+if stats['repair'] then redis.call('HINCRBY', 'ajet:stats:repairs', stats['repair'], 1) end
+return {1, tostring(version)}
+"""
+
+# KEYS: gpu hash ; ARGV: exp id, number wanted, total gpus
+_RESERVE_GPUS = """
+local held = {}
+local total = tonumber(ARGV[3])
+local want = tonumber(ARGV[2])
+local mine = {}
+for i = 0, total - 1 do
+  local owner = redis.call('HGET', KEYS[1], tostring(i))
+  if owner == ARGV[1] then mine[#mine + 1] = i end
+end
+if #mine >= want then return mine end
+local free = {}
+for i = 0, total - 1 do
+  if not redis.call('HGET', KEYS[1], tostring(i)) then free[#free + 1] = i end
+end
+if #free < want then return false end
+local got = {}
+for i = 1, want do
+  redis.call('HSET', KEYS[1], tostring(free[i]), ARGV[1])
+  got[#got + 1] = free[i]
+end
+return got
+"""
+
+# KEYS: exp hash; ARGV: owner, lease seconds
+_RENEW = """
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+redis.call('HSET', KEYS[1], 'lease_until', tostring(now + tonumber(ARGV[2])))
+return 1
+"""
+
+
+class TransitionConflict(RuntimeError):
+    """Someone else changed the experiment first (version moved, or another live owner)."""
+
+
+def _encode(fields: Mapping[str, Any]) -> list[str]:
+    flat: list[str] = []
+    for k, v in fields.items():
+        if k in JSON_FIELDS:
+            v = json.dumps(v)
+        elif v is None:
+            v = ""
+        elif isinstance(v, bool):
+            v = "1" if v else "0"
+        flat += [k, str(v)]
+    return flat
+
+
+def decode(raw: Mapping[bytes | str, bytes | str]) -> dict[str, Any]:
+    """A Redis hash → a dict with JSON fields decoded."""
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        key = k.decode() if isinstance(k, bytes) else k
+        val = v.decode() if isinstance(v, bytes) else v
+        if key in JSON_FIELDS:
+            try:
+                out[key] = json.loads(val) if val else None
+            except json.JSONDecodeError:
+                out[key] = None
+        else:
+            out[key] = val
+    return out
+
+
+class Store:
+    """The experiment records, their events, node heartbeats and GPU slots."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.r = client
+        self._transition = client.register_script(_TRANSITION)
+        self._reserve = client.register_script(_RESERVE_GPUS)
+        self._renew = client.register_script(_RENEW)
+
+    @classmethod
+    def from_url(cls, url: str) -> Store:
+        return cls(redis.Redis.from_url(url, health_check_interval=10))
+
+    # -- experiments ---------------------------------------------------------------------
+    def create(self, exp_id: str, fields: Mapping[str, Any], event: Mapping[str, Any]) -> None:
+        now = time.time()
+        record = {"id": exp_id, "version": 0, "created_at": now, **fields}
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(record))] * 2, strict=True)))
+        pipe.zadd(INDEX, {exp_id: now})
+        pipe.execute()
+        self.transition(exp_id, expected_version=0, fields={}, event={"type": "submitted", **event})
+
+    def get(self, exp_id: str) -> dict[str, Any] | None:
+        raw = self.r.hgetall(exp_key(exp_id))
+        return decode(raw) if raw else None
+
+    def exists(self, exp_id: str) -> bool:
+        return bool(self.r.exists(exp_key(exp_id)))
+
+    def ids(self, offset: int = 0, limit: int = 1000, newest_first: bool = True) -> list[str]:
+        fn = self.r.zrevrange if newest_first else self.r.zrange
+        return [i.decode() for i in fn(INDEX, offset, offset + limit - 1)]
+
+    def count(self) -> int:
+        return int(self.r.zcard(INDEX))
+
+    def all(self, ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Records for `ids` (default: every experiment), in one round trip."""
+        wanted = list(ids) if ids is not None else self.ids(0, 1_000_000)
+        pipe = self.r.pipeline(transaction=False)
+        for i in wanted:
+            pipe.hgetall(exp_key(i))
+        return [decode(raw) for raw in pipe.execute() if raw]
+
+    def transition(
+        self,
+        exp_id: str,
+        *,
+        expected_version: int | None,
+        fields: Mapping[str, Any],
+        event: Mapping[str, Any],
+        owner: str = "",
+        stats: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Compare-and-set `fields` and publish `event` atomically; returns the new version."""
+        stats = dict(stats or {})
+        if "outcome" in stats:
+            stats["buckets"] = ["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS]
+        payload = {"at": time.time(), **event}
+        ok, detail = self._transition(
+            keys=[exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM],
+            args=[
+                "" if expected_version is None else str(expected_version),
+                owner,
+                json.dumps(payload, default=str),
+                json.dumps(stats),
+                *_encode(fields),
+            ],
+        )
+        detail = detail.decode() if isinstance(detail, bytes) else str(detail)
+        if not ok:
+            raise TransitionConflict(f"experiment {exp_id}: {detail} check failed")
+        return int(detail)
+
+    def update(self, exp_id: str, fields: Mapping[str, Any]) -> None:
+        """Fields that are not state (latest metrics, lease, handle): no version bump, no event."""
+        if fields:
+            self.r.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(fields))] * 2, strict=True)))
+
+    def publish(self, exp_id: str, event: Mapping[str, Any]) -> str:
+        """An event that is not a transition (progress, repair note, log excerpt)."""
+        payload = json.dumps({"at": time.time(), **event}, default=str)
+        entry = {"id": exp_id, "type": str(event.get("type", "info")), "data": payload}
+        pipe = self.r.pipeline(transaction=False)
+        pipe.xadd(stream_key(exp_id), entry, maxlen=STREAM_MAXLEN, approximate=True)
+        pipe.xadd(GLOBAL_STREAM, entry, maxlen=GLOBAL_STREAM_MAXLEN, approximate=True)
+        return pipe.execute()[0].decode()
+
+    def events(self, exp_id: str, after: str = "0-0", count: int = 1000, block_ms: int | None = None
+               ) -> list[dict[str, Any]]:
+        """Events after stream id `after`; with `block_ms`, wait for at least one."""
+        resp = self.r.xread({stream_key(exp_id): after}, count=count, block=block_ms)
+        out: list[dict[str, Any]] = []
+        for _stream, entries in resp or []:
+            for entry_id, data in entries:
+                event = json.loads(data[b"data"])
+                event["event_id"] = entry_id.decode()
+                event["type"] = data[b"type"].decode()
+                out.append(event)
+        return out
+
+    def delete(self, exp_id: str) -> None:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(exp_key(exp_id), stream_key(exp_id))
+        pipe.zrem(INDEX, exp_id)
+        pipe.execute()
+
+    # -- ownership -----------------------------------------------------------------------
+    def renew_lease(self, exp_id: str, owner: str, seconds: float) -> bool:
+        return bool(self._renew(keys=[exp_key(exp_id)], args=[owner, seconds]))
+
+    def request_cancel(self, exp_id: str) -> None:
+        self.r.hset(exp_key(exp_id), "cancel_requested", "1")
+
+    def cancel_requested(self, exp_id: str) -> bool:
+        return self.r.hget(exp_key(exp_id), "cancel_requested") == b"1"
+
+    def server_time(self) -> float:
+        sec, usec = self.r.time()
+        return float(sec) + usec / 1e6
+
+    # -- nodes and GPUs --------------------------------------------------------------------
+    def heartbeat(self, node: str, info: Mapping[str, Any], ttl: float) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        pipe.sadd(NODES, node)
+        pipe.hset(node_key(node), mapping={**{k: json.dumps(v) for k, v in info.items()},
+                                           "last_seen": json.dumps(time.time())})
+        pipe.expire(node_key(node), int(max(ttl * 10, 60)))
+        pipe.execute()
+
+    def nodes(self) -> list[dict[str, Any]]:
+        names = sorted(n.decode() for n in self.r.smembers(NODES))
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.hgetall(node_key(n))
+        out = []
+        for name, raw in zip(names, pipe.execute(), strict=True):
+            if not raw:
+                continue
+            info = {k.decode(): json.loads(v) for k, v in raw.items()}
+            info["name"] = name
+            out.append(info)
+        return out
+
+    def set_drain(self, node: str, drain: bool = True) -> None:
+        if drain:
+            self.r.set(f"{node_key(node)}:drain", "1")
+        else:
+            self.r.delete(f"{node_key(node)}:drain")
+
+    def draining(self, node: str) -> bool:
+        return bool(self.r.exists(f"{node_key(node)}:drain"))
+
+    def reserve_gpus(self, node: str, exp_id: str, count: int, total: int) -> list[int] | None:
+        """Take `count` free GPU indices on `node` for `exp_id` (idempotent); None if too few are free."""
+        got = self._reserve(keys=[gpu_key(node)], args=[exp_id, count, total])
+        return None if got is None else [int(i) for i in got]
+
+    def release_gpus(self, node: str, exp_id: str) -> list[int]:
+        held = self.gpu_owners(node)
+        mine = [i for i, owner in held.items() if owner == exp_id]
+        if mine:
+            self.r.hdel(gpu_key(node), *[str(i) for i in mine])
+        return mine
+
+    def gpu_owners(self, node: str) -> dict[int, str]:
+        return {int(k): v.decode() for k, v in self.r.hgetall(gpu_key(node)).items()}
+
+    # -- counters for /metrics ---------------------------------------------------------------
+    def stats(self) -> dict[str, dict[str, float]]:
+        pipe = self.r.pipeline(transaction=False)
+        names = ["transitions", "outcomes", "repairs", "duration_sum"]
+        for n in names:
+            pipe.hgetall(f"{PREFIX}:stats:{n}")
+        out = {n: {k.decode(): float(v) for k, v in raw.items()} for n, raw in zip(names, pipe.execute(),
+                                                                                    strict=True)}
+        for outcome in out["outcomes"]:
+            raw = self.r.hgetall(f"{PREFIX}:stats:duration_bucket:{outcome}")
+            out[f"duration_bucket:{outcome}"] = {k.decode(): float(v) for k, v in raw.items()}
+        return out
