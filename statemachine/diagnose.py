@@ -1,0 +1,303 @@
+"""Read an AgentJet log and say why the run failed (or that it did not).
+
+One code path serves both uses: `LogScanner` for a worker tailing a growing multi-GB log
+with constant memory, and `diagnose_lines` / `diagnose_text` for a finished log.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from statemachine.logtext import clean_line
+from statemachine.models import Diagnosis, Finding
+from statemachine.signatures import CATALOGUE, TRACEBACK_ID, Signature, match_line, signature
+
+__all__ = [
+    "CATALOGUE",
+    "LogDiagnosis",
+    "LogScanner",
+    "MAX_LINE_CHARS",
+    "clean_line",
+    "diagnose_lines",
+    "diagnose_text",
+    "signature",
+]
+
+MAX_LINE_CHARS = 64 * 1024  # longer lines are cut: no real log line needs more to be recognised
+DEFAULT_TAIL = 200
+_TRACEBACK_FOREIGN_LIMIT = 20  # interleaved lines tolerated before a traceback's exception line
+
+_TRACEBACK_START = re.compile(r"^Traceback \(most recent call last\):")
+_CHAIN_PREFIXES = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
+# The last line of a traceback: "pkg.mod.SomeError: message", "RayTaskError(OutOfMemoryError): ...",
+# or a bare "KeyboardInterrupt" / "AssertionError".
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:\([^()]*\))?:(?:\s|$)"
+    r"|^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Iteration)(?:\([^()]*\))?$"
+)
+_PROGRESS_DONE = re.compile(r"Training Progress:\s*100%.*\|\s*(\d+)/(\d+)\b")
+_COMPLETION_NOTE = "Seen after the run completed (line {line}): shutdown noise, not a failure."
+_EARLIER_NOTE = "The run went on to complete (line {line}), so this was not fatal."
+_SYMPTOM_NOTE = "Only a symptom here: the cause is {cause} (line {line})."
+
+
+class LogDiagnosis(Diagnosis):
+    """A Diagnosis plus scan facts: how often each signature was seen, how many lines."""
+
+    counts: dict[str, int] = Field(default_factory=dict)
+    line_count: int = 0
+    completed_line: int | None = None
+
+
+@dataclass
+class _OpenTraceback:
+    start: int
+    exception_line: int = 0
+    exception_text: str = ""
+    chained: bool = False
+    foreign: int = 0
+
+
+def _bound(text: str) -> str:
+    """Cap a line: keep what a terminal would show after \\r redraws, then cut to the limit."""
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    if "\r" in text:
+        segments = text.split("\r")
+        keep = next((i for i in range(len(segments) - 1, -1, -1) if segments[i].strip()), len(segments) - 1)
+        text = "\r".join(segments[keep:])
+    return text[:MAX_LINE_CHARS]
+
+
+def _is_completion(line: str) -> bool:
+    if "Final validation metrics" in line:
+        return True
+    if "Training Progress" in line:
+        done = _PROGRESS_DONE.search(line)
+        return bool(done and done.group(1) == done.group(2))
+    return False
+
+
+class LogScanner:
+    """Incremental log diagnosis: feed bytes as they arrive, read findings at any time.
+
+    Memory stays constant however long the log: one partial line (capped), a bounded tail,
+    and at most one finding per signature (repeats are counted, not stored).
+    """
+
+    def __init__(self, tail_lines: int = DEFAULT_TAIL) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._parts: list[str] = []
+        self._parts_len = 0
+        self._discarding = False  # the current line passed the cap; drop the rest of it
+        self._closed = False
+        self._line_no = 0
+        self._tail: deque[str] = deque(maxlen=max(tail_lines, 1))
+        self._findings: list[Finding] = []
+        self._counts: dict[str, int] = {}
+        self._completed_line: int | None = None
+        self._last_fatal_match = 0  # line of the latest fatal match, deduped or not
+        self._traceback: _OpenTraceback | None = None
+
+    # ---- input -------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> list[Finding]:
+        """Scan more bytes of the log; returns the findings first seen in them."""
+        if self._closed:
+            raise ValueError("LogScanner.feed() after close()")
+        return self._feed_text(self._decoder.decode(data))
+
+    def close(self) -> list[Finding]:
+        """End of log: scan the unterminated last line and any open traceback."""
+        if self._closed:
+            return []
+        out = self._feed_text(self._decoder.decode(b"", final=True))
+        if self._parts:
+            self._scan_line(self._take_partial(""), out)
+        self._close_traceback(out)
+        self._closed = True
+        return out
+
+    def feed_line(self, line: str) -> list[Finding]:
+        """Scan one already-split line (text without its newline)."""
+        out: list[Finding] = []
+        self._scan_line(line, out)
+        return out
+
+    # ---- results -----------------------------------------------------------------------
+
+    @property
+    def completed_run(self) -> bool:
+        return self._completed_line is not None
+
+    @property
+    def line_count(self) -> int:
+        return self._line_no
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many lines matched each signature (findings keep only the first)."""
+        return dict(self._counts)
+
+    @property
+    def findings(self) -> list[Finding]:
+        """All findings in log order, with fatal flags resolved for the whole log so far."""
+        return _resolve(self._findings, self._completed_line)
+
+    @property
+    def cause(self) -> Finding | None:
+        """The first fatal finding after resolution: specific signatures beat generic ones."""
+        return next((f for f in self.findings if f.fatal), None)
+
+    def tail(self, n: int) -> list[str]:
+        """The last `n` cleaned lines (at most the capacity given at construction)."""
+        if n <= 0:
+            return []
+        return list(self._tail)[-n:]
+
+    def diagnosis(self) -> LogDiagnosis:
+        return LogDiagnosis(
+            findings=self.findings,
+            completed_run=self.completed_run,
+            counts=self.counts,
+            line_count=self._line_no,
+            completed_line=self._completed_line,
+        )
+
+    # ---- line splitting ----------------------------------------------------------------
+
+    def _feed_text(self, text: str) -> list[Finding]:
+        out: list[Finding] = []
+        start = 0
+        while (end := text.find("\n", start)) >= 0:
+            self._scan_line(self._take_partial(text[start:end]), out)
+            start = end + 1
+        if start < len(text) and not self._discarding:
+            self._parts.append(text[start:])
+            self._parts_len += len(text) - start
+            if self._parts_len > MAX_LINE_CHARS:
+                bounded = _bound("".join(self._parts))
+                self._parts = [bounded]
+                self._parts_len = len(bounded)
+                self._discarding = len(bounded) >= MAX_LINE_CHARS
+        return out
+
+    def _take_partial(self, piece: str) -> str:
+        if not self._parts:
+            line = piece
+        elif self._discarding:
+            line = self._parts[0]
+        else:
+            line = "".join(self._parts) + piece
+        self._parts = []
+        self._parts_len = 0
+        self._discarding = False
+        return line
+
+    # ---- the one scanning path ---------------------------------------------------------
+
+    def _scan_line(self, raw: str, out: list[Finding]) -> None:
+        self._line_no += 1
+        number = self._line_no
+        text = clean_line(_bound(raw))
+        self._tail.append(text)
+        self._track_traceback(text, number, out)
+        sig = match_line(text) if text else None
+        if sig is not None:
+            self._record(sig, number, text, out)
+        if self._completed_line is None and _is_completion(text):
+            self._completed_line = number
+
+    def _record(self, sig: Signature, number: int, text: str, out: list[Finding]) -> None:
+        if sig.fatal:
+            self._last_fatal_match = number
+        seen = self._counts.get(sig.id, 0)
+        self._counts[sig.id] = seen + 1
+        if seen:
+            return
+        if sig.fatal and self._completed_line is not None:
+            note = _COMPLETION_NOTE.format(line=self._completed_line)
+            finding = sig.finding(number, text, fatal=False, note=note)
+        else:
+            finding = sig.finding(number, text)
+        self._findings.append(finding)
+        out.append(finding)
+
+    def _track_traceback(self, text: str, number: int, out: list[Finding]) -> None:
+        tb = self._traceback
+        if _TRACEBACK_START.match(text):
+            if tb is not None and tb.chained:
+                tb.chained = False
+                return
+            self._close_traceback(out)
+            self._traceback = _OpenTraceback(start=number)
+            return
+        if tb is None:
+            return
+        if not text.strip() or text[0] in " \t":
+            return  # frames, source lines, ^^^ markers, blank separators
+        if text.startswith(_CHAIN_PREFIXES):
+            tb.chained = True
+            return
+        if _EXCEPTION_LINE.match(text):
+            tb.exception_line, tb.exception_text = number, text
+            return
+        if tb.exception_line:
+            self._close_traceback(out)
+            return
+        tb.foreign += 1
+        if tb.foreign > _TRACEBACK_FOREIGN_LIMIT:
+            self._traceback = None
+
+    def _close_traceback(self, out: list[Finding]) -> None:
+        tb, self._traceback = self._traceback, None
+        if tb is None or not tb.exception_line:
+            return
+        if self._last_fatal_match >= tb.start:
+            return  # a known signature inside this traceback already explains it
+        self._record(signature(TRACEBACK_ID), tb.exception_line, tb.exception_text, out)
+
+
+def _resolve(findings: list[Finding], completed_line: int | None) -> list[Finding]:
+    """Final fatal flags: nothing is fatal in a completed run; a specific cause beats symptoms."""
+    ordered = sorted(findings, key=lambda f: f.line)
+    if completed_line is not None:
+        note = _EARLIER_NOTE.format(line=completed_line)
+        return [
+            f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {note}"}) if f.fatal else f
+            for f in ordered
+        ]
+    cause = next((f for f in ordered if f.fatal and not signature(f.signature).generic), None)
+    if cause is None:
+        return ordered
+    note = _SYMPTOM_NOTE.format(cause=cause.signature, line=cause.line)
+    return [
+        f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {note}"})
+        if f.fatal and signature(f.signature).generic
+        else f
+        for f in ordered
+    ]
+
+
+def diagnose_lines(lines: Iterable[str]) -> LogDiagnosis:
+    """Diagnose a log given as lines (with or without their trailing newline)."""
+    scanner = LogScanner(tail_lines=1)
+    for item in lines:
+        for line in item.removesuffix("\n").split("\n"):
+            scanner.feed_line(line)
+    scanner.close()
+    return scanner.diagnosis()
+
+
+def diagnose_text(text: str) -> LogDiagnosis:
+    """Diagnose a whole log held in memory; line numbers count '\\n' like the file does."""
+    return diagnose_lines(text.removesuffix("\n").split("\n") if text else [])
