@@ -1,0 +1,705 @@
+"""Read AgentJet validation and training result files, whatever state they are in.
+
+Two validation formats exist, and one file may mix them (auto-detected per line/block):
+
+- classic: one Python ``dict`` repr per line, written by the trainer at every validation
+  (``{'global_steps': 10, ..., 'std_reward': np.float64(0.47), ...}``);
+- swarm: markdown blocks ``## Step N`` / ``## Step N (label)`` followed by ``- key: value``
+  lines, pass rates as percentages.
+
+The files are append-only and written by processes that get killed and relaunched, so
+the parsers never raise, keep the last write of each (step, dataset), skip what is
+truncated (counted in ``skipped``), read files line by line with a bounded line length,
+and never ``eval`` anything: dict reprs go through :func:`ast.literal_eval` after numpy
+and nan/inf tokens are rewritten, with a per-pair regex as a fallback.
+
+Summary semantics (pinned by tests, relied on by reports and the watcher):
+
+- ``evaluations``: one per (step, dataset), last write wins, sorted by (step, dataset).
+- ``primary_dataset``: the dataset with the most evaluations; ties go to the first seen.
+- ``final``: ``{"step", "dataset", "metrics"}`` of the newest step of the primary dataset.
+- ``baseline``: same shape, the primary dataset's step-0 evaluation, else its first one.
+- ``best``: ``{metric: {"value", "step"}}`` over the primary dataset, for higher-is-better
+  metrics only (see :func:`higher_is_better`); non-finite values are ignored; a tie keeps
+  the earliest step.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from statemachine.models import Evaluation
+
+MAX_LINE_CHARS = 4 * 1024 * 1024  # a real result line is < 100 KB; longer ones are garbage
+SNIFF_CHARS = 256 * 1024
+OWN_FILES = frozenset({"experiment_report.md", "repair_log.md"})
+RESULT_SUFFIXES = frozenset({".md", ".txt", ".markdown", ""})
+SKIP_DIRS = frozenset({".git", "__pycache__", "checkpoints", "global_step", "node_modules", ".venv"})
+
+STEP_KEYS = ("global_steps", "global_step", "step")
+TRAIN_STEP_KEYS = ("training/global_step", "global_steps", "global_step", "step")
+DATASET_KEYS = frozenset({"dataset", "target_dataset_name", "dataset_name", "eval_set"})
+VAL_HINT_KEYS = ("mean_reward", "task_pass_rate@", "num_pass_n_tasks", "pass_n", "val-core/")
+
+_OVERLONG = "\x00overlong\n"  # what _iter_lines yields in place of a line too long to hold
+_NAN = "\x00ajet-nan\x00"  # stand-in literal for nan: ast.literal_eval has no nan literal
+
+_REWRITE_RE = re.compile(
+    r"""(?P<str>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""
+    r"""|float\(\s*(?P<fq>['"])\s*(?P<fsign>[+-]?)(?P<fword>nan|inf|infinity)\s*(?P=fq)\s*\)"""
+    r"""|\b(?:np|numpy)\.(?P<npbool>True|False)_"""
+    r"""|\b(?:np|numpy)\.\w+\((?P<npinner>[^()]*)\)"""
+    r"""|(?<![\w.])(?P<sign>[+-]?)(?P<word>nan|inf)(?![\w.(])""",
+    re.IGNORECASE,
+)
+_PAIR_VALUE = (
+    r"""(?P<val>[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|nan|inf)"""
+    r"""|(?:np|numpy)\.\w+\([^()]*\)|float\([^()]*\)|'[^'\\\n]*'|"[^"\\\n]*"|True|False|None)"""
+)
+_PAIR_RE = re.compile(
+    r"""(?:'(?P<k1>[^'\\\n]*)'|"(?P<k2>[^"\\\n]*)")\s*:\s*""" + _PAIR_VALUE + r"""\s*(?=[,}])"""
+)
+_HEADING_RE = re.compile(
+    r"^#{1,6}\s*step\s*[:#]?\s*(?P<step>[+-]?\d+)\s*(?:\((?P<paren>[^)]*)\)|[:\-–—|]\s*(?P<rest>.*?))?\s*#*\s*$",
+    re.IGNORECASE,
+)
+_ITEM_RE = re.compile(r"^\s*[-*+]\s+(?P<body>.*)$")
+_KV_RE = re.compile(r"^(?P<key>[^:]*?[^:\s])\s*:\s*(?P<val>.*)$")
+_NUMBER_RE = re.compile(
+    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?nan|[+-]?inf(?:inity)?)\s*(?P<pct>%)?$",
+    re.IGNORECASE,
+)
+_KEY_SUFFIX_RE = re.compile(r"\s*\([^()]*\)\s*$")
+_HIGHER_IS_BETTER_RE = re.compile(
+    r"^(?:mean_reward|num_pass_n_tasks|task_pass_rate@.*|num_.*success.*"
+    r"|val-core/.+/(?:reward|acc|score)/(?:mean@\d+|(?:best|maj)@\d+/mean))$"
+)
+
+
+class ResultSummary(BaseModel):
+    """Everything a report or the watcher needs from one validation file (or a merge of several)."""
+
+    evaluations: list[Evaluation] = Field(default_factory=list)
+    final: dict[str, Any] = Field(default_factory=dict)
+    best: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    baseline: dict[str, Any] = Field(default_factory=dict)
+    primary_dataset: str = ""
+    datasets: list[str] = Field(default_factory=list)
+    format: Literal["", "classic", "swarm", "mixed"] = ""
+    skipped: int = 0
+    files: list[str] = Field(default_factory=list)
+
+
+class TrainStep(BaseModel):
+    step: int
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class TrainSummary(BaseModel):
+    """Per-training-step metrics, deduplicated by step (last write wins), sorted by step."""
+
+    steps: list[TrainStep] = Field(default_factory=list)
+    skipped: int = 0
+
+    def series(self, metric: str) -> list[tuple[int, float]]:
+        """(step, value) pairs of one metric, for plots and stall checks."""
+        return [(s.step, s.metrics[metric]) for s in self.steps if metric in s.metrics]
+
+
+def higher_is_better(metric: str) -> bool:
+    """Metrics where a larger value means a better model (the ones `best` tracks)."""
+    return bool(_HIGHER_IS_BETTER_RE.match(metric))
+
+
+def normalize_key(key: str) -> str:
+    """`num_pass_n_tasks(pass@4)` → `num_pass_n_tasks`; markdown emphasis and backticks dropped."""
+    key = key.strip().strip("*`_ ").strip()
+    return _KEY_SUFFIX_RE.sub("", key) or key
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def _to_float(value: Any) -> float | None:
+    """A metric value as float, or None when it is not a number (bools are not metrics)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if value == _NAN:
+        return math.nan
+    return None
+
+
+def _parse_text_value(text: str) -> tuple[float | None, bool]:
+    """A swarm `- key: value` value: (number or None, was a percentage)."""
+    text = text.strip().strip("`*").strip()
+    if text.startswith(("np.", "numpy.", "float(")):
+        return _to_float(_literal_scalar(text)), False
+    m = _NUMBER_RE.match(text)
+    if not m:
+        return None, False
+    if m.group("pct"):
+        try:  # Decimal keeps `20.83%` → 0.2083 exactly as written
+            return float(Decimal(m.group("num")) / 100), True
+        except (InvalidOperation, ValueError):
+            return None, False
+    try:
+        return float(m.group("num")), False
+    except ValueError:
+        return None, False
+
+
+def _as_step(value: Any) -> int | None:
+    """An integral step number, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        number, _ = _parse_text_value(value)
+        return _as_step(number) if number is not None else None
+    return None
+
+
+# ----------------------------------------------------------------------------- dict lines
+
+
+def _rewrite_match(m: re.Match[str]) -> str:
+    if m.group("str") is not None:
+        return m.group("str")
+    if m.group("fword") is not None:
+        return _special(m.group("fsign"), m.group("fword"))
+    if m.group("npbool") is not None:
+        return m.group("npbool").capitalize()
+    if m.group("npinner") is not None:
+        return _rewrite_numpy(m.group("npinner"))
+    return _special(m.group("sign"), m.group("word"))
+
+
+def _special(sign: str, word: str) -> str:
+    if word.lower() == "nan":
+        return repr(_NAN)
+    return "-1e999" if sign == "-" else "1e999"  # float literal overflow is inf
+
+
+def _rewrite_numpy(text: str) -> str:
+    """Make numpy/nan/inf reprs into literals ast.literal_eval accepts; strings stay untouched."""
+    return _REWRITE_RE.sub(_rewrite_match, text)
+
+
+def _literal_dict(text: str) -> dict[Any, Any] | None:
+    try:
+        value = ast.literal_eval(_rewrite_numpy(text))
+    except Exception:  # SyntaxError, ValueError, MemoryError, RecursionError, ...
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _pairs_dict(text: str) -> dict[str, Any]:
+    """Fallback for lines with reprs literal_eval refuses (`array(...)`, `tensor(...)`)."""
+    out: dict[str, Any] = {}
+    for m in _PAIR_RE.finditer(text):
+        key = m.group("k1") if m.group("k1") is not None else m.group("k2")
+        parsed = _literal_scalar(m.group("val"))
+        if parsed is not _MISSING:
+            out[key] = parsed
+    return out
+
+
+_MISSING = object()
+
+
+def _literal_scalar(text: str) -> Any:
+    try:
+        return ast.literal_eval(_rewrite_numpy(text))
+    except Exception:
+        return _MISSING
+
+
+def _parse_dict_line(line: str) -> tuple[dict[Any, Any] | None, int]:
+    """A whole dict-repr line → (dict or None, records lost on this line)."""
+    data = _literal_dict(line)
+    if data is not None:
+        return data, 0
+    # A writer killed mid-line, then relaunched, leaves `{'global_steps': 2, 'pa{'global_steps': 2, ...}`.
+    cut = max(line.rfind("{'"), line.rfind('{"'))
+    if cut > 0:
+        data = _literal_dict(line[cut:])
+        if data is not None:
+            return data, 1
+    pairs = _pairs_dict(line)
+    return (pairs or None), 0
+
+
+# ----------------------------------------------------------------------------- line reading
+
+
+def _iter_lines(stream: IO[str]) -> Iterator[str]:
+    """Lines with their endings, each at most MAX_LINE_CHARS; an overlong line comes out as one
+    `\\x00`-marked placeholder so the caller can count it without holding it in memory."""
+    while True:
+        chunk = stream.readline(MAX_LINE_CHARS)
+        if not chunk:
+            return
+        if len(chunk) < MAX_LINE_CHARS or chunk.endswith(("\n", "\r")):
+            yield chunk
+            continue
+        while chunk and not chunk.endswith(("\n", "\r")):
+            chunk = stream.readline(MAX_LINE_CHARS)
+        yield _OVERLONG
+
+
+def _open_text(path: str | os.PathLike[str]) -> IO[str]:
+    return open(path, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
+
+
+# ----------------------------------------------------------------------------- val parsing
+
+
+@dataclass
+class _Block:
+    """One swarm `## Step N` block being read."""
+
+    step: int
+    label: str
+    chain: list[int] = field(default_factory=list)  # hash of each prefix of the key sequence
+    metrics: dict[str, float] = field(default_factory=dict)
+    dataset: str = ""
+    malformed: bool = False
+    open_last_line: bool = False
+
+
+@dataclass
+class _Kept:
+    seq: int
+    step: int
+    dataset: str
+    metrics: dict[str, float]
+    shape: int | None = None  # id of a swarm block's key sequence
+    unnamed_ordinal: int = -1  # >= 0 for swarm blocks without a dataset name
+
+
+class _ValParser:
+    """Streaming state for one validation file: dedupes as it goes, finishes in `summary()`."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[int, str | int], _Kept] = {}
+        self.skipped = 0
+        self.seq = 0
+        self.block: _Block | None = None
+        self.shape_counts: Counter[int] = Counter()
+        self.proper_prefixes: set[int] = set()
+        self.formats: set[str] = set()
+        self.run_step: int | None = None
+        self.run_len = 0
+        self.last_was_unnamed = False
+        self.run_lengths: Counter[int] = Counter()
+
+    # -- feeding
+    def feed(self, raw: str) -> None:
+        line = raw.rstrip("\r\n")
+        stripped = line.strip().lstrip("\ufeff\x00").strip()
+        if self.block is not None:
+            item = _ITEM_RE.match(line)
+            if item and not stripped.startswith("{"):
+                self._block_item(item.group("body"), ended=raw.endswith(("\n", "\r")))
+                return
+            if not stripped:
+                return
+            self._close_block()
+        if raw.startswith(_OVERLONG):
+            self.skipped += 1
+        elif stripped.startswith("{"):
+            self._dict_line(stripped)
+        elif stripped.startswith("#"):
+            m = _HEADING_RE.match(stripped)
+            if m:
+                label = (m.group("paren") or m.group("rest") or "").strip().strip("`*").strip()
+                self.block = _Block(step=int(m.group("step")), label=label)
+
+    def finish(self) -> None:
+        if self.block is not None:
+            self._close_block()
+        self._end_run()
+
+    # -- classic
+    def _dict_line(self, line: str) -> None:
+        if not line.endswith("}"):
+            self.skipped += 1  # truncated: the writer died mid-line
+            return
+        data, lost = _parse_dict_line(line)
+        self.skipped += lost
+        if data is None:
+            self.skipped += 1
+            return
+        step = next((_as_step(data[k]) for k in STEP_KEYS if k in data), None)
+        if step is None:
+            self.skipped += 1
+            return
+        dataset = ""
+        metrics: dict[str, float] = {}
+        for key, value in data.items():
+            if not isinstance(key, str):
+                continue
+            name = normalize_key(key)
+            if name in DATASET_KEYS:
+                if isinstance(value, str):
+                    dataset = value.strip()
+                continue
+            if name in STEP_KEYS:
+                continue
+            number = _to_float(value)
+            if number is not None:
+                metrics[sys.intern(name)] = number
+        self.formats.add("classic")
+        self._end_run()
+        self._keep(step, dataset, metrics)
+
+    # -- swarm
+    def _block_item(self, body: str, ended: bool) -> None:
+        block = self.block
+        assert block is not None
+        block.open_last_line = not ended
+        m = _KV_RE.match(body.strip())
+        if not m:
+            block.malformed = True
+            return
+        name = normalize_key(m.group("key"))
+        raw_value = m.group("val").strip()
+        block.chain.append(hash((block.chain[-1] if block.chain else 0, name)))
+        if name in DATASET_KEYS:
+            block.dataset = raw_value.strip("`*'\" ")
+            return
+        if name in STEP_KEYS:
+            return
+        number, _ = _parse_text_value(raw_value)
+        if number is not None:
+            block.metrics[sys.intern(name)] = number
+
+    def _close_block(self) -> None:
+        block, self.block = self.block, None
+        assert block is not None
+        if block.malformed or block.open_last_line or not block.metrics:
+            self.skipped += 1  # cut mid-line, or nothing but a heading
+            return
+        shape = block.chain[-1]
+        self.shape_counts[shape] += 1
+        self.proper_prefixes.update(block.chain[:-1])
+        self.formats.add("swarm")
+        dataset = block.dataset or block.label
+        if dataset:
+            self._end_run()
+            self._keep(block.step, dataset, block.metrics, shape)
+            return
+        if self.last_was_unnamed and self.run_step == block.step:
+            self.run_len += 1
+        else:
+            self._end_run()
+            self.run_step, self.run_len = block.step, 1
+        self._keep(block.step, "", block.metrics, shape, ordinal=self.run_len - 1)
+        self.last_was_unnamed = True
+
+    def _end_run(self) -> None:
+        if self.run_len:
+            self.run_lengths[self.run_len] += 1
+        self.run_step, self.run_len, self.last_was_unnamed = None, 0, False
+
+    def _keep(
+        self, step: int, dataset: str, metrics: dict[str, float], shape: int | None = None, ordinal: int = -1
+    ) -> None:
+        self.seq += 1
+        slot: str | int = dataset if ordinal < 0 else ordinal
+        self.kept[(step, slot)] = _Kept(self.seq, step, dataset, metrics, shape, ordinal)
+
+    # -- result
+    def summary(self) -> ResultSummary:
+        sets = _unnamed_set_count(self.run_lengths)
+        # A writer killed mid-block leaves a block whose keys are a strict prefix of the usual
+        # ones; a key sequence seen only once and extended elsewhere is such a block. (A format
+        # that changed between relaunches repeats its shorter sequence, so it is kept.)
+        partial = {s for s, n in self.shape_counts.items() if n == 1 and s in self.proper_prefixes}
+        self.skipped += len(partial)
+        final: dict[tuple[int, str], _Kept] = {}
+        for kept in sorted(self.kept.values(), key=lambda k: k.seq):
+            if kept.shape in partial:
+                continue
+            if kept.unnamed_ordinal >= 0 and sets > 1:
+                kept.dataset = f"set{kept.unnamed_ordinal % sets + 1}"
+            key = (kept.step, kept.dataset)
+            if key in final:
+                del final[key]  # re-insert so first_seen order follows the surviving write
+            final[key] = kept
+        order: dict[str, int] = {}
+        for kept in sorted(final.values(), key=lambda k: k.seq):
+            order.setdefault(kept.dataset, len(order))
+        evaluations = [
+            Evaluation.model_construct(step=k.step, dataset=k.dataset, metrics=k.metrics)
+            for k in sorted(final.values(), key=lambda k: (k.step, k.dataset))
+        ]
+        fmt = "mixed" if len(self.formats) > 1 else next(iter(self.formats), "")
+        return summarize(evaluations, skipped=self.skipped, dataset_order=order, fmt=fmt)
+
+
+def _unnamed_set_count(run_lengths: Counter[int]) -> int:
+    """How many unnamed eval sets one validation writes: the most common run length of
+    consecutive same-step blocks (ties → the smallest, since a relaunch doubles a run)."""
+    if not run_lengths:
+        return 1
+    top = max(run_lengths.values())
+    return min(length for length, count in run_lengths.items() if count == top)
+
+
+def summarize(
+    evaluations: list[Evaluation],
+    skipped: int = 0,
+    dataset_order: dict[str, int] | None = None,
+    fmt: str = "",
+) -> ResultSummary:
+    """Compute primary dataset, final, baseline and best from deduplicated evaluations."""
+    order = dataset_order or {}
+    counts = Counter(e.dataset for e in evaluations)
+    datasets = sorted(counts, key=lambda d: (order.get(d, len(order)), d))
+    primary = max(datasets, key=lambda d: (counts[d], -datasets.index(d))) if datasets else ""
+    mine = sorted((e for e in evaluations if e.dataset == primary), key=lambda e: e.step)
+    final = baseline = {}
+    best: dict[str, dict[str, Any]] = {}
+    if mine:
+        last = mine[-1]
+        first = next((e for e in mine if e.step == 0), mine[0])
+        final = {"step": last.step, "dataset": last.dataset, "metrics": dict(last.metrics)}
+        baseline = {"step": first.step, "dataset": first.dataset, "metrics": dict(first.metrics)}
+        for ev in mine:
+            for name, value in ev.metrics.items():
+                if not higher_is_better(name) or not math.isfinite(value):
+                    continue
+                if name not in best or value > best[name]["value"]:
+                    best[name] = {"value": value, "step": ev.step}
+    return ResultSummary(
+        evaluations=evaluations,
+        final=final,
+        best=dict(sorted(best.items())),
+        baseline=baseline,
+        primary_dataset=primary,
+        datasets=datasets,
+        format=fmt if fmt in ("classic", "swarm", "mixed") else "",
+        skipped=skipped,
+    )
+
+
+def parse_val_lines(lines: Iterable[str]) -> ResultSummary:
+    """Parse validation results from lines, with or without their endings (each is taken as
+    whole; use parse_val_text or parse_val_file to have a cut last line detected)."""
+    parser = _ValParser()
+    for line in lines:
+        if len(line) > MAX_LINE_CHARS:
+            parser.skipped += 1
+            continue
+        parser.feed(line if line.endswith(("\n", "\r")) else line + "\n")
+    return _finish(parser)
+
+
+def _finish(parser: _ValParser) -> ResultSummary:
+    parser.finish()
+    return parser.summary()
+
+
+def parse_val_text(text: str) -> ResultSummary:
+    """Parse the text of a validation file. A missing final newline marks a truncated last line."""
+    parser = _ValParser()
+    for line in text.splitlines(keepends=True):
+        if len(line) > MAX_LINE_CHARS:
+            parser.skipped += 1
+            continue
+        parser.feed(line)
+    return _finish(parser)
+
+
+def parse_val_file(path: str | os.PathLike[str]) -> ResultSummary:
+    """Parse one validation file, streaming; an unreadable file gives an empty summary."""
+    parser = _ValParser()
+    try:
+        with _open_text(path) as stream:
+            for line in _iter_lines(stream):
+                parser.feed(line)
+    except OSError:
+        pass
+    summary = _finish(parser)
+    summary.files = [str(path)]
+    return summary
+
+
+def parse_val_files(
+    paths: Iterable[str | os.PathLike[str]], root: str | os.PathLike[str] = ""
+) -> ResultSummary:
+    """Merge several validation files. With more than one file, each dataset name is
+    qualified by the file's path relative to `root` (`saved_val_result/a.md:main_val_dataset`)
+    so that two files never overwrite each other's evaluations."""
+    paths = [Path(p) for p in paths]
+    if len(paths) == 1:
+        return parse_val_file(paths[0])
+    evaluations: list[Evaluation] = []
+    order: dict[str, int] = {}
+    skipped = 0
+    formats: set[str] = set()
+    for path in paths:
+        part = parse_val_file(path)
+        skipped += part.skipped
+        if part.format:
+            formats.add(part.format)
+        try:
+            name = str(path.relative_to(root)) if root else str(path)
+        except ValueError:
+            name = str(path)
+        for ev in part.evaluations:
+            dataset = f"{name}:{ev.dataset}" if ev.dataset else name
+            order.setdefault(dataset, len(order))
+            evaluations.append(Evaluation.model_construct(step=ev.step, dataset=dataset, metrics=ev.metrics))
+    evaluations.sort(key=lambda e: (e.step, e.dataset))
+    fmt = "mixed" if len(formats) > 1 else next(iter(formats), "")
+    summary = summarize(evaluations, skipped=skipped, dataset_order=order, fmt=fmt)
+    summary.files = [str(p) for p in paths]
+    return summary
+
+
+def latest_metrics(summary: ResultSummary) -> dict[str, float]:
+    """The newest evaluation of the primary dataset as a flat dict, `step` included."""
+    if not summary.final:
+        return {}
+    out = dict(summary.final.get("metrics", {}))
+    out["step"] = float(summary.final["step"])
+    return out
+
+
+# ----------------------------------------------------------------------------- train file
+
+
+def parse_train_lines(lines: Iterable[str]) -> TrainSummary:
+    """Per-step training metrics from dict-repr lines; never raises."""
+    steps: dict[int, dict[str, float]] = {}
+    skipped = 0
+    for raw in lines:
+        line = raw.strip().lstrip("\ufeff\x00").strip()
+        if raw.startswith(_OVERLONG) or len(line) > MAX_LINE_CHARS:
+            skipped += 1
+            continue
+        if not line.startswith("{"):
+            continue
+        if not line.endswith("}"):
+            skipped += 1
+            continue
+        data, lost = _parse_dict_line(line)
+        skipped += lost
+        step = None
+        if data is not None:
+            step = next((_as_step(data[k]) for k in TRAIN_STEP_KEYS if k in data), None)
+        if data is None or step is None:
+            skipped += 1
+            continue
+        metrics: dict[str, float] = {}
+        for key, value in data.items():
+            number = _to_float(value)
+            if isinstance(key, str) and number is not None and key not in TRAIN_STEP_KEYS:
+                metrics[sys.intern(key)] = number
+        steps.pop(step, None)
+        steps[step] = metrics
+    return TrainSummary(
+        steps=[TrainStep.model_construct(step=s, metrics=m) for s, m in sorted(steps.items())],
+        skipped=skipped,
+    )
+
+
+def parse_train_file(path: str | os.PathLike[str]) -> TrainSummary:
+    """Parse a train file (`train_print_to_markdown_file_path`), streaming."""
+    try:
+        with _open_text(path) as stream:
+            return parse_train_lines(_iter_lines(stream))
+    except OSError:
+        return TrainSummary()
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def classify_file(path: str | os.PathLike[str]) -> Literal["val", "train", ""]:
+    """What a file holds, judged from its first SNIFF_CHARS characters.
+
+    train: a dict line with `training/global_step` (train lines at test steps also carry
+    the validation keys, so this is checked first); val: a dict line with a step key and a
+    validation metric, or a `## Step N` heading followed by a validation `- key: value`.
+    """
+    try:
+        with _open_text(path) as stream:
+            head = stream.read(SNIFF_CHARS)
+    except OSError:
+        return ""
+    val = False
+    in_block = False
+    for line in head.splitlines():
+        s = line.strip()
+        if s.startswith("{"):
+            in_block = False
+            if "training/global_step" in s:
+                return "train"
+            if any(f"'{k}'" in s or f'"{k}"' in s for k in STEP_KEYS) and any(h in s for h in VAL_HINT_KEYS):
+                val = True
+        elif _HEADING_RE.match(s):
+            in_block = True
+        elif in_block and _ITEM_RE.match(line):
+            if any(h in s for h in VAL_HINT_KEYS):
+                val = True
+        elif s:
+            in_block = False
+    return "val" if val else ""
+
+
+def _candidates(root: Path, max_depth: int = 4) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        depth = len(Path(dirpath).relative_to(root).parts)
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".") and depth < max_depth
+        )
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if name in OWN_FILES or path.suffix.lower() not in RESULT_SUFFIXES or name.startswith("."):
+                continue
+            if path.is_file():
+                yield path
+
+
+def find_result_files(path: str | os.PathLike[str]) -> list[Path]:
+    """Validation files: the file itself, or those found under a result dir (subdirs such as
+    `saved_val_result/` included; our own reports and train files excluded), sorted by path."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        return []
+    return [c for c in _candidates(p) if classify_file(c) == "val"]
+
+
+def find_train_files(path: str | os.PathLike[str]) -> list[Path]:
+    """Train files under a result dir (or the file itself when it is one)."""
+    p = Path(path)
+    if p.is_file():
+        return [p] if classify_file(p) == "train" else []
+    if not p.is_dir():
+        return []
+    return [c for c in _candidates(p) if classify_file(c) == "train"]
