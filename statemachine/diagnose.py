@@ -158,6 +158,15 @@ class LogScanner:
         """The first fatal finding after resolution: specific signatures beat generic ones."""
         return next((f for f in self.findings if f.fatal), None)
 
+    @property
+    def live_cause(self) -> Finding | None:
+        """The first fatal *specific* finding: safe to act on while the process still runs.
+
+        Generic symptoms (a logged traceback, a dead actor) also appear in healthy runs that
+        catch and log errors; they explain an exit, but should not stop a live run.
+        """
+        return next((f for f in self.findings if f.fatal and not signature(f.signature).generic), None)
+
     def tail(self, n: int) -> list[str]:
         """The last `n` cleaned lines (at most the capacity given at construction)."""
         if n <= 0:
