@@ -1,0 +1,699 @@
+"""Read an experiment blueprint (markdown, English or Chinese) into a `Blueprint`.
+
+Blueprints are written by people and by LLM agents in many layouts, so the parser works
+in two steps rather than one format-specific pattern:
+
+1. find *markers*: lines that open a part — a heading, a list item, a bold or plain line
+   or a table row that starts with a tag (`[exp_codebase_dir]`, `**exp_venv_exe**`, ...),
+   or, for parts written without any tag, with a known label ("实验目的", "Launch command");
+   each marker's section runs to the next marker or the structural end of its block;
+2. pull each field's value out of its section with a small per-field cleaner (a path, a
+   YAML path, a shell command joined into one line, a duration, free text).
+
+Text in no part (and the optional notes part) is kept verbatim as `notes`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from statemachine.durations import format_duration, parse_duration
+from statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
+
+__all__ = ["parse_blueprint", "validate_blueprint", "load_blueprint"]
+
+NOTES = "notes"
+
+# Tag spellings (lowercase, `-`/space folded to `_`). Long names count with or without
+# brackets; the short ones only inside brackets, where they cannot be ordinary words.
+_TAGS: dict[str, tuple[str, ...]] = {
+    "exp_purpose": ("exp_purpose", "exp_goal", "exp_objective"),
+    "exp_codebase_dir": ("exp_codebase_dir", "exp_codebase", "exp_code_dir", "exp_codebase_path"),
+    "exp_venv_exe": ("exp_venv_exe", "exp_venv", "exp_python", "exp_python_exe", "exp_venv_python"),
+    "exp_yaml_path": ("exp_yaml_path", "exp_yaml", "exp_config_path", "exp_conf", "exp_config"),
+    "exp_launch_command": ("exp_launch_command", "exp_launch_cmd", "exp_command", "exp_launch",
+                           "exp_run_command", "exp_cmd"),
+    "exp_result_dir": ("exp_result_dir", "exp_results_dir", "exp_result_path", "exp_output_dir",
+                       "exp_result"),
+    "exp_max_time": ("exp_max_time", "exp_maxtime", "exp_time_limit", "exp_max_runtime"),
+    NOTES: ("exp_notes", "exp_note", "exp_other", "exp_others", "exp_other_notes", "exp_extra",
+            "exp_additional_notes", "exp_additional_info", "exp_misc"),
+}
+_BRACKET_ONLY: dict[str, tuple[str, ...]] = {
+    "exp_purpose": ("purpose",),
+    "exp_codebase_dir": ("codebase_dir", "codebase"),
+    "exp_venv_exe": ("venv_exe", "venv", "python"),
+    "exp_yaml_path": ("yaml_path", "yaml"),
+    "exp_launch_command": ("launch_command", "command"),
+    "exp_result_dir": ("result_dir", "results_dir"),
+    "exp_max_time": ("max_time", "maxtime"),
+    NOTES: ("notes", "note", "other", "others", "other_notes", "additional_notes", "misc", "其他", "备注"),
+}
+_TAG_OF = {alias: f for f, aliases in _TAGS.items() for alias in aliases}
+_BRACKET_TAG_OF = {**_TAG_OF, **{a: f for f, aliases in _BRACKET_ONLY.items() for a in aliases}}
+
+# Labels that open a part written without tags (the seed's own wording first). Checked
+# only on headings, numbered items and bold lines, and only for parts that have no tag.
+_LABELS: dict[str, tuple[str, ...]] = {
+    "exp_purpose": ("实验目的", "experiment purpose", "purpose of the experiment", "purpose"),
+    "exp_codebase_dir": ("主实验代码路径", "实验代码路径", "代码路径", "main experiment code path",
+                         "experiment code path", "codebase directory", "codebase dir", "codebase",
+                         "code path"),
+    "exp_venv_exe": ("python虚拟环境路径", "python 虚拟环境路径", "虚拟环境路径", "python虚拟环境",
+                     "python virtual environment path", "python virtual environment",
+                     "python executable", "python interpreter", "venv python", "virtualenv"),
+    "exp_yaml_path": ("实验配置文件路径", "实验配置文件", "配置文件路径", "experiment config file path",
+                      "experiment configuration file path", "config file path", "yaml path",
+                      "config yaml", "yaml config", "configuration file"),
+    "exp_launch_command": ("执行训练的命令", "训练命令", "启动命令", "执行命令", "运行命令",
+                           "training execution command", "training command", "launch command",
+                           "run command", "command to run"),
+    "exp_result_dir": ("结果数据存储路径", "结果存储路径", "结果目录", "结果路径", "输出目录",
+                       "result data storage path", "result directory", "results directory",
+                       "result dir", "output directory"),
+    "exp_max_time": ("最大运行时间", "最长运行时间", "运行时间", "时间限制", "运行时长",
+                     "maximum runtime", "max runtime", "maximum run time", "max time",
+                     "time limit", "time budget"),
+    NOTES: ("其他实验相关信息", "其他信息", "其它信息", "其他说明", "其他注意事项", "附加说明", "补充说明",
+            "备注", "其他", "其它", "other notes", "additional notes", "additional information",
+            "other information", "notes", "remarks"),
+}
+
+_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+|$)(.*)$")
+_LIST = re.compile(r"^([ \t]*)(\d{1,3}[.)、．]|[-*+•])[ \t]+(.*)$")
+_NUMBER_PREFIX = re.compile(r"^\(?\d{1,3}[.)、．:：]?\)?\s+")
+_FENCE_OPEN = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
+_LEAD_MARKUP = " \t*_`>"
+_OPEN_BRACKETS = "[［【"
+_CLOSE_BRACKETS = "]］】"
+_WRAPPER = re.compile(r"^([ \t]*)(`{3,}|~{3,})[ \t]*(markdown|md)[ \t]*$", re.IGNORECASE)
+_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
+_SEPARATOR = re.compile(r"^[\s*_`]*(?:[:：=]+|[\-—–]+(?=\s))?[\s*_`]*")
+_BARE_TAG_FOLLOW = re.compile(r"^[\s*_`]*(?:$|[:：=\-—–(（])")
+_HINT_LINE = re.compile(r"e\.g\.|\be\.g\b|for example|例如|比如|such as|举例|默认|default:", re.IGNORECASE)
+# Words that make a leading "label:" (or a label-only first line) a description of the field.
+_PATH_WORDS = r"path|路径|dir|folder|目录|"
+_LABEL_KEYWORDS: dict[str, re.Pattern[str]] = {
+    fld: re.compile(words, re.IGNORECASE)
+    for fld, words in {
+        "exp_purpose": r"purpose|目的|goal|objective|aim",
+        "exp_codebase_dir": _PATH_WORDS + r"code|代码|root|repo",
+        "exp_venv_exe": _PATH_WORDS + r"python|venv|virtual|环境|interpreter|解释器|exe",
+        "exp_yaml_path": _PATH_WORDS + r"yaml|config|配置|file|文件",
+        "exp_launch_command": r"command|cmd|命令|指令|launch|启动|run|运行",
+        "exp_result_dir": _PATH_WORDS + r"result|结果|output|输出|存储",
+        "exp_max_time": r"time|时间|时长|duration|limit|限制",
+        NOTES: r"notes|说明|备注|信息|info|other|其他|其它|additional|附加|补充",
+    }.items()
+}
+_LABEL_ONLY_FORBIDDEN = re.compile(r"[/=`$]|\s-|\.\w|&&")
+_LABEL_FORBIDDEN = re.compile(r"`|&&|\s--?\w|=|\||\$")
+_LABEL_SEP = re.compile(r"[:：](?!//)(?!\d)")
+_PLACEHOLDERS = {"", "n/a", "na", "none", "null", "nil", "tbd", "todo", "-", "--", "无", "暂无", "未知",
+                 "(none)", "（无）", "不适用"}
+_TOKEN_SPLIT = re.compile(r"[\s，。；、（）()<>「」\"“”'‘’]+")
+_PROSE_LINE = re.compile(r"^(?:note|notes|注意|注|说明|备注|remark|ps|tip|提示)\s*[:：]", re.IGNORECASE)
+_PYTHON_NAME = re.compile(r"^python[\d.]*$", re.IGNORECASE)
+
+
+@dataclass
+class _Marker:
+    line: int
+    field: str
+    style: str  # heading | list | plain | table
+    level: int = 0  # heading level
+    indent: int = 0  # list indentation
+    numbered: bool = False
+    inline: str = ""
+    by_tag: bool = True
+
+
+@dataclass
+class _Section:
+    marker: _Marker
+    lines: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        """The inline rest of the marker line plus the following lines, dedented."""
+        body = textwrap.dedent("\n".join(self.lines))
+        return f"{self.marker.inline}\n{body}".strip("\n") if self.marker.inline else body.strip("\n")
+
+
+# ---------------------------------------------------------------------------- structure
+
+
+def _fence_blocks(lines: list[str]) -> list[tuple[int, int]]:
+    """(opening, closing) line indexes of closed fenced blocks; an unclosed fence is text."""
+    blocks: list[tuple[int, int]] = []
+    unclosable: dict[str, int] = {}  # fence char -> smallest size known to have no closer below
+    i = 0
+    while i < len(lines):
+        m = _FENCE_OPEN.match(lines[i])
+        if m is None or len(m.group(1)) >= unclosable.get(m.group(1)[0], 1 << 30):
+            i += 1
+            continue
+        char, size = m.group(1)[0], len(m.group(1))
+        closer = re.compile(rf"^[ \t]*{re.escape(char)}{{{size},}}[ \t]*$")
+        end = next((j for j in range(i + 1, len(lines)) if closer.match(lines[j])), None)
+        if end is None:
+            unclosable[char] = size
+            i += 1
+            continue
+        blocks.append((i, end))
+        i = end + 1
+    return blocks
+
+
+def _fence_lines(lines: list[str]) -> set[int]:
+    """Indexes of lines inside or delimiting a closed fenced block."""
+    return {k for start, end in _fence_blocks(lines) for k in range(start, end + 1)}
+
+
+def _match_tag(rest: str) -> tuple[str, str] | None:
+    """(field, text after the tag) when `rest` starts with a tag, bracketed or not."""
+    s = rest.lstrip(_LEAD_MARKUP)
+    s = _NUMBER_PREFIX.sub("", s, count=1).lstrip(_LEAD_MARKUP)
+    if s[:1] in _OPEN_BRACKETS:
+        close = min((s.find(c, 1) for c in _CLOSE_BRACKETS if s.find(c, 1) > 0), default=-1)
+        if close < 0 or close > 60:
+            return None
+        name = s[1:close].strip(" \t*_`")
+        found = _BRACKET_TAG_OF.get(re.sub(r"[\s\-]+", "_", name.lower()))
+        after = s[close + 1 :]
+    else:
+        m = _IDENT.match(s)
+        if m is None:
+            return None
+        found = _TAG_OF.get(re.sub(r"[\s\-]+", "_", m.group(0).lower()))
+        after = s[m.end() :]
+        if not _BARE_TAG_FOLLOW.match(after):
+            return None  # "exp_result_dir will hold ..." is prose, not a part
+    if found is None:
+        return None
+    return found, _SEPARATOR.sub("", after, count=1).strip()
+
+
+def _match_label(rest: str) -> tuple[str, str] | None:
+    """(field, text after the label) when `rest` starts with a known part label."""
+    s = _NUMBER_PREFIX.sub("", rest.lstrip(_LEAD_MARKUP), count=1).lstrip(_LEAD_MARKUP)
+    low = s.lower()
+    best: tuple[int, str] | None = None
+    for fld, labels in _LABELS.items():
+        for label in labels:
+            nxt = low[len(label) : len(label) + 1]
+            glued = nxt.isascii() and nxt.isalnum()  # "purposes", "codebase2" are not labels
+            if low.startswith(label) and not glued and (best is None or len(label) > best[0]):
+                best = (len(label), fld)
+    if best is None:
+        return None
+    after = s[best[0] :]
+    after = re.sub(r"^\s*[(（][^)）\n]{0,60}[)）]", "", after)  # "(absolute path)"
+    return best[1], _SEPARATOR.sub("", after, count=1).strip()
+
+
+def _find_markers(lines: list[str], fenced: set[int]) -> list[_Marker]:
+    markers: list[_Marker] = []
+    for i, line in enumerate(lines):
+        if i in fenced or not line.strip():
+            continue
+        style, level, indent, numbered = "plain", 0, 0, False
+        rest = line.strip()
+        if (h := _HEADING.match(line)) is not None:
+            style, level, rest = "heading", len(h.group(1)), h.group(2).strip().rstrip("#").strip()
+        elif (li := _LIST.match(line)) is not None:
+            style, indent, rest = "list", len(li.group(1).expandtabs(4)), li.group(3)
+            numbered = li.group(2)[0].isdigit()
+        elif rest.startswith("|"):
+            cells = [c.strip() for c in rest.strip("|").split("|")]
+            hit = _match_tag(cells[0]) if cells else None
+            if hit is not None:
+                value = " | ".join(c for c in cells[1:] if c) or hit[1]
+                markers.append(_Marker(i, hit[0], "table", inline=value))
+            continue
+        hit = _match_tag(rest)
+        by_tag = hit is not None
+        if hit is None and (style == "heading" or numbered or rest.startswith(("**", "__"))):
+            hit = _match_label(rest)
+        if hit is not None:
+            markers.append(_Marker(i, hit[0], style, level, indent, numbered, hit[1], by_tag))
+    tagged = {m.field for m in markers if m.by_tag}
+    return [m for m in markers if m.by_tag or m.field not in tagged]
+
+
+def _section_end(lines: list[str], fenced: set[int], m: _Marker, stop: int, last: bool) -> int:
+    """Index where marker `m`'s section ends (exclusive), at most `stop`."""
+    if m.style == "table":
+        return m.line + 1
+    has_content = bool(m.inline)
+    blank_seen = False
+    for j in range(m.line + 1, stop):
+        line = lines[j]
+        if j in fenced:
+            has_content, blank_seen = True, False
+            continue
+        if not line.strip():
+            blank_seen = True
+            continue
+        h = _HEADING.match(line)
+        if h is not None and (m.style != "heading" or len(h.group(1)) <= m.level):
+            return j
+        li = _LIST.match(line)
+        if (
+            m.style == "list"
+            and li is not None
+            and len(li.group(1).expandtabs(4)) <= m.indent
+            and li.group(2)[0].isdigit() == m.numbered
+        ):
+            return j
+        indent = len(line) - len(line.lstrip())
+        if last and m.style != "heading" and blank_seen and has_content and indent <= m.indent:
+            return j  # text after the last inline part, past a blank line, is not part of it
+        has_content, blank_seen = True, False
+    return stop
+
+
+def _unwrap(text: str) -> str:
+    """The blueprint inside a ```markdown fence when the tags are only inside it; dedented."""
+    lines = text.split("\n")
+    wrappers = [(i, m) for i, line in enumerate(lines) if (m := _WRAPPER.match(line))]
+    for i, m in wrappers[:3]:
+        indent, char, size = len(m.group(1)), m.group(2)[0], len(m.group(2))
+        closer = re.compile(rf"^[ \t]{{0,{indent}}}{re.escape(char)}{{{size},}}[ \t]*$")
+        ends = [j for j in range(i + 1, len(lines)) if closer.match(lines[j])]
+        end = ends[-1] if ends else len(lines)
+        inner = textwrap.dedent("\n".join(lines[i + 1 : end])).split("\n")
+        if _has_tags(inner) and not _has_tags(lines[:i] + lines[end + 1 :]):
+            return _unwrap("\n".join(inner))
+    return textwrap.dedent(text)
+
+
+def _has_tags(lines: list[str]) -> bool:
+    return any(m.by_tag and m.field != NOTES for m in _find_markers(lines, _fence_lines(lines)))
+
+
+# ------------------------------------------------------------------------------ cleaners
+
+
+def _strip_label(text: str, fld: str) -> str:
+    """Drop a leading description of the field: "主实验代码路径（绝对路径）： /x" -> "/x"."""
+    keywords = _LABEL_KEYWORDS[fld]
+    lines = text.split("\n")
+    idx = next((k for k, ln in enumerate(lines) if ln.strip()), None)
+    if idx is None:
+        return ""
+    first = lines[idx]
+    for sep in _LABEL_SEP.finditer(first):
+        prefix = first[: sep.start()]
+        if len(prefix) > 120:
+            break
+        if keywords.search(prefix) and not _LABEL_FORBIDDEN.search(prefix):
+            lines[idx] = first[sep.end() :].strip()
+            break
+    first = lines[idx].strip()
+    label_only = len(first) <= 80 and keywords.search(first) and not _LABEL_ONLY_FORBIDDEN.search(first)
+    if any(ln.strip() for ln in lines[idx + 1 :]) and (not first or label_only):
+        lines[idx] = ""
+    return "\n".join(lines).strip("\n")
+
+
+def _clean_token(tok: str) -> str:
+    tok = tok.strip().strip("`").strip()
+    tok = re.sub(r"^\*+|\*+$", "", tok)
+    return tok.rstrip(".,;:!?。，；：]】》").lstrip("[【《")
+
+
+def _is_placeholder(value: str) -> bool:
+    return value.strip().strip("`*_ ").lower() in _PLACEHOLDERS
+
+
+def _path_score(tok: str, fld: str) -> int:
+    """How much `tok` looks like this field's value (0 = not at all)."""
+    if not tok or "://" in tok or _is_placeholder(tok) or not re.search(r"\w", tok):
+        return 0
+    pathish = tok.startswith(("/", "~", "$", "./", "../")) or "/" in tok
+    if fld == "exp_yaml_path":
+        return 3 if re.search(r"\.ya?ml$", tok, re.IGNORECASE) else (1 if pathish else 0)
+    if fld == "exp_venv_exe":
+        if _PYTHON_NAME.match(os.path.basename(tok)):
+            return 3
+        return 1 if pathish else 0
+    return 2 if pathish else 0
+
+
+def _line_candidates(line: str) -> list[str]:
+    spans = [s.strip() for s in re.findall(r"`([^`\n]+)`", line)]
+    tokens = [_clean_token(t) for t in _TOKEN_SPLIT.split(re.sub(r"`[^`\n]+`", " ", line))]
+    return [s for s in spans if s] + [t for t in tokens if t]
+
+
+def _extract_path(text: str, fld: str) -> tuple[str, bool]:
+    """(the first path-like token, whether it is only an example), preferring typical names."""
+    text = _strip_label(text, fld)
+    lines = [ln for ln in text.split("\n") if ln.strip() and not _FENCE_OPEN.match(ln)]
+    hints = [ln for ln in lines if _HINT_LINE.search(ln)]
+    ordered = [ln for ln in lines if ln not in hints] + hints
+    best, best_score, best_line = "", 0, ""
+    for ln in ordered:
+        for cand in _line_candidates(ln):
+            score = _path_score(cand, fld)
+            if score > best_score:
+                best, best_score, best_line = cand, score, ln
+        if best_score >= 2:
+            break
+    if best:
+        return _expand(best), best_line in hints
+    for ln in lines:  # a bare relative value such as "codebase" or "python3"
+        cands = _line_candidates(ln)
+        if len(cands) == 1 and not _is_placeholder(cands[0]):
+            return _expand(cands[0]), False
+        break
+    return "", False
+
+
+def _expand(path: str) -> str:
+    """`~` and environment variables that are set; unset ones stay visible."""
+    return os.path.expanduser(os.path.expandvars(path))
+
+
+def _join_shell_lines(lines: list[str]) -> str:
+    """One runnable line: `\\` continuations joined, separate commands chained with &&."""
+    commands: list[str] = []
+    current = ""
+    for raw in lines:
+        s = raw.strip()
+        if not s or (s.startswith("#") and not current):
+            continue
+        if s.startswith("$ "):
+            s = s[2:].strip()
+        current = f"{current} {s}" if current else s
+        if current.endswith("\\"):
+            current = current[:-1].rstrip()
+            continue
+        if current.endswith(("&&", "||", "|")):
+            continue
+        commands.append(current)
+        current = ""
+    if current:
+        commands.append(current.rstrip("&|").rstrip())
+    out = ""
+    for cmd in commands:
+        if not out:
+            out = cmd
+        elif out.endswith((";", "&")):
+            out = f"{out} {cmd}"
+        else:
+            out = f"{out} && {cmd}"
+    return out
+
+
+def _extract_command(text: str) -> str:
+    """The launch command: the first fenced block, else a backticked span, else a paragraph."""
+    lines = text.split("\n")
+    for start, end in _fence_blocks(lines):
+        cmd = _join_shell_lines(lines[start + 1 : end])
+        if cmd:
+            return cmd
+    para: list[str] = []
+    for ln in _strip_label(text, "exp_launch_command").split("\n"):
+        s = ln.strip()
+        continued = bool(para) and para[-1].endswith("\\")
+        if not s or _FENCE_OPEN.match(ln):
+            if para and not continued:
+                break
+            continue
+        if para and not continued and _PROSE_LINE.match(s):
+            break
+        spans = re.findall(r"`([^`\n]+)`", s)
+        if spans and not (s.startswith("`") and s.endswith("`")):
+            span = max(spans, key=len)
+            if " " in span:
+                para.append(span)
+                break
+        para.append(s.strip("`").strip())
+    cmd = _join_shell_lines(para)
+    return "" if _is_placeholder(cmd) else cmd
+
+
+def _extract_text(text: str, fld: str) -> str:
+    return _strip_label(text, fld).strip()
+
+
+# -------------------------------------------------------------------------------- parse
+
+
+def parse_blueprint(text: str) -> Blueprint:
+    """Every part found in `text`; missing parts stay empty. Never raises on any string."""
+    if not isinstance(text, str):
+        return Blueprint()
+    text = text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
+    lines = _unwrap(text).split("\n")
+    fenced = _fence_lines(lines)
+    markers = _find_markers(lines, fenced)
+
+    sections: list[_Section] = []
+    untagged: list[tuple[int, str]] = []  # (first line, text) outside every part
+    cursor = 0
+    for k, m in enumerate(markers):
+        if m.line > cursor:
+            untagged.append((cursor, "\n".join(lines[cursor : m.line])))
+        stop = markers[k + 1].line if k + 1 < len(markers) else len(lines)
+        end = _section_end(lines, fenced, m, stop, last=k + 1 == len(markers))
+        sections.append(_Section(m, lines[m.line + 1 : end]))
+        cursor = max(end, m.line + 1)
+    if cursor < len(lines):
+        untagged.append((cursor, "\n".join(lines[cursor:])))
+
+    values: dict[str, str] = {}
+    examples: dict[str, str] = {}  # values seen only on "e.g." lines, used when nothing better
+    max_time_text = ""
+    notes: list[tuple[int, str]] = []
+    for sec in sections:
+        fld = sec.marker.field
+        if fld == NOTES:
+            notes.append((sec.marker.line, _extract_text(sec.text(), NOTES)))
+            continue
+        if values.get(fld):
+            continue
+        raw = sec.text()
+        if fld in ("exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_result_dir"):
+            value, example_only = _extract_path(raw, fld)
+            if example_only:
+                examples.setdefault(fld, value)
+            else:
+                values[fld] = value
+        elif fld == "exp_launch_command":
+            values[fld] = _extract_command(raw)
+        elif fld == "exp_max_time":
+            values[fld] = max_time_text = _extract_text(raw, fld)
+        else:
+            values[fld] = _extract_text(raw, fld)
+    for fld, value in examples.items():
+        values[fld] = values.get(fld) or value
+
+    for start, chunk in untagged:
+        chunk = textwrap.dedent(chunk).strip("\n")
+        if not chunk.strip():
+            continue
+        if start == 0 and markers and _only_headings(chunk):
+            continue  # the document title
+        notes.append((start, chunk))
+    notes.sort(key=lambda item: item[0])
+
+    return Blueprint(
+        exp_purpose=values.get("exp_purpose", ""),
+        exp_codebase_dir=values.get("exp_codebase_dir", ""),
+        exp_venv_exe=values.get("exp_venv_exe", ""),
+        exp_yaml_path=values.get("exp_yaml_path", ""),
+        exp_launch_command=values.get("exp_launch_command", ""),
+        exp_result_dir=values.get("exp_result_dir", ""),
+        exp_max_time_seconds=parse_duration(max_time_text) if max_time_text else None,
+        exp_max_time_text=max_time_text,
+        notes="\n\n".join(text for _, text in notes if text.strip()),
+    )
+
+
+def _only_headings(chunk: str) -> bool:
+    return all(
+        not ln.strip() or _HEADING.match(ln) or ln.lstrip().startswith("|")
+        or re.fullmatch(r"\s*([-*_=])\1{2,}\s*", ln)
+        for ln in chunk.split("\n")
+    )
+
+
+# ----------------------------------------------------------------------------- validate
+
+
+class _Problems(list[Problem]):
+    """The problems found so far, with short helpers to add one."""
+
+    def error(self, fld: str, message: str) -> None:
+        self.append(Problem(level=Level.error, field=fld, message=message))
+
+    def warning(self, fld: str, message: str) -> None:
+        self.append(Problem(level=Level.warning, field=fld, message=message))
+
+
+_WHAT = {
+    "exp_purpose": "a short statement of what the experiment tests",
+    "exp_codebase_dir": "the absolute path of the experiment code (the run starts there)",
+    "exp_venv_exe": "the absolute path of the python executable of the virtual environment",
+    "exp_yaml_path": "the experiment YAML, relative to the codebase or absolute inside it",
+    "exp_launch_command": "the command that starts training",
+    "exp_result_dir": "the absolute path of the directory for results",
+    "exp_max_time": "the maximum run time, e.g. `12 hours`",
+}
+
+
+def _unset_vars(value: str) -> str:
+    names = re.findall(r"\$\{?(\w+)\}?", value)
+    return f" (it contains the unset variable ${names[0]})" if names else ""
+
+
+def _check_absolute(bp: Blueprint, fld: str, problems: _Problems) -> bool:
+    value = getattr(bp, fld)
+    if os.path.isabs(value):
+        return True
+    problems.error(fld, f"{fld} must be an absolute path, got {value!r}{_unset_vars(value)}")
+    return False
+
+
+def _check_missing(bp: Blueprint, problems: _Problems) -> None:
+    for fld in BLUEPRINT_FIELDS:
+        if fld == "exp_max_time":
+            present = bool(bp.exp_max_time_text.strip()) or bp.exp_max_time_seconds is not None
+        else:
+            present = bool(getattr(bp, fld).strip())
+        if present:
+            continue
+        message = f"{fld} is missing: the blueprint should give {_WHAT[fld]}"
+        if fld == "exp_purpose":
+            problems.warning(fld, message)
+        else:
+            problems.error(fld, message)
+
+
+def _check_codebase(path: str, problems: _Problems) -> None:
+    if not os.path.exists(path):
+        problems.error("exp_codebase_dir", f"the codebase {path} does not exist")
+    elif not os.path.isdir(path):
+        problems.error("exp_codebase_dir", f"the codebase {path} is not a directory")
+
+
+def _check_venv_exe(exe: str, problems: _Problems) -> None:
+    fld = "exp_venv_exe"
+    if not os.path.exists(exe):
+        problems.error(fld, f"the python executable {exe} does not exist")
+    elif os.path.isdir(exe):
+        candidates = (os.path.join(exe, "bin", "python"), os.path.join(exe, "python"))
+        hint = next((c for c in candidates if os.path.isfile(c)), "")
+        problems.error(fld, f"{exe} is a directory, not a python executable"
+                       + (f" (did you mean {hint}?)" if hint else ""))
+    elif not os.access(exe, os.X_OK):
+        problems.error(fld, f"the python executable {exe} is not executable")
+
+
+def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
+    import yaml
+
+    fld = "exp_yaml_path"
+    path = bp.yaml_abspath()
+    codebase = os.path.normpath(bp.exp_codebase_dir) if os.path.isabs(bp.exp_codebase_dir) else ""
+    if codebase and os.path.isabs(path) and os.path.commonpath([codebase, path]) != codebase:
+        problems.error(fld, f"the YAML {path} is outside the codebase {codebase}; it must be inside it")
+    if not check_disk or not os.path.isabs(path):
+        return
+    if not os.path.exists(path):
+        problems.error(fld, f"the YAML {path} does not exist{_unset_vars(bp.exp_yaml_path)}")
+        return
+    if not os.path.isfile(path):
+        problems.error(fld, f"the YAML {path} is not a file")
+        return
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        problems.error(fld, f"cannot read the YAML {path}: {exc.strerror}")
+        return
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        problems.error(fld, f"the YAML {path} is not valid YAML: {' '.join(str(exc).split())}")
+        return
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        problems.error(fld, f"the YAML {path} does not hold a mapping of settings (it holds a {kind})")
+
+
+def _check_result_dir(path: str, problems: _Problems) -> None:
+    fld = "exp_result_dir"
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            problems.error(fld, f"the result dir {path} exists but is not a directory")
+        elif not os.access(path, os.W_OK | os.X_OK):
+            problems.error(fld, f"the result dir {path} is not writable")
+        return
+    ancestor = os.path.dirname(os.path.normpath(path))
+    while not os.path.exists(ancestor):
+        parent = os.path.dirname(ancestor)
+        if parent == ancestor:
+            break
+        ancestor = parent
+    if not os.path.isdir(ancestor):
+        problems.error(fld, f"the result dir {path} cannot be created: {ancestor} is not a directory")
+    elif not os.access(ancestor, os.W_OK | os.X_OK):
+        problems.error(fld, f"the result dir {path} cannot be created: {ancestor} is not writable")
+
+
+def _check_max_time(bp: Blueprint, problems: _Problems) -> None:
+    secs, text = bp.exp_max_time_seconds, bp.exp_max_time_text
+    if secs is None and text.strip():
+        problems.error("exp_max_time", f"cannot read a duration from {text!r}: write it like `12 hours`")
+    elif secs is not None and secs <= 0:
+        problems.error("exp_max_time", f"the maximum run time must be positive, got {format_duration(secs)}"
+                       + (f" from {text!r}" if text else ""))
+
+
+def _mentions_yaml(bp: Blueprint) -> bool:
+    cmd = bp.exp_launch_command
+    written = bp.exp_yaml_path.strip()
+    candidates = {written, os.path.basename(written), bp.yaml_abspath()}
+    if os.path.isabs(written) and os.path.isabs(bp.exp_codebase_dir):
+        candidates.add(os.path.relpath(written, bp.exp_codebase_dir))
+    return any(c and c in cmd for c in candidates)
+
+
+def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Problem]:
+    """Everything that keeps `bp` from running (errors) or looks wrong (warnings).
+
+    With `check_disk`, paths are checked on this machine; nothing is created.
+    """
+    problems = _Problems()
+    _check_missing(bp, problems)
+    if bp.exp_codebase_dir and _check_absolute(bp, "exp_codebase_dir", problems) and check_disk:
+        _check_codebase(bp.exp_codebase_dir, problems)
+    if bp.exp_venv_exe and _check_absolute(bp, "exp_venv_exe", problems) and check_disk:
+        _check_venv_exe(bp.exp_venv_exe, problems)
+    if bp.exp_yaml_path:
+        _check_yaml(bp, check_disk, problems)
+    if bp.exp_launch_command and bp.exp_yaml_path and not _mentions_yaml(bp):
+        problems.warning("exp_launch_command", f"the launch command does not mention the YAML "
+                         f"{bp.exp_yaml_path!r}: check that it trains with that config")
+    if bp.exp_result_dir and _check_absolute(bp, "exp_result_dir", problems) and check_disk:
+        _check_result_dir(bp.exp_result_dir, problems)
+    _check_max_time(bp, problems)
+    return list(problems)
+
+
+def load_blueprint(path: str | Path, *, check_disk: bool = True) -> tuple[Blueprint, list[Problem]]:
+    """Read, parse and validate a blueprint file; an unreadable file is a problem, not an exception."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        problems = _Problems()
+        problems.error("blueprint", f"cannot read the blueprint {path}: {reason}")
+        return Blueprint(), list(problems)
+    bp = parse_blueprint(text)
+    return bp, validate_blueprint(bp, check_disk=check_disk)
