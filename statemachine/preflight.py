@@ -1,0 +1,378 @@
+"""Check an AgentJet YAML and launch command before the first attempt, and plan the fixes.
+
+The rules come from what makes real runs fail or waste their time slot (see
+agentjet-notes.md, "The YAML" and "The launch command"): the test probe that ends training
+early, a bare result file name that crashes the first validation, a swanlab logger with no
+key, `--autokill` that would kill every python process on a shared node. The plan is pure
+data; a worker writes the patched YAML copy and runs `plan.command`.
+
+When a key is absent, AgentJet's own default (ajet/default_config/ajet_default.yaml)
+applies, so the rules reason with those defaults: `logger: swanlab`, `test_freq: 20`,
+`total_epochs: 50`, `n_gpus_per_node: 8`, `nnodes: 1`, `val_before_train: False`,
+`execute_test: False`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+from statemachine import command as cmdlib
+from statemachine.models import Blueprint, ConfigChange, Level, Problem
+from statemachine.repairs import MISSING, get_dotted
+
+__all__ = [
+    "SECONDS_PER_STEP_GUESS",
+    "TRAIN_RESULT_RELPATH",
+    "VAL_RESULT_RELPATH",
+    "PreflightPlan",
+    "gpus_needed",
+    "plan_preflight",
+]
+
+TC = "ajet.trainer_common"
+VAL_KEY = f"{TC}.val_print_to_markdown_file_path"
+TRAIN_KEY = f"{TC}.train_print_to_markdown_file_path"
+VAL_RESULT_RELPATH = "saved_val_result/val.md"
+TRAIN_RESULT_RELPATH = "saved_train_result/train.md"
+AGENTJET_DEFAULTS: dict[str, Any] = {
+    f"{TC}.logger": "swanlab",
+    f"{TC}.test_freq": 20,
+    f"{TC}.total_epochs": 50,
+    f"{TC}.n_gpus_per_node": 8,
+    f"{TC}.nnodes": 1,
+}
+SECONDS_PER_STEP_GUESS = 60.0
+"""A fast RL step (rollout + update) on one node; real steps take 1 to 10 minutes.
+
+A run whose `total_training_steps` at this pace would end before half of `exp_max_time` is
+flagged as too short: it leaves most of its slot unused, whatever the real step time is.
+"""
+SHORT_RUN_SHARE = 0.5
+NEVER_TEST_FREQ = 100_000
+AUTOKILL_REASON = (
+    "--autokill runs `ray stop --force` and kills every process on the host whose command line "
+    "contains python, ray or vllm (other experiments and this runner included); replaced by a "
+    "scoped cleanup of this experiment's own processes. Without it the launcher checks that "
+    "every GPU is at least 95% free before training."
+)
+KILL_REASON = (
+    "--kill <keywords> kills every process on the host matching the keywords; replaced by a "
+    "scoped cleanup of this experiment's own processes"
+)
+_LOGGER_CREDENTIALS = {
+    "swanlab": ("SWANLAB_API_KEY", "SWANLAB_MODE", {"offline", "local", "disabled"}),
+    "wandb": ("WANDB_API_KEY", "WANDB_MODE", {"offline", "disabled", "dryrun"}),
+}
+
+
+class PreflightPlan(BaseModel):
+    """What to change before launching, and what is wrong or worth knowing."""
+
+    changes: list[ConfigChange] = Field(default_factory=list)
+    command: str = ""
+    command_changes: list[ConfigChange] = Field(default_factory=list)
+    problems: list[Problem] = Field(default_factory=list)
+    cleanup_on_stop: bool = False
+    gpus_needed: int | None = None
+    val_result_path: str = ""
+    train_result_path: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """No error: the experiment may be launched (after applying the changes)."""
+        return not any(p.level == Level.error for p in self.problems)
+
+
+def _int(value: Any) -> int | None:
+    """An integer setting, or None when it is not one (bools and junk included)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _setting(data: Mapping[str, Any], key: str) -> Any:
+    """The value AgentJet will use: the YAML's, else AgentJet's default."""
+    value = get_dotted(data, key, MISSING)
+    return AGENTJET_DEFAULTS.get(key) if value is MISSING or value is None else value
+
+
+def gpus_needed(yaml_data: Mapping[str, Any]) -> int:
+    """GPUs the run asks for: `n_gpus_per_node` x `nnodes` (AgentJet defaults 8 x 1)."""
+    data = yaml_data if isinstance(yaml_data, Mapping) else {}
+    per_node = _int(_setting(data, f"{TC}.n_gpus_per_node"))
+    nodes = _int(_setting(data, f"{TC}.nnodes"))
+    per_node = per_node if per_node is not None and per_node > 0 else 8
+    nodes = nodes if nodes is not None and nodes > 0 else 1
+    return per_node * nodes
+
+
+def _duration(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:.1f} h" if hours >= 1 else f"{seconds / 60:.0f} min"
+
+
+class _Planner:
+    def __init__(self, bp: Blueprint, env: Mapping[str, str] | None) -> None:
+        self.bp = bp
+        self.env = env
+        self.problems: list[Problem] = []
+        self.changes: list[ConfigChange] = []
+
+    def problem(self, level: Level, field: str, message: str) -> None:
+        self.problems.append(Problem(level=level, field=field, message=message))
+
+    def change(self, key: str, old: Any, new: Any, reason: str) -> None:
+        old = None if old is MISSING else old
+        self.changes.append(ConfigChange(key=key, old=old, new=new, reason=reason))
+
+    # -- the command ---------------------------------------------------------------------
+
+    def workdir(self, cmd: str) -> str:
+        """Where the launcher runs: the codebase dir, moved by any `cd X` before the launcher."""
+        cwd = self.bp.exp_codebase_dir
+        segments = cmdlib.split_chain(cmd)
+        stop = cmdlib.launcher_segment(cmd)
+        for segment in segments[: stop if stop is not None else len(segments)]:
+            try:
+                words = shlex.split(segment)
+            except ValueError:
+                continue
+            if len(words) == 2 and words[0] in ("cd", "pushd") and not words[1].startswith(("-", "$", "~")):
+                cwd = os.path.join(cwd, words[1])
+        return os.path.normpath(cwd) if cwd else ""
+
+    def plan_command(self) -> tuple[str, list[ConfigChange], bool]:
+        original = self.bp.exp_launch_command.strip()
+        if not original:
+            self.problem(Level.error, "exp_launch_command", "the launch command is empty")
+            return original, [], False
+        cmd, changes = original, []
+        if cmdlib.launcher_segment(original) is None:
+            self.problem(Level.warning, "exp_launch_command",
+                         "the command does not visibly run `python -m ajet.launcher`; YAML fixes reach it "
+                         "only if it uses --conf")
+        hazards = (("--autokill", False, AUTOKILL_REASON), ("--kill", True, KILL_REASON))
+        for flag, takes_value, reason in hazards:
+            if cmdlib.has_flag(cmd, flag):
+                new = cmdlib.remove_flag(cmd, flag, takes_value=takes_value)
+                changes.append(ConfigChange(key="exp_launch_command", old=cmd, new=new, reason=reason))
+                cmd = new
+        conf = cmdlib.conf_path(cmd)
+        if conf is None:
+            if cmdlib.launcher_segment(cmd) is not None:
+                self.problem(Level.error, "exp_launch_command", "the launcher is run without --conf <yaml>")
+        elif self.bp.exp_yaml_path:
+            resolved = os.path.normpath(os.path.join(self.workdir(cmd), conf))
+            if resolved != self.bp.yaml_abspath():
+                self.problem(Level.warning, "exp_launch_command",
+                             f"--conf {conf} is not exp_yaml_path {self.bp.exp_yaml_path}; "
+                             f"the runner checks and patches exp_yaml_path")
+        return cmd, changes, bool(changes)
+
+    # -- the YAML --------------------------------------------------------------------------
+
+    def parse(self, text: str) -> dict[str, Any] | None:
+        try:
+            data = yaml.safe_load(text)
+        except Exception as exc:  # noqa: BLE001 - any loader failure is the user's YAML, not ours
+            first = str(exc).strip().splitlines()
+            detail = " ".join(first[:4]) if first else type(exc).__name__
+            self.problem(Level.error, "exp_yaml_path", f"the YAML cannot be parsed: {detail}")
+            return None
+        if not isinstance(data, dict):
+            self.problem(Level.error, "exp_yaml_path",
+                         f"the YAML's root is {type(data).__name__}, not a mapping with an `ajet:` key")
+            return None
+        return data
+
+    def check_structure(self, data: dict[str, Any]) -> bool:
+        """Root `ajet`, `hydra.searchpath`, `defaults` with `_self_` last. False when `ajet` is unusable."""
+        ajet = data.get("ajet")
+        if not isinstance(ajet, dict):
+            roots = ", ".join(str(k) for k in data) or "none"
+            self.problem(Level.error, "ajet", f"no `ajet:` mapping at the root (root keys: {roots}); "
+                         "AgentJet reads its settings there")
+        hydra = data.get("hydra")
+        if not isinstance(hydra, dict) or not isinstance(hydra.get("searchpath"), list):
+            self.problem(Level.error, "hydra",
+                         "`hydra.searchpath` is missing; the launcher edits that list and fails without it")
+        defaults = data.get("defaults")
+        if not isinstance(defaults, list):
+            self.problem(Level.error, "defaults",
+                         "`defaults:` is missing; the launcher edits that list and fails without it")
+        elif not defaults or defaults[-1] != "_self_":
+            self.problem(Level.error, "defaults",
+                         "`_self_` must be the last entry of `defaults:`, otherwise AgentJet's defaults "
+                         "override this YAML's own values")
+        return isinstance(ajet, dict)
+
+    def execute_test(self, data: dict[str, Any]) -> None:
+        key = "ajet.execute_test"
+        value = get_dotted(data, key, MISSING)
+        if value is not MISSING and value is not False:
+            self.change(key, value, False, "the test probe ends training early (exit 1) when it is on; "
+                        "benchmark YAMLs ship with it on")
+
+    def val_before_train(self, data: dict[str, Any]) -> None:
+        key = f"{TC}.val_before_train"
+        if get_dotted(data, "ajet.enable_swarm_mode", False) is True:
+            self.problem(Level.warning, key,
+                         "swarm mode: val_before_train is left off (AgentJet rejects it there)")
+            return
+        value = get_dotted(data, key, MISSING)
+        if value is not True:
+            self.change(key, value, True,
+                        "a validation at step 0 gives the baseline the report compares against")
+
+    def result_files(self, data: dict[str, Any], workdir: str) -> tuple[str, str]:
+        paths: list[str] = []
+        result_dir = self.bp.exp_result_dir
+        if result_dir and not os.path.isabs(result_dir) and self.bp.exp_codebase_dir:
+            result_dir = os.path.join(self.bp.exp_codebase_dir, result_dir)
+        for key, relpath in ((VAL_KEY, VAL_RESULT_RELPATH), (TRAIN_KEY, TRAIN_RESULT_RELPATH)):
+            value = get_dotted(data, key, MISSING)
+            given = value.strip() if isinstance(value, str) else ""
+            if given and os.path.dirname(given):
+                paths.append(os.path.normpath(os.path.join(workdir, given)))
+                continue
+            if not result_dir:
+                self.problem(Level.error, key, "not set, and there is no exp_result_dir to put it in")
+                paths.append("")
+                continue
+            name = given or os.path.basename(relpath)
+            new = os.path.normpath(os.path.join(result_dir, os.path.dirname(relpath), name))
+            why = ("a bare file name crashes the first validation (its directory is '')" if given
+                   else "without it the metrics exist only in the console log")
+            self.change(key, value, new, f"{why}; the runner reads the results from the result dir")
+            paths.append(new)
+        return paths[0], paths[1]
+
+    def test_freq(self, data: dict[str, Any]) -> None:
+        key = f"{TC}.test_freq"
+        freq = _int(_setting(data, key))
+        steps = _int(get_dotted(data, f"{TC}.total_training_steps"))
+        if freq is None:
+            return
+        if freq <= 0:
+            self.problem(Level.warning, key, f"test_freq={freq} disables periodic validation")
+        elif freq >= NEVER_TEST_FREQ:
+            self.problem(Level.warning, key,
+                         f"test_freq={freq} means almost never: validation runs only at the start and on the "
+                         "last step, so the report has no reward curve and a plateau cannot be seen; "
+                         "a value like 10 or 20 is usual")
+        elif steps is not None and steps > 0 and freq > steps:
+            self.problem(Level.warning, key,
+                         f"test_freq={freq} is larger than total_training_steps={steps}: only the last step "
+                         "would be evaluated")
+
+    def run_length(self, data: dict[str, Any]) -> None:
+        epochs = _number(_setting(data, f"{TC}.total_epochs"))
+        if epochs is not None and epochs < 1:
+            self.problem(Level.warning, f"{TC}.total_epochs",
+                         f"total_epochs={epochs:g}: no full epoch will run")
+        steps = _int(get_dotted(data, f"{TC}.total_training_steps"))
+        budget = self.bp.exp_max_time_seconds
+        if steps is None or steps <= 0 or not budget:
+            return
+        estimate = steps * SECONDS_PER_STEP_GUESS
+        if estimate < SHORT_RUN_SHARE * budget:
+            self.problem(Level.warning, f"{TC}.total_training_steps",
+                         f"total_training_steps={steps} is short for exp_max_time {_duration(budget)}: "
+                         f"at about {SECONDS_PER_STEP_GUESS:.0f} s per step the run ends after "
+                         f"~{_duration(estimate)}, leaving most of its time unused")
+
+    def logger(self, data: dict[str, Any]) -> None:
+        if self.env is None:
+            return
+        key = f"{TC}.logger"
+        raw = get_dotted(data, key, MISSING)
+        value = _setting(data, key)
+        names = [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
+        missing = []
+        for name, (key_var, mode_var, local_modes) in _LOGGER_CREDENTIALS.items():
+            if name in names and not self.env.get(key_var) and self.env.get(mode_var, "") not in local_modes:
+                missing.append((name, key_var))
+        if not missing:
+            return
+        gone = {name for name, _ in missing}
+        if isinstance(value, str):
+            new: Any = "tensorboard"
+        else:
+            new = []
+            for name in names:
+                name = "tensorboard" if name in gone else name
+                if name not in new:
+                    new.append(name)
+        needs = ", ".join(f"{name} needs {var}" for name, var in missing)
+        reason = (f"{needs}, which is not set on this node: the run would fail at start; "
+                  "tensorboard needs no credential and writes locally")
+        self.change(key, raw, new, reason)
+        self.problem(Level.warning, key, f"logger switched to tensorboard: {reason}")
+
+    def gpus(self, data: dict[str, Any]) -> int:
+        needed = gpus_needed(data)
+        nodes = _int(_setting(data, f"{TC}.nnodes")) or 1
+        if nodes > 1:
+            self.problem(Level.warning, f"{TC}.nnodes",
+                         f"nnodes={nodes}: a multi-node run; the runner launches on one node, "
+                         "the others must join its Ray cluster")
+        visible = (self.env or {}).get("CUDA_VISIBLE_DEVICES")
+        per_node = needed // nodes
+        if visible is not None:
+            count = len([d for d in visible.split(",") if d.strip()])
+            if count < per_node:
+                self.problem(Level.warning, f"{TC}.n_gpus_per_node",
+                             f"n_gpus_per_node={per_node} but CUDA_VISIBLE_DEVICES lists {count} GPU(s)")
+        return needed
+
+    def experiment_name(self, data: dict[str, Any]) -> None:
+        name = get_dotted(data, "ajet.experiment_name")
+        if isinstance(name, str) and name.strip() and name != "read_yaml_name":
+            self.problem(Level.warning, "ajet.experiment_name",
+                         f"experiment_name={name!r}: a rerun with this name resumes from its checkpoint and "
+                         "appends to the same result files; give a new experiment its own name")
+
+
+def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | None = None) -> PreflightPlan:
+    """Plan the YAML and command changes for a blueprint; never raises on a broken YAML.
+
+    `env` is the environment the run will get (None: unknown, credential checks skipped).
+    """
+    p = _Planner(bp, env)
+    command, command_changes, cleanup = p.plan_command()
+    plan = PreflightPlan(command=command, command_changes=command_changes, cleanup_on_stop=cleanup)
+    data = p.parse(yaml_text if isinstance(yaml_text, str) else "")
+    if data is not None and p.check_structure(data):
+        workdir = p.workdir(command)
+        p.execute_test(data)
+        p.val_before_train(data)
+        plan.val_result_path, plan.train_result_path = p.result_files(data, workdir)
+        p.test_freq(data)
+        p.run_length(data)
+        p.logger(data)
+        plan.gpus_needed = p.gpus(data)
+        p.experiment_name(data)
+    plan.changes = p.changes
+    plan.problems = p.problems
+    return plan

@@ -1,0 +1,221 @@
+"""Turn a failure's repair plan into concrete changes for the next attempt.
+
+A signature's plan is generic ("lower max_model_len by a quarter", "relaunch through
+proxychains4"); what it means depends on this experiment's YAML, command and node. The
+resolver works that out, and says plainly what it skipped and why. When nothing in the
+plan would change anything, `applicable` is False so the runner gives up instead of
+relaunching the same failing attempt.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from statemachine import command as cmdlib
+from statemachine.models import ConfigChange, RepairAction
+
+__all__ = ["CLEANUP_TARGETS", "MISSING", "ResolvedRepair", "get_dotted", "resolve_repair", "set_dotted"]
+
+CLEANUP_TARGETS = ("ray", "gpu_processes", "session")
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""Sentinel for `get_dotted(..., default=MISSING)`: tells an absent key from an explicit null."""
+
+
+def get_dotted(data: Any, key: str, default: Any = None) -> Any:
+    """`data["a"]["b"]["c"]` for key `a.b.c`, or `default` when any step is absent or not a map."""
+    node = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def set_dotted(data: MutableMapping[str, Any], key: str, value: Any) -> None:
+    """Set `a.b.c` in place, creating missing maps; a non-map in the way is replaced by a map."""
+    parts = key.split(".")
+    node: MutableMapping[str, Any] = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, MutableMapping):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+class ResolvedRepair(BaseModel):
+    """What the next attempt changes, and a human-readable account of the plan."""
+
+    yaml_changes: list[ConfigChange] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    command: str = ""
+    cleanups: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    applicable: bool = False
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _scaled(current: int | float, factor: float, minimum: float | None) -> int | float:
+    """`current * factor`, kept an int for ints (rounded away from `current` so it moves)."""
+    if isinstance(current, int):
+        raw = current * factor
+        new: int | float = math.floor(raw) if factor < 1 else math.ceil(raw)
+        floor = 1 if minimum is None and factor < 1 and current >= 1 else minimum
+        if floor is not None:
+            new = max(new, math.ceil(floor))
+        return int(new)
+    new = round(current * factor, 6)  # 0.85 * 0.9 reads 0.765, not 0.7649999999999999
+    return max(new, minimum) if minimum is not None else new
+
+
+def _label(action: RepairAction) -> str:
+    return f" ({action.description})" if action.description else ""
+
+
+class _Resolver:
+    def __init__(self, yaml_data: Mapping[str, Any], command: str, env: Mapping[str, str],
+                 installed: Callable[[str], bool]) -> None:
+        self.data: dict[str, Any] = copy.deepcopy(dict(yaml_data)) if isinstance(yaml_data, Mapping) else {}
+        self.original = copy.deepcopy(self.data)
+        self.command = command
+        self.base_env = env
+        self.installed = installed
+        self.changes: dict[str, ConfigChange] = {}
+        self.env: dict[str, str] = {}
+        self.cleanups: list[str] = []
+        self.notes: list[str] = []
+
+    def skip(self, action: RepairAction, why: str) -> None:
+        self.notes.append(f"skipped {action.kind} {action.key or action.value}: {why}{_label(action)}")
+
+    def set_yaml(self, action: RepairAction) -> None:
+        if not action.key:
+            self.skip(action, "no YAML key given")
+            return
+        current = get_dotted(self.data, action.key, MISSING)
+        if action.factor is not None and current is not MISSING:
+            if not _is_number(current):
+                self.skip(action, f"current value {current!r} is not a number, cannot scale it")
+                return
+            new: Any = _scaled(current, action.factor, action.minimum)
+        elif action.value is not None:
+            new = action.value
+        elif action.factor is not None:
+            self.skip(action, "the key is not in the YAML and no value is given")
+            return
+        else:
+            self.skip(action, "no value or factor given")
+            return
+        if current is not MISSING and current == new and type(current) is type(new):
+            bound = " (already at its minimum)" if action.factor is not None else ""
+            self.skip(action, f"already {current!r}{bound}")
+            return
+        set_dotted(self.data, action.key, new)
+        reason = action.description or f"repair: set {action.key}"
+        first_old = get_dotted(self.original, action.key, None)
+        self.changes[action.key] = ConfigChange(key=action.key, old=first_old, new=new, reason=reason)
+        shown = "(absent)" if current is MISSING else repr(current)
+        self.notes.append(f"set {action.key}: {shown} -> {new!r}{_label(action)}")
+
+    def set_env(self, action: RepairAction) -> None:
+        if not action.key or action.value is None:
+            self.skip(action, "no variable name or value given")
+            return
+        value = str(action.value)
+        current = self.env.get(action.key, self.base_env.get(action.key))
+        if current == value:
+            self.skip(action, f"{action.key} is already {value!r}")
+            return
+        self.env[action.key] = value
+        was = f" (was {current!r})" if current is not None else ""
+        self.notes.append(f"set env {action.key}={value}{was}{_label(action)}")
+
+    def prefix_command(self, action: RepairAction) -> None:
+        prefix = str(action.value or "").strip()
+        if not prefix:
+            self.skip(action, "no prefix given")
+            return
+        if action.requires and not self.installed(action.requires):
+            self.skip(action, f"{action.requires} is not installed on this node")
+            return
+        new = cmdlib.prefix_launcher(self.command, prefix)
+        if new == self.command:
+            self.skip(action, "the command already runs behind it")
+            return
+        self.command = new
+        self.notes.append(f"run the launcher behind `{prefix}`{_label(action)}")
+
+    def flag(self, action: RepairAction) -> None:
+        flag = str(action.value or "").strip()
+        if not flag:
+            self.skip(action, "no flag given")
+            return
+        if cmdlib.launcher_segment(self.command) is None:
+            self.skip(action, "the command does not run ajet.launcher, so a launcher flag cannot be set")
+            return
+        present = cmdlib.has_flag(self.command, flag)
+        if action.kind == "add_flag":
+            if present:
+                self.skip(action, "the command already has it")
+                return
+            self.command = cmdlib.add_flag(self.command, flag)
+            self.notes.append(f"add {flag} to the launcher{_label(action)}")
+        else:
+            if not present:
+                self.skip(action, "the command does not have it")
+                return
+            self.command = cmdlib.remove_flag(self.command, flag)
+            self.notes.append(f"remove {flag} from the launcher{_label(action)}")
+
+    def cleanup(self, action: RepairAction) -> None:
+        target = str(action.value or "")
+        if target not in CLEANUP_TARGETS:
+            self.skip(action, f"unknown cleanup target, expected one of {', '.join(CLEANUP_TARGETS)}")
+            return
+        if target in self.cleanups:
+            return
+        self.cleanups.append(target)
+        self.notes.append(f"clean up {target} before relaunching{_label(action)}")
+
+
+def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any], command: str,
+                   env: Mapping[str, str], installed: Callable[[str], bool]) -> ResolvedRepair:
+    """Apply a plan, in order, to this experiment's YAML data, command and environment.
+
+    `installed(program)` tells whether a program exists on the node (for `prefix_command`).
+    Changes compound: two actions on one key yield one change from the original value.
+    """
+    r = _Resolver(yaml_data, command, env, installed)
+    handlers: dict[str, Callable[[RepairAction], None]] = {
+        "set_yaml": r.set_yaml,
+        "set_env": r.set_env,
+        "prefix_command": r.prefix_command,
+        "add_flag": r.flag,
+        "remove_flag": r.flag,
+        "cleanup": r.cleanup,
+    }
+    for action in actions:
+        handlers[action.kind](action)
+    changes = [c for c in r.changes.values() if get_dotted(r.original, c.key, MISSING) != c.new]
+    applicable = bool(changes or r.env or r.command != command or r.cleanups)
+    if not applicable:
+        r.notes.append("nothing in the repair plan changes this experiment; "
+                       "relaunching would fail the same way")
+    return ResolvedRepair(yaml_changes=changes, env=r.env, command=r.command, cleanups=r.cleanups,
+                          notes=r.notes, applicable=applicable)

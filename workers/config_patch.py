@@ -1,0 +1,305 @@
+"""Write a patched copy of a person's AgentJet YAML, leaving the original untouched.
+
+The copy sits beside the original (same directory, so the `hydra.searchpath` entries and
+any other relative references resolve the same way) and differs from it only in the
+changed values: comments, key order, quoting, blank lines and the `hydra`/`defaults`
+blocks stay byte-identical. ruamel.yaml's round-trip loader locates each value; the edit is
+spliced into the original text, because a full round-trip dump re-indents lists that mix
+indentation styles (AgentJet's own YAMLs do) and rewrites `null`s. When a value cannot be
+spliced (a flow map, a block scalar, a non-map in the way) the whole file goes through a
+ruamel round-trip dump instead. Either way the result is re-read and must equal the
+original data with exactly the requested changes, or nothing is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from statemachine.models import ConfigChange
+from statemachine.repairs import set_dotted
+
+__all__ = ["PATCH_MARKER", "PatchError", "patch_yaml_text", "patched_config_path", "read_yaml_data",
+           "write_patched_yaml"]
+
+PATCH_MARKER = ".ajet-runner-"
+
+
+class PatchError(ValueError):
+    """The changes could not be applied faithfully; no file was written."""
+
+
+def read_yaml_data(path: Path | str) -> dict[str, Any]:
+    """The YAML's data (PyYAML safe_load), `{}` when its root is not a mapping.
+
+    A YAML syntax error propagates as `yaml.YAMLError`.
+    """
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+def patched_config_path(original: Path | str, tag: str) -> Path:
+    """`<dir>/<stem>.ajet-runner-<tag>.yaml` beside the original (a copy's copy gets no double suffix)."""
+    original = Path(original)
+    stem = original.name
+    for suffix in (".yaml", ".yml"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    stem = stem.split(PATCH_MARKER)[0] or "config"
+    safe_tag = re.sub(r"[^A-Za-z0-9_-]+", "-", tag).strip("-") or "patched"
+    # The launcher insists on a `.yaml` name, so `.yml` originals get one too.
+    return original.with_name(f"{stem}{PATCH_MARKER}{safe_tag}.yaml")
+
+
+def _round_trip_yaml() -> YAML:
+    rt = YAML()
+    rt.preserve_quotes = True
+    rt.allow_duplicate_keys = True
+    rt.width = 4096
+    return rt
+
+
+def _render(value: Any, quote: str = "") -> str:
+    """`value` as one line of YAML, in the original quoting style when it was quoted."""
+    if isinstance(value, str) and quote == '"':
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str) and quote == "'" and "\n" not in value:
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bool):
+        return "True" if value else "False"  # AgentJet's house style; YAML 1.1 and 1.2 both read it
+    if value is None:
+        return "null"
+    flow = yaml.safe_dump([value], default_flow_style=True, allow_unicode=True, width=2**31 - 1)
+    return flow.strip()[1:-1]
+
+
+def _scalar_end(line: str, col: int) -> tuple[int, str] | None:
+    """End column of the one-line scalar starting at `col`, and its quote; None if not one-line."""
+    rest = line[col:]
+    if not rest or rest[0] in "|>&!*[{":
+        return None
+    if rest[0] == '"':
+        i = 1
+        while i < len(rest):
+            if rest[i] == "\\":
+                i += 2
+                continue
+            if rest[i] == '"':
+                return col + i + 1, '"'
+            i += 1
+        return None
+    if rest[0] == "'":
+        i = 1
+        while i < len(rest):
+            if rest[i] == "'":
+                if rest[i + 1 : i + 2] == "'":
+                    i += 2
+                    continue
+                return col + i + 1, "'"
+            i += 1
+        return None
+    match = re.search(r"\s#", rest)
+    body = rest[: match.start()] if match else rest
+    body = body.rstrip(" \t\r\n")
+    return (col + len(body), "") if body else None
+
+
+def _newline(text: str) -> str:
+    return "\r\n" if "\r\n" in text else "\n"
+
+
+def _splice_one(text: str, key: str, value: Any) -> str | None:
+    """`text` with one dotted key set by editing only the lines concerned; None when not possible."""
+    root = _round_trip_yaml().load(text)
+    if not isinstance(root, CommentedMap):
+        return None
+    lines = text.splitlines(keepends=True)
+    nl = _newline(text)
+    parts = key.split(".")
+    node: CommentedMap = root
+    header: tuple[int, int] | None = None  # (line, col) of the key that opens `node`
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        if part not in node:
+            return _insert(text, lines, nl, node, header, parts[depth:], value)
+        child = node[part]
+        if not last:
+            if not isinstance(child, CommentedMap):
+                return None
+            header = tuple(node.lc.key(part))  # type: ignore[assignment]
+            node = child
+            continue
+        if isinstance(child, (CommentedMap, CommentedSeq)):
+            return None
+        key_line, _ = node.lc.key(part)
+        line_no, col = node.lc.value(part)
+        if line_no != key_line:
+            return _fill_empty(lines, key_line, node.lc.key(part)[1], child, value)
+        span = _scalar_end(lines[line_no], col)
+        if span is None:
+            return None
+        end, quote = span
+        line = lines[line_no]
+        lines[line_no] = line[:col] + _render(value, quote) + line[end:]
+        return "".join(lines)
+    return None
+
+
+def _fill_empty(lines: list[str], line_no: int, col: int, current: Any, value: Any) -> str | None:
+    """Put a value after `key:` on a line that has none (`key:` or `key:  # note`)."""
+    if current is not None:
+        return None
+    line = lines[line_no]
+    match = re.match(r"(.*?:)([ \t]*(#.*)?)(\r?\n)?$", line[col:], re.S)
+    if not match:
+        return None
+    head = line[: col] + match.group(1)
+    tail = line[len(head) :]
+    lines[line_no] = f"{head} {_render(value)}{tail if tail.strip() else tail.lstrip(' ')}"
+    return "".join(lines)
+
+
+def _insert(text: str, lines: list[str], nl: str, node: CommentedMap, header: tuple[int, int] | None,
+            rest: list[str], value: Any) -> str | None:
+    """Add `rest` (missing keys, the last one holding `value`) as new lines inside `node`."""
+    if node.fa.flow_style():
+        return None
+    keys = list(node.keys())
+    parent_col = header[1] if header else 0
+    if keys:
+        col = node.lc.key(keys[0])[1]
+    elif header is None:
+        col = 0
+    else:
+        return None
+    step = col - parent_col if header is not None and col > parent_col else 2
+    new: list[str] = []
+    for depth, part in enumerate(rest):
+        indent = " " * (col + depth * step)
+        tail = f" {_render(value)}" if depth == len(rest) - 1 else ""
+        new.append(f"{indent}{_render(part)}:{tail}{nl}")
+    if header is None:  # the root: append at the end of the file
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += nl
+        lines.extend(new)
+    else:
+        at = _block_end(lines, node.lc.key(keys[-1])[0], col)
+        lines[at:at] = new
+    return "".join(lines)
+
+
+def _block_end(lines: list[str], last_key_line: int, col: int) -> int:
+    """Index of the line after a map's last entry (its deeper-indented value included).
+
+    Blank lines and comments after it are left where they are: they usually introduce the
+    next section (`# ---- do not edit ----`).
+    """
+    end = last_key_line + 1
+    for i in range(last_key_line + 1, len(lines)):
+        body = lines[i].strip()
+        if not body or body.startswith("#"):
+            continue
+        if len(lines[i]) - len(lines[i].lstrip(" ")) <= col:
+            break
+        end = i + 1
+    return end
+
+
+def _round_trip_all(text: str, changes: list[ConfigChange]) -> str:
+    """Fallback: set every change on ruamel's round-trip data and dump the whole file."""
+    rt = _round_trip_yaml()
+    seq_offset = 2 if re.search(r"^( *)\S[^\n]*:[ \t]*(#[^\n]*)?\r?\n\1  - ", text, re.M) else 0
+    rt.indent(mapping=2, sequence=seq_offset + 2, offset=seq_offset)
+    root = rt.load(text)
+    if not isinstance(root, CommentedMap):
+        raise PatchError("the YAML's root is not a mapping")
+    for change in changes:
+        node = root
+        parts = change.key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), CommentedMap):
+                node[part] = CommentedMap()
+            node = node[part]
+        node[parts[-1]] = change.new
+    from io import StringIO
+
+    out = StringIO()
+    rt.dump(root, out)
+    return out.getvalue()
+
+
+def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
+    """The YAML text with `changes` applied (see the module doc); raises PatchError if it cannot."""
+    try:
+        before = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PatchError(f"the YAML cannot be parsed: {exc}") from exc
+    if not isinstance(before, dict):
+        raise PatchError("the YAML's root is not a mapping")
+    expected = copy.deepcopy(before)
+    for change in changes:
+        set_dotted(expected, change.key, change.new)
+
+    def faithful(candidate: str | None) -> bool:
+        if candidate is None:
+            return False
+        try:
+            return yaml.safe_load(candidate) == expected
+        except yaml.YAMLError:
+            return False
+
+    patched: str | None = text
+    for change in changes:
+        patched = _splice_one(patched, change.key, change.new) if patched is not None else None
+    if faithful(patched):
+        return patched  # type: ignore[return-value]
+    patched = _round_trip_all(text, changes)
+    if faithful(patched):
+        return patched
+    raise PatchError("the changes could not be applied without altering other values")
+
+
+def _atomic_write(dest: Path, text: str, mode: int | None) -> None:
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_patched_yaml(source: Path | str, dest: Path | str, changes: list[ConfigChange]) -> str:
+    """Write `source` with `changes` to `dest` atomically; return the unified diff source -> dest.
+
+    `source` is never modified (a `dest` naming the same file is refused).
+    """
+    source, dest = Path(source), Path(dest)
+    if dest.resolve() == source.resolve():
+        raise PatchError(f"refusing to overwrite the original YAML {source}")
+    with open(source, encoding="utf-8", newline="") as handle:
+        original = handle.read()
+    patched = patch_yaml_text(original, changes)
+    _atomic_write(dest, patched, source.stat().st_mode & 0o777)
+    diff = difflib.unified_diff(
+        original.splitlines(keepends=True), patched.splitlines(keepends=True),
+        fromfile=str(source), tofile=str(dest),
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in diff)
