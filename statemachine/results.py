@@ -692,7 +692,7 @@ def find_result_files(path: str | os.PathLike[str]) -> list[Path]:
         return [p]
     if not p.is_dir():
         return []
-    return [c for c in _candidates(p) if classify_file(c) == "val"]
+    return sorted(c for c in _candidates(p) if classify_file(c) == "val")
 
 
 def find_train_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -702,4 +702,4 @@ def find_train_files(path: str | os.PathLike[str]) -> list[Path]:
         return [p] if classify_file(p) == "train" else []
     if not p.is_dir():
         return []
-    return [c for c in _candidates(p) if classify_file(c) == "train"]
+    return sorted(c for c in _candidates(p) if classify_file(c) == "train")
