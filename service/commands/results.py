@@ -105,13 +105,12 @@ def results(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Show the validation results of a run: every evaluation, the final and the best values."""
-    err = Console(stderr=True)
     if not path.exists():
-        err.print(f"error: {path}: no such file or directory")
+        typer.echo(f"error: {path}: no such file or directory", err=True)
         raise typer.Exit(2)
     files = find_result_files(path)
     if not files:
-        err.print(f"error: {path}: no validation result file (classic dict lines or '## Step N' blocks)")
+        typer.echo(f"error: {path}: no validation result file (classic dict lines or '## Step N' blocks)", err=True)
         raise typer.Exit(1)
     summary = parse_val_files(files, root=path if path.is_dir() else "")
     if as_json:
