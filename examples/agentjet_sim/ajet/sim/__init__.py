@@ -1,0 +1,1 @@
+"""Internals of the simulator (config composition, console output, failures, metrics)."""
