@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from service.commands import check, diagnose, results
+from service.commands import check, diagnose, results, run, worker
 
 app = typer.Typer(
     name="ajet-runner",
@@ -14,7 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (check, results, diagnose):
+for module in (check, results, diagnose, run, worker):
     module.register(app)
 
 

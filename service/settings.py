@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = 30.0
     time_limit_grace_seconds: float = 60.0
     stall_seconds: float = 1800.0
+    diagnosis_settle_seconds: float = 60.0
+    capacity_wait_seconds: float = 5.0
+    slots: int | None = Field(default=None, description="experiments at once on this node; default GPUs or 2")
     plateau_after_fraction: float = 0.5
     plateau_evaluations: int = 4
     plateau_epsilon: float = 0.005

@@ -26,7 +26,7 @@ DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0
 
 # JSON-encoded hash fields (everything else is a plain string).
 JSON_FIELDS = (
-    "lifecycle", "latest_metrics", "handle", "gpus", "blueprint_json", "problems", "config_changes",
+    "lifecycle", "latest_metrics", "handle", "gpus", "blueprint_json", "problems", "config_changes", "ctx",
 )
 
 
@@ -133,7 +133,7 @@ def _encode(fields: Mapping[str, Any]) -> list[str]:
     flat: list[str] = []
     for k, v in fields.items():
         if k in JSON_FIELDS:
-            v = json.dumps(v)
+            v = json.dumps(v, default=str)
         elif v is None:
             v = ""
         elif isinstance(v, bool):

@@ -1,0 +1,106 @@
+"""`ajet-runner run BLUEPRINT`: the whole job on one machine.
+
+Without REDIS_URL it starts a private redis-server, runs this node's worker, submits the
+blueprint, follows it live and exits 0 (completed / early_stopped), 1 (failed / timed_out)
+or 130 (cancelled with Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from service.settings import get_settings
+
+EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
+
+
+def _wait_for_node(store: Any, node: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with code {proc.returncode} before it started")
+        if any(n["name"] == node for n in store.nodes()):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the worker did not register within {timeout:.0f}s")
+
+
+def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "") -> int:
+    from service.embedded import EmbeddedRedis
+    from service.follow import follow
+    from service.store import Store
+    from service.submit import SubmissionRejected, submit
+
+    settings = get_settings()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        console.print(f"[red]error: cannot read blueprint {path}: {exc}")
+        return 2
+    embedded = None
+    url = redis_url or settings.redis_url
+    if not url:
+        embedded = EmbeddedRedis().start()
+        url = embedded.url
+        console.print(f"embedded Redis at {url}")
+    node = node or settings.node
+    env = {**os.environ, "REDIS_URL": url, "AJET_RUNNER_NODE": node}
+    worker = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--node", node], env=env,
+                              start_new_session=True,  # Ctrl-C here must not reach the worker
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if embedded else None)
+    store = Store.from_url(url)
+    try:
+        _wait_for_node(store, node, worker)
+        try:
+            rec = submit(store, store.r, text, blueprint_path=str(path.resolve()), node=node)
+        except SubmissionRejected as exc:
+            console.print(f"[red]blueprint rejected: {path}")
+            for p in exc.problems:
+                console.print(f"  [red]{p.level.value}[/] {p.field}: {p.message}")
+            return 2
+        exp_id = rec["id"]
+        console.print(f"Job submitted: {exp_id}  (tmux: tmux{_socket_flag(settings)} attach -t "
+                      f"{rec.get('tmux_session') or 'ajet_…'}; result dir {rec['result_dir']})")
+
+        def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
+            events = store.events(exp_id, after=after, block_ms=500)
+            return store.get(exp_id), events, events[-1]["event_id"] if events else after
+
+        final = follow(poll, console, on_interrupt=lambda: store.request_cancel(exp_id))
+        outcome = final.get("outcome", "")
+        console.print(f"[bold]{outcome}[/]: {final.get('reason', '')}")
+        console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}")
+        return EXIT_CODES.get(outcome, 1)
+    finally:
+        worker.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.wait(20)
+        if worker.poll() is None:
+            worker.kill()
+        store.r.close()
+        if embedded:
+            embedded.stop()
+
+
+def _socket_flag(settings: Any) -> str:
+    return f" -S {settings.tmux_socket}" if settings.tmux_socket else ""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def run(
+        blueprint: Path = typer.Argument(..., help="the blueprint markdown file"),
+        node: str = typer.Option("", help="node name for the local worker (default: hostname)"),
+    ) -> None:
+        """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
+        code = run_blueprint(blueprint, Console(), node=node)
+        raise typer.Exit(code)

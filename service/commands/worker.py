@@ -1,0 +1,64 @@
+"""`ajet-runner worker` (one per GPU node) and `ajet-runner drain`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+import typer
+
+from service.settings import get_settings
+
+
+def _need_redis_url() -> str:
+    url = get_settings().redis_url
+    if not url:
+        typer.echo("error: REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0)", err=True)
+        raise typer.Exit(2)
+    return url
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def worker(
+        node: str = typer.Option("", help="this node's name (default: $AJET_RUNNER_NODE or the hostname)"),
+        gpus: int = typer.Option(-1, help="GPUs on this node (default: $AJET_RUNNER_GPUS or nvidia-smi; 0 = none)"),
+        slots: int = typer.Option(0, help="experiments at once (default: the GPU count, or 2)"),
+        metrics_port: int = typer.Option(-1, help="Prometheus port for this worker (0 = off)"),
+    ) -> None:
+        """Run this node's worker: RQ slots, heartbeat, re-adoption of running experiments."""
+        from workers.node import NodeInfo
+        from workers.supervisor import NodeSupervisor
+
+        url = _need_redis_url()
+        settings = get_settings()
+        info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
+                                      slots or settings.slots)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(name)s %(levelname)s %(message)s")
+        sup = NodeSupervisor(settings, info, url)
+        port = settings.metrics_port if metrics_port < 0 else metrics_port
+        if port:
+            from workers.metrics import serve_worker_metrics
+
+            serve_worker_metrics(sup, port)
+
+        def stop(*_: Any) -> None:
+            sup.stopping.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        sup.run()
+
+    @app.command()
+    def drain(
+        node: str = typer.Option("", help="the node to drain (default: this node)"),
+        undo: bool = typer.Option(False, "--undo", help="take work again"),
+    ) -> None:
+        """Stop a node taking new work; its running experiments go on in tmux (used by preStop)."""
+        from service.store import Store
+
+        store = Store.from_url(_need_redis_url())
+        name = node or get_settings().node
+        store.set_drain(name, not undo)
+        typer.echo(f"node {name}: {'taking work again' if undo else 'draining'}")

@@ -1,0 +1,83 @@
+"""Live view of one experiment until it finishes: a progress bar of elapsed / max time, the
+state, the attempt and the latest reward, with transitions and evaluations printed as they come.
+
+Used by `run` (reading Redis directly) and `watch` (through the HTTP API): both give a
+`poll(after) -> (record, events, next_after)` function.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+Poll = Callable[[str], tuple[dict[str, Any] | None, list[dict[str, Any]], str]]
+
+
+def describe(event: dict[str, Any]) -> str | None:
+    kind = event.get("type")
+    if kind == "transition":
+        return f"{event.get('from')} → {event.get('to')} ({event.get('trigger')}) {event.get('reason', '')}".strip()
+    if kind == "evaluation":
+        m = event.get("metrics") or {}
+        bits = [f"{k}={m[k]:.4g}" for k in ("mean_reward", "task_pass_rate@1") if isinstance(m.get(k), int | float)]
+        return f"evaluation at step {event.get('step')}: {' '.join(bits)}"
+    if kind in ("adopted", "adoption", "cleanup", "warning"):
+        return f"{kind}: {event.get('message') or event.get('owner') or ''}"
+    return None
+
+
+def elapsed_of(rec: dict[str, Any]) -> float:
+    start = float(rec.get("started_at") or 0)
+    if not start:
+        return 0.0
+    end = float(rec.get("finished_at") or 0) or time.time()
+    return max(0.0, end - start)
+
+
+def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[], None] | None = None,
+           interval: float = 0.5) -> dict[str, Any]:
+    """Show progress until the experiment is finished; returns its final record.
+
+    Ctrl-C calls `on_interrupt` once (e.g. request a cancel) and keeps following until the
+    experiment is collected and finished, so the result dir is complete when we return.
+    """
+    console = console or Console()
+    after = "0-0"
+    rec: dict[str, Any] = {}
+    interrupted = False
+    columns = (TextColumn("[bold]{task.fields[state]}[/]"), BarColumn(), TextColumn("{task.fields[clock]}"),
+               TextColumn("attempt {task.fields[attempt]}"), TextColumn("mean_reward {task.fields[reward]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("run", total=1.0, state="queued", clock="", attempt="-", reward="n/a")
+        while True:
+            try:
+                got, events, after = poll(after)
+                if got is not None:
+                    rec = got
+                for event in events:
+                    line = describe(event)
+                    if line:
+                        progress.console.print(f"  {line}")
+                max_s = float(rec.get("max_seconds") or 0)
+                elapsed = elapsed_of(rec)
+                reward = (rec.get("latest_metrics") or {}).get("mean_reward")
+                progress.update(
+                    task, completed=min(1.0, elapsed / max_s) if max_s else 0.0, state=rec.get("state", "?"),
+                    clock=f"{elapsed:,.0f}s / {max_s:,.0f}s" if max_s else f"{elapsed:,.0f}s",
+                    attempt=rec.get("attempt") or "-", reward=f"{reward:.4f}" if isinstance(reward, float) else "n/a",
+                )
+                if rec.get("state") == "finished":
+                    return rec
+                time.sleep(interval if not events else 0)
+            except KeyboardInterrupt:
+                if interrupted:
+                    raise
+                interrupted = True
+                progress.console.print("[yellow]Ctrl-C: stopping the experiment (Ctrl-C again to leave it running)")
+                if on_interrupt:
+                    on_interrupt()

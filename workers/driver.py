@@ -1,0 +1,566 @@
+"""Drives one experiment through the lifecycle machine, from wherever Redis says it is.
+
+Each state has one handler that does that state's I/O and fires the next trigger. Every
+transition is persisted and published (through the Journal) before the next action, so a
+worker that dies anywhere leaves a record the next worker can resume from: a run that is
+alive in tmux is re-adopted and watched, never launched twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from service.settings import Settings
+from service.store import Store, TransitionConflict
+from statemachine.blueprint import validate_blueprint
+from statemachine.command import conf_path, replace_conf
+from statemachine.lifecycle import Lifecycle, RepairBudget, State
+from statemachine.models import Blueprint, Finding, Level
+from statemachine.policies import parse_backoff, report_due_at
+from statemachine.preflight import plan_preflight
+from statemachine.repairs import resolve_repair
+from statemachine.results import latest_metrics, parse_train_file
+from statemachine.rules import Observation, Proposal, decide, default_rules
+from workers import procs
+from workers.attempt import MARKER, attempt_env, attempt_paths
+from workers.config_patch import patched_config_path, read_yaml_data, write_patched_yaml
+from workers.finish import write_finish_flag
+from workers.journal import Journal
+from workers.node import NodeInfo
+from workers.repair_hook import ask_hook
+from workers.repair_log import write_repair_log
+from workers.report import AttemptInfo, RepairRecord, ReportData, write_report
+from workers.tmux import RunHandle, TmuxRunner, session_name
+from workers.watch import AttemptWatch
+
+log = logging.getLogger(__name__)
+
+
+class LostOwnership(RuntimeError):
+    """Another worker took the experiment over: stop driving it, touch nothing."""
+
+
+@dataclass
+class Context:
+    """What the driver carries across attempts and restarts (stored as the `ctx` field)."""
+
+    command: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    config_path: str = ""
+    cleanup_on_stop: bool = False
+    preflight_changes: list[dict[str, Any]] = field(default_factory=list)
+    preflight_problems: list[dict[str, Any]] = field(default_factory=list)
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    repairs: list[dict[str, Any]] = field(default_factory=list)
+    val_path: str = ""
+    train_path: str = ""
+    gpus: list[int] | None = None
+    reports_sent: int = 0
+    pending_repair: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Context:
+        known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+class ExperimentDriver:
+    def __init__(self, store: Store, exp_id: str, settings: Settings, node: NodeInfo, owner: str,
+                 runner: TmuxRunner | None = None,
+                 on_watch: Callable[[str, float, int, float], None] | None = None) -> None:
+        self.store = store
+        self.id = exp_id
+        self.settings = settings
+        self.node = node
+        self.owner = owner
+        self.runner = runner or TmuxRunner(settings.tmux_socket or None)
+        self.on_watch = on_watch
+        rec = store.get(exp_id)
+        if rec is None:
+            raise LookupError(f"experiment {exp_id} does not exist")
+        self.rec = rec
+        self.bp = Blueprint.model_validate(rec.get("blueprint_json") or {})
+        self.lc = Lifecycle.from_dict(rec.get("lifecycle") or {"id": exp_id})
+        self.lc.budget = RepairBudget(settings.repair_budget, settings.repair_budget_per_signature)
+        self.ctx = Context.from_dict(rec.get("ctx"))
+        self.journal = Journal(store, exp_id, owner, int(rec.get("version") or 0))
+        self.started_at = float(rec.get("started_at") or 0) or None
+        self.handle = RunHandle.from_dict(rec["handle"]) if rec.get("handle") else None
+        self.watch: AttemptWatch | None = None
+        self.rules = default_rules(
+            time_limit_grace=settings.time_limit_grace_seconds,
+            stall_seconds=settings.stall_seconds,
+            diagnosis_settle=settings.diagnosis_settle_seconds,
+            plateau_after_fraction=settings.plateau_after_fraction,
+            plateau_window=settings.plateau_evaluations,
+            plateau_epsilon=settings.plateau_epsilon,
+        )
+        self.backoff = parse_backoff(settings.progress_backoff)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> str:
+        """Drive until finished (returns the outcome) or until the experiment is not ours."""
+        handlers = {
+            State.queued.value: self._on_queued,
+            State.launching.value: self._on_launching,
+            State.running.value: self._on_running,
+            State.failing.value: self._on_failing,
+            State.repairing.value: self._on_repairing,
+            State.collecting.value: self._on_collecting,
+        }
+        if self.lc.state != State.queued.value:
+            self._adopt()
+        while not self.lc.finished:
+            state = self.lc.state
+            if not handlers[state]():
+                return ""  # handed back (e.g. waiting for GPUs) without finishing
+        self.journal.flush()
+        return self.lc.outcome
+
+    def _adopt(self) -> None:
+        """Take over an unfinished experiment whose previous owner's lease ran out."""
+        lease = self.store.server_time() + self.settings.lease_seconds
+        try:
+            self.journal.transition({"owner": self.owner, "lease_until": lease, "node": self.node.name},
+                                    {"type": "adopted", "owner": self.owner, "state": self.lc.state})
+        except TransitionConflict as exc:
+            raise LostOwnership(str(exc)) from exc
+
+    def fire(self, trigger: str, reason: str = "", fields: dict[str, Any] | None = None,
+             **detail: Any) -> None:
+        before = self.lc.state
+        entry = self.lc.fire(trigger, reason=reason, **detail)
+        stats: dict[str, Any] = {"transition": f"{before}>{self.lc.state}"}
+        record = {
+            "state": self.lc.state, "outcome": self.lc.outcome, "reason": self.lc.reason,
+            "attempt": self.lc.attempt, "lifecycle": self.lc.to_dict(), "ctx": self.ctx.__dict__,
+            **(fields or {}),
+        }
+        if self.lc.finished:
+            record["finished_at"] = entry["at"]
+            start = self.started_at or float(self.rec.get("created_at") or entry["at"])
+            stats.update(outcome=self.lc.outcome, duration=max(0.0, entry["at"] - start))
+        self.journal.transition(record, {"type": "transition", **entry, **detail}, stats)
+        log.info("%s: %s -> %s (%s) %s", self.id, before, self.lc.state, trigger, reason)
+
+    # -- queued: capacity, preflight, claim ----------------------------------------------------
+    def _on_queued(self) -> bool:
+        if self.store.cancel_requested(self.id):
+            self._claim_and_fire("cancel", "stop requested before launch")
+            return True
+        problems = validate_blueprint(self.bp)
+        plan = None
+        if not any(p.level == Level.error for p in problems):
+            try:
+                yaml_text = Path(self.bp.yaml_abspath()).read_text(encoding="utf-8")
+            except OSError as exc:
+                yaml_text = ""
+                problems.append(_problem("exp_yaml_path", f"cannot read the YAML: {exc}"))
+            plan = plan_preflight(self.bp, yaml_text, env=os.environ)
+            problems += plan.problems
+        errors = [p for p in problems if p.level == Level.error]
+        self.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
+        if errors or plan is None:
+            self._claim_and_fire("reject", "; ".join(str(p) for p in errors))
+            return True
+        if self.node.manages_gpus:
+            gpus = self.store.reserve_gpus(self.node.name, self.id, self._gpus_needed(), self.node.gpus)
+            if gpus is None:
+                return self._wait_for_gpus()
+            self.ctx.gpus = gpus
+        self._apply_preflight(plan)
+        self._claim_and_fire("start", "preflight passed", fields={
+            "node": self.node.name, "started_at": time.time(),
+            "tmux_session": session_name(self.bp.exp_purpose, self.id), "gpus": self.ctx.gpus,
+        })
+        self.started_at = time.time()
+        return True
+
+    def _claim_and_fire(self, trigger: str, reason: str, fields: dict[str, Any] | None = None) -> None:
+        lease = self.store.server_time() + self.settings.lease_seconds
+        self.fire(trigger, reason, fields={"owner": self.owner, "lease_until": lease, "node": self.node.name,
+                                           **(fields or {})})
+        self.journal.flush()  # a conflict here means another worker won the claim
+
+    def _gpus_needed(self) -> int:
+        return max(1, int(self.rec.get("gpus_needed") or 1))
+
+    def _wait_for_gpus(self) -> bool:
+        """Wait a little for GPUs here; if none free up, hand the job back to its queue."""
+        deadline = time.monotonic() + self.settings.capacity_wait_seconds
+        while time.monotonic() < deadline:
+            if self.store.cancel_requested(self.id):
+                return True
+            if self.store.reserve_gpus(self.node.name, self.id, self._gpus_needed(), self.node.gpus):
+                return True
+            time.sleep(0.25)
+        return False
+
+    def _apply_preflight(self, plan: Any) -> None:
+        original = Path(self.bp.yaml_abspath())
+        result_dir = Path(self.bp.exp_result_dir)
+        result_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(original, result_dir / "config.original.yaml")
+        command = plan.command
+        changes = list(plan.changes)
+        self.ctx.config_path = str(original)
+        if changes:
+            patched = patched_config_path(original, self.id)
+            write_patched_yaml(original, patched, changes)
+            self.ctx.config_path = str(patched)
+            command = self._point_command_at(command, patched)
+        self.ctx.command = command
+        self.ctx.cleanup_on_stop = bool(plan.cleanup_on_stop)
+        self.ctx.preflight_changes = [c.model_dump(mode="json") for c in [*changes, *plan.command_changes]]
+        data = read_yaml_data(Path(self.ctx.config_path))
+        trainer = (data.get("ajet") or {}).get("trainer_common") or {}
+        self.ctx.val_path = self._abs(trainer.get("val_print_to_markdown_file_path"))
+        self.ctx.train_path = self._abs(trainer.get("train_print_to_markdown_file_path"))
+
+    def _point_command_at(self, command: str, config: Path) -> str:
+        if conf_path(command) is None:
+            return command
+        codebase = Path(self.bp.exp_codebase_dir)
+        try:
+            return replace_conf(command, str(config.relative_to(codebase)))
+        except ValueError:
+            return replace_conf(command, str(config))
+
+    def _abs(self, path: Any) -> str:
+        if not path:
+            return ""
+        return str(path) if os.path.isabs(str(path)) else os.path.join(self.bp.exp_codebase_dir, str(path))
+
+    # -- launching ---------------------------------------------------------------------------
+    def _on_launching(self) -> bool:
+        self._renew()
+        if self.store.cancel_requested(self.id):
+            self.fire("cancel", "stop requested")
+            return True
+        session = session_name(self.bp.exp_purpose, self.id)
+        paths = attempt_paths(self.bp.exp_result_dir, self.lc.attempt)
+        adopted = self._find_running_attempt(session, paths)
+        if adopted is None:
+            if self.runner.exists(session):
+                self.runner.kill_session(session)  # the previous attempt's lingering pane
+            env = attempt_env(self.bp, self.id, self.ctx.env, self.ctx.gpus)
+            try:
+                self.handle = self.runner.start(
+                    session, self.ctx.command, cwd=self.bp.exp_codebase_dir, env=env,
+                    log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
+                )
+            except (OSError, RuntimeError) as exc:
+                self.fire("anomaly", f"could not start the tmux session: {exc}")
+                return True
+            self.ctx.attempts.append(AttemptInfo(
+                number=self.lc.attempt, started_at=self.handle.started_at, ended_at=None, exit_code=None,
+                command=self.ctx.command, log_path=str(paths["log"]), end_reason="",
+            ).model_dump())
+        else:
+            self.handle = adopted
+        self.fire("launched", f"attempt {self.lc.attempt} running in tmux session {session}",
+                  fields={"handle": self.handle.to_dict(), "tmux_session": session})
+        return True
+
+    def _find_running_attempt(self, session: str, paths: dict[str, Path]) -> RunHandle | None:
+        """After a crash between starting tmux and recording it: find that attempt, never relaunch it."""
+        if self.handle is not None and Path(self.handle.log_path) == paths["log"]:
+            return self.handle
+        if self.runner.exists(session) and paths["pid"].exists() and not paths["rc"].exists():
+            handle = RunHandle(
+                session=session, log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
+                wrapper_path=paths["log"].with_suffix(".sh"), socket_path=self.runner.socket_path,
+            )
+            handle.wait_for_pid(1.0)
+            return handle
+        return None
+
+    # -- running: observe, let the rules propose, the machine decides ------------------------------
+    def _on_running(self) -> bool:
+        assert self.handle is not None
+        watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None)
+        watch.last_output_at = self.handle.started_at
+        attempt_started = self.handle.started_at
+        started = self.started_at or attempt_started
+        next_renew = 0.0
+        while True:
+            t0 = time.monotonic()
+            now = time.time()
+            if t0 >= next_renew:
+                self._renew()
+                next_renew = t0 + self.settings.lease_seconds / 3
+            alive = watch.alive(self.runner)
+            read_before = watch.bytes_read
+            watch.read_log(now)
+            new_evals = watch.read_results(now)
+            if new_evals:
+                self._on_evaluations(new_evals)
+            exit_code = None
+            if not alive:
+                exit_code = watch.exit_code(self.runner)
+                watch.finish_log(time.time())
+            obs = Observation(
+                now=now, started_at=started, attempt_started_at=attempt_started,
+                max_seconds=self.bp.exp_max_time_seconds, process_alive=alive, exit_code=exit_code,
+                cancel_requested=self.journal.cancel_requested(), last_output_at=watch.last_output_at,
+                last_eval_at=watch.last_eval_at, completed_run=watch.scanner.completed_run,
+                cause=watch.scanner.cause, cause_seen_at=watch.cause_seen_at,
+                evaluations=self._primary_evaluations(),
+            )
+            self._maybe_report(now - started)
+            if self.on_watch:
+                self.on_watch(self.id, time.monotonic() - t0, watch.bytes_read - read_before,
+                              now - watch.last_output_at)
+            proposal = decide(self.rules, obs, self.lc.can)
+            if proposal is not None:
+                self._end_attempt(proposal, alive)
+                return True
+            time.sleep(self.settings.poll_interval)
+
+    def _primary_evaluations(self) -> list[Any]:
+        assert self.watch is not None
+        summary = self.watch.summary
+        primary = summary.primary_dataset
+        return [e for e in summary.evaluations if not primary or e.dataset == primary]
+
+    def _on_evaluations(self, new: list[Any]) -> None:
+        assert self.watch is not None
+        metrics = latest_metrics(self.watch.summary)
+        self.journal.update({"latest_metrics": metrics})
+        for e in new:
+            self.journal.publish(
+                {"type": "evaluation", "step": e.step, "dataset": e.dataset, "metrics": e.metrics}
+            )
+
+    def _maybe_report(self, elapsed: float) -> None:
+        """Progress events on the seed's backoff cadence: a log excerpt and the latest metrics."""
+        if elapsed < report_due_at(self.ctx.reports_sent, self.backoff):
+            return
+        self.ctx.reports_sent += 1
+        assert self.watch is not None
+        self.journal.publish({
+            "type": "progress", "elapsed": round(elapsed, 1), "max_seconds": self.bp.exp_max_time_seconds,
+            "log_excerpt": self.watch.scanner.tail(20), "metrics": latest_metrics(self.watch.summary),
+        })
+
+    def _end_attempt(self, proposal: Proposal, alive: bool) -> None:
+        assert self.handle is not None and self.watch is not None
+        exit_code = None
+        if alive:
+            grace = 2.0 if proposal.force_kill else self.settings.stop_grace_seconds
+            try:
+                exit_code = self.runner.stop(self.handle, grace)
+            except RuntimeError as exc:  # ProcessesSurvived: record it, go on
+                self.journal.publish({"type": "warning", "message": f"stop left processes behind: {exc}"})
+            self.watch.finish_log(time.time())
+        else:
+            exit_code = self.runner.exit_code(self.handle)
+        self._cleanup_processes()
+        attempt = self.ctx.attempts[-1] if self.ctx.attempts else None
+        if attempt is not None:
+            attempt.update(ended_at=time.time(), exit_code=exit_code, end_reason=proposal.reason)
+        cause = proposal.finding or self.watch.scanner.cause
+        if proposal.trigger == "anomaly":
+            self.ctx.pending_repair = {
+                "cause": cause.model_dump() if cause else None,
+                "reason": proposal.reason,
+                "log_excerpt": self._excerpt(cause),
+                "log_tail": self.watch.scanner.tail(80),
+            }
+        detail = {"rule": proposal.rule}
+        if cause is not None:
+            detail["signature"] = cause.signature
+        self.fire(proposal.trigger, proposal.reason, **detail)
+
+    def _excerpt(self, cause: Finding | None) -> str:
+        assert self.watch is not None
+        lines = self.watch.scanner.tail(40)
+        if cause is not None:
+            lines = [ln for ln in lines][-25:]
+        return "\n".join(lines)
+
+    def _cleanup_processes(self) -> None:
+        """Scoped cleanup: this experiment's own processes only (never `--autokill`'s host-wide kill)."""
+        killed = procs.kill_marked(MARKER, self.id, grace=5.0)
+        if killed:
+            self.journal.publish({"type": "cleanup", "killed_pids": killed,
+                                  "message": f"killed {len(killed)} leftover process(es) of this experiment"})
+
+    def _renew(self) -> None:
+        if not self.journal.renew(self.settings.lease_seconds):
+            raise LostOwnership(f"{self.id} is owned by another worker now")
+
+    # -- failing / repairing -------------------------------------------------------------------
+    def _on_failing(self) -> bool:
+        self._renew()
+        pending = self.ctx.pending_repair or {}
+        cause = Finding.model_validate(pending["cause"]) if pending.get("cause") else None
+        sig_id = cause.signature if cause else "unknown"
+        explanation = cause.explanation if cause else str(pending.get("reason", self.lc.reason))
+        record = RepairRecord(at=time.time(), attempt=self.lc.attempt, signature=sig_id,
+                              explanation=explanation, log_excerpt=str(pending.get("log_excerpt", "")),
+                              changes=[], diff="", source="none", result="", next="")
+        if self.lc.attempt == 0 or not self.ctx.command:  # rejected before any launch
+            record.result = "not repairable"
+            record.explanation = self.lc.reason
+            self.ctx.repairs.append(record.model_dump())
+            self.fire("give_up", self.lc.reason or "rejected by preflight")
+            return True
+        actions, source, why = self._plan(cause, pending)
+        resolved = None
+        if actions:
+            data = read_yaml_data(Path(self.ctx.config_path))
+            resolved = resolve_repair(actions, yaml_data=data, command=self.ctx.command, env=self.ctx.env,
+                                      installed=lambda prog: shutil.which(prog) is not None)
+        record.source = source
+        if resolved is None or not resolved.applicable:
+            record.result = "not repairable" if not actions else "no applicable change"
+            record.changes = resolved.notes if resolved else []
+            self.ctx.repairs.append(record.model_dump())
+            self.fire("give_up", f"{sig_id}: {why or record.result}")
+            return True
+        if not self.lc.can("repair", signature=sig_id):
+            record.result = "budget spent"
+            self.ctx.repairs.append(record.model_dump())
+            self.fire("give_up", f"{sig_id}: repair budget spent")
+            return True
+        record.result = "relaunched"
+        record.changes = list(resolved.notes)
+        self.ctx.repairs.append(record.model_dump())
+        self.ctx.pending_repair = {**pending, "resolved": resolved.model_dump(mode="json")}
+        self.fire("repair", f"{sig_id}: {why}", signature=sig_id)
+        return True
+
+    def _plan(self, cause: Finding | None, pending: dict[str, Any]) -> tuple[list[Any], str, str]:
+        """The catalogue's plan for a known cause; else the site's repair hook, if configured."""
+        if cause is not None and not cause.repairable:
+            return [], "catalogue", f"{cause.explanation} (not repairable by the runner)"
+        if cause is not None and cause.repair:
+            return list(cause.repair), "catalogue", cause.explanation
+        if self.settings.repair_hook:
+            actions, why = ask_hook(self.settings.repair_hook, {
+                "blueprint": self.bp.public(), "diagnosis": pending.get("cause"),
+                "reason": pending.get("reason"), "log_tail": pending.get("log_tail", []),
+                "attempt": self.lc.attempt, "config": self.ctx.config_path,
+            })
+            return actions, "hook", why
+        return [], "none", str(pending.get("reason") or "unknown failure")
+
+    def _on_repairing(self) -> bool:
+        self._renew()
+        resolved = (self.ctx.pending_repair or {}).get("resolved") or {}
+        from statemachine.models import ConfigChange
+
+        changes = [ConfigChange.model_validate(c) for c in resolved.get("yaml_changes", [])]
+        diff = ""
+        if changes:
+            original = Path(self.bp.yaml_abspath())
+            patched = patched_config_path(original, self.id)
+            diff = write_patched_yaml(Path(self.ctx.config_path), patched, changes)
+            self.ctx.config_path = str(patched)
+            resolved["command"] = self._point_command_at(resolved.get("command") or self.ctx.command, patched)
+        self.ctx.env.update(resolved.get("env") or {})
+        self.ctx.command = resolved.get("command") or self.ctx.command
+        if resolved.get("cleanups"):
+            self._cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
+        if self.ctx.repairs:
+            self.ctx.repairs[-1]["diff"] = diff
+        self.ctx.pending_repair = {}
+        self.fire("relaunch", f"fix applied; attempt {self.lc.attempt + 1}")
+        if len(self.ctx.repairs) and self.ctx.repairs[-1].get("result") == "relaunched":
+            self.ctx.repairs[-1]["next"] = f"attempt {self.lc.attempt} launched"
+        return True
+
+    # -- collecting ------------------------------------------------------------------------------
+    def _on_collecting(self) -> bool:
+        if self.lc.attempt:
+            self._renew()
+        if self.handle is not None and self.runner.is_running(self.handle):
+            self.runner.stop(self.handle, self.settings.stop_grace_seconds)
+        if self.lc.attempt:
+            self._cleanup_processes()
+        self._link_repair_outcomes()
+        data = self._report_data()
+        Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
+        write_report(data)
+        write_repair_log(self.bp.exp_result_dir, data)
+        self._tidy_config_copy()
+        write_finish_flag(self.bp.exp_result_dir, self.id, self.lc.outcome)
+        if self.node.manages_gpus:
+            self.store.release_gpus(self.node.name, self.id)
+        metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
+        self.fire("collected", fields={"latest_metrics": metrics})  # keeps the outcome's reason
+        return True
+
+    def _link_repair_outcomes(self) -> None:
+        for i, rep in enumerate(self.ctx.repairs):
+            if rep.get("result") == "relaunched":
+                nxt = rep.get("attempt", 0) + 1
+                later = [a for a in self.ctx.attempts if a.get("number") == nxt]
+                end = later[0].get("end_reason") if later else ""
+                if i == len(self.ctx.repairs) - 1 or end:
+                    rep["next"] = f"attempt {nxt}: {end or self.lc.outcome}"
+
+    def _tidy_config_copy(self) -> None:
+        """Keep the patched config in the result dir, and out of the user's codebase."""
+        cfg = Path(self.ctx.config_path) if self.ctx.config_path else None
+        if cfg and cfg != Path(self.bp.yaml_abspath()) and cfg.exists():
+            shutil.copyfile(cfg, Path(self.bp.exp_result_dir) / "config.patched.yaml")
+            cfg.unlink()
+
+    def _report_data(self) -> ReportData:
+        from statemachine.results import find_result_files, parse_val_files
+
+        files = [Path(self.ctx.val_path)] if self.ctx.val_path and Path(self.ctx.val_path).exists() else []
+        if not files and Path(self.bp.exp_result_dir).exists():
+            files = find_result_files(self.bp.exp_result_dir)
+        summary = parse_val_files(files) if files else None
+        train_steps = 0
+        if self.ctx.train_path and Path(self.ctx.train_path).exists():
+            train_steps = len(parse_train_file(self.ctx.train_path).steps)
+        tail: list[str] = self.watch.scanner.tail(60) if self.watch else []
+        if not tail and self.ctx.attempts:
+            tail = _tail_file(self.ctx.attempts[-1].get("log_path", ""), 60)
+        return ReportData(
+            id=self.id, purpose=self.bp.exp_purpose, node=self.node.name,
+            tmux_session=str(self.rec.get("tmux_session") or session_name(self.bp.exp_purpose, self.id)),
+            outcome=self.lc.outcome, reason=self.lc.reason, created_at=float(self.rec.get("created_at") or 0),
+            started_at=self.started_at, finished_at=time.time(), max_seconds=self.bp.exp_max_time_seconds,
+            result_dir=self.bp.exp_result_dir, blueprint_path=str(self.rec.get("blueprint_path") or ""),
+            yaml_path=self.bp.yaml_abspath(), patched_yaml_path=self.ctx.config_path,
+            attempts=[AttemptInfo.model_validate(a) for a in self.ctx.attempts],
+            preflight_changes=self.ctx.preflight_changes, preflight_problems=self.ctx.preflight_problems,
+            repairs=[RepairRecord.model_validate(r) for r in self.ctx.repairs],
+            evaluations=[e.model_dump() for e in summary.evaluations] if summary else [],
+            final=summary.final if summary else {}, best=summary.best if summary else {},
+            train_steps=train_steps, log_tail=tail, history=self.lc.history,
+        )
+
+
+def _problem(field_name: str, message: str) -> Any:
+    from statemachine.models import Problem
+
+    return Problem(level=Level.error, field=field_name, message=message)
+
+
+def _tail_file(path: str, lines: int) -> list[str]:
+    from statemachine.logtext import clean_line
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [clean_line(x) for x in text.splitlines()[-lines:]]
+
+
+__all__ = ["ExperimentDriver", "LostOwnership", "TransitionConflict"]

@@ -1,0 +1,78 @@
+"""The RQ side: enqueueing a drive job, and the job function a worker runs.
+
+RQ only carries the experiment id (JSON serializer, never pickle) and gives us a process to run
+in; our own state in Redis decides what happens, so jobs have no RQ retries and a timeout
+above the experiment's max time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+
+import redis
+from rq import Queue, get_current_job
+from rq.serializers import JSONSerializer
+
+from service.settings import get_settings
+from service.store import Store, TransitionConflict
+from statemachine.lifecycle import State
+from workers.driver import ExperimentDriver, LostOwnership
+from workers.node import DEFAULT_QUEUE, NodeInfo, node_queue
+
+log = logging.getLogger(__name__)
+JOB_MARGIN_SECONDS = 3600
+
+
+def queue(conn: redis.Redis, name: str) -> Queue:
+    return Queue(name, connection=conn, serializer=JSONSerializer)
+
+
+def job_timeout(max_seconds: float | None) -> int:
+    """Above the run's max time plus every grace period: RQ must never be the one to stop it."""
+    if not max_seconds or max_seconds <= 0:
+        return -1
+    s = get_settings()
+    return int(max_seconds + s.time_limit_grace_seconds + s.stop_grace_seconds + JOB_MARGIN_SECONDS)
+
+
+def enqueue_drive(conn: redis.Redis, store: Store, exp_id: str, queue_name: str, *, at_front: bool = False,
+                  max_seconds: float | None = None) -> str:
+    job_id = f"drive-{exp_id}-{uuid.uuid4().hex[:6]}"
+    store.update(exp_id, {"job_id": job_id, "queue": queue_name})
+    queue(conn, queue_name).enqueue(
+        "workers.jobs.drive", exp_id, job_id=job_id, job_timeout=job_timeout(max_seconds),
+        result_ttl=86400, failure_ttl=7 * 86400, at_front=at_front, description=f"drive {exp_id}",
+    )
+    return job_id
+
+
+def target_queue(node: str | None) -> str:
+    return node_queue(node) if node else DEFAULT_QUEUE
+
+
+def drive(exp_id: str) -> str:
+    """RQ job: drive one experiment until it is finished, handed back, or owned by someone else."""
+    job = get_current_job()
+    conn = job.connection if job is not None else redis.Redis.from_url(get_settings().redis_url)
+    settings = get_settings()
+    store = Store(conn)
+    node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
+    owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    try:
+        driver = ExperimentDriver(store, exp_id, settings, node, owner)
+    except LookupError:
+        return "deleted"
+    try:
+        outcome = driver.run()
+    except (LostOwnership, TransitionConflict) as exc:
+        log.info("%s: not ours (%s)", exp_id, exc)
+        return "not-owner"
+    if outcome:
+        return outcome
+    if driver.lc.state == State.queued.value:  # no GPUs free here: back to the queue it came from
+        origin = job.origin if job is not None else target_queue(None)
+        enqueue_drive(conn, store, exp_id, origin, max_seconds=driver.bp.exp_max_time_seconds)
+        return "requeued"
+    return driver.lc.state

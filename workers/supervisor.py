@@ -1,0 +1,132 @@
+"""The node process behind `ajet-runner worker`: slots, heartbeat, re-adoption, drain.
+
+It runs no experiment itself. It keeps `slots` RQ worker processes alive (one experiment
+each), tells Redis the node is up and what it has, and hands every unfinished experiment of
+this node whose driver died (its lease ran out) to a slot, which re-adopts the tmux session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+
+from service.settings import Settings
+from service.store import Store
+from statemachine.lifecycle import ACTIVE_STATES
+from workers.jobs import enqueue_drive
+from workers.node import NodeInfo, node_queue
+
+log = logging.getLogger(__name__)
+HEARTBEAT_SECONDS = 2.0
+ADOPT_SCAN_SECONDS = 3.0
+ACTIVE = {s.value for s in ACTIVE_STATES}
+
+
+class NodeSupervisor:
+    def __init__(self, settings: Settings, node: NodeInfo, redis_url: str) -> None:
+        self.settings = settings
+        self.node = node
+        self.url = redis_url
+        self.store = Store(redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5))
+        self.slots: dict[int, subprocess.Popen[bytes]] = {}
+        self.stopping = threading.Event()
+        self.started_at = time.time()
+        self.running: list[str] = []
+        self.on_tick: Callable[[NodeSupervisor], None] | None = None
+
+    # -- slots -----------------------------------------------------------------------------
+    def _spawn(self, index: int) -> None:
+        env = {**os.environ, "AJET_RUNNER_NODE": self.node.name, "AJET_RUNNER_GPUS": str(self.node.gpus),
+               "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url}
+        self.slots[index] = subprocess.Popen(
+            [sys.executable, "-m", "workers.slot", self.url, self.node.name, str(index)], env=env,
+        )
+
+    def _keep_slots(self, draining: bool) -> None:
+        for i in range(self.node.slots):
+            proc = self.slots.get(i)
+            if proc is not None and proc.poll() is None:
+                continue
+            if draining:
+                continue
+            if proc is not None:
+                log.warning("slot %d exited with %s: restarting it", i, proc.returncode)
+            self._spawn(i)
+
+    def _stop_slots(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        """Warm shutdown: RQ finishes the current job first; the experiment itself lives on in tmux."""
+        for proc in self.slots.values():
+            if proc.poll() is None:
+                proc.send_signal(sig)
+        deadline = time.monotonic() + timeout
+        for proc in self.slots.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    # -- node state ---------------------------------------------------------------------------
+    def heartbeat(self, draining: bool) -> None:
+        busy = len(self.store.gpu_owners(self.node.name)) if self.node.manages_gpus else 0
+        self.store.heartbeat(self.node.name, {
+            "gpus": self.node.gpus, "gpus_busy": busy, "slots": self.node.slots, "pid": os.getpid(),
+            "running": self.running, "draining": draining, "started_at": self.started_at,
+        }, ttl=HEARTBEAT_SECONDS)
+
+    def adopt_orphans(self) -> list[str]:
+        """Enqueue a drive job for each of this node's unfinished experiments that nobody drives."""
+        now = self.store.server_time()
+        adopted, running = [], []
+        for rec in self.store.all():
+            if rec.get("node") != self.node.name or rec.get("state") not in ACTIVE:
+                continue
+            running.append(rec["id"])
+            lease = float(rec.get("lease_until") or 0)
+            last_try = float(rec.get("adopt_enqueued_at") or 0)
+            if lease > now or now - last_try < 2 * self.settings.lease_seconds:
+                continue
+            self.store.update(rec["id"], {"adopt_enqueued_at": now})
+            enqueue_drive(self.store.r, self.store, rec["id"], node_queue(self.node.name), at_front=True,
+                          max_seconds=float(rec.get("max_seconds") or 0) or None)
+            self.store.publish(rec["id"], {"type": "adoption", "node": self.node.name,
+                                           "message": "driver lease expired: re-adopting the run"})
+            adopted.append(rec["id"])
+        self.running = running
+        return adopted
+
+    # -- main loop -------------------------------------------------------------------------------
+    def run(self) -> None:
+        log.info("node %s: %d GPU(s), %d slot(s)", self.node.name, self.node.gpus, self.node.slots)
+        next_beat = next_scan = 0.0
+        try:
+            while not self.stopping.is_set():
+                now = time.monotonic()
+                try:
+                    draining = self.store.draining(self.node.name)
+                    if now >= next_scan:
+                        self.adopt_orphans()
+                        next_scan = now + ADOPT_SCAN_SECONDS
+                    if now >= next_beat:
+                        self.heartbeat(draining)
+                        next_beat = now + HEARTBEAT_SECONDS
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    log.warning("redis unreachable: %s", exc)
+                    draining = False
+                if draining and any(p.poll() is None for p in self.slots.values()):
+                    log.info("node %s draining: slots finish their current job and take no new one", self.node.name)
+                    self._stop_slots(timeout=0.5)
+                self._keep_slots(draining)
+                if self.on_tick:
+                    self.on_tick(self)
+                self.stopping.wait(0.5)
+        finally:
+            self._stop_slots()
