@@ -1,0 +1,35 @@
+# ajet-runner: one image for the HTTP API (`ajet-runner serve`) and the GPU-node workers (`ajet-runner worker`).
+# The chart in helm/ajet-runner runs it; see values.yaml there for GPUs, storage and tmux.
+#
+#   docker build -t ajet-runner:0.1.0 .
+#   docker run --rm ajet-runner:0.1.0 --help
+
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY statemachine ./statemachine
+COPY workers ./workers
+COPY service ./service
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+# tmux runs the experiments; procps gives ps/pkill for scoped clean-ups; tini reaps the orphans that
+# training jobs leave behind when the worker is PID 1. nsenter (util-linux, in the base image) serves
+# the chart's worker.tmux.runOnHost mode.
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tmux procps tini \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+
+# The worker must run as the user who owns the experiment files and tmux sessions; the chart sets
+# runAsUser (1000 by default). This user only gives that uid a home and a name.
+RUN groupadd --gid 1000 ajet && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash ajet
+ENV PYTHONUNBUFFERED=1 \
+    MPLCONFIGDIR=/tmp/matplotlib \
+    HOME=/home/ajet
+USER 1000:1000
+WORKDIR /home/ajet
+EXPOSE 8080 9101
+ENTRYPOINT ["/usr/bin/tini", "--", "ajet-runner"]
+CMD ["--help"]
