@@ -26,6 +26,8 @@ from workers.report import (
     fmt_duration,
     fmt_time,
     md_cell,
+    repair_next,
+    repair_summary,
 )
 
 SOURCES = {
@@ -64,16 +66,6 @@ def _attempt(data: ReportData, number: int) -> AttemptInfo | None:
     return next((a for a in data.attempts if a.number == number), None)
 
 
-def _what_next(data: ReportData, record: RepairRecord) -> str:
-    """The record's own `next`, else what the following attempt did, else the outcome."""
-    if record.next.strip():
-        return md_cell(record.next, 1000)
-    following = _attempt(data, record.attempt + 1)
-    if following is not None:
-        return f"attempt {following.number}: {md_cell(following.end_reason or 'still running')}"
-    return f"no further attempt; the experiment ended {md_cell(data.outcome or 'unknown')}"
-
-
 def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
     when = fmt_time(record.at)
     start = finite(data.started_at)
@@ -94,7 +86,7 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
         f"- **Source of the fix:** {md_cell(source)}"
         + (f" ({SOURCES[source]})" if source in SOURCES else ""),
         f"- **Result:** {md_cell(record.result or NA)}",
-        f"- **What happened next:** {_what_next(data, record)}",
+        f"- **What happened next:** {repair_next(data, record)}",
         "",
     ]
     if record.log_excerpt.strip():
@@ -119,15 +111,14 @@ def _guarded(render: Callable[[], list[str]], heading: str) -> list[str]:
 
 
 def closing_line(data: ReportData) -> str:
-    """`Outcome: completed on attempt 2 (1 repair) — reason`."""
+    """`Outcome: completed on attempt 2 (1 failure, 1 relaunched after a repair) — reason.`"""
     outcome = data.outcome or "unknown"
     if data.attempts:
         last = max(a.number for a in data.attempts)
         text = f"Outcome: {outcome} on attempt {last}"
     else:
         text = f"Outcome: {outcome} before the first launch"
-    n = len(data.repairs)
-    text += f" ({n} repair{'s' if n != 1 else ''} attempted)" if n else " (no repairs)"
+    text += f" ({repair_summary(data)})"
     if data.reason.strip():
         text += f" — {md_cell(data.reason, 1000)}"
     return text + "."

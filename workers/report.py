@@ -129,6 +129,15 @@ class ReportData(_Input):
     def _none_is_empty(cls, value: Any) -> Any:
         return {} if value is None else _plain(value)
 
+    @field_validator("evaluations", "history", "preflight_changes", "preflight_problems", mode="before")
+    @classmethod
+    def _dicts_only(cls, value: Any) -> Any:
+        """Items that are not mappings carry nothing renderable; drop them rather than refuse the report."""
+        if value is None:
+            return []
+        value = _plain(value)
+        return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else value
+
 
 # ----------------------------------------------------------------------------- formatting
 
@@ -358,11 +367,13 @@ def write_plot(path: Path, evals: list[Eval], title: str) -> str:
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: matplotlib is slow to import
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(12, 4.8), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax_reward, ax_rate = fig.subplots(1, 2)
     colors = [f"C{i % 10}" for i in range(len(datasets))]
+    steps = sorted({e.step for e in points if e.step is not None})
     markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
     def series(dataset: str, metric: str) -> tuple[list[int], list[float]]:
@@ -383,6 +394,9 @@ def write_plot(path: Path, evals: list[Eval], title: str) -> str:
     for ax, name in ((ax_reward, "mean_reward"), (ax_rate, "task_pass_rate@k")):
         ax.set_title(name)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if len(steps) == 1:  # one evaluation: show it in a sensible window, not ±0.05 of a step
+            ax.set_xlim(steps[0] - 1, steps[0] + 1)
         ax.grid(True, alpha=0.3)
         if ax.lines:
             ax.legend(fontsize="small")
@@ -434,7 +448,7 @@ def _summary(c: _Ctx) -> list[str]:
     used = finite(c.elapsed)
     if used is not None and finite(d.max_seconds):
         limit += f" ({100 * used / float(d.max_seconds):.0f}% used)"  # type: ignore[arg-type]
-    repairs = f"{len(d.repairs)} (see [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}))"
+    repairs = f"{repair_summary(d)} (see [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}))"
     rows = [
         ["Experiment", code_span(d.id)],
         ["Outcome", outcome],
@@ -446,7 +460,7 @@ def _summary(c: _Ctx) -> list[str]:
         ["Elapsed", elapsed],
         ["Time limit", limit],
         ["Attempts", str(len(d.attempts))],
-        ["Repairs", repairs],
+        ["Failures and repairs", repairs],
         ["Evaluations", str(len(c.evals))],
         ["Training steps logged", str(d.train_steps) if d.train_steps else NA],
         ["Blueprint", path_link(d.blueprint_path, d.result_dir)],
@@ -588,7 +602,7 @@ def _repairs(c: _Ctx) -> list[str]:
         return [f"No failures. (The full trial-and-error record is in [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}).)"]
     rows = [[str(i), fmt_time(r.at), str(r.attempt), code_span(r.signature or "unknown"),
              md_cell("; ".join(r.changes) or NA), md_cell(r.source or NA), md_cell(r.result or NA),
-             md_cell(r.next or NA)] for i, r in enumerate(d.repairs, 1)]
+             md_cell(repair_next(d, r))] for i, r in enumerate(d.repairs, 1)]
     lines = [f"Details, log excerpts and diffs: [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}).", ""]
     return lines + table(["#", "when", "attempt", "diagnosis", "change", "source", "result", "next"], rows)
 
@@ -616,6 +630,25 @@ def _log_tail(c: _Ctx) -> list[str]:
     last = c.data.attempts[-1] if c.data.attempts else None
     where = f" of attempt {last.number} ({path_link(last.log_path, c.data.result_dir)})" if last else ""
     return [f"Last {len(lines)} lines{where}:", "", *fenced("\n".join(lines))]
+
+
+def repair_summary(data: ReportData) -> str:
+    """`2 failures, 1 relaunched after a repair` (a failure is not always followed by a repair)."""
+    failures = len(data.repairs)
+    if not failures:
+        return "no failures"
+    relaunched = sum(1 for r in data.repairs if r.result.strip().lower() == "relaunched")
+    return f"{failures} failure{'s' if failures != 1 else ''}, {relaunched} relaunched after a repair"
+
+
+def repair_next(data: ReportData, record: RepairRecord) -> str:
+    """The record's own `next`, else what the following attempt did, else how the experiment ended."""
+    if record.next.strip():
+        return md_cell(record.next, 1000)
+    following = next((a for a in data.attempts if a.number == record.attempt + 1), None)
+    if following is not None:
+        return f"attempt {following.number}: {md_cell(following.end_reason or 'still running')}"
+    return f"no further attempt; the experiment ended {md_cell(data.outcome or 'unknown')}"
 
 
 def _section(title: str, render: Callable[[_Ctx], list[str]], c: _Ctx) -> list[str]:
