@@ -84,7 +84,7 @@ _LABELS: dict[str, tuple[str, ...]] = {
 }
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+|$)(.*)$")
-_LIST = re.compile(r"^([ \t]*)(\d{1,3}[.)、．]|[-*+•])[ \t]+(.*)$")
+_LIST = re.compile(r"^([ \t]*)(\d{1,3}(?:[.)][ \t]+|[、．][ \t]*)|[-*+•][ \t]+)(.*)$")
 _NUMBER_PREFIX = re.compile(r"^\(?\d{1,3}[.)、．:：]?\)?\s+")
 _FENCE_OPEN = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
 _LEAD_MARKUP = " \t*_`>"
