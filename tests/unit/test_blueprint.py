@@ -343,7 +343,9 @@ def test_tag_words_in_prose_do_not_open_parts() -> None:
         ## [exp_codebase_dir]
         /c
     """))
-    assert bp.exp_purpose == "Check the reward.\nexp_result_dir will hold the report, see also [exp_codebase_dir] below."
+    assert bp.exp_purpose == (
+        "Check the reward.\nexp_result_dir will hold the report, see also [exp_codebase_dir] below."
+    )
     assert bp.exp_codebase_dir == "/c"
     assert bp.exp_result_dir == ""
 
@@ -404,7 +406,10 @@ def test_text_between_parts_belongs_to_the_part_before() -> None:
 
 @pytest.mark.parametrize(
     "opening",
-    ["## [other]", "## Other Notes", "## 其他实验相关信息", "8. 其他实验相关信息（可选）：", "**[exp_notes]**:", "[其他]"],
+    [
+        "## [other]", "## Other Notes", "## 其他实验相关信息", "8. 其他实验相关信息（可选）：", "**[exp_notes]**:",
+        "[其他]",
+    ],
 )
 def test_notes_part_spellings(opening: str) -> None:
     bp = parse_blueprint(f"## [exp_max_time]\n1h\n\n{opening}\n  上一轮 reward 0.5\n")
