@@ -180,10 +180,17 @@ def test_validator_rejects_a_broken_manifest(chart: helm.Chart) -> None:
         kubernetes_validate.validate(deployment, KUBE_VERSION, strict=True)
 
 
-def test_lint_is_clean() -> None:
-    report = helm.lint(CHART_DIR, strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}")
+@pytest.mark.parametrize("case", sorted(VALUE_SETS))
+def test_lint_is_clean(case: str) -> None:
+    report = helm.lint(CHART_DIR, VALUE_SETS[case], strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}")
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert not problems and not report["errors"], report
+
+
+def test_lint_reports_problems() -> None:
+    """The lint check can fail: values the schema rejects are lint errors."""
+    report = helm.lint(CHART_DIR, {"api": {"replicaCount": "two"}}, strict=True, namespace=NAMESPACE)
+    assert [m for m in report["messages"] if m["severity"] == 3]
 
 
 def test_default_release_has_all_parts(chart: helm.Chart) -> None:
