@@ -60,9 +60,10 @@ class Trainer:
 
     # -- phases -----------------------------------------------------------------------------
     def startup(self) -> None:
+        short, full = time.strftime("%m-%d %H:%M:%S"), time.strftime("%Y-%m-%d %H:%M:%S")
         chatter = [
-            ("", "INFO 01-01 00:00:00 [__init__.py:244] Automatically detected platform cuda."),
-            ("", "2025-01-01 00:00:01,523\tINFO worker.py:1888 -- Started a local Ray instance. "
+            ("", f"INFO {short} [__init__.py:244] Automatically detected platform cuda."),
+            ("", f"{full},523\tINFO worker.py:1888 -- Started a local Ray instance. "
              "View the dashboard at \x1b[1m\x1b[32m127.0.0.1:8265 \x1b[39m\x1b[22m"),
             ("TaskRunner", f"TaskRunner hostname: gpu-node-0, PID: {self.pid}"),
             ("TaskRunner", f"Using backbone: {self.backbone}"),
