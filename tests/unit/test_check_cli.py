@@ -1,0 +1,141 @@
+"""`ajet-runner check BLUEPRINT [--json]` through the real console script: JSON shape and exit codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BLUEPRINT_KEYS = {
+    "exp_purpose", "exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_launch_command", "exp_result_dir",
+    "exp_max_time_seconds", "notes",
+}
+
+
+def _script() -> str:
+    beside = Path(sys.executable).parent / "ajet-runner"
+    found = str(beside) if beside.exists() else shutil.which("ajet-runner")
+    if not found:
+        pytest.fail("the ajet-runner console script is not installed in this environment")
+    return found
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_script(), "check", *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def _check_json(path: Path) -> tuple[int, dict[str, Any]]:
+    proc = _run(str(path), "--json")
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _assert_shape(doc: dict[str, Any]) -> None:
+    assert set(doc) == {"blueprint", "problems", "config_changes"}
+    assert set(doc["blueprint"]) == BLUEPRINT_KEYS
+    for p in doc["problems"]:
+        assert set(p) == {"level", "field", "message"} and p["level"] in ("error", "warning") and p["message"]
+    for c in doc["config_changes"]:
+        assert set(c) == {"key", "old", "new", "reason"} and c["reason"]
+
+
+@pytest.fixture()
+def good_blueprint(tmp_path: Path) -> Path:
+    code = tmp_path / "agentjet"
+    (code / "tests" / "bench").mkdir(parents=True)
+    (code / "tests" / "bench" / "math.yaml").write_text(
+        "# benchmark config\n"
+        "ajet:\n"
+        "  execute_test: True\n"
+        "  trainer_common:\n"
+        "    val_before_train: True\n"
+        "    test_freq: 10\n"
+        "    logger: tensorboard\n"
+        "hydra:\n  searchpath:\n    - file://ajet/default_config\n"
+        "defaults:\n  - ajet_default\n  - _self_\n",
+        encoding="utf-8",
+    )
+    path = tmp_path / "blueprint_1.md"
+    path.write_text(
+        f"""# 实验蓝图 1
+
+1. [exp_purpose] 实验目的（一段文本）： 基线实验。
+2. [exp_codebase_dir] 主实验代码路径（绝对路径）： {code}
+3. [exp_venv_exe] python虚拟环境路径（python的绝对路径）: {sys.executable}
+4. [exp_yaml_path] 实验配置文件路径（相对路径，相对于主实验代码路径）： tests/bench/math.yaml
+5. [exp_launch_command] 执行训练的命令（字符串）：
+   ```bash
+   cd {code} && \\
+     python -m ajet.launcher --conf tests/bench/math.yaml --autokill
+   ```
+6. [exp_result_dir] 结果数据存储路径（绝对路径）： {tmp_path / "results" / "bp1"}
+7. [exp_max_time] ${{MaxTime}} = 1.5h (90 minutes)
+8. 其他实验相关信息（可选）： 无
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_runnable_blueprint_exits_0_with_the_pinned_json(good_blueprint: Path, tmp_path: Path) -> None:
+    code, doc = _check_json(good_blueprint)
+    _assert_shape(doc)
+    assert code == 0
+    bp = doc["blueprint"]
+    assert bp["exp_codebase_dir"] == str(tmp_path / "agentjet")
+    assert bp["exp_venv_exe"] == sys.executable
+    assert bp["exp_yaml_path"] == "tests/bench/math.yaml"
+    assert bp["exp_launch_command"] == (
+        f"cd {tmp_path / 'agentjet'} && python -m ajet.launcher --conf tests/bench/math.yaml --autokill"
+    )
+    assert bp["exp_result_dir"] == str(tmp_path / "results" / "bp1")
+    assert bp["exp_max_time_seconds"] == 5400.0
+    assert bp["exp_purpose"] == "基线实验。"
+    assert bp["notes"] == "无"
+    assert not [p for p in doc["problems"] if p["level"] == "error"]
+    assert not (tmp_path / "results").exists()  # check creates nothing
+    # The preflight plans the YAML fix; it is the other engineer's module, so only its presence is pinned here.
+    keys = {c["key"] for c in doc["config_changes"]}
+    assert "ajet.execute_test" in keys
+
+
+def test_broken_blueprint_exits_1_and_names_each_problem(tmp_path: Path) -> None:
+    path = tmp_path / "broken.md"
+    path.write_text(
+        "## [exp_purpose]\nTry it.\n\n## [exp_codebase_dir]\nagentjet/\n\n"
+        f"## [exp_venv_exe]\n{tmp_path / 'no-venv' / 'bin' / 'python'}\n\n"
+        "## [exp_yaml_path]\nconf/x.yaml\n\n## [exp_max_time]\nuntil it converges\n",
+        encoding="utf-8",
+    )
+    code, doc = _check_json(path)
+    _assert_shape(doc)
+    assert code == 1
+    errors = {(p["field"]) for p in doc["problems"] if p["level"] == "error"}
+    assert errors == {"exp_codebase_dir", "exp_venv_exe", "exp_launch_command", "exp_result_dir", "exp_max_time"}
+    assert doc["blueprint"]["exp_max_time_seconds"] is None
+    assert doc["config_changes"] == []
+    messages = " | ".join(p["message"] for p in doc["problems"])
+    assert "'agentjet/'" in messages and "until it converges" in messages and "does not exist" in messages
+
+
+def test_unreadable_blueprint_exits_1_with_a_problem(tmp_path: Path) -> None:
+    code, doc = _check_json(tmp_path / "missing.md")
+    _assert_shape(doc)
+    assert code == 1
+    assert [p["field"] for p in doc["problems"]] == ["blueprint"]
+
+
+def test_readable_output_without_json(good_blueprint: Path, tmp_path: Path) -> None:
+    proc = _run(str(good_blueprint))
+    assert proc.returncode == 0, proc.stderr
+    assert "runnable" in proc.stdout and "exp_codebase_dir" in proc.stdout
+    broken = tmp_path / "empty.md"
+    broken.write_text("nothing here\n", encoding="utf-8")
+    proc = _run(str(broken))
+    assert proc.returncode == 1
+    assert "not runnable" in proc.stdout and "missing" in proc.stdout
