@@ -27,6 +27,7 @@ YAMLS = {
     "network_first_attempt": "tests/bench/network_first_attempt/network_first_attempt.yaml",
     "hang": "tests/bench/hang/hang.yaml",
     "autokill": "tests/bench/autokill/autokill.yaml",
+    "plateau": "tests/bench/plateau/plateau.yaml",
 }
 
 
@@ -134,6 +135,25 @@ def test_clean_run_validates_on_schedule_and_finishes(tmp_path: Path) -> None:
     assert "'num_pass_n_tasks(pass@4)': " in first and "'std_reward': np.float64(" in first
     rewards = [float(x) for x in re.findall(r"'mean_reward': ([0-9.]+)", out.stdout.split("Final validation")[0])]
     assert rewards[0] < 0.4 < 0.7 < rewards[-1]
+
+
+def test_plateau_goes_flat_after_the_first_evaluations(tmp_path: Path) -> None:
+    sim = Sim(tmp_path, "plateau")
+    sim.edit(lambda cfg: cfg["ajet"]["trainer_common"].update(total_training_steps=20))
+    assert sim.run().returncode == 0
+    text = (sim.codebase / "saved_val_result/plateau_val.md").read_text(encoding="utf-8")
+    rewards = [float(x) for x in re.findall(r"'mean_reward': ([0-9.]+)", text)]
+    assert len(rewards) == 11 and rewards[2] - rewards[0] > 0.3
+    assert max(rewards[3:]) - min(rewards[3:]) < 0.02
+
+
+def test_generic_crash_and_exit_code_override(tmp_path: Path) -> None:
+    sim = Sim(tmp_path, "demo", crash_at_step=3, crash_exit_code=137)
+    crashed = sim.run()
+    assert crashed.returncode == 1 and "non-zero exit status 137." in crashed.stderr
+    sim.edit(lambda cfg: cfg["ajet_sim"].update(crash_at_step=None, exit_code=3))
+    done = sim.run()
+    assert done.returncode == 3 and "Final validation metrics" in done.stdout
 
 
 def test_execute_test_probe_stops_training(tmp_path: Path) -> None:
