@@ -87,10 +87,11 @@ _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+|$)(.*)$")
 _LIST = re.compile(r"^([ \t]*)(\d{1,3}(?:[.)][ \t]+|[、．][ \t]*)|[-*+•][ \t]+)(.*)$")
 _NUMBER_PREFIX = re.compile(r"^\(?\d{1,3}[.)、．:：]?\)?\s+")
 _FENCE_OPEN = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
-_LEAD_MARKUP = " \t*_`>"
+_LEAD_MARKUP = " \t*_`>#"
 _OPEN_BRACKETS = "[［【"
 _CLOSE_BRACKETS = "]］】"
 _WRAPPER = re.compile(r"^([ \t]*)(`{3,}|~{3,})[ \t]*(markdown|md)[ \t]*$", re.IGNORECASE)
+_LATE_TAG = re.compile(r"[\[［【]\s*`?exp_\w+`?\s*[\]］】]", re.IGNORECASE)
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
 _SEPARATOR = re.compile(r"^[\s*_`]*(?:[:：=]+|[\-—–]+(?=\s))?[\s*_`]*")
 _BARE_TAG_FOLLOW = re.compile(r"^[\s*_`]*(?:$|[:：=\-—–(（])")
@@ -173,8 +174,12 @@ def _fence_lines(lines: list[str]) -> set[int]:
     return {k for start, end in _fence_blocks(lines) for k in range(start, end + 1)}
 
 
-def _match_tag(rest: str) -> tuple[str, str] | None:
-    """(field, text after the tag) when `rest` starts with a tag, bracketed or not."""
+def _match_tag(rest: str, *, strict: bool = False) -> tuple[str, str] | None:
+    """(field, text after the tag) when `rest` starts with a tag, bracketed or not.
+
+    `strict` (plain lines): a bare tag must be followed by a separator, so that
+    "exp_result_dir will hold the report" stays prose.
+    """
     s = rest.lstrip(_LEAD_MARKUP)
     s = _NUMBER_PREFIX.sub("", s, count=1).lstrip(_LEAD_MARKUP)
     if s[:1] in _OPEN_BRACKETS:
@@ -190,8 +195,10 @@ def _match_tag(rest: str) -> tuple[str, str] | None:
             return None
         found = _TAG_OF.get(re.sub(r"[\s\-]+", "_", m.group(0).lower()))
         after = s[m.end() :]
-        if not _BARE_TAG_FOLLOW.match(after):
-            return None  # "exp_result_dir will hold ..." is prose, not a part
+        if strict and not _BARE_TAG_FOLLOW.match(after):
+            return None
+        if after[:1].isascii() and after[:1].isalnum():
+            return None
     if found is None:
         return None
     return found, _SEPARATOR.sub("", after, count=1).strip()
@@ -234,9 +241,12 @@ def _find_markers(lines: list[str], fenced: set[int]) -> list[_Marker]:
                 value = " | ".join(c for c in cells[1:] if c) or hit[1]
                 markers.append(_Marker(i, hit[0], "table", inline=value))
             continue
-        hit = _match_tag(rest)
+        structural = style == "heading" or numbered or rest.startswith(("**", "__"))
+        hit = _match_tag(rest, strict=style == "plain" and rest[:1] not in "*_`")
+        if hit is None and structural and (late := _LATE_TAG.search(rest)) is not None:
+            hit = _match_tag(rest[late.start() :])  # "## 1. 实验目的 [exp_purpose]"
         by_tag = hit is not None
-        if hit is None and (style == "heading" or numbered or rest.startswith(("**", "__"))):
+        if hit is None and structural:
             hit = _match_label(rest)
         if hit is not None:
             markers.append(_Marker(i, hit[0], style, level, indent, numbered, hit[1], by_tag))
@@ -413,10 +423,9 @@ def _join_shell_lines(lines: list[str]) -> str:
 def _extract_command(text: str) -> str:
     """The launch command: the first fenced block, else a backticked span, else a paragraph."""
     lines = text.split("\n")
-    for start, end in _fence_blocks(lines):
-        cmd = _join_shell_lines(lines[start + 1 : end])
-        if cmd:
-            return cmd
+    blocks = [cmd for start, end in _fence_blocks(lines) if (cmd := _join_shell_lines(lines[start + 1 : end]))]
+    if blocks:  # a preparation block may come first: prefer the one that starts training
+        return next((cmd for cmd in blocks if "launcher" in cmd), blocks[0])
     para: list[str] = []
     for ln in _strip_label(text, "exp_launch_command").split("\n"):
         s = ln.strip()
@@ -593,7 +602,9 @@ def _check_venv_exe(exe: str, problems: _Problems) -> None:
         problems.error(fld, f"{exe} is a directory, not a python executable"
                        + (f" (did you mean {hint}?)" if hint else ""))
     elif not os.access(exe, os.X_OK):
-        problems.error(fld, f"the python executable {exe} is not executable")
+        sibling = os.path.join(os.path.dirname(exe), "python")
+        hint = f" (did you mean {sibling}?)" if os.path.basename(exe) != "python" and os.path.isfile(sibling) else ""
+        problems.error(fld, f"the python executable {exe} is not executable{hint}")
 
 
 def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:

@@ -350,6 +350,33 @@ def test_tag_words_in_prose_do_not_open_parts() -> None:
     assert bp.exp_result_dir == ""
 
 
+def test_tag_after_the_label_and_bare_tags_in_headings() -> None:
+    late = parse_blueprint("## 1. 实验目的 [exp_purpose]\n测试\n## 2. 代码路径 [exp_codebase_dir]\n/c\n")
+    assert (late.exp_purpose, late.exp_codebase_dir) == ("测试", "/c")
+    bare = parse_blueprint("## exp_purpose 实验目的\n测试\n**exp_codebase_dir** /c\n> ## [exp_result_dir]\n> /r\n")
+    assert (bare.exp_purpose, bare.exp_codebase_dir, bare.exp_result_dir) == ("测试", "/c", "/r")
+
+
+def test_longer_words_are_not_tags() -> None:
+    bp = parse_blueprint("exp_purposes: no\n## exp_codebase_dir2\n/x\n")
+    assert (bp.exp_purpose, bp.exp_codebase_dir) == ("", "")
+
+
+def test_the_launcher_block_wins_over_a_preparation_block() -> None:
+    bp = parse_blueprint(_doc("""
+        ## [exp_launch_command]
+        Prepare:
+        ```bash
+        pip install -e .
+        ```
+        Run:
+        ```bash
+        python -m ajet.launcher --conf a.yaml
+        ```
+    """))
+    assert bp.exp_launch_command == "python -m ajet.launcher --conf a.yaml"
+
+
 def test_the_first_part_with_a_value_wins() -> None:
     bp = parse_blueprint("[exp_codebase_dir]\n\n[exp_codebase_dir] /second\n[exp_codebase_dir] /third\n")
     assert bp.exp_codebase_dir == "/second"
@@ -539,6 +566,17 @@ def test_venv_python_missing_a_directory_or_not_executable(runnable: Blueprint, 
     ]
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     assert not [p for p in validate_blueprint(not_exec) if p.field == "exp_venv_exe"]
+
+
+def test_venv_activate_script_gets_a_hint(runnable: Blueprint, tmp_path: Path) -> None:
+    bindir = tmp_path / "venv" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "activate").write_text("# source me\n")
+    (bindir / "python").symlink_to(sys.executable)
+    bp = runnable.model_copy(update={"exp_venv_exe": str(bindir / "activate")})
+    assert [p.message for p in validate_blueprint(bp) if p.field == "exp_venv_exe"] == [
+        f"the python executable {bindir / 'activate'} is not executable (did you mean {bindir / 'python'}?)"
+    ]
 
 
 def test_yaml_missing_outside_invalid_or_not_a_mapping(runnable: Blueprint, tmp_path: Path) -> None:
