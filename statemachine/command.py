@@ -335,7 +335,7 @@ def replace_conf(cmd: str, new: str) -> str:
     found = _conf_token(words)
     quoted = shlex.quote(new)
     if found is None:
-        return _splice(cmd, words[-1].end, words[-1].end, f" --conf {quoted}")
+        return _splice(cmd, words[-1].end, words[-1].end, f" --conf {quoted}") if words else cmd
     flag, value = found
     if value is not None:
         return _splice(cmd, value.start, value.end, quoted)

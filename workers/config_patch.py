@@ -121,8 +121,11 @@ def _newline(text: str) -> str:
 
 def _splice_one(text: str, key: str, value: Any) -> str | None:
     """`text` with one dotted key set by editing only the lines concerned; None when not possible."""
-    root = _round_trip_yaml().load(text)
-    if not isinstance(root, CommentedMap):
+    try:
+        root = _round_trip_yaml().load(text)
+    except Exception:  # noqa: BLE001 - ruamel rejects some YAML PyYAML reads; the caller falls back
+        return None
+    if not isinstance(root, CommentedMap) or root.fa.flow_style():
         return None
     lines = text.splitlines(keepends=True)
     nl = _newline(text)
@@ -135,7 +138,7 @@ def _splice_one(text: str, key: str, value: Any) -> str | None:
             return _insert(text, lines, nl, node, header, parts[depth:], value)
         child = node[part]
         if not last:
-            if not isinstance(child, CommentedMap):
+            if not isinstance(child, CommentedMap) or child.fa.flow_style():
                 return None
             header = tuple(node.lc.key(part))  # type: ignore[assignment]
             node = child
@@ -148,7 +151,7 @@ def _splice_one(text: str, key: str, value: Any) -> str | None:
             return _fill_empty(lines, key_line, node.lc.key(part)[1], child, value)
         span = _scalar_end(lines[line_no], col)
         if span is None:
-            return None
+            return _fill_empty(lines, key_line, node.lc.key(part)[1], child, value)
         end, quote = span
         line = lines[line_no]
         lines[line_no] = line[:col] + _render(value, quote) + line[end:]
@@ -210,8 +213,9 @@ def _block_end(lines: list[str], last_key_line: int, col: int) -> int:
         body = lines[i].strip()
         if not body or body.startswith("#"):
             continue
-        if len(lines[i]) - len(lines[i].lstrip(" ")) <= col:
-            break
+        indent = len(lines[i]) - len(lines[i].lstrip(" "))
+        if indent < col or (indent == col and not re.match(r"-(\s|$)", body)):
+            break  # a sequence may sit at its key's indentation; anything else there is a sibling
         end = i + 1
     return end
 
@@ -221,7 +225,10 @@ def _round_trip_all(text: str, changes: list[ConfigChange]) -> str:
     rt = _round_trip_yaml()
     seq_offset = 2 if re.search(r"^( *)\S[^\n]*:[ \t]*(#[^\n]*)?\r?\n\1  - ", text, re.M) else 0
     rt.indent(mapping=2, sequence=seq_offset + 2, offset=seq_offset)
-    root = rt.load(text)
+    try:
+        root = rt.load(text)
+    except Exception as exc:  # noqa: BLE001 - any ruamel failure means this YAML cannot be round-tripped
+        raise PatchError(f"the YAML cannot be round-tripped: {exc}") from exc
     if not isinstance(root, CommentedMap):
         raise PatchError("the YAML's root is not a mapping")
     for change in changes:
@@ -264,7 +271,12 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
         patched = _splice_one(patched, change.key, change.new) if patched is not None else None
     if faithful(patched):
         return patched  # type: ignore[return-value]
-    patched = _round_trip_all(text, changes)
+    try:
+        patched = _round_trip_all(text, changes)
+    except PatchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - ruamel's own limits become a refusal, not a crash
+        raise PatchError(f"the YAML cannot be round-tripped: {exc}") from exc
     if faithful(patched):
         return patched
     raise PatchError("the changes could not be applied without altering other values")
