@@ -1,0 +1,483 @@
+"""Run one attempt's command in a detached tmux session, and know for sure how it ended.
+
+tmux 3.3a on Debian loses its panes' exit statuses and leaves zombies (see stack-notes), so
+tmux is used only to host the job where a person can `tmux attach` and watch. The truth
+comes from a generated bash wrapper (`<log_dir>/<log_stem>.sh`, readable by a person):
+
+- the command runs under `setsid`, so it leads its own session and process group: the
+  runner can signal the whole job while the wrapper survives to record the exit code;
+- everything it prints (stdout and stderr) goes through `tee -a` to the pane and the log;
+- its pid goes to `pid_path`, its exit code (128+N for signal N) to `rc_path`, both
+  written atomically (temp file + mv);
+- liveness comes from psutil (pid + create time, zombie = dead), never from tmux.
+
+Output capture, measured here (4,000 lines of mixed stdout/stderr, then exit 3):
+`tee` 0.13 s, `script -qefa` 0.19 s, both complete and both keep the exit code. `tee` was
+chosen: the log holds exactly what the program printed (`\\n` line ends, no
+"Script started/done" lines to strip), and the command pid is the process we started.
+The cost is that the program sees a pipe, not a tty: Python needs PYTHONUNBUFFERED=1 (the
+worker sets it) and colour-on-tty tools print plain text, which suits log matching.
+`tmux pipe-pane` was rejected: it attaches only after the pane exists (early output is
+lost), writes `\\r\\n`, and stops logging when the tmux server goes away.
+
+After the command ends the pane stays open for `linger` seconds (default 300) showing the
+last screen and the exit code, so a person attaching soon after a failure sees it; then it
+closes by itself. `stop()` and `kill_session()` close it at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import time
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import libtmux
+import psutil
+
+from workers.procs import is_gone, signal_all, wait_gone
+
+SOCKET_ENV = "AJET_RUNNER_TMUX_SOCKET"
+PREFIX = "ajet"
+SLUG_MAX = 40
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HEXISH = re.compile(r"^[0-9a-f-]{8,}$")
+POLL = 0.005
+TEE_DRAIN_TENTHS = 50  # the wrapper waits at most 5 s for tee to flush before writing the rc
+RC_WAIT = 8.0  # stop(): how long the wrapper gets to record the exit code once the job is dead
+TERM_WAIT = 3.0  # stop(): between SIGTERM and SIGKILL (never more than `grace`)
+KILL_WAIT = 5.0
+
+
+class TmuxRunnerError(RuntimeError):
+    """Base of this module's errors."""
+
+
+class SessionExists(TmuxRunnerError):
+    """A session of that name already runs: never launch a second copy."""
+
+
+class ProcessesSurvived(TmuxRunnerError):
+    """stop() signalled everything, but these pids are still alive (uninterruptible sleep?)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        super().__init__(f"processes still alive after SIGKILL: {pids}")
+        self.pids = pids
+
+
+def _slug(text: str, limit: int) -> str:
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    return re.sub(r"[^a-z0-9]+", "_", ascii_text.lower()).strip("_")[:limit].strip("_")
+
+
+def session_name(purpose: str, exp_id: str) -> str:
+    """`ajet_<purpose slug>_<short id>`: only [a-z0-9_], so tmux never rewrites it (no `.` or `:`).
+
+    Purposes with no ascii letters (e.g. Chinese) become `exp`. The short id is the first 6
+    characters of a random-looking (hex/uuid) id, else 6 hex digits of its sha1, so it
+    stays deterministic for one experiment.
+    """
+    purpose_slug = _slug(purpose, SLUG_MAX) or "exp"
+    low = exp_id.strip().lower()
+    hexish = _HEXISH.match(low)
+    short = low.replace("-", "")[:6] if hexish else hashlib.sha1(exp_id.encode("utf-8")).hexdigest()[:6]
+    return f"{PREFIX}_{purpose_slug}_{short}"
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+@dataclass
+class RunHandle:
+    """Everything needed to find one attempt again, e.g. after a worker restart (stored in Redis)."""
+
+    session: str
+    log_path: Path
+    rc_path: Path
+    pid_path: Path
+    wrapper_path: Path
+    socket_path: str | None = None
+    pane_pid: int | None = None
+    server_pid: int | None = None
+    pid: int | None = None
+    pid_create_time: float | None = None
+    pgid: int | None = None
+    started_at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("log_path", "rc_path", "pid_path", "wrapper_path"):
+            data[key] = str(data[key])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunHandle:
+        values = dict(data)
+        for key in ("log_path", "rc_path", "pid_path", "wrapper_path"):
+            values[key] = Path(values[key])
+        return cls(**values)
+
+    def wait_for_pid(self, timeout: float) -> int | None:
+        """Read the command's pid once the wrapper has written it (None if it never ran).
+
+        Returns early when the rc file appears without a pid (e.g. the cwd vanished).
+        """
+        deadline = time.monotonic() + timeout
+        while self.pid is None:
+            pid = _read_int(self.pid_path)
+            if pid is not None:
+                self._adopt_pid(pid)
+                break
+            if self.rc_path.exists() or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL)
+        return self.pid
+
+    def _adopt_pid(self, pid: int) -> None:
+        self.pid = pid
+        self.pgid = pid  # setsid: the command leads its own session and process group
+        try:
+            proc = psutil.Process(pid)
+            # The wrapper is the command's parent while it runs; anything else is a reused pid.
+            if self.pane_pid is None or proc.ppid() == self.pane_pid:
+                self.pid_create_time = proc.create_time()
+        except psutil.NoSuchProcess:
+            pass
+
+    def process(self) -> psutil.Process | None:
+        """The command's process if it is still the one we started (pid reuse is checked)."""
+        if self.pid is None or self.pid_create_time is None:
+            return None
+        try:
+            proc = psutil.Process(self.pid)
+            if abs(proc.create_time() - self.pid_create_time) > 0.05:
+                return None
+            return None if is_gone(proc) else proc
+        except psutil.NoSuchProcess:
+            return None
+
+
+_WRAPPER = """\
+#!/usr/bin/env bash
+# ajet-runner attempt wrapper, generated {generated} for tmux session {session}.
+# It runs COMMAND below in its own session and process group (setsid), so the runner can
+# signal the whole job; copies all it prints (stdout+stderr) to this pane and, appended,
+# to the log (tee -a); writes the command's pid, then its exit code (128+N when killed by
+# signal N): tmux loses exit codes on this platform, so the rc file is the truth.
+# Ctrl-C, SIGTERM and SIGHUP sent to this wrapper are forwarded to the command's group.
+log={log}
+rc_file={rc}
+pid_file={pid}
+linger={linger}
+COMMAND={command}
+
+_ajet_put() {{  # atomic: temp file, then rename
+    printf '%s\\n' "$2" > "$1.tmp.$$" && {mv} -f -- "$1.tmp.$$" "$1"
+}}
+# Traps first: a signal that comes before the command starts is remembered and forwarded
+# to it as soon as it exists, and never kills the wrapper before it records the code.
+_ajet_pid=
+_ajet_sig=
+_ajet_hangup=
+_ajet_forward() {{
+    _ajet_sig=$1
+    [ "$1" = HUP ] && _ajet_hangup=1  # the pane is gone: nobody to linger for
+    [ -n "$_ajet_pid" ] && kill -s "$1" -- "-$_ajet_pid" 2>/dev/null
+}}
+trap '_ajet_forward INT' INT
+trap '_ajet_forward TERM' TERM
+trap '_ajet_forward HUP' HUP
+exec 3>&1  # the pane, for the wrapper's own last words
+exec > >(trap '' INT TERM HUP; exec {tee} -a -- "$log") 2>&1
+_ajet_tee=$!
+if ! cd -- {cwd}; then
+    echo "[ajet-runner] cannot cd to "{cwd}
+    _ajet_put "$rc_file" 1
+    exit 1
+fi
+# The job's environment is exported in a subshell only, so the wrapper, tee and the
+# linger sleep carry no experiment marker. A background job ignores SIGINT unless told
+# otherwise; `env --default-signal` restores it so a graceful stop works.
+(
+{exports}
+    exec {setsid} {env} --default-signal=INT,QUIT {bash} -c "$COMMAND"
+) < /dev/null &
+_ajet_pid=$!
+[ -n "$_ajet_sig" ] && _ajet_forward "$_ajet_sig"
+_ajet_put "$pid_file" "$_ajet_pid"
+while :; do
+    _ajet_sig=
+    wait "$_ajet_pid"
+    rc=$?
+    [ -z "$_ajet_sig" ] && break  # a trapped signal interrupted wait: wait again
+done
+# Let tee flush what the command printed before the rc says "done". Bounded, because an
+# escaped daemon may hold the pipe open for ever.
+exec >&3 2>&3
+for ((_i = 0; _i < {tee_tenths}; _i++)); do
+    [ -e "/proc/$_ajet_tee" ] || break
+    {sleep} 0.1
+done
+_ajet_put "$rc_file" "$rc"
+trap - INT TERM HUP
+printf '\\n[ajet-runner] %(%F %T)T command exited with code %s; this pane closes in %ss\\n' -1 "$rc" "$linger"
+[ -z "$_ajet_hangup" ] && [ "$linger" -gt 0 ] && {sleep} "$linger"
+exit "$rc"
+"""
+
+
+def _tool(name: str) -> str:
+    """Absolute path of a tool the wrapper needs, resolved now: the job's PATH may not have it."""
+    path = shutil.which(name)
+    if path is None:
+        raise TmuxRunnerError(f"`{name}` is not installed")
+    return path
+
+
+def _wrapper_text(
+    session: str, command: str, cwd: str, env: Mapping[str, str], log: Path, rc: Path, pid: Path, linger: int
+) -> str:
+    for key in env:
+        if not _ENV_NAME.match(key):
+            raise ValueError(f"not a valid environment variable name: {key!r}")
+    q = shlex.quote
+    return _WRAPPER.format(
+        generated=time.strftime("%Y-%m-%d %H:%M:%S"),
+        session=session,
+        log=q(str(log)),
+        rc=q(str(rc)),
+        pid=q(str(pid)),
+        linger=int(linger),
+        command=q(command),
+        cwd=q(cwd),
+        exports="\n".join(f"    export {k}={q(v)}" for k, v in env.items()),
+        mv=q(_tool("mv")),
+        tee=q(_tool("tee")),
+        setsid=q(_tool("setsid")),
+        env=q(_tool("env")),
+        bash=q(_tool("bash")),
+        sleep=q(_tool("sleep")),
+        tee_tenths=TEE_DRAIN_TENTHS,
+    )
+
+
+def _job_processes(handle: RunHandle) -> dict[int, psutil.Process]:
+    """The job: the command, its descendants, and anything left in its session (re-parented)."""
+    found: dict[int, psutil.Process] = {}
+    leader = handle.process()
+    if leader is not None:
+        found[leader.pid] = leader
+        with contextlib.suppress(psutil.NoSuchProcess):
+            found.update((c.pid, c) for c in leader.children(recursive=True))
+    if handle.pid is not None and handle.pid_create_time is not None:
+        for proc in psutil.process_iter():
+            try:
+                if os.getsid(proc.pid) == handle.pid and proc.create_time() >= handle.pid_create_time - 0.05:
+                    found.setdefault(proc.pid, proc)
+            except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+                continue
+    return {pid: p for pid, p in found.items() if not is_gone(p)}
+
+
+def _signal_group(pgid: int | None, sig: int) -> None:
+    if pgid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class TmuxRunner:
+    """Starts, watches and stops attempts in tmux sessions on one tmux server."""
+
+    def __init__(self, socket_path: str | None = None, *, linger: float = 300.0) -> None:
+        self.socket_path = socket_path or os.environ.get(SOCKET_ENV) or None
+        self.server = libtmux.Server(socket_path=self.socket_path) if self.socket_path else libtmux.Server()
+        self.linger = linger
+
+    # --- sessions -------------------------------------------------------------------------
+    def start(
+        self,
+        session: str,
+        command: str,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        log_path: Path,
+        rc_path: Path,
+        pid_path: Path,
+        pid_timeout: float = 10.0,
+    ) -> RunHandle:
+        """Start `command` detached in a new session; returns once its pid is known.
+
+        If the command could not start (e.g. `cwd` vanished) the handle has no pid and
+        `exit_code()` tells why it ended; the log says more.
+        """
+        if not Path(cwd).is_dir():
+            raise NotADirectoryError(cwd)
+        if self.exists(session):
+            raise SessionExists(session)
+        log_path, rc_path, pid_path = Path(log_path), Path(rc_path), Path(pid_path)
+        for path in (log_path, rc_path, pid_path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in (rc_path, pid_path):  # a previous attempt's files must not be read as ours
+            stale.unlink(missing_ok=True)
+        log_path.touch()  # exists before start() returns, though tee opens it a moment later
+        wrapper = log_path.with_name(log_path.stem + ".sh")
+        wrapper.write_text(_wrapper_text(session, command, cwd, env, log_path, rc_path, pid_path, round(self.linger)))
+        wrapper.chmod(0o755)
+        handle = RunHandle(
+            session=session,
+            log_path=log_path,
+            rc_path=rc_path,
+            pid_path=pid_path,
+            wrapper_path=wrapper,
+            socket_path=self.socket_path,
+        )
+        # A raw new-session through libtmux's `cmd`: `Server.new_session()` returns a Session
+        # whose pane must be fetched by a second query, which fails when a quick command has
+        # already ended the session; `-P -F '#{pane_pid}'` gets it atomically (and 3x faster).
+        shell_command = f"exec {shlex.quote(_tool('bash'))} {shlex.quote(str(wrapper))}"
+        args = ["-d", "-P", "-F", "#{pane_pid}", "-s", session, "-c", cwd, "-x", "200", "-y", "50"]
+        proc = self.server.cmd("new-session", *args, shell_command)
+        if proc.returncode != 0 or not proc.stdout:
+            raise TmuxRunnerError(f"tmux new-session failed: {' '.join(proc.stderr)}")
+        handle.pane_pid = int(proc.stdout[0])
+        with contextlib.suppress(psutil.NoSuchProcess):
+            handle.server_pid = psutil.Process(handle.pane_pid).ppid()
+        handle.wait_for_pid(pid_timeout)
+        return handle
+
+    def exists(self, session: str) -> bool:
+        return bool(self.server.has_session(session))
+
+    def list_sessions(self, prefix: str = PREFIX) -> list[str]:
+        try:
+            names = [s.session_name or "" for s in self.server.sessions]
+        except libtmux.exc.LibTmuxException:
+            return []
+        return sorted(n for n in names if n.startswith(prefix))
+
+    def capture(self, session: str, lines: int = 50) -> str:
+        """The last `lines` lines of the pane (screen and scroll-back), trailing blanks dropped."""
+        found = self.server.sessions.filter(session_name=session)
+        pane = found[0].active_pane if found else None
+        if pane is None:
+            return ""
+        text = pane.capture_pane(start=-lines)
+        text = text if isinstance(text, list) else []
+        while text and not text[-1].strip():
+            text.pop()
+        return "\n".join(text[-lines:])
+
+    def kill_session(self, session: str) -> None:
+        """Kill exactly this session (`=name`: libtmux's target would also match by prefix)."""
+        if self.exists(session):
+            try:
+                self.server.kill_session(f"={session}")
+            except libtmux.exc.LibTmuxException:
+                if self.exists(session):
+                    raise
+
+    # --- the command ----------------------------------------------------------------------
+    def is_running(self, handle: RunHandle) -> bool:
+        """The command's own process is alive (psutil, pid + create time); tmux is not asked."""
+        if handle.pid is None:
+            handle.wait_for_pid(0)
+        if handle.rc_path.exists():
+            return False
+        return handle.process() is not None
+
+    def exit_code(self, handle: RunHandle) -> int | None:
+        """The exit code the wrapper recorded (128+N for signal N), or None while unknown."""
+        return _read_int(handle.rc_path)
+
+    def wait_for_exit(self, handle: RunHandle, timeout: float) -> int | None:
+        """Wait until the wrapper has recorded the exit code, at most `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while (rc := self.exit_code(handle)) is None and time.monotonic() < deadline:
+            time.sleep(POLL * 4)
+        return rc
+
+    def stop(self, handle: RunHandle, grace: float) -> int | None:
+        """Stop the job: SIGINT, then SIGTERM, then SIGKILL, then close the session.
+
+        Every process of the job is collected before each signal (children re-parent when
+        their parent dies). Raises ProcessesSurvived if any is still alive at the end.
+        Returns the recorded exit code (None if the wrapper could not record one).
+        """
+        if handle.pid is None:
+            handle.wait_for_pid(min(grace, 2.0))
+        wrapper_tree = self._wrapper_tree(handle)
+        seen = _job_processes(handle)
+        leader = handle.process()
+        if leader is not None:
+            _signal_group(handle.pgid, signal.SIGINT)
+            wait_gone([leader], grace)
+        seen.update(_job_processes(handle))
+        alive = [p for p in seen.values() if not is_gone(p)]
+        if alive:
+            _signal_group(handle.pgid, signal.SIGTERM)
+            signal_all(alive, signal.SIGTERM)
+            alive = wait_gone(alive, min(grace, TERM_WAIT))
+            seen.update(_job_processes(handle))
+            alive = [p for p in seen.values() if not is_gone(p)]
+        if alive:
+            _signal_group(handle.pgid, signal.SIGKILL)
+            signal_all(alive, signal.SIGKILL)
+            wait_gone(alive, KILL_WAIT)
+        rc = self.wait_for_exit(handle, RC_WAIT if handle.pid is not None else 0.0)
+        self.kill_session(handle.session)
+        self._reap_nudge(handle)
+        leftover = wait_gone(wrapper_tree.values(), 2.0)
+        if leftover:  # the wrapper and tee ignore nothing fatal: SIGKILL is a last resort
+            signal_all(leftover, signal.SIGKILL)
+            wait_gone(leftover, KILL_WAIT)
+        survivors = sorted(p.pid for p in [*seen.values(), *wrapper_tree.values()] if not is_gone(p))
+        if survivors:
+            raise ProcessesSurvived(survivors)
+        return rc
+
+    def _wrapper_tree(self, handle: RunHandle) -> dict[int, psutil.Process]:
+        if handle.pane_pid is None:
+            return {}
+        try:
+            wrapper = psutil.Process(handle.pane_pid)
+            if str(handle.wrapper_path) not in wrapper.cmdline():
+                return {}  # a reused pid, not our wrapper
+            tree = [wrapper, *wrapper.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return {}
+        return {p.pid: p for p in tree}
+
+    def _reap_nudge(self, handle: RunHandle) -> None:
+        """SIGCHLD to the tmux server makes it reap panes whose exit it missed (stack-notes)."""
+        if handle.server_pid is None:
+            return
+        try:
+            if psutil.Process(handle.server_pid).name().startswith("tmux"):
+                os.kill(handle.server_pid, signal.SIGCHLD)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            pass
+
+
+__all__ = [
+    "ProcessesSurvived",
+    "RunHandle",
+    "SessionExists",
+    "TmuxRunner",
+    "TmuxRunnerError",
+    "session_name",
+]
