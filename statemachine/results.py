@@ -27,6 +27,7 @@ Summary semantics (pinned by tests, relied on by reports and the watcher):
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import os
 import re
@@ -71,12 +72,17 @@ _PAIR_VALUE = (
 _PAIR_RE = re.compile(
     r"""(?:'(?P<k1>[^'\\\n]*)'|"(?P<k2>[^"\\\n]*)")\s*:\s*""" + _PAIR_VALUE + r"""\s*(?=[,}])"""
 )
+_NUM = r"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|nan|inf)"
+_FAST_ITEM_RE = re.compile(  # one `'key': scalar,` of a flat dict repr, the shape every real line has
+    r"""\s*(?:'(?P<k1>[^'\\\n]*)'|"(?P<k2>[^"\\\n]*)")\s*:\s*"""
+    r"""(?:(?P<num>""" + _NUM + r""")|(?:np|numpy)\.\w+\(\s*(?P<npnum>""" + _NUM + r""")\s*\)"""
+    r"""|'(?P<s1>[^'\\\n]*)'|"(?P<s2>[^"\\\n]*)"|(?P<const>True|False|None))\s*(?P<end>,\s*\}|,|\})"""
+)
 _HEADING_RE = re.compile(
     r"^#{1,6}\s*step\s*[:#]?\s*(?P<step>[+-]?\d+)\s*(?:\((?P<paren>[^)]*)\)|[:\-–—|]\s*(?P<rest>.*?))?\s*#*\s*$",
     re.IGNORECASE,
 )
-_ITEM_RE = re.compile(r"^\s*[-*+]\s+(?P<body>.*)$")
-_KV_RE = re.compile(r"^(?P<key>[^:]*?[^:\s])\s*:\s*(?P<val>.*)$")
+_ITEM_RE = re.compile(r"^\s*[-*+]\s")
 _NUMBER_RE = re.compile(
     r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?nan|[+-]?inf(?:inity)?)\s*(?P<pct>%)?$",
     re.IGNORECASE,
@@ -86,6 +92,12 @@ _HIGHER_IS_BETTER_RE = re.compile(
     r"^(?:mean_reward|num_pass_n_tasks|task_pass_rate@.*|num_.*success.*"
     r"|val-core/.+/(?:reward|acc|score)/(?:mean@\d+|(?:best|maj)@\d+/mean))$"
 )
+
+
+# One shared fields-set for the (many) evaluations we build: model_construct would otherwise
+# give each its own set, about a fifth of an evaluation's memory. It holds every field, so
+# pydantic's `.add()` on attribute assignment never changes it.
+_EVAL_FIELDS = set(Evaluation.model_fields)
 
 
 class ResultSummary(BaseModel):
@@ -123,6 +135,7 @@ def higher_is_better(metric: str) -> bool:
     return bool(_HIGHER_IS_BETTER_RE.match(metric))
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_key(key: str) -> str:
     """`num_pass_n_tasks(pass@4)` → `num_pass_n_tasks`; markdown emphasis and backticks dropped."""
     key = key.strip().strip("*`_ ").strip()
@@ -138,7 +151,8 @@ def _to_float(value: Any) -> float | None:
         return None
     if isinstance(value, (int, float)):
         try:
-            return float(value)
+            number = float(value)
+            return math.nan if number != number else number  # one nan object: equal dicts compare equal
         except OverflowError:
             return math.inf if value > 0 else -math.inf
     if value == _NAN:
@@ -156,11 +170,11 @@ def _parse_text_value(text: str) -> tuple[float | None, bool]:
         return None, False
     if m.group("pct"):
         try:  # Decimal keeps `20.83%` → 0.2083 exactly as written
-            return float(Decimal(m.group("num")) / 100), True
+            return _to_float(float(Decimal(m.group("num")) / 100)), True
         except (InvalidOperation, ValueError):
             return None, False
     try:
-        return float(m.group("num")), False
+        return _to_float(float(m.group("num"))), False
     except ValueError:
         return None, False
 
@@ -234,8 +248,44 @@ def _literal_scalar(text: str) -> Any:
         return _MISSING
 
 
+_CONSTS: dict[str, Any] = {"True": True, "False": False, "None": None}
+
+
+def _fast_dict(line: str) -> dict[str, Any] | None:
+    """A flat `{'k': scalar, ...}` line parsed by one regex pass (no ast); None when the line
+    has any other shape, so the caller falls back to ast.literal_eval."""
+    if not line.startswith("{"):
+        return None
+    if line[1:].strip() == "}":
+        return {}
+    out: dict[str, Any] = {}
+    pos = 1
+    closed = False
+    for m in _FAST_ITEM_RE.finditer(line, 1):
+        if m.start() != pos or closed:
+            return None  # something between items that is not a flat scalar item
+        k1, k2, num, npnum, s1, s2, const, end = m.groups()
+        key = k1 if k1 is not None else k2
+        num = num or npnum
+        if num is not None:
+            value: Any = float(num)
+            out[key] = value if value == value else math.nan
+        elif const is not None:
+            out[key] = _CONSTS[const]
+        else:
+            out[key] = s1 if s1 is not None else s2
+        pos = m.end()
+        closed = end != ","
+    if not closed or line[pos:].strip():
+        return None
+    return out
+
+
 def _parse_dict_line(line: str) -> tuple[dict[Any, Any] | None, int]:
     """A whole dict-repr line → (dict or None, records lost on this line)."""
+    data = _fast_dict(line)
+    if data is not None:
+        return data, 0
     data = _literal_dict(line)
     if data is not None:
         return data, 0
@@ -247,6 +297,15 @@ def _parse_dict_line(line: str) -> tuple[dict[Any, Any] | None, int]:
             return data, 1
     pairs = _pairs_dict(line)
     return (pairs or None), 0
+
+
+def _item_body(line: str) -> str | None:
+    """The text after a markdown bullet (`- `, `* `, `+ `), else None. String ops, not a regex:
+    this runs on every line of a swarm file."""
+    s = line.lstrip()
+    if len(s) >= 2 and s[0] in "-*+" and s[1] in " \t":
+        return s[2:]
+    return None
 
 
 # ----------------------------------------------------------------------------- line reading
@@ -274,7 +333,7 @@ def _open_text(path: str | os.PathLike[str]) -> IO[str]:
 # ----------------------------------------------------------------------------- val parsing
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
     """One swarm `## Step N` block being read."""
 
@@ -287,7 +346,7 @@ class _Block:
     open_last_line: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class _Kept:
     seq: int
     step: int
@@ -316,15 +375,15 @@ class _ValParser:
     # -- feeding
     def feed(self, raw: str) -> None:
         line = raw.rstrip("\r\n")
-        stripped = line.strip().lstrip("\ufeff\x00").strip()
         if self.block is not None:
-            item = _ITEM_RE.match(line)
-            if item and not stripped.startswith("{"):
-                self._block_item(item.group("body"), ended=raw.endswith(("\n", "\r")))
+            body = _item_body(line)
+            if body is not None:
+                self._block_item(body, ended=len(line) != len(raw))
                 return
-            if not stripped:
+            if not line.strip():
                 return
             self._close_block()
+        stripped = line.strip().lstrip("\ufeff\x00").strip()
         if raw.startswith(_OVERLONG):
             self.skipped += 1
         elif stripped.startswith("{"):
@@ -368,7 +427,7 @@ class _ValParser:
                 continue
             number = _to_float(value)
             if number is not None:
-                metrics[sys.intern(name)] = number
+                metrics[name] = number
         self.formats.add("classic")
         self._end_run()
         self._keep(step, dataset, metrics)
@@ -378,21 +437,26 @@ class _ValParser:
         block = self.block
         assert block is not None
         block.open_last_line = not ended
-        m = _KV_RE.match(body.strip())
-        if not m:
-            block.malformed = True
+        key, colon, raw_value = body.partition(":")
+        key = key.strip()
+        if not colon or not key:
+            block.malformed = True  # `- total_tas`: a line cut before its colon
             return
-        name = normalize_key(m.group("key"))
-        raw_value = m.group("val").strip()
+        name = normalize_key(key)
         block.chain.append(hash((block.chain[-1] if block.chain else 0, name)))
         if name in DATASET_KEYS:
-            block.dataset = raw_value.strip("`*'\" ")
+            block.dataset = raw_value.strip().strip("`*'\" ")
             return
         if name in STEP_KEYS:
             return
-        number, _ = _parse_text_value(raw_value)
+        try:
+            number: float | None = float(raw_value)  # the common case: a plain number
+            if number != number:
+                number = math.nan
+        except ValueError:
+            number, _ = _parse_text_value(raw_value)
         if number is not None:
-            block.metrics[sys.intern(name)] = number
+            block.metrics[name] = number
 
     def _close_block(self) -> None:
         block, self.block = self.block, None
@@ -451,7 +515,7 @@ class _ValParser:
         for kept in sorted(final.values(), key=lambda k: k.seq):
             order.setdefault(kept.dataset, len(order))
         evaluations = [
-            Evaluation.model_construct(step=k.step, dataset=k.dataset, metrics=k.metrics)
+            Evaluation.model_construct(_EVAL_FIELDS, step=k.step, dataset=k.dataset, metrics=k.metrics)
             for k in sorted(final.values(), key=lambda k: (k.step, k.dataset))
         ]
         fmt = "mixed" if len(self.formats) > 1 else next(iter(self.formats), "")
