@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from statemachine.logtext import clean_line
+from statemachine.logtext import clean_line, clean_lines
 from statemachine.models import Diagnosis, Finding
-from statemachine.signatures import CATALOGUE, TRACEBACK_ID, Signature, match_line, signature
+from statemachine.signatures import CATALOGUE, TRACEBACK_ID, Signature, candidates, match_line, signature
 
 __all__ = [
     "CATALOGUE",
@@ -31,9 +31,10 @@ __all__ = [
 
 MAX_LINE_CHARS = 64 * 1024  # longer lines are cut: no real log line needs more to be recognised
 DEFAULT_TAIL = 200
+_BATCH_LINES = 1024  # diagnose_lines scans this many lines per block
 _TRACEBACK_FOREIGN_LIMIT = 20  # interleaved lines tolerated before a traceback's exception line
 
-_TRACEBACK_START = re.compile(r"^Traceback \(most recent call last\):")
+_TRACEBACK_START = "Traceback (most recent call last):"
 _CHAIN_PREFIXES = (
     "During handling of the above exception",
     "The above exception was the direct cause",
@@ -122,15 +123,17 @@ class LogScanner:
             return []
         out = self._feed_text(self._decoder.decode(b"", final=True))
         if self._parts:
-            self._scan_line(self._take_partial(""), out)
+            self._scan_lines([self._take_partial("")], out)
         self._close_traceback(out)
         self._closed = True
         return out
 
-    def feed_line(self, line: str) -> list[Finding]:
-        """Scan one already-split line (text without its newline)."""
+    def feed_lines(self, lines: list[str]) -> list[Finding]:
+        """Scan already-split lines (text without '\\n'); same result as feeding their bytes."""
+        if any("\n" in line for line in lines):
+            lines = "\n".join(lines).split("\n")
         out: list[Finding] = []
-        self._scan_line(line, out)
+        self._scan_lines(lines, out)
         return out
 
     # ---- results -----------------------------------------------------------------------
@@ -186,13 +189,16 @@ class LogScanner:
 
     def _feed_text(self, text: str) -> list[Finding]:
         out: list[Finding] = []
-        start = 0
-        while (end := text.find("\n", start)) >= 0:
-            self._scan_line(self._take_partial(text[start:end]), out)
-            start = end + 1
-        if start < len(text) and not self._discarding:
-            self._parts.append(text[start:])
-            self._parts_len += len(text) - start
+        if not text:
+            return out
+        pieces = text.split("\n")
+        rest = pieces.pop()
+        if pieces:
+            pieces[0] = self._take_partial(pieces[0])
+            self._scan_lines(pieces, out)
+        if rest and not self._discarding:
+            self._parts.append(rest)
+            self._parts_len += len(rest)
             if self._parts_len > MAX_LINE_CHARS:
                 bounded = _bound("".join(self._parts))
                 self._parts = [bounded]
@@ -214,17 +220,21 @@ class LogScanner:
 
     # ---- the one scanning path ---------------------------------------------------------
 
-    def _scan_line(self, raw: str, out: list[Finding]) -> None:
-        self._line_no += 1
-        number = self._line_no
-        text = clean_line(_bound(raw))
-        self._tail.append(text)
-        self._track_traceback(text, number, out)
-        sig = match_line(text) if text else None
-        if sig is not None:
-            self._record(sig, number, text, out)
-        if self._completed_line is None and _is_completion(text):
-            self._completed_line = number
+    def _scan_lines(self, raws: list[str], out: list[Finding]) -> None:
+        texts = clean_lines([_bound(raw) for raw in raws])
+        among = candidates("\n".join(texts))  # usually empty: no per-line matching at all
+        for text in texts:
+            self._line_no += 1
+            number = self._line_no
+            self._tail.append(text)
+            if self._traceback is not None or text.startswith(_TRACEBACK_START):
+                self._track_traceback(text, number, out)
+            if among and text:
+                sig = match_line(text, among)
+                if sig is not None:
+                    self._record(sig, number, text, out)
+            if self._completed_line is None and _is_completion(text):
+                self._completed_line = number
 
     def _record(self, sig: Signature, number: int, text: str, out: list[Finding]) -> None:
         if sig.fatal:
@@ -243,7 +253,7 @@ class LogScanner:
 
     def _track_traceback(self, text: str, number: int, out: list[Finding]) -> None:
         tb = self._traceback
-        if _TRACEBACK_START.match(text):
+        if text.startswith(_TRACEBACK_START):
             if tb is not None and tb.chained:
                 tb.chained = False
                 return
@@ -300,9 +310,13 @@ def _resolve(findings: list[Finding], completed_line: int | None) -> list[Findin
 def diagnose_lines(lines: Iterable[str]) -> LogDiagnosis:
     """Diagnose a log given as lines (with or without their trailing newline)."""
     scanner = LogScanner(tail_lines=1)
+    batch: list[str] = []
     for item in lines:
-        for line in item.removesuffix("\n").split("\n"):
-            scanner.feed_line(line)
+        batch.extend(item.removesuffix("\n").split("\n"))
+        if len(batch) >= _BATCH_LINES:
+            scanner.feed_lines(batch)
+            batch = []
+    scanner.feed_lines(batch)
     scanner.close()
     return scanner.diagnosis()
 

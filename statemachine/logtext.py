@@ -10,10 +10,11 @@ import re
 
 # ECMA-48 escapes: OSC (ESC ] ... BEL or ESC \), DCS/SOS/PM/APC strings, CSI sequences,
 # 8-bit CSI, two-byte escapes; and a lone trailing ESC left by a truncated write.
+# No alternative can match a newline, so a block of lines can be cleaned in one call.
 _ANSI = re.compile(
     r"""
-    \x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?      # OSC: hyperlinks, window titles
-    | \x1b[PX^_][^\x1b]*(?:\x1b\\)?         # DCS, SOS, PM, APC strings
+    \x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?    # OSC: hyperlinks, window titles
+    | \x1b[PX^_][^\x1b\n]*(?:\x1b\\)?       # DCS, SOS, PM, APC strings
     | \x1b\[[0-?]*[ -/]*[@-~]               # CSI: colours, cursor moves, erase line
     | \x9b[0-?]*[ -/]*[@-~]                 # 8-bit CSI
     | \x1b[ -/]*[0-~]                       # two-byte escapes (charset, keypad, ...)
@@ -41,14 +42,30 @@ def _last_segment(line: str) -> str:
     return ""
 
 
+def _strip_escapes(text: str) -> str:
+    """Remove escape sequences and unprintable controls; never touches '\\n' or '\\r'."""
+    if "\x1b" in text or "\x9b" in text:
+        text = _ANSI.sub("", text)
+    if _CONTROL.search(text):
+        text = _CONTROL.sub("", text)
+    return text
+
+
 def clean_line(line: str) -> str:
     """Strip ANSI escapes, \\r redraws, Ray prefixes and Ray's repeat suffix; never raises."""
-    if "\x1b" in line or "\x9b" in line:
-        line = _ANSI.sub("", line)
+    return _finish(_strip_escapes(line))
+
+
+def clean_lines(lines: list[str]) -> list[str]:
+    """`[clean_line(x) for x in lines]` for lines without '\\n', with one regex pass per block."""
+    if not lines:
+        return []
+    return [_finish(line) for line in _strip_escapes("\n".join(lines)).split("\n")]
+
+
+def _finish(line: str) -> str:
     if "\r" in line:
         line = _last_segment(line)
-    if _CONTROL.search(line):
-        line = _CONTROL.sub("", line)
     if line.startswith("("):
         # Ray nests nothing, but a colour reset can leave the prefix doubled after stripping.
         for _ in range(2):

@@ -81,7 +81,8 @@ def load_catalogue(path: Path = CATALOGUE_PATH) -> list[Signature]:
             raise ValueError(f"{path}: duplicate signature id {spec.id!r}")
         seen.add(spec.id)
         try:
-            patterns = tuple(re.compile(p) for p in spec.patterns)
+            # MULTILINE: ^ and $ are line anchors, so a pattern can scan a block of lines at once.
+            patterns = tuple(re.compile(p, re.MULTILINE) for p in spec.patterns)
         except re.error as exc:
             raise ValueError(f"{path}: {spec.id}: bad pattern: {exc}") from exc
         result.append(
@@ -102,8 +103,6 @@ def load_catalogue(path: Path = CATALOGUE_PATH) -> list[Signature]:
 
 CATALOGUE: list[Signature] = load_catalogue()
 _BY_ID: dict[str, Signature] = {s.id: s for s in CATALOGUE}
-# One search over every pattern rejects the vast majority of lines in a single regex call.
-_ANY = re.compile("|".join(f"(?:{p.pattern})" for s in CATALOGUE for p in s.patterns))
 
 
 def signature(id: str) -> Signature:  # noqa: A002 - the public name other modules use
@@ -114,8 +113,16 @@ def signature(id: str) -> Signature:  # noqa: A002 - the public name other modul
         raise KeyError(f"unknown failure signature {id!r}") from None
 
 
-def match_line(line: str) -> Signature | None:
-    """The first catalogue entry (in catalogue order) whose patterns match a cleaned line."""
-    if not _ANY.search(line):
-        return None
-    return next((s for s in CATALOGUE if s.matches(line)), None)
+def candidates(block: str) -> list[Signature]:
+    """The entries that match at least one line of a '\\n'-joined block of cleaned lines.
+
+    Sound because a match inside one line is also a match in the block (MULTILINE anchors,
+    and `.` never crosses a newline); most blocks have no candidate at all, so almost no
+    line is matched on its own. Order is catalogue order.
+    """
+    return [s for s in CATALOGUE if s.matches(block)]
+
+
+def match_line(line: str, among: list[Signature] | None = None) -> Signature | None:
+    """The first entry (in catalogue order) whose patterns match one cleaned line."""
+    return next((s for s in (CATALOGUE if among is None else among) if s.matches(line)), None)

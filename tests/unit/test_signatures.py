@@ -18,6 +18,7 @@ from statemachine.diagnose import (
     diagnose_text,
     signature,
 )
+from statemachine.logtext import clean_lines
 from statemachine.models import Diagnosis
 from statemachine.signatures import load_catalogue, match_line
 from tests.conftest import CORPUS
@@ -63,6 +64,13 @@ def test_clean_line_never_raises_and_leaves_no_escapes(text: str) -> None:
     out = clean_line(text)
     assert "\x1b" not in out
     assert "\r" not in out
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.text(), st.sampled_from([f"{E}[3", f"{E}]8;;x", "\r", "(pid=1) ", E, "\x9b"]))))
+def test_block_cleaning_equals_line_by_line(lines: list[str]) -> None:
+    lines = [line.replace("\n", " ") for line in lines]
+    assert clean_lines(lines) == [clean_line(line) for line in lines]
 
 
 # ---- the catalogue ------------------------------------------------------------------------
