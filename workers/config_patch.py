@@ -9,6 +9,10 @@ indentation styles (AgentJet's own YAMLs do) and rewrites `null`s. When a value 
 spliced (a flow map, a block scalar, a non-map in the way) the whole file goes through a
 ruamel round-trip dump instead. Either way the result is re-read and must equal the
 original data with exactly the requested changes, or nothing is written.
+
+Naming: when `ajet.experiment_name` is absent or `read_yaml_name`, AgentJet names the
+experiment after the YAML file (plus a timestamp), so a run of the copy is named
+`<stem>.ajet-runner-<tag>_<time>`.
 """
 
 from __future__ import annotations
