@@ -20,7 +20,7 @@ install-test: $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 
 demo: install
-	$(BIN)/ajet-runner run examples/blueprints/demo.md
+	$(BIN)/ajet-runner demo
 
 test: install-test
 	$(BIN)/ruff check .

@@ -31,7 +31,7 @@ from statemachine.rules import Observation, Proposal, decide, default_rules
 from workers import procs
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.config_patch import patched_config_path, read_yaml_data, write_patched_yaml
-from workers.finish import write_finish_flag
+from workers.finish import clear_finish_flag, write_finish_flag
 from workers.journal import Journal
 from workers.node import NodeInfo
 from workers.repair_hook import ask_hook
@@ -207,6 +207,7 @@ class ExperimentDriver:
         original = Path(self.bp.yaml_abspath())
         result_dir = Path(self.bp.exp_result_dir)
         result_dir.mkdir(parents=True, exist_ok=True)
+        clear_finish_flag(result_dir)  # a flag from an earlier run must not announce this one as done
         shutil.copyfile(original, result_dir / "config.original.yaml")
         command = plan.command
         changes = list(plan.changes)
@@ -353,6 +354,8 @@ class ExperimentDriver:
     def _end_attempt(self, proposal: Proposal, alive: bool) -> None:
         assert self.handle is not None and self.watch is not None
         exit_code = None
+        # What the log said before we stopped it: our own SIGINT makes the job print a traceback.
+        cause = proposal.finding or self.watch.scanner.cause
         if alive:
             grace = 2.0 if proposal.force_kill else self.settings.stop_grace_seconds
             try:
@@ -366,7 +369,6 @@ class ExperimentDriver:
         attempt = self.ctx.attempts[-1] if self.ctx.attempts else None
         if attempt is not None:
             attempt.update(ended_at=time.time(), exit_code=exit_code, end_reason=proposal.reason)
-        cause = proposal.finding or self.watch.scanner.cause
         if proposal.trigger == "anomaly":
             self.ctx.pending_repair = {
                 "cause": cause.model_dump() if cause else None,

@@ -104,3 +104,19 @@ def register(app: typer.Typer) -> None:
         """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
         code = run_blueprint(blueprint, Console(), node=node)
         raise typer.Exit(code)
+
+    @app.command()
+    def demo(
+        template: str = typer.Argument("demo", help="a sample blueprint from examples/blueprints"),
+        workdir: Path = typer.Option(None, "--dir", help="where to put the copy (default ./runs/<template>-<time>)"),
+    ) -> None:
+        """Copy the simulated AgentJet and a sample blueprint into a fresh dir, then `run` it."""
+        from service.demo import list_templates, materialize
+
+        if template not in list_templates():
+            typer.echo(f"error: no sample blueprint {template!r}; choose from {', '.join(list_templates())}", err=True)
+            raise typer.Exit(2)
+        target = workdir or Path("runs") / f"{template}-{time.strftime('%Y%m%d-%H%M%S')}"
+        blueprint = materialize(template, target.resolve())
+        Console().print(f"blueprint: {blueprint}")
+        raise typer.Exit(run_blueprint(blueprint, Console()))

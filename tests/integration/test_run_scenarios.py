@@ -1,0 +1,149 @@
+"""`ajet-runner run` end to end: real embedded Redis, real tmux, the simulated AgentJet."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from tests.integration.scenario import CLI, env_for, make, marked_processes, run_cli, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def evaluations_steps(data: dict) -> list[int]:
+    return [e["step"] for e in data["evaluations"]]
+
+
+def test_demo_completes_with_report_and_flag(tmp_path, tmux_socket) -> None:
+    sc = make("demo", tmp_path)
+    proc = run_cli(sc, env_for(tmux_socket))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Job submitted: " in proc.stdout
+    flag = sc.flag()
+    assert flag["outcome"] == "completed" and set(flag) >= {"id", "outcome", "finished_at"}
+    data = sc.results_json()
+    assert evaluations_steps(data)[0] == 0 and len(data["attempts"]) == 1
+    for name in ("experiment_report.md", "repair_log.md", "reward_plot.png", "logs/attempt-1.log"):
+        assert (sc.results / name).exists(), name
+    assert "ajet" in data["tmux_session"]
+    assert marked_processes(flag["id"]) == []
+
+
+def test_preflight_fixes_execute_test_and_val_path_keeping_the_users_yaml(tmp_path, tmux_socket) -> None:
+    sc = make("execute_test_on", tmp_path)
+    yaml_path = sc.codebase / "tests/bench/execute_test_on/execute_test_on.yaml"
+    # As shipped it trains for 100 epochs; a few steps are enough to see the preflight's effect.
+    yaml_path.write_text(yaml_path.read_text().replace("    total_epochs: 100\n",
+                                                       "    total_epochs: 100\n    total_training_steps: 6\n"))
+    original = yaml_path.read_bytes()
+    proc = run_cli(sc, env_for(tmux_socket))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert yaml_path.read_bytes() == original  # the user's file, comments and all, untouched
+    data = sc.results_json()
+    keys = {c["key"] for c in data["preflight_changes"]}
+    assert "ajet.execute_test" in keys and "ajet.trainer_common.val_print_to_markdown_file_path" in keys
+    assert evaluations_steps(data)[0] == 0  # a step-0 baseline
+    patched = (sc.results / "config.patched.yaml").read_text()
+    original_comments = [ln for ln in original.decode().splitlines() if ln.strip().startswith("#")]
+    assert original_comments and all(c in patched for c in original_comments)
+    assert not list(yaml_path.parent.glob("*.ajet-runner-*.yaml"))  # no copy left in the codebase
+
+
+@pytest.mark.parametrize(("template", "signature"), [("oom_first_attempt", "cuda_oom"),
+                                                     ("network_first_attempt", "network_unreachable")])
+def test_first_attempt_crash_is_repaired_and_completes_on_attempt_2(tmp_path, tmux_socket, template, signature):
+    sc = make(template, tmp_path)
+    env = env_for(tmux_socket)
+    env["PATH"] = f"{sc.codebase / 'bin'}:{env['PATH']}"  # the sim's proxychains4
+    proc = run_cli(sc, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "completed" and len(data["attempts"]) == 2
+    assert [r["signature"] for r in data["repairs"]] == [signature]
+    assert data["repairs"][0]["result"] == "relaunched"
+    log = (sc.results / "repair_log.md").read_text()
+    assert signature in log and "attempt 2" in log
+
+
+def test_unrepairable_failure_is_failed_after_one_launch(tmp_path, tmux_socket) -> None:
+    sc = make("model_missing", tmp_path)
+    proc = run_cli(sc, env_for(tmux_socket))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "failed" and len(data["attempts"]) == 1
+    assert data["repairs"][0]["signature"] == "model_path_missing"
+    assert sc.flag()["outcome"] == "failed"
+
+
+def test_time_limit_stops_the_run_keeps_partial_results_and_leaves_no_process(tmp_path, tmux_socket) -> None:
+    sc = make("long_run", tmp_path)
+    proc = run_cli(sc, env_for(tmux_socket))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "timed_out"
+    assert len(data["evaluations"]) >= 1  # partial results kept
+    assert data["attempts"][0]["ended_at"] - data["attempts"][0]["started_at"] < 30 + 15
+    assert marked_processes(data["id"]) == []
+
+
+def test_stall_is_detected(tmp_path, tmux_socket) -> None:
+    sc = make("hang", tmp_path)
+    proc = run_cli(sc, env_for(tmux_socket, AJET_RUNNER_STALL_SECONDS="3"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "failed" and "stall" in data["reason"]
+    assert marked_processes(data["id"]) == []
+
+
+def test_plateau_stops_early(tmp_path, tmux_socket) -> None:
+    sc = make("plateau", tmp_path)
+    env = env_for(tmux_socket, AJET_RUNNER_PLATEAU_AFTER_FRACTION="0", AJET_RUNNER_PLATEAU_EVALUATIONS="3",
+                  AJET_RUNNER_PLATEAU_EPSILON="0.01")
+    proc = run_cli(sc, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "early_stopped"
+
+
+def test_autokill_is_defused(tmp_path, tmux_socket) -> None:
+    sc = make("autokill", tmp_path)
+    bystander = subprocess.Popen(["python3", "-c", "import time; time.sleep(120)"])
+    try:
+        proc = run_cli(sc, env_for(tmux_socket))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert bystander.poll() is None  # a python process that is not ours survived
+        data = sc.results_json()
+        assert "--autokill" not in data["attempts"][0]["command"]
+        assert "--autokill" in (sc.results / "repair_log.md").read_text()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_ctrl_c_cancels_cleanly_with_exit_130(tmp_path, tmux_socket) -> None:
+    sc = make("long_run", tmp_path)
+    proc = subprocess.Popen([*CLI, "run", str(sc.blueprint)], env=env_for(tmux_socket), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: list((sc.results / "logs").glob("attempt-1.log")), 60, "the first attempt to start")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert sc.flag()["outcome"] == "cancelled"
+    assert marked_processes(sc.flag()["id"]) == []
+
+
+def test_invalid_blueprint_is_rejected_with_reasons(tmp_path, tmux_socket) -> None:
+    bad = tmp_path / "bad.md"
+    bad.write_text("## [exp_purpose]\nnothing else\n## [exp_codebase_dir]\nrelative/path\n")
+    proc = subprocess.run([*CLI, "run", str(bad)], env=env_for(tmux_socket), capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 2
+    assert "exp_codebase_dir" in proc.stdout and "exp_launch_command" in proc.stdout
+    assert not os.path.exists(tmp_path / "results")
