@@ -112,7 +112,12 @@ class LogScanner:
     # ---- input -------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> list[Finding]:
-        """Scan more bytes of the log; returns the findings first seen in them."""
+        """Scan more bytes of the log; returns the findings first seen in them.
+
+        Their fatal flags are as known at that moment; `findings`, `cause` and `live_cause`
+        give the flags resolved for the whole log so far (a later specific cause or the run's
+        successful end can demote a finding).
+        """
         if self._closed:
             raise ValueError("LogScanner.feed() after close()")
         return self._feed_text(self._decoder.decode(data))
@@ -129,7 +134,9 @@ class LogScanner:
         return out
 
     def feed_lines(self, lines: list[str]) -> list[Finding]:
-        """Scan already-split lines (text without '\\n'); same result as feeding their bytes."""
+        """Scan already-split lines (without '\\n'): like feeding their bytes. Do not mix with feed()."""
+        if self._closed:
+            raise ValueError("LogScanner.feed_lines() after close()")
         if any("\n" in line for line in lines):
             lines = "\n".join(lines).split("\n")
         out: list[Finding] = []
