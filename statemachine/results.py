@@ -541,7 +541,8 @@ def summarize(
     order = dataset_order or {}
     counts = Counter(e.dataset for e in evaluations)
     datasets = sorted(counts, key=lambda d: (order.get(d, len(order)), d))
-    primary = max(datasets, key=lambda d: (counts[d], -datasets.index(d))) if datasets else ""
+    rank = {d: i for i, d in enumerate(datasets)}
+    primary = max(datasets, key=lambda d: (counts[d], -rank[d])) if datasets else ""
     mine = sorted((e for e in evaluations if e.dataset == primary), key=lambda e: e.step)
     final = baseline = {}
     best: dict[str, dict[str, Any]] = {}
