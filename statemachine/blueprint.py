@@ -84,6 +84,7 @@ _LABELS: dict[str, tuple[str, ...]] = {
 }
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+|$)(.*)$")
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _LIST = re.compile(r"^([ \t]*)(\d{1,3}(?:[.)][ \t]+|[、．][ \t]*)|[-*+•][ \t]+)(.*)$")
 _NUMBER_PREFIX = re.compile(r"^\(?\d{1,3}[.)、．:：]?\)?\s+")
 _FENCE_OPEN = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
@@ -131,6 +132,7 @@ class _Marker:
     numbered: bool = False
     inline: str = ""
     by_tag: bool = True
+    skip: int = 1  # lines from the marker line to its body (2 below a setext heading)
 
 
 @dataclass
@@ -204,8 +206,12 @@ def _match_tag(rest: str, *, strict: bool = False) -> tuple[str, str] | None:
     return found, _SEPARATOR.sub("", after, count=1).strip()
 
 
-def _match_label(rest: str) -> tuple[str, str] | None:
-    """(field, text after the label) when `rest` starts with a known part label."""
+def _match_label(rest: str, *, colon: bool = False) -> tuple[str, str] | None:
+    """(field, text after the label) when `rest` starts with a known part label.
+
+    `colon` (plain lines): only "Label: value" counts, so prose that happens to start
+    with a label word is left alone.
+    """
     s = _NUMBER_PREFIX.sub("", rest.lstrip(_LEAD_MARKUP), count=1).lstrip(_LEAD_MARKUP)
     low = s.lower()
     best: tuple[int, str] | None = None
@@ -219,6 +225,8 @@ def _match_label(rest: str) -> tuple[str, str] | None:
         return None
     after = s[best[0] :]
     after = re.sub(r"^\s*[(（][^)）\n]{0,60}[)）]", "", after)  # "(absolute path)"
+    if colon and not re.match(r"^[\s*_`]*[:：]", after):
+        return None
     return best[1], _SEPARATOR.sub("", after, count=1).strip()
 
 
@@ -227,10 +235,13 @@ def _find_markers(lines: list[str], fenced: set[int]) -> list[_Marker]:
     for i, line in enumerate(lines):
         if i in fenced or not line.strip():
             continue
-        style, level, indent, numbered = "plain", 0, 0, False
+        style, level, indent, numbered, skip = "plain", 0, 0, False, 1
         rest = line.strip()
+        setext = _SETEXT.match(lines[i + 1]) if i + 1 < len(lines) and i + 1 not in fenced else None
         if (h := _HEADING.match(line)) is not None:
             style, level, rest = "heading", len(h.group(1)), h.group(2).strip().rstrip("#").strip()
+        elif setext is not None and not _LIST.match(line) and not rest.startswith("|") and not _SETEXT.match(line):
+            style, level, skip = "heading", 1 if setext.group(1)[0] == "=" else 2, 2  # "Purpose\n-------"
         elif (li := _LIST.match(line)) is not None:
             style, indent, rest = "list", len(li.group(1).expandtabs(4)), li.group(3)
             numbered = li.group(2)[0].isdigit()
@@ -246,10 +257,10 @@ def _find_markers(lines: list[str], fenced: set[int]) -> list[_Marker]:
         if hit is None and structural and (late := _LATE_TAG.search(rest)) is not None:
             hit = _match_tag(rest[late.start() :])  # "## 1. 实验目的 [exp_purpose]"
         by_tag = hit is not None
-        if hit is None and structural:
-            hit = _match_label(rest)
+        if hit is None:
+            hit = _match_label(rest, colon=not structural)
         if hit is not None:
-            markers.append(_Marker(i, hit[0], style, level, indent, numbered, hit[1], by_tag))
+            markers.append(_Marker(i, hit[0], style, level, indent, numbered, hit[1], by_tag, skip))
     tagged = {m.field for m in markers if m.by_tag}
     return [m for m in markers if m.by_tag or m.field not in tagged]
 
@@ -260,7 +271,7 @@ def _section_end(lines: list[str], fenced: set[int], m: _Marker, stop: int, last
         return m.line + 1
     has_content = bool(m.inline)
     blank_seen = False
-    for j in range(m.line + 1, stop):
+    for j in range(m.line + m.skip, stop):
         line = lines[j]
         if j in fenced:
             has_content, blank_seen = True, False
@@ -471,8 +482,8 @@ def parse_blueprint(text: str) -> Blueprint:
             untagged.append((cursor, "\n".join(lines[cursor : m.line])))
         stop = markers[k + 1].line if k + 1 < len(markers) else len(lines)
         end = _section_end(lines, fenced, m, stop, last=k + 1 == len(markers))
-        sections.append(_Section(m, lines[m.line + 1 : end]))
-        cursor = max(end, m.line + 1)
+        sections.append(_Section(m, lines[m.line + m.skip : end]))
+        cursor = max(end, m.line + m.skip)
     if cursor < len(lines):
         untagged.append((cursor, "\n".join(lines[cursor:])))
 
@@ -526,10 +537,13 @@ def parse_blueprint(text: str) -> Blueprint:
 
 
 def _only_headings(chunk: str) -> bool:
+    """A title (ATX or setext), rules and a table header: nothing worth keeping as a note."""
+    lines = chunk.split("\n")
     return all(
-        not ln.strip() or _HEADING.match(ln) or ln.lstrip().startswith("|")
+        not ln.strip() or _HEADING.match(ln) or ln.lstrip().startswith("|") or _SETEXT.match(ln)
         or re.fullmatch(r"\s*([-*_=])\1{2,}\s*", ln)
-        for ln in chunk.split("\n")
+        or (k + 1 < len(lines) and _SETEXT.match(lines[k + 1]))
+        for k, ln in enumerate(lines)
     )
 
 

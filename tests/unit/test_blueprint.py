@@ -377,6 +377,31 @@ def test_the_launcher_block_wins_over_a_preparation_block() -> None:
     assert bp.exp_launch_command == "python -m ajet.launcher --conf a.yaml"
 
 
+def test_setext_headings_and_plain_label_lines() -> None:
+    bp = parse_blueprint(_doc("""
+        Blueprint for exp 5
+        ===================
+
+        Purpose
+        -------
+        Test 8 GPUs vs 4.
+
+        1) **[exp_codebase_dir]** - /opt/code
+        2) **[exp_max_time]** - 3h
+        其他实验相关信息：之前的实验 reward 0.5。
+    """))
+    assert bp.exp_purpose == "Test 8 GPUs vs 4."
+    assert bp.exp_codebase_dir == "/opt/code"
+    assert (bp.exp_max_time_seconds, bp.exp_max_time_text) == (10800, "3h")
+    assert bp.notes == "之前的实验 reward 0.5。"
+
+
+def test_a_plain_line_needs_a_colon_to_be_a_label() -> None:
+    bp = parse_blueprint("## [exp_max_time]\n3h\nNotes about the GPUs follow\n")
+    assert bp.notes == ""
+    assert bp.exp_max_time_text == "3h\nNotes about the GPUs follow"
+
+
 def test_the_first_part_with_a_value_wins() -> None:
     bp = parse_blueprint("[exp_codebase_dir]\n\n[exp_codebase_dir] /second\n[exp_codebase_dir] /third\n")
     assert bp.exp_codebase_dir == "/second"
