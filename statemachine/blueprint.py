@@ -406,7 +406,7 @@ def _join_shell_lines(lines: list[str]) -> str:
     current = ""
     for raw in lines:
         s = raw.strip()
-        if not s or (s.startswith("#") and not current):
+        if not s or s.startswith("#"):
             continue
         if s.startswith("$ "):
             s = s[2:].strip()
@@ -438,7 +438,7 @@ def _extract_command(text: str) -> str:
     if blocks:  # a preparation block may come first: prefer the one that starts training
         return next((cmd for cmd in blocks if "launcher" in cmd), blocks[0])
     para: list[str] = []
-    for ln in _strip_label(text, "exp_launch_command").split("\n"):
+    for ln in _unquote(_strip_label(text, "exp_launch_command")).split("\n"):
         s = ln.strip()
         continued = bool(para) and para[-1].endswith("\\")
         if not s or _FENCE_OPEN.match(ln):
@@ -458,8 +458,16 @@ def _extract_command(text: str) -> str:
     return "" if _is_placeholder(cmd) else cmd
 
 
+def _unquote(value: str) -> str:
+    """A value written YAML-style: `"..."`, `'...'`, or a `|` / `>` block."""
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" and value[0] not in value[1:-1]:
+        return value[1:-1]
+    return re.sub(r"^[|>][-+]?[ \t]*\n", "", value)
+
+
 def _extract_text(text: str, fld: str) -> str:
-    return _strip_label(text, fld).strip()
+    return _unquote(_strip_label(text, fld))
 
 
 # -------------------------------------------------------------------------------- parse

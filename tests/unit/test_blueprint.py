@@ -402,6 +402,22 @@ def test_a_plain_line_needs_a_colon_to_be_a_label() -> None:
     assert bp.exp_max_time_text == "3h\nNotes about the GPUs follow"
 
 
+def test_yaml_style_key_value_blueprint() -> None:
+    bp = parse_blueprint(_doc("""
+        exp_purpose: "Compare lr 1e-6 with blueprint_1"
+        exp_codebase_dir: /x/code
+        exp_venv_exe: '/x/code/.venv/bin/python'
+        exp_launch_command: |
+          cd /x/code && \\
+          python -m ajet.launcher --conf conf/a.yaml
+        exp_max_time: 12h
+    """))
+    assert bp.exp_purpose == "Compare lr 1e-6 with blueprint_1"
+    assert bp.exp_venv_exe == "/x/code/.venv/bin/python"
+    assert bp.exp_launch_command == "cd /x/code && python -m ajet.launcher --conf conf/a.yaml"
+    assert bp.exp_max_time_seconds == 12 * 3600
+
+
 def test_the_first_part_with_a_value_wins() -> None:
     bp = parse_blueprint("[exp_codebase_dir]\n\n[exp_codebase_dir] /second\n[exp_codebase_dir] /third\n")
     assert bp.exp_codebase_dir == "/second"
