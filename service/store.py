@@ -27,6 +27,7 @@ DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0
 # JSON-encoded hash fields (everything else is a plain string).
 JSON_FIELDS = (
     "lifecycle", "latest_metrics", "handle", "gpus", "blueprint_json", "problems", "config_changes", "ctx",
+    "log_tail",
 )
 
 

@@ -90,6 +90,9 @@ class RepairAction(BaseModel):
       program `requires` is installed; otherwise the action is not applicable.
     - add_flag / remove_flag: a launcher flag (`value`, e.g. "--skip-check-avail-gpu").
     - cleanup: `value` names what to clean: "ray", "gpu_processes", "session".
+
+    Actions that share a non-empty `alternative` label are alternatives: only the first one
+    that changes something is applied (e.g. a proxy prefix, else offline mode).
     """
 
     kind: Literal["set_yaml", "set_env", "prefix_command", "add_flag", "remove_flag", "cleanup"]
@@ -98,6 +101,7 @@ class RepairAction(BaseModel):
     factor: float | None = None
     minimum: float | None = None
     requires: str = ""
+    alternative: str = ""
     description: str = ""
 
 

@@ -210,8 +210,15 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
         "remove_flag": r.flag,
         "cleanup": r.cleanup,
     }
+    chosen: set[str] = set()
     for action in actions:
+        if action.alternative in chosen:
+            r.skip(action, f"an alternative ({action.alternative}) was already applied")
+            continue
+        before = (len(r.changes), len(r.env), r.command, len(r.cleanups))
         handlers[action.kind](action)
+        if action.alternative and before != (len(r.changes), len(r.env), r.command, len(r.cleanups)):
+            chosen.add(action.alternative)
     changes = [c for c in r.changes.values() if get_dotted(r.original, c.key, MISSING) != c.new]
     applicable = bool(changes or r.env or r.command != command or r.cleanups)
     if not applicable:

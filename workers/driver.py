@@ -8,6 +8,7 @@ alive in tmux is re-adopted and watched, never launched twice.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import shutil
@@ -22,7 +23,7 @@ from service.store import Store, TransitionConflict
 from statemachine.blueprint import validate_blueprint
 from statemachine.command import conf_path, replace_conf
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
-from statemachine.models import Blueprint, Finding, Level
+from statemachine.models import Blueprint, ConfigChange, Finding, Level
 from statemachine.policies import parse_backoff, report_due_at
 from statemachine.preflight import plan_preflight
 from statemachine.repairs import resolve_repair
@@ -41,6 +42,7 @@ from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch
 
 log = logging.getLogger(__name__)
+LOG_TAIL_LINES = 200  # kept in Redis so the API can show a log without the node's filesystem
 
 
 class LostOwnership(RuntimeError):
@@ -59,6 +61,7 @@ class Context:
     preflight_problems: list[dict[str, Any]] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)
     repairs: list[dict[str, Any]] = field(default_factory=list)
+    yaml_changes: list[dict[str, Any]] = field(default_factory=list)  # preflight + repairs, on the original
     val_path: str = ""
     train_path: str = ""
     gpus: list[int] | None = None
@@ -122,6 +125,8 @@ class ExperimentDriver:
             if not handlers[state]():
                 return ""  # handed back (e.g. waiting for GPUs) without finishing
         self.journal.flush()
+        if self.store.r.hget(f"ajet:exp:{self.id}", "delete_requested") == b"1":
+            self.store.delete(self.id)  # DELETE on a running experiment: drop the record once it is finished
         return self.lc.outcome
 
     def _adopt(self) -> None:
@@ -212,18 +217,36 @@ class ExperimentDriver:
         command = plan.command
         changes = list(plan.changes)
         self.ctx.config_path = str(original)
-        if changes:
-            patched = patched_config_path(original, self.id)
-            write_patched_yaml(original, patched, changes)
-            self.ctx.config_path = str(patched)
-            command = self._point_command_at(command, patched)
         self.ctx.command = command
+        if changes:
+            self._patch_config([c.model_dump(mode="json") for c in changes])
         self.ctx.cleanup_on_stop = bool(plan.cleanup_on_stop)
         self.ctx.preflight_changes = [c.model_dump(mode="json") for c in [*changes, *plan.command_changes]]
         data = read_yaml_data(Path(self.ctx.config_path))
         trainer = (data.get("ajet") or {}).get("trainer_common") or {}
         self.ctx.val_path = self._abs(trainer.get("val_print_to_markdown_file_path"))
         self.ctx.train_path = self._abs(trainer.get("train_print_to_markdown_file_path"))
+
+    def _patch_config(self, new_changes: list[dict[str, Any]]) -> str:
+        """Write every change so far (preflight and repairs) onto a fresh copy of the user's YAML.
+
+        Returns the diff of this step (previous copy → new copy); the user's file is never touched.
+        """
+        if not new_changes:
+            return ""
+        merged: dict[str, dict[str, Any]] = {c["key"]: dict(c) for c in self.ctx.yaml_changes}
+        for c in new_changes:
+            merged[c["key"]] = {**c, "old": merged.get(c["key"], c)["old"]}
+        self.ctx.yaml_changes = list(merged.values())
+        original = Path(self.bp.yaml_abspath())
+        patched = patched_config_path(original, self.id)
+        before = Path(self.ctx.config_path).read_text(encoding="utf-8") if self.ctx.config_path else ""
+        write_patched_yaml(original, patched, [ConfigChange.model_validate(c) for c in self.ctx.yaml_changes])
+        self.ctx.config_path = str(patched)
+        self.ctx.command = self._point_command_at(self.ctx.command, patched)
+        after = patched.read_text(encoding="utf-8")
+        return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
+                                            "config (before)", "config (after)"))
 
     def _point_command_at(self, command: str, config: Path) -> str:
         if conf_path(command) is None:
@@ -290,7 +313,7 @@ class ExperimentDriver:
         watch.last_output_at = self.handle.started_at
         attempt_started = self.handle.started_at
         started = self.started_at or attempt_started
-        next_renew = 0.0
+        next_renew = next_tail = 0.0
         while True:
             t0 = time.monotonic()
             now = time.time()
@@ -312,10 +335,14 @@ class ExperimentDriver:
                 max_seconds=self.bp.exp_max_time_seconds, process_alive=alive, exit_code=exit_code,
                 cancel_requested=self.journal.cancel_requested(), last_output_at=watch.last_output_at,
                 last_eval_at=watch.last_eval_at, completed_run=watch.scanner.completed_run,
-                cause=watch.scanner.cause, cause_seen_at=watch.cause_seen_at,
+                # While it runs, only a specific signature counts (a caught, logged traceback does not).
+                cause=watch.scanner.live_cause if alive else watch.scanner.cause, cause_seen_at=watch.cause_seen_at,
                 evaluations=self._primary_evaluations(),
             )
             self._maybe_report(now - started)
+            if watch.bytes_read != read_before and t0 >= next_tail:
+                self.journal.update({"log_tail": watch.scanner.tail(LOG_TAIL_LINES), "log_bytes": watch.bytes_read})
+                next_tail = t0 + 1.0
             if self.on_watch:
                 self.on_watch(self.id, time.monotonic() - t0, watch.bytes_read - read_before,
                               now - watch.last_output_at)
@@ -458,18 +485,9 @@ class ExperimentDriver:
     def _on_repairing(self) -> bool:
         self._renew()
         resolved = (self.ctx.pending_repair or {}).get("resolved") or {}
-        from statemachine.models import ConfigChange
-
-        changes = [ConfigChange.model_validate(c) for c in resolved.get("yaml_changes", [])]
-        diff = ""
-        if changes:
-            original = Path(self.bp.yaml_abspath())
-            patched = patched_config_path(original, self.id)
-            diff = write_patched_yaml(Path(self.ctx.config_path), patched, changes)
-            self.ctx.config_path = str(patched)
-            resolved["command"] = self._point_command_at(resolved.get("command") or self.ctx.command, patched)
         self.ctx.env.update(resolved.get("env") or {})
         self.ctx.command = resolved.get("command") or self.ctx.command
+        diff = self._patch_config(resolved.get("yaml_changes") or [])
         if resolved.get("cleanups"):
             self._cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
         if self.ctx.repairs:

@@ -45,7 +45,7 @@ class AttemptWatch:
                     found += self.scanner.feed(chunk)
         except FileNotFoundError:
             return found
-        if self.scanner.cause is not None and self.cause_seen_at is None:
+        if self.scanner.live_cause is not None and self.cause_seen_at is None:
             self.cause_seen_at = now
         return found
 

@@ -162,3 +162,14 @@ def test_full_oom_plan_on_the_benchmark_yaml(data: dict) -> None:
     assert r.env and r.cleanups == ["gpu_processes"] and r.applicable
     assert len(r.notes) == 4
     assert ResolvedRepair.model_validate_json(r.model_dump_json()) == r
+
+
+def test_alternatives_apply_only_the_first_that_changes_something() -> None:
+    from statemachine.signatures import signature
+
+    plan = signature("network_unreachable").repair
+    cmd = "python -m ajet.launcher --conf x.yaml"
+    with_proxy = resolve_repair(plan, yaml_data={}, command=cmd, env={}, installed=lambda p: True)
+    assert with_proxy.command.startswith("proxychains4 -q") and "HF_HUB_OFFLINE" not in with_proxy.env
+    without = resolve_repair(plan, yaml_data={}, command=cmd, env={}, installed=lambda p: False)
+    assert without.command == cmd and without.env == {"HF_HUB_OFFLINE": "1"}
