@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from service.commands import check, diagnose, results, run, worker
+from service.commands import check, client, diagnose, results, run, serve, worker
 
 app = typer.Typer(
     name="ajet-runner",
@@ -14,7 +14,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (check, results, diagnose, run, worker):
+
+@app.callback()
+def _root() -> None:
+    """Run AgentJet experiment blueprints: tmux, watching, repairs, reports, finish.flag."""
+
+
+for module in (check, results, diagnose, run, worker, serve, client):
     module.register(app)
 
 
