@@ -1,0 +1,45 @@
+"""A worker killed with SIGKILL mid-run: the next worker re-adopts the tmux session, never relaunches."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.store import Store
+from service.submit import submit
+from tests.integration.scenario import make, wait_for
+from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
+from workers.tmux import TmuxRunner
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_sigkilled_worker_is_replaced_and_the_run_completes_with_one_launch(tmp_path, redis_url, tmux_socket):
+    sc = make("demo", tmp_path)
+    yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("step_seconds: 1.0", "step_seconds: 0.5"))
+    store = Store.from_url(redis_url)
+    env = worker_env(redis_url, tmux_socket)
+    first = start_worker(env, "n1", "--gpus", "0")
+    try:
+        wait_for(lambda: store.nodes(), 30, "the first worker to register")
+        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
+        rec = store.get(exp_id)
+        assert rec is not None and rec["state"] == "running"
+    finally:
+        kill_group(first)  # supervisor, RQ slots and the work-horse driving the run: all SIGKILLed
+    session = rec["tmux_session"]
+    assert TmuxRunner(tmux_socket).exists(session)  # the run itself lives on in tmux
+
+    with running_worker(env, "n1", "--gpus", "0"):
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    rec = store.get(exp_id)
+    assert rec is not None and rec["outcome"] == "completed"
+    events = store.events(exp_id)
+    launches = [e for e in events if e.get("trigger") == "launched"]
+    assert len(launches) == 1, "the re-adopting worker must not launch a second copy"
+    assert any(e["type"] == "adopted" for e in events)
+    assert rec["attempt"] == "1" and not (sc.results / "logs" / "attempt-2.log").exists()
+    assert sc.flag()["outcome"] == "completed" and sc.flag()["id"] == exp_id
+    log = (sc.results / "logs" / "attempt-1.log").read_text()
+    assert log.count("Final validation metrics") == 1
