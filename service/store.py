@@ -48,7 +48,8 @@ def gpu_key(node: str) -> str:
 
 
 def new_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    """12 random hex digits: unique enough, short to type, and its head names the tmux session."""
+    return uuid.uuid4().hex[:12]
 
 
 # KEYS: exp hash, exp stream, global stream

@@ -21,7 +21,7 @@ from typing import Any
 from service.settings import Settings
 from service.store import Store, TransitionConflict
 from statemachine.blueprint import validate_blueprint
-from statemachine.command import conf_path, replace_conf
+from statemachine.command import add_flag, conf_path, has_flag, launcher_segment, replace_conf
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, ConfigChange, Finding, Level
 from statemachine.policies import parse_backoff, report_due_at
@@ -42,6 +42,7 @@ from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch
 
 log = logging.getLogger(__name__)
+SKIP_GPU_CHECK = "--skip-check-avail-gpu"
 LOG_TAIL_LINES = 200  # kept in Redis so the API can show a log without the node's filesystem
 
 
@@ -181,6 +182,7 @@ class ExperimentDriver:
                 return self._wait_for_gpus()
             self.ctx.gpus = gpus
         self._apply_preflight(plan)
+        self._share_node_gpus()
         self._claim_and_fire("start", "preflight passed", fields={
             "node": self.node.name, "started_at": time.time(),
             "tmux_session": session_name(self.bp.exp_purpose, self.id), "gpus": self.ctx.gpus,
@@ -247,6 +249,22 @@ class ExperimentDriver:
         after = patched.read_text(encoding="utf-8")
         return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
                                             "config (before)", "config (after)"))
+
+    def _share_node_gpus(self) -> None:
+        """On a node shared with other runs, AgentJet's all-GPUs-free check would fail (it ignores
+        CUDA_VISIBLE_DEVICES): skip it, since our reservation already keeps the GPUs disjoint."""
+        gpus = self.ctx.gpus
+        if gpus is None or len(gpus) >= self.node.gpus or launcher_segment(self.ctx.command) is None:
+            return
+        if has_flag(self.ctx.command, SKIP_GPU_CHECK):
+            return
+        new = add_flag(self.ctx.command, SKIP_GPU_CHECK)
+        self.ctx.preflight_changes.append(ConfigChange(
+            key="exp_launch_command", old=self.ctx.command, new=new,
+            reason=f"this node's {self.node.gpus} GPUs are shared; this run has GPUs {gpus} "
+                   f"(CUDA_VISIBLE_DEVICES), which AgentJet's GPU check does not look at",
+        ).model_dump(mode="json"))
+        self.ctx.command = new
 
     def _point_command_at(self, command: str, config: Path) -> str:
         if conf_path(command) is None:

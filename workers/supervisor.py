@@ -101,7 +101,20 @@ class NodeSupervisor:
                                            "message": "driver lease expired: re-adopting the run"})
             adopted.append(rec["id"])
         self.running = running
+        self._release_stale_gpus()
         return adopted
+
+    def _release_stale_gpus(self) -> None:
+        """GPUs held by experiments that finished or vanished while their driver was dead."""
+        if not self.node.manages_gpus:
+            return
+        for gpu, exp_id in self.store.gpu_owners(self.node.name).items():
+            rec = self.store.get(exp_id)
+            if rec is None or rec.get("state") == "finished" or (
+                rec.get("state") != "queued" and rec.get("node") not in ("", self.node.name)
+            ):
+                released = self.store.release_gpus(self.node.name, exp_id)
+                log.info("released GPU(s) %s of %s (gpu %d was stale)", released, exp_id, gpu)
 
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> None:
