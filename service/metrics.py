@@ -1,0 +1,355 @@
+"""Cluster metrics for Prometheus, computed from Redis at scrape time.
+
+One scrape target (the API) sees every experiment, queue and node, and nothing is lost when an
+RQ work-horse exits: multiprocess mode would leave files per fork and grow the scrape forever
+(see stack-notes). The reads are pipelined — three round trips however many experiments there
+are — and the first pass over all experiments fetches only `state` and `finished_at`; the fields
+the per-experiment gauges need are fetched only for the experiments that get gauges (unfinished
+ones, and finished ones younger than `finished_metrics_ttl`), so label cardinality and scrape
+cost stay bounded on a store with years of finished runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+from rq.job import Job
+from rq.queue import Queue
+from rq.utils import utcparse
+
+from service.settings import get_settings
+from service.store import DURATION_BUCKETS, INDEX, NODES, PREFIX, Store, exp_key, node_key
+from service.submit import NODE_ALIVE_SECONDS
+from statemachine.lifecycle import TRANSITIONS, Outcome, State
+from workers.node import DEFAULT_QUEUE, node_queue
+
+log = logging.getLogger(__name__)
+
+PURPOSE_MAX_CHARS = 60
+# How many job ids from the head of a queue are looked at for the oldest one: `at_front` jobs
+# (adoptions, high priority) sit newest-first before the FIFO part, so the oldest job is at the
+# boundary, which is near the head unless dozens of jobs were pushed to the front.
+QUEUE_HEAD_SCAN = 32
+EXP_LABELS = ["experiment", "purpose", "node"]
+DETAIL_FIELDS = ("state", "outcome", "purpose", "node", "started_at", "finished_at", "created_at",
+                 "max_seconds", "attempt", "latest_metrics")
+PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
+STATS = ("transitions", "outcomes", "repairs", "duration_sum")
+FINISHED = State.finished.value
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _num(value: Any) -> float | None:
+    """A finite-or-not float from a Redis/JSON value; None when absent or not a number."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(_text(value))
+    except ValueError:
+        return None
+
+
+def _hash(raw: dict[bytes, bytes]) -> dict[str, float]:
+    out = {}
+    for k, v in raw.items():
+        num = _num(v)
+        if num is not None:
+            out[_text(k)] = num
+    return out
+
+
+def purpose_label(purpose: str) -> str:
+    """One line, at most PURPOSE_MAX_CHARS characters: a label, not the blueprint's prose."""
+    flat = " ".join(purpose.split())
+    return flat if len(flat) <= PURPOSE_MAX_CHARS else flat[: PURPOSE_MAX_CHARS - 1] + "…"
+
+
+@dataclass
+class Snapshot:
+    """Everything one scrape needs, read from Redis in three pipelined round trips."""
+
+    now: float
+    states: dict[str, int] = field(default_factory=dict)
+    experiments: list[dict[str, Any]] = field(default_factory=list)  # the ones that get gauges
+    stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    buckets: dict[str, dict[str, float]] = field(default_factory=dict)  # outcome -> stored le -> count
+    nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # None: heartbeat hash expired
+    queues: dict[str, tuple[int, float | None]] = field(default_factory=dict)  # name -> (jobs, oldest enqueued)
+
+
+def read_snapshot(store: Store, finished_ttl: float, now: float) -> Snapshot:
+    r = store.r
+    snap = Snapshot(now=now)
+    outcomes = [o.value for o in Outcome]
+
+    # 1: ids, node names, counters.
+    pipe = r.pipeline(transaction=False)
+    pipe.zrange(INDEX, 0, -1)
+    pipe.smembers(NODES)
+    for name in STATS:
+        pipe.hgetall(f"{PREFIX}:stats:{name}")
+    for outcome in outcomes:
+        pipe.hgetall(f"{PREFIX}:stats:duration_bucket:{outcome}")
+    raw_ids, raw_nodes, *rest = pipe.execute()
+    ids = [_text(i) for i in raw_ids]
+    node_names = sorted(_text(n) for n in raw_nodes)
+    snap.stats = {name: _hash(raw) for name, raw in zip(STATS, rest[: len(STATS)], strict=True)}
+    snap.buckets = {o: _hash(raw) for o, raw in zip(outcomes, rest[len(STATS):], strict=True)}
+    extra_outcomes = [o for o in snap.stats["outcomes"] if o not in snap.buckets]
+    queue_names = [DEFAULT_QUEUE, *(node_queue(n) for n in node_names)]
+    queue_keys = [Queue(name, connection=r).key for name in queue_names]
+
+    # 2: state of every experiment, node hashes, queue lengths and heads.
+    pipe = r.pipeline(transaction=False)
+    for i in ids:
+        pipe.hmget(exp_key(i), "state", "finished_at")
+    for n in node_names:
+        pipe.hgetall(node_key(n))
+    for key in queue_keys:
+        pipe.llen(key)
+        pipe.lrange(key, 0, QUEUE_HEAD_SCAN - 1)
+    for o in extra_outcomes:
+        pipe.hgetall(f"{PREFIX}:stats:duration_bucket:{o}")
+    res = pipe.execute()
+    heads, ids_with_gauges = [], []
+    for exp_id, (state, finished_at) in zip(ids, res[: len(ids)], strict=True):
+        if state is None:
+            continue  # deleted between the two reads
+        state = _text(state)
+        snap.states[state] = snap.states.get(state, 0) + 1
+        if state != FINISHED or (_num(finished_at) or 0.0) >= now - finished_ttl:
+            ids_with_gauges.append(exp_id)
+    pos = len(ids)
+    for n in node_names:
+        raw = res[pos]
+        pos += 1
+        snap.nodes[n] = _node_info(raw) if raw else None
+    for _ in queue_keys:
+        heads.append((int(res[pos]), [_text(j) for j in res[pos + 1]]))
+        pos += 2
+    for o in extra_outcomes:
+        snap.buckets[o] = _hash(res[pos])
+        pos += 1
+
+    # 3: details of the experiments that get gauges, enqueue times of the queue heads.
+    pipe = r.pipeline(transaction=False)
+    for i in ids_with_gauges:
+        pipe.hmget(exp_key(i), *DETAIL_FIELDS)
+    for _, job_ids in heads:
+        for j in job_ids:
+            pipe.hget(Job.key_for(j), "enqueued_at")
+    res = pipe.execute()
+    for exp_id, values in zip(ids_with_gauges, res[: len(ids_with_gauges)], strict=True):
+        if values[0] is None:
+            continue
+        rec = {k: _text(v) for k, v in zip(DETAIL_FIELDS, values, strict=True)}
+        rec["id"] = exp_id
+        try:
+            rec["latest_metrics"] = json.loads(rec["latest_metrics"]) if rec["latest_metrics"] else {}
+        except json.JSONDecodeError:
+            rec["latest_metrics"] = {}
+        snap.experiments.append(rec)
+    pos = len(ids_with_gauges)
+    for name, (count, job_ids) in zip(queue_names, heads, strict=True):
+        times = [_enqueued_at(v) for v in res[pos: pos + len(job_ids)]]
+        pos += len(job_ids)
+        known = [t for t in times if t is not None]
+        snap.queues[name] = (count, min(known) if known else None)
+    return snap
+
+
+def _node_info(raw: dict[bytes, bytes]) -> dict[str, Any]:
+    info: dict[str, Any] = {}
+    for k, v in raw.items():
+        try:
+            info[_text(k)] = json.loads(v)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            info[_text(k)] = _text(v)
+    return info
+
+
+def _enqueued_at(raw: Any) -> float | None:
+    if not raw:
+        return None
+    try:
+        return utcparse(_text(raw)).timestamp()
+    except ValueError:
+        return None
+
+
+def _elapsed(rec: dict[str, Any], now: float) -> float:
+    """Run time so far (frozen at finish); 0 for a run that never started."""
+    started = _num(rec.get("started_at")) or 0.0
+    if not started:
+        return 0.0
+    end = (_num(rec.get("finished_at")) or now) if rec.get("state") == FINISHED else now
+    return max(0.0, end - started)
+
+
+class ClusterCollector(Collector):
+    """Every `API_METRICS` family except the HTTP histogram, from one Redis snapshot per scrape."""
+
+    def __init__(self, store: Store, finished_ttl: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.finished_ttl = get_settings().finished_metrics_ttl if finished_ttl is None else finished_ttl
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        snap = read_snapshot(self.store, self.finished_ttl, self.clock())
+        yield from experiment_families(snap)
+        yield from counter_families(snap)
+        yield from queue_families(snap)
+        yield from node_families(snap)
+
+
+def experiment_families(snap: Snapshot) -> Iterable[Metric]:
+    states = GaugeMetricFamily("ajet_runner_experiments", "Experiments per lifecycle state.", labels=["state"])
+    for state in [s.value for s in State] + sorted(set(snap.states) - {s.value for s in State}):
+        states.add_metric([state], snap.states.get(state, 0))
+    yield states
+
+    def gauge(name: str, doc: str, extra: list[str] | None = None) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=EXP_LABELS + (extra or []))
+
+    elapsed = gauge("ajet_runner_experiment_elapsed_seconds",
+                    "Seconds since the run started (frozen when it finished; 0 before it starts).")
+    max_s = gauge("ajet_runner_experiment_max_seconds", "The blueprint's time limit in seconds (0 = none).")
+    reward = gauge("ajet_runner_experiment_mean_reward", "mean_reward of the latest evaluation.")
+    pass_rate = gauge("ajet_runner_experiment_task_pass_rate", "task_pass_rate@k of the latest evaluation.", ["k"])
+    step = gauge("ajet_runner_experiment_val_step", "Training step of the latest evaluation.")
+    state = gauge("ajet_runner_experiment_state", "1 for the experiment's current lifecycle state.", ["state"])
+    attempt = gauge("ajet_runner_experiment_attempt", "Launch attempt number (a repair starts a new one).")
+    for rec in snap.experiments:
+        labels = [rec["id"], purpose_label(rec.get("purpose") or ""), rec.get("node") or ""]
+        elapsed.add_metric(labels, _elapsed(rec, snap.now))
+        max_s.add_metric(labels, _num(rec.get("max_seconds")) or 0.0)
+        state.add_metric([*labels, rec.get("state") or ""], 1)
+        attempt.add_metric(labels, _num(rec.get("attempt")) or 0.0)
+        metrics = rec.get("latest_metrics") or {}
+        if not isinstance(metrics, dict):
+            continue
+        if (value := _num(metrics.get("mean_reward"))) is not None:
+            reward.add_metric(labels, value)
+        if (value := _num(metrics.get("step"))) is not None:
+            step.add_metric(labels, value)
+        for key, raw in sorted(metrics.items()):
+            match = PASS_RATE_KEY.match(key)
+            if match and (value := _num(raw)) is not None:
+                pass_rate.add_metric([*labels, match[1]], value)
+    yield from (elapsed, max_s, reward, pass_rate, step, state, attempt)
+
+
+def _all_transitions() -> list[str]:
+    """Every edge of the lifecycle, so each counter exists at 0 before its first increase."""
+    pairs = []
+    for t in TRANSITIONS:
+        sources = t["source"] if isinstance(t["source"], list) else [t["source"]]
+        pairs += [f"{State(s).value}>{State(t['dest']).value}" for s in sources]
+    return pairs
+
+
+def counter_families(snap: Snapshot) -> Iterable[Metric]:
+    # CounterMetricFamily appends `_total` in the exposition: the names here go without it.
+    transitions = CounterMetricFamily("ajet_runner_transitions", "Lifecycle transitions.",
+                                      labels=["from_state", "to_state"])
+    counts = snap.stats.get("transitions", {})
+    for pair in dict.fromkeys([*_all_transitions(), *sorted(counts)]):
+        src, _, dst = pair.partition(">")
+        transitions.add_metric([src, dst], counts.get(pair, 0.0))
+    yield transitions
+
+    repairs = CounterMetricFamily("ajet_runner_repairs", "Repairs by failure signature and result.",
+                                  labels=["signature", "result"])
+    for key, value in sorted(snap.stats.get("repairs", {}).items()):
+        signature, sep, result = key.rpartition("|")
+        repairs.add_metric([signature, result] if sep else [key, ""], value)
+    yield repairs
+
+    outcomes = CounterMetricFamily("ajet_runner_outcomes", "Finished experiments by outcome.", labels=["outcome"])
+    done = snap.stats.get("outcomes", {})
+    names = list(dict.fromkeys([*(o.value for o in Outcome), *sorted(done)]))
+    for outcome in names:
+        outcomes.add_metric([outcome], done.get(outcome, 0.0))
+    yield outcomes
+
+    duration = HistogramMetricFamily("ajet_runner_run_duration_seconds",
+                                     "Run time from start to finish, by outcome.", labels=["outcome"])
+    sums = snap.stats.get("duration_sum", {})
+    for outcome in names:
+        stored = snap.buckets.get(outcome, {})
+        buckets = []
+        for b in DURATION_BUCKETS:
+            key = "inf" if math.isinf(b) else repr(b)
+            buckets.append((floatToGoString(b), stored.get(key, 0.0)))
+        duration.add_metric([outcome], buckets, sum_value=sums.get(outcome, 0.0))
+    yield duration
+
+
+def queue_families(snap: Snapshot) -> Iterable[Metric]:
+    jobs = GaugeMetricFamily("ajet_runner_queue_jobs", "Jobs waiting in an RQ queue.", labels=["queue"])
+    age = GaugeMetricFamily("ajet_runner_queue_oldest_job_age_seconds",
+                            "Age of the oldest waiting job (0 when the queue is empty).", labels=["queue"])
+    for name, (count, oldest) in snap.queues.items():
+        jobs.add_metric([name], count)
+        age.add_metric([name], max(0.0, snap.now - oldest) if oldest is not None and count else 0.0)
+    yield jobs
+    yield age
+
+
+def node_families(snap: Snapshot) -> Iterable[Metric]:
+    up = GaugeMetricFamily("ajet_runner_node_up",
+                           f"1 when the node's heartbeat is newer than {NODE_ALIVE_SECONDS:g} s.", labels=["node"])
+    age = GaugeMetricFamily("ajet_runner_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat.",
+                            labels=["node"])
+    gpus = GaugeMetricFamily("ajet_runner_node_gpus", "GPUs of a node: total, busy (held by experiments), free.",
+                             labels=["node", "state"])
+    for name, info in snap.nodes.items():
+        if info is None:  # the heartbeat hash expired: a node we knew is gone
+            up.add_metric([name], 0)
+            continue
+        seen = _num(info.get("last_seen")) or 0.0
+        up.add_metric([name], 1 if snap.now - seen < NODE_ALIVE_SECONDS else 0)
+        age.add_metric([name], max(0.0, snap.now - seen))
+        total = _num(info.get("gpus")) or 0.0
+        busy = _num(info.get("gpus_busy")) or 0.0
+        gpus.add_metric([name, "total"], total)
+        gpus.add_metric([name, "busy"], busy)
+        gpus.add_metric([name, "free"], max(0.0, total - busy))
+    yield from (up, age, gpus)
+
+
+def _http_registry() -> Any:
+    """The API's request-latency registry, once service/api.py provides it."""
+    try:
+        from service import api
+    except ImportError:
+        return None
+    return getattr(api, "HTTP_REGISTRY", None)
+
+
+def metrics_response(store: Store) -> tuple[bytes, str]:
+    """The /metrics body (Prometheus text format 0.0.4) and its content type."""
+    body = generate_latest(ClusterCollector(store))  # type: ignore[arg-type]  # anything with collect()
+    registry = _http_registry()
+    if registry is not None:
+        body += generate_latest(registry)
+    return body, CONTENT_TYPE_PLAIN_0_0_4
