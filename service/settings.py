@@ -37,6 +37,7 @@ class Settings(BaseSettings):
     repair_hook: str = Field(default="", description="command that reads JSON on stdin, may answer a plan")
     progress_backoff: str = Field(default="30,60,120,240,480,960", description="seconds between reports")
     lease_seconds: float = 15.0
+    redis_outage_wait_seconds: float = 3600.0
     metrics_port: int = 0
     finished_metrics_ttl: float = 3600.0
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from service.settings import Settings
 from service.store import Store, TransitionConflict
 from statemachine.blueprint import validate_blueprint
@@ -33,7 +35,7 @@ from workers import procs
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.config_patch import patched_config_path, read_yaml_data, write_patched_yaml
 from workers.finish import clear_finish_flag, write_finish_flag
-from workers.journal import Journal
+from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
 from workers.repair_hook import ask_hook
 from workers.repair_log import write_repair_log
@@ -44,10 +46,6 @@ from workers.watch import AttemptWatch
 log = logging.getLogger(__name__)
 SKIP_GPU_CHECK = "--skip-check-avail-gpu"
 LOG_TAIL_LINES = 200  # kept in Redis so the API can show a log without the node's filesystem
-
-
-class LostOwnership(RuntimeError):
-    """Another worker took the experiment over: stop driving it, touch nothing."""
 
 
 @dataclass
@@ -119,27 +117,31 @@ class ExperimentDriver:
             State.repairing.value: self._on_repairing,
             State.collecting.value: self._on_collecting,
         }
-        if self.lc.state != State.queued.value:
-            self._adopt()
-        while not self.lc.finished:
-            state = self.lc.state
-            if not handlers[state]():
-                return ""  # handed back (e.g. waiting for GPUs) without finishing
-        self.journal.flush()
-        if self.store.r.hget(f"ajet:exp:{self.id}", "delete_requested") == b"1":
-            self.store.delete(self.id)  # DELETE on a running experiment: drop the record once it is finished
+        try:
+            if self.lc.state != State.queued.value:
+                self._adopt()
+            while not self.lc.finished:
+                if not handlers[self.lc.state]():
+                    return ""  # handed back (e.g. waiting for GPUs) without finishing
+        finally:
+            # Deliver what is buffered (a node cut off from Redis waits here for it to come back).
+            self.journal.close(timeout=self.settings.redis_outage_wait_seconds)
+        try:
+            if self.store.r.hget(f"ajet:exp:{self.id}", "delete_requested") == b"1":
+                self.store.delete(self.id)  # DELETE on a running experiment: drop the record once it is finished
+        except REDIS_ERRORS:
+            log.warning("%s: could not check for a delete request", self.id)
         return self.lc.outcome
 
     def _adopt(self) -> None:
         """Take over an unfinished experiment whose previous owner's lease ran out."""
         lease = self.store.server_time() + self.settings.lease_seconds
-        try:
-            self.journal.transition({"owner": self.owner, "lease_until": lease, "node": self.node.name},
-                                    {"type": "adopted", "owner": self.owner, "state": self.lc.state})
-        except TransitionConflict as exc:
-            raise LostOwnership(str(exc)) from exc
+        self.journal.transition({"owner": self.owner, "lease_until": lease, "node": self.node.name,
+                                 **driver_identity()},
+                                {"type": "adopted", "owner": self.owner, "state": self.lc.state}, ack=True)
+        self._renew()
 
-    def fire(self, trigger: str, reason: str = "", fields: dict[str, Any] | None = None,
+    def fire(self, trigger: str, reason: str = "", fields: dict[str, Any] | None = None, ack: bool = False,
              **detail: Any) -> None:
         before = self.lc.state
         entry = self.lc.fire(trigger, reason=reason, **detail)
@@ -153,7 +155,7 @@ class ExperimentDriver:
             record["finished_at"] = entry["at"]
             start = self.started_at or float(self.rec.get("created_at") or entry["at"])
             stats.update(outcome=self.lc.outcome, duration=max(0.0, entry["at"] - start))
-        self.journal.transition(record, {"type": "transition", **entry, **detail}, stats)
+        self.journal.transition(record, {"type": "transition", **entry, **detail}, stats, ack=ack)
         log.info("%s: %s -> %s (%s) %s", self.id, before, self.lc.state, trigger, reason)
 
     # -- queued: capacity, preflight, claim ----------------------------------------------------
@@ -193,8 +195,9 @@ class ExperimentDriver:
     def _claim_and_fire(self, trigger: str, reason: str, fields: dict[str, Any] | None = None) -> None:
         lease = self.store.server_time() + self.settings.lease_seconds
         self.fire(trigger, reason, fields={"owner": self.owner, "lease_until": lease, "node": self.node.name,
-                                           **(fields or {})})
-        self.journal.flush()  # a conflict here means another worker won the claim
+                                           **driver_identity(),
+                                           **(fields or {})}, ack=True)  # a conflict: another worker won
+        self._renew()
 
     def _gpus_needed(self) -> int:
         return max(1, int(self.rec.get("gpus_needed") or 1))
@@ -283,7 +286,7 @@ class ExperimentDriver:
     # -- launching ---------------------------------------------------------------------------
     def _on_launching(self) -> bool:
         self._renew()
-        if self.store.cancel_requested(self.id):
+        if self.journal.cancel_requested():
             self.fire("cancel", "stop requested")
             return True
         session = session_name(self.bp.exp_purpose, self.id)
@@ -331,13 +334,11 @@ class ExperimentDriver:
         watch.last_output_at = self.handle.started_at
         attempt_started = self.handle.started_at
         started = self.started_at or attempt_started
-        next_renew = next_tail = 0.0
+        next_tail = 0.0
         while True:
             t0 = time.monotonic()
             now = time.time()
-            if t0 >= next_renew:
-                self._renew()
-                next_renew = t0 + self.settings.lease_seconds / 3
+            self._renew()
             alive = watch.alive(self.runner)
             read_before = watch.bytes_read
             watch.read_log(now)
@@ -441,8 +442,7 @@ class ExperimentDriver:
                                   "message": f"killed {len(killed)} leftover process(es) of this experiment"})
 
     def _renew(self) -> None:
-        if not self.journal.renew(self.settings.lease_seconds):
-            raise LostOwnership(f"{self.id} is owned by another worker now")
+        self.journal.renew(self.settings.lease_seconds)
 
     # -- failing / repairing -------------------------------------------------------------------
     def _on_failing(self) -> bool:
@@ -532,7 +532,7 @@ class ExperimentDriver:
         self._tidy_config_copy()
         write_finish_flag(self.bp.exp_result_dir, self.id, self.lc.outcome)
         if self.node.manages_gpus:
-            self.store.release_gpus(self.node.name, self.id)
+            self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
         self.fire("collected", fields={"latest_metrics": metrics})  # keeps the outcome's reason
         return True
@@ -580,6 +580,21 @@ class ExperimentDriver:
             final=summary.final if summary else {}, best=summary.best if summary else {},
             train_steps=train_steps, log_tail=tail, history=self.lc.history,
         )
+
+
+def driver_identity() -> dict[str, Any]:
+    """Who drives it, so a supervisor on the same node can see the driver is alive even while
+    Redis was unreachable and the lease ran out (e.g. a network partition)."""
+    me = psutil.Process()
+    return {"driver_pid": me.pid, "driver_started": me.create_time()}
+
+
+def driver_alive(rec: dict[str, Any]) -> bool:
+    try:
+        proc = psutil.Process(int(rec.get("driver_pid") or 0))
+        return abs(proc.create_time() - float(rec.get("driver_started") or 0)) < 0.01 and proc.status() != "zombie"
+    except (psutil.Error, ValueError):
+        return False
 
 
 def _problem(field_name: str, message: str) -> Any:

@@ -18,7 +18,8 @@ from rq.serializers import JSONSerializer
 from service.settings import get_settings
 from service.store import Store, TransitionConflict
 from statemachine.lifecycle import State
-from workers.driver import ExperimentDriver, LostOwnership
+from workers.driver import ExperimentDriver
+from workers.journal import LostOwnership, RedisUnavailable
 from workers.node import DEFAULT_QUEUE, NodeInfo, node_queue
 
 log = logging.getLogger(__name__)
@@ -52,11 +53,20 @@ def target_queue(node: str | None) -> str:
     return node_queue(node) if node else DEFAULT_QUEUE
 
 
+def _connection_url(conn: redis.Redis) -> str:
+    kw = conn.connection_pool.connection_kwargs
+    if "path" in kw:
+        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
+    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
 def drive(exp_id: str) -> str:
     """RQ job: drive one experiment until it is finished, handed back, or owned by someone else."""
     job = get_current_job()
-    conn = job.connection if job is not None else redis.Redis.from_url(get_settings().redis_url)
     settings = get_settings()
+    # Our own connection, with timeouts: a node cut off from Redis must keep watching, not hang.
+    url = settings.redis_url or _connection_url(job.connection)  # type: ignore[union-attr]
+    conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     store = Store(conn)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
@@ -66,7 +76,7 @@ def drive(exp_id: str) -> str:
         return "deleted"
     try:
         outcome = driver.run()
-    except (LostOwnership, TransitionConflict) as exc:
+    except (LostOwnership, TransitionConflict, RedisUnavailable) as exc:
         log.info("%s: not ours (%s)", exp_id, exc)
         return "not-owner"
     if outcome:

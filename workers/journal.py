@@ -1,13 +1,21 @@
-"""The driver's writes to Redis, buffered while Redis is unreachable.
+"""The driver's writes to Redis, sent by a background thread and buffered while Redis is away.
 
-A node cut off from Redis keeps watching its experiment; transitions, events and field updates
-queue here in order and are replayed when Redis answers again. Versions are tracked locally so
-the replayed transitions still compare-and-set against what this owner last wrote.
+A node cut off from Redis must keep watching its experiment at full speed: the watch loop only
+queues transitions, events and field updates here and reads the cancel flag from a cached
+value; this thread sends them in order, renews the lease and refreshes the cancel flag. When
+Redis answers again the queue drains in order. Versions are counted locally, so replayed
+transitions still compare-and-set against what this owner last wrote; a conflict (someone else
+took the experiment over) is raised in the driver at its next call.
+
+The claim of an experiment is the exception: `transition(..., ack=True)` waits until Redis
+has accepted it, because launching on an unconfirmed claim could launch twice.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,81 +26,190 @@ from service.store import Store, TransitionConflict
 
 log = logging.getLogger(__name__)
 MAX_BUFFERED = 100_000
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+
+class LostOwnership(RuntimeError):
+    """Another worker took the experiment over: stop driving it, touch nothing."""
+
+
+class RedisUnavailable(RuntimeError):
+    """A write that must be acknowledged could not reach Redis in time."""
 
 
 class Journal:
-    def __init__(self, store: Store, exp_id: str, owner: str, version: int) -> None:
+    def __init__(self, store: Store, exp_id: str, owner: str, version: int, retry_seconds: float = 1.0) -> None:
         self.store = store
         self.exp_id = exp_id
         self.owner = owner
         self.version = version
-        self._pending: deque[Callable[[], Any]] = deque()
+        self.retry_seconds = retry_seconds
+        self.online = True
         self.buffered_total = 0
+        self._ops: deque[tuple[int, Callable[[], Any]]] = deque()
+        self._seq = 0
+        self._done = 0
+        self._error: BaseException | None = None
+        self._cancel = False
+        self._lease_seconds = 0.0
+        self._renew_due = 0.0
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name=f"journal-{exp_id}", daemon=True)
+        self._thread.start()
 
+    # -- what the driver calls --------------------------------------------------------------
     @property
     def pending(self) -> int:
-        return len(self._pending)
-
-    def flush(self) -> bool:
-        """Replay what is pending; True when nothing is left. A conflict propagates."""
-        while self._pending:
-            try:
-                self._pending[0]()
-            except (redis.ConnectionError, redis.TimeoutError):
-                return False
-            self._pending.popleft()
-        return True
-
-    def _do(self, op: Callable[[], Any]) -> None:
-        if self._pending and not self.flush():
-            self._buffer(op)
-            return
-        try:
-            op()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            log.warning("redis unreachable (%s): buffering %s's writes", exc, self.exp_id)
-            self._buffer(op)
-
-    def _buffer(self, op: Callable[[], Any]) -> None:
-        if len(self._pending) >= MAX_BUFFERED:
-            self._pending.popleft()  # keep the newest: state transitions are re-derivable from the last
-        self._pending.append(op)
-        self.buffered_total += 1
+        with self._cv:
+            return len(self._ops)
 
     def transition(self, fields: Mapping[str, Any], event: Mapping[str, Any],
-                   stats: Mapping[str, Any] | None = None) -> None:
+                   stats: Mapping[str, Any] | None = None, *, ack: bool = False, wait: float = 2.0) -> None:
+        """Queue a compare-and-set transition; with `ack`, return only once Redis accepted it."""
         expected = self.version
         self.version += 1
         fields, event, stats = dict(fields), dict(event), dict(stats or {})
 
         def op() -> None:
-            self.store.transition(self.exp_id, expected_version=expected, owner=self.owner,
-                                  fields=fields, event=event, stats=stats)
+            try:
+                self.store.transition(self.exp_id, expected_version=expected, owner=self.owner,
+                                      fields=fields, event=event, stats=stats)
+            except TransitionConflict:
+                if not self._already_applied(expected):
+                    raise
 
-        self._do(op)
+
+        seq = self._put(op)
+        self._wait_for(seq, timeout=60.0 if ack else wait, required=ack)
 
     def publish(self, event: Mapping[str, Any]) -> None:
         event = dict(event)
-        self._do(lambda: self.store.publish(self.exp_id, event))
+        self._put(lambda: self.store.publish(self.exp_id, event))
 
     def update(self, fields: Mapping[str, Any]) -> None:
         fields = dict(fields)
-        self._do(lambda: self.store.update(self.exp_id, fields))
+        self._put(lambda: self.store.update(self.exp_id, fields))
 
-    def renew(self, seconds: float) -> bool:
-        """Renew our lease; False only when Redis says someone else owns the experiment now."""
-        if self._pending and not self.flush():
-            return True
-        try:
-            return self.store.renew_lease(self.exp_id, self.owner, seconds)
-        except (redis.ConnectionError, redis.TimeoutError):
-            return True
+    def call(self, fn: Callable[[], Any]) -> None:
+        """Any other write that must happen in order with the rest (e.g. releasing GPUs)."""
+        self._put(fn)
+
+    def renew(self, seconds: float) -> None:
+        """Keep our lease alive (done by the thread); raises LostOwnership once Redis says it is gone."""
+        with self._cv:
+            self._lease_seconds = seconds
+            self._cv.notify_all()
+        self.check()
 
     def cancel_requested(self) -> bool:
-        try:
-            return self.store.cancel_requested(self.exp_id)
-        except (redis.ConnectionError, redis.TimeoutError):
-            return False
+        self.check()
+        return self._cancel
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything queued has reached Redis; False if it could not in time."""
+        with self._cv:
+            target = self._seq
+        return self._wait_for(target, timeout=timeout, required=False)
+
+    def close(self, timeout: float = 30.0) -> bool:
+        done = self.flush(timeout)
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        self._thread.join(5)
+        return done
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    # -- internals ---------------------------------------------------------------------------
+    def _put(self, op: Callable[[], Any]) -> int:
+        self.check()
+        with self._cv:
+            if len(self._ops) >= MAX_BUFFERED:
+                self._ops.popleft()  # a dropped progress event is better than running out of memory
+            self._seq += 1
+            self._ops.append((self._seq, op))
+            if not self.online:
+                self.buffered_total += 1
+            self._cv.notify_all()
+            return self._seq
+
+    def _wait_for(self, seq: int, timeout: float, required: bool) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._done < seq and self._error is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or (not required and not self.online):
+                    break
+                self._cv.wait(min(left, 0.2))
+            reached = self._done >= seq
+        self.check()
+        if required and not reached:
+            raise RedisUnavailable(f"{self.exp_id}: Redis did not acknowledge a required write in {timeout:.0f}s")
+        return reached
+
+    def _run(self) -> None:
+        next_poll = 0.0
+        while True:
+            with self._cv:
+                if self._stop:
+                    return
+                if not self._ops and time.monotonic() < next_poll:
+                    self._cv.wait(min(0.2, max(0.0, next_poll - time.monotonic())))
+                    continue
+            try:
+                self._send_queued()
+                if time.monotonic() >= next_poll:
+                    self._poll()
+                    next_poll = time.monotonic() + 0.5
+                self._set_online(True)
+            except REDIS_ERRORS as exc:
+                if self.online:
+                    log.warning("%s: Redis unreachable (%s); buffering writes", self.exp_id, exc)
+                self._set_online(False)
+                time.sleep(self.retry_seconds)
+            except (TransitionConflict, LostOwnership) as exc:
+                with self._cv:
+                    self._error = exc if isinstance(exc, LostOwnership) else LostOwnership(str(exc))
+                    self._ops.clear()
+                    self._cv.notify_all()
+                return
+
+    def _send_queued(self) -> None:
+        while True:
+            with self._cv:
+                if not self._ops:
+                    return
+                seq, op = self._ops[0]
+            op()
+            with self._cv:
+                if self._ops and self._ops[0][0] == seq:
+                    self._ops.popleft()
+                self._done = max(self._done, seq)
+                self._cv.notify_all()
+
+    def _already_applied(self, expected: int) -> bool:
+        """A retried write whose first try did reach Redis (only the reply was lost)."""
+        rec = self.store.get(self.exp_id) or {}
+        return rec.get("owner") == self.owner and int(rec.get("version") or 0) > expected
+
+    def _poll(self) -> None:
+        self._cancel = self.store.cancel_requested(self.exp_id)
+        now = time.monotonic()
+        if self._lease_seconds and now >= self._renew_due:
+            if not self.store.renew_lease(self.exp_id, self.owner, self._lease_seconds):
+                raise LostOwnership(f"{self.exp_id} is owned by another worker now")
+            self._renew_due = now + self._lease_seconds / 3
+
+    def _set_online(self, online: bool) -> None:
+        with self._cv:
+            if online and not self.online:
+                log.warning("%s: Redis is back; %d buffered write(s) delivered", self.exp_id, self.buffered_total)
+            self.online = online
+            self._cv.notify_all()
 
 
-__all__ = ["Journal", "TransitionConflict"]
+__all__ = ["Journal", "LostOwnership", "RedisUnavailable", "TransitionConflict"]

@@ -21,6 +21,7 @@ import redis
 from service.settings import Settings
 from service.store import Store
 from statemachine.lifecycle import ACTIVE_STATES
+from workers.driver import driver_alive
 from workers.jobs import enqueue_drive
 from workers.node import NodeInfo, node_queue
 
@@ -92,7 +93,7 @@ class NodeSupervisor:
             running.append(rec["id"])
             lease = float(rec.get("lease_until") or 0)
             last_try = float(rec.get("adopt_enqueued_at") or 0)
-            if lease > now or now - last_try < 2 * self.settings.lease_seconds:
+            if lease > now or now - last_try < 2 * self.settings.lease_seconds or driver_alive(rec):
                 continue
             self.store.update(rec["id"], {"adopt_enqueued_at": now})
             enqueue_drive(self.store.r, self.store, rec["id"], node_queue(self.node.name), at_front=True,
