@@ -68,6 +68,18 @@ def test_first_attempt_crash_is_repaired_and_completes_on_attempt_2(tmp_path, tm
     assert signature in log and "attempt 2" in log
 
 
+def test_repair_on_top_of_preflight_changes(tmp_path, tmux_socket) -> None:
+    sc = make("oom_first_attempt", tmp_path)
+    yaml_path = sc.codebase / "tests/bench/oom_first_attempt/oom_first_attempt.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("execute_test: False", "execute_test: True"))
+    proc = run_cli(sc, env_for(tmux_socket))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert len(data["attempts"]) == 2 and data["repairs"][0]["signature"] == "cuda_oom"
+    patched = (sc.results / "config.patched.yaml").read_text()
+    assert "execute_test: False" in patched and "max_model_len: 12000" in patched  # both changes kept
+
+
 def test_unrepairable_failure_is_failed_after_one_launch(tmp_path, tmux_socket) -> None:
     sc = make("model_missing", tmp_path)
     proc = run_cli(sc, env_for(tmux_socket))
