@@ -1,9 +1,65 @@
-"""`ajet-runner` serve commands (being written)."""
+"""`ajet-runner serve`: the HTTP API under uvicorn.
+
+It refuses to start without a token, unless bound to a loopback address with `--insecure`
+(then anyone on this machine may use it, and nobody else can reach it).
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+
 import typer
+
+from service.settings import get_settings
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the CLI."""
+    @app.command()
+    def serve(
+        host: str = typer.Option("127.0.0.1", help="address to bind (0.0.0.0 for every interface)"),
+        port: int = typer.Option(8080, help="TCP port"),
+        insecure: bool = typer.Option(False, "--insecure",
+                                      help="allow no token (only with a loopback --host)"),
+        log_level: str = typer.Option("info", help="uvicorn log level"),
+    ) -> None:
+        """Serve the HTTP API (submit, list, stop, events, logs, nodes, /metrics) on REDIS_URL."""
+        import uvicorn
+
+        from service.api import create_app
+        from service.auth import TokenFileError, TokenSet
+
+        settings = get_settings()
+        if not settings.redis_url:
+            raise _fail("REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0)")
+        try:
+            tokens = TokenSet.from_settings(settings).current()
+        except TokenFileError as exc:
+            raise _fail(str(exc)) from exc
+        if not tokens:
+            if not insecure:
+                raise _fail("refusing to start without a token: set AJET_RUNNER_TOKEN (or AJET_RUNNER_TOKEN_FILE), "
+                            "or bind to a loopback address with --insecure")
+            if not is_loopback(host):
+                raise _fail(f"--insecure is only allowed on a loopback address, not {host}; set AJET_RUNNER_TOKEN")
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s serve %(name)s %(levelname)s %(message)s")
+        if not tokens:
+            logging.getLogger("ajet_runner.serve").warning("no token: the API is open to every user of this machine")
+        api = create_app(settings, insecure=insecure)
+        # uvicorn's access log shows the method, path and status: tokens travel in a header, never logged.
+        uvicorn.run(api, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
+                    server_header=False)

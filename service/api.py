@@ -1,0 +1,120 @@
+"""The HTTP API (FastAPI): one authenticated entry point to submit, inspect, follow and stop experiments.
+
+`create_app()` builds the app from settings; `ajet-runner serve` runs it with uvicorn. Every
+route under /v1 needs a bearer token; /healthz, /readyz and /metrics do not (probes and
+Prometheus scrapes). Request latency per route template goes to `HTTP_REGISTRY`, which the
+/metrics endpoint includes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import redis
+from fastapi import FastAPI, Request, Security, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry, Histogram
+
+from service.api_backend import Backend
+from service.api_middleware import BodyLimit, Latency
+from service.auth import BearerAuth, TokenSet, bearer_scheme
+from service.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+HTTP_REGISTRY = CollectorRegistry(auto_describe=True)
+HTTP_LATENCY = Histogram(
+    "ajet_runner_http_request_duration_seconds", "HTTP API request time to response headers, by route template",
+    ("method", "route", "status"), registry=HTTP_REGISTRY,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+
+
+def _validation_problems(exc: RequestValidationError) -> list[dict[str, str]]:
+    problems = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path", "header")]
+        problems.append({"level": "error", "field": ".".join(loc) or "body", "message": str(err.get("msg", ""))})
+    return problems
+
+
+def _install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = _validation_problems(exc)
+        detail = "invalid request: " + "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            content={"detail": detail, "problems": problems})
+
+    @app.exception_handler(redis.RedisError)
+    async def redis_down(_: Request, exc: redis.RedisError) -> JSONResponse:
+        log.warning("redis error: %s", exc)
+        return JSONResponse(status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+                            content={"detail": f"Redis is unreachable: {type(exc).__name__}"})
+
+
+def _install_probes(app: FastAPI, be: Backend, metrics_guard: list[Any]) -> None:
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers (touches no Redis)."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], responses={503: {"description": "Redis is unreachable"}})
+    def readyz() -> JSONResponse:
+        """Readiness: Redis answers a PING."""
+        try:
+            be.store.r.ping()
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
+            detail = getattr(exc, "detail", None) or type(exc).__name__
+            return JSONResponse(status_code=503, content={"status": "unavailable", "detail": f"redis: {detail}"})
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["health"], dependencies=metrics_guard, response_class=Response)
+    def metrics() -> Response:
+        """Prometheus exposition: experiment and node metrics from Redis, plus this API's request latency."""
+        try:
+            from service.metrics import metrics_response
+        except ImportError:
+            return Response("metrics not available\n", status_code=503, media_type="text/plain")
+        body, content_type = metrics_response(be.store)
+        return Response(body, media_type=content_type)
+
+
+def create_app(settings: Settings | None = None, *, insecure: bool = False) -> FastAPI:
+    """The API app. Without any token configured, /v1 answers 401 unless `insecure` (loopback only: `serve`
+    checks that)."""
+    from service.api_events import router as events_router
+    from service.api_experiments import nodes_router
+    from service.api_experiments import router as experiments_router
+
+    settings = settings or get_settings()
+    be = Backend(settings)
+    tokens = TokenSet.from_settings(settings)
+    metrics_auth = bool(getattr(settings, "metrics_auth", False))
+    guard = [Security(bearer_scheme)]  # documents the scheme; BearerAuth enforces it
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await be.close()
+
+    app = FastAPI(
+        title="ajet-runner", version="0.1.0", lifespan=lifespan,
+        description="Submit AgentJet experiment blueprints, follow them, stop them. "
+                    "Every /v1 route needs `Authorization: Bearer <token>`.",
+    )
+    app.state.backend = be
+    app.state.tokens = tokens
+    _install_handlers(app)
+    _install_probes(app, be, guard if metrics_auth else [])
+    for router in (experiments_router, events_router, nodes_router):
+        app.include_router(router, dependencies=guard)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(BearerAuth, tokens=tokens, insecure=insecure,  # before the body is read
+                       prefixes=("/v1", "/metrics") if metrics_auth else ("/v1",))
+    app.add_middleware(Latency, histogram=HTTP_LATENCY)  # outermost: a 401 or 413 is timed too
+    return app

@@ -1,0 +1,116 @@
+"""ASGI middleware: a request body limit enforced before anything parses the body, and request latency.
+
+Both are plain ASGI (not BaseHTTPMiddleware) so server-sent event streams pass through untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from prometheus_client import Histogram
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": data})
+
+
+class BodyLimit:
+    """Answer 413 for a body over `max_bytes`: by Content-Length at once, else while it streams in.
+
+    The body is read here in full (at most `max_bytes`) and replayed to the app, so no handler
+    ever sees, or starts parsing, a part of an oversized request.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> dict[str, Any]:
+        return {"detail": f"request body too large (limit {self.max_bytes} bytes)"}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await _send_json(send, 400, {"detail": "invalid Content-Length"})
+                    return
+                if declared > self.max_bytes:
+                    await _send_json(send, 413, self._too_large())
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await _send_json(send, 413, self._too_large())
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()  # after the body: only a disconnect can come
+
+        await self.app(scope, replay, send)
+
+
+class Latency:
+    """Observe each request's time to its response headers, labelled by route template (not raw path)."""
+
+    def __init__(self, app: ASGIApp, histogram: Histogram) -> None:
+        self.app = app
+        self.histogram = histogram
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        observed = False
+
+        def observe(status: int) -> None:
+            nonlocal observed
+            if observed:
+                return
+            observed = True
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.histogram.labels(scope["method"], template, str(status)).observe(time.perf_counter() - start)
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                observe(int(message["status"]))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, timed_send)
+        except Exception:
+            observe(500)
+            raise

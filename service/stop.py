@@ -1,0 +1,129 @@
+"""Stopping and deleting experiments, shared by the HTTP API (and anything else that steers runs).
+
+A queued experiment is taken out of its RQ queue and finished as cancelled right here, by the
+real driver: it sees the cancel flag in `queued`, claims the record with a compare-and-set,
+writes the report and `finish.flag`. If a worker claimed it first, the claim fails and the
+worker, which honours the cancel flag in every state, finishes it instead. A running
+experiment only gets the flag: its driver stops it gracefully and collects it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from service.settings import Settings
+from service.store import Store, TransitionConflict, exp_key
+from statemachine.lifecycle import State
+
+log = logging.getLogger(__name__)
+
+
+class ExperimentNotFound(LookupError):
+    """No experiment with that id (never submitted, or deleted)."""
+
+
+class AlreadyFinished(RuntimeError):
+    """Stop of an experiment that is already finished."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+        super().__init__(f"experiment {record.get('id')} is already finished ({record.get('outcome') or 'no outcome'})")
+
+
+class StopFailed(RuntimeError):
+    """The inline finish of a queued experiment failed (e.g. its result dir is not writable here)."""
+
+
+@dataclass
+class StopResult:
+    id: str
+    record: dict[str, Any] | None  # None once deleted
+    finished: bool  # the experiment is finished now (a queued one, finished inline)
+    deleted: bool
+
+
+def _flag(store: Store, exp_id: str, delete: bool) -> dict[str, Any]:
+    """Set cancel (and delete) flags on an existing record only: never resurrect a deleted hash."""
+    key = exp_key(exp_id)
+    with store.r.pipeline() as pipe:
+        while True:
+            try:
+                pipe.watch(key)
+                if not pipe.exists(key):
+                    raise ExperimentNotFound(exp_id)
+                pipe.multi()
+                fields = {"cancel_requested": "1", **({"delete_requested": "1"} if delete else {})}
+                pipe.hset(key, mapping=fields)
+                pipe.execute()
+                break
+            except redis.WatchError:
+                continue
+    rec = store.get(exp_id)
+    if rec is None:
+        raise ExperimentNotFound(exp_id)
+    return rec
+
+
+def _dequeue(store: Store, rec: dict[str, Any]) -> bool:
+    """Take the record's RQ job out of its queue; True if it was still waiting there."""
+    job_id, queue_name = rec.get("job_id") or "", rec.get("queue") or ""
+    if not job_id or not queue_name:
+        return False
+    from workers.jobs import queue
+
+    removed = bool(queue(store.r, queue_name).remove(job_id))
+    if removed:
+        with contextlib.suppress(NoSuchJobError, InvalidJobOperation):
+            Job.fetch(job_id, connection=store.r, serializer=JSONSerializer).cancel()
+    return removed
+
+
+def _finish_inline(store: Store, exp_id: str, settings: Settings, rec: dict[str, Any]) -> None:
+    from workers.driver import ExperimentDriver, LostOwnership
+    from workers.node import NodeInfo
+
+    node = NodeInfo(name=rec.get("target_node") or "api", gpus=0, slots=1)
+    try:
+        driver = ExperimentDriver(store, exp_id, settings, node, owner=f"api/{os.getpid()}")
+        driver.run()
+    except (TransitionConflict, LostOwnership, LookupError) as exc:
+        log.info("%s: a worker took it first (%s); it finishes it as cancelled", exp_id, exc)
+    except OSError as exc:
+        raise StopFailed(f"could not finish {exp_id} as cancelled here: {exc}") from exc
+
+
+def stop_experiment(store: Store, exp_id: str, settings: Settings, delete: bool = False) -> StopResult:
+    """Stop (and with `delete`, drop) one experiment. Raises ExperimentNotFound, AlreadyFinished, StopFailed.
+
+    Never touches result files: a deleted experiment keeps its result dir and `finish.flag`.
+    """
+    rec = store.get(exp_id)
+    if rec is None:
+        raise ExperimentNotFound(exp_id)
+    if rec.get("state") == State.finished.value:
+        if not delete:
+            raise AlreadyFinished(rec)
+        store.delete(exp_id)
+        return StopResult(exp_id, None, finished=True, deleted=True)
+    rec = _flag(store, exp_id, delete)
+    if rec.get("state") == State.queued.value:
+        _dequeue(store, rec)
+        _finish_inline(store, exp_id, settings, rec)
+    rec = store.get(exp_id)
+    if rec is None:
+        return StopResult(exp_id, None, finished=True, deleted=True)
+    finished = rec.get("state") == State.finished.value
+    if finished and delete:
+        # The driver finished it before it could see delete_requested: drop it ourselves.
+        store.delete(exp_id)
+        return StopResult(exp_id, None, finished=True, deleted=True)
+    return StopResult(exp_id, rec, finished=finished, deleted=False)
