@@ -52,7 +52,7 @@ SLUG_MAX = 40
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEXISH = re.compile(r"^[0-9a-f-]{8,}$")
 POLL = 0.005
-TEE_DRAIN_TENTHS = 50  # the wrapper waits at most 5 s for tee to flush before writing the rc
+TEE_DRAIN_STEPS = 200  # the wrapper waits at most 200 x 25 ms = 5 s for tee to flush before writing the rc
 RC_WAIT = 8.0  # stop(): how long the wrapper gets to record the exit code once the job is dead
 TERM_WAIT = 3.0  # stop(): between SIGTERM and SIGKILL (never more than `grace`)
 KILL_WAIT = 5.0
@@ -94,8 +94,10 @@ def session_name(purpose: str, exp_id: str) -> str:
 
 
 def _read_int(path: Path) -> int | None:
+    """The number in a one-line file, or None while it is missing or not completely written."""
     try:
-        return int(path.read_text().strip())
+        text = path.read_text()
+        return int(text) if text.endswith("\n") else None
     except (FileNotFoundError, ValueError):
         return None
 
@@ -210,14 +212,18 @@ if ! cd -- {cwd}; then
 fi
 # The job's environment is exported in a subshell only, so the wrapper, tee and the
 # linger sleep carry no experiment marker. A background job ignores SIGINT unless told
-# otherwise; `env --default-signal` restores it so a graceful stop works.
+# otherwise; `env --default-signal` restores it so a graceful stop works. The job writes
+# its own pid once that is done (so no stop signal sent after the pid is known can be
+# lost), then becomes COMMAND: same pid, its own session and process group. Builtins
+# only: a bash waiting for a child (say `mv`) swallows a SIGINT the child survives. The
+# pid is one write() of "<pid>\\n"; the runner reads it only once the newline is there.
+_ajet_job='printf "%s\\n" "$$" > "$1" && exec "$2" -c "$3"'
 (
 {exports}
-    exec {setsid} {env} --default-signal=INT,QUIT {bash} -c "$COMMAND"
+    exec {setsid} {env} --default-signal=INT,QUIT {bash} -c "$_ajet_job" ajet-job "$pid_file" {bash} "$COMMAND"
 ) < /dev/null &
 _ajet_pid=$!
 [ -n "$_ajet_sig" ] && _ajet_forward "$_ajet_sig"
-_ajet_put "$pid_file" "$_ajet_pid"
 while :; do
     _ajet_sig=
     wait "$_ajet_pid"
@@ -227,9 +233,9 @@ done
 # Let tee flush what the command printed before the rc says "done". Bounded, because an
 # escaped daemon may hold the pipe open for ever.
 exec >&3 2>&3
-for ((_i = 0; _i < {tee_tenths}; _i++)); do
+for ((_i = 0; _i < {tee_steps}; _i++)); do
     [ -e "/proc/$_ajet_tee" ] || break
-    {sleep} 0.1
+    {sleep} 0.025
 done
 _ajet_put "$rc_file" "$rc"
 trap - INT TERM HUP
@@ -270,7 +276,7 @@ def _wrapper_text(
         env=q(_tool("env")),
         bash=q(_tool("bash")),
         sleep=q(_tool("sleep")),
-        tee_tenths=TEE_DRAIN_TENTHS,
+        tee_steps=TEE_DRAIN_STEPS,
     )
 
 
@@ -351,7 +357,12 @@ class TmuxRunner:
         # already ended the session; `-P -F '#{pane_pid}'` gets it atomically (and 3x faster).
         shell_command = f"exec {shlex.quote(_tool('bash'))} {shlex.quote(str(wrapper))}"
         args = ["-d", "-P", "-F", "#{pane_pid}", "-s", session, "-c", cwd, "-x", "200", "-y", "50"]
-        proc = self.server.cmd("new-session", *args, shell_command)
+        for _ in range(3):
+            proc = self.server.cmd("new-session", *args, shell_command)
+            # A server exits when its last session ends; a new-session that races that exit
+            # fails with "server exited unexpectedly", and a retry starts a fresh server.
+            if proc.returncode == 0 or "server exited unexpectedly" not in " ".join(proc.stderr):
+                break
         if proc.returncode != 0 or not proc.stdout:
             raise TmuxRunnerError(f"tmux new-session failed: {' '.join(proc.stderr)}")
         handle.pane_pid = int(proc.stdout[0])
