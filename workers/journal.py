@@ -84,7 +84,7 @@ class Journal:
         self._wait_for(seq, timeout=60.0 if ack else wait, required=ack)
 
     def publish(self, event: Mapping[str, Any]) -> None:
-        event = dict(event)
+        event = {"at": time.time(), **event}  # when it happened, not when Redis got it
         self._put(lambda: self.store.publish(self.exp_id, event))
 
     def update(self, fields: Mapping[str, Any]) -> None:
