@@ -1,0 +1,248 @@
+"""Metrics move as a real simulated run progresses: the API's /metrics (computed from Redis) and a real
+worker's own endpoint, scraped while `ajet-runner worker` drives the `long_run` sample to the end."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+import workers.jobs
+from service.embedded import free_port
+from service.metric_names import WORKER_METRICS
+from service.metrics import metrics_response
+from service.settings import Settings
+from service.store import Store
+from service.submit import submit
+from tests.integration.scenario import make, wait_for
+from tests.integration.workers import running_worker, worker_env
+from workers.driver import ExperimentDriver
+from workers.metrics import watch_reporter, worker_registry
+from workers.node import NodeInfo
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+Scrape = Callable[[], bytes]
+WATCH_WIRED = "watch_reporter" in inspect.getsource(workers.jobs)
+
+
+def value(body: bytes, name: str, **labels: str) -> float | None:
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
+
+
+def names(body: bytes) -> set[str]:
+    return {s.name for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
+
+
+@pytest.fixture()
+def store(redis_url: str) -> Iterator[Store]:
+    s = Store.from_url(redis_url)
+    yield s
+    s.r.close()
+
+
+@pytest.fixture()
+def api_scrape(store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Scrape]:
+    """GET /metrics on the real FastAPI app when it exists, else `metrics_response` itself."""
+    try:
+        from fastapi.testclient import TestClient
+
+        from service.api import create_app
+    except ImportError:
+        yield lambda: metrics_response(store)[0]
+        return
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    with TestClient(create_app(Settings(), insecure=True)) as client:
+
+        def scrape() -> bytes:
+            resp = client.get("/metrics")
+            assert resp.status_code == 200, resp.text
+            return resp.content
+
+        yield scrape
+
+
+def scrape_until(scrape: Scrape, ready: Callable[[bytes], bool], timeout: float, what: str) -> bytes:
+    found: list[bytes] = []
+
+    def probe() -> bool:
+        body = scrape()
+        if ready(body):
+            found.append(body)
+            return True
+        return False
+
+    wait_for(probe, timeout, what)
+    return found[0]
+
+
+def worker_scrape(port: int) -> Scrape:
+    def scrape() -> bytes:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            return resp.read()
+
+    return scrape
+
+
+def submit_long_run(store: Store, tmp_path: Path) -> str:
+    sc = make("long_run", tmp_path)
+    return str(submit(store, store.r, sc.blueprint.read_text())["id"])
+
+
+def cancel_and_wait(store: Store, exp_id: str) -> dict:
+    store.request_cancel(exp_id)
+    wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 90, "the run to finish")
+    rec = store.get(exp_id)
+    assert rec is not None
+    return rec
+
+
+def test_api_metrics_move_as_a_run_progresses(store: Store, api_scrape: Scrape, redis_url: str,
+                                              tmux_socket: str, tmp_path: Path) -> None:
+    exp_id = submit_long_run(store, tmp_path)  # before any worker: it waits queued
+    body = api_scrape()
+    cluster = {n for n in names(metrics_response(store)[0]) if "_http_" not in n}
+    assert cluster <= names(body)  # the endpoint serves what the collector builds
+    assert value(body, "ajet_runner_experiments", state="queued") == 1
+    assert value(body, "ajet_runner_experiments", state="running") == 0
+    assert value(body, "ajet_runner_queue_jobs", queue="default") == 1
+    assert value(body, "ajet_runner_experiment_state", experiment=exp_id, state="queued") == 1
+    assert value(body, "ajet_runner_experiment_elapsed_seconds", experiment=exp_id) == 0
+    assert value(body, "ajet_runner_experiment_max_seconds", experiment=exp_id) == 30
+    assert value(body, "ajet_runner_experiment_mean_reward", experiment=exp_id) is None
+    before = {(f, t): value(body, "ajet_runner_transitions_total", from_state=f, to_state=t)
+              for f, t in (("queued", "launching"), ("launching", "running"), ("collecting", "finished"))}
+    assert before == {k: 0 for k in before}
+
+    port = free_port()
+    with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0", "--metrics-port", str(port)):
+        running = scrape_until(api_scrape, lambda b: value(b, "ajet_runner_experiments", state="running") == 1,
+                               60, "the experiment to be running")
+        assert value(running, "ajet_runner_experiments", state="queued") == 0
+        assert value(running, "ajet_runner_queue_jobs", queue="default") == 0
+        assert value(running, "ajet_runner_transitions_total", from_state="launching", to_state="running") == 1
+        assert value(running, "ajet_runner_experiment_state", experiment=exp_id, state="running") == 1
+        assert value(running, "ajet_runner_experiment_attempt", experiment=exp_id) == 1
+        assert value(running, "ajet_runner_node_up", node="n1") == 1
+        assert value(running, "ajet_runner_node_gpus", node="n1", state="total") == 0
+        assert value(running, "ajet_runner_queue_jobs", queue="node:n1") == 0
+
+        first = value(running, "ajet_runner_experiment_elapsed_seconds", experiment=exp_id)
+        assert first is not None and first > 0
+        wait_for(lambda: (value(api_scrape(), "ajet_runner_experiment_elapsed_seconds", experiment=exp_id) or 0)
+                 > first + 0.5, 10, "elapsed time to grow")
+        evaluated = scrape_until(
+            api_scrape, lambda b: value(b, "ajet_runner_experiment_mean_reward", experiment=exp_id) is not None,
+            60, "mean_reward after the first evaluation")
+        assert value(evaluated, "ajet_runner_experiment_val_step", experiment=exp_id) is not None
+        assert value(evaluated, "ajet_runner_experiment_task_pass_rate", experiment=exp_id, k="1") is not None
+
+        # The worker's own endpoint: a live heartbeat, the run it drives, its process tree.
+        wscrape = worker_scrape(port)
+        wbody = scrape_until(wscrape, lambda b: value(b, "ajet_runner_worker_running_experiments", node="n1") == 1,
+                             15, "the worker's running count")
+        for name in ("ajet_runner_worker_watch_loop_seconds_bucket", "process_cpu_seconds_total",
+                     "process_resident_memory_bytes", "ajet_runner_worker_heartbeat_timestamp_seconds"):
+            assert name in names(wbody), name
+        beat = value(wbody, "ajet_runner_worker_heartbeat_timestamp_seconds", node="n1")
+        assert beat is not None
+        wait_for(lambda: (value(wscrape(), "ajet_runner_worker_heartbeat_timestamp_seconds", node="n1") or 0) > beat,
+                 15, "a newer heartbeat")
+        assert (value(wbody, "process_resident_memory_bytes") or 0) > 50_000_000  # supervisor + 2 slots + horse
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
+            assert resp.status == 200
+
+        rec = cancel_and_wait(store, exp_id)
+        done = api_scrape()
+
+    outcome = rec["outcome"]
+    assert outcome in ("cancelled", "timed_out")  # the limit is 30 s: cancel normally wins
+    assert value(done, "ajet_runner_experiments", state="finished") == 1
+    assert value(done, "ajet_runner_experiments", state="running") == 0
+    assert value(done, "ajet_runner_outcomes_total", outcome=outcome) == 1
+    assert value(done, "ajet_runner_transitions_total", from_state="running", to_state="collecting") == 1
+    assert value(done, "ajet_runner_transitions_total", from_state="collecting", to_state="finished") == 1
+    assert value(done, "ajet_runner_transitions_total", from_state="queued", to_state="launching") == 1
+    assert value(done, "ajet_runner_run_duration_seconds_count", outcome=outcome) == 1
+    assert (value(done, "ajet_runner_run_duration_seconds_sum", outcome=outcome) or 0) > 0
+    assert value(done, "ajet_runner_experiment_state", experiment=exp_id, state="finished") == 1
+    frozen = value(done, "ajet_runner_experiment_elapsed_seconds", experiment=exp_id)
+    assert frozen is not None and frozen > first
+    assert value(api_scrape(), "ajet_runner_experiment_elapsed_seconds", experiment=exp_id) == frozen
+
+
+@pytest.mark.skipif(not WATCH_WIRED, reason="workers/jobs.py does not pass watch_reporter as the driver's on_watch yet")
+def test_worker_watch_metrics_move_as_a_run_progresses(store: Store, redis_url: str, tmux_socket: str,
+                                                       tmp_path: Path) -> None:
+    port = free_port()
+    with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0", "--metrics-port", str(port)):
+        scrape = worker_scrape(port)
+        wait_for(lambda: value(scrape(), "ajet_runner_worker_running_experiments", node="n1") == 0, 30,
+                 "the worker's endpoint")
+        exp_id = submit_long_run(store, tmp_path)
+        first = wait_for(lambda: value(scrape(), "ajet_runner_worker_log_bytes_total", experiment=exp_id), 60,
+                         "log bytes read")
+        assert isinstance(first, float) and first > 0
+        wait_for(lambda: (value(scrape(), "ajet_runner_worker_log_bytes_total", experiment=exp_id) or 0) > first,
+                 30, "more log bytes")
+        body = scrape()
+        assert set(WORKER_METRICS) <= {n.removesuffix("_bucket") for n in names(body)}
+        age = value(body, "ajet_runner_worker_last_output_age_seconds", experiment=exp_id)
+        assert age is not None and 0 <= age < 30  # the sim writes a line per step
+        assert (value(body, "ajet_runner_worker_watch_loop_seconds_count") or 0) > 5
+        cancel_and_wait(store, exp_id)
+
+
+def test_driver_watch_passes_reach_the_worker_collector_through_redis(store: Store, tmux_socket: str, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real driver, given `watch_reporter` as `on_watch` (what workers/jobs.py is to do), drives a real run
+    in tmux; the collector a supervisor serves sees its log bytes, stall signal and loop latency move."""
+    monkeypatch.setenv("AJET_RUNNER_POLL_INTERVAL", "0.2")
+    monkeypatch.setenv("AJET_RUNNER_STOP_GRACE_SECONDS", "5")
+    exp_id = submit_long_run(store, tmp_path)
+    store.heartbeat("n1", {"gpus": 0, "gpus_busy": 0}, ttl=2)  # what the supervisor would do
+    driver = ExperimentDriver(store, exp_id, Settings(), NodeInfo("n1", 0, 1), f"n1/{os.getpid()}/test",
+                              on_watch=watch_reporter(store, "n1"))
+    errors: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            driver.run()
+        except BaseException as exc:  # surfaced below, not lost in the thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=drive, daemon=True)
+    thread.start()
+    registry = worker_registry(store, "n1", lambda: [exp_id], os.getpid())
+
+    def scrape() -> bytes:
+        assert not errors, errors
+        return generate_latest(registry)
+
+    try:
+        first = scrape_until(scrape, lambda b: (value(b, "ajet_runner_worker_log_bytes_total", experiment=exp_id)
+                                                or 0) > 0, 60, "log bytes read")
+        read = value(first, "ajet_runner_worker_log_bytes_total", experiment=exp_id) or 0
+        body = scrape_until(scrape, lambda b: (value(b, "ajet_runner_worker_log_bytes_total", experiment=exp_id)
+                                               or 0) > read, 30, "more log bytes")
+        assert set(WORKER_METRICS) <= {n.removesuffix("_bucket") for n in names(body)}
+        age = value(body, "ajet_runner_worker_last_output_age_seconds", experiment=exp_id)
+        assert age is not None and 0 <= age < 30  # the sim writes a line per step
+        assert (value(body, "ajet_runner_worker_watch_loop_seconds_count") or 0) >= 2
+        assert (value(body, "ajet_runner_worker_watch_loop_seconds_sum") or 0) > 0
+    finally:
+        store.request_cancel(exp_id)
+        thread.join(90)
+    assert not thread.is_alive() and not errors, errors
+    assert (store.get(exp_id) or {}).get("state") == "finished"
