@@ -20,6 +20,7 @@ from service.store import Store, TransitionConflict
 from statemachine.lifecycle import State
 from workers.driver import ExperimentDriver
 from workers.journal import LostOwnership, RedisUnavailable
+from workers.metrics import watch_reporter
 from workers.node import DEFAULT_QUEUE, NodeInfo, node_queue
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def drive(exp_id: str) -> str:
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
     try:
-        driver = ExperimentDriver(store, exp_id, settings, node, owner)
+        driver = ExperimentDriver(store, exp_id, settings, node, owner, on_watch=watch_reporter(store, node.name))
     except LookupError:
         return "deleted"
     try:
