@@ -7,9 +7,13 @@ comes from a generated bash wrapper (`<log_dir>/<log_stem>.sh`, readable by a pe
 - the command runs under `setsid`, so it leads its own session and process group: the
   runner can signal the whole job while the wrapper survives to record the exit code;
 - everything it prints (stdout and stderr) goes through `tee -a` to the pane and the log;
-- its pid goes to `pid_path`, its exit code (128+N for signal N) to `rc_path`, both
-  written atomically (temp file + mv);
-- liveness comes from psutil (pid + create time, zombie = dead), never from tmux.
+- the job writes its own pid to `pid_path` (one write of "<pid>\\n", read only once the
+  newline is there) after SIGINT is back to default, so a stop sent once the pid is known
+  is never lost; the wrapper writes the exit code (128+N for signal N) to `rc_path`
+  atomically (temp file + mv);
+- liveness comes from psutil (pid + create time, zombie = dead), never from tmux;
+- Ctrl-C in the pane, SIGTERM, or SIGHUP (the session was killed) reach the wrapper, which
+  forwards them to the job's group and stays to record the code (a hang-up skips linger).
 
 Output capture, measured here (4,000 lines of mixed stdout/stderr, then exit 3):
 `tee` 0.13 s, `script -qefa` 0.19 s, both complete and both keep the exit code. `tee` was
@@ -298,11 +302,19 @@ def _job_processes(handle: RunHandle) -> dict[int, psutil.Process]:
     return {pid: p for pid, p in found.items() if not is_gone(p)}
 
 
-def _signal_group(pgid: int | None, sig: int) -> None:
+def _signal_group(pgid: int | None, members: list[psutil.Process], sig: int) -> None:
+    """Signal the job's process group, but only while one of our processes is still in it.
+
+    A live member keeps the pgid from being reused, so the signal cannot reach strangers.
+    """
     if pgid is None:
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+    for proc in members:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(proc.pid) == pgid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, sig)
+                return
 
 
 class TmuxRunner:
@@ -435,18 +447,18 @@ class TmuxRunner:
         seen = _job_processes(handle)
         leader = handle.process()
         if leader is not None:
-            _signal_group(handle.pgid, signal.SIGINT)
+            _signal_group(handle.pgid, [leader], signal.SIGINT)
             wait_gone([leader], grace)
         seen.update(_job_processes(handle))
         alive = [p for p in seen.values() if not is_gone(p)]
         if alive:
-            _signal_group(handle.pgid, signal.SIGTERM)
+            _signal_group(handle.pgid, alive, signal.SIGTERM)
             signal_all(alive, signal.SIGTERM)
             alive = wait_gone(alive, min(grace, TERM_WAIT))
             seen.update(_job_processes(handle))
             alive = [p for p in seen.values() if not is_gone(p)]
         if alive:
-            _signal_group(handle.pgid, signal.SIGKILL)
+            _signal_group(handle.pgid, alive, signal.SIGKILL)
             signal_all(alive, signal.SIGKILL)
             wait_gone(alive, KILL_WAIT)
         rc = self.wait_for_exit(handle, RC_WAIT if handle.pid is not None else 0.0)
