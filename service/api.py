@@ -37,6 +37,10 @@ HTTP_LATENCY = Histogram(
 def _validation_problems(exc: RequestValidationError) -> list[dict[str, str]]:
     problems = []
     for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            why = (err.get("ctx") or {}).get("error", "")
+            problems.append({"level": "error", "field": "body", "message": f"invalid JSON: {why}"})
+            continue
         loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path", "header")]
         problems.append({"level": "error", "field": ".".join(loc) or "body", "message": str(err.get("msg", ""))})
     return problems

@@ -236,7 +236,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         table = Table(show_lines=False)
         for col in ("id", "purpose", "state", "node", "elapsed", "mean_reward"):
             table.add_column(col, overflow="fold" if col == "id" else "ellipsis",
-                             max_width=40 if col == "purpose" else None, no_wrap=col != "purpose")
+                             max_width=40 if col == "purpose" else None, no_wrap=True)
         for rec in items:
             table.add_row(rec["id"], (rec.get("purpose") or "").splitlines()[0] if rec.get("purpose") else "",
                           _state_or_outcome(rec), rec.get("node") or rec.get("target_node") or "-", _elapsed(rec),
