@@ -75,7 +75,7 @@ class AttemptWatch:
     def alive(self, runner: TmuxRunner) -> bool:
         return runner.is_running(self.handle)
 
-    def exit_code(self, runner: TmuxRunner, wait: float = 3.0) -> int | None:
+    def exit_code(self, runner: TmuxRunner, wait: float = 6.0) -> int | None:
         """The recorded exit code; the wrapper writes it a moment after the process ends."""
         return runner.wait_for_exit(self.handle, wait) if wait > 0 else runner.exit_code(self.handle)
 

@@ -109,6 +109,14 @@ def test_a_host_cut_off_mid_run_keeps_its_runs_and_delivers_its_events(net: Net,
     wait_for(lambda: _pings(store), 20, "redis in its namespace")
 
     sockets = {h: str(tmp_path / f"tmux-{h}.sock") for h in ("a", "b")}
+    try:
+        _run_the_cut(net, store, url, sockets, tmp_path)
+    finally:
+        for sock in sockets.values():
+            subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, check=False)
+
+
+def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_path: Path) -> None:
     for host in ("a", "b"):
         env = {**os.environ, "REDIS_URL": url, "AJET_RUNNER_TMUX_SOCKET": sockets[host],
                "AJET_RUNNER_LEASE_SECONDS": "3", "AJET_RUNNER_POLL_INTERVAL": "0.2"}
