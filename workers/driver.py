@@ -31,6 +31,7 @@ from statemachine.preflight import plan_preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics, parse_train_file
 from statemachine.rules import Observation, Proposal, decide, default_rules
+from statemachine.signatures import signature
 from workers import procs
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.config_patch import patched_config_path, read_yaml_data, write_patched_yaml
@@ -487,9 +488,10 @@ class ExperimentDriver:
 
     def _plan(self, cause: Finding | None, pending: dict[str, Any]) -> tuple[list[Any], str, str]:
         """The catalogue's plan for a known cause; else the site's repair hook, if configured."""
-        if cause is not None and not cause.repairable:
+        known = cause is not None and not _generic(cause.signature)
+        if cause is not None and known and not cause.repairable:
             return [], "catalogue", f"{cause.explanation} (not repairable by the runner)"
-        if cause is not None and cause.repair:
+        if cause is not None and cause.repairable and cause.repair:
             return list(cause.repair), "catalogue", cause.explanation
         if self.settings.repair_hook:
             actions, why = ask_hook(self.settings.repair_hook, {
@@ -580,6 +582,14 @@ class ExperimentDriver:
             final=summary.final if summary else {}, best=summary.best if summary else {},
             train_steps=train_steps, log_tail=tail, history=self.lc.history,
         )
+
+
+def _generic(signature_id: str) -> bool:
+    """A catch-all finding (a bare traceback, an exit status): the catalogue does not know the cause."""
+    try:
+        return signature(signature_id).generic
+    except KeyError:
+        return True
 
 
 def driver_identity() -> dict[str, Any]:

@@ -43,3 +43,27 @@ def test_sigkilled_worker_is_replaced_and_the_run_completes_with_one_launch(tmp_
     assert sc.flag()["outcome"] == "completed" and sc.flag()["id"] == exp_id
     log = (sc.results / "logs" / "attempt-1.log").read_text()
     assert log.count("Final validation metrics") == 1
+
+
+def test_a_run_that_ended_while_no_worker_watched_is_judged_from_its_log_and_exit_code(
+        tmp_path, redis_url, tmux_socket) -> None:
+    sc = make("demo", tmp_path)
+    yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("step_seconds: 1.0", "step_seconds: 0.3"))
+    store = Store.from_url(redis_url)
+    env = worker_env(redis_url, tmux_socket)
+    first = start_worker(env, "n1", "--gpus", "0")
+    try:
+        wait_for(lambda: store.nodes(), 30, "the first worker to register")
+        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
+    finally:
+        kill_group(first)
+    rc_file = sc.results / "logs" / "attempt-1.rc"
+    wait_for(rc_file.exists, 90, "the run to end on its own, unwatched")
+    with running_worker(env, "n1", "--gpus", "0"):
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the run to be collected")
+    rec = store.get(exp_id)
+    assert rec is not None and rec["outcome"] == "completed" and rec["attempt"] == "1"
+    assert sc.results_json()["attempts"][0]["exit_code"] == 0
+    assert sc.flag()["outcome"] == "completed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -159,3 +160,28 @@ def test_invalid_blueprint_is_rejected_with_reasons(tmp_path, tmux_socket) -> No
     assert proc.returncode == 2
     assert "exp_codebase_dir" in proc.stdout and "exp_launch_command" in proc.stdout
     assert not os.path.exists(tmp_path / "results")
+
+
+def test_repair_hook_plans_a_fix_the_catalogue_does_not_know(tmp_path, tmux_socket) -> None:
+    sc = make("demo", tmp_path)
+    yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
+    text = yaml_path.read_text()
+    assert "ajet_sim:\n" in text
+    yaml_path.write_text(text.replace("ajet_sim:\n", "ajet_sim:\n  fail: {signature: python_traceback, at_step: 2, "
+                                                   "when: first_attempt}\n", 1))
+    seen = tmp_path / "hook-input.json"
+    hook = tmp_path / "hook.py"
+    hook.write_text(
+        "import json, sys\n"
+        f"data = json.load(sys.stdin); open({str(seen)!r}, 'w').write(json.dumps(data))\n"
+        "print(json.dumps({'actions': [{'kind': 'set_env', 'key': 'AJET_HOOK_FIX', 'value': '1'}],"
+        " 'explanation': 'the site agent says: retry with a flag'}))\n"
+    )
+    proc = run_cli(sc, env_for(tmux_socket, AJET_RUNNER_REPAIR_HOOK=f"python3 {hook}"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert len(data["attempts"]) == 2 and data["repairs"][0]["source"] == "hook"
+    assert "AJET_HOOK_FIX" in " ".join(data["repairs"][0]["changes"])
+    asked = json.loads(seen.read_text())
+    assert asked["diagnosis"]["signature"] == "python_traceback" and asked["log_tail"]
+    assert "AJET_HOOK_FIX" in (sc.results / "logs" / "attempt-2.sh").read_text()
