@@ -280,9 +280,9 @@ def test_openapi_docs_and_latency_by_route_template(api: TestClient, tmp_path: P
             'status="200"}') in text
     assert rec["id"] not in text  # route templates, never raw paths
     metrics = api.get("/metrics")  # no token needed
-    assert metrics.status_code in (200, 503)
-    if metrics.status_code == 200:
-        assert "ajet_runner_http_request_duration_seconds" in metrics.text
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    assert 'ajet_runner_http_request_duration_seconds_sum{method="GET",route="/v1/experiments/{exp_id}"' \
+        in metrics.text
 
 
 # -- a real server: start-up rules, SSE, the access log -------------------------------------------------------
