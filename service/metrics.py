@@ -3,7 +3,7 @@
 One scrape target (the API) sees every experiment, queue and node, and nothing is lost when an
 RQ work-horse exits: multiprocess mode would leave files per fork and grow the scrape forever
 (see stack-notes). The reads are pipelined — three round trips however many experiments there
-are — and the first pass over all experiments fetches only `state` and `finished_at`; the fields
+are — and the first pass over all experiments fetches only `state` and `finished_at` (one SORT … GET); the fields
 the per-experiment gauges need are fetched only for the experiments that get gauges (unfinished
 ones, and finished ones younger than `finished_metrics_ttl`), so label cardinality and scrape
 cost stay bounded on a store with years of finished runs.
@@ -100,27 +100,35 @@ def read_snapshot(store: Store, finished_ttl: float, now: float) -> Snapshot:
     snap = Snapshot(now=now)
     outcomes = [o.value for o in Outcome]
 
-    # 1: ids, node names, counters.
+    # 1: id, state and finish time of every experiment in one SORT (Redis walks the hashes in C:
+    #    ~12 ms for 10,000, against ~200 ms for a pipeline of HMGETs parsed by redis-py), node names, counters.
     pipe = r.pipeline(transaction=False)
-    pipe.zrange(INDEX, 0, -1)
+    pipe.sort(INDEX, by="nosort", get=["#", exp_key("*") + "->state", exp_key("*") + "->finished_at"])
     pipe.smembers(NODES)
     for name in STATS:
         pipe.hgetall(f"{PREFIX}:stats:{name}")
     for outcome in outcomes:
         pipe.hgetall(f"{PREFIX}:stats:duration_bucket:{outcome}")
-    raw_ids, raw_nodes, *rest = pipe.execute()
-    ids = [_text(i) for i in raw_ids]
+    flat, raw_nodes, *rest = pipe.execute()
     node_names = sorted(_text(n) for n in raw_nodes)
     snap.stats = {name: _hash(raw) for name, raw in zip(STATS, rest[: len(STATS)], strict=True)}
     snap.buckets = {o: _hash(raw) for o, raw in zip(outcomes, rest[len(STATS):], strict=True)}
     extra_outcomes = [o for o in snap.stats["outcomes"] if o not in snap.buckets]
     queue_names = [DEFAULT_QUEUE, *(node_queue(n) for n in node_names)]
     queue_keys = [Queue(name, connection=r).key for name in queue_names]
+    ids_with_gauges = []
+    for exp_id, state, finished_at in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
+        if state is None:
+            continue  # an index entry whose hash is gone
+        state = _text(state)
+        snap.states[state] = snap.states.get(state, 0) + 1
+        if state != FINISHED or (_num(finished_at) or 0.0) >= now - finished_ttl:
+            ids_with_gauges.append(_text(exp_id))
 
-    # 2: state of every experiment, node hashes, queue lengths and heads.
+    # 2: details of the experiments that get gauges, node hashes, queue lengths and heads.
     pipe = r.pipeline(transaction=False)
-    for i in ids:
-        pipe.hmget(exp_key(i), "state", "finished_at")
+    for i in ids_with_gauges:
+        pipe.hmget(exp_key(i), *DETAIL_FIELDS)
     for n in node_names:
         pipe.hgetall(node_key(n))
     for key in queue_keys:
@@ -129,37 +137,9 @@ def read_snapshot(store: Store, finished_ttl: float, now: float) -> Snapshot:
     for o in extra_outcomes:
         pipe.hgetall(f"{PREFIX}:stats:duration_bucket:{o}")
     res = pipe.execute()
-    heads, ids_with_gauges = [], []
-    for exp_id, (state, finished_at) in zip(ids, res[: len(ids)], strict=True):
-        if state is None:
-            continue  # deleted between the two reads
-        state = _text(state)
-        snap.states[state] = snap.states.get(state, 0) + 1
-        if state != FINISHED or (_num(finished_at) or 0.0) >= now - finished_ttl:
-            ids_with_gauges.append(exp_id)
-    pos = len(ids)
-    for n in node_names:
-        raw = res[pos]
-        pos += 1
-        snap.nodes[n] = _node_info(raw) if raw else None
-    for _ in queue_keys:
-        heads.append((int(res[pos]), [_text(j) for j in res[pos + 1]]))
-        pos += 2
-    for o in extra_outcomes:
-        snap.buckets[o] = _hash(res[pos])
-        pos += 1
-
-    # 3: details of the experiments that get gauges, enqueue times of the queue heads.
-    pipe = r.pipeline(transaction=False)
-    for i in ids_with_gauges:
-        pipe.hmget(exp_key(i), *DETAIL_FIELDS)
-    for _, job_ids in heads:
-        for j in job_ids:
-            pipe.hget(Job.key_for(j), "enqueued_at")
-    res = pipe.execute()
     for exp_id, values in zip(ids_with_gauges, res[: len(ids_with_gauges)], strict=True):
         if values[0] is None:
-            continue
+            continue  # deleted between the two reads
         rec = {k: _text(v) for k, v in zip(DETAIL_FIELDS, values, strict=True)}
         rec["id"] = exp_id
         try:
@@ -168,6 +148,24 @@ def read_snapshot(store: Store, finished_ttl: float, now: float) -> Snapshot:
             rec["latest_metrics"] = {}
         snap.experiments.append(rec)
     pos = len(ids_with_gauges)
+    for n in node_names:
+        snap.nodes[n] = _node_info(res[pos]) if res[pos] else None
+        pos += 1
+    heads = []
+    for _ in queue_keys:
+        heads.append((int(res[pos]), [_text(j) for j in res[pos + 1]]))
+        pos += 2
+    for o in extra_outcomes:
+        snap.buckets[o] = _hash(res[pos])
+        pos += 1
+
+    # 3: enqueue times of the jobs at the queue heads.
+    pipe = r.pipeline(transaction=False)
+    for _, job_ids in heads:
+        for j in job_ids:
+            pipe.hget(Job.key_for(j), "enqueued_at")
+    res = pipe.execute()
+    pos = 0
     for name, (count, job_ids) in zip(queue_names, heads, strict=True):
         times = [_enqueued_at(v) for v in res[pos: pos + len(job_ids)]]
         pos += len(job_ids)

@@ -1,0 +1,102 @@
+"""How long one /metrics scrape takes with 1,000 and 10,000 experiments in Redis.
+
+Fills a private redis-server with realistic records (blueprint text, parsed blueprint, lifecycle,
+log tail: the big fields a scrape must not fetch) and times `metrics_response`.
+
+    .venv/bin/python bench/bench_metrics.py [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import redis
+
+from service.embedded import EmbeddedRedis
+from service.metrics import metrics_response
+from service.store import INDEX, Store, exp_key
+from workers.jobs import queue
+
+STATES = ("queued", "launching", "running", "failing", "repairing", "collecting")
+BLUEPRINT = "## [exp_purpose]\nCompare GRPO and PPO on gsm8k.\n" + "notes " * 300
+METRICS = {"mean_reward": 0.61, "std_reward": 0.4, "task_pass_rate@1": 0.5, "task_pass_rate@2": 0.6,
+           "task_pass_rate@4": 0.75, "task_pass_rate@4-all-pass": 0.3, "total_tasks": 1319.0, "step": 40.0}
+
+
+def record(i: int, state: str, now: float, finished_ago: float) -> dict[str, str]:
+    started = now - 3600 - finished_ago
+    rec = {
+        "id": f"exp-{i:06d}", "version": "12", "state": state, "purpose": f"experiment {i}: GRPO vs PPO " * 3,
+        "node": f"node{i % 10}", "attempt": "1", "max_seconds": "7200", "created_at": repr(started - 5),
+        "started_at": repr(started), "blueprint": BLUEPRINT, "blueprint_json": json.dumps({"exp_purpose": BLUEPRINT}),
+        "lifecycle": json.dumps({"state": state, "history": [{"trigger": "start", "at": started}] * 6}),
+        "ctx": json.dumps({"attempts": [{"number": 1}], "yaml_changes": [{"key": "a", "old": 1, "new": 2}] * 5}),
+        "log_tail": json.dumps(["(TaskRunner pid=1) step 40 reward 0.61 " * 3] * 40),
+        "latest_metrics": json.dumps(METRICS), "outcome": "",
+    }
+    if state == "finished":
+        rec.update(outcome="completed", finished_at=repr(now - finished_ago))
+    return rec
+
+
+def fill(r: redis.Redis, total: int, unfinished: int, recent: int) -> None:
+    r.flushall()
+    now = time.time()
+    pipe = r.pipeline(transaction=False)
+    for i in range(total):
+        if i < unfinished:
+            rec = record(i, STATES[i % len(STATES)], now, 0)
+        else:
+            rec = record(i, "finished", now, 600 if i < unfinished + recent else 86400 * 3)
+        pipe.hset(exp_key(rec["id"]), mapping=rec)
+        pipe.zadd(INDEX, {rec["id"]: float(rec["created_at"])})
+        if i % 1000 == 999:
+            pipe.execute()
+    pipe.execute()
+    store = Store(r)
+    for n in range(10):
+        store.heartbeat(f"node{n}", {"gpus": 8, "gpus_busy": 3, "slots": 8, "running": []}, ttl=2)
+    q = queue(r, "default")
+    for i in range(min(unfinished, 50)):
+        q.enqueue("workers.jobs.drive", f"exp-{i:06d}", job_id=f"drive-{i}")
+    s = store.stats()
+    assert s is not None
+
+
+def bench(store: Store, repeat: int) -> tuple[float, float, int, int]:
+    metrics_response(store)  # warm: scripts, connections
+    times, size, series = [], 0, 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        body, _ = metrics_response(store)
+        times.append((time.perf_counter() - t0) * 1000)
+        size = len(body)
+        series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+    return statistics.median(times), max(times), size, series
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    cases = [
+        ("1,000: 100 unfinished, 100 recently finished, 800 old", 1000, 100, 100),
+        ("1,000: all unfinished (worst case)", 1000, 1000, 0),
+        ("10,000: 200 unfinished, 500 recently finished, 9,300 old", 10_000, 200, 500),
+        ("10,000: all within the TTL (worst case)", 10_000, 5000, 5000),
+    ]
+    with EmbeddedRedis() as server:
+        r = redis.Redis.from_url(server.url)
+        store = Store(r)
+        print(f"{'case':62} {'median ms':>9} {'max ms':>8} {'bytes':>10} {'series':>7}")
+        for label, total, unfinished, recent in cases:
+            fill(r, total, unfinished, recent)
+            median, worst, size, series = bench(store, args.repeat)
+            print(f"{label:62} {median:9.1f} {worst:8.1f} {size:10,d} {series:7,d}")
+
+
+if __name__ == "__main__":
+    main()
