@@ -3,18 +3,13 @@ worker's own endpoint, scraped while `ajet-runner worker` drives the `long_run` 
 
 from __future__ import annotations
 
-import inspect
-import os
-import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import workers.jobs
 from service.embedded import free_port
 from service.metric_names import WORKER_METRICS
 from service.metrics import metrics_response
@@ -23,14 +18,10 @@ from service.store import Store
 from service.submit import submit
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
-from workers.driver import ExperimentDriver
-from workers.metrics import watch_reporter, worker_registry
-from workers.node import NodeInfo
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 Scrape = Callable[[], bytes]
-WATCH_WIRED = "watch_reporter" in inspect.getsource(workers.jobs)
 
 
 def value(body: bytes, name: str, **labels: str) -> float | None:
@@ -85,6 +76,19 @@ def scrape_until(scrape: Scrape, ready: Callable[[bytes], bool], timeout: float,
 
     wait_for(probe, timeout, what)
     return found[0]
+
+
+def wait_for_endpoint(port: int, timeout: float = 30) -> None:
+    """Until the worker's HTTP server answers /healthz (the process needs a moment to start)."""
+
+    def up() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    wait_for(up, timeout, f"the worker's metrics endpoint on port {port}")
 
 
 def worker_scrape(port: int) -> Scrape:
@@ -149,6 +153,7 @@ def test_api_metrics_move_as_a_run_progresses(store: Store, api_scrape: Scrape, 
         assert value(evaluated, "ajet_runner_experiment_task_pass_rate", experiment=exp_id, k="1") is not None
 
         # The worker's own endpoint: a live heartbeat, the run it drives, its process tree.
+        wait_for_endpoint(port)
         wscrape = worker_scrape(port)
         wbody = scrape_until(wscrape, lambda b: value(b, "ajet_runner_worker_running_experiments", node="n1") == 1,
                              15, "the worker's running count")
@@ -182,14 +187,13 @@ def test_api_metrics_move_as_a_run_progresses(store: Store, api_scrape: Scrape, 
     assert value(api_scrape(), "ajet_runner_experiment_elapsed_seconds", experiment=exp_id) == frozen
 
 
-@pytest.mark.skipif(not WATCH_WIRED, reason="workers/jobs.py does not pass watch_reporter as the driver's on_watch yet")
 def test_worker_watch_metrics_move_as_a_run_progresses(store: Store, redis_url: str, tmux_socket: str,
                                                        tmp_path: Path) -> None:
     port = free_port()
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0", "--metrics-port", str(port)):
+        wait_for_endpoint(port)
         scrape = worker_scrape(port)
-        wait_for(lambda: value(scrape(), "ajet_runner_worker_running_experiments", node="n1") == 0, 30,
-                 "the worker's endpoint")
+        assert value(scrape(), "ajet_runner_worker_running_experiments", node="n1") == 0
         exp_id = submit_long_run(store, tmp_path)
         first = wait_for(lambda: value(scrape(), "ajet_runner_worker_log_bytes_total", experiment=exp_id), 60,
                          "log bytes read")
@@ -203,46 +207,3 @@ def test_worker_watch_metrics_move_as_a_run_progresses(store: Store, redis_url: 
         assert (value(body, "ajet_runner_worker_watch_loop_seconds_count") or 0) > 5
         cancel_and_wait(store, exp_id)
 
-
-def test_driver_watch_passes_reach_the_worker_collector_through_redis(store: Store, tmux_socket: str, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real driver, given `watch_reporter` as `on_watch` (what workers/jobs.py is to do), drives a real run
-    in tmux; the collector a supervisor serves sees its log bytes, stall signal and loop latency move."""
-    monkeypatch.setenv("AJET_RUNNER_POLL_INTERVAL", "0.2")
-    monkeypatch.setenv("AJET_RUNNER_STOP_GRACE_SECONDS", "5")
-    exp_id = submit_long_run(store, tmp_path)
-    store.heartbeat("n1", {"gpus": 0, "gpus_busy": 0}, ttl=2)  # what the supervisor would do
-    driver = ExperimentDriver(store, exp_id, Settings(), NodeInfo("n1", 0, 1), f"n1/{os.getpid()}/test",
-                              on_watch=watch_reporter(store, "n1"))
-    errors: list[BaseException] = []
-
-    def drive() -> None:
-        try:
-            driver.run()
-        except BaseException as exc:  # surfaced below, not lost in the thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=drive, daemon=True)
-    thread.start()
-    registry = worker_registry(store, "n1", lambda: [exp_id], os.getpid())
-
-    def scrape() -> bytes:
-        assert not errors, errors
-        return generate_latest(registry)
-
-    try:
-        first = scrape_until(scrape, lambda b: (value(b, "ajet_runner_worker_log_bytes_total", experiment=exp_id)
-                                                or 0) > 0, 60, "log bytes read")
-        read = value(first, "ajet_runner_worker_log_bytes_total", experiment=exp_id) or 0
-        body = scrape_until(scrape, lambda b: (value(b, "ajet_runner_worker_log_bytes_total", experiment=exp_id)
-                                               or 0) > read, 30, "more log bytes")
-        assert set(WORKER_METRICS) <= {n.removesuffix("_bucket") for n in names(body)}
-        age = value(body, "ajet_runner_worker_last_output_age_seconds", experiment=exp_id)
-        assert age is not None and 0 <= age < 30  # the sim writes a line per step
-        assert (value(body, "ajet_runner_worker_watch_loop_seconds_count") or 0) >= 2
-        assert (value(body, "ajet_runner_worker_watch_loop_seconds_sum") or 0) > 0
-    finally:
-        store.request_cancel(exp_id)
-        thread.join(90)
-    assert not thread.is_alive() and not errors, errors
-    assert (store.get(exp_id) or {}).get("state") == "finished"
