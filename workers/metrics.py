@@ -109,6 +109,14 @@ class WatchReporter:
             if self.errors in (1, 10, 100) or self.errors % 1000 == 0:
                 log.warning("watch metrics not reported (%d errors so far): %s", self.errors, exc)
 
+    def close(self) -> None:
+        """Flush what the last passes (under a second) left in memory; for the end of a job. Never raises."""
+        try:
+            self.flush()
+        except Exception as exc:
+            self.errors += 1
+            log.warning("watch metrics: last flush failed: %s", exc)
+
     def flush(self) -> None:
         """One pipeline with everything since the last flush. A failed batch is dropped, not retried:
         after a connection error we cannot know whether it landed, and counting twice is worse."""
@@ -138,8 +146,9 @@ class WatchReporter:
         pipe.execute()
 
 
-def watch_reporter(store: Store, node: str) -> Callable[[str, float, int, float], None]:
-    """The callable to pass as the driver's `on_watch` in a work-horse."""
+def watch_reporter(store: Store, node: str) -> WatchReporter:
+    """The callable to pass as the driver's `on_watch` in a work-horse (call its `close()` when the job ends
+    to send the last second's numbers too)."""
     return WatchReporter(store, node)
 
 

@@ -258,6 +258,11 @@ def test_reporter_flushes_at_most_once_a_second(store: Store) -> None:
     report("e1", 0.01, 10, 0.0)
     assert flushed_count() == 11
     assert int(store.r.hget(wm.exp_metrics_key("n1", "e1"), "log_bytes")) == 110
+    report("e1", 0.01, 5, 0.0)  # not due...
+    assert flushed_count() == 11
+    report.close()  # ...until the job ends
+    assert flushed_count() == 12
+    assert int(store.r.hget(wm.exp_metrics_key("n1", "e1"), "log_bytes")) == 115
 
 
 def test_reporter_never_raises_when_redis_is_gone() -> None:
@@ -273,8 +278,11 @@ def test_reporter_never_raises_when_redis_is_gone() -> None:
     report("e1", 0.01, 10, 0.0)  # due again: a fourth failed flush
     report("e1", 0.01, 10, 0.0)  # not due: kept in memory
     assert report.errors == 4
-    with pytest.raises(redis.ConnectionError):  # only the on_watch call swallows errors
+    with pytest.raises(redis.ConnectionError):  # only the on_watch call and close() swallow errors
         report.flush()
+    report("e1", 0.01, 10, 0.0)
+    report.close()
+    assert report.errors == 5
 
 
 def test_process_tree_metrics_include_child_processes() -> None:
