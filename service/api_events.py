@@ -101,8 +101,10 @@ async def events(
                                 "Last-Event-ID must be a stream id such as 1700000000000-0")
         return StreamingResponse(_follow(r, exp_id, start, KEEPALIVE_SECONDS), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    resp = await r.xread({stream_key(exp_id): after}, count=limit, block=wait_ms or None)
-    page = _parse(resp)
     state = await r.hget(exp_key(exp_id), "state")
+    block = None if state == FINISHED or not wait_ms else wait_ms  # nothing more will come once finished
+    page = _parse(await r.xread({stream_key(exp_id): after}, count=limit, block=block))
+    if block and page:
+        state = await r.hget(exp_key(exp_id), "state")
     return {"id": exp_id, "events": page, "next_after": page[-1]["event_id"] if page else after,
             "finished": state == FINISHED and len(page) < limit}

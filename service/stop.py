@@ -87,6 +87,16 @@ def _dequeue(store: Store, rec: dict[str, Any]) -> bool:
     return removed
 
 
+def _writable_here(result_dir: str) -> bool:
+    """Whether this process can write the report and finish.flag (the dir, or the parent that will hold it)."""
+    if not result_dir:
+        return False
+    path = os.path.abspath(result_dir)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+
+
 def _finish_inline(store: Store, exp_id: str, settings: Settings, rec: dict[str, Any]) -> None:
     from workers.driver import ExperimentDriver, LostOwnership
     from workers.node import NodeInfo
@@ -115,9 +125,11 @@ def stop_experiment(store: Store, exp_id: str, settings: Settings, delete: bool 
         store.delete(exp_id)
         return StopResult(exp_id, None, finished=True, deleted=True)
     rec = _flag(store, exp_id, delete)
-    if rec.get("state") == State.queued.value:
+    if rec.get("state") == State.queued.value and _writable_here(str(rec.get("result_dir") or "")):
         _dequeue(store, rec)
         _finish_inline(store, exp_id, settings, rec)
+    # Else (the result dir is on another host's disk): the job stays queued and the first worker that
+    # takes it sees the cancel flag before anything else and finishes it as cancelled, never launched.
     rec = store.get(exp_id)
     if rec is None:
         return StopResult(exp_id, None, finished=True, deleted=True)

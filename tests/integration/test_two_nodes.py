@@ -65,6 +65,10 @@ def test_node_targeting_stop_and_delete_of_running_experiments(client, redis_url
         assert [h["trigger"] for h in stopped["history"]][-2:] == ["cancel", "collected"]
         assert_cancelled_with_results(long_a, la)
         assert marked_processes(la) == []
+        log = client.log(la, tail=5)  # read from the attempt's log file (this server shares the disk)
+        assert log.source == "file" and log.path.endswith("logs/attempt-1.log") and log.text.count("\n") == 5
+        assert log.offset == (long_a.results / "logs" / "attempt-1.log").stat().st_size
+        assert client.log(la, since=log.offset).text == ""
 
         wait_for(lambda: state_of(client, lb) == "gone", 30, "the deleted run's record to be dropped")
         assert_cancelled_with_results(long_b, lb)
