@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -199,7 +200,7 @@ def log(
 ) -> PlainTextResponse:
     """The latest attempt's log: from its file when this server can read it, else the tail kept in Redis.
 
-    Headers: X-Log-Source (file or redis), X-Log-Path, X-Log-Offset (pass as `since` to follow),
+    Headers: X-Log-Source (file or redis), X-Log-Path (percent-encoded), X-Log-Offset (pass as `since` to follow),
     X-Experiment-State.
     """
     from statemachine.logtext import clean_lines
@@ -208,7 +209,7 @@ def log(
     attempts = (rec.get("ctx") or {}).get("attempts") or []
     path = str(attempts[-1].get("log_path") or "") if attempts else ""
     finished = rec.get("state") == State.finished.value
-    headers = {"X-Experiment-State": str(rec.get("state", "")), "X-Log-Path": path}
+    headers = {"X-Experiment-State": str(rec.get("state", "")), "X-Log-Path": quote(path, safe="/")}
     text = None
     if path and _inside(path, str(rec.get("result_dir") or "")):
         try:

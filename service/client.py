@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 
@@ -198,7 +199,7 @@ class AjetRunnerClient:
         resp = self._request("GET", f"/v1/experiments/{exp_id}/log", params=params)
         offset = resp.headers.get("X-Log-Offset", "")
         return LogChunk(text=resp.text, source=resp.headers.get("X-Log-Source", ""),
-                        path=resp.headers.get("X-Log-Path", ""), offset=int(offset) if offset else None,
+                        path=unquote(resp.headers.get("X-Log-Path", "")), offset=int(offset) if offset else None,
                         state=resp.headers.get("X-Experiment-State", ""))
 
     def wait(self, exp_id: str, *, timeout: float | None = None, interval: float = 2.0) -> dict[str, Any]:
