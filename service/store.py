@@ -21,6 +21,7 @@ GLOBAL_STREAM = f"{PREFIX}:events"
 INDEX = f"{PREFIX}:experiments"  # zset id -> created_at
 NODES = f"{PREFIX}:nodes"  # set of node names
 STREAM_MAXLEN = 10_000
+NODE_RECORD_TTL = 3600
 GLOBAL_STREAM_MAXLEN = 100_000
 DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, float("inf"))
 
@@ -288,7 +289,7 @@ class Store:
         pipe.sadd(NODES, node)
         pipe.hset(node_key(node), mapping={**{k: json.dumps(v) for k, v in info.items()},
                                            "last_seen": json.dumps(time.time())})
-        pipe.expire(node_key(node), int(max(ttl * 10, 60)))
+        pipe.expire(node_key(node), NODE_RECORD_TTL)  # long after node_up says 0, so alerts can see how late
         pipe.execute()
 
     def nodes(self) -> list[dict[str, Any]]:
@@ -304,6 +305,13 @@ class Store:
             info["name"] = name
             out.append(info)
         return out
+
+    def forget_node(self, node: str) -> None:
+        """A node that left on purpose (clean shutdown): no longer listed, so never reported down."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.srem(NODES, node)
+        pipe.delete(node_key(node))
+        pipe.execute()
 
     def set_drain(self, node: str, drain: bool = True) -> None:
         if drain:

@@ -143,10 +143,12 @@ class ExperimentDriver:
         self._renew()
 
     def fire(self, trigger: str, reason: str = "", fields: dict[str, Any] | None = None, ack: bool = False,
-             **detail: Any) -> None:
+             repair_stat: str = "", **detail: Any) -> None:
         before = self.lc.state
         entry = self.lc.fire(trigger, reason=reason, **detail)
         stats: dict[str, Any] = {"transition": f"{before}>{self.lc.state}"}
+        if repair_stat:
+            stats["repair"] = repair_stat  # ajet_runner_repairs_total{signature, result}
         record = {
             "state": self.lc.state, "outcome": self.lc.outcome, "reason": self.lc.reason,
             "attempt": self.lc.attempt, "lifecycle": self.lc.to_dict(), "ctx": self.ctx.__dict__,
@@ -472,18 +474,18 @@ class ExperimentDriver:
             record.result = "not repairable" if not actions else "no applicable change"
             record.changes = resolved.notes if resolved else []
             self.ctx.repairs.append(record.model_dump())
-            self.fire("give_up", f"{sig_id}: {why or record.result}")
+            self.fire("give_up", f"{sig_id}: {why or record.result}", repair_stat=f"{sig_id}|{record.result}")
             return True
         if not self.lc.can("repair", signature=sig_id):
             record.result = "budget spent"
             self.ctx.repairs.append(record.model_dump())
-            self.fire("give_up", f"{sig_id}: repair budget spent")
+            self.fire("give_up", f"{sig_id}: repair budget spent", repair_stat=f"{sig_id}|budget spent")
             return True
         record.result = "relaunched"
         record.changes = list(resolved.notes)
         self.ctx.repairs.append(record.model_dump())
         self.ctx.pending_repair = {**pending, "resolved": resolved.model_dump(mode="json")}
-        self.fire("repair", f"{sig_id}: {why}", signature=sig_id)
+        self.fire("repair", f"{sig_id}: {why}", repair_stat=f"{sig_id}|relaunched", signature=sig_id)
         return True
 
     def _plan(self, cause: Finding | None, pending: dict[str, Any]) -> tuple[list[Any], str, str]:

@@ -72,7 +72,8 @@ def drive(exp_id: str) -> str:
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
     try:
-        driver = ExperimentDriver(store, exp_id, settings, node, owner, on_watch=watch_reporter(store, node.name))
+        reporter = watch_reporter(store, node.name)
+        driver = ExperimentDriver(store, exp_id, settings, node, owner, on_watch=reporter)
     except LookupError:
         return "deleted"
     try:
@@ -80,6 +81,8 @@ def drive(exp_id: str) -> str:
     except (LostOwnership, TransitionConflict, RedisUnavailable) as exc:
         log.info("%s: not ours (%s)", exp_id, exc)
         return "not-owner"
+    finally:
+        reporter.close()
     if outcome:
         return outcome
     if driver.lc.state == State.queued.value:  # no GPUs free here: back to the queue it came from

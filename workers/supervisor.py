@@ -86,11 +86,10 @@ class NodeSupervisor:
     def adopt_orphans(self) -> list[str]:
         """Enqueue a drive job for each of this node's unfinished experiments that nobody drives."""
         now = self.store.server_time()
-        adopted, running = [], []
-        for rec in self.store.all():
-            if rec.get("node") != self.node.name or rec.get("state") not in ACTIVE:
-                continue
-            running.append(rec["id"])
+        adopted = []
+        mine = self._unfinished_here()
+        self.running = [rec["id"] for rec in mine]
+        for rec in mine:
             lease = float(rec.get("lease_until") or 0)
             last_try = float(rec.get("adopt_enqueued_at") or 0)
             if lease > now or now - last_try < 2 * self.settings.lease_seconds or driver_alive(rec):
@@ -101,9 +100,11 @@ class NodeSupervisor:
             self.store.publish(rec["id"], {"type": "adoption", "node": self.node.name,
                                            "message": "driver lease expired: re-adopting the run"})
             adopted.append(rec["id"])
-        self.running = running
         self._release_stale_gpus()
         return adopted
+
+    def _unfinished_here(self) -> list[dict]:
+        return [r for r in self.store.all() if r.get("node") == self.node.name and r.get("state") in ACTIVE]
 
     def _release_stale_gpus(self) -> None:
         """GPUs held by experiments that finished or vanished while their driver was dead."""
@@ -144,3 +145,13 @@ class NodeSupervisor:
                 self.stopping.wait(0.5)
         finally:
             self._stop_slots()
+            self._leave()
+
+    def _leave(self) -> None:
+        """A clean exit with nothing left running here: stop listing the node (no "down" alert for
+        a node that left on purpose). With runs still in tmux it stays listed, and shows as down."""
+        try:
+            if not self._unfinished_here():
+                self.store.forget_node(self.node.name)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("could not unregister node %s: %s", self.node.name, exc)
