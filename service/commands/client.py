@@ -181,11 +181,15 @@ def _follow_log(client: AjetRunnerClient, exp_id: str, tail: int, follow: bool, 
             typer.echo(nxt.text, nl=False)
         else:
             nxt = client.log(exp_id, tail=200, raw=raw)
-            new = nxt.text.splitlines()
-            fresh = new[_overlap(lines, new):]
-            if fresh:
-                typer.echo("\n".join(fresh))
-            lines = new
+            if nxt.source == "file" and nxt.offset is not None and not lines:
+                nxt = client.log(exp_id, since=0, raw=raw)  # the log file appeared: from its first line
+                typer.echo(nxt.text, nl=False)
+            else:
+                new = nxt.text.splitlines()
+                fresh = new[_overlap(lines, new):]
+                if fresh:
+                    typer.echo("\n".join(fresh))
+            lines = nxt.text.splitlines()
         chunk = nxt
 
 

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from statemachine.logtext import clean_lines
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.test_api import TOKEN, free_port, running_server
 from tests.integration.workers import running_worker, worker_env
@@ -83,7 +84,9 @@ def test_research_workflow_through_a_real_server(redis_url, tmux_socket, tmp_pat
         logs_out, logs_err = follow_logs.communicate(timeout=30)
         events_out, _ = follow_events.communicate(timeout=30)
         assert follow_logs.returncode == 0, logs_err
-        assert logs_out.count("Final validation metrics") == 1  # followed to the end, nothing twice
+        log_file = demo.results / "logs" / "attempt-1.log"
+        assert logs_out.splitlines() == clean_lines(log_file.read_text().splitlines())  # all of it, nothing twice
+        assert logs_out.count("Final validation metrics") == 1
         assert follow_events.returncode == 0 and "collecting → finished" in events_out.splitlines()[-1]
 
         assert jobs(env)[exp] == "Succeeded"
