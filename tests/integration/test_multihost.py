@@ -128,7 +128,7 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
     for i in range(4):
         sc = make("demo", tmp_path / f"exp{i}")
         yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
-        yaml_path.write_text(yaml_path.read_text().replace("total_training_steps: 10", "total_training_steps: 16"))
+        yaml_path.write_text(yaml_path.read_text().replace("total_training_steps: 10", "total_training_steps: 20"))
         scenarios.append(sc)
     ids = [submit(store, store.r, sc.blueprint.read_text())["id"] for sc in scenarios]
 
@@ -139,15 +139,21 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
     placed = {r["id"]: r["node"] for r in records()}
     assert set(placed.values()) == {"host-a", "host-b"}, placed  # spread across both hosts
     on_a = [i for i, node in placed.items() if node == "host-a"]
-    log_a = Path(store.get(on_a[0])["result_dir"]) / "logs" / "attempt-1.log"  # type: ignore[index]
+    val_files = [Path(store.get(i)["blueprint_json"]["exp_codebase_dir"])  # type: ignore[index]
+                 / "saved_val_result/benchmark_math_demo_val.md" for i in on_a]
+
+    def evaluations() -> list[int]:
+        return [len(f.read_text().splitlines()) if f.exists() else 0 for f in val_files]
 
     net.link("a", up=False)
     cut_at = time.time()
-    size_at_cut = log_a.stat().st_size
-    # The partition is real once host a's leases have run out in Redis.
+    at_cut = evaluations()
+    # The partition is real once host a's leases have run out in Redis ...
     wait_for(lambda: all(float(store.get(i)["lease_until"]) < store.server_time() for i in on_a),  # type: ignore[index]
              30, "host a's leases to expire")
-    wait_for(lambda: log_a.stat().st_size > size_at_cut + 200, 30, "the cut-off run to keep printing")
+    # ... and the cut-off runs keep training: two more evaluations each (so the driver saw the first).
+    wait_for(lambda: all(n >= before + 2 for n, before in zip(evaluations(), at_cut, strict=True)), 60,
+             "the cut-off runs to keep evaluating")
     net.link("a", up=True)
     back_at = time.time()
 
