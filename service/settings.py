@@ -21,6 +21,9 @@ class Settings(BaseSettings):
     token_file: str = ""
     allowed_roots: str = Field(default="", description="colon-separated dirs codebase/result dirs must be in")
     max_request_bytes: int = 1_000_000
+    metrics_auth: bool = Field(default=False, description="require the token on /metrics too")
+    submit_check_disk: bool = Field(default=True, description="check blueprint paths on the API host "
+                                    "(turn off when the API does not see the nodes' storage)")
     # Watching and repairs
     poll_interval: float = 0.5
     stop_grace_seconds: float = 30.0

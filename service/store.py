@@ -128,6 +128,13 @@ return 1
 """
 
 
+_SET_IF_EXISTS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+
 class TransitionConflict(RuntimeError):
     """Someone else changed the experiment first (version moved, or another live owner)."""
 
@@ -169,6 +176,7 @@ class Store:
         self._transition = client.register_script(_TRANSITION)
         self._reserve = client.register_script(_RESERVE_GPUS)
         self._renew = client.register_script(_RENEW)
+        self._set_if_exists = client.register_script(_SET_IF_EXISTS)
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -273,8 +281,9 @@ class Store:
     def renew_lease(self, exp_id: str, owner: str, seconds: float) -> bool:
         return bool(self._renew(keys=[exp_key(exp_id)], args=[owner, seconds]))
 
-    def request_cancel(self, exp_id: str) -> None:
-        self.r.hset(exp_key(exp_id), "cancel_requested", "1")
+    def request_cancel(self, exp_id: str) -> bool:
+        """Set the cancel flag; False (and nothing written) when the record does not exist."""
+        return bool(self._set_if_exists(keys=[exp_key(exp_id)], args=["cancel_requested", "1"]))
 
     def cancel_requested(self, exp_id: str) -> bool:
         return self.r.hget(exp_key(exp_id), "cancel_requested") == b"1"

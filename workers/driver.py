@@ -118,6 +118,9 @@ class ExperimentDriver:
             State.repairing.value: self._on_repairing,
             State.collecting.value: self._on_collecting,
         }
+        if self.lc.finished:
+            self.journal.close(timeout=1.0)
+            return self.lc.outcome  # e.g. the API finished a queued one while this job waited
         try:
             if self.lc.state != State.queued.value:
                 self._adopt()
