@@ -42,6 +42,20 @@ def status_word(rec: dict[str, Any]) -> str:
     return "Running"
 
 
+@contextmanager
+def _unknown_id_exits() -> Iterator[None]:
+    """404 → one line and exit 1; Ctrl-C → exit 130; other API errors propagate."""
+    try:
+        yield
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        _err(f"error: {exc.detail}")
+        raise typer.Exit(1) from exc
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
 def _err(message: str) -> None:
     typer.echo(message, err=True)
 
@@ -301,16 +315,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         token: str = TOKEN_OPTION,
     ) -> None:
         """The latest attempt's log."""
-        with connect(url, token) as client:
-            try:
-                _follow_log(client, exp_id, tail, follow, raw)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-                _err(f"error: {exc.detail}")
-                raise typer.Exit(1) from exc
-            except KeyboardInterrupt:
-                raise typer.Exit(130) from None
+        with connect(url, token) as client, _unknown_id_exits():
+            _follow_log(client, exp_id, tail, follow, raw)
 
     @app.command()
     def events(
@@ -323,27 +329,19 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         """Transitions, evaluations, progress reports and repairs of one experiment."""
         show: Callable[[dict[str, Any]], None] = ((lambda e: typer.echo(json.dumps(e, default=str))) if as_json
                                                   else (lambda e: typer.echo(event_line(e))))
-        with connect(url, token) as client:
-            try:
-                if follow:
-                    for event in client.follow(exp_id):
-                        show(event)
+        with connect(url, token) as client, _unknown_id_exits():
+            if follow:
+                for event in client.follow(exp_id):
+                    show(event)
+                return
+            after = "0-0"
+            while True:
+                page = client.events(exp_id, after=after)
+                for event in page["events"]:
+                    show(event)
+                if not page["events"]:
                     return
-                after = "0-0"
-                while True:
-                    page = client.events(exp_id, after=after)
-                    for event in page["events"]:
-                        show(event)
-                    if not page["events"]:
-                        return
-                    after = page["next_after"]
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-                _err(f"error: {exc.detail}")
-                raise typer.Exit(1) from exc
-            except KeyboardInterrupt:
-                raise typer.Exit(130) from None
+                after = page["next_after"]
 
     @app.command()
     def watch(
@@ -368,13 +366,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                     if exc.status != 409:
                         raise
 
-            try:
+            with _unknown_id_exits():
                 final = follow(poll, console, on_interrupt=interrupt)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-                _err(f"error: {exc.detail}")
-                raise typer.Exit(1) from exc
         outcome = str(final.get("outcome") or "")
         console.print(f"[bold]{outcome}[/]: {final.get('reason', '')}")
         console.print(f"report: {Path(final.get('result_dir') or '.') / 'experiment_report.md'}")
