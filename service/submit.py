@@ -17,6 +17,7 @@ from statemachine.models import Level, Problem
 from statemachine.preflight import gpus_needed
 from workers.config_patch import read_yaml_data
 from workers.jobs import enqueue_drive, target_queue
+from workers.tmux import session_name
 
 NODE_ALIVE_SECONDS = 30.0
 
@@ -79,6 +80,7 @@ def submit(
         "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text, "blueprint_json": bp.public(),
         "blueprint_path": blueprint_path, "target_node": node or "", "node": "", "gpus_needed": needed,
         "priority": priority or "normal", "queue": queue_name, "attempt": 0, "outcome": "",
+        "tmux_session": session_name(bp.exp_purpose, exp_id),
         "problems": [p.model_dump(mode="json") for p in problems],
     }
     store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose})

@@ -68,8 +68,9 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
                 console.print(f"  [red]{p.level.value}[/] {p.field}: {p.message}")
             return 2
         exp_id = rec["id"]
-        console.print(f"Job submitted: {exp_id}  (tmux: tmux{_socket_flag(settings)} attach -t "
-                      f"{rec.get('tmux_session') or 'ajet_…'}; result dir {rec['result_dir']})")
+        console.print(f"Job submitted: {exp_id}")
+        console.print(f"  watch it in tmux: tmux{_socket_flag(settings)} attach -t {rec['tmux_session']}")
+        console.print(f"  result dir: {rec['result_dir']}")
 
         def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
             events = store.events(exp_id, after=after, block_ms=500)
