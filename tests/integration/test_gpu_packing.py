@@ -42,3 +42,18 @@ def test_two_four_gpu_runs_share_an_eight_gpu_node(tmp_path, redis_url, tmux_soc
         expected = ",".join(str(g) for g in store.get(exp_id)["gpus"])  # type: ignore[index]
         assert f"CUDA_VISIBLE_DEVICES={expected}" in script or f"CUDA_VISIBLE_DEVICES='{expected}'" in script
     assert store.gpu_owners("gpu8") == {}  # released on finish
+
+
+def test_gpus_of_experiments_that_ended_or_vanished_during_a_crash_are_recovered(redis_url) -> None:
+    from service.settings import Settings
+    from workers.node import NodeInfo
+    from workers.supervisor import NodeSupervisor
+
+    store = Store.from_url(redis_url)
+    store.create("done", {"state": "finished", "node": "gpu8"}, {})
+    store.create("live", {"state": "running", "node": "gpu8", "lease_until": store.server_time() + 60}, {})
+    for exp_id in ("done", "live", "vanished"):
+        assert store.reserve_gpus("gpu8", exp_id, 2, 8) is not None
+    sup = NodeSupervisor(Settings(redis_url=redis_url), NodeInfo(name="gpu8", gpus=8, slots=1), redis_url)
+    sup.adopt_orphans()  # what a restarted worker does first
+    assert set(store.gpu_owners("gpu8").values()) == {"live"}  # the running one keeps its GPUs
