@@ -189,7 +189,12 @@ class ExperimentDriver:
             if gpus is None:
                 return self._wait_for_gpus()
             self.ctx.gpus = gpus
-        self._apply_preflight(plan)
+        try:
+            self._apply_preflight(plan)
+        except (OSError, ValueError) as exc:  # e.g. a YAML the patcher cannot edit safely, a read-only dir
+            self._release_gpus_now()
+            self._claim_and_fire("reject", f"preflight could not be applied: {exc}")
+            return True
         self._share_node_gpus()
         self._claim_and_fire("start", "preflight passed", fields={
             "node": self.node.name, "started_at": time.time(),
@@ -207,6 +212,11 @@ class ExperimentDriver:
 
     def _gpus_needed(self) -> int:
         return max(1, int(self.rec.get("gpus_needed") or 1))
+
+    def _release_gpus_now(self) -> None:
+        if self.node.manages_gpus:
+            self.store.release_gpus(self.node.name, self.id)
+        self.ctx.gpus = None
 
     def _wait_for_gpus(self) -> bool:
         """Wait a little for GPUs here; if none free up, hand the job back to its queue."""
@@ -532,12 +542,16 @@ class ExperimentDriver:
         if self.lc.attempt:
             self._cleanup_processes()
         self._link_repair_outcomes()
-        data = self._report_data()
-        Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
-        write_report(data)
-        write_repair_log(self.bp.exp_result_dir, data)
-        self._tidy_config_copy()
-        write_finish_flag(self.bp.exp_result_dir, self.id, self.lc.outcome)
+        try:
+            data = self._report_data()
+            Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
+            write_report(data)
+            write_repair_log(self.bp.exp_result_dir, data)
+            self._tidy_config_copy()
+            write_finish_flag(self.bp.exp_result_dir, self.id, self.lc.outcome)
+        except OSError as exc:
+            # An unwritable result dir must not keep the experiment unfinished (and re-adopted for ever).
+            self.journal.publish({"type": "warning", "message": f"could not write the result dir: {exc}"})
         if self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
