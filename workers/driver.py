@@ -14,64 +14,38 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from service.settings import Settings
 from service.store import Store, TransitionConflict
 from statemachine.blueprint import validate_blueprint
 from statemachine.command import add_flag, conf_path, has_flag, launcher_segment, replace_conf
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
-from statemachine.models import Blueprint, ConfigChange, Finding, Level
+from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
 from statemachine.policies import parse_backoff, report_due_at
 from statemachine.preflight import plan_preflight
 from statemachine.repairs import resolve_repair
-from statemachine.results import latest_metrics, parse_train_file
+from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
-from statemachine.signatures import signature
 from workers import procs
 from workers.attempt import MARKER, attempt_env, attempt_paths
+from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import patched_config_path, read_yaml_data, write_patched_yaml
+from workers.context import Context
 from workers.finish import clear_finish_flag, write_finish_flag
+from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
-from workers.repair_hook import ask_hook
 from workers.repair_log import write_repair_log
-from workers.report import AttemptInfo, RepairRecord, ReportData, write_report
+from workers.repair_plan import plan_repair
+from workers.report import AttemptInfo, RepairRecord, write_report
 from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch
 
 log = logging.getLogger(__name__)
 SKIP_GPU_CHECK = "--skip-check-avail-gpu"
 LOG_TAIL_LINES = 200  # kept in Redis so the API can show a log without the node's filesystem
-
-
-@dataclass
-class Context:
-    """What the driver carries across attempts and restarts (stored as the `ctx` field)."""
-
-    command: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    config_path: str = ""
-    cleanup_on_stop: bool = False
-    preflight_changes: list[dict[str, Any]] = field(default_factory=list)
-    preflight_problems: list[dict[str, Any]] = field(default_factory=list)
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    repairs: list[dict[str, Any]] = field(default_factory=list)
-    yaml_changes: list[dict[str, Any]] = field(default_factory=list)  # preflight + repairs, on the original
-    val_path: str = ""
-    train_path: str = ""
-    gpus: list[int] | None = None
-    reports_sent: int = 0
-    pending_repair: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Context:
-        known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
-        return cls(**known)
 
 
 class ExperimentDriver:
@@ -176,7 +150,8 @@ class ExperimentDriver:
                 yaml_text = Path(self.bp.yaml_abspath()).read_text(encoding="utf-8")
             except OSError as exc:
                 yaml_text = ""
-                problems.append(_problem("exp_yaml_path", f"cannot read the YAML: {exc}"))
+                problems.append(Problem(level=Level.error, field="exp_yaml_path",
+                                        message=f"cannot read the YAML: {exc}"))
             plan = plan_preflight(self.bp, yaml_text, env=os.environ)
             problems += plan.problems
         errors = [p for p in problems if p.level == Level.error]
@@ -476,7 +451,8 @@ class ExperimentDriver:
             self.ctx.repairs.append(record.model_dump())
             self.fire("give_up", self.lc.reason or "rejected by preflight")
             return True
-        actions, source, why = self._plan(cause, pending)
+        actions, source, why = plan_repair(cause, pending, hook=self.settings.repair_hook, bp=self.bp,
+                                           attempt=self.lc.attempt, config_path=self.ctx.config_path)
         resolved = None
         if actions:
             data = read_yaml_data(Path(self.ctx.config_path))
@@ -500,22 +476,6 @@ class ExperimentDriver:
         self.ctx.pending_repair = {**pending, "resolved": resolved.model_dump(mode="json")}
         self.fire("repair", f"{sig_id}: {why}", repair_stat=f"{sig_id}|relaunched", signature=sig_id)
         return True
-
-    def _plan(self, cause: Finding | None, pending: dict[str, Any]) -> tuple[list[Any], str, str]:
-        """The catalogue's plan for a known cause; else the site's repair hook, if configured."""
-        known = cause is not None and not _generic(cause.signature)
-        if cause is not None and known and not cause.repairable:
-            return [], "catalogue", f"{cause.explanation} (not repairable by the runner)"
-        if cause is not None and cause.repairable and cause.repair:
-            return list(cause.repair), "catalogue", cause.explanation
-        if self.settings.repair_hook:
-            actions, why = ask_hook(self.settings.repair_hook, {
-                "blueprint": self.bp.public(), "diagnosis": pending.get("cause"),
-                "reason": pending.get("reason"), "log_tail": pending.get("log_tail", []),
-                "attempt": self.lc.attempt, "config": self.ctx.config_path,
-            })
-            return actions, "hook", why
-        return [], "none", str(pending.get("reason") or "unknown failure")
 
     def _on_repairing(self) -> bool:
         self._renew()
@@ -541,9 +501,10 @@ class ExperimentDriver:
             self.runner.stop(self.handle, self.settings.stop_grace_seconds)
         if self.lc.attempt:
             self._cleanup_processes()
-        self._link_repair_outcomes()
+        link_repair_outcomes(self.ctx, self.lc.outcome)
         try:
-            data = self._report_data()
+            data = report_data(self.id, self.bp, self.rec, self.lc, self.ctx, node=self.node.name,
+                               watch=self.watch, started_at=self.started_at)
             Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
             write_report(data)
             write_repair_log(self.bp.exp_result_dir, data)
@@ -558,91 +519,12 @@ class ExperimentDriver:
         self.fire("collected", fields={"latest_metrics": metrics})  # keeps the outcome's reason
         return True
 
-    def _link_repair_outcomes(self) -> None:
-        for i, rep in enumerate(self.ctx.repairs):
-            if rep.get("result") == "relaunched":
-                nxt = rep.get("attempt", 0) + 1
-                later = [a for a in self.ctx.attempts if a.get("number") == nxt]
-                end = later[0].get("end_reason") if later else ""
-                if i == len(self.ctx.repairs) - 1 or end:
-                    rep["next"] = f"attempt {nxt}: {end or self.lc.outcome}"
-
     def _tidy_config_copy(self) -> None:
         """Keep the patched config in the result dir, and out of the user's codebase."""
         cfg = Path(self.ctx.config_path) if self.ctx.config_path else None
         if cfg and cfg != Path(self.bp.yaml_abspath()) and cfg.exists():
             shutil.copyfile(cfg, Path(self.bp.exp_result_dir) / "config.patched.yaml")
             cfg.unlink()
-
-    def _report_data(self) -> ReportData:
-        from statemachine.results import find_result_files, parse_val_files
-
-        files = [Path(self.ctx.val_path)] if self.ctx.val_path and Path(self.ctx.val_path).exists() else []
-        if not files and Path(self.bp.exp_result_dir).exists():
-            files = find_result_files(self.bp.exp_result_dir)
-        summary = parse_val_files(files) if files else None
-        train_steps = 0
-        if self.ctx.train_path and Path(self.ctx.train_path).exists():
-            train_steps = len(parse_train_file(self.ctx.train_path).steps)
-        tail: list[str] = self.watch.scanner.tail(60) if self.watch else []
-        if not tail and self.ctx.attempts:
-            tail = _tail_file(self.ctx.attempts[-1].get("log_path", ""), 60)
-        return ReportData(
-            id=self.id, purpose=self.bp.exp_purpose, node=self.node.name,
-            tmux_session=str(self.rec.get("tmux_session") or session_name(self.bp.exp_purpose, self.id)),
-            outcome=self.lc.outcome, reason=self.lc.reason, created_at=float(self.rec.get("created_at") or 0),
-            started_at=self.started_at, finished_at=time.time(), max_seconds=self.bp.exp_max_time_seconds,
-            result_dir=self.bp.exp_result_dir, blueprint_path=str(self.rec.get("blueprint_path") or ""),
-            yaml_path=self.bp.yaml_abspath(), patched_yaml_path=self.ctx.config_path,
-            attempts=[AttemptInfo.model_validate(a) for a in self.ctx.attempts],
-            preflight_changes=self.ctx.preflight_changes, preflight_problems=self.ctx.preflight_problems,
-            repairs=[RepairRecord.model_validate(r) for r in self.ctx.repairs],
-            evaluations=[e.model_dump() for e in summary.evaluations] if summary else [],
-            final=summary.final if summary else {}, best=summary.best if summary else {},
-            train_steps=train_steps, log_tail=tail, history=self.lc.history,
-        )
-
-
-def _generic(signature_id: str) -> bool:
-    """A catch-all finding (a bare traceback, an exit status): the catalogue does not know the cause."""
-    try:
-        return signature(signature_id).generic
-    except KeyError:
-        return True
-
-
-def driver_identity() -> dict[str, Any]:
-    """Who drives it, so a supervisor on the same node can see the driver is alive even while
-    Redis was unreachable and the lease ran out (e.g. a network partition)."""
-    me = psutil.Process()
-    return {"driver_pid": me.pid, "driver_started": me.create_time()}
-
-
-def driver_alive(rec: dict[str, Any]) -> bool:
-    try:
-        proc = psutil.Process(int(rec.get("driver_pid") or 0))
-        return abs(proc.create_time() - float(rec.get("driver_started") or 0)) < 0.01 and proc.status() != "zombie"
-    except (psutil.Error, ValueError):
-        return False
-
-
-def _problem(field_name: str, message: str) -> Any:
-    from statemachine.models import Problem
-
-    return Problem(level=Level.error, field=field_name, message=message)
-
-
-def _tail_file(path: str, lines: int) -> list[str]:
-    from statemachine.logtext import clean_line
-
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return []
-    return [clean_line(x) for x in text.splitlines()[-lines:]]
 
 
 __all__ = ["ExperimentDriver", "LostOwnership", "TransitionConflict"]

@@ -21,7 +21,7 @@ import redis
 from service.settings import Settings
 from service.store import Store
 from statemachine.lifecycle import ACTIVE_STATES
-from workers.driver import driver_alive
+from workers.identity import driver_alive
 from workers.jobs import enqueue_drive
 from workers.node import NodeInfo, node_queue
 

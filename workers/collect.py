@@ -1,0 +1,68 @@
+"""Gathering what the report shows: results, attempts, repairs, the log tail."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from statemachine.lifecycle import Lifecycle
+from statemachine.logtext import clean_line
+from statemachine.models import Blueprint
+from statemachine.results import find_result_files, parse_train_file, parse_val_files
+from workers.context import Context
+from workers.report import AttemptInfo, RepairRecord, ReportData
+from workers.tmux import session_name
+from workers.watch import AttemptWatch
+
+
+def link_repair_outcomes(ctx: Context, outcome: str) -> None:
+    """Each relaunching repair learns what its next attempt did (the repair log's "what happened next")."""
+    for i, rep in enumerate(ctx.repairs):
+        if rep.get("result") == "relaunched":
+            nxt = rep.get("attempt", 0) + 1
+            later = [a for a in ctx.attempts if a.get("number") == nxt]
+            end = later[0].get("end_reason") if later else ""
+            if i == len(ctx.repairs) - 1 or end:
+                rep["next"] = f"attempt {nxt}: {end or outcome}"
+
+
+def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, ctx: Context, *, node: str,
+                watch: AttemptWatch | None, started_at: float | None) -> ReportData:
+    files = [Path(ctx.val_path)] if ctx.val_path and Path(ctx.val_path).exists() else []
+    if not files and Path(bp.exp_result_dir).exists():
+        files = find_result_files(bp.exp_result_dir)
+    summary = parse_val_files(files) if files else None
+    train_steps = 0
+    if ctx.train_path and Path(ctx.train_path).exists():
+        train_steps = len(parse_train_file(ctx.train_path).steps)
+    tail: list[str] = watch.scanner.tail(60) if watch else []
+    if not tail and ctx.attempts:
+        tail = tail_file(ctx.attempts[-1].get("log_path", ""), 60)
+    return ReportData(
+        id=exp_id, purpose=bp.exp_purpose, node=node,
+        tmux_session=str(rec.get("tmux_session") or session_name(bp.exp_purpose, exp_id)),
+        outcome=lc.outcome, reason=lc.reason, created_at=float(rec.get("created_at") or 0),
+        started_at=started_at, finished_at=time.time(), max_seconds=bp.exp_max_time_seconds,
+        result_dir=bp.exp_result_dir, blueprint_path=str(rec.get("blueprint_path") or ""),
+        yaml_path=bp.yaml_abspath(), patched_yaml_path=ctx.config_path,
+        attempts=[AttemptInfo.model_validate(a) for a in ctx.attempts],
+        preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
+        repairs=[RepairRecord.model_validate(r) for r in ctx.repairs],
+        evaluations=[e.model_dump() for e in summary.evaluations] if summary else [],
+        final=summary.final if summary else {}, best=summary.best if summary else {},
+        train_steps=train_steps, log_tail=tail, history=lc.history,
+    )
+
+
+def tail_file(path: str, lines: int) -> list[str]:
+    """The last cleaned lines of a log, reading only its last 64 KiB."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [clean_line(x) for x in text.splitlines()[-lines:]]
