@@ -13,21 +13,29 @@ from workers.tmux import TmuxRunner
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_sigkilled_worker_is_replaced_and_the_run_completes_with_one_launch(tmp_path, redis_url, tmux_socket):
+def start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, step_seconds: str, until: str):
+    """Run the demo on node n1, SIGKILL the worker (supervisor, slots, work-horse) once `until` holds."""
     sc = make("demo", tmp_path)
     yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
-    yaml_path.write_text(yaml_path.read_text().replace("step_seconds: 1.0", "step_seconds: 0.5"))
+    yaml_path.write_text(yaml_path.read_text().replace("step_seconds: 1.0", f"step_seconds: {step_seconds}"))
     store = Store.from_url(redis_url)
     env = worker_env(redis_url, tmux_socket)
     first = start_worker(env, "n1", "--gpus", "0")
     try:
         wait_for(lambda: store.nodes(), 30, "the first worker to register")
         exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
+        checks = {"evaluated": lambda: (store.get(exp_id) or {}).get("latest_metrics"),
+                  "running": lambda: (store.get(exp_id) or {}).get("state") == "running"}
+        wait_for(checks[until], 60, f"the run to be {until}")
         rec = store.get(exp_id)
         assert rec is not None and rec["state"] == "running"
     finally:
-        kill_group(first)  # supervisor, RQ slots and the work-horse driving the run: all SIGKILLed
+        kill_group(first)
+    return sc, store, env, exp_id, rec
+
+
+def test_sigkilled_worker_is_replaced_and_the_run_completes_with_one_launch(tmp_path, redis_url, tmux_socket):
+    sc, store, env, exp_id, rec = start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, "0.5", "evaluated")
     session = rec["tmux_session"]
     assert TmuxRunner(tmux_socket).exists(session)  # the run itself lives on in tmux
 
@@ -47,18 +55,7 @@ def test_sigkilled_worker_is_replaced_and_the_run_completes_with_one_launch(tmp_
 
 def test_a_run_that_ended_while_no_worker_watched_is_judged_from_its_log_and_exit_code(
         tmp_path, redis_url, tmux_socket) -> None:
-    sc = make("demo", tmp_path)
-    yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
-    yaml_path.write_text(yaml_path.read_text().replace("step_seconds: 1.0", "step_seconds: 0.3"))
-    store = Store.from_url(redis_url)
-    env = worker_env(redis_url, tmux_socket)
-    first = start_worker(env, "n1", "--gpus", "0")
-    try:
-        wait_for(lambda: store.nodes(), 30, "the first worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
-    finally:
-        kill_group(first)
+    sc, store, env, exp_id, _ = start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, "0.3", "running")
     rc_file = sc.results / "logs" / "attempt-1.rc"
     wait_for(rc_file.exists, 90, "the run to end on its own, unwatched")
     with running_worker(env, "n1", "--gpus", "0"):
