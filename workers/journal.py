@@ -46,7 +46,8 @@ class Journal:
         self.retry_seconds = retry_seconds
         self.online = True
         self.buffered_total = 0
-        self._ops: deque[tuple[int, Callable[[], Any]]] = deque()
+        self._ops: deque[tuple[int, Callable[[], Any], bool]] = deque()  # (seq, op, droppable)
+        self.dropped = 0
         self._seq = 0
         self._done = 0
         self._error: BaseException | None = None
@@ -80,20 +81,20 @@ class Journal:
                     raise
 
 
-        seq = self._put(op)
+        seq = self._put(op, droppable=False)
         self._wait_for(seq, timeout=60.0 if ack else wait, required=ack)
 
     def publish(self, event: Mapping[str, Any]) -> None:
         event = {"at": time.time(), **event}  # when it happened, not when Redis got it
-        self._put(lambda: self.store.publish(self.exp_id, event))
+        self._put(lambda: self.store.publish(self.exp_id, event), droppable=True)
 
     def update(self, fields: Mapping[str, Any]) -> None:
         fields = dict(fields)
-        self._put(lambda: self.store.update(self.exp_id, fields))
+        self._put(lambda: self.store.update(self.exp_id, fields), droppable=True)
 
     def call(self, fn: Callable[[], Any]) -> None:
         """Any other write that must happen in order with the rest (e.g. releasing GPUs)."""
-        self._put(fn)
+        self._put(fn, droppable=False)
 
     def renew(self, seconds: float) -> None:
         """Keep our lease alive (done by the thread); raises LostOwnership once Redis says it is gone."""
@@ -110,7 +111,7 @@ class Journal:
         """Wait until everything queued has reached Redis; False if it could not in time."""
         with self._cv:
             target = self._seq
-        return self._wait_for(target, timeout=timeout, required=False)
+        return self._wait_for(target, timeout=timeout, required=False, through_outage=True)
 
     def close(self, timeout: float = 30.0) -> bool:
         done = self.flush(timeout)
@@ -125,24 +126,35 @@ class Journal:
             raise self._error
 
     # -- internals ---------------------------------------------------------------------------
-    def _put(self, op: Callable[[], Any]) -> int:
+    def _put(self, op: Callable[[], Any], *, droppable: bool) -> int:
         self.check()
         with self._cv:
             if len(self._ops) >= MAX_BUFFERED:
-                self._ops.popleft()  # a dropped progress event is better than running out of memory
+                self._drop_oldest_droppable()
             self._seq += 1
-            self._ops.append((self._seq, op))
+            self._ops.append((self._seq, op, droppable))
             if not self.online:
                 self.buffered_total += 1
             self._cv.notify_all()
             return self._seq
 
-    def _wait_for(self, seq: int, timeout: float, required: bool) -> bool:
+    def _drop_oldest_droppable(self) -> None:
+        """Out of room after a very long outage: lose the oldest event or field update, never a
+        transition (the version chain) nor an ordered call."""
+        for i, (_, _, droppable) in enumerate(self._ops):
+            if droppable:
+                del self._ops[i]
+                self.dropped += 1
+                return
+
+    def _wait_for(self, seq: int, timeout: float, required: bool, through_outage: bool = False) -> bool:
+        """Wait until op `seq` reached Redis. A plain write stops waiting when Redis is away (the
+        watch loop must go on); a required one or a flush keeps waiting until `timeout`."""
         deadline = time.monotonic() + timeout
         with self._cv:
             while self._done < seq and self._error is None:
                 left = deadline - time.monotonic()
-                if left <= 0 or (not required and not self.online):
+                if left <= 0 or (not required and not through_outage and not self.online):
                     break
                 self._cv.wait(min(left, 0.2))
             reached = self._done >= seq
@@ -183,7 +195,7 @@ class Journal:
             with self._cv:
                 if not self._ops:
                     return
-                seq, op = self._ops[0]
+                seq, op, _ = self._ops[0]
             op()
             with self._cv:
                 if self._ops and self._ops[0][0] == seq:
