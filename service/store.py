@@ -20,6 +20,7 @@ PREFIX = "ajet"
 GLOBAL_STREAM = f"{PREFIX}:events"
 INDEX = f"{PREFIX}:experiments"  # zset id -> created_at
 NODES = f"{PREFIX}:nodes"  # set of node names
+UNFINISHED = f"{PREFIX}:unfinished"  # set of ids not yet finished, kept by the transition script
 STREAM_MAXLEN = 10_000
 NODE_RECORD_TTL = 3600
 GLOBAL_STREAM_MAXLEN = 100_000
@@ -78,6 +79,11 @@ local payload = {'id', id, 'type', event['type'] or 'transition',
                  'version', tostring(version), 'data', ARGV[3]}
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', '10000', '*', unpack(payload))
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', '100000', '*', unpack(payload))
+if redis.call('HGET', KEYS[1], 'state') == 'finished' then
+  redis.call('SREM', KEYS[4], id)
+else
+  redis.call('SADD', KEYS[4], id)
+end
 local stats = cjson.decode(ARGV[4])
 if stats['transition'] then redis.call('HINCRBY', 'ajet:stats:transitions', stats['transition'], 1) end
 if stats['outcome'] then
@@ -214,6 +220,10 @@ class Store:
             pipe.hgetall(exp_key(i))
         return [decode(raw) for raw in pipe.execute() if raw]
 
+    def unfinished(self) -> list[dict[str, Any]]:
+        """Records of every experiment not yet finished: what a node scans, without reading the rest."""
+        return self.all(sorted(i.decode() for i in self.r.smembers(UNFINISHED)))
+
     def transition(
         self,
         exp_id: str,
@@ -230,7 +240,7 @@ class Store:
             stats["buckets"] = ["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS]
         payload = {"at": time.time(), **event}
         ok, detail = self._transition(
-            keys=[exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM],
+            keys=[exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED],
             args=[
                 "" if expected_version is None else str(expected_version),
                 owner,
@@ -275,6 +285,7 @@ class Store:
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(exp_key(exp_id), stream_key(exp_id))
         pipe.zrem(INDEX, exp_id)
+        pipe.srem(UNFINISHED, exp_id)
         pipe.execute()
 
     # -- ownership -----------------------------------------------------------------------
@@ -286,7 +297,11 @@ class Store:
         return bool(self._set_if_exists(keys=[exp_key(exp_id)], args=["cancel_requested", "1"]))
 
     def cancel_requested(self, exp_id: str) -> bool:
-        return self.r.hget(exp_key(exp_id), "cancel_requested") == b"1"
+        return self.flag_set(exp_id, "cancel_requested")
+
+    def flag_set(self, exp_id: str, name: str) -> bool:
+        """A "1"/"0" field of the record, e.g. cancel_requested or delete_requested."""
+        return self.r.hget(exp_key(exp_id), name) == b"1"
 
     def server_time(self) -> float:
         sec, usec = self.r.time()

@@ -105,7 +105,7 @@ class ExperimentDriver:
             # Deliver what is buffered (a node cut off from Redis waits here for it to come back).
             self.journal.close(timeout=self.settings.redis_outage_wait_seconds)
         try:
-            if self.store.r.hget(f"ajet:exp:{self.id}", "delete_requested") == b"1":
+            if self.store.flag_set(self.id, "delete_requested"):
                 self.store.delete(self.id)  # DELETE on a running experiment: drop the record once it is finished
         except REDIS_ERRORS:
             log.warning("%s: could not check for a delete request", self.id)
@@ -171,11 +171,11 @@ class ExperimentDriver:
             self._claim_and_fire("reject", f"preflight could not be applied: {exc}")
             return True
         self._share_node_gpus()
+        self.started_at = time.time()
         self._claim_and_fire("start", "preflight passed", fields={
-            "node": self.node.name, "started_at": time.time(),
+            "node": self.node.name, "started_at": self.started_at,
             "tmux_session": session_name(self.bp.exp_purpose, self.id), "gpus": self.ctx.gpus,
         })
-        self.started_at = time.time()
         return True
 
     def _claim_and_fire(self, trigger: str, reason: str, fields: dict[str, Any] | None = None) -> None:
@@ -218,10 +218,8 @@ class ExperimentDriver:
             self._patch_config([c.model_dump(mode="json") for c in changes])
         self.ctx.cleanup_on_stop = bool(plan.cleanup_on_stop)
         self.ctx.preflight_changes = [c.model_dump(mode="json") for c in [*changes, *plan.command_changes]]
-        data = read_yaml_data(Path(self.ctx.config_path))
-        trainer = (data.get("ajet") or {}).get("trainer_common") or {}
-        self.ctx.val_path = self._abs(trainer.get("val_print_to_markdown_file_path"))
-        self.ctx.train_path = self._abs(trainer.get("train_print_to_markdown_file_path"))
+        self.ctx.val_path = plan.val_result_path  # absolute, resolved from the launch directory
+        self.ctx.train_path = plan.train_result_path
 
     def _patch_config(self, new_changes: list[dict[str, Any]]) -> str:
         """Write every change so far (preflight and repairs) onto a fresh copy of the user's YAML.
@@ -268,11 +266,6 @@ class ExperimentDriver:
             return replace_conf(command, str(config.relative_to(codebase)))
         except ValueError:
             return replace_conf(command, str(config))
-
-    def _abs(self, path: Any) -> str:
-        if not path:
-            return ""
-        return str(path) if os.path.isabs(str(path)) else os.path.join(self.bp.exp_codebase_dir, str(path))
 
     # -- launching ---------------------------------------------------------------------------
     def _on_launching(self) -> bool:
@@ -420,10 +413,7 @@ class ExperimentDriver:
 
     def _excerpt(self, cause: Finding | None) -> str:
         assert self.watch is not None
-        lines = self.watch.scanner.tail(40)
-        if cause is not None:
-            lines = [ln for ln in lines][-25:]
-        return "\n".join(lines)
+        return "\n".join(self.watch.scanner.tail(25 if cause is not None else 40))
 
     def _cleanup_processes(self) -> None:
         """Scoped cleanup: this experiment's own processes only (never `--autokill`'s host-wide kill)."""
@@ -489,9 +479,7 @@ class ExperimentDriver:
             self.ctx.repairs[-1]["diff"] = diff
         self.ctx.pending_repair = {}
         self.fire("relaunch", f"fix applied; attempt {self.lc.attempt + 1}")
-        if len(self.ctx.repairs) and self.ctx.repairs[-1].get("result") == "relaunched":
-            self.ctx.repairs[-1]["next"] = f"attempt {self.lc.attempt} launched"
-        return True
+        return True  # what the relaunch led to is linked when collecting (link_repair_outcomes)
 
     # -- collecting ------------------------------------------------------------------------------
     def _on_collecting(self) -> bool:

@@ -71,10 +71,11 @@ def drive(exp_id: str) -> str:
     store = Store(conn)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    reporter = watch_reporter(store, node.name)
     try:
-        reporter = watch_reporter(store, node.name)
         driver = ExperimentDriver(store, exp_id, settings, node, owner, on_watch=reporter)
     except LookupError:
+        reporter.close()
         return "deleted"
     try:
         outcome = driver.run()

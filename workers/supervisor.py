@@ -104,7 +104,7 @@ class NodeSupervisor:
         return adopted
 
     def _unfinished_here(self) -> list[dict]:
-        return [r for r in self.store.all() if r.get("node") == self.node.name and r.get("state") in ACTIVE]
+        return [r for r in self.store.unfinished() if r.get("node") == self.node.name and r.get("state") in ACTIVE]
 
     def _release_stale_gpus(self) -> None:
         """GPUs held by experiments that finished or vanished while their driver was dead."""

@@ -102,3 +102,13 @@ def test_blocking_event_read_wakes_on_publish(store: Store) -> None:
     threading.Timer(0.2, lambda: store.publish("e1", {"type": "progress", "n": 1})).start()
     got = blocking.events("e1", after=last, block_ms=3000)
     assert [e["type"] for e in got] == ["progress"]
+
+
+def test_unfinished_index_follows_transitions_and_deletes(store: Store) -> None:
+    store.create("a", {"state": "queued"}, {})
+    store.create("b", {"state": "queued"}, {})
+    assert [r["id"] for r in store.unfinished()] == ["a", "b"]
+    store.transition("a", expected_version=1, fields={"state": "finished"}, event={})
+    assert [r["id"] for r in store.unfinished()] == ["b"]
+    store.delete("b")
+    assert store.unfinished() == []
