@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from functools import lru_cache
+from pathlib import Path
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,6 +58,27 @@ class Settings(BaseSettings):
     redis_outage_wait_seconds: float = 3600.0
     metrics_port: int = 0
     finished_metrics_ttl: float = 3600.0
+
+
+    def suggestions_path(self) -> Path:
+        """Where advised repairs that worked are suggested as catalogue entries."""
+        if self.catalogue_suggestions:
+            return Path(self.catalogue_suggestions).expanduser()
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        return Path(base) / "ajet-runner" / "catalogue_suggestions.yaml"
+
+    def adviser_problems(self) -> list[str]:
+        """Why the LLM adviser settings cannot work (empty when fine or off); the key is never shown."""
+        url = self.llm_url.strip()
+        if not url:
+            return []
+        problems = []
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("http", "https") or not rest.strip("/"):
+            problems.append(f"AJET_RUNNER_LLM_URL must be an http(s) URL, got {url!r}")
+        if self.llm_api_key_file and not os.access(self.llm_api_key_file, os.R_OK):
+            problems.append(f"AJET_RUNNER_LLM_API_KEY_FILE is not readable: {self.llm_api_key_file}")
+        return problems
 
 
 @lru_cache(maxsize=1)
