@@ -76,7 +76,7 @@ class AdviserConfig:
         if not settings.llm_url:
             return None
         return cls(
-            url=endpoint_url(settings.llm_url), model=settings.llm_model,
+            url=settings.llm_url, model=settings.llm_model,
             api_key=settings.llm_api_key.get_secret_value(), api_key_file=settings.llm_api_key_file,
             timeout=settings.llm_timeout_seconds, max_asks=settings.llm_max_asks,
             prefixes=tuple(p.strip() for p in settings.llm_prefixes.split(",") if p.strip()),
@@ -112,7 +112,7 @@ def chat(cfg: AdviserConfig, messages: list[dict[str, str]], *, deadline: float)
     modes = [True, False] if cfg.json_mode else [False]
     for json_mode in modes:
         payload = {**body, "response_format": {"type": "json_object"}} if json_mode else body
-        status, data = _post(cfg.url, headers, payload, deadline)
+        status, data = _post(endpoint_url(cfg.url), headers, payload, deadline)
         if status in (400, 404, 415, 422, 501) and json_mode:
             log.info("the adviser endpoint refused JSON mode (HTTP %s); asking without it", status)
             continue  # an endpoint without response_format support: the prompt still asks for JSON
