@@ -255,7 +255,7 @@ def validate_changes(changes: Iterable[AdviceChange], rules: AdviceRules) -> lis
     out = []
     seen: set[tuple[str, str]] = set()
     for i, change in enumerate(changes, 1):
-        label = f"change {i} ({change.kind} {change.key or change.value!r})"
+        label = f"change {i} ({change.kind} {change.key or repr(change.value)})"
         problem = change_problem(change, rules)
         target = ("yaml" if change.kind.startswith("yaml") else change.kind, change.key)
         if problem is None and change.kind != "prefix" and target in seen:
