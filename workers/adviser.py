@@ -272,7 +272,12 @@ def advice_source(settings: Any, *, bp: Blueprint, ctx: Any, pending: dict[str, 
             publish({"type": "adviser", "status": "not asked", "model": cfg.label, "message": why})
             return None
         ctx.advice_asks += 1
-        result = ask(cfg, bp=bp, ctx=ctx, pending=pending, publish=publish)
+        try:
+            result = ask(cfg, bp=bp, ctx=ctx, pending=pending, publish=publish)
+        except Exception as exc:  # noqa: BLE001 - an adviser bug must not keep the run from finishing
+            log.exception("the adviser failed")
+            result = AdviceResult([], f"adviser ({cfg.label}) failed: {type(exc).__name__}: {exc}",
+                                  {"advised_by": cfg.label, "advice_result": "no answer", "refused": [str(exc)]})
         pending["advice"] = result.record
         return result.actions, result.why
 

@@ -8,6 +8,7 @@ work-horse process.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import uuid
 
@@ -24,7 +25,10 @@ from workers.node import queue_names
 def main(argv: list[str]) -> int:
     url, node, index = argv[1], argv[2], argv[3]
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s slot{index} %(name)s %(levelname)s %(message)s")
-    extra = get_settings().catalogue_extra
+    settings = get_settings()  # read (and cached) before the variable below leaves the environment
+    # The adviser's key stays in this process: experiments (tmux and the user's code) never inherit it.
+    os.environ.pop("AJET_RUNNER_LLM_API_KEY", None)
+    extra = settings.catalogue_extra
     if extra:
         use_extension(extra)  # checked by `ajet-runner worker` before it started the slots
     conn = redis.Redis.from_url(url, socket_timeout=None, health_check_interval=30)

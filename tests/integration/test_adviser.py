@@ -111,9 +111,13 @@ def test_secrets_never_reach_the_adviser(tmp_path: Path, tmux_socket: str, redis
         f"{SECRETS['OPENAI_API_KEY']}; its password is {SECRETS['MY_SERVICE_SECRET']} (plain text).\n"))
     with fake_llm() as llm:
         llm.answer = lambda body: Reply(advice([], repairable=False, diagnosis="cannot tell"))
-        proc = run_cli(sc, adviser_env(tmux_socket, redis_url, tmp_path, llm.url, **SECRETS))
+        env = adviser_env(tmux_socket, redis_url, tmp_path, llm.url, **SECRETS)
+        del env["AJET_RUNNER_LLM_API_KEY_FILE"]
+        env["AJET_RUNNER_LLM_API_KEY"] = LLM_KEY  # the variable this time (the other test uses the file)
+        proc = run_cli(sc, env)
         assert proc.returncode == 1, proc.stdout + proc.stderr
     (req,) = llm.requests
+    assert req["headers"]["Authorization"] == f"Bearer {LLM_KEY}"
     raw = req["raw"]
     assert "sk-yamlEmbeddedKey000111" in (sc.results / "config.original.yaml").read_text()  # it was in the input
     leaked = [s for s in [*SECRETS.values(), LLM_KEY, "sk-yamlEmbeddedKey000111", "notes-bearer-token-777"]
