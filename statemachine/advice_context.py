@@ -28,15 +28,21 @@ _FIRST_ERROR = re.compile(
 )
 
 
-def error_window(raw_lines: Sequence[str], size: int = LOG_WINDOW, before: int = LINES_BEFORE_ERROR
-                 ) -> tuple[list[str], int | None]:
+def error_window(raw_lines: Sequence[str], size: int = LOG_WINDOW, before: int = LINES_BEFORE_ERROR,
+                 anchor: str = "") -> tuple[list[str], int | None]:
     """About `size` cleaned lines around the first error (ANSI, \\r redraws, Ray prefixes gone).
 
-    Returns (lines, index of the first error within them, or None when no line looks like one,
-    in which case the last `size` lines are given).
+    `anchor` is the diagnosed cause's line, when known: the first error is then looked for in the
+    `size` lines up to it (where its traceback starts), so an earlier, harmless logged error
+    does not take the window away from the real failure. Returns (lines, index of the first error
+    within them, or None when no line looks like one, in which case the last `size` lines are given).
     """
     lines = clean_lines([line.rstrip("\n") for line in raw_lines])
-    first = next((i for i, line in enumerate(lines) if _FIRST_ERROR.search(line)), None)
+    lo = 0
+    if anchor.strip():
+        at = next((i for i, line in enumerate(lines) if line.strip() == anchor.strip()), None)
+        lo = max(0, at - size + before) if at is not None else 0
+    first = next((i for i in range(lo, len(lines)) if _FIRST_ERROR.search(lines[i])), None)
     if first is None:
         return lines[-size:], None
     start = max(0, min(first - before, len(lines) - size))

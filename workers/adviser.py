@@ -239,7 +239,7 @@ def _messages(cfg: AdviserConfig, *, bp: Blueprint, ctx: Any, pending: Mapping[s
               env: Mapping[str, str]) -> list[dict[str, str]]:
     log_path = ctx.attempts[-1].get("log_path", "") if ctx.attempts else ""
     raw = read_log_tail(log_path) if log_path else list(pending.get("log_tail") or [])
-    lines, first = error_window(raw)
+    lines, first = error_window(raw, anchor=str((pending.get("cause") or {}).get("text") or ""))
     try:
         yaml_text = Path(ctx.config_path).read_text(encoding="utf-8") if ctx.config_path else ""
     except OSError as exc:

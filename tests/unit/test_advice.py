@@ -151,8 +151,14 @@ def test_error_window_cleans_and_centres_on_the_first_error() -> None:
     lines, first = error_window(raw)
     assert len(lines) == 200 and first is not None and lines[first] == "ValueError: heads (28) not divisible by (3)."
     assert first == 40 and lines[0] == "line 210" and not any("\x1b" in x or "pid=" in x for x in lines)
-    lines, first = error_window(raw[:300])  # near the end: still 200 lines, the error further down
-    assert len(lines) == 200 and first == 150 and lines[-1] == "line 299"
+    raw[20] = "ERROR a harmless logged error long before the failure"
+    lines, first = error_window(raw, anchor="ValueError: heads (28) not divisible by (3).")
+    assert lines[first] == "ValueError: heads (28) not divisible by (3)."  # the cause's own, not line 20's
+    assert error_window(raw)[0][error_window(raw)[1]].startswith("ERROR a harmless")  # no anchor: the first
+    lines, first = error_window(raw[:300], anchor="not in the log")  # an anchor not found: the first error
+    assert first == 20 and lines[0] == "line 0"
+    lines, first = error_window(raw[21:300])  # near the end: still 200 lines, the error further down
+    assert len(lines) == 200 and first == 150 and lines[first].startswith("ValueError") and lines[-1] == "line 299"
     lines, first = error_window(["ok"] * 500)
     assert first is None and len(lines) == 200
     assert launcher_flags(CMD + " --backbone=verl") == ["--conf", "--with-ray", "--backbone"]
