@@ -24,13 +24,25 @@ from workers.context import Context
 log = logging.getLogger(__name__)
 
 
-def append_suggestion(path: Path, entry: dict[str, Any]) -> None:
-    """Append one entry to the YAML list in `path` (created with its directory when missing)."""
+def append_suggestion(path: Path, entry: dict[str, Any]) -> bool:
+    """Append one entry to the YAML list in `path` (created with its directory when missing).
+
+    False when an entry with its id is already there (a re-adopted driver collecting again).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump([entry], sort_keys=False, allow_unicode=True, width=100)
-    with open(path, "a", encoding="utf-8") as fh:
+    with open(path, "a+", encoding="utf-8") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
+            fh.seek(0)
+            try:
+                existing = yaml.safe_load(fh.read()) or []
+            except yaml.YAMLError:
+                existing = []  # a hand-edited file with a mistake: still append, the CLI will say so
+            if isinstance(existing, list) and any(isinstance(e, dict) and e.get("id") == entry["id"]
+                                                  for e in existing):
+                return False
+            fh.seek(0, os.SEEK_END)
             if fh.tell() == 0:
                 fh.write("# Catalogue entries suggested by advised repairs that led to a completed run.\n"
                          "# Review one, then copy it into the file named by AJET_RUNNER_CATALOGUE_EXTRA.\n")
@@ -39,6 +51,7 @@ def append_suggestion(path: Path, entry: dict[str, Any]) -> None:
             os.fsync(fh.fileno())
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+    return True
 
 
 def learn_from_advice(ctx: Context, outcome: str, *, exp_id: str, suggestions_file: Path) -> str:
@@ -69,8 +82,8 @@ def learn_from_advice(ctx: Context, outcome: str, *, exp_id: str, suggestions_fi
             entry_id=f"advised_{exp_id.lower()}_{rec.get('attempt', 0)}",
         )
         path = suggestions_file
-        append_suggestion(path, entry)
-        rec["suggestion"] = f"suggested catalogue entry {entry['id']} written to {path}"
+        done = "written to" if append_suggestion(path, entry) else "already in"
+        rec["suggestion"] = f"suggested catalogue entry {entry['id']} {done} {path}"
     except (OSError, ValidationError, ValueError) as exc:
         rec["suggestion"] = f"could not write the suggested catalogue entry: {exc}"
         log.warning("%s: %s", exp_id, rec["suggestion"])

@@ -221,3 +221,14 @@ def test_a_bad_site_catalogue_is_a_clear_error(tmp_path: Path, content: str, why
     assert str(path) in str(info.value)
     with pytest.raises(ValueError, match="cannot read"):
         signatures.load_extension(tmp_path / "missing.yaml")
+
+
+def test_suggestions_are_appended_once_per_id_under_a_lock(tmp_path: Path) -> None:
+    from workers.advice_learning import append_suggestion
+
+    path = tmp_path / "site" / "suggestions.yaml"
+    entry = {"id": "advised_x_1", "patterns": ["boom"], "fatal": True, "explanation": "e", "repairable": False}
+    assert append_suggestion(path, entry) and append_suggestion(path, {**entry, "id": "advised_y_1"})
+    assert not append_suggestion(path, entry)  # collecting again after a re-adoption adds nothing
+    assert [e["id"] for e in yaml.safe_load(path.read_text())] == ["advised_x_1", "advised_y_1"]
+    assert path.read_text().startswith("# Catalogue entries suggested")
