@@ -33,6 +33,7 @@ from statemachine.advice import (
 from statemachine.advice_context import build_messages, error_window
 from statemachine.models import Blueprint, RepairAction
 from statemachine.redact import Redactor
+from workers.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ class AdviceResult:
     record: dict[str, Any]
 
 
-def ask(cfg: AdviserConfig, *, bp: Blueprint, ctx: Any, pending: Mapping[str, Any],
+def ask(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str, Any],
         publish: Callable[[dict[str, Any]], None], env: Mapping[str, str] | None = None) -> AdviceResult:
     """Ask once: build the redacted context, call the endpoint, validate the answer. Never raises."""
     env = os.environ if env is None else env
@@ -222,7 +223,7 @@ def _done(record: dict[str, Any], actions: list[RepairAction], why: str, started
     return AdviceResult(actions=actions, why=why, record=record)
 
 
-def _rules(cfg: AdviserConfig, ctx: Any) -> AdviceRules:
+def _rules(cfg: AdviserConfig, ctx: Context) -> AdviceRules:
     from workers.config_patch import read_yaml_data
 
     try:
@@ -235,7 +236,7 @@ def _rules(cfg: AdviserConfig, ctx: Any) -> AdviceRules:
                        has_launcher=cmdlib.launcher_segment(ctx.command) is not None)
 
 
-def _messages(cfg: AdviserConfig, *, bp: Blueprint, ctx: Any, pending: Mapping[str, Any],
+def _messages(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str, Any],
               env: Mapping[str, str]) -> list[dict[str, str]]:
     log_path = ctx.attempts[-1].get("log_path", "") if ctx.attempts else ""
     raw = read_log_tail(log_path) if log_path else list(pending.get("log_tail") or [])
@@ -254,7 +255,7 @@ def _messages(cfg: AdviserConfig, *, bp: Blueprint, ctx: Any, pending: Mapping[s
     )
 
 
-def advice_source(settings: Any, *, bp: Blueprint, ctx: Any, pending: dict[str, Any], budget_left: bool,
+def advice_source(settings: Any, *, bp: Blueprint, ctx: Context, pending: dict[str, Any], budget_left: bool,
                   publish: Callable[[dict[str, Any]], None]) -> Callable[[], tuple[list[RepairAction], str] | None]:
     """The adviser as a repair-plan source for `plan_repair`; it returns None when it is not asked.
 
