@@ -22,7 +22,6 @@ import httpx
 
 from statemachine import command as cmdlib
 from statemachine.advice import (
-    AdviceChange,
     AdviceError,
     AdviceRules,
     describe_change,
@@ -33,6 +32,7 @@ from statemachine.advice import (
 from statemachine.advice_context import build_messages, error_window
 from statemachine.models import Blueprint, RepairAction
 from statemachine.redact import Redactor
+from workers.config_patch import read_yaml_data
 from workers.context import Context
 
 log = logging.getLogger(__name__)
@@ -224,8 +224,6 @@ def _done(record: dict[str, Any], actions: list[RepairAction], why: str, started
 
 
 def _rules(cfg: AdviserConfig, ctx: Context) -> AdviceRules:
-    from workers.config_patch import read_yaml_data
-
     try:
         data = read_yaml_data(Path(ctx.config_path)) if ctx.config_path else {}
     except (OSError, ValueError):
@@ -298,7 +296,3 @@ def advised_stat(record: Mapping[str, Any]) -> str:
     if result == "advised":
         result = record.get("result") or "advised"
     return f"{record.get('advised_by') or 'unknown'}|{result}"
-
-
-def as_change(raw: Mapping[str, Any]) -> AdviceChange:
-    return AdviceChange.model_validate(raw)
