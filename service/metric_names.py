@@ -14,6 +14,7 @@ API_METRICS = (
     "ajet_runner_experiment_attempt",  # {experiment, purpose, node}
     "ajet_runner_transitions_total",  # {from_state, to_state}
     "ajet_runner_repairs_total",  # {signature, result}
+    "ajet_runner_advised_repairs_total",  # {model, result}
     "ajet_runner_outcomes_total",  # {outcome}
     "ajet_runner_run_duration_seconds",  # histogram {outcome}: _bucket/_sum/_count
     "ajet_runner_queue_jobs",  # {queue}

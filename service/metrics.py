@@ -45,7 +45,7 @@ EXP_LABELS = ["experiment", "purpose", "node"]
 DETAIL_FIELDS = ("state", "outcome", "purpose", "node", "started_at", "finished_at", "created_at",
                  "max_seconds", "attempt", "latest_metrics")
 PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
-STATS = ("transitions", "outcomes", "repairs", "duration_sum")
+STATS = ("transitions", "outcomes", "repairs", "advised", "duration_sum")
 FINISHED = State.finished.value
 
 
@@ -281,6 +281,15 @@ def counter_families(snap: Snapshot) -> Iterable[Metric]:
         signature, sep, result = key.rpartition("|")
         repairs.add_metric([signature, result] if sep else [key, ""], value)
     yield repairs
+
+    advised = CounterMetricFamily("ajet_runner_advised_repairs",
+                                  "LLM adviser answers by model and result (advised and relaunched, refused, "
+                                  "declined, no answer; then <outcome> once the relaunched run finished).",
+                                  labels=["model", "result"])
+    for key, value in sorted(snap.stats.get("advised", {}).items()):
+        model, sep, result = key.rpartition("|")
+        advised.add_metric([model, result] if sep else [key, ""], value)
+    yield advised
 
     outcomes = CounterMetricFamily("ajet_runner_outcomes", "Finished experiments by outcome.", labels=["outcome"])
     done = snap.stats.get("outcomes", {})

@@ -31,7 +31,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from statemachine.models import ConfigChange
-from statemachine.repairs import set_dotted
+from statemachine.repairs import del_dotted, set_dotted
 
 __all__ = ["PATCH_MARKER", "PatchError", "patch_yaml_text", "patched_config_path", "read_yaml_data",
            "write_patched_yaml"]
@@ -163,6 +163,31 @@ def _splice_one(text: str, key: str, value: Any) -> str | None:
     return None
 
 
+def _remove_one(text: str, key: str) -> str | None:
+    """`text` without the line of a one-line scalar `key`; None when it is not that simple."""
+    try:
+        root = _round_trip_yaml().load(text)
+    except Exception:  # noqa: BLE001 - the caller falls back to a round trip
+        return None
+    parts = key.split(".")
+    node = root
+    for part in parts[:-1]:
+        if not isinstance(node, CommentedMap) or node.fa.flow_style() or part not in node:
+            return None
+        node = node[part]
+    if not isinstance(node, CommentedMap) or node.fa.flow_style() or parts[-1] not in node:
+        return None
+    if isinstance(node[parts[-1]], (CommentedMap, CommentedSeq)):
+        return None
+    key_line, _ = node.lc.key(parts[-1])
+    value_line, col = node.lc.value(parts[-1])
+    lines = text.splitlines(keepends=True)
+    if value_line != key_line or _scalar_end(lines[key_line], col) is None:
+        return None
+    del lines[key_line]
+    return "".join(lines)
+
+
 def _fill_empty(lines: list[str], line_no: int, col: int, current: Any, value: Any) -> str | None:
     """Put a value after `key:` on a line that has none (`key:` or `key:  # note`)."""
     if current is not None:
@@ -240,9 +265,15 @@ def _round_trip_all(text: str, changes: list[ConfigChange]) -> str:
         parts = change.key.split(".")
         for part in parts[:-1]:
             if not isinstance(node.get(part), CommentedMap):
+                if change.unset:
+                    break
                 node[part] = CommentedMap()
             node = node[part]
-        node[parts[-1]] = change.new
+        else:
+            if change.unset:
+                node.pop(parts[-1], None)
+            else:
+                node[parts[-1]] = change.new
     from io import StringIO
 
     out = StringIO()
@@ -260,7 +291,10 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
         raise PatchError("the YAML's root is not a mapping")
     expected = copy.deepcopy(before)
     for change in changes:
-        set_dotted(expected, change.key, change.new)
+        if change.unset:
+            del_dotted(expected, change.key)
+        else:
+            set_dotted(expected, change.key, change.new)
 
     def faithful(candidate: str | None) -> bool:
         if candidate is None:
@@ -272,7 +306,9 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
 
     patched: str | None = text
     for change in changes:
-        patched = _splice_one(patched, change.key, change.new) if patched is not None else None
+        if patched is None:
+            break
+        patched = _remove_one(patched, change.key) if change.unset else _splice_one(patched, change.key, change.new)
     if faithful(patched):
         return patched  # type: ignore[return-value]
     try:

@@ -24,6 +24,7 @@ class Context:
     gpus: list[int] | None = None
     reports_sent: int = 0
     pending_repair: dict[str, Any] = field(default_factory=dict)
+    advice_asks: int = 0  # times the LLM adviser was asked (AJET_RUNNER_LLM_MAX_ASKS)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Context:

@@ -29,6 +29,8 @@ from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
 from workers import procs
+from workers.advice_learning import learn_from_advice
+from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import patched_config_path, read_yaml_data, write_patched_yaml
@@ -120,12 +122,15 @@ class ExperimentDriver:
         self._renew()
 
     def fire(self, trigger: str, reason: str = "", fields: dict[str, Any] | None = None, ack: bool = False,
-             repair_stat: str = "", **detail: Any) -> None:
+             repair_stat: str = "", advised: str = "", **detail: Any) -> None:
         before = self.lc.state
         entry = self.lc.fire(trigger, reason=reason, **detail)
         stats: dict[str, Any] = {"transition": f"{before}>{self.lc.state}"}
         if repair_stat:
             stats["repair"] = repair_stat  # ajet_runner_repairs_total{signature, result}
+            advised = advised or (advised_stat(self.ctx.repairs[-1]) if self.ctx.repairs else "")
+        if advised:
+            stats["advised"] = advised  # ajet_runner_advised_repairs_total{model, result}
         record = {
             "state": self.lc.state, "outcome": self.lc.outcome, "reason": self.lc.reason,
             "attempt": self.lc.attempt, "lifecycle": self.lc.to_dict(), "ctx": self.ctx.__dict__,
@@ -441,8 +446,12 @@ class ExperimentDriver:
             self.ctx.repairs.append(record.model_dump())
             self.fire("give_up", self.lc.reason or "rejected by preflight")
             return True
+        advise = advice_source(self.settings, bp=self.bp, ctx=self.ctx, pending=pending, publish=self.journal.publish,
+                               budget_left=self.lc.can("repair", signature=sig_id))
         actions, source, why = plan_repair(cause, pending, hook=self.settings.repair_hook, bp=self.bp,
-                                           attempt=self.lc.attempt, config_path=self.ctx.config_path)
+                                           attempt=self.lc.attempt, config_path=self.ctx.config_path, advise=advise)
+        if source == "adviser":
+            record = record.model_copy(update=advice_fields(pending))
         resolved = None
         if actions:
             data = read_yaml_data(Path(self.ctx.config_path))
@@ -490,6 +499,8 @@ class ExperimentDriver:
         if self.lc.attempt:
             self._cleanup_processes()
         link_repair_outcomes(self.ctx, self.lc.outcome)
+        advised = learn_from_advice(self.ctx, self.lc.outcome, exp_id=self.id,
+                                    suggestions_file=self.settings.suggestions_path())
         try:
             data = report_data(self.id, self.bp, self.rec, self.lc, self.ctx, node=self.node.name,
                                watch=self.watch, started_at=self.started_at)
@@ -504,7 +515,7 @@ class ExperimentDriver:
         if self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
-        self.fire("collected", fields={"latest_metrics": metrics})  # keeps the outcome's reason
+        self.fire("collected", fields={"latest_metrics": metrics}, advised=advised)  # keeps the outcome's reason
         return True
 
     def _tidy_config_copy(self) -> None:

@@ -93,6 +93,17 @@ class RepairRecord(_Input):
     source: str = "none"
     result: str = ""
     next: str = ""
+    # Only when source == "adviser": who advised, why, what it proposed and what became of it.
+    advised_by: str = ""
+    advice_result: str = ""  # advised | refused | declined | no answer
+    advice_diagnosis: str = ""
+    rationale: str = ""
+    advice: list[str] = []
+    advice_changes: list[dict[str, Any]] = []
+    refused: list[str] = []
+    advice_seconds: float | None = None
+    signature_text: str = ""
+    suggestion: str = ""
 
 
 class ReportData(_Input):

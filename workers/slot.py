@@ -8,6 +8,7 @@ work-horse process.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import uuid
 
@@ -15,6 +16,8 @@ import redis
 from rq import Worker
 from rq.serializers import JSONSerializer
 
+from service.settings import get_settings
+from statemachine.signatures import use_extension
 from workers.jobs import queue
 from workers.node import queue_names
 
@@ -22,6 +25,12 @@ from workers.node import queue_names
 def main(argv: list[str]) -> int:
     url, node, index = argv[1], argv[2], argv[3]
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s slot{index} %(name)s %(levelname)s %(message)s")
+    settings = get_settings()  # read (and cached) before the variable below leaves the environment
+    # The adviser's key stays in this process: experiments (tmux and the user's code) never inherit it.
+    os.environ.pop("AJET_RUNNER_LLM_API_KEY", None)
+    extra = settings.catalogue_extra
+    if extra:
+        use_extension(extra)  # checked by `ajet-runner worker` before it started the slots
     conn = redis.Redis.from_url(url, socket_timeout=None, health_check_interval=30)
     queues = [queue(conn, name) for name in queue_names(node)]
     worker = Worker(queues, connection=conn, serializer=JSONSerializer,

@@ -18,6 +18,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from service.commands.catalogue import check_adviser, install_site_catalogue
 from service.settings import get_settings
 
 EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
@@ -103,6 +104,8 @@ def register(app: typer.Typer) -> None:
         node: str = typer.Option("", help="node name for the local worker (default: hostname)"),
     ) -> None:
         """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
+        check_adviser("run")
+        install_site_catalogue("run")  # a bad site catalogue is reported here, not by the hidden worker
         code = run_blueprint(blueprint, Console(), node=node)
         raise typer.Exit(code)
 

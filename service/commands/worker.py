@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from service.commands.catalogue import check_adviser, install_site_catalogue
 from service.settings import get_settings
 
 
@@ -33,6 +34,8 @@ def register(app: typer.Typer) -> None:
 
         url = _need_redis_url()
         settings = get_settings()
+        check_adviser("worker")
+        install_site_catalogue("worker")  # validated here; each slot loads it again
         info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
                                       slots or settings.slots)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(name)s %(levelname)s %(message)s")
