@@ -31,9 +31,10 @@ from statemachine.rules import Observation, Proposal, decide, default_rules
 from workers import procs
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
-from workers.config_patch import patched_config_path, read_yaml_data, write_patched_yaml
+from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
 from workers.context import Context
-from workers.finish import clear_finish_flag, write_finish_flag
+from resultdir.archive import archive_previous_run
+from workers.finish import write_finish_flag
 from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
@@ -41,7 +42,7 @@ from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
 from workers.report import AttemptInfo, RepairRecord, write_report
 from workers.tmux import RunHandle, TmuxRunner, session_name
-from workers.watch import AttemptWatch
+from workers.watch import AttemptWatch, file_start, log_evaluations
 
 log = logging.getLogger(__name__)
 SKIP_GPU_CHECK = "--skip-check-avail-gpu"
@@ -144,6 +145,7 @@ class ExperimentDriver:
             self._claim_and_fire("cancel", "stop requested before launch")
             return True
         problems = validate_blueprint(self.bp)
+        self._move_earlier_run(problems)
         plan = None
         if not any(p.level == Level.error for p in problems):
             try:
@@ -178,6 +180,20 @@ class ExperimentDriver:
         })
         return True
 
+    def _move_earlier_run(self, problems: list[Problem]) -> None:
+        """An earlier run's files go to previous/ before this run writes anything (submission
+        did it already when it could see the disk; this covers an API that could not)."""
+        self.ctx.previous_run = self.ctx.previous_run or str(self.rec.get("previous_run") or "")
+        if not Path(self.bp.exp_result_dir or "").is_dir():
+            return
+        try:
+            moved = archive_previous_run(self.bp.exp_result_dir, self.bp.exp_codebase_dir)
+        except OSError as exc:
+            problems.append(Problem(level=Level.error, field="exp_result_dir",
+                                    message=f"an earlier run's files could not be moved to previous/: {exc}"))
+            return
+        self.ctx.previous_run = moved or self.ctx.previous_run
+
     def _claim_and_fire(self, trigger: str, reason: str, fields: dict[str, Any] | None = None) -> None:
         lease = self.store.server_time() + self.settings.lease_seconds
         self.fire(trigger, reason, fields={"owner": self.owner, "lease_until": lease, "node": self.node.name,
@@ -208,7 +224,6 @@ class ExperimentDriver:
         original = Path(self.bp.yaml_abspath())
         result_dir = Path(self.bp.exp_result_dir)
         result_dir.mkdir(parents=True, exist_ok=True)
-        clear_finish_flag(result_dir)  # a flag from an earlier run must not announce this one as done
         shutil.copyfile(original, result_dir / "config.original.yaml")
         command = plan.command
         changes = list(plan.changes)
@@ -220,6 +235,10 @@ class ExperimentDriver:
         self.ctx.preflight_changes = [c.model_dump(mode="json") for c in [*changes, *plan.command_changes]]
         self.ctx.val_path = plan.val_result_path  # absolute, resolved from the launch directory
         self.ctx.train_path = plan.train_result_path
+        self.ctx.val_chosen = any(c.key.endswith(".val_print_to_markdown_file_path") for c in changes)
+        # The user's own results file may hold earlier runs' lines (AgentJet appends): only what
+        # is written after this point is this run's, across every attempt.
+        self.ctx.val_start = file_start(plan.val_result_path)
 
     def _patch_config(self, new_changes: list[dict[str, Any]]) -> str:
         """Write every change so far (preflight and repairs) onto a fresh copy of the user's YAML.
@@ -314,7 +333,9 @@ class ExperimentDriver:
     # -- running: observe, let the rules propose, the machine decides ------------------------------
     def _on_running(self) -> bool:
         assert self.handle is not None
-        watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None)
+        earlier = [str(a.get("log_path", "")) for a in self.ctx.attempts if a.get("number") != self.lc.attempt]
+        watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None,
+                                          val_start=self.ctx.val_start, earlier_log=log_evaluations(earlier))
         watch.last_output_at = self.handle.started_at
         attempt_started = self.handle.started_at
         started = self.started_at or attempt_started
@@ -491,12 +512,12 @@ class ExperimentDriver:
             self._cleanup_processes()
         link_repair_outcomes(self.ctx, self.lc.outcome)
         try:
+            Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
+            self._tidy_config_copy()
             data = report_data(self.id, self.bp, self.rec, self.lc, self.ctx, node=self.node.name,
                                watch=self.watch, started_at=self.started_at)
-            Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
             write_report(data)
             write_repair_log(self.bp.exp_result_dir, data)
-            self._tidy_config_copy()
             write_finish_flag(self.bp.exp_result_dir, self.id, self.lc.outcome)
         except OSError as exc:
             # An unwritable result dir must not keep the experiment unfinished (and re-adopted for ever).
@@ -511,8 +532,10 @@ class ExperimentDriver:
         """Keep the patched config in the result dir, and out of the user's codebase."""
         cfg = Path(self.ctx.config_path) if self.ctx.config_path else None
         if cfg and cfg != Path(self.bp.yaml_abspath()) and cfg.exists():
-            shutil.copyfile(cfg, Path(self.bp.exp_result_dir) / "config.patched.yaml")
-            cfg.unlink()
+            kept = Path(self.bp.exp_result_dir) / "config.patched.yaml"
+            shutil.copyfile(cfg, kept)
+            remove_patched_copy(cfg)
+            self.ctx.config_path = str(kept)  # the report's "YAML (as run)" points at the kept copy
 
 
 __all__ = ["ExperimentDriver", "LostOwnership", "TransitionConflict"]
