@@ -238,7 +238,7 @@ class LogMetrics:
         """The evaluations so far; `earlier` (previous attempts' logs) are overridden by this log."""
         by_step = {e.step: e for e in earlier}
         by_step.update(self.evaluations)
-        return summarize(sorted(by_step.values(), key=lambda e: e.step), skipped=self.skipped)
+        return summarize(sorted(by_step.values(), key=lambda e: e.step), skipped=self.skipped, fmt="console")
 
 
 def parse_log_lines(lines: Iterable[str]) -> ResultSummary:
@@ -247,7 +247,7 @@ def parse_log_lines(lines: Iterable[str]) -> ResultSummary:
 
     parser = LogMetrics()
     for raw in lines:
-        for part in raw.split("\n"):
+        for part in raw.removesuffix("\n").split("\n"):
             parser.feed(clean_line(part[:MAX_RECORD_CHARS]))
     return parser.summary()
 
@@ -274,6 +274,7 @@ def merge_file_and_log(file: ResultSummary | None, log: ResultSummary | None) ->
         return file
     order = {d: i for i, d in enumerate(file.datasets)}
     merged = summarize(sorted([*file.evaluations, *added], key=lambda e: (e.step, e.dataset)),
-                       skipped=file.skipped + log.skipped, dataset_order=order, fmt=file.format)
+                       skipped=file.skipped + log.skipped, dataset_order=order,
+                       fmt="mixed" if file.format != "console" else "console")
     merged.files = list(file.files)
     return merged

@@ -111,7 +111,7 @@ class ResultSummary(BaseModel):
     baseline: dict[str, Any] = Field(default_factory=dict)
     primary_dataset: str = ""
     datasets: list[str] = Field(default_factory=list)
-    format: Literal["", "classic", "swarm", "mixed"] = ""
+    format: Literal["", "classic", "swarm", "mixed", "console"] = ""  # console: from log lines
     skipped: int = 0
     files: list[str] = Field(default_factory=list)
 
@@ -566,7 +566,7 @@ def summarize(
         baseline=baseline,
         primary_dataset=primary,
         datasets=datasets,
-        format=fmt if fmt in ("classic", "swarm", "mixed") else "",
+        format=fmt if fmt in ("classic", "swarm", "mixed", "console") else "",
         skipped=skipped,
     )
 
