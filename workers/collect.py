@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from statemachine.lifecycle import Lifecycle
+from statemachine.logmetrics import merge_file_and_log
 from statemachine.logtext import clean_line
 from statemachine.models import Blueprint
-from statemachine.logmetrics import merge_file_and_log
 from statemachine.results import ResultSummary, find_result_files, parse_train_file, parse_val_files, summarize
 from workers.context import Context
 from workers.report import AttemptInfo, RepairRecord, ReportData
@@ -89,6 +89,7 @@ def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, 
         yaml_path=bp.yaml_abspath(), patched_yaml_path=ctx.config_path,
         attempts=[AttemptInfo.model_validate(a) for a in ctx.attempts],
         preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
+        preflight_env=ctx.preflight_env,
         repairs=[RepairRecord.model_validate(r) for r in ctx.repairs],
         evaluations=[e.model_dump() for e in summary.evaluations] if summary else [],
         final=summary.final if summary else {}, best=summary.best if summary else {},

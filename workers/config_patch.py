@@ -5,9 +5,9 @@ The copy sits in a runner-owned folder beside the original, under the same file 
 checkpoints and `saved_experiments/` dir after the YAML's file name when
 `ajet.experiment_name` is unset, so the copy's run keeps the original's names, and
 `hydra.searchpath` is resolved from the working directory, which does not change. The copy
-differs from the original only in the changed values: comments, key order, quoting, blank lines and the `hydra`/`defaults`
-blocks stay byte-identical. ruamel.yaml's round-trip loader locates each value; the edit is
-spliced into the original text, because a full round-trip dump re-indents lists that mix
+differs from the original only in the changed values: comments, key order, quoting, blank
+lines and the `hydra`/`defaults` blocks stay byte-identical. ruamel.yaml's round-trip loader
+locates each value; the edit is spliced into the original text, because a full round-trip dump re-indents lists that mix
 indentation styles (AgentJet's own YAMLs do) and rewrites `null`s. When a value cannot be
 spliced (a flow map, a block scalar, a non-map in the way) the whole file goes through a
 ruamel round-trip dump instead. Either way the result is re-read and must equal the

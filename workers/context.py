@@ -16,6 +16,7 @@ class Context:
     cleanup_on_stop: bool = False
     preflight_changes: list[dict[str, Any]] = field(default_factory=list)
     preflight_problems: list[dict[str, Any]] = field(default_factory=list)
+    preflight_env: dict[str, Any] = field(default_factory=dict)  # {"environment", "decisions": [...]}
     attempts: list[dict[str, Any]] = field(default_factory=list)
     repairs: list[dict[str, Any]] = field(default_factory=list)
     yaml_changes: list[dict[str, Any]] = field(default_factory=list)  # preflight + repairs, on the original

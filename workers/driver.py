@@ -17,14 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from resultdir.archive import archive_previous_run
 from service.settings import Settings
 from service.store import Store, TransitionConflict
-from statemachine.blueprint import validate_blueprint
 from statemachine.command import add_flag, conf_path, has_flag, launcher_segment, replace_conf
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
 from statemachine.policies import parse_backoff, report_due_at
-from statemachine.preflight import plan_preflight
+from statemachine.preflight import preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
@@ -33,7 +33,6 @@ from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
 from workers.context import Context
-from resultdir.archive import archive_previous_run
 from workers.finish import write_finish_flag
 from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
@@ -144,21 +143,15 @@ class ExperimentDriver:
         if self.store.cancel_requested(self.id):
             self._claim_and_fire("cancel", "stop requested before launch")
             return True
-        problems = validate_blueprint(self.bp)
+        # The same preflight `ajet-runner check` runs, on this node's environment.
+        plan = preflight(self.bp, env=os.environ, environment=f"node {self.node.name} (the worker's environment)")
+        problems = list(plan.problems)
         self._move_earlier_run(problems)
-        plan = None
-        if not any(p.level == Level.error for p in problems):
-            try:
-                yaml_text = Path(self.bp.yaml_abspath()).read_text(encoding="utf-8")
-            except OSError as exc:
-                yaml_text = ""
-                problems.append(Problem(level=Level.error, field="exp_yaml_path",
-                                        message=f"cannot read the YAML: {exc}"))
-            plan = plan_preflight(self.bp, yaml_text, env=os.environ)
-            problems += plan.problems
         errors = [p for p in problems if p.level == Level.error]
         self.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
-        if errors or plan is None:
+        self.ctx.preflight_env = {"environment": plan.environment,
+                                  "decisions": [d.model_dump(mode="json") for d in plan.env_decisions]}
+        if errors:
             self._claim_and_fire("reject", "; ".join(str(p) for p in errors))
             return True
         if self.node.manages_gpus:

@@ -123,6 +123,7 @@ class ReportData(_Input):
     train_steps: int = 0
     log_tail: list[str] = []
     history: list[dict[str, Any]] = []
+    preflight_env: dict[str, Any] = {}  # {"environment", "decisions": [{"variable", "is_set", "decision"}]}
     results_source: str = ""  # where the evaluations came from (file, bytes after launch, console log)
     previous_run: str = ""  # an earlier run's files, moved aside (relative to the result dir)
 
@@ -603,6 +604,12 @@ def _preflight(c: _Ctx) -> list[str]:
         lines += ["", "Problems found:", ""]
         lines += [f"- **{md_cell(p.get('level', '?'))}** {code_span(p.get('field', '?'))}: "
                   f"{md_cell(p.get('message', ''), 600)}" for p in d.preflight_problems if isinstance(p, dict)]
+    decisions = [x for x in (d.preflight_env or {}).get("decisions", []) if isinstance(x, dict)]
+    if decisions:
+        where = md_cell((d.preflight_env or {}).get("environment", "") or NA)
+        lines += ["", f"Decisions that read the environment ({where}):", ""]
+        lines += [f"- {code_span(x.get('variable', '?'))} {'set' if x.get('is_set') else 'not set'}: "
+                  f"{md_cell(x.get('decision', ''))}" for x in decisions]
     return lines
 
 

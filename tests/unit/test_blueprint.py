@@ -621,8 +621,9 @@ def test_venv_activate_script_gets_a_hint(runnable: Blueprint, tmp_path: Path) -
 
 
 def test_template_placeholders_are_named_per_field(runnable: Blueprint) -> None:
+    command = "cd {{CODEBASE}} && python -m ajet.launcher --conf {{YAML}}"
     bp = runnable.model_copy(update={"exp_codebase_dir": "{{CODEBASE}}", "exp_result_dir": "{{ RESULT_DIR }}/x",
-                                     "exp_launch_command": "cd {{CODEBASE}} && python -m ajet.launcher --conf {{YAML}}"})
+                                     "exp_launch_command": command})
     found = {p.field: p.message for p in validate_blueprint(bp) if p.level == Level.error}
     assert set(found) == {"exp_codebase_dir", "exp_result_dir", "exp_launch_command"}
     assert "{{CODEBASE}}, {{YAML}}" in found["exp_launch_command"] and "template" in found["exp_launch_command"]

@@ -18,8 +18,8 @@ from workers.config_patch import (
     PatchError,
     patch_yaml_text,
     patched_config_path,
-    remove_patched_copy,
     read_yaml_data,
+    remove_patched_copy,
     write_patched_yaml,
 )
 
