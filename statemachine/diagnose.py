@@ -25,6 +25,7 @@ __all__ = [
     "LogScanner",
     "MAX_LINE_CHARS",
     "clean_line",
+    "decisive_line",
     "diagnose_lines",
     "diagnose_text",
     "signature",
@@ -317,6 +318,24 @@ def _resolve(findings: list[Finding], completed_line: int | None) -> list[Findin
         else f
         for f in ordered
     ]
+
+
+QUOTE_CHARS = 240
+
+
+def decisive_line(cause: Finding | None, tail: Iterable[str] = ()) -> str:
+    """The log line that decided a failure, quoted for an outcome line: the finding's own line
+    (for a bare traceback, its exception line), else the last non-blank line of the log tail."""
+    if cause is not None and cause.text.strip():
+        text, where = cause.text.strip(), f"log line {cause.line}"
+    else:
+        text = next((t.strip() for t in reversed(list(tail)) if t.strip()), "")
+        where = "last log line"
+    if not text:
+        return ""
+    if len(text) > QUOTE_CHARS:
+        text = text[: QUOTE_CHARS - 1] + "…"
+    return f'{where}: "{text}"'
 
 
 def diagnose_lines(lines: Iterable[str]) -> LogDiagnosis:

@@ -16,13 +16,13 @@ bounded size, so it can follow a multi-GB log.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from statemachine.models import Evaluation
 from statemachine.results import (
+    _EVAL_FIELDS,
     STEP_KEYS,
     ResultSummary,
     _as_step,
@@ -36,7 +36,9 @@ __all__ = ["LOG_DATASET", "METRIC_MARKERS", "LogMetrics", "merge_file_and_log", 
 
 METRIC_MARKERS = ("validation metrics", "val-core/", "Training Progress", "Total training steps", "global step")
 LOG_DATASET = ""  # console evaluations name no dataset; a merge gives them the file's primary one
-MAX_RECORD_CHARS = 512 * 1024  # a pprint-wrapped record longer than this is garbage
+# A real record is a few KB (about 1 KB per validation source); longer ones are garbage, skipped
+# before the slow fallbacks of the dict parser can spend time on them.
+MAX_RECORD_CHARS = 32 * 1024
 MAX_RECORD_LINES = 400
 _MARKER_RE = re.compile(r"(?P<which>Initial|Final) validation metrics\s*:\s*")
 _PROGRESS_RE = re.compile(r"Training Progress:.*?\|\s*(\d{1,9})/(\d{1,9})\b")
@@ -55,11 +57,17 @@ def _unquote_piece(piece: str, opening: str = "") -> str:
     m = _QUOTED_RE.match(s)
     if not m:
         return s[len(opening):] if opening else s
-    try:
-        value = ast.literal_eval(f"{m.group('q')}{m.group('body')}{m.group('q')}")
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return m.group("body")
-    return value if isinstance(value, str) else m.group("body")
+    body = m.group("body")
+    return _ESCAPE_RE.sub(_unescape, body) if "\\" in body else body
+
+
+_ESCAPE_RE = re.compile(r"\\(.)", re.S)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
+
+
+def _unescape(m: re.Match[str]) -> str:
+    """A Python string escape inside a repr'd record (`\\'`, `\\\\`, `\\n`); no eval, no compile."""
+    return _ESCAPES.get(m.group(1), m.group(1))
 
 
 def _aliases(metrics: dict[str, float]) -> dict[str, float]:
@@ -67,10 +75,11 @@ def _aliases(metrics: dict[str, float]) -> dict[str, float]:
     keeping the original keys; an alias never replaces a key the record already has."""
     out = dict(metrics)
     for key, value in metrics.items():
-        m = _TGC_RE.search(key)
-        if m:
-            out.setdefault(f"task_pass_rate@{m.group(1)}", value)
-        elif _REWARD_MEAN_RE.match(key):
+        if "TGC@" in key:
+            m = _TGC_RE.search(key)
+            if m:
+                out.setdefault(f"task_pass_rate@{m.group(1)}", value)
+        elif "/reward/mean@" in key and _REWARD_MEAN_RE.match(key):
             out.setdefault("mean_reward", value)
     return out
 
@@ -103,10 +112,11 @@ class LogMetrics:
 
     last_progress_step: int | None = None
     total_steps: int | None = None
-    evaluations: dict[int, Evaluation] = field(default_factory=dict)
+    by_step: dict[int, dict[str, float]] = field(default_factory=dict)  # last write of a step wins
     records: int = 0
     skipped: int = 0
     _pending: list[str] | None = None
+    _max_step: int = 0
     _pending_which: str = ""
     _pending_chars: int = 0
 
@@ -115,16 +125,23 @@ class LogMetrics:
         """A pprint-wrapped record is open: the next lines belong to it."""
         return self._pending is not None
 
-    def feed_lines(self, lines: Iterable[str]) -> list[Evaluation]:
-        """Feed cleaned lines; returns the evaluations recorded (or rewritten) by them."""
-        new: list[Evaluation] = []
+    @property
+    def evaluations(self) -> dict[int, Evaluation]:
+        """Step → evaluation, in the order the steps were last written."""
+        return {step: Evaluation.model_construct(_EVAL_FIELDS, step=step, dataset=LOG_DATASET, metrics=m)
+                for step, m in self.by_step.items()}
+
+    def feed_lines(self, lines: Iterable[str]) -> list[int]:
+        """Feed cleaned lines; returns the steps recorded (or rewritten) by them."""
+        new: list[int] = []
         for line in lines:
-            ev = self.feed(line)
-            if ev is not None:
-                new.append(ev)
+            step = self.feed(line)
+            if step is not None:
+                new.append(step)
         return new
 
-    def feed(self, line: str) -> Evaluation | None:
+    def feed(self, line: str) -> int | None:
+        """One cleaned line; returns the step of a record it completed."""
         if self._pending is not None:
             return self._continue(line)
         if "Training Progress" in line:
@@ -166,7 +183,7 @@ class LogMetrics:
         self.skipped += 1  # a cut line
         return None
 
-    def _step_line(self, line: str) -> Evaluation | None:
+    def _step_line(self, line: str) -> int | None:
         """verl's console logger at a test step: `step:N - key:value - val-core/<src>/TGC@1:0.5 - ...`."""
         m = _STEP_LINE_RE.match(line.strip())
         if m is None:
@@ -186,7 +203,7 @@ class LogMetrics:
             return None
         return self._store(int(m.group(1)), _aliases(metrics))
 
-    def _continue(self, line: str) -> Evaluation | None:
+    def _continue(self, line: str) -> int | None:
         assert self._pending is not None
         s = line.strip()
         if not s.startswith(("'", '"')):
@@ -209,7 +226,10 @@ class LogMetrics:
             self.skipped += 1
         return None
 
-    def _record(self, which: str, text: str) -> Evaluation | None:
+    def _record(self, which: str, text: str) -> int | None:
+        if len(text) > MAX_RECORD_CHARS:
+            self.skipped += 1
+            return None
         parsed = _metrics_of(text)
         if parsed is None:
             self.skipped += 1
@@ -224,31 +244,46 @@ class LogMetrics:
         elif self.total_steps is not None:
             step = self.total_steps
         else:
-            step = max(self.evaluations, default=0) + 1
+            step = self._max_step + 1
         return self._store(step, metrics)
 
-    def _store(self, step: int, metrics: dict[str, float]) -> Evaluation:
-        ev = Evaluation.model_construct(step=step, dataset=LOG_DATASET, metrics=metrics)
-        self.evaluations.pop(step, None)
-        self.evaluations[step] = ev  # last write of a step wins
+    def _store(self, step: int, metrics: dict[str, float]) -> int:
+        self.by_step.pop(step, None)
+        self.by_step[step] = metrics  # last write of a step wins
+        self._max_step = max(self._max_step, step)
         self.records += 1
-        return ev
+        return step
 
     def summary(self, earlier: Iterable[Evaluation] = ()) -> ResultSummary:
         """The evaluations so far; `earlier` (previous attempts' logs) are overridden by this log."""
         by_step = {e.step: e for e in earlier}
-        by_step.update(self.evaluations)
+        by_step.update(self.evaluations)  # this log overrides earlier attempts' steps
         return summarize(sorted(by_step.values(), key=lambda e: e.step), skipped=self.skipped, fmt="console")
 
 
+_BATCH = 512
+
+
 def parse_log_lines(lines: Iterable[str]) -> ResultSummary:
-    """Console validation results of a log given as lines (cleaned here)."""
-    from statemachine.logtext import clean_line
+    """Console validation results of a log given as lines (cleaned here). Lines are looked at
+    in blocks: a block with no marker (almost all of a log) is neither cleaned nor parsed."""
+    from statemachine.logtext import clean_lines
 
     parser = LogMetrics()
+    batch: list[str] = []
+
+    def flush() -> None:
+        block = "\n".join(batch)
+        if parser.pending or any(m in block for m in METRIC_MARKERS):
+            parser.feed_lines(clean_lines(batch))
+        batch.clear()
+
     for raw in lines:
         for part in raw.removesuffix("\n").split("\n"):
-            parser.feed(clean_line(part[:MAX_RECORD_CHARS]))
+            batch.append(part[: MAX_RECORD_CHARS + 1024])
+        if len(batch) >= _BATCH:
+            flush()
+    flush()
     return parser.summary()
 
 

@@ -21,6 +21,7 @@ from resultdir.archive import archive_previous_run
 from service.settings import Settings
 from service.store import Store, TransitionConflict
 from statemachine.command import add_flag, conf_path, has_flag, launcher_segment, replace_conf
+from statemachine.diagnose import decisive_line
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
 from statemachine.policies import parse_backoff, report_due_at
@@ -455,6 +456,8 @@ class ExperimentDriver:
             self.ctx.repairs.append(record.model_dump())
             self.fire("give_up", self.lc.reason or "rejected by preflight")
             return True
+        quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
+        quoted = f" — {quote}" if quote else ""
         actions, source, why = plan_repair(cause, pending, hook=self.settings.repair_hook, bp=self.bp,
                                            attempt=self.lc.attempt, config_path=self.ctx.config_path)
         resolved = None
@@ -467,12 +470,13 @@ class ExperimentDriver:
             record.result = "not repairable" if not actions else "no applicable change"
             record.changes = resolved.notes if resolved else []
             self.ctx.repairs.append(record.model_dump())
-            self.fire("give_up", f"{sig_id}: {why or record.result}", repair_stat=f"{sig_id}|{record.result}")
+            self.fire("give_up", f"{sig_id}: {why or record.result}{quoted}",
+                      repair_stat=f"{sig_id}|{record.result}")
             return True
         if not self.lc.can("repair", signature=sig_id):
             record.result = "budget spent"
             self.ctx.repairs.append(record.model_dump())
-            self.fire("give_up", f"{sig_id}: repair budget spent", repair_stat=f"{sig_id}|budget spent")
+            self.fire("give_up", f"{sig_id}: repair budget spent{quoted}", repair_stat=f"{sig_id}|budget spent")
             return True
         record.result = "relaunched"
         record.changes = list(resolved.notes)
