@@ -122,8 +122,8 @@ def results(
     log_summary = _console(logs)
     summary = merge_file_and_log(file_summary, log_summary)
     if not summary.evaluations:
-        typer.echo(f"error: {path}: no validation result (classic dict lines, '## Step N' blocks, or console "
-                   "'Initial/Final validation metrics' lines)", err=True)
+        typer.echo(f"error: {path}: no validation result file (classic dict lines, '## Step N' blocks) and no "
+                   "console 'Initial/Final validation metrics' lines", err=True)
         raise typer.Exit(1)
     if log_summary is not None and log_summary.evaluations:
         files = [*(files if file_summary is not None else []), *(p for p in logs if p not in files)]
