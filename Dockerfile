@@ -10,6 +10,7 @@ COPY pyproject.toml README.md ./
 COPY statemachine ./statemachine
 COPY workers ./workers
 COPY service ./service
+COPY resultdir ./resultdir
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

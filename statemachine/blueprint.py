@@ -395,6 +395,24 @@ def _extract_path(text: str, fld: str) -> tuple[str, bool]:
     return "", False
 
 
+def _notes_under_path(text: str, fld: str) -> str:
+    """Prose written under a path part besides its value (a line without any path-like token,
+    e.g. "Note: this YAML needs 4 GPUs"): kept in the blueprint's notes, not dropped."""
+    text = _strip_label(text, fld)
+    kept: list[str] = []
+    for ln in text.split("\n"):
+        body = ln.strip()
+        if not body or _FENCE_OPEN.match(ln) or _HINT_LINE.search(ln):
+            continue
+        if any(_path_score(c, fld) for c in _line_candidates(ln)) and not _PROSE_LINE.match(body):
+            continue
+        if (len(body) <= 80 and _LABEL_KEYWORDS[fld].search(body) and body.endswith((":", "："))
+                and not _PROSE_LINE.match(body)):
+            continue  # a label on its own line
+        kept.append(body)
+    return "\n".join(kept)
+
+
 def _expand(path: str) -> str:
     """`~` and environment variables that are set; unset ones stay visible."""
     return os.path.expanduser(os.path.expandvars(path))
@@ -513,6 +531,9 @@ def parse_blueprint(text: str) -> Blueprint:
                 examples.setdefault(fld, value)
             else:
                 values[fld] = value
+            extra = _notes_under_path(raw, fld)
+            if extra:
+                notes.append((sec.marker.line, f"(under [{fld}]) {extra}"))
         elif fld == "exp_launch_command":
             values[fld] = _extract_command(raw)
         elif fld == "exp_max_time":
@@ -572,7 +593,7 @@ _WHAT = {
     "exp_purpose": "a short statement of what the experiment tests",
     "exp_codebase_dir": "the absolute path of the experiment code (the run starts there)",
     "exp_venv_exe": "the absolute path of the python executable of the virtual environment",
-    "exp_yaml_path": "the experiment YAML, relative to the codebase or absolute inside it",
+    "exp_yaml_path": "the experiment YAML, relative to the codebase or absolute",
     "exp_launch_command": "the command that starts training",
     "exp_result_dir": "the absolute path of the directory for results",
     "exp_max_time": "the maximum run time, e.g. `12 hours`",
@@ -636,7 +657,9 @@ def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
     path = bp.yaml_abspath()
     codebase = os.path.normpath(bp.exp_codebase_dir) if os.path.isabs(bp.exp_codebase_dir) else ""
     if codebase and os.path.isabs(path) and os.path.commonpath([codebase, path]) != codebase:
-        problems.error(fld, f"the YAML {path} is outside the codebase {codebase}; it must be inside it")
+        problems.warning(fld, f"the YAML {path} is outside the codebase {codebase}: AgentJet accepts an "
+                         "absolute --conf, and resolves the YAML's hydra.searchpath from the codebase (the "
+                         "working directory), not from the YAML's folder")
     if not check_disk or not os.path.isabs(path):
         return
     if not os.path.exists(path):
@@ -697,6 +720,23 @@ def _mentions_yaml(bp: Blueprint) -> bool:
     return any(c and c in cmd for c in candidates)
 
 
+_TEMPLATE_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}")
+
+
+def _check_placeholders(bp: Blueprint, problems: _Problems) -> bool:
+    """A template (`{{CODEBASE}}`, `{{RESULT_DIR}}` left in) names each placeholder per field."""
+    found = False
+    for fld in BLUEPRINT_FIELDS:
+        value = bp.exp_max_time_text if fld == "exp_max_time" else getattr(bp, fld)
+        names = list(dict.fromkeys(_TEMPLATE_PLACEHOLDER.findall(value or "")))
+        if names:
+            found = True
+            listed = ", ".join("{{" + n + "}}" for n in names)
+            problems.error(fld, f"{fld} still holds the template placeholder(s) {listed}: "
+                           "this blueprint is a template; replace them with real values")
+    return found
+
+
 def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Problem]:
     """Everything that keeps `bp` from running (errors) or looks wrong (warnings).
 
@@ -704,6 +744,8 @@ def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Proble
     """
     problems = _Problems()
     _check_missing(bp, problems)
+    if _check_placeholders(bp, problems):
+        return list(problems)  # a template: nothing else can be judged yet
     if bp.exp_codebase_dir and _check_absolute(bp, "exp_codebase_dir", problems) and check_disk:
         _check_codebase(bp.exp_codebase_dir, problems)
     if bp.exp_venv_exe and _check_absolute(bp, "exp_venv_exe", problems) and check_disk:

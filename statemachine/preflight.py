@@ -27,12 +27,14 @@ from statemachine.models import Blueprint, ConfigChange, Level, Problem
 from statemachine.repairs import MISSING, get_dotted
 
 __all__ = [
+    "EnvDecision",
     "SECONDS_PER_STEP_GUESS",
     "TRAIN_RESULT_RELPATH",
     "VAL_RESULT_RELPATH",
     "PreflightPlan",
     "gpus_needed",
     "plan_preflight",
+    "preflight",
 ]
 
 TC = "ajet.trainer_common"
@@ -65,10 +67,20 @@ KILL_REASON = (
     "--kill <keywords> kills every process on the host matching the keywords; replaced by a "
     "scoped cleanup of this experiment's own processes"
 )
+# AgentJet's own environment check looks only at SWANLAB_API_KEY (SWANLAB_MODE=offline does
+# not satisfy it: the run still stops at start), so swanlab has no local-mode exemption.
 _LOGGER_CREDENTIALS = {
-    "swanlab": ("SWANLAB_API_KEY", "SWANLAB_MODE", {"offline", "local", "disabled"}),
+    "swanlab": ("SWANLAB_API_KEY", "", set()),
     "wandb": ("WANDB_API_KEY", "WANDB_MODE", {"offline", "disabled", "dryrun"}),
 }
+
+
+class EnvDecision(BaseModel):
+    """A preflight decision that depended on the environment: which variable, what it decided."""
+
+    variable: str
+    is_set: bool
+    decision: str
 
 
 class PreflightPlan(BaseModel):
@@ -82,6 +94,8 @@ class PreflightPlan(BaseModel):
     gpus_needed: int | None = None
     val_result_path: str = ""
     train_result_path: str = ""
+    env_decisions: list[EnvDecision] = Field(default_factory=list)
+    environment: str = ""  # whose environment the env-dependent decisions read
 
     @property
     def ok(self) -> bool:
@@ -138,6 +152,11 @@ class _Planner:
         self.env = env
         self.problems: list[Problem] = []
         self.changes: list[ConfigChange] = []
+        self.env_decisions: list[EnvDecision] = []
+
+    def read_env(self, variable: str, decision: str) -> None:
+        self.env_decisions.append(EnvDecision(variable=variable, is_set=bool((self.env or {}).get(variable)),
+                                              decision=decision))
 
     def problem(self, level: Level, field: str, message: str) -> None:
         self.problems.append(Problem(level=level, field=field, message=message))
@@ -311,8 +330,15 @@ class _Planner:
         names = [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
         missing = []
         for name, (key_var, mode_var, local_modes) in _LOGGER_CREDENTIALS.items():
-            if name in names and not self.env.get(key_var) and self.env.get(mode_var, "") not in local_modes:
+            if name not in names:
+                continue
+            local = bool(mode_var) and self.env.get(mode_var, "") in local_modes
+            if not self.env.get(key_var) and not local:
                 missing.append((name, key_var))
+                self.read_env(key_var, f"not set: logger {name} switched to tensorboard")
+            else:
+                why = f"{mode_var}={self.env.get(mode_var)}" if local and not self.env.get(key_var) else "set"
+                self.read_env(mode_var if why != "set" else key_var, f"{why}: logger {name} kept")
         if not missing:
             return
         gone = {name for name, _ in missing}
@@ -339,12 +365,30 @@ class _Planner:
                          "the others must join its Ray cluster")
         visible = (self.env or {}).get("CUDA_VISIBLE_DEVICES")
         per_node = needed // nodes
+        if self.env is not None:
+            self.read_env("CUDA_VISIBLE_DEVICES", f"lists {len([d for d in visible.split(',') if d.strip()])} "
+                          f"GPU(s) for n_gpus_per_node={per_node}" if visible is not None
+                          else "not set: the run sees every GPU of the node")
         if visible is not None:
             count = len([d for d in visible.split(",") if d.strip()])
             if count < per_node:
                 self.problem(Level.warning, f"{TC}.n_gpus_per_node",
                              f"n_gpus_per_node={per_node} but CUDA_VISIBLE_DEVICES lists {count} GPU(s)")
         return needed
+
+    def model_path(self, data: dict[str, Any]) -> None:
+        """A local model path (absolute, ./, ../, ~) that does not exist here stops AgentJet at start."""
+        key = "ajet.model.path"
+        value = get_dotted(data, key, MISSING)
+        if not isinstance(value, str) or not value.strip().startswith(("/", "./", "../", "~")):
+            return  # a hub id such as Qwen/Qwen2.5-7B-Instruct is downloaded, not looked up
+        path = os.path.expanduser(value.strip())
+        if not os.path.isabs(path) and self.bp.exp_codebase_dir:
+            path = os.path.normpath(os.path.join(self.bp.exp_codebase_dir, path))
+        if not os.path.exists(path):
+            self.problem(Level.warning, key,
+                         f"the model path {value} does not exist on this node: AgentJet stops at start with "
+                         "`Model path ... does not exist` (fix the path or download the model first)")
 
     def experiment_name(self, data: dict[str, Any]) -> None:
         name = get_dotted(data, "ajet.experiment_name")
@@ -372,7 +416,51 @@ def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | No
         p.run_length(data)
         p.logger(data)
         plan.gpus_needed = p.gpus(data)
+        p.model_path(data)
         p.experiment_name(data)
     plan.changes = p.changes
     plan.problems = p.problems
+    plan.env_decisions = p.env_decisions
+    return plan
+
+
+_SEVERITY = {Level.warning: 1, Level.error: 2}
+
+
+def merge_problems(own: list[Problem], extra: list[Problem]) -> list[Problem]:
+    """Add the preflight's problems, minus those a field already has at the same or a worse level."""
+    worst: dict[str, int] = {}
+    for p in own:
+        worst[p.field] = max(worst.get(p.field, 0), _SEVERITY[p.level])
+    merged = list(own)
+    for p in extra:
+        if _SEVERITY[p.level] > worst.get(p.field, 0) and p not in merged:
+            merged.append(p)
+    return merged
+
+
+def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_disk: bool = True) -> PreflightPlan:
+    """The one preflight `check` and a worker both run: validate the blueprint, read its YAML,
+    plan the changes. `env` is the environment the decisions read (the node's, as the worker
+    sees it, or the submitting shell's for `check`), named by `environment` in the output.
+
+    Problems stop at the blueprint's own when it has errors (the YAML is then not read).
+    """
+    from statemachine.blueprint import validate_blueprint
+
+    problems = validate_blueprint(bp, check_disk=check_disk)
+    plan = PreflightPlan(environment=environment)
+    if any(p.level == Level.error for p in problems) or not check_disk:
+        plan.problems = problems
+        return plan
+    try:
+        with open(bp.yaml_abspath(), encoding="utf-8") as fh:
+            yaml_text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        plan.problems = [*problems, Problem(level=Level.error, field="exp_yaml_path",
+                                            message=f"cannot read the YAML: {exc}")]
+        return plan
+    plan = plan_preflight(bp, yaml_text, env=env)
+    plan.environment = environment
+    plan.problems = merge_problems(problems, plan.problems)
     return plan

@@ -1,18 +1,18 @@
 """Write a patched copy of a person's AgentJet YAML, leaving the original untouched.
 
-The copy sits beside the original (same directory, so the `hydra.searchpath` entries and
-any other relative references resolve the same way) and differs from it only in the
-changed values: comments, key order, quoting, blank lines and the `hydra`/`defaults`
-blocks stay byte-identical. ruamel.yaml's round-trip loader locates each value; the edit is
-spliced into the original text, because a full round-trip dump re-indents lists that mix
+The copy sits in a runner-owned folder beside the original, under the same file name
+(`<yaml dir>/.ajet-runner/<id>/<name>.yaml`): AgentJet names the experiment, its
+checkpoints and `saved_experiments/` dir after the YAML's file name when
+`ajet.experiment_name` is unset, so the copy's run keeps the original's names, and
+`hydra.searchpath` is resolved from the working directory, which does not change. The copy
+differs from the original only in the changed values: comments, key order, quoting, blank
+lines and the `hydra`/`defaults` blocks stay byte-identical. ruamel.yaml's round-trip loader
+locates each value; the edit is spliced into the original text, because a full round-trip dump re-indents lists that mix
 indentation styles (AgentJet's own YAMLs do) and rewrites `null`s. When a value cannot be
 spliced (a flow map, a block scalar, a non-map in the way) the whole file goes through a
 ruamel round-trip dump instead. Either way the result is re-read and must equal the
 original data with exactly the requested changes, or nothing is written.
 
-Naming: when `ajet.experiment_name` is absent or `read_yaml_name`, AgentJet names the
-experiment after the YAML file (plus a timestamp), so a run of the copy is named
-`<stem>.ajet-runner-<tag>_<time>`.
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from statemachine.models import ConfigChange
 from statemachine.repairs import del_dotted, set_dotted
 
-__all__ = ["PATCH_MARKER", "PatchError", "patch_yaml_text", "patched_config_path", "read_yaml_data",
+__all__ = ["PATCH_MARKER", "RUNNER_DIR", "PatchError", "patch_yaml_text", "patched_config_path", "read_yaml_data",
+           "remove_patched_copy",
            "write_patched_yaml"]
 
-PATCH_MARKER = ".ajet-runner-"
+PATCH_MARKER = ".ajet-runner-"  # the older naming (<stem>.ajet-runner-<tag>.yaml), still recognised
+RUNNER_DIR = ".ajet-runner"
 
 
 class PatchError(ValueError):
@@ -53,17 +55,32 @@ def read_yaml_data(path: Path | str) -> dict[str, Any]:
 
 
 def patched_config_path(original: Path | str, tag: str) -> Path:
-    """`<dir>/<stem>.ajet-runner-<tag>.yaml` beside the original (a copy's copy gets no double suffix)."""
+    """`<dir>/.ajet-runner/<tag>/<name>.yaml`: the original's file name in a runner-owned folder
+    (a copy's copy lands in the same folder). The launcher insists on `.yaml`, so `.yml` gets one."""
     original = Path(original)
-    stem = original.name
+    if original.parent.parent.name == RUNNER_DIR:  # already a copy: <dir>/.ajet-runner/<old tag>/<name>
+        original = original.parent.parent.parent / original.name
+    name = original.name
     for suffix in (".yaml", ".yml"):
-        if stem.endswith(suffix):
-            stem = stem[: -len(suffix)]
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
             break
-    stem = stem.split(PATCH_MARKER)[0] or "config"
+    name = name.split(PATCH_MARKER)[0] or "config"
     safe_tag = re.sub(r"[^A-Za-z0-9_-]+", "-", tag).strip("-") or "patched"
-    # The launcher insists on a `.yaml` name, so `.yml` originals get one too.
-    return original.with_name(f"{stem}{PATCH_MARKER}{safe_tag}.yaml")
+    return original.parent / RUNNER_DIR / safe_tag / f"{name}.yaml"
+
+
+def remove_patched_copy(copy: Path | str) -> None:
+    """Delete a patched copy and the runner folders it leaves empty (never anything else)."""
+    copy = Path(copy)
+    if copy.parent.parent.name != RUNNER_DIR:
+        return
+    copy.unlink(missing_ok=True)
+    for folder in (copy.parent, copy.parent.parent):
+        try:
+            folder.rmdir()
+        except OSError:
+            break  # not empty: another run's copy is there
 
 
 def _round_trip_yaml() -> YAML:
@@ -349,6 +366,7 @@ def write_patched_yaml(source: Path | str, dest: Path | str, changes: list[Confi
     with open(source, encoding="utf-8", newline="") as handle:
         original = handle.read()
     patched = patch_yaml_text(original, changes)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(dest, patched, source.stat().st_mode & 0o777)
     diff = difflib.unified_diff(
         original.splitlines(keepends=True), patched.splitlines(keepends=True),

@@ -17,14 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from resultdir.archive import archive_previous_run
 from service.settings import Settings
 from service.store import Store, TransitionConflict
-from statemachine.blueprint import validate_blueprint
 from statemachine.command import add_flag, conf_path, has_flag, launcher_segment, replace_conf
+from statemachine.diagnose import decisive_line
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
 from statemachine.policies import parse_backoff, report_due_at
-from statemachine.preflight import plan_preflight
+from statemachine.preflight import preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
@@ -33,9 +34,9 @@ from workers.advice_learning import learn_from_advice
 from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
-from workers.config_patch import patched_config_path, read_yaml_data, write_patched_yaml
+from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
 from workers.context import Context
-from workers.finish import clear_finish_flag, write_finish_flag
+from workers.finish import write_finish_flag
 from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
@@ -43,7 +44,7 @@ from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
 from workers.report import AttemptInfo, RepairRecord, write_report
 from workers.tmux import RunHandle, TmuxRunner, session_name
-from workers.watch import AttemptWatch
+from workers.watch import AttemptWatch, file_start, log_evaluations
 
 log = logging.getLogger(__name__)
 SKIP_GPU_CHECK = "--skip-check-avail-gpu"
@@ -148,20 +149,15 @@ class ExperimentDriver:
         if self.store.cancel_requested(self.id):
             self._claim_and_fire("cancel", "stop requested before launch")
             return True
-        problems = validate_blueprint(self.bp)
-        plan = None
-        if not any(p.level == Level.error for p in problems):
-            try:
-                yaml_text = Path(self.bp.yaml_abspath()).read_text(encoding="utf-8")
-            except OSError as exc:
-                yaml_text = ""
-                problems.append(Problem(level=Level.error, field="exp_yaml_path",
-                                        message=f"cannot read the YAML: {exc}"))
-            plan = plan_preflight(self.bp, yaml_text, env=os.environ)
-            problems += plan.problems
+        # The same preflight `ajet-runner check` runs, on this node's environment.
+        plan = preflight(self.bp, env=os.environ, environment=f"node {self.node.name} (the worker's environment)")
+        problems = list(plan.problems)
+        self._move_earlier_run(problems)
         errors = [p for p in problems if p.level == Level.error]
         self.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
-        if errors or plan is None:
+        self.ctx.preflight_env = {"environment": plan.environment,
+                                  "decisions": [d.model_dump(mode="json") for d in plan.env_decisions]}
+        if errors:
             self._claim_and_fire("reject", "; ".join(str(p) for p in errors))
             return True
         if self.node.manages_gpus:
@@ -182,6 +178,20 @@ class ExperimentDriver:
             "tmux_session": session_name(self.bp.exp_purpose, self.id), "gpus": self.ctx.gpus,
         })
         return True
+
+    def _move_earlier_run(self, problems: list[Problem]) -> None:
+        """An earlier run's files go to previous/ before this run writes anything (submission
+        did it already when it could see the disk; this covers an API that could not)."""
+        self.ctx.previous_run = self.ctx.previous_run or str(self.rec.get("previous_run") or "")
+        if not Path(self.bp.exp_result_dir or "").is_dir():
+            return
+        try:
+            moved = archive_previous_run(self.bp.exp_result_dir, self.bp.exp_codebase_dir)
+        except OSError as exc:
+            problems.append(Problem(level=Level.error, field="exp_result_dir",
+                                    message=f"an earlier run's files could not be moved to previous/: {exc}"))
+            return
+        self.ctx.previous_run = moved or self.ctx.previous_run
 
     def _claim_and_fire(self, trigger: str, reason: str, fields: dict[str, Any] | None = None) -> None:
         lease = self.store.server_time() + self.settings.lease_seconds
@@ -213,7 +223,6 @@ class ExperimentDriver:
         original = Path(self.bp.yaml_abspath())
         result_dir = Path(self.bp.exp_result_dir)
         result_dir.mkdir(parents=True, exist_ok=True)
-        clear_finish_flag(result_dir)  # a flag from an earlier run must not announce this one as done
         shutil.copyfile(original, result_dir / "config.original.yaml")
         command = plan.command
         changes = list(plan.changes)
@@ -225,6 +234,10 @@ class ExperimentDriver:
         self.ctx.preflight_changes = [c.model_dump(mode="json") for c in [*changes, *plan.command_changes]]
         self.ctx.val_path = plan.val_result_path  # absolute, resolved from the launch directory
         self.ctx.train_path = plan.train_result_path
+        self.ctx.val_chosen = any(c.key.endswith(".val_print_to_markdown_file_path") for c in changes)
+        # The user's own results file may hold earlier runs' lines (AgentJet appends): only what
+        # is written after this point is this run's, across every attempt.
+        self.ctx.val_start = file_start(plan.val_result_path)
 
     def _patch_config(self, new_changes: list[dict[str, Any]]) -> str:
         """Write every change so far (preflight and repairs) onto a fresh copy of the user's YAML.
@@ -319,7 +332,9 @@ class ExperimentDriver:
     # -- running: observe, let the rules propose, the machine decides ------------------------------
     def _on_running(self) -> bool:
         assert self.handle is not None
-        watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None)
+        earlier = [str(a.get("log_path", "")) for a in self.ctx.attempts if a.get("number") != self.lc.attempt]
+        watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None,
+                                          val_start=self.ctx.val_start, earlier_log=log_evaluations(earlier))
         watch.last_output_at = self.handle.started_at
         attempt_started = self.handle.started_at
         started = self.started_at or attempt_started
@@ -448,6 +463,8 @@ class ExperimentDriver:
             return True
         advise = advice_source(self.settings, bp=self.bp, ctx=self.ctx, pending=pending, publish=self.journal.publish,
                                budget_left=self.lc.can("repair", signature=sig_id))
+        quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
+        quoted = f" — {quote}" if quote else ""
         actions, source, why = plan_repair(cause, pending, hook=self.settings.repair_hook, bp=self.bp,
                                            attempt=self.lc.attempt, config_path=self.ctx.config_path, advise=advise)
         if source == "adviser":
@@ -462,12 +479,13 @@ class ExperimentDriver:
             record.result = "not repairable" if not actions else "no applicable change"
             record.changes = resolved.notes if resolved else []
             self.ctx.repairs.append(record.model_dump())
-            self.fire("give_up", f"{sig_id}: {why or record.result}", repair_stat=f"{sig_id}|{record.result}")
+            self.fire("give_up", f"{sig_id}: {why or record.result}{quoted}",
+                      repair_stat=f"{sig_id}|{record.result}")
             return True
         if not self.lc.can("repair", signature=sig_id):
             record.result = "budget spent"
             self.ctx.repairs.append(record.model_dump())
-            self.fire("give_up", f"{sig_id}: repair budget spent", repair_stat=f"{sig_id}|budget spent")
+            self.fire("give_up", f"{sig_id}: repair budget spent{quoted}", repair_stat=f"{sig_id}|budget spent")
             return True
         record.result = "relaunched"
         record.changes = list(resolved.notes)
@@ -502,12 +520,12 @@ class ExperimentDriver:
         advised = learn_from_advice(self.ctx, self.lc.outcome, exp_id=self.id,
                                     suggestions_file=self.settings.suggestions_path())
         try:
+            Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
+            self._tidy_config_copy()
             data = report_data(self.id, self.bp, self.rec, self.lc, self.ctx, node=self.node.name,
                                watch=self.watch, started_at=self.started_at)
-            Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
             write_report(data)
             write_repair_log(self.bp.exp_result_dir, data)
-            self._tidy_config_copy()
             write_finish_flag(self.bp.exp_result_dir, self.id, self.lc.outcome)
         except OSError as exc:
             # An unwritable result dir must not keep the experiment unfinished (and re-adopted for ever).
@@ -522,8 +540,10 @@ class ExperimentDriver:
         """Keep the patched config in the result dir, and out of the user's codebase."""
         cfg = Path(self.ctx.config_path) if self.ctx.config_path else None
         if cfg and cfg != Path(self.bp.yaml_abspath()) and cfg.exists():
-            shutil.copyfile(cfg, Path(self.bp.exp_result_dir) / "config.patched.yaml")
-            cfg.unlink()
+            kept = Path(self.bp.exp_result_dir) / "config.patched.yaml"
+            shutil.copyfile(cfg, kept)
+            remove_patched_copy(cfg)
+            self.ctx.config_path = str(kept)  # the report's "YAML (as run)" points at the kept copy
 
 
 __all__ = ["ExperimentDriver", "LostOwnership", "TransitionConflict"]

@@ -134,6 +134,9 @@ class ReportData(_Input):
     train_steps: int = 0
     log_tail: list[str] = []
     history: list[dict[str, Any]] = []
+    preflight_env: dict[str, Any] = {}  # {"environment", "decisions": [{"variable", "is_set", "decision"}]}
+    results_source: str = ""  # where the evaluations came from (file, bytes after launch, console log)
+    previous_run: str = ""  # an earlier run's files, moved aside (relative to the result dir)
 
     @field_validator("final", "best", mode="before")
     @classmethod
@@ -479,6 +482,9 @@ def _summary(c: _Ctx) -> list[str]:
         ["YAML (as run)", path_link(d.patched_yaml_path, d.result_dir)],
         ["Result dir", code_span(d.result_dir)],
     ]
+    if d.previous_run:
+        rows.append(["Previous run", f"[{md_cell(d.previous_run)}]({d.previous_run}/) (an earlier run's files, "
+                                     "moved aside before this one started)"])
     return lines + table(["", ""], rows)
 
 
@@ -497,9 +503,14 @@ def _headline(c: _Ctx) -> list[str]:
 
 
 def _evaluations(c: _Ctx) -> list[str]:
+    source = [f"Where the numbers come from: {c.data.results_source}.", ""] if c.data.results_source else []
+    return source + _evaluation_table(c)
+
+
+def _evaluation_table(c: _Ctx) -> list[str]:
     if not c.evals:
         lines = ["**No evaluation was recorded.**", ""]
-        hint = "The validation result file stayed empty"
+        hint = "This run wrote no validation result and its log has no validation metrics line"
         if c.data.train_steps:
             hint += f" although {c.data.train_steps} training steps were logged"
         hint += (
@@ -604,6 +615,12 @@ def _preflight(c: _Ctx) -> list[str]:
         lines += ["", "Problems found:", ""]
         lines += [f"- **{md_cell(p.get('level', '?'))}** {code_span(p.get('field', '?'))}: "
                   f"{md_cell(p.get('message', ''), 600)}" for p in d.preflight_problems if isinstance(p, dict)]
+    decisions = [x for x in (d.preflight_env or {}).get("decisions", []) if isinstance(x, dict)]
+    if decisions:
+        where = md_cell((d.preflight_env or {}).get("environment", "") or NA)
+        lines += ["", f"Decisions that read the environment ({where}):", ""]
+        lines += [f"- {code_span(x.get('variable', '?'))} {'set' if x.get('is_set') else 'not set'}: "
+                  f"{md_cell(x.get('decision', ''))}" for x in decisions]
     return lines
 
 

@@ -67,6 +67,8 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
             console.print(f"[red]blueprint rejected: {path}")
             for p in exc.problems:
                 console.print(f"  [red]{p.level.value}[/] {p.field}: {p.message}")
+            if exc.report_dir:
+                console.print(f"report: {Path(exc.report_dir) / 'experiment_report.md'} (finish.flag: failed)")
             return 2
         exp_id = rec["id"]
         console.print(f"Job submitted: {exp_id}")

@@ -620,6 +620,27 @@ def test_venv_activate_script_gets_a_hint(runnable: Blueprint, tmp_path: Path) -
     ]
 
 
+def test_template_placeholders_are_named_per_field(runnable: Blueprint) -> None:
+    command = "cd {{CODEBASE}} && python -m ajet.launcher --conf {{YAML}}"
+    bp = runnable.model_copy(update={"exp_codebase_dir": "{{CODEBASE}}", "exp_result_dir": "{{ RESULT_DIR }}/x",
+                                     "exp_launch_command": command})
+    found = {p.field: p.message for p in validate_blueprint(bp) if p.level == Level.error}
+    assert set(found) == {"exp_codebase_dir", "exp_result_dir", "exp_launch_command"}
+    assert "{{CODEBASE}}, {{YAML}}" in found["exp_launch_command"] and "template" in found["exp_launch_command"]
+    assert "{{RESULT_DIR}}" in found["exp_result_dir"]
+
+
+def test_notes_written_under_a_part_are_kept() -> None:
+    bp = parse_blueprint(
+        "## [exp_yaml_path]\nExperiment YAML: tests/bench/x/x.yaml\n\nNote: this YAML needs 4 GPUs.\n\n"
+        "## [exp_result_dir]\n/data/r\nkeep the checkpoints for a week\n\n## Notes\nfree text\n"
+    )
+    assert bp.exp_yaml_path == "tests/bench/x/x.yaml" and bp.exp_result_dir == "/data/r"
+    assert "(under [exp_yaml_path]) Note: this YAML needs 4 GPUs." in bp.notes
+    assert "(under [exp_result_dir]) keep the checkpoints for a week" in bp.notes
+    assert bp.notes.rstrip().endswith("free text")
+
+
 def test_yaml_missing_outside_invalid_or_not_a_mapping(runnable: Blueprint, tmp_path: Path) -> None:
     code = Path(runnable.exp_codebase_dir)
     missing = runnable.model_copy(update={"exp_yaml_path": "conf/b.yaml"})
@@ -631,8 +652,10 @@ def test_yaml_missing_outside_invalid_or_not_a_mapping(runnable: Blueprint, tmp_
     outside.write_text("ajet: {}\n")
     for written in (str(outside), "../elsewhere.yaml"):
         bp = runnable.model_copy(update={"exp_yaml_path": written})
-        messages = [p.message for p in validate_blueprint(bp, check_disk=False) if p.field == "exp_yaml_path"]
-        assert messages == [f"the YAML {outside} is outside the codebase {code}; it must be inside it"]
+        found = [p for p in validate_blueprint(bp, check_disk=False) if p.field == "exp_yaml_path"]
+        assert [p.level for p in found] == [Level.warning]  # AgentJet accepts an absolute --conf
+        assert found[0].message.startswith(f"the YAML {outside} is outside the codebase {code}: ")
+        assert "hydra.searchpath" in found[0].message
 
     (code / "conf" / "bad.yaml").write_text("ajet:\n  a: [1, 2\n  b: 3\n")
     bad = runnable.model_copy(update={"exp_yaml_path": "conf/bad.yaml"})

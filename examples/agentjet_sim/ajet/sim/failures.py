@@ -214,9 +214,44 @@ def tp_heads_mismatch(ctx: FailureContext) -> list[tuple[str, str]]:
     return [("TaskRunner", t) for _, t in _worker_traceback(frames, msg)] + _driver_tail(msg)
 
 
+def python_module_missing(ctx: FailureContext) -> list[tuple[str, str]]:
+    """A venv that is not AgentJet's: the first import of a dependency fails."""
+    return [
+        ("", "Traceback (most recent call last):"),
+        ("", '  File "<frozen runpy>", line 198, in _run_module_as_main'),
+        ("", f'  File "{os.getcwd()}/ajet/backbone/main_verl.py", line 21, in <module>'),
+        ("", "    import ray"),
+        ("", "ModuleNotFoundError: No module named 'ray'"),
+    ]
+
+
+def nvidia_smi_missing(ctx: FailureContext) -> list[tuple[str, str]]:
+    return [
+        ("", "/bin/sh: 1: nvidia-smi: not found"),
+        ("", "Traceback (most recent call last):"),
+        ("", f'  File "{os.getcwd()}/ajet/utils/launch_utils.py", line 305, in check_avail_gpu'),
+        ("", '    out = subprocess.check_output(["nvidia-smi", "--query-gpu=memory.used,memory.total"])'),
+        ("", "FileNotFoundError: [Errno 2] No such file or directory: 'nvidia-smi'"),
+    ]
+
+
+def backbone_env_mismatch(ctx: FailureContext) -> list[tuple[str, str]]:
+    return [("", "ERROR | ajet.utils.launch_utils:verify_python_env:88 - Python environment does not match "
+             "current backbone 'trinity'. Please install AgentJet with `uv pip install -e .[trinity]`.")]
+
+
+def trinity_force_stop(ctx: FailureContext) -> list[tuple[str, str]]:
+    return [
+        ("Explorer", "ERROR explorer.py:188 Explorer failed: rollout engine unreachable"),
+        ("Trainer", "WARNING trainer.py:144 Waiting for experiences from the explorer ... "
+         "You can force stop the Trainer process by pressing Ctrl+C."),
+    ]
+
+
 # Launcher-phase signatures: printed by the launcher itself (see ajet/launcher.py).
 LAUNCHER_PHASE = {"gpu_busy", "ray_already_running", "missing_api_key", "model_path_missing"}
-INIT_PHASE = {"vllm_kv_cache", "gpu_count_mismatch", "network_unreachable", "tp_heads_mismatch"}
+INIT_PHASE = {"vllm_kv_cache", "gpu_count_mismatch", "network_unreachable", "tp_heads_mismatch",
+              "python_module_missing", "nvidia_smi_missing", "backbone_env_mismatch"}
 
 TRAINER_TEXT: dict[str, Callable[[FailureContext], list[tuple[str, str]]]] = {
     "cuda_oom": cuda_oom,
@@ -229,6 +264,10 @@ TRAINER_TEXT: dict[str, Callable[[FailureContext], list[tuple[str, str]]]] = {
     "gpu_count_mismatch": gpu_count_mismatch,
     "python_traceback": python_traceback,
     "tp_heads_mismatch": tp_heads_mismatch,
+    "python_module_missing": python_module_missing,
+    "nvidia_smi_missing": nvidia_smi_missing,
+    "backbone_env_mismatch": backbone_env_mismatch,
+    "trinity_force_stop": trinity_force_stop,
 }
 
 SIGNATURES = sorted(set(TRAINER_TEXT) | LAUNCHER_PHASE)
