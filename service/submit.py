@@ -79,6 +79,7 @@ def submit(
         _check_capacity(store, needed, node)
     except SubmissionRejected as exc:
         raise _refused(bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status) from None
+    _check_result_dir_free(store, bp.exp_result_dir)
     previous = ""
     if check_disk:  # a stale finish.flag must be gone before anyone can wait for this run's
         try:
@@ -114,6 +115,20 @@ def _refused(bp: Any, exp_id: str, problems: Sequence[Problem], blueprint_path: 
     written = check_disk and write_refusal(bp.exp_result_dir, exp_id, bp.exp_purpose, problems,
                                            blueprint_path=blueprint_path, codebase=bp.exp_codebase_dir)
     return SubmissionRejected(errors, status=status, report_dir=bp.exp_result_dir if written else "")
+
+
+def _check_result_dir_free(store: Store, result_dir: str) -> None:
+    """Two live experiments must never share a result dir: archiving it for the new one would move
+    the running one's files away. Refused without writing anything there (409)."""
+    mine = os.path.realpath(result_dir)
+    for rec in store.unfinished():
+        other = str(rec.get("result_dir") or "")
+        if other and os.path.realpath(other) == mine:
+            raise SubmissionRejected([Problem(
+                level=Level.error, field="exp_result_dir",
+                message=f"{result_dir} is the result dir of experiment {rec.get('id', '?')}, which is still "
+                        f"{rec.get('state', 'unfinished')}: wait for it to finish or choose another dir",
+            )], status=409)
 
 
 def _check_capacity(store: Store, needed: int, node: str | None) -> None:

@@ -151,3 +151,21 @@ def test_an_unrepairable_new_signature_fails_with_the_log_line_quoted(tmp_path, 
     assert data["outcome"] == "failed" and len(data["attempts"]) == 1
     assert data["repairs"][0]["signature"] == "python_module_missing"
     assert "ModuleNotFoundError: No module named 'ray'" in data["reason"]
+
+
+def test_a_result_dir_in_use_by_a_live_experiment_is_refused_and_left_alone(redis_url, tmp_path) -> None:
+    from service.store import Store
+    from service.submit import SubmissionRejected, submit
+
+    sc = make("console_only", tmp_path)
+    store = Store.from_url(redis_url)
+    first = submit(store, store.r, sc.blueprint.read_text())  # no worker: it stays queued, unfinished
+    (sc.results / "logs").mkdir(parents=True, exist_ok=True)
+    live_log = sc.results / "logs" / "attempt-1.log"
+    live_log.write_text("the first run's live log\n")
+    with pytest.raises(SubmissionRejected) as err:
+        submit(store, store.r, sc.blueprint.read_text())
+    assert err.value.status == 409
+    assert first["id"] in str(err.value) and "exp_result_dir" in str(err.value.problems[0].field)
+    assert live_log.read_text() == "the first run's live log\n"  # nothing moved to previous/
+    assert not (sc.results / "previous").exists() and not (sc.results / "finish.flag").exists()
