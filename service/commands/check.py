@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from statemachine.blueprint import load_blueprint
+from statemachine.blueprint import load_blueprint, parse_blueprint, validate_blueprint
 from statemachine.durations import format_duration
 from statemachine.models import Blueprint, ConfigChange, Level, Problem
 
@@ -65,8 +65,18 @@ def _preflight(bp: Blueprint, problems: list[Problem]) -> tuple[list[ConfigChang
 def check_report(path: Path) -> tuple[dict[str, Any], bool]:
     """The `check --json` document for a blueprint file, and whether it is runnable."""
     bp, problems = load_blueprint(path)
+    return _document(bp, problems)
+
+
+def check_text(text: str, *, check_disk: bool = True) -> tuple[dict[str, Any], bool]:
+    """The same document for blueprint text (the web console's submit page)."""
+    bp = parse_blueprint(text)
+    return _document(bp, validate_blueprint(bp, check_disk=check_disk), preflight=check_disk)
+
+
+def _document(bp: Blueprint, problems: list[Problem], preflight: bool = True) -> tuple[dict[str, Any], bool]:
     changes: list[ConfigChange] = []
-    if not any(p.field == "blueprint" for p in problems):
+    if preflight and not any(p.field == "blueprint" for p in problems):
         changes, problems = _preflight(bp, problems)
     runnable = not any(p.level == Level.error for p in problems)
     doc = {
