@@ -97,7 +97,7 @@ def number(value: Any, digits: int = 4) -> str:
 
 
 def _chart_series(evals: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
-    series: dict[str, list[tuple[float, float]]] = {}
+    series: dict[str, dict[float, float]] = {}
     datasets = {str(e.get("dataset") or "") for e in evals}
     for e in evals:
         try:
@@ -114,8 +114,8 @@ def _chart_series(evals: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float
             if not math.isfinite(v):
                 continue
             name = f"{e.get('dataset')}: {key}" if len(datasets) > 1 else str(key)
-            series.setdefault(name, []).append((step, v))
-    return series
+            series.setdefault(name, {})[step] = v  # a step evaluated again (a relaunch) shows its latest value
+    return {name: sorted(points.items()) for name, points in series.items()}
 
 
 def chart(evals: list[dict[str, Any]], width: int = 640, height: int = 240) -> Markup:
