@@ -54,9 +54,10 @@ def fragment(name: str, **ctx: Any) -> str:
 
 async def form(request: Request) -> dict[str, str]:
     """An urlencoded form body (the console's forms post nothing else), first value of each field."""
-    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+    body = await request.body()
+    if body and not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "forms must be application/x-www-form-urlencoded")
-    parsed = parse_qs((await request.body()).decode("utf-8", errors="replace"), keep_blank_values=True)
+    parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
     return {k: v[0] for k, v in parsed.items()}
 
 
