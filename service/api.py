@@ -117,6 +117,9 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
     _install_probes(app, be, guard if metrics_auth else [])
     for router in (experiments_router, events_router, nodes_router):
         app.include_router(router, dependencies=guard)
+    from service.ui import install_ui
+
+    install_ui(app, settings, tokens, insecure=insecure)  # the web console under /ui/ (its own auth: cookie or bearer)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(BearerAuth, tokens=tokens, insecure=insecure,  # before the body is read
                        prefixes=("/v1", "/metrics") if metrics_auth else ("/v1",))

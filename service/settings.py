@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     metrics_auth: bool = Field(default=False, description="require the token on /metrics too")
     submit_check_disk: bool = Field(default=True, description="check blueprint paths on the API host "
                                     "(turn off when the API does not see the nodes' storage)")
+    ui_session_seconds: int = Field(default=43200, description="web console login lifetime (seconds)")
     # Watching and repairs
     poll_interval: float = 0.5
     stop_grace_seconds: float = 30.0

@@ -17,9 +17,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from statemachine.blueprint import load_blueprint
+from statemachine.blueprint import load_blueprint, parse_blueprint
 from statemachine.durations import format_duration
-from statemachine.models import ConfigChange, Level
+from statemachine.models import Blueprint, ConfigChange, Level, Problem
 from statemachine.preflight import preflight
 
 SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
@@ -32,9 +32,20 @@ def check_report(path: Path) -> tuple[dict[str, Any], bool]:
     on this shell's environment; `env_decisions` lists every decision that read a variable.
     """
     bp, problems = load_blueprint(path)
+    return _document(bp, problems, environment=SUBMITTING_ENV)
+
+
+def check_text(text: str, *, check_disk: bool = True,
+               environment: str = "the API server's environment") -> tuple[dict[str, Any], bool]:
+    """The same document for blueprint text (the web console's submit page)."""
+    return _document(parse_blueprint(text), [], environment=environment, check_disk=check_disk)
+
+
+def _document(bp: Blueprint, problems: list[Problem], *, environment: str,
+              check_disk: bool = True) -> tuple[dict[str, Any], bool]:
     plan = None
     if not any(p.field == "blueprint" for p in problems):
-        plan = preflight(bp, env=os.environ, environment=SUBMITTING_ENV)
+        plan = preflight(bp, env=os.environ, environment=environment, check_disk=check_disk)
         problems = plan.problems
     changes: list[ConfigChange] = [*plan.command_changes, *plan.changes] if plan else []
     runnable = not any(p.level == Level.error for p in problems)
@@ -42,7 +53,7 @@ def check_report(path: Path) -> tuple[dict[str, Any], bool]:
         "blueprint": bp.public(),
         "problems": [p.model_dump(mode="json") for p in problems],
         "config_changes": [c.model_dump(mode="json") for c in changes],
-        "environment": plan.environment if plan else SUBMITTING_ENV,
+        "environment": plan.environment if plan else environment,
         "env_decisions": [d.model_dump(mode="json") for d in plan.env_decisions] if plan else [],
     }
     return doc, runnable
