@@ -52,8 +52,10 @@ def submit(
     priority: str | None = None,
     allowed_roots: Sequence[str] = (),
     check_disk: bool = True,
+    exp_id: str | None = None,
 ) -> dict[str, Any]:
-    """Record and enqueue the blueprint; returns the new record. Raises SubmissionRejected."""
+    """Record and enqueue the blueprint (under `exp_id` if given: an idempotency claim); returns the new
+    record. Raises SubmissionRejected."""
     bp = parse_blueprint(text)
     problems = validate_blueprint(bp, check_disk=check_disk)
     if allowed_roots:
@@ -72,7 +74,7 @@ def submit(
         except (OSError, ValueError):
             needed = 1
     _check_capacity(store, needed, node)
-    exp_id = new_id()
+    exp_id = exp_id or new_id()
     lc = Lifecycle(id=exp_id)
     queue_name = target_queue(node)
     record = {
