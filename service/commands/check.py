@@ -2,13 +2,15 @@
 
 JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seconds},
 "problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new",
-"reason"}]}. Exit code 0 when the blueprint is runnable (no error), 1 when it has errors.
+"reason"}]}. Exit code 0 when the blueprint is runnable (no error), 1 when it has errors, 2 when
+it cannot be read. `-` reads the blueprint from stdin.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +64,19 @@ def _preflight(bp: Blueprint, problems: list[Problem]) -> tuple[list[ConfigChang
     return [*plan.command_changes, *plan.changes], _merge(problems, plan.problems)
 
 
+def _load(path: Path) -> tuple[Any, list[Problem]]:
+    """`load_blueprint`, or for `-` the blueprint text on stdin."""
+    if str(path) != "-":
+        return load_blueprint(path)
+    from statemachine.blueprint import parse_blueprint, validate_blueprint
+
+    bp = parse_blueprint(sys.stdin.read())
+    return bp, validate_blueprint(bp)
+
+
 def check_report(path: Path) -> tuple[dict[str, Any], bool]:
-    """The `check --json` document for a blueprint file, and whether it is runnable."""
-    bp, problems = load_blueprint(path)
+    """The `check --json` document for a blueprint file (`-` = stdin), and whether it is runnable."""
+    bp, problems = _load(path)
     changes: list[ConfigChange] = []
     if not any(p.field == "blueprint" for p in problems):
         changes, problems = _preflight(bp, problems)
@@ -115,7 +127,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("check")
     def check(
-        blueprint: Path = typer.Argument(..., help="The blueprint markdown file."),
+        blueprint: Path = typer.Argument(..., help="The blueprint markdown file (- reads it from stdin)."),
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report."),
     ) -> None:
         """Parse and validate a blueprint; list its problems and the config changes planned."""
@@ -124,4 +136,5 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))
         else:
             _render(doc, runnable, blueprint, Console())
-        raise typer.Exit(0 if runnable else 1)
+        unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
+        raise typer.Exit(2 if unreadable else 0 if runnable else 1)  # 2: missing input, as for every command
