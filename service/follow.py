@@ -38,6 +38,14 @@ def elapsed_of(rec: dict[str, Any]) -> float:
     return max(0.0, end - start)
 
 
+def fraction(rec: dict[str, Any]) -> float:
+    """How full the bar is: elapsed / max time, and full once the experiment is finished (whatever the clock)."""
+    if rec.get("state") == "finished":
+        return 1.0
+    max_s = float(rec.get("max_seconds") or 0)
+    return min(1.0, elapsed_of(rec) / max_s) if max_s else 0.0
+
+
 def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[], None] | None = None,
            interval: float = 0.5, quiet: bool = False) -> dict[str, Any]:
     """Show progress until the experiment is finished (the bar then full); returns its final record.
@@ -67,10 +75,8 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                 max_s = float(rec.get("max_seconds") or 0)
                 elapsed = elapsed_of(rec)
                 reward = (rec.get("latest_metrics") or {}).get("mean_reward")
-                done = rec.get("state") == "finished"
                 progress.update(
-                    task, completed=1.0 if done else min(1.0, elapsed / max_s) if max_s else 0.0,
-                    state=rec.get("state", "?"),
+                    task, completed=fraction(rec), state=rec.get("state", "?"),
                     clock=f"{elapsed:,.0f}s / {max_s:,.0f}s" if max_s else f"{elapsed:,.0f}s",
                     attempt=rec.get("attempt") or "-", reward=f"{reward:.4f}" if isinstance(reward, float) else "n/a",
                 )
