@@ -8,6 +8,7 @@ body-limit middleware alike — and every route documents the statuses it can re
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import redis
@@ -16,7 +17,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from service.api_models import ErrorBody
 
@@ -66,12 +66,12 @@ def _validation_problems(exc: RequestValidationError) -> list[dict[str, str]]:
 
 
 def _allowed_methods(request: Request) -> list[str]:
-    """Every method that some route serves at this path."""
+    """Every method the API document lists for this path (Starlette names only the first route's)."""
+    path = request.url.path
     methods: set[str] = set()
-    for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"}) if hasattr(route, "matches") else (None, None)
-        if match is not None and match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
+    for template, ops in request.app.openapi().get("paths", {}).items():
+        if re.fullmatch(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)), path):
+            methods |= {m.upper() for m in ops if m in ("get", "put", "post", "delete", "patch", "head", "options")}
     return sorted(methods)
 
 
