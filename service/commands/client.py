@@ -382,7 +382,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
             return
         print_table(("id", "purpose", "state", "node", "elapsed", "mean_reward"), (
             (r.id, _purpose(r), _state_or_outcome(r), r.node or r.target_node, _elapsed(r), _reward(r))
-            for r in items))
+            for r in items), shrink=("purpose",))
 
     @app.command()
     def status(

@@ -59,8 +59,13 @@ def cell(value: Any) -> str:
     return " ".join(str(value).split())
 
 
-def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, console: Console | None = None) -> None:
-    """A rich table on a terminal (no column is ever cut), else tab-separated lines with a header."""
+def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, console: Console | None = None,
+                shrink: Sequence[str] = ()) -> None:
+    """A rich table on a terminal, else tab-separated lines with a header.
+
+    On a terminal only the `shrink` columns (free text such as a purpose) may be cut with an
+    ellipsis to fit; ids, states, names and numbers are always whole.
+    """
     rows = [[cell(v) for v in row] for row in rows]
     if not is_terminal():
         typer.echo("\t".join(columns))
@@ -69,6 +74,9 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, consol
         return
     table = Table(show_lines=False)
     for i, name in enumerate(columns):
+        if name in shrink:
+            table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=min(12, len(name) + 4))
+            continue
         widest = max([len(name), *(len(r[i]) for r in rows)])
         table.add_column(name, no_wrap=True, min_width=widest, overflow="fold")
     for row in rows:

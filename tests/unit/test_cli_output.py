@@ -45,3 +45,16 @@ def test_finished_bars_are_full_and_status_words() -> None:
                      "timed_out": "Failed", "cancelled": "Stopped"}
     assert [status_word({"state": s}) for s in ("queued", "launching", "repairing", "collecting")] == [
         "Queuing", "Running", "Running", "Running"]
+
+
+def test_terminal_table_cuts_only_free_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from service.commands import output
+
+    monkeypatch.setattr(output, "is_terminal", lambda: True)
+    console = Console(width=50, force_terminal=True, no_color=True, record=True)
+    output.print_table(("id", "purpose", "state"), [("d19419bb1e5a", "a long purpose " * 5, "queued (stopping)")],
+                       console=console, shrink=("purpose",))
+    text = console.export_text()
+    assert "d19419bb1e5a" in text and "queued (stopping)" in text and "…" in text
