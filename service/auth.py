@@ -130,7 +130,7 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         detail, challenge = refused
-        body = json.dumps({"detail": detail}).encode()
+        body = json.dumps({"detail": detail, "problems": []}).encode()
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"www-authenticate", challenge.encode())]})

@@ -55,8 +55,10 @@ def submit(
     priority: str | None = None,
     allowed_roots: Sequence[str] = (),
     check_disk: bool = True,
+    exp_id: str | None = None,
 ) -> dict[str, Any]:
-    """Record and enqueue the blueprint; returns the new record. Raises SubmissionRejected."""
+    """Record and enqueue the blueprint (under `exp_id` if given: an idempotency claim); returns the new
+    record. Raises SubmissionRejected."""
     bp = parse_blueprint(text)
     problems = validate_blueprint(bp, check_disk=check_disk)
     if allowed_roots:
@@ -66,7 +68,7 @@ def submit(
                 problems.append(Problem(level=Level.error, field=fld,
                                         message=f"{value} is outside the allowed roots ({', '.join(allowed_roots)})"))
     errors = [p for p in problems if p.level == Level.error]
-    exp_id = new_id()
+    exp_id = exp_id or new_id()
     if errors:
         raise _refused(bp, exp_id, problems, blueprint_path, check_disk)
     needed = 1

@@ -3,13 +3,15 @@
 JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seconds},
 "problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new",
 "reason"}], "environment": "<whose environment was read>", "env_decisions": [{"variable",
-"is_set", "decision"}]}. Exit code 0 when the blueprint is runnable (no error), 1 when it has errors.
+"is_set", "decision"}]}. Exit code 0 when the blueprint is runnable (no error), 1 when it has errors, 2 when
+it cannot be read. `-` reads the blueprint from stdin.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +27,20 @@ from statemachine.preflight import preflight
 SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
 
 
+def _load(path: Path) -> tuple[Any, list[Problem]]:
+    """`load_blueprint`, or for `-` the blueprint text on stdin."""
+    if str(path) != "-":
+        return load_blueprint(path)
+    return parse_blueprint(sys.stdin.read()), []  # the preflight validates it
+
+
 def check_report(path: Path) -> tuple[dict[str, Any], bool]:
     """The `check --json` document for a blueprint file, and whether it is runnable.
 
     It runs the very preflight a worker runs before launching (`statemachine.preflight.preflight`),
     on this shell's environment; `env_decisions` lists every decision that read a variable.
     """
-    bp, problems = load_blueprint(path)
+    bp, problems = _load(path)
     return _document(bp, problems, environment=SUBMITTING_ENV)
 
 
@@ -101,7 +110,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("check")
     def check(
-        blueprint: Path = typer.Argument(..., help="The blueprint markdown file."),
+        blueprint: Path = typer.Argument(..., help="The blueprint markdown file (- reads it from stdin)."),
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report."),
     ) -> None:
         """Parse and validate a blueprint; list its problems and the config changes planned."""
@@ -110,4 +119,5 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))
         else:
             _render(doc, runnable, blueprint, Console())
-        raise typer.Exit(0 if runnable else 1)
+        unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
+        raise typer.Exit(2 if unreadable else 0 if runnable else 1)  # 2: missing input, as for every command

@@ -43,7 +43,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
 
     settings = get_settings()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
     except OSError as exc:
         console.print(f"[red]error: cannot read blueprint {path}: {exc}")
         return 2
@@ -62,7 +62,8 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
     try:
         _wait_for_node(store, node, worker)
         try:
-            rec = submit(store, store.r, text, blueprint_path=str(path.resolve()), node=node)
+            rec = submit(store, store.r, text, blueprint_path="" if str(path) == "-" else str(path.resolve()),
+                         node=node)
         except SubmissionRejected as exc:
             console.print(f"[red]blueprint rejected: {path}")
             for p in exc.problems:
@@ -72,8 +73,10 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
             return 2
         exp_id = rec["id"]
         console.print(f"Job submitted: {exp_id}")
-        console.print(f"  watch it in tmux: tmux{_socket_flag(settings)} attach -t {rec['tmux_session']}")
-        console.print(f"  result dir: {rec['result_dir']}")
+        # lines to copy: never wrapped, never styled
+        console.print(f"  watch it in tmux: tmux{_socket_flag(settings)} attach -t {rec['tmux_session']}",
+                      soft_wrap=True, highlight=False, markup=False)
+        console.print(f"  result dir: {rec['result_dir']}", soft_wrap=True, highlight=False, markup=False)
 
         def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
             events = store.events(exp_id, after=after, block_ms=500)
@@ -82,7 +85,8 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
         final = follow(poll, console, on_interrupt=lambda: store.request_cancel(exp_id))
         outcome = final.get("outcome", "")
         console.print(f"[bold]{outcome}[/]: {final.get('reason', '')}")
-        console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}")
+        console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}", soft_wrap=True,
+                      highlight=False, markup=False)
         return EXIT_CODES.get(outcome, 1)
     finally:
         worker.terminate()
@@ -102,7 +106,7 @@ def _socket_flag(settings: Any) -> str:
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
-        blueprint: Path = typer.Argument(..., help="the blueprint markdown file"),
+        blueprint: Path = typer.Argument(..., help="the blueprint markdown file (- reads it from stdin)"),
         node: str = typer.Option("", help="node name for the local worker (default: hostname)"),
     ) -> None:
         """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""

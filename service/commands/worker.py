@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 from typing import Any
@@ -57,6 +58,7 @@ def register(app: typer.Typer) -> None:
     def drain(
         node: str = typer.Option("", help="the node to drain (default: this node)"),
         undo: bool = typer.Option(False, "--undo", help="take work again"),
+        as_json: bool = typer.Option(False, "--json", help='print {"node", "draining"} as JSON'),
     ) -> None:
         """Stop a node taking new work; its running experiments go on in tmux (used by preStop)."""
         from service.store import Store
@@ -64,4 +66,7 @@ def register(app: typer.Typer) -> None:
         store = Store.from_url(_need_redis_url())
         name = node or get_settings().node
         store.set_drain(name, not undo)
-        typer.echo(f"node {name}: {'taking work again' if undo else 'draining'}")
+        if as_json:
+            typer.echo(json.dumps({"node": name, "draining": not undo}))
+        else:
+            typer.echo(f"node {name}: {'taking work again' if undo else 'draining'}")
