@@ -46,7 +46,8 @@ def _record(be: Backend, exp_id: str) -> dict[str, Any]:
 @router.post("/experiments", status_code=201, response_model=ExperimentView, responses={
     200: {"model": ExperimentView, "description": "a repeated Idempotency-Key: the first submission's record"},
     **error_responses(409, *BODY_ERRORS, notes={
-        409: "needs more GPUs than any live node has; or an Idempotency-Key reused for another blueprint",
+        409: "needs more GPUs than any live node has, its result dir belongs to an unfinished experiment, "
+            "or an Idempotency-Key was reused for another blueprint",
         422: "blueprint problems, each naming its field"})})
 def create_experiment(
     body: SubmitRequest,
@@ -82,8 +83,8 @@ def create_experiment(
     except SubmissionRejected as exc:
         if held and idempotency_key:
             release(be.store.r, idempotency_key, held)
-        detail = ("the experiment needs more GPUs than available" if exc.status == 409
-                  else "blueprint rejected: " + "; ".join(f"{p.field}: {p.message}" for p in exc.problems))
+        why = "; ".join(f"{p.field}: {p.message}" for p in exc.problems)
+        detail = ("cannot be placed now: " if exc.status == 409 else "blueprint rejected: ") + why
         return JSONResponse(status_code=exc.status, content=error_body(
             detail, [p.model_dump(mode="json") for p in exc.problems]))
     except BaseException:

@@ -317,7 +317,7 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
                     for e in exc.errors()]
         return page("submit.html", request, who, status_code=422, checked=checked,
                     **{**ctx, "rejected": {"detail": "invalid submission", "problems": problems}})
-    result = await run_in_threadpool(create_experiment, body, Response(), be)
+    result = await run_in_threadpool(lambda: create_experiment(body, Response(), idempotency_key=None, be=be))
     if isinstance(result, JSONResponse):
         import json
 
