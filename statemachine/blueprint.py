@@ -400,35 +400,39 @@ def _expand(path: str) -> str:
     return os.path.expanduser(os.path.expandvars(path))
 
 
+def _continues(line: str) -> bool:
+    """A line that a shell reads on into the next one: `\\` outside quotes, or a trailing `&&`/`||`/`|`."""
+    s = line.rstrip()
+    balanced = s.count("'") % 2 == 0 and s.count('"') % 2 == 0
+    return balanced and (s.endswith("\\") or s.endswith(("&&", "||", "|")))
+
+
 def _join_shell_lines(lines: list[str]) -> str:
-    """One runnable line: `\\` continuations joined, separate commands chained with &&."""
-    commands: list[str] = []
-    current = ""
-    for raw in lines:
-        s = raw.strip()
-        if not s or s.startswith("#"):
-            continue
-        if s.startswith("$ "):
-            s = s[2:].strip()
-        current = f"{current} {s}" if current else s
-        if current.endswith("\\"):
-            current = current[:-1].rstrip()
-            continue
-        if current.endswith(("&&", "||", "|")):
-            continue
-        commands.append(current)
-        current = ""
-    if current:
-        commands.append(current.rstrip("&|").rstrip())
-    out = ""
-    for cmd in commands:
-        if not out:
-            out = cmd
-        elif out.endswith((";", "&")):
-            out = f"{out} {cmd}"
-        else:
-            out = f"{out} && {cmd}"
-    return out
+    """The command as written: one command (with `\\` continuations) as one line, anything more
+    (several commands, a heredoc, `if`/`fi`) verbatim, line by line, to run as a script body.
+
+    Never chains lines with `&&`: that turned heredoc bodies into commands and broke `if`/`fi`.
+    """
+    block = textwrap.dedent("\n".join(ln.rstrip() for ln in lines)).split("\n")
+    while block and not block[0].strip():
+        block.pop(0)
+    while block and not block[-1].strip():
+        block.pop()
+    if not block:
+        return ""
+    if "<<" not in "\n".join(block):  # `$ cmd` is a copied shell prompt (never a command), outside heredocs
+        block = [ln.lstrip()[2:] if ln.lstrip().startswith("$ ") else ln for ln in block]
+    code = [ln for ln in block if ln.strip() and not ln.lstrip().startswith("#")]
+    if code and "<<" not in "\n".join(code) and all(_continues(ln) for ln in code[:-1]):
+        parts = [ln.strip() for ln in code]
+        joined = ""
+        for part in parts:
+            if joined.endswith("\\"):
+                joined = joined[:-1].rstrip() + " " + part
+            else:
+                joined = f"{joined} {part}" if joined else part
+        return joined.rstrip("\\").rstrip()
+    return "\n".join(block)
 
 
 def _extract_command(text: str) -> str:
