@@ -29,7 +29,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from statemachine.shell_ast import Command, ShellSyntaxError, Word, parse, unquote
+from statemachine.shell_ast import Command, ShellSyntaxError, Word, parse_with_substitutions, unquote
 
 __all__ = [
     "LAUNCH_COMMAND_MAX_CHARS",
@@ -511,7 +511,7 @@ def _scan(text: str, depth: int) -> _Scan:
     """The launcher calls and nested shell strings of `text` (one level), and what cannot be read."""
     scan = _Scan()
     try:
-        commands = parse(text)
+        commands, substitutions = parse_with_substitutions(text)
     except ShellSyntaxError as exc:
         if _mentions(text):
             scan.refusals.append(f"the bash parser cannot read it ({exc}), and it mentions the launcher or "
@@ -519,7 +519,9 @@ def _scan(text: str, depth: int) -> _Scan:
         else:
             scan.notes.append(f"the bash parser cannot read it ({exc}); it runs as written")
         return scan
-    spans: list[tuple[int, int, str]] = []  # (start, end, kind): launcher | nested | inert | exposed
+    # (start, end, kind): launcher | nested | inert | exposed | container | subst (text in `$(...)`
+    # that no word holds: a comment there)
+    spans: list[tuple[int, int, str]] = [(s, e, "subst") for s, e in substitutions]
 
     def nest(start: int, end: int, inner: str, what: str, raw: bool) -> None:
         if depth >= _MAX_DEPTH:
@@ -611,7 +613,7 @@ def _check_exposed(text: str, spans: list[tuple[int, int, str]], scan: _Scan) ->
         if not around:
             continue  # a comment
         inner = min(around, key=lambda s: s[1] - s[0])
-        if inner[2] in ("launcher", "nested", "inert"):
+        if inner[2] in ("launcher", "nested", "inert", "subst"):
             continue
         if inner[2] == "container" and any(s[2] != "container" for s in around if s is not inner):
             continue

@@ -22,7 +22,7 @@ from typing import Any
 import bashlex
 import bashlex.errors
 
-__all__ = ["Command", "Heredoc", "ShellSyntaxError", "Word", "parse", "unquote"]
+__all__ = ["Command", "Heredoc", "ShellSyntaxError", "Word", "parse", "parse_with_substitutions", "unquote"]
 
 _QUOTED_HEREDOC = re.compile(r"<<(-?)([ \t]*)(?:'([A-Za-z0-9_.-]+)'|\"([A-Za-z0-9_.-]+)\"|\\([A-Za-z0-9_.-]+))")
 _EXPANSION_KINDS = frozenset({"parameter", "commandsubstitution", "processsubstitution", "arithmetic"})
@@ -205,25 +205,27 @@ def _command(node: Any, text: str, quoted: set[int]) -> Command:
     return Command(words, assignments, node.pos[0], node.pos[1], heredocs, writes)
 
 
-def _walk(node: Any, text: str, quoted: set[int], out: list[Command]) -> None:
+def _walk(node: Any, text: str, quoted: set[int], out: list[Command], substs: list[tuple[int, int]]) -> None:
+    if node.kind in ("commandsubstitution", "processsubstitution"):
+        substs.append(tuple(node.pos))
     if node.kind == "command":
         out.append(_command(node, text, quoted))
     if node.kind == "pipeline":
         commands = [p for p in node.parts if p.kind != "pipe"]
         for k, part in enumerate(commands):
             before = len(out)
-            _walk(part, text, quoted, out)
+            _walk(part, text, quoted, out, substs)
             for cmd in out[before:]:
                 if cmd.start >= part.pos[0] and cmd.end <= part.pos[1]:
                     cmd.piped_in = cmd.piped_in or k > 0
                     cmd.piped_out = cmd.piped_out or k < len(commands) - 1
         return
     for child in _children(node):
-        _walk(child, text, quoted, out)
+        _walk(child, text, quoted, out, substs)
 
 
 @lru_cache(maxsize=256)
-def _parse_cached(text: str) -> tuple[Command, ...] | str:
+def _parse_cached(text: str) -> tuple[tuple[Command, ...], tuple[tuple[int, int], ...]] | str:
     fixed, quoted = _fix_heredoc_quotes(text)
     try:
         trees = bashlex.parse(fixed)
@@ -232,9 +234,10 @@ def _parse_cached(text: str) -> tuple[Command, ...] | str:
         detail = " ".join(str(exc).split()) or type(exc).__name__
         return detail[:300]
     out: list[Command] = []
+    substs: list[tuple[int, int]] = []
     for tree in trees:
-        _walk(tree, text, quoted, out)
-    return tuple(out)
+        _walk(tree, text, quoted, out, substs)
+    return tuple(out), tuple(substs)
 
 
 def parse(text: str) -> list[Command]:
@@ -242,9 +245,14 @@ def parse(text: str) -> list[Command]:
 
     Raises ShellSyntaxError with the reason when bashlex cannot read the text.
     """
+    return parse_with_substitutions(text)[0]
+
+
+def parse_with_substitutions(text: str) -> tuple[list[Command], list[tuple[int, int]]]:
+    """`parse`, plus the spans of every `$(...)`, backtick and `<(...)` / `>(...)` (to tell comments in them)."""
     if not text.strip():
-        return []
+        return [], []
     found = _parse_cached(text)
     if isinstance(found, str):
         raise ShellSyntaxError(found)
-    return list(found)
+    return list(found[0]), list(found[1])
