@@ -21,7 +21,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from statemachine.durations import format_duration, parse_duration
+from statemachine.command import LAUNCH_COMMAND_MAX_CHARS
+from statemachine.durations import DURATION_MAX_CHARS, format_duration, parse_duration
 from statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
 
 __all__ = ["parse_blueprint", "validate_blueprint", "load_blueprint"]
@@ -542,7 +543,7 @@ def parse_blueprint(text: str) -> Blueprint:
         exp_yaml_path=values.get("exp_yaml_path", ""),
         exp_launch_command=values.get("exp_launch_command", ""),
         exp_result_dir=values.get("exp_result_dir", ""),
-        exp_max_time_seconds=parse_duration(max_time_text) if max_time_text else None,
+        exp_max_time_seconds=parse_duration(max_time_text) if 0 < len(max_time_text) <= DURATION_MAX_CHARS else None,
         exp_max_time_text=max_time_text,
         notes="\n\n".join(text for _, text in notes if text.strip()),
     )
@@ -683,8 +684,23 @@ def _check_result_dir(path: str, problems: _Problems) -> None:
         problems.error(fld, f"the result dir {path} cannot be created: {ancestor} is not writable")
 
 
+# Length caps per field: no real value comes near them, and they bound every parser's time.
+FIELD_MAX_CHARS = {"exp_purpose": 2_000, "exp_codebase_dir": 4_096, "exp_venv_exe": 4_096, "exp_yaml_path": 4_096,
+                   "exp_result_dir": 4_096, "exp_launch_command": LAUNCH_COMMAND_MAX_CHARS,
+                   "exp_max_time": DURATION_MAX_CHARS}
+
+
+def _check_lengths(bp: Blueprint, problems: _Problems) -> None:
+    for fld, cap in FIELD_MAX_CHARS.items():
+        value = bp.exp_max_time_text if fld == "exp_max_time" else getattr(bp, fld)
+        if len(value) > cap:
+            problems.error(fld, f"{fld} is {len(value):,} characters long; at most {cap:,} are accepted")
+
+
 def _check_max_time(bp: Blueprint, problems: _Problems) -> None:
     secs, text = bp.exp_max_time_seconds, bp.exp_max_time_text
+    if len(text) > DURATION_MAX_CHARS:
+        return  # reported by _check_lengths
     if secs is None and text.strip():
         problems.error("exp_max_time", f"cannot read a duration from {text!r}: write it like `12 hours`")
     elif secs is not None and secs <= 0:
@@ -707,6 +723,7 @@ def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Proble
     With `check_disk`, paths are checked on this machine; nothing is created.
     """
     problems = _Problems()
+    _check_lengths(bp, problems)
     _check_missing(bp, problems)
     if bp.exp_codebase_dir and _check_absolute(bp, "exp_codebase_dir", problems) and check_disk:
         _check_codebase(bp.exp_codebase_dir, problems)
