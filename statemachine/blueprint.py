@@ -207,6 +207,14 @@ def _match_tag(rest: str, *, strict: bool = False) -> tuple[str, str] | None:
     return found, _SEPARATOR.sub("", after, count=1).strip()
 
 
+_LABELS_LONGEST_FIRST = sorted(((label, fld) for fld, labels in _LABELS.items() for label in labels),
+                               key=lambda item: -len(item[0]))
+_LONGEST_LABEL = len(_LABELS_LONGEST_FIRST[0][0])
+_LABELS_BY_FIRST_CHAR: dict[str, list[tuple[str, str]]] = {}
+for _label, _fld in _LABELS_LONGEST_FIRST:
+    _LABELS_BY_FIRST_CHAR.setdefault(_label[:1], []).append((_label, _fld))
+
+
 def _match_label(rest: str, *, colon: bool = False) -> tuple[str, str] | None:
     """(field, text after the label) when `rest` starts with a known part label.
 
@@ -214,14 +222,14 @@ def _match_label(rest: str, *, colon: bool = False) -> tuple[str, str] | None:
     with a label word is left alone.
     """
     s = _NUMBER_PREFIX.sub("", rest.lstrip(_LEAD_MARKUP), count=1).lstrip(_LEAD_MARKUP)
-    low = s.lower()
+    low = s[:_LONGEST_LABEL + 1].lower()
     best: tuple[int, str] | None = None
-    for fld, labels in _LABELS.items():
-        for label in labels:
+    for label, fld in _LABELS_BY_FIRST_CHAR.get(low[:1], ()):  # the first that fits is the longest
+        if low.startswith(label):
             nxt = low[len(label) : len(label) + 1]
-            glued = nxt.isascii() and nxt.isalnum()  # "purposes", "codebase2" are not labels
-            if low.startswith(label) and not glued and (best is None or len(label) > best[0]):
+            if not (nxt.isascii() and nxt.isalnum()):  # "purposes", "codebase2" are not labels
                 best = (len(label), fld)
+                break
     if best is None:
         return None
     after = s[best[0] :]
