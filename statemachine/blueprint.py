@@ -374,7 +374,29 @@ def _path_score(tok: str, fld: str) -> int:
     return 2 if pathish else 0
 
 
+_PROSE_AFTER_PATH = re.compile(r"\s+[(（#]|\s+[-—–]+\s|[,，;；]\s")
+
+
+def _whole_path(line: str) -> str:
+    """An absolute path written bare, kept whole through spaces and `#(`: `/mnt/my data/code`.
+
+    Only when what follows the first space is itself a path piece (holds a `/`) or the path
+    holds `(`; prose after a path (`/x (the repo)`, `/x, see below`) still ends it.
+    """
+    stripped = line.strip().strip("`*").strip()
+    if "`" in stripped or not stripped.startswith(("/", "~")):
+        return ""
+    cut = _PROSE_AFTER_PATH.split(stripped, maxsplit=1)[0].strip()
+    parts = cut.split()
+    if (len(parts) > 1 and all("/" in part for part in parts[1:])) or "(" in cut:
+        return _clean_token(cut)
+    return ""
+
+
 def _line_candidates(line: str) -> list[str]:
+    whole = _whole_path(line)
+    if whole:
+        return [whole]
     spans = [s.strip() for s in re.findall(r"`([^`\n]+)`", line)]
     tokens = [_clean_token(t) for t in _TOKEN_SPLIT.split(re.sub(r"`[^`\n]+`", " ", line))]
     return [s for s in spans if s] + [t for t in tokens if t]

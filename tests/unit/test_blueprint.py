@@ -739,3 +739,24 @@ def test_load_blueprint_tolerates_bad_bytes(tmp_path: Path) -> None:
     bp, _ = load_blueprint(path, check_disk=False)
     assert bp.exp_codebase_dir.startswith("/c")
     assert bp.exp_max_time_seconds == 3 * 3600
+
+
+@pytest.mark.parametrize(("written", "path"), [
+    ("/x/code#(touch /tmp/PWN)", "/x/code#(touch /tmp/PWN)"),
+    ("`/x/code#(touch /tmp/PWN)`", "/x/code#(touch /tmp/PWN)"),
+    ("/mnt/my data/code", "/mnt/my data/code"),
+    ("`/a b/c`", "/a b/c"),
+    ("/x/code (the repo)", "/x/code"),
+    ("/x/code is the path", "/x/code"),
+])
+def test_bare_paths_are_not_cut_at_a_space_or_tmux_format(written: str, path: str) -> None:
+    """Repro (issue 18, 9): paths outside backticks were cut at a space or `#(`."""
+    assert parse_blueprint(f"[exp_codebase_dir] {written}\n").exp_codebase_dir == path
+
+
+def test_field_length_caps() -> None:
+    bp = parse_blueprint("[exp_max_time] " + "一" * 8000 + "\n[exp_purpose] " + "x" * 2001 + "\n")
+    problems = {(p.field, p.message.split(" characters")[0]) for p in validate_blueprint(bp, check_disk=False)
+                if "characters long" in p.message}
+    assert problems == {("exp_max_time", "exp_max_time is 8,000"), ("exp_purpose", "exp_purpose is 2,001")}
+    assert bp.exp_max_time_seconds is None
