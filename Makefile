@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install install-test demo test lint bench clean
+.PHONY: install install-test demo test lint bench fuzz clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,15 @@ demo: install
 test: install-test
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 -q
+
+# Hypothesis on every parser, the command lexer and rewrites (bash-executed), with time budgets.
+# AJET_FUZZ_EXAMPLES: examples per property (make test runs a few). An API schemathesis suite
+# (tests/integration/test_openapi_conformance.py) runs too, with AJET_RUNNER_SCHEMATHESIS_EXAMPLES examples per operation.
+FUZZ_EXAMPLES ?= 400
+FUZZ_API_EXAMPLES ?= 500
+fuzz: install-test
+	AJET_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) AJET_RUNNER_SCHEMATHESIS_EXAMPLES=$(FUZZ_API_EXAMPLES) $(BIN)/python -m pytest -q \
+		-p no:randomly tests/fuzz tests/unit/test_command_safety.py tests/integration/test_openapi_conformance.py
 
 lint: install-test
 	$(BIN)/ruff check .

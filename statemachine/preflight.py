@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from statemachine import command as cmdlib
 from statemachine.models import Blueprint, ConfigChange, Level, Problem
 from statemachine.repairs import MISSING, get_dotted
+from statemachine.shell_ast import unquote
 
 __all__ = [
     "EnvDecision",
@@ -182,32 +183,70 @@ class _Planner:
         return os.path.normpath(cwd) if cwd else ""
 
     def plan_command(self) -> tuple[str, list[ConfigChange], bool]:
-        original = self.bp.exp_launch_command.strip()
-        if not original:
-            self.problem(Level.error, "exp_launch_command", "the launch command is empty")
+        """The command to run: every launcher call rewritten, or an error naming what cannot be read.
+
+        Works on all launcher calls (chains, subshells, functions, `bash -c` strings, heredocs fed
+        to a shell); anything the analysis cannot read with certainty is refused, never guessed.
+        """
+        field = "exp_launch_command"
+        original = self.bp.exp_launch_command.strip("\n")
+        if not original.strip():
+            self.problem(Level.error, field, "the launch command is empty")
             return original, [], False
-        cmd, changes = original, []
-        if cmdlib.launcher_segment(original) is None:
-            self.problem(Level.warning, "exp_launch_command",
+        analysis = cmdlib.analyze_command(original)
+        for reason in analysis.refusals:
+            self.problem(Level.error, field, f"cannot be run safely: {reason}")
+        if not analysis.calls and not analysis.refusals:
+            self.problem(Level.warning, field,
                          "the command does not visibly run `python -m ajet.launcher`; YAML fixes reach it "
                          "only if it uses --conf")
-        hazards = (("--autokill", False, AUTOKILL_REASON), ("--kill", True, KILL_REASON))
-        for flag, takes_value, reason in hazards:
-            if cmdlib.has_flag(cmd, flag):
-                new = cmdlib.remove_flag(cmd, flag, takes_value=takes_value)
-                changes.append(ConfigChange(key="exp_launch_command", old=cmd, new=new, reason=reason))
-                cmd = new
-        conf = cmdlib.conf_path(cmd)
-        if conf is None:
-            if cmdlib.launcher_segment(cmd) is not None:
-                self.problem(Level.error, "exp_launch_command", "the launcher is run without --conf <yaml>")
-        elif self.bp.exp_yaml_path:
-            resolved = os.path.normpath(os.path.join(self.workdir(cmd), conf))
-            if resolved != self.bp.yaml_abspath():
-                self.problem(Level.warning, "exp_launch_command",
-                             f"--conf {conf} is not exp_yaml_path {self.bp.exp_yaml_path}; "
-                             f"the runner checks and patches exp_yaml_path")
-        return cmd, changes, bool(changes)
+        for note in analysis.notes:
+            self.problem(Level.warning, field, note)
+        if analysis.refusals or not analysis.calls:
+            return original, [], False
+        cmd, changes = original, []
+        spelled = [h for call in analysis.calls for h in call.hazards]
+        if spelled:
+            kinds = {cmdlib.hazard_of(unquote(h)) for h in spelled}
+            reason = "; ".join(r for flag, r in (("--autokill", AUTOKILL_REASON), ("--kill", KILL_REASON))
+                               if flag in kinds)
+            where = ", ".join(dict.fromkeys(f"`{h}`" for h in spelled))
+            new = cmdlib.remove_hazards(cmd)
+            changes.append(ConfigChange(key=field, old=cmd, new=new, reason=f"removed {where}: {reason}"))
+            cmd = new
+        calls = cmdlib.analyze_command(cmd).calls
+        if any(call.conf is None for call in calls):
+            self.problem(Level.error, field, "the launcher is run without --conf <yaml>"
+                         + (f" ({len(calls)} launcher calls, each needs one)" if len(calls) > 1 else ""))
+        written = {call.conf for call in calls if call.conf is not None and not call.conf_expanded}
+        if len(written) > 1:
+            self.problem(Level.error, field,
+                         f"the launcher calls name different YAMLs ({', '.join(sorted(written))}); the runner "
+                         "checks and patches one (exp_yaml_path): one experiment per YAML")
+        expanded = [call.conf for call in calls if call.conf_expanded]
+        if expanded and self.bp.exp_yaml_path:
+            new = cmdlib.replace_conf(cmd, self.bp.exp_yaml_path)
+            changes.append(ConfigChange(
+                key=field, old=cmd, new=new,
+                reason=f"--conf {expanded[0]} is only known at run time; pointed at exp_yaml_path "
+                       f"{self.bp.exp_yaml_path}, which the runner checks and patches"))
+            cmd = new
+        elif expanded:
+            self.problem(Level.error, field, f"--conf {expanded[0]} is only known at run time and there is no "
+                         "exp_yaml_path to use instead")
+        final = cmdlib.analyze_command(cmd)
+        left = [h for call in final.calls for h in call.hazards]
+        if left or final.refusals:
+            self.problem(Level.error, field, "the rewritten command still carries "
+                         + ", ".join([*left, *final.refusals]))
+        for conf in sorted(written):
+            if self.bp.exp_yaml_path:
+                resolved = os.path.normpath(os.path.join(self.workdir(cmd), conf))
+                if resolved != self.bp.yaml_abspath():
+                    self.problem(Level.warning, field,
+                                 f"--conf {conf} is not exp_yaml_path {self.bp.exp_yaml_path}; "
+                                 f"the runner checks and patches exp_yaml_path")
+        return cmd, changes, bool(spelled)
 
     # -- the YAML --------------------------------------------------------------------------
 

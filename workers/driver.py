@@ -20,7 +20,7 @@ from typing import Any
 from resultdir.archive import archive_previous_run
 from service.settings import Settings
 from service.store import Store, TransitionConflict
-from statemachine.command import add_flag, conf_path, has_flag, launcher_segment, replace_conf
+from statemachine.command import add_flag, conf_path, launcher_segment, replace_conf
 from statemachine.diagnose import decisive_line
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
@@ -266,9 +266,9 @@ class ExperimentDriver:
         gpus = self.ctx.gpus
         if gpus is None or len(gpus) >= self.node.gpus or launcher_segment(self.ctx.command) is None:
             return
-        if has_flag(self.ctx.command, SKIP_GPU_CHECK):
+        new = add_flag(self.ctx.command, SKIP_GPU_CHECK)  # to every launcher call that lacks it
+        if new == self.ctx.command:
             return
-        new = add_flag(self.ctx.command, SKIP_GPU_CHECK)
         self.ctx.preflight_changes.append(ConfigChange(
             key="exp_launch_command", old=self.ctx.command, new=new,
             reason=f"this node's {self.node.gpus} GPUs are shared; this run has GPUs {gpus} "

@@ -206,7 +206,8 @@ def test_nested_fenced_command_with_continuations_and_prose_after() -> None:
     assert bp.exp_result_dir == "/r"
 
 
-def test_fenced_lines_without_continuations_become_one_chain() -> None:
+def test_fenced_lines_without_continuations_stay_a_script() -> None:
+    """Several commands are never `&&`-joined: the block runs as the body of a script."""
     bp = parse_blueprint(_doc("""
         [exp_launch_command]
         ```sh
@@ -219,8 +220,15 @@ def test_fenced_lines_without_continuations_become_one_chain() -> None:
         ```
     """))
     assert bp.exp_launch_command == (
-        'cd /x && export A="1 2" && source .venv/bin/activate; python -m ajet.launcher --conf a.yaml | tee log.txt'
+        '# go to the code\ncd /x\nexport A="1 2"\nsource .venv/bin/activate;\n'
+        "python -m ajet.launcher --conf a.yaml |\n  tee log.txt"
     )
+
+
+def test_heredoc_and_if_blocks_are_kept_verbatim() -> None:
+    block = "cat > f <<'EOF'\n$ not a prompt\n  touch x\nEOF\nif true; then\n  echo \\\n    ok\nfi"
+    bp = parse_blueprint(f"## [exp_launch_command]\n```bash\n{block}\n```\n")
+    assert bp.exp_launch_command == block
 
 
 def test_unfenced_command_paragraph_stops_at_prose() -> None:
@@ -526,7 +534,7 @@ def test_parse_never_raises_on_any_text(text: str) -> None:
 def test_parse_never_raises_on_markdown_like_text(text: str) -> None:
     bp = parse_blueprint(text)
     assert isinstance(bp, Blueprint)
-    assert "\n" not in bp.exp_launch_command
+    assert bp.exp_launch_command == bp.exp_launch_command.strip("\n")  # no blank first or last line
     validate_blueprint(bp, check_disk=False)
 
 
@@ -754,3 +762,24 @@ def test_load_blueprint_tolerates_bad_bytes(tmp_path: Path) -> None:
     bp, _ = load_blueprint(path, check_disk=False)
     assert bp.exp_codebase_dir.startswith("/c")
     assert bp.exp_max_time_seconds == 3 * 3600
+
+
+@pytest.mark.parametrize(("written", "path"), [
+    ("/x/code#(touch /tmp/PWN)", "/x/code#(touch /tmp/PWN)"),
+    ("`/x/code#(touch /tmp/PWN)`", "/x/code#(touch /tmp/PWN)"),
+    ("/mnt/my data/code", "/mnt/my data/code"),
+    ("`/a b/c`", "/a b/c"),
+    ("/x/code (the repo)", "/x/code"),
+    ("/x/code is the path", "/x/code"),
+])
+def test_bare_paths_are_not_cut_at_a_space_or_tmux_format(written: str, path: str) -> None:
+    """Repro (issue 18, 9): paths outside backticks were cut at a space or `#(`."""
+    assert parse_blueprint(f"[exp_codebase_dir] {written}\n").exp_codebase_dir == path
+
+
+def test_field_length_caps() -> None:
+    bp = parse_blueprint("[exp_max_time] " + "一" * 8000 + "\n[exp_purpose] " + "x" * 2001 + "\n")
+    problems = {(p.field, p.message.split(" characters")[0]) for p in validate_blueprint(bp, check_disk=False)
+                if "characters long" in p.message}
+    assert problems == {("exp_max_time", "exp_max_time is 8,000"), ("exp_purpose", "exp_purpose is 2,001")}
+    assert bp.exp_max_time_seconds is None
