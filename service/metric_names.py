@@ -15,6 +15,7 @@ API_METRICS = (
     "ajet_runner_transitions_total",  # {from_state, to_state}
     "ajet_runner_repairs_total",  # {signature, result}
     "ajet_runner_outcomes_total",  # {outcome}
+    "ajet_runner_result_write_failures_total",  # {errno}: result files / finish.flag not written
     "ajet_runner_run_duration_seconds",  # histogram {outcome}: _bucket/_sum/_count
     "ajet_runner_queue_jobs",  # {queue}
     "ajet_runner_queue_oldest_job_age_seconds",  # {queue}

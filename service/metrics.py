@@ -45,7 +45,7 @@ EXP_LABELS = ["experiment", "purpose", "node"]
 DETAIL_FIELDS = ("state", "outcome", "purpose", "node", "started_at", "finished_at", "created_at",
                  "max_seconds", "attempt", "latest_metrics")
 PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
-STATS = ("transitions", "outcomes", "repairs", "duration_sum")
+STATS = ("transitions", "outcomes", "repairs", "duration_sum", "result_write_failures")
 FINISHED = State.finished.value
 
 
@@ -281,6 +281,13 @@ def counter_families(snap: Snapshot) -> Iterable[Metric]:
         signature, sep, result = key.rpartition("|")
         repairs.add_metric([signature, result] if sep else [key, ""], value)
     yield repairs
+
+    write_failures = CounterMetricFamily(
+        "ajet_runner_result_write_failures", "Experiments whose result files (finish.flag) could not be written, "
+        "by errno (ENOSPC: full disk; EACCES: outside the allowed roots or not writable).", labels=["errno"])
+    for code, value in sorted(snap.stats.get("result_write_failures", {}).items()):
+        write_failures.add_metric([code], value)
+    yield write_failures
 
     outcomes = CounterMetricFamily("ajet_runner_outcomes", "Finished experiments by outcome.", labels=["outcome"])
     done = snap.stats.get("outcomes", {})

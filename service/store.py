@@ -97,6 +97,9 @@ if stats['outcome'] then
   end
 end
 if stats['repair'] then redis.call('HINCRBY', 'ajet:stats:repairs', stats['repair'], 1) end
+if stats['write_failure'] then
+  redis.call('HINCRBY', 'ajet:stats:result_write_failures', stats['write_failure'], 1)
+end
 return {1, tostring(version)}
 """
 
@@ -364,7 +367,7 @@ class Store:
     # -- counters for /metrics ---------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, float]]:
         pipe = self.r.pipeline(transaction=False)
-        names = ["transitions", "outcomes", "repairs", "duration_sum"]
+        names = ["transitions", "outcomes", "repairs", "duration_sum", "result_write_failures"]
         for n in names:
             pipe.hgetall(f"{PREFIX}:stats:{n}")
         out = {n: {k.decode(): float(v) for k, v in raw.items()} for n, raw in zip(names, pipe.execute(),
