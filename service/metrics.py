@@ -285,8 +285,9 @@ def counter_families(snap: Snapshot) -> Iterable[Metric]:
     write_failures = CounterMetricFamily(
         "ajet_runner_result_write_failures", "Experiments whose result files (finish.flag) could not be written, "
         "by errno (ENOSPC: full disk; EACCES: outside the allowed roots or not writable).", labels=["errno"])
-    for code, value in sorted(snap.stats.get("result_write_failures", {}).items()):
-        write_failures.add_metric([code], value)
+    failed_writes = snap.stats.get("result_write_failures", {})
+    for code in dict.fromkeys(["ENOSPC", "EACCES", *sorted(failed_writes)]):  # both exist at 0 from the start
+        write_failures.add_metric([code], failed_writes.get(code, 0.0))
     yield write_failures
 
     outcomes = CounterMetricFamily("ajet_runner_outcomes", "Finished experiments by outcome.", labels=["outcome"])

@@ -550,6 +550,8 @@ class ExperimentDriver:
         if self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
+        with contextlib.suppress(OSError):
+            remove_temp_files(result_dir)  # e.g. the wrapper's rc temp file when the disk was full
         if failure is not None:
             self._result_write_failed(failure, metrics)
             return True
@@ -560,8 +562,6 @@ class ExperimentDriver:
         """An unwritable result dir (full disk, outside the roots) must not keep the experiment unfinished
         (re-adopted for ever), nor end it as anything but failed: recorded, counted, temp files removed."""
         why = write_error_reason(exc)
-        with contextlib.suppress(OSError):
-            remove_temp_files(self.bp.exp_result_dir)
         code = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
         self.journal.publish({"type": "result_write_failed", "errno": code, "path": str(exc.filename or ""),
                               "message": f"could not write the result files: {why}"})
