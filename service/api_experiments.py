@@ -52,7 +52,7 @@ def create_experiment(body: SubmitRequest, response: Response, be: Backend = Dep
     try:
         rec = submit(be.store, be.store.r, body.blueprint, blueprint_path=body.blueprint_path or "", node=body.node,
                      priority=body.priority, allowed_roots=be.allowed_roots,
-                     check_disk=be.settings.submit_check_disk)
+                     check_disk=be.settings.submit_check_disk, wait_for_node=body.wait_for_node)
     except SubmissionRejected as exc:
         detail = ("the experiment needs more GPUs than available" if exc.status == 409
                   else "blueprint rejected: " + "; ".join(f"{p.field}: {p.message}" for p in exc.problems))

@@ -109,7 +109,7 @@ class AjetRunnerClient:
 
     # -- experiments --------------------------------------------------------------------------
     def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
-               blueprint_path: str | None = None) -> dict[str, Any]:
+               blueprint_path: str | None = None, wait_for_node: bool = False) -> dict[str, Any]:
         """Submit blueprint text; returns the new record (`id`, `state` "queued", ...).
 
         Raises ApiError 422 (problems, each with `field` and `message`), 409 (needs more GPUs than any
@@ -122,14 +122,16 @@ class AjetRunnerClient:
             body["priority"] = priority
         if blueprint_path:
             body["blueprint_path"] = blueprint_path
+        if wait_for_node:
+            body["wait_for_node"] = True
         return self._json("POST", "/v1/experiments", json=body)  # type: ignore[no-any-return]
 
     def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None,
-                    priority: str | None = None) -> dict[str, Any]:
+                    priority: str | None = None, wait_for_node: bool = False) -> dict[str, Any]:
         """Submit a blueprint file (its absolute path is recorded in the report)."""
         p = Path(path)
         return self.submit(p.read_text(encoding="utf-8"), node=node, priority=priority,
-                           blueprint_path=str(p.resolve()))
+                           blueprint_path=str(p.resolve()), wait_for_node=wait_for_node)
 
     def list_experiments(self, *, state: str | None = None, node: str | None = None, outcome: str | None = None,
              limit: int = 100, offset: int = 0) -> dict[str, Any]:

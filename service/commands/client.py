@@ -115,11 +115,11 @@ def event_line(event: dict[str, Any]) -> str:
 
 
 def _submit_all(client: AjetRunnerClient, paths: list[Path], node: str | None, priority: str | None,
-                as_json: bool) -> int:
+                as_json: bool, wait_for_node: bool = False) -> int:
     failed = False
     for path in paths:
         try:
-            rec = client.submit_file(path, node=node, priority=priority)
+            rec = client.submit_file(path, node=node, priority=priority, wait_for_node=wait_for_node)
         except OSError as exc:
             failed = True
             _err(f"Rejected: {path}: cannot read it ({exc.strerror or exc})")
@@ -215,6 +215,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                                              "same as a positional)", show_default=False),
         node: str = typer.Option(None, "--node", help="run on this node only"),
         priority: str = typer.Option(None, "--priority", help="normal or high (front of the queue)"),
+        wait_for_node: bool = typer.Option(False, "--wait-for-node",
+                                           help="queue it even if no live worker serves --node yet"),
         as_json: bool = JSON_OPTION,
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
@@ -228,7 +230,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
             _err("error: --priority must be normal or high")
             raise typer.Exit(2)
         with connect(url, token) as client:
-            code = _submit_all(client, paths, node, priority, as_json)
+            code = _submit_all(client, paths, node, priority, as_json, wait_for_node)
         raise typer.Exit(code)
 
     @app.command()
