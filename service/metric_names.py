@@ -22,6 +22,7 @@ API_METRICS = (
     "ajet_runner_node_up",  # {node}
     "ajet_runner_node_heartbeat_age_seconds",  # {node}
     "ajet_runner_node_gpus",  # {node, state}  state = total|busy|free
+    "ajet_runner_queued_for_absent_node",  # {node}: queued work for a node gone > node_absent_report_seconds
     "ajet_runner_http_request_duration_seconds",  # histogram {method, route, status}
 )
 

@@ -306,6 +306,14 @@ class Store:
         """A "1"/"0" field of the record, e.g. cancel_requested or delete_requested."""
         return self.r.hget(exp_key(exp_id), name) == b"1"
 
+    def set_once(self, exp_id: str, name: str, value: Any) -> bool:
+        """Set a field of an existing record only if it is not set yet (HSETNX); True if this call set it."""
+        key = exp_key(exp_id)
+        if not self.r.exists(key):
+            return False
+        _, encoded = _encode({name: value})
+        return bool(self.r.hsetnx(key, name, encoded))
+
     def server_time(self) -> float:
         sec, usec = self.r.time()
         return float(sec) + usec / 1e6

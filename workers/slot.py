@@ -8,6 +8,7 @@ work-horse process.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import uuid
 
@@ -16,11 +17,14 @@ from rq import Worker
 from rq.serializers import JSONSerializer
 
 from workers.jobs import queue
+from workers.lifeline import PARENT_ENV, die_with_parent, expected_parent_from_env
 from workers.node import queue_names
 
 
 def main(argv: list[str]) -> int:
     url, node, index = argv[1], argv[2], argv[3]
+    die_with_parent(expected_parent_from_env())  # a SIGKILLed supervisor leaves no slot behind
+    os.environ[PARENT_ENV] = str(os.getpid())  # the work-horses it forks die with it in turn (jobs.drive)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s slot{index} %(name)s %(levelname)s %(message)s")
     conn = redis.Redis.from_url(url, socket_timeout=None, health_check_interval=30)
     queues = [queue(conn, name) for name in queue_names(node)]

@@ -21,8 +21,10 @@ import redis
 from service.settings import Settings
 from service.store import Store
 from statemachine.lifecycle import ACTIVE_STATES
+from workers.absent_nodes import report_absent_nodes
 from workers.identity import driver_alive
 from workers.jobs import enqueue_drive
+from workers.lifeline import PARENT_ENV
 from workers.node import NodeInfo, node_queue
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,8 @@ class NodeSupervisor:
     # -- slots -----------------------------------------------------------------------------
     def _spawn(self, index: int) -> None:
         env = {**os.environ, "AJET_RUNNER_NODE": self.node.name, "AJET_RUNNER_GPUS": str(self.node.gpus),
-               "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url}
+               "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url,
+               PARENT_ENV: str(os.getpid())}  # the slot dies with this process (PR_SET_PDEATHSIG)
         self.slots[index] = subprocess.Popen(
             [sys.executable, "-m", "workers.slot", self.url, self.node.name, str(index)], env=env,
         )
@@ -87,7 +90,9 @@ class NodeSupervisor:
         """Enqueue a drive job for each of this node's unfinished experiments that nobody drives."""
         now = self.store.server_time()
         adopted = []
-        mine = self._unfinished_here()
+        unfinished = self.store.unfinished()
+        report_absent_nodes(self.store, unfinished, now, self.settings.node_absent_report_seconds)
+        mine = self._unfinished_here(unfinished)
         self.running = [rec["id"] for rec in mine]
         for rec in mine:
             lease = float(rec.get("lease_until") or 0)
@@ -103,8 +108,9 @@ class NodeSupervisor:
         self._release_stale_gpus()
         return adopted
 
-    def _unfinished_here(self) -> list[dict]:
-        return [r for r in self.store.unfinished() if r.get("node") == self.node.name and r.get("state") in ACTIVE]
+    def _unfinished_here(self, unfinished: list[dict] | None = None) -> list[dict]:
+        records = self.store.unfinished() if unfinished is None else unfinished
+        return [r for r in records if r.get("node") == self.node.name and r.get("state") in ACTIVE]
 
     def _release_stale_gpus(self) -> None:
         """GPUs held by experiments that finished or vanished while their driver was dead."""
