@@ -297,7 +297,8 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
             finished = _wait_count(store, ids)
             if finished >= n:
                 break
-            kind = next((k for at, k in special.items() if finished >= at and k not in done_special), "")
+            kind = "" if first else next((k for at, k in special.items()
+                                          if finished >= at and k not in done_special), "")
             if kind:
                 done_special.add(kind)
             else:
