@@ -4,6 +4,7 @@ supervisor, a slot and a work-horse killed, a Redis restart and a host cut off (
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ def _chaos_module():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("ajet_chaos", CHAOS)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
