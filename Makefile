@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install install-test demo test lint bench fuzz clean
+.PHONY: install install-test demo test lint bench fuzz chaos clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,11 @@ lint: install-test
 
 bench: install-test
 	for b in bench/bench_*.py; do $(BIN)/python $$b; done
+
+# >= 200 short simulated experiments on 2 network-namespace hosts under kill -9, a Redis restart and a
+# host cut; prints the figures and fails unless 0 duplicates / 0 lost / 0 orphans (needs root).
+chaos: install-test
+	$(BIN)/python bench/chaos.py --experiments $(or $(CHAOS_EXPERIMENTS),200)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -9,51 +9,107 @@ is fsynced, then renamed over the target with `os.replace` (atomic on POSIX).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
-import tempfile
+import secrets
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from resultdir.roots import open_dir
 
 FLAG_NAME = "finish.flag"
 TEMP_PREFIX = ".ajet-tmp-"
 _DEFAULT_MODE = 0o644  # result files are for people to read; mkstemp would leave 0600
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename itself durable (best effort: some filesystems refuse O_RDONLY dirs)."""
+def _fsync_dir(dir_fd: int) -> None:
+    """Make the rename itself durable (best effort: some filesystems refuse fsync on a dir)."""
     with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        os.fsync(dir_fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write `data` to `path` so readers see the old file or the whole new one, never a part."""
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
+    """Write `data` to `path` so readers see the old file or the whole new one, never a part.
+
+    openat-style: the directory is opened once (confined to the allowed roots when a
+    :func:`resultdir.roots.confined` block is active), the temp file is created in it with
+    O_EXCL|O_NOFOLLOW and renamed relative to that fd, so no symlink is followed out of it.
+    On any error (e.g. ENOSPC) the temp file is removed before the error propagates.
+    """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    dfd = open_dir(target.parent)
     try:
-        mode = target.stat().st_mode & 0o7777
-    except OSError:
-        mode = _DEFAULT_MODE
-    fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(target.parent)
+        if mode is None:
+            try:
+                mode = os.stat(target.name, dir_fd=dfd, follow_symlinks=False).st_mode & 0o7777
+            except OSError:
+                mode = _DEFAULT_MODE
+        tmp = f"{TEMP_PREFIX}{target.name}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+                os.fchmod(fh.fileno(), mode)
+            os.replace(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            if isinstance(exc, OSError) and not os.path.isabs(str(exc.filename or "")):
+                exc.filename = str(target)  # the reason names the file, e.g. ENOSPC on finish.flag
+            raise
+        _fsync_dir(dfd)
+    finally:
+        os.close(dfd)
     return target
+
+
+def remove_file(path: str | os.PathLike[str]) -> bool:
+    """Unlink `path` relative to its (confined) directory; True if it was there."""
+    target = Path(path)
+    try:
+        dfd = open_dir(target.parent, create=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    try:
+        os.unlink(target.name, dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dfd)
+    return True
+
+
+def remove_temp_files(result_dir: str | os.PathLike[str]) -> list[str]:
+    """Temp files a failed write left behind (ours, and the wrapper's `attempt-N.rc.tmp.<pid>`)."""
+    removed = []
+    for sub in ("", "logs"):
+        directory = Path(result_dir) / sub
+        try:
+            dfd = open_dir(directory, create=False)
+        except OSError:
+            continue
+        try:
+            for name in os.listdir(dfd):
+                if name.startswith(TEMP_PREFIX) or (sub == "logs" and ".tmp." in name):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=dfd)
+                        removed.append(str(directory / name))
+        finally:
+            os.close(dfd)
+    return removed
+
+
+def write_error_reason(exc: OSError) -> str:
+    """`ENOSPC (No space left on device): /path` -- the errno's name, its text and the file."""
+    name = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
+    text = exc.strerror or str(exc)
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{name} ({text}){where}" if name else f"{text}{where}"
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -115,7 +171,13 @@ def clear_finish_flag(result_dir: str | os.PathLike[str]) -> bool:
     before the first launch.
     """
     try:
-        (Path(result_dir) / FLAG_NAME).unlink()
+        dfd = open_dir(result_dir, create=False)
     except FileNotFoundError:
         return False
+    try:
+        os.unlink(FLAG_NAME, dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dfd)
     return True

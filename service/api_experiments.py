@@ -79,7 +79,8 @@ def create_experiment(
     try:
         rec = submit(be.store, be.store.r, body.blueprint, blueprint_path=body.blueprint_path or "", node=body.node,
                      priority=body.priority, allowed_roots=be.allowed_roots,
-                     check_disk=be.settings.submit_check_disk, exp_id=held.exp_id if held else None)
+                     check_disk=be.settings.submit_check_disk, exp_id=held.exp_id if held else None,
+                     wait_for_node=body.wait_for_node)
     except SubmissionRejected as exc:
         if held and idempotency_key:
             release(be.store.r, idempotency_key, held)

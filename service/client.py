@@ -143,10 +143,11 @@ def token_from_env() -> str:
     return token
 
 
-def _submit_body(blueprint: str, node: str | None, priority: str | None, blueprint_path: str | None
-                 ) -> dict[str, Any]:
+def _submit_body(blueprint: str, node: str | None, priority: str | None, blueprint_path: str | None,
+                 wait_for_node: bool = False) -> dict[str, Any]:
     body: dict[str, Any] = {"blueprint": blueprint}
-    for key, value in (("node", node), ("priority", priority), ("blueprint_path", blueprint_path)):
+    for key, value in (("node", node), ("priority", priority), ("blueprint_path", blueprint_path),
+                       ("wait_for_node", wait_for_node)):
         if value:
             body[key] = value
     return body
@@ -236,7 +237,8 @@ class AjetRunnerClient:
 
     # -- experiments --------------------------------------------------------------------------
     def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
-               blueprint_path: str | None = None, idempotency_key: str | None = None) -> Experiment:
+               blueprint_path: str | None = None, idempotency_key: str | None = None,
+               wait_for_node: bool = False) -> Experiment:
         """Submit blueprint text; returns the new record (`id`, `state` "queued", ...).
 
         With `idempotency_key`, submitting again with the same key (a retry after a lost answer)
@@ -245,15 +247,16 @@ class AjetRunnerClient:
         or the key was used for another blueprint), 413 (too large).
         """
         return Experiment.model_validate(self._json(
-            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path),
+            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node),
             headers=_idempotency(idempotency_key)))
 
     def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None, priority: str | None = None,
-                    idempotency_key: str | None = None) -> Experiment:
+                    idempotency_key: str | None = None, wait_for_node: bool = False) -> Experiment:
         """Submit a blueprint file (its absolute path is recorded in the report)."""
         p = Path(path)
         return self.submit(p.read_text(encoding="utf-8"), node=node, priority=priority,
-                           blueprint_path=str(p.resolve()), idempotency_key=idempotency_key)
+                           blueprint_path=str(p.resolve()), idempotency_key=idempotency_key,
+                           wait_for_node=wait_for_node)
 
     def list_experiments(self, *, state: str | None = None, node: str | None = None, outcome: str | None = None,
                          limit: int = 100, offset: int = 0) -> ExperimentPage:
@@ -405,9 +408,10 @@ class AsyncAjetRunnerClient:
         return _body(await self._request(method, path, **kwargs))
 
     async def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
-                     blueprint_path: str | None = None, idempotency_key: str | None = None) -> Experiment:
+                     blueprint_path: str | None = None, idempotency_key: str | None = None,
+                     wait_for_node: bool = False) -> Experiment:
         return Experiment.model_validate(await self._json(
-            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path),
+            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node),
             headers=_idempotency(idempotency_key)))
 
     async def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None,

@@ -56,15 +56,21 @@ def submit(
     allowed_roots: Sequence[str] = (),
     check_disk: bool = True,
     exp_id: str | None = None,
+    wait_for_node: bool = False,
 ) -> dict[str, Any]:
     """Record and enqueue the blueprint (under `exp_id` if given: an idempotency claim); returns the new
-    record. Raises SubmissionRejected."""
+    record. Raises SubmissionRejected.
+
+    A named node that no live worker serves is refused unless `wait_for_node` (it would wait for ever).
+    """
     bp = parse_blueprint(text)
     problems = validate_blueprint(bp, check_disk=check_disk)
     if allowed_roots:
-        for fld in ("exp_codebase_dir", "exp_result_dir"):
-            value = getattr(bp, fld)
-            if value and not _inside(value, allowed_roots):
+        for fld in ("exp_codebase_dir", "exp_result_dir", "exp_yaml_path", "exp_venv_exe"):
+            value = bp.yaml_abspath() if fld == "exp_yaml_path" and bp.exp_yaml_path else getattr(bp, fld)
+            # The venv's python is a symlink to the system interpreter by design: its directory must be inside.
+            probe = os.path.join(os.path.dirname(value), ".") if fld == "exp_venv_exe" and value else value
+            if value and not _inside(probe, allowed_roots):
                 problems.append(Problem(level=Level.error, field=fld,
                                         message=f"{value} is outside the allowed roots ({', '.join(allowed_roots)})"))
     errors = [p for p in problems if p.level == Level.error]
@@ -78,6 +84,8 @@ def submit(
         except (OSError, ValueError):
             needed = 1
     try:
+        if node and not wait_for_node:
+            _check_node_served(store, node)
         _check_capacity(store, needed, node)
     except SubmissionRejected as exc:
         raise _refused(bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status) from None
@@ -131,6 +139,17 @@ def _check_result_dir_free(store: Store, result_dir: str) -> None:
                 message=f"{result_dir} is the result dir of experiment {rec.get('id', '?')}, which is still "
                         f"{rec.get('state', 'unfinished')}: wait for it to finish or choose another dir",
             )], status=409)
+
+
+def _check_node_served(store: Store, node: str) -> None:
+    live = sorted(n["name"] for n in live_nodes(store))
+    if node in live:
+        return
+    raise SubmissionRejected([Problem(
+        level=Level.error, field="node",
+        message=f"no live worker serves node {node} (live: {', '.join(live) or 'none'}); submit with "
+                f"wait_for_node (CLI --wait-for-node) to queue it until one does",
+    )])
 
 
 def _check_capacity(store: Store, needed: int, node: str | None) -> None:

@@ -20,9 +20,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from statemachine.models import ConfigChange
 from statemachine.repairs import del_dotted, set_dotted
+from workers.finish import atomic_write_bytes
 
 __all__ = ["PATCH_MARKER", "RUNNER_DIR", "PatchError", "patch_yaml_text", "patched_config_path", "read_yaml_data",
            "remove_patched_copy",
@@ -340,19 +339,8 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
 
 
 def _atomic_write(dest: Path, text: str, mode: int | None) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Through the runner's one atomic writer: confined to the allowed roots, no symlink followed."""
+    atomic_write_bytes(dest, text.encode("utf-8"), mode=mode)
 
 
 def write_patched_yaml(source: Path | str, dest: Path | str, changes: list[ConfigChange]) -> str:

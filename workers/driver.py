@@ -8,7 +8,9 @@ alive in tmux is re-adopted and watched, never launched twice.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import errno
 import logging
 import os
 import shutil
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from resultdir.archive import archive_previous_run
+from resultdir.roots import OutsideRoots, check_inside, confined, parse_roots
 from service.settings import Settings
 from service.store import Store, TransitionConflict
 from statemachine.command import add_flag, conf_path, launcher_segment, replace_conf
@@ -36,13 +39,19 @@ from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
 from workers.context import Context
-from workers.finish import write_finish_flag
+from workers.finish import (
+    atomic_write_bytes,
+    remove_temp_files,
+    write_error_reason,
+    write_finish_flag,
+)
 from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
 from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
 from workers.report import AttemptInfo, RepairRecord, write_report
+from workers.reserve import release_reserve, take_reserve
 from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch, file_start, log_evaluations
 
@@ -83,10 +92,17 @@ class ExperimentDriver:
             plateau_epsilon=settings.plateau_epsilon,
         )
         self.backoff = parse_backoff(settings.progress_backoff)
+        self.roots = parse_roots(settings.allowed_roots)
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> str:
-        """Drive until finished (returns the outcome) or until the experiment is not ours."""
+        """Drive until finished (returns the outcome) or until the experiment is not ours.
+
+        Every file it writes stays inside the allowed roots (checked at each write, not once)."""
+        with confined(self.roots):
+            return self._drive()
+
+    def _drive(self) -> str:
         handlers = {
             State.queued.value: self._on_queued,
             State.launching.value: self._on_launching,
@@ -132,6 +148,8 @@ class ExperimentDriver:
             advised = advised or (advised_stat(self.ctx.repairs[-1]) if self.ctx.repairs else "")
         if advised:
             stats["advised"] = advised  # ajet_runner_advised_repairs_total{model, result}
+        if detail.get("write_failure"):
+            stats["write_failure"] = detail["write_failure"]  # ajet_runner_result_write_failures_total{errno}
         record = {
             "state": self.lc.state, "outcome": self.lc.outcome, "reason": self.lc.reason,
             "attempt": self.lc.attempt, "lifecycle": self.lc.to_dict(), "ctx": self.ctx.__dict__,
@@ -153,6 +171,7 @@ class ExperimentDriver:
         plan = preflight(self.bp, env=os.environ, environment=f"node {self.node.name} (the worker's environment)")
         problems = list(plan.problems)
         self._move_earlier_run(problems)
+        problems += self._root_problems()
         errors = [p for p in problems if p.level == Level.error]
         self.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
         self.ctx.preflight_env = {"environment": plan.environment,
@@ -169,7 +188,8 @@ class ExperimentDriver:
             self._apply_preflight(plan)
         except (OSError, ValueError) as exc:  # e.g. a YAML the patcher cannot edit safely, a read-only dir
             self._release_gpus_now()
-            self._claim_and_fire("reject", f"preflight could not be applied: {exc}")
+            why = write_error_reason(exc) if isinstance(exc, OSError) else str(exc)
+            self._claim_and_fire("reject", f"preflight could not be applied: {why}")
             return True
         self._share_node_gpus()
         self.started_at = time.time()
@@ -222,8 +242,9 @@ class ExperimentDriver:
     def _apply_preflight(self, plan: Any) -> None:
         original = Path(self.bp.yaml_abspath())
         result_dir = Path(self.bp.exp_result_dir)
-        result_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(original, result_dir / "config.original.yaml")
+        atomic_write_bytes(result_dir / "config.original.yaml", original.read_bytes())
+        # Room for the report and finish.flag even if the run fills the disk (released at collecting).
+        take_reserve(result_dir, self.settings.result_reserve_bytes)
         command = plan.command
         changes = list(plan.changes)
         self.ctx.config_path = str(original)
@@ -260,6 +281,20 @@ class ExperimentDriver:
         return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
                                             "config (before)", "config (after)"))
 
+    def _root_problems(self) -> list[Problem]:
+        """Codebase, result dir, YAML and venv resolved now, each inside the allowed roots."""
+        out = []
+        for fld, path, keep_name in (("exp_codebase_dir", self.bp.exp_codebase_dir, False),
+                                     ("exp_result_dir", self.bp.exp_result_dir, False),
+                                     ("exp_yaml_path", self.bp.yaml_abspath(), False),
+                                     ("exp_venv_exe", self.bp.exp_venv_exe, True)):
+            try:
+                if path:
+                    check_inside(path, self.roots, keep_name=keep_name)
+            except OutsideRoots as exc:
+                out.append(Problem(level=Level.error, field=fld, message=str(exc)))
+        return out
+
     def _share_node_gpus(self) -> None:
         """On a node shared with other runs, AgentJet's all-GPUs-free check would fail (it ignores
         CUDA_VISIBLE_DEVICES): skip it, since our reservation already keeps the GPUs disjoint."""
@@ -295,6 +330,10 @@ class ExperimentDriver:
         paths = attempt_paths(self.bp.exp_result_dir, self.lc.attempt)
         adopted = self._find_running_attempt(session, paths)
         if adopted is None:
+            outside = self._root_problems()  # checked at each launch: a path may have been swapped since
+            if outside:
+                self.fire("anomaly", "refused to launch: " + "; ".join(str(p) for p in outside))
+                return True
             if self.runner.exists(session):
                 self.runner.kill_session(session)  # the previous attempt's lingering pane
             env = attempt_env(self.bp, self.id, self.ctx.env, self.ctx.gpus)
@@ -519,29 +558,49 @@ class ExperimentDriver:
         link_repair_outcomes(self.ctx, self.lc.outcome)
         advised = learn_from_advice(self.ctx, self.lc.outcome, exp_id=self.id,
                                     suggestions_file=self.settings.suggestions_path())
+        result_dir = self.bp.exp_result_dir
+        failure: OSError | None = None
         try:
-            Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
-            self._tidy_config_copy()
+            release_reserve(result_dir)  # the room kept since launch is for exactly these files
+            self._tidy_config_copy()  # before the report: it points at the kept copy
             data = report_data(self.id, self.bp, self.rec, self.lc, self.ctx, node=self.node.name,
                                watch=self.watch, started_at=self.started_at)
             write_report(data)
-            write_repair_log(self.bp.exp_result_dir, data)
-            write_finish_flag(self.bp.exp_result_dir, self.id, self.lc.outcome)
+            write_repair_log(result_dir, data)
         except OSError as exc:
-            # An unwritable result dir must not keep the experiment unfinished (and re-adopted for ever).
-            self.journal.publish({"type": "warning", "message": f"could not write the result dir: {exc}"})
+            failure = exc
+        try:
+            # A run whose results could not be written is not "completed": the flag says failed.
+            write_finish_flag(result_dir, self.id, "failed" if failure else self.lc.outcome)
+        except OSError as exc:
+            failure = failure or exc
         if self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
+        with contextlib.suppress(OSError):
+            remove_temp_files(result_dir)  # e.g. the wrapper's rc temp file when the disk was full
+        if failure is not None:
+            self._result_write_failed(failure, metrics)
+            return True
         self.fire("collected", fields={"latest_metrics": metrics}, advised=advised)  # keeps the outcome's reason
         return True
+
+    def _result_write_failed(self, exc: OSError, metrics: Any) -> None:
+        """An unwritable result dir (full disk, outside the roots) must not keep the experiment unfinished
+        (re-adopted for ever), nor end it as anything but failed: recorded, counted, temp files removed."""
+        why = write_error_reason(exc)
+        code = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
+        self.journal.publish({"type": "result_write_failed", "errno": code, "path": str(exc.filename or ""),
+                              "message": f"could not write the result files: {why}"})
+        self.fire("write_failed", f"result files not written: {why}", fields={"latest_metrics": metrics},
+                  write_failure=code, previous_outcome=self.lc.outcome)
 
     def _tidy_config_copy(self) -> None:
         """Keep the patched config in the result dir, and out of the user's codebase."""
         cfg = Path(self.ctx.config_path) if self.ctx.config_path else None
         if cfg and cfg != Path(self.bp.yaml_abspath()) and cfg.exists():
             kept = Path(self.bp.exp_result_dir) / "config.patched.yaml"
-            shutil.copyfile(cfg, kept)
+            atomic_write_bytes(kept, cfg.read_bytes())
             remove_patched_copy(cfg)
             self.ctx.config_path = str(kept)  # the report's "YAML (as run)" points at the kept copy
 

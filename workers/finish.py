@@ -9,8 +9,12 @@ from resultdir.flag import (
     clear_finish_flag,
     iso_utc,
     read_finish_flag,
+    remove_file,
+    remove_temp_files,
+    write_error_reason,
     write_finish_flag,
 )
 
 __all__ = ["FLAG_NAME", "TEMP_PREFIX", "atomic_write_bytes", "atomic_write_text", "clear_finish_flag",
-           "iso_utc", "read_finish_flag", "write_finish_flag"]
+           "iso_utc", "read_finish_flag", "remove_file", "remove_temp_files", "write_error_reason",
+           "write_finish_flag"]

@@ -24,7 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from workers.finish import atomic_write_bytes, atomic_write_text, iso_utc
+from resultdir.roots import open_dir
+from workers.finish import atomic_write_bytes, atomic_write_text, iso_utc, remove_file
 
 REPORT_VERSION = 1
 REPORT_NAME = "experiment_report.md"
@@ -760,7 +761,7 @@ def write_report(data: ReportData) -> dict[str, Path]:
     Returns the paths written, keyed "plot" (if drawn), "results", "report".
     """
     out_dir = Path(data.result_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    os.close(open_dir(out_dir))  # created if missing, inside the allowed roots when confined
     now = time.time()
     evals = normalize_evaluations(data.evaluations)
     written: dict[str, Path] = {}
@@ -770,7 +771,7 @@ def write_report(data: ReportData) -> dict[str, Path]:
     except Exception as exc:  # matplotlib trouble must not cost the report
         plot_note = f"the plot could not be drawn ({type(exc).__name__}: {clean(exc)[:200]})"
     if plot_note:
-        plot_path.unlink(missing_ok=True)  # a stale plot from an earlier run would contradict the report
+        remove_file(plot_path)  # a stale plot from an earlier run would contradict the report
     else:
         written["plot"] = plot_path
     doc = results_document(data, evals, plot_written=not plot_note, now=now)

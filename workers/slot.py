@@ -19,11 +19,14 @@ from rq.serializers import JSONSerializer
 from service.settings import get_settings
 from statemachine.signatures import use_extension
 from workers.jobs import queue
+from workers.lifeline import PARENT_ENV, die_with_parent, expected_parent_from_env
 from workers.node import queue_names
 
 
 def main(argv: list[str]) -> int:
     url, node, index = argv[1], argv[2], argv[3]
+    die_with_parent(expected_parent_from_env())  # a SIGKILLed supervisor leaves no slot behind
+    os.environ[PARENT_ENV] = str(os.getpid())  # the work-horses it forks die with it in turn (jobs.drive)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s slot{index} %(name)s %(levelname)s %(message)s")
     settings = get_settings()  # read (and cached) before the variable below leaves the environment
     # The adviser's key stays in this process: experiments (tmux and the user's code) never inherit it.

@@ -192,7 +192,7 @@ linger={linger}
 COMMAND_FILE={command_file}
 
 _ajet_put() {{  # atomic: temp file, then rename
-    printf '%s\\n' "$2" > "$1.tmp.$$" && {mv} -f -- "$1.tmp.$$" "$1"
+    printf '%s\\n' "$2" > "$1.tmp.$$" && {mv} -f -- "$1.tmp.$$" "$1" || {rm} -f -- "$1.tmp.$$"  # full disk: no litter
 }}
 # Traps first: a signal that comes before the command starts is remembered and forwarded
 # to it as soon as it exists, and never kills the wrapper before it records the code.
@@ -290,6 +290,7 @@ def _wrapper_text(
         cwd=q(cwd),
         exports="\n".join(f"    export {k}={q(v)}" for k, v in env.items()),
         mv=q(_tool("mv")),
+        rm=q(_tool("rm")),
         tee=q(_tool("tee")),
         setsid=q(_tool("setsid")),
         env=q(_tool("env")),

@@ -175,13 +175,13 @@ def read_blueprints(paths: list[str]) -> list[tuple[str, str]]:
 
 
 def _submit_all(client: AjetRunnerClient, blueprints: list[tuple[str, str]], node: str | None,
-                priority: str | None, as_json: bool, idempotency_key: str | None) -> int:
+                priority: str | None, as_json: bool, idempotency_key: str | None, wait_for_node: bool = False) -> int:
     failed = False
     for name, text in blueprints:
         try:
             rec = client.submit(text, node=node, priority=priority,
                                 blueprint_path=None if name == "-" else str(Path(name).resolve()),
-                                idempotency_key=idempotency_key)
+                                idempotency_key=idempotency_key, wait_for_node=wait_for_node)
         except ApiError as exc:
             if exit_code_of(exc) != FAILED:
                 raise
@@ -332,6 +332,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         acknowledge: int = typer.Option(None, "--acknowledge-max-parallel-capacity", help="accepted for the research "
                                         "workflow; ignored: capacity is enforced by the workers' GPU slots",
                                         show_default=False),
+        wait_for_node: bool = typer.Option(False, "--wait-for-node",
+                                           help="queue it even if no live worker serves --node yet"),
         as_json: bool = JSON_OPTION,
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
@@ -357,7 +359,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                 "parallel runs")
         texts = read_blueprints(paths)
         with connect(url, token) as client:
-            code = _submit_all(client, texts, node, priority, as_json, idempotency_key)
+            code = _submit_all(client, texts, node, priority, as_json, idempotency_key, wait_for_node)
         raise typer.Exit(code)
 
     @app.command()

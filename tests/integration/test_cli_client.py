@@ -59,7 +59,7 @@ def test_research_workflow_through_a_real_server(redis_url, tmux_socket, tmp_pat
         assert f"Rejected: {broken}" in out.stderr and "exp_codebase_dir" in out.stderr
 
         # Two more for a node that does not exist: they stay queued until stopped.
-        out = run(env, "submit", *(str(q.blueprint) for q in queued), "--node", "nowhere", "--json")
+        out = run(env, "submit", *(str(q.blueprint) for q in queued), "--node", "nowhere", "--wait-for-node", "--json")
         assert out.returncode == 0, out.stderr
         q1, q2 = (json.loads(line)["id"] for line in out.stdout.splitlines())
         status = jobs(env)
