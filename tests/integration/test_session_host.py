@@ -106,6 +106,59 @@ def test_a_run_outlives_its_workers_pid_namespace_and_is_readopted_once(tmp_path
     assert steps and steps == list(range(steps[0], steps[0] + len(steps))), "every step once, in order"
 
 
+def chart_layout(sock_dir: str) -> tuple[list[str], dict[str, str]]:
+    """The session host's command line and the worker's tmux settings, as the Helm chart renders them,
+    with the chart's socket hostPath mapped to `sock_dir`."""
+    helm = pytest.importorskip("helm_python")
+    from tests.unit.test_helm_chart import CHART_DIR, parse
+
+    with helm.Chart.load(CHART_DIR) as chart:
+        docs = parse(chart.render({}, name="rel", namespace="ml"))
+    daemonsets = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs if d.get("kind") == "DaemonSet"}
+    host = daemonsets["rel-ajet-runner-session-host"]["containers"][0]
+    worker = daemonsets["rel-ajet-runner-worker"]["containers"][0]
+    chart_dir = next(v["hostPath"]["path"] for v in daemonsets["rel-ajet-runner-worker"]["volumes"]
+                     if v["name"] == "tmux")
+    assert "hostPID" not in daemonsets["rel-ajet-runner-worker"]
+    worker_env = {e["name"]: e["value"].replace(chart_dir, sock_dir) for e in worker["env"]
+                  if e["name"] in ("AJET_RUNNER_TMUX_SOCKET", "AJET_RUNNER_SESSION_HOST")}
+    return [a.replace(chart_dir, sock_dir) for a in host["args"]], worker_env
+
+
+@needs_unshare
+def test_the_charts_layout_keeps_a_run_through_a_worker_pod_restart(tmp_path, redis_url):
+    """The same contract with the chart's own session-host command and worker settings."""
+    sock_dir = tmp_path / "hostpath-tmux"
+    host_args, tmux_env = chart_layout(str(sock_dir))
+    assert tmux_env["AJET_RUNNER_SESSION_HOST"] == "remote"
+    host = subprocess.Popen([*CLI, *host_args], start_new_session=True, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(SessionHost(tmux_env["AJET_RUNNER_TMUX_SOCKET"]).identity, 15, "the session host to answer")
+        sc = make("demo", tmp_path)
+        store = Store.from_url(redis_url)
+        env = worker_env(redis_url, tmux_env["AJET_RUNNER_TMUX_SOCKET"],
+                         AJET_RUNNER_SESSION_HOST=tmux_env["AJET_RUNNER_SESSION_HOST"])
+        first = start_namespaced_worker(env, "n1")
+        try:
+            wait_for(lambda: store.nodes(), 30, "the first worker to register")
+            exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+            wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
+        finally:
+            kill_namespace(first)
+        second = start_namespaced_worker(env, "n1")
+        try:
+            wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+        finally:
+            kill_namespace(second)
+        rec = store.get(exp_id)
+        assert rec is not None and rec["outcome"] == "completed"
+        assert len([e for e in store.events(exp_id) if e.get("trigger") == "launched"]) == 1
+        assert sc.flag()["outcome"] == "completed"
+    finally:
+        os.killpg(host.pid, signal.SIGTERM)
+        host.wait(10)
+
+
 @needs_unshare
 def test_a_namespaced_worker_stops_a_run_hosted_by_a_hand_started_tmux(tmp_path, redis_url, tmux_socket):
     """`tmux -S SOCKET new-session -d` by hand is a session host too; a stop request reaches the

@@ -198,7 +198,8 @@ def test_default_release_has_all_parts(chart: helm.Chart) -> None:
     assert kinds == sorted(
         [
             "ConfigMap",  # Grafana dashboard
-            "DaemonSet",
+            "DaemonSet",  # workers
+            "DaemonSet",  # session hosts
             "Deployment",
             "NetworkPolicy",
             "Secret",
@@ -249,18 +250,60 @@ def test_worker_daemonset_contract(chart: helm.Chart) -> None:
 
 
 def test_gpus_as_device_plugin_resources(chart: helm.Chart) -> None:
-    ds = one(render(chart, VALUE_SETS["gpu-resource"]), "DaemonSet")
+    docs = render(chart, VALUE_SETS["gpu-resource"])
+    ds = one(docs, "DaemonSet", "-worker")
     worker = container(ds, "worker")
-    assert worker["resources"]["limits"]["nvidia.com/gpu"] == 4
+    # The experiments run in the session host: it gets the GPUs, the worker only counts them.
+    host = container(one(docs, "DaemonSet", "-session-host"), "session-host")
+    assert host["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert "nvidia.com/gpu" not in worker.get("resources", {}).get("limits", {})
     assert env_of(worker)["AJET_RUNNER_GPUS"]["value"] == "4"
     assert env_of(worker)["AJET_RUNNER_SLOTS"]["value"] == "2"
     assert "runtimeClassName" not in ds["spec"]["template"]["spec"]
     assert "NVIDIA_VISIBLE_DEVICES" not in env_of(worker)
 
+    without_host = one(render(chart, {**VALUE_SETS["gpu-resource"], "sessionHost": {"enabled": False}}),
+                       "DaemonSet")
+    assert container(without_host, "worker")["resources"]["limits"]["nvidia.com/gpu"] == 4
+
+
+def test_session_host_daemonset_shares_the_socket_not_the_pid_namespace(chart: helm.Chart) -> None:
+    docs = render(chart, {})
+    host_ds = one(docs, "DaemonSet", "-session-host")
+    worker_ds = one(docs, "DaemonSet", "-worker")
+    assert host_ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    host, worker = container(host_ds, "session-host"), container(worker_ds, "worker")
+    sock = "/var/run/ajet-runner/tmux/tmux.sock"
+    assert host["args"] == ["session-host", "--socket", sock]
+    assert env_of(worker)["AJET_RUNNER_TMUX_SOCKET"]["value"] == sock
+    assert env_of(worker)["AJET_RUNNER_SESSION_HOST"]["value"] == "remote"
+    for ds, c in ((host_ds, host), (worker_ds, worker)):
+        pod = ds["spec"]["template"]["spec"]
+        assert "hostPID" not in pod and "shareProcessNamespace" not in pod
+        volume = next(v for v in pod["volumes"] if v["name"] == "tmux")
+        assert volume["hostPath"] == {"path": "/var/run/ajet-runner/tmux", "type": "DirectoryOrCreate"}
+        assert {"name": "tmux", "mountPath": "/var/run/ajet-runner/tmux"} in c["volumeMounts"]
+        assert {"name": "data", "mountPath": "/mnt/data_cpfs"} in c["volumeMounts"]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert pod["securityContext"]["runAsUser"] == 1000
+    assert host_ds["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    assert "preStop" not in str(host)  # nothing drains or stops the runs when this pod goes
+
+    off = render(chart, {"sessionHost": {"enabled": False}})
+    assert [d["metadata"]["name"] for d in by_kind(off, "DaemonSet")] == ["rel-ajet-runner-worker"]
+    assert "AJET_RUNNER_SESSION_HOST" not in env_of(container(one(off, "DaemonSet", "-worker"), "worker"))
+
+
+def test_schema_refuses_tmux_on_host_with_pvc_storage(chart: helm.Chart) -> None:
+    with pytest.raises(Exception, match="(?i)hostPath|storage"):
+        chart.render({"worker": {"tmux": {"runOnHost": True}}, "storage": {"type": "pvc"}},
+                     name=RELEASE, namespace=NAMESPACE)
+    assert render(chart, {"worker": {"tmux": {"runOnHost": True}}, "storage": {"type": "hostPath"}})
+
 
 def test_tmux_on_host_mode(chart: helm.Chart) -> None:
     docs = render(chart, VALUE_SETS["tmux-on-host"])
-    ds = one(docs, "DaemonSet")
+    ds = one(docs, "DaemonSet", "-worker")  # no session host: the host's own tmux plays that part
     pod = ds["spec"]["template"]["spec"]
     worker = container(ds, "worker")
     assert pod["hostPID"] is True
@@ -280,7 +323,7 @@ def test_network_policy_admits_only_api_and_workers_to_redis(chart: helm.Chart) 
     assert selector["app.kubernetes.io/component"] == "redis"
 
     allowed = [peer["podSelector"]["matchLabels"] for peer in policy["spec"]["ingress"][0]["from"]]
-    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet")):
+    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet", "-worker")):
         pod_labels = owner["spec"]["template"]["metadata"]["labels"]
         assert any(sel.items() <= pod_labels.items() for sel in allowed), owner["metadata"]["name"]
     assert not any(sel.items() <= redis_pod_labels.items() for sel in allowed)
@@ -331,7 +374,7 @@ def test_external_redis(chart: helm.Chart) -> None:
     assert [d["metadata"]["name"] for d in by_kind(docs, "Service")] == [f"{RELEASE}-ajet-runner"]
     secret = one(docs, "Secret")
     assert base64.b64decode(secret["data"]["redis-url"]).decode() == "redis://redis.infra:6379/3"
-    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet")):
+    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet", "-worker")):
         main = owner["spec"]["template"]["spec"]["containers"][0]
         ref = env_of(main)["REDIS_URL"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": secret["metadata"]["name"], "key": "redis-url"}
@@ -366,7 +409,7 @@ def test_pvc_storage(chart: helm.Chart) -> None:
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     assert claim["spec"]["storageClassName"] == "cpfs"
     assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet")):
+    for owner in (one(docs, "Deployment"), *by_kind(docs, "DaemonSet")):
         volumes = {v["name"]: v for v in owner["spec"]["template"]["spec"]["volumes"]}
         assert volumes["data"] == {"name": "data", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}}
         mounts = owner["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
@@ -374,13 +417,13 @@ def test_pvc_storage(chart: helm.Chart) -> None:
 
     existing = render(chart, VALUE_SETS["pvc-existing-claim"])
     assert not by_kind(existing, "PersistentVolumeClaim")
-    volumes = one(existing, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+    volumes = one(existing, "DaemonSet", "-worker")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "team-data"}} in volumes
 
 
 def test_no_storage_uses_allowed_roots(chart: helm.Chart) -> None:
     docs = render(chart, VALUE_SETS["no-storage"])
-    ds = one(docs, "DaemonSet")
+    ds = one(docs, "DaemonSet", "-worker")
     assert all(v["name"] != "data" for v in ds["spec"]["template"]["spec"]["volumes"])
     assert env_of(container(ds, "worker"))["AJET_RUNNER_ALLOWED_ROOTS"]["value"] == "/data/a:/data/b"
 
@@ -434,7 +477,7 @@ def test_dashboard_configmap_for_the_grafana_sidecar(chart: helm.Chart) -> None:
 
 def test_settings_env_reaches_both_programs(chart: helm.Chart) -> None:
     docs = render(chart, VALUE_SETS["rolling-hostnetwork"])
-    ds = one(docs, "DaemonSet")
+    ds = one(docs, "DaemonSet", "-worker")
     worker, api = container(ds, "worker"), container(one(docs, "Deployment"), "api")
     for c in (worker, api):
         assert env_of(c)["AJET_RUNNER_PLATEAU_EVALUATIONS"]["value"] == "6"
