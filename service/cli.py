@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from service.commands import catalogue, check, client, diagnose, results, run, serve, worker
+from service.commands import catalogue, check, client, diagnose, results, run, serve, session_host, worker
 
 app = typer.Typer(
     name="ajet-runner",
@@ -34,7 +34,7 @@ def _root(
     """Run AgentJet experiment blueprints: tmux, watching, repairs, reports, finish.flag."""
 
 
-for module in (check, results, diagnose, run, worker, serve, client, catalogue):
+for module in (check, results, diagnose, run, worker, session_host, serve, client, catalogue):
     module.register(app)
 
 

@@ -32,7 +32,6 @@ from statemachine.preflight import preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
-from workers import procs
 from workers.advice_learning import learn_from_advice
 from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
@@ -364,7 +363,7 @@ class ExperimentDriver:
                 session=session, log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
                 wrapper_path=paths["log"].with_suffix(".sh"), socket_path=self.runner.socket_path,
             )
-            handle.wait_for_pid(1.0)
+            handle.wait_for_pid(1.0, local=not self.runner.remote())
             return handle
         return None
 
@@ -476,7 +475,7 @@ class ExperimentDriver:
 
     def _cleanup_processes(self) -> None:
         """Scoped cleanup: this experiment's own processes only (never `--autokill`'s host-wide kill)."""
-        killed = procs.kill_marked(MARKER, self.id, grace=5.0)
+        killed = self.runner.kill_marked(MARKER, self.id, grace=5.0)  # where the runs live (session host)
         if killed:
             self.journal.publish({"type": "cleanup", "killed_pids": killed,
                                   "message": f"killed {len(killed)} leftover process(es) of this experiment"})

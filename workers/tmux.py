@@ -48,9 +48,13 @@ from typing import Any
 import libtmux
 import psutil
 
-from workers.procs import is_gone, signal_all, wait_gone
+from workers.procs import is_gone, kill_marked, signal_all, wait_gone
+from workers.session_host import ServerIdentity, SessionHost
 
 SOCKET_ENV = "AJET_RUNNER_TMUX_SOCKET"
+# auto: go through the session host (tmux run-shell) when its server is not in our PID namespace
+SESSION_HOST_ENV = "AJET_RUNNER_SESSION_HOST"
+SESSION_HOST_MODES = ("auto", "local", "remote")
 PREFIX = "ajet"
 SLUG_MAX = 40
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -136,16 +140,20 @@ class RunHandle:
             values[key] = Path(values[key])
         return cls(**values)
 
-    def wait_for_pid(self, timeout: float) -> int | None:
+    def wait_for_pid(self, timeout: float, *, local: bool = True) -> int | None:
         """Read the command's pid once the wrapper has written it (None if it never ran).
 
         Returns early when the rc file appears without a pid (e.g. the cwd vanished).
+        `local=False`: the pid is in the session host's namespace; it is not looked up here.
         """
         deadline = time.monotonic() + timeout
         while self.pid is None:
             pid = _read_int(self.pid_path)
             if pid is not None:
-                self._adopt_pid(pid)
+                if local:
+                    self._adopt_pid(pid)
+                else:
+                    self.pid = self.pgid = pid
                 break
             if self.rc_path.exists() or time.monotonic() >= deadline:
                 break
@@ -336,10 +344,29 @@ def _signal_group(pgid: int | None, members: list[psutil.Process], sig: int) -> 
 class TmuxRunner:
     """Starts, watches and stops attempts in tmux sessions on one tmux server."""
 
-    def __init__(self, socket_path: str | None = None, *, linger: float = 300.0) -> None:
+    def __init__(self, socket_path: str | None = None, *, linger: float = 300.0, mode: str | None = None) -> None:
         self.socket_path = socket_path or os.environ.get(SOCKET_ENV) or None
         self.server = libtmux.Server(socket_path=self.socket_path) if self.socket_path else libtmux.Server()
         self.linger = linger
+        self.mode = (mode or os.environ.get(SESSION_HOST_ENV) or "auto").strip().lower()
+        if self.mode not in SESSION_HOST_MODES:
+            raise ValueError(f"{SESSION_HOST_ENV}={self.mode!r}: expected one of {', '.join(SESSION_HOST_MODES)}")
+        self.host = SessionHost(self.socket_path)
+        self._ident: ServerIdentity | None = None
+        self._remote = self.mode == "remote"
+
+    # --- where the tmux server lives --------------------------------------------------------
+    def remote(self, refresh: bool = False) -> bool:
+        """True when the tmux server is not in our PID namespace: then its pids are never used
+        here (no psutil, no os.kill); liveness and signals go through the session host's RPC."""
+        if self.mode != "auto":
+            return self.mode == "remote"
+        if self._ident is None or refresh:
+            ident = self.host.identity()
+            if ident is not None and ident != self._ident:
+                self._ident = ident
+                self._remote = not self.host.shares_pid_namespace(ident)
+        return self._remote
 
     # --- sessions -------------------------------------------------------------------------
     def start(
@@ -400,6 +427,10 @@ class TmuxRunner:
         if proc.returncode != 0 or not proc.stdout:
             raise TmuxRunnerError(f"tmux new-session failed: {' '.join(proc.stderr)}")
         handle.pane_pid = int(proc.stdout[0])
+        if self.remote(refresh=True):
+            handle.server_pid = self._ident.pid if self._ident else None
+            handle.wait_for_pid(pid_timeout, local=False)
+            return handle
         with contextlib.suppress(psutil.NoSuchProcess):
             handle.server_pid = psutil.Process(handle.pane_pid).ppid()
         handle.wait_for_pid(pid_timeout)
@@ -439,10 +470,13 @@ class TmuxRunner:
     # --- the command ----------------------------------------------------------------------
     def is_running(self, handle: RunHandle) -> bool:
         """The command's own process is alive (psutil, pid + create time); tmux is not asked."""
+        remote = self.remote()
         if handle.pid is None:
-            handle.wait_for_pid(0)
+            handle.wait_for_pid(0, local=not remote)
         if handle.rc_path.exists():
             return False
+        if remote:
+            return handle.pid is not None and self.host.process_alive(handle.pid, handle.pane_pid)
         return handle.process() is not None
 
     def exit_code(self, handle: RunHandle) -> int | None:
@@ -463,6 +497,8 @@ class TmuxRunner:
         their parent dies). Raises ProcessesSurvived if any is still alive at the end.
         Returns the recorded exit code (None if the wrapper could not record one).
         """
+        if self.remote():
+            return self._stop_remote(handle, grace)
         if handle.pid is None:
             handle.wait_for_pid(min(grace, 2.0))
         wrapper_tree = self._wrapper_tree(handle)
@@ -494,6 +530,32 @@ class TmuxRunner:
         if survivors:
             raise ProcessesSurvived(survivors)
         return rc
+
+    def _stop_remote(self, handle: RunHandle, grace: float) -> int | None:
+        """stop() through the session host: the same escalation, signalled and awaited there."""
+        if handle.pid is None:
+            handle.wait_for_pid(min(grace, 2.0), local=False)
+        gone = True
+        if handle.pgid is not None and not handle.rc_path.exists():
+            for sig, wait in (("INT", grace), ("TERM", min(grace, TERM_WAIT)), ("KILL", KILL_WAIT)):
+                gone = self.host.signal_group(handle.pgid, sig, wait)
+                if gone:
+                    break
+        rc = self.wait_for_exit(handle, RC_WAIT if handle.pid is not None else 0.0)
+        self.kill_session(handle.session)
+        if handle.server_pid is not None:
+            self.host.nudge(handle.server_pid)
+        if not gone:
+            raise ProcessesSurvived([handle.pgid or 0])
+        return rc
+
+    def kill_marked(self, name: str, value: str, grace: float) -> list[int]:
+        """Scoped cleanup (processes carrying `name=value`), where the experiments run.
+
+        Remote: the pids are the session host's, for the record only."""
+        if self.remote():
+            return self.host.kill_marked(name, value, grace)
+        return kill_marked(name, value, grace)
 
     def _wrapper_tree(self, handle: RunHandle) -> dict[int, psutil.Process]:
         if handle.pane_pid is None:

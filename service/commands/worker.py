@@ -59,8 +59,18 @@ def register(app: typer.Typer) -> None:
         node: str = typer.Option("", help="the node to drain (default: this node)"),
         undo: bool = typer.Option(False, "--undo", help="take work again"),
         as_json: bool = typer.Option(False, "--json", help='print {"node", "draining"} as JSON'),
+        sticky: bool = typer.Option(False, "--sticky",
+                                    help="keep the drain when a worker (re)starts on the node (an operator's drain)"),
+        reason: str = typer.Option("", help="why, shown in /v1/nodes"),
+        by: str = typer.Option("", help="who drains (default: user@hostname; in a pod, the pod's name)"),
     ) -> None:
-        """Stop a node taking new work; its running experiments go on in tmux (used by preStop)."""
+        """Stop a node taking new work; its running experiments go on in tmux (used by preStop).
+
+        Without --sticky the node's next worker undoes the drain when it starts (a pod's preStop
+        hook drains; its replacement takes work again)."""
+        import getpass
+        import socket
+
         from service.store import Store
 
         store = Store.from_url(_need_redis_url())
@@ -70,3 +80,11 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({"node": name, "draining": not undo}))
         else:
             typer.echo(f"node {name}: {'taking work again' if undo else 'draining'}")
+        if undo:
+            store.set_drain(name, False)
+            typer.echo(f"node {name}: taking work again")
+            return
+        who = by or f"{getpass.getuser()}@{socket.gethostname()}"
+        store.set_drain(name, True, by=who, reason=reason, sticky=sticky)
+        kept = "kept across worker restarts (--undo to end it)" if sticky else "until its next worker starts"
+        typer.echo(f"node {name}: draining, by {who}{f' ({reason})' if reason else ''}; {kept}")

@@ -198,7 +198,8 @@ def test_default_release_has_all_parts(chart: helm.Chart) -> None:
     assert kinds == sorted(
         [
             "ConfigMap",  # Grafana dashboard
-            "DaemonSet",
+            "DaemonSet",  # workers
+            "DaemonSet",  # session hosts
             "Deployment",
             "NetworkPolicy",
             "Secret",
@@ -225,7 +226,8 @@ def test_worker_daemonset_contract(chart: helm.Chart) -> None:
     assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
     pre_stop = worker["lifecycle"]["preStop"]["exec"]["command"]
-    assert pre_stop[-1] == 'exec ajet-runner drain --node "$NODE_NAME"'
+    assert pre_stop[-1] == 'exec ajet-runner drain --node "$NODE_NAME" --reason preStop'
+    assert "--sticky" not in pre_stop[-1]  # the node's next worker takes work again
     assert pod["terminationGracePeriodSeconds"] >= 300
 
     tmux_volume = next(v for v in pod["volumes"] if v["name"] == "tmux")
@@ -249,18 +251,60 @@ def test_worker_daemonset_contract(chart: helm.Chart) -> None:
 
 
 def test_gpus_as_device_plugin_resources(chart: helm.Chart) -> None:
-    ds = one(render(chart, VALUE_SETS["gpu-resource"]), "DaemonSet")
+    docs = render(chart, VALUE_SETS["gpu-resource"])
+    ds = one(docs, "DaemonSet", "-worker")
     worker = container(ds, "worker")
-    assert worker["resources"]["limits"]["nvidia.com/gpu"] == 4
+    # The experiments run in the session host: it gets the GPUs, the worker only counts them.
+    host = container(one(docs, "DaemonSet", "-session-host"), "session-host")
+    assert host["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert "nvidia.com/gpu" not in worker.get("resources", {}).get("limits", {})
     assert env_of(worker)["AJET_RUNNER_GPUS"]["value"] == "4"
     assert env_of(worker)["AJET_RUNNER_SLOTS"]["value"] == "2"
     assert "runtimeClassName" not in ds["spec"]["template"]["spec"]
     assert "NVIDIA_VISIBLE_DEVICES" not in env_of(worker)
 
+    without_host = one(render(chart, {**VALUE_SETS["gpu-resource"], "sessionHost": {"enabled": False}}),
+                       "DaemonSet")
+    assert container(without_host, "worker")["resources"]["limits"]["nvidia.com/gpu"] == 4
+
+
+def test_session_host_daemonset_shares_the_socket_not_the_pid_namespace(chart: helm.Chart) -> None:
+    docs = render(chart, {})
+    host_ds = one(docs, "DaemonSet", "-session-host")
+    worker_ds = one(docs, "DaemonSet", "-worker")
+    assert host_ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    host, worker = container(host_ds, "session-host"), container(worker_ds, "worker")
+    sock = "/var/run/ajet-runner/tmux/tmux.sock"
+    assert host["args"] == ["session-host", "--socket", sock]
+    assert env_of(worker)["AJET_RUNNER_TMUX_SOCKET"]["value"] == sock
+    assert env_of(worker)["AJET_RUNNER_SESSION_HOST"]["value"] == "remote"
+    for ds, c in ((host_ds, host), (worker_ds, worker)):
+        pod = ds["spec"]["template"]["spec"]
+        assert "hostPID" not in pod and "shareProcessNamespace" not in pod
+        volume = next(v for v in pod["volumes"] if v["name"] == "tmux")
+        assert volume["hostPath"] == {"path": "/var/run/ajet-runner/tmux", "type": "DirectoryOrCreate"}
+        assert {"name": "tmux", "mountPath": "/var/run/ajet-runner/tmux"} in c["volumeMounts"]
+        assert {"name": "data", "mountPath": "/mnt/data_cpfs"} in c["volumeMounts"]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert pod["securityContext"]["runAsUser"] == 1000
+    assert host_ds["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    assert "preStop" not in str(host)  # nothing drains or stops the runs when this pod goes
+
+    off = render(chart, {"sessionHost": {"enabled": False}})
+    assert [d["metadata"]["name"] for d in by_kind(off, "DaemonSet")] == ["rel-ajet-runner-worker"]
+    assert "AJET_RUNNER_SESSION_HOST" not in env_of(container(one(off, "DaemonSet", "-worker"), "worker"))
+
+
+def test_schema_refuses_tmux_on_host_with_pvc_storage(chart: helm.Chart) -> None:
+    with pytest.raises(Exception, match="(?i)hostPath|storage"):
+        chart.render({"worker": {"tmux": {"runOnHost": True}}, "storage": {"type": "pvc"}},
+                     name=RELEASE, namespace=NAMESPACE)
+    assert render(chart, {"worker": {"tmux": {"runOnHost": True}}, "storage": {"type": "hostPath"}})
+
 
 def test_tmux_on_host_mode(chart: helm.Chart) -> None:
     docs = render(chart, VALUE_SETS["tmux-on-host"])
-    ds = one(docs, "DaemonSet")
+    ds = one(docs, "DaemonSet", "-worker")  # no session host: the host's own tmux plays that part
     pod = ds["spec"]["template"]["spec"]
     worker = container(ds, "worker")
     assert pod["hostPID"] is True
@@ -280,7 +324,7 @@ def test_network_policy_admits_only_api_and_workers_to_redis(chart: helm.Chart) 
     assert selector["app.kubernetes.io/component"] == "redis"
 
     allowed = [peer["podSelector"]["matchLabels"] for peer in policy["spec"]["ingress"][0]["from"]]
-    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet")):
+    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet", "-worker")):
         pod_labels = owner["spec"]["template"]["metadata"]["labels"]
         assert any(sel.items() <= pod_labels.items() for sel in allowed), owner["metadata"]["name"]
     assert not any(sel.items() <= redis_pod_labels.items() for sel in allowed)
@@ -331,7 +375,7 @@ def test_external_redis(chart: helm.Chart) -> None:
     assert [d["metadata"]["name"] for d in by_kind(docs, "Service")] == [f"{RELEASE}-ajet-runner"]
     secret = one(docs, "Secret")
     assert base64.b64decode(secret["data"]["redis-url"]).decode() == "redis://redis.infra:6379/3"
-    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet")):
+    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet", "-worker")):
         main = owner["spec"]["template"]["spec"]["containers"][0]
         ref = env_of(main)["REDIS_URL"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": secret["metadata"]["name"], "key": "redis-url"}
@@ -366,7 +410,7 @@ def test_pvc_storage(chart: helm.Chart) -> None:
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     assert claim["spec"]["storageClassName"] == "cpfs"
     assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet")):
+    for owner in (one(docs, "Deployment"), *by_kind(docs, "DaemonSet")):
         volumes = {v["name"]: v for v in owner["spec"]["template"]["spec"]["volumes"]}
         assert volumes["data"] == {"name": "data", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}}
         mounts = owner["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
@@ -374,13 +418,13 @@ def test_pvc_storage(chart: helm.Chart) -> None:
 
     existing = render(chart, VALUE_SETS["pvc-existing-claim"])
     assert not by_kind(existing, "PersistentVolumeClaim")
-    volumes = one(existing, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+    volumes = one(existing, "DaemonSet", "-worker")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "team-data"}} in volumes
 
 
 def test_no_storage_uses_allowed_roots(chart: helm.Chart) -> None:
     docs = render(chart, VALUE_SETS["no-storage"])
-    ds = one(docs, "DaemonSet")
+    ds = one(docs, "DaemonSet", "-worker")
     assert all(v["name"] != "data" for v in ds["spec"]["template"]["spec"]["volumes"])
     assert env_of(container(ds, "worker"))["AJET_RUNNER_ALLOWED_ROOTS"]["value"] == "/data/a:/data/b"
 
@@ -434,7 +478,7 @@ def test_dashboard_configmap_for_the_grafana_sidecar(chart: helm.Chart) -> None:
 
 def test_settings_env_reaches_both_programs(chart: helm.Chart) -> None:
     docs = render(chart, VALUE_SETS["rolling-hostnetwork"])
-    ds = one(docs, "DaemonSet")
+    ds = one(docs, "DaemonSet", "-worker")
     worker, api = container(ds, "worker"), container(one(docs, "Deployment"), "api")
     for c in (worker, api):
         assert env_of(c)["AJET_RUNNER_PLATEAU_EVALUATIONS"]["value"] == "6"
@@ -493,3 +537,75 @@ def test_values_yaml_documents_every_key() -> None:
         path for path in leaves(values, "") if not any(path == d or path.startswith(d + ".") for d in documented)
     ]
     assert not missing, missing
+
+
+def readme_helm_commands(readme: Path) -> list[list[str]]:
+    """Every `helm install|upgrade|template` command in a README's bash blocks, as argument lists."""
+    import re
+    import shlex
+
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", readme.read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:2] in (["helm", "install"], ["helm", "upgrade"], ["helm", "template"]):
+                commands.append(words)
+    return commands
+
+
+def set_values(words: list[str]) -> dict[str, Any]:
+    """The values the `--set a.b=c` flags of one command line give (strings, as helm --set-string would
+    keep them; numbers are converted like helm does for the few numeric keys used here)."""
+    values: dict[str, Any] = {}
+    for flag, arg in zip(words, words[1:], strict=False):
+        if flag != "--set":
+            continue
+        for pair in arg.split(","):
+            key, value = pair.split("=", 1)
+            node = values
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = int(value) if value.isdigit() else {"true": True, "false": False}.get(value, value)
+    return values
+
+
+@pytest.mark.parametrize("readme", ["README.md", "helm/ajet-runner/README.md"])
+def test_the_readmes_helm_commands_render_the_image_they_promise(chart: helm.Chart, readme: str) -> None:
+    commands = readme_helm_commands(CHART_DIR.parents[1] / readme)
+    assert commands, f"no helm command found in {readme}"
+    for words in commands:
+        values = set_values(words)
+        docs = render(chart, values)
+        image = values.get("image", {})
+        assert "<" not in " ".join(words), f"a placeholder is not a value one can paste: {' '.join(words)}"
+        registry, repo = image.get("registry", "ghcr.io"), image["repository"]
+        names_registry = "." in repo.split("/")[0] or ":" in repo.split("/")[0]
+        expected = f"{repo if names_registry else f'{registry}/{repo}'}:{image.get('tag', '0.1.0')}"
+        for owner in (one(docs, "Deployment"), one(docs, "DaemonSet", "-worker")):
+            assert owner["spec"]["template"]["spec"]["containers"][0]["image"] == expected, " ".join(words)
+
+
+@pytest.mark.parametrize(("image", "expected"), [
+    ({}, "ghcr.io/ajet-runner/ajet-runner:0.1.0"),
+    ({"repository": "myreg.io/ajet-runner"}, "myreg.io/ajet-runner:0.1.0"),
+    ({"repository": "localhost:5000/ajet-runner", "tag": "dev"}, "localhost:5000/ajet-runner:dev"),
+    ({"registry": "myreg.io", "repository": "team/ajet-runner"}, "myreg.io/team/ajet-runner:0.1.0"),
+    ({"registry": "", "repository": "ajet-runner"}, "ajet-runner:0.1.0"),
+    ({"digest": "sha256:" + "a" * 64}, "ghcr.io/ajet-runner/ajet-runner@sha256:" + "a" * 64),
+])
+def test_image_registry_and_repository_compose(chart: helm.Chart, image: dict[str, str], expected: str) -> None:
+    api = one(render(chart, {"image": image}), "Deployment")
+    assert api["spec"]["template"]["spec"]["containers"][0]["image"] == expected
+
+
+def test_service_monitor_can_send_the_token_from_the_secret(chart: helm.Chart) -> None:
+    values = {"metrics": {"serviceMonitor": {"enabled": True, "sendToken": True}}}
+    monitor = one(render(chart, values), "ServiceMonitor")
+    auth = monitor["spec"]["endpoints"][0]["authorization"]
+    assert auth == {"type": "Bearer", "credentials": {"name": "rel-ajet-runner", "key": "token"}}
+    existing = one(render(chart, {**values, "auth": {"existingSecret": "tok", "existingSecretTokenKey": "k"}}),
+                   "ServiceMonitor")
+    assert existing["spec"]["endpoints"][0]["authorization"]["credentials"] == {"name": "tok", "key": "k"}
+    plain = one(render(chart, {"metrics": {"serviceMonitor": {"enabled": True}}}), "ServiceMonitor")
+    assert "authorization" not in plain["spec"]["endpoints"][0]
