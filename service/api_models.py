@@ -94,6 +94,10 @@ class NodeView(BaseModel):
     slots: int = 0
     running: list[str] = Field(default_factory=list)
     draining: bool = False
+    drained_by: str | None = Field(None, description="who drained it (user@host; a pod's preStop: the pod)")
+    drain_reason: str | None = None
+    drain_sticky: bool = Field(False, description="an operator's drain: kept when a worker starts")
+    drained_at: float | None = None
     pid: int | None = None
     started_at: float | None = None
     last_seen: float | None = None
@@ -149,11 +153,14 @@ def view_dict(rec: dict[str, Any]) -> dict[str, Any]:
 
 def node_dict(info: dict[str, Any], now: float, alive_seconds: float) -> dict[str, Any]:
     last_seen = _float(info.get("last_seen"))
+    drain = info.get("drain") if isinstance(info.get("drain"), dict) else None
     age = round(max(0.0, now - last_seen), 3) if last_seen else None
     return {
         "name": info.get("name", ""), "alive": age is not None and age < alive_seconds,
         "heartbeat_age_seconds": age, "gpus": _int(info.get("gpus")), "gpus_busy": _int(info.get("gpus_busy")),
         "slots": _int(info.get("slots")), "running": list(info.get("running") or []),
-        "draining": bool(info.get("draining")), "pid": info.get("pid"), "started_at": _float(info.get("started_at")),
-        "last_seen": last_seen,
+        "draining": bool(info.get("draining")) or bool(drain), "drained_by": drain.get("by") if drain else None,
+        "drain_reason": drain.get("reason") if drain else None, "drain_sticky": bool(drain and drain.get("sticky")),
+        "drained_at": _float(drain.get("at")) if drain else None,
+        "pid": info.get("pid"), "started_at": _float(info.get("started_at")), "last_seen": last_seen,
     }

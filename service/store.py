@@ -41,6 +41,24 @@ def stream_key(exp_id: str) -> str:
     return f"{PREFIX}:exp:{exp_id}:events"
 
 
+def drain_key(node: str) -> str:
+    return f"{node_key(node)}:drain"
+
+
+def _drain_record(raw: bytes | str | None) -> dict[str, Any] | None:
+    """A drain as stored: JSON now; a bare "1" from older versions is a non-sticky drain by nobody known."""
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        data = {}
+    return {"by": str(data.get("by") or ""), "reason": str(data.get("reason") or ""),
+            "sticky": bool(data.get("sticky")), "at": data.get("at")}
+
+
 def node_key(node: str) -> str:
     return f"{PREFIX}:node:{node}"
 
@@ -321,12 +339,15 @@ class Store:
         pipe = self.r.pipeline(transaction=False)
         for n in names:
             pipe.hgetall(node_key(n))
+            pipe.get(drain_key(n))
+        replies = pipe.execute()
         out = []
-        for name, raw in zip(names, pipe.execute(), strict=True):
+        for name, raw, drain in zip(names, replies[0::2], replies[1::2], strict=True):
             if not raw:
                 continue
             info = {k.decode(): json.loads(v) for k, v in raw.items()}
             info["name"] = name
+            info["drain"] = _drain_record(drain)
             out.append(info)
         return out
 
@@ -337,14 +358,41 @@ class Store:
         pipe.delete(node_key(node))
         pipe.execute()
 
-    def set_drain(self, node: str, drain: bool = True) -> None:
+    def set_drain(self, node: str, drain: bool = True, *, by: str = "", reason: str = "",
+                  sticky: bool = False) -> None:
+        """Drain (or undrain) a node, remembering who and why. A `sticky` drain is an operator's: a
+        worker that starts keeps it; any other is undone by the node's next worker (`undrain_on_start`)."""
         if drain:
-            self.r.set(f"{node_key(node)}:drain", "1")
+            record = {"by": by, "reason": reason, "sticky": sticky, "at": time.time()}
+            self.r.set(drain_key(node), json.dumps(record))
         else:
-            self.r.delete(f"{node_key(node)}:drain")
+            self.r.delete(drain_key(node))
 
     def draining(self, node: str) -> bool:
-        return bool(self.r.exists(f"{node_key(node)}:drain"))
+        return bool(self.r.exists(drain_key(node)))
+
+    def drain_info(self, node: str) -> dict[str, Any] | None:
+        """{"by", "reason", "sticky", "at"} of the node's drain, or None when it takes work."""
+        return _drain_record(self.r.get(drain_key(node)))
+
+    def undrain_on_start(self, node: str) -> dict[str, Any] | None:
+        """A starting worker undoes a non-sticky drain (e.g. its predecessor pod's preStop hook);
+        compare-and-set: a drain written meanwhile stays. Returns the drain it undid, if any."""
+        key = drain_key(node)
+        with self.r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                raw = pipe.get(key)
+                record = _drain_record(raw)
+                if record is None or record["sticky"]:
+                    pipe.unwatch()
+                    return None
+                pipe.multi()
+                pipe.delete(key)
+                pipe.execute()
+            except redis.WatchError:
+                return None
+        return record
 
     def reserve_gpus(self, node: str, exp_id: str, count: int, total: int) -> list[int] | None:
         """Take `count` free GPU indices on `node` for `exp_id` (idempotent); None if too few are free."""

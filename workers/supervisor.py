@@ -118,9 +118,26 @@ class NodeSupervisor:
                 released = self.store.release_gpus(self.node.name, exp_id)
                 log.info("released GPU(s) %s of %s (gpu %d was stale)", released, exp_id, gpu)
 
+    def _undrain_on_start(self) -> None:
+        """A node comes back by itself: the drain its previous worker's preStop hook set ends now;
+        an operator's `drain --sticky` stays."""
+        try:
+            undone = self.store.undrain_on_start(self.node.name)
+            kept = None if undone else self.store.drain_info(self.node.name)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("redis unreachable, drain state not checked: %s", exc)
+            return
+        if undone:
+            log.info("node %s: taking work again (it was drained by %s%s before this worker started)",
+                     self.node.name, undone["by"] or "someone", f": {undone['reason']}" if undone["reason"] else "")
+        elif kept:
+            log.info("node %s stays drained: sticky drain by %s%s (ajet-runner drain --undo ends it)",
+                     self.node.name, kept["by"] or "someone", f": {kept['reason']}" if kept["reason"] else "")
+
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> None:
         log.info("node %s: %d GPU(s), %d slot(s)", self.node.name, self.node.gpus, self.node.slots)
+        self._undrain_on_start()
         next_beat = next_scan = 0.0
         try:
             while not self.stopping.is_set():

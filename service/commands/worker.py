@@ -54,11 +54,27 @@ def register(app: typer.Typer) -> None:
     def drain(
         node: str = typer.Option("", help="the node to drain (default: this node)"),
         undo: bool = typer.Option(False, "--undo", help="take work again"),
+        sticky: bool = typer.Option(False, "--sticky",
+                                    help="keep the drain when a worker (re)starts on the node (an operator's drain)"),
+        reason: str = typer.Option("", help="why, shown in /v1/nodes"),
+        by: str = typer.Option("", help="who drains (default: user@hostname; in a pod, the pod's name)"),
     ) -> None:
-        """Stop a node taking new work; its running experiments go on in tmux (used by preStop)."""
+        """Stop a node taking new work; its running experiments go on in tmux (used by preStop).
+
+        Without --sticky the node's next worker undoes the drain when it starts (a pod's preStop
+        hook drains; its replacement takes work again)."""
+        import getpass
+        import socket
+
         from service.store import Store
 
         store = Store.from_url(_need_redis_url())
         name = node or get_settings().node
-        store.set_drain(name, not undo)
-        typer.echo(f"node {name}: {'taking work again' if undo else 'draining'}")
+        if undo:
+            store.set_drain(name, False)
+            typer.echo(f"node {name}: taking work again")
+            return
+        who = by or f"{getpass.getuser()}@{socket.gethostname()}"
+        store.set_drain(name, True, by=who, reason=reason, sticky=sticky)
+        kept = "kept across worker restarts (--undo to end it)" if sticky else "until its next worker starts"
+        typer.echo(f"node {name}: draining, by {who}{f' ({reason})' if reason else ''}; {kept}")

@@ -226,7 +226,8 @@ def test_worker_daemonset_contract(chart: helm.Chart) -> None:
     assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
     pre_stop = worker["lifecycle"]["preStop"]["exec"]["command"]
-    assert pre_stop[-1] == 'exec ajet-runner drain --node "$NODE_NAME"'
+    assert pre_stop[-1] == 'exec ajet-runner drain --node "$NODE_NAME" --reason preStop'
+    assert "--sticky" not in pre_stop[-1]  # the node's next worker takes work again
     assert pod["terminationGracePeriodSeconds"] >= 300
 
     tmux_volume = next(v for v in pod["volumes"] if v["name"] == "tmux")
