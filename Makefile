@@ -17,6 +17,7 @@ install: $(BIN)/python
 
 install-test: $(BIN)/python
 	@bash scripts/ensure-system-deps.sh
+	@bash scripts/ensure-test-deps.sh
 	$(BIN)/pip install -q -e '.[test]'
 
 demo: install
