@@ -11,9 +11,9 @@ Redis keys (all under `ajet:wm:<node>:`):
 - `exp:<id>`: hash `log_bytes` (running total), `age` (seconds without output at `at`), `at`;
   expires EXP_TTL_SECONDS after the last flush, so finished experiments leave the endpoint.
 
-Process CPU and memory (`ajet_runner_worker_tree_*`) cover the supervisor's whole process tree (the supervisor, its RQ slot
-processes and their work-horses): one process alone would hide where the watching happens. The
-training runs live in tmux, outside that tree, and are not counted.
+Process CPU and memory (`ajet_runner_worker_tree_*`) cover the supervisor's whole process tree (the
+supervisor, its RQ slot processes and their work-horses): one process alone would hide where the
+watching happens. The training runs live in tmux, outside that tree, and are not counted.
 """
 
 from __future__ import annotations

@@ -467,7 +467,8 @@ def test_prometheus_rule_embeds_the_standalone_rules_file(chart: helm.Chart) -> 
     rule = one(render(chart, VALUE_SETS["operator-forced"]), "PrometheusRule")
     text = (CHART_DIR / "alerts" / "ajet-runner-rules.yaml").read_text()
     assert text.count('up{job="ajet-runner"}') == 2  # AjetRunnerApiDown: the API's job, standalone
-    standalone = yaml.safe_load(text.replace('job="ajet-runner"', f'job="{RELEASE}-ajet-runner", namespace="{NAMESPACE}"'))
+    api_job = f'job="{RELEASE}-ajet-runner", namespace="{NAMESPACE}"'
+    standalone = yaml.safe_load(text.replace('job="ajet-runner"', api_job))
     assert rule["spec"]["groups"] == standalone["groups"]
     service = one(render(chart, VALUE_SETS["operator-forced"]), "Service", f"{RELEASE}-ajet-runner")
     assert service["metadata"]["namespace"] == NAMESPACE  # the ServiceMonitor's job label is this Service's name
