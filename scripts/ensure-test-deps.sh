@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Test-only system packages: Debian's chromium + chromium-driver for the web console's browser test
-# (tests/integration/test_ui_browser.py). Best effort: where they cannot be installed (not root, no
-# apt-get, no network) the browser test skips and says why; nothing else needs them.
+# System tools only the tests need, best effort (without root or apt the tests that need them skip and say why):
+# - Debian's chromium + chromium-driver for the web console's browser test (tests/integration/test_ui_browser.py);
+# - promtool (Debian's `prometheus` package) for the alert rules and dashboard queries (tests/unit/test_promtool.py).
 set -uo pipefail
-if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then exit 0; fi
+want=()
+command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || want+=(chromium chromium-driver fonts-dejavu-core)
+command -v promtool >/dev/null 2>&1 || want+=(prometheus)
+[ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-  echo "chromium/chromedriver not found: installing them with apt-get (for the browser test)" >&2
-  if apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-       chromium chromium-driver fonts-dejavu-core >/dev/null; then
+  echo "installing test tools with apt-get: ${want[*]}" >&2
+  # No daemon start inside a build container: prometheus' postinst would try to start the server.
+  export DEBIAN_FRONTEND=noninteractive RUNLEVEL=1
+  if apt-get update -qq && apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null; then
     exit 0
   fi
-  echo "could not install chromium: the browser test will be skipped" >&2
+  echo "could not install ${want[*]}: the tests that need them will be skipped" >&2
 else
-  echo "chromium + chromium-driver are not installed (the browser test will be skipped):" \
-       "'sudo apt-get install chromium chromium-driver'" >&2
+  echo "not installed (tests that need them will be skipped): ${want[*]} — 'sudo apt-get install ${want[*]}'" >&2
 fi
 exit 0

@@ -2,8 +2,8 @@
 
 `create_app()` builds the app from settings; `ajet-runner serve` runs it with uvicorn. Every
 route under /v1 needs a bearer token; /healthz, /readyz and /metrics do not (probes and
-Prometheus scrapes). Request latency per route template goes to `HTTP_REGISTRY`, which the
-/metrics endpoint includes.
+Prometheus scrapes). Request latency per route template and the API's own `process_*` metrics go to
+`HTTP_REGISTRY`, which the /metrics endpoint includes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI, Security
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 
 from service.api_backend import Backend
 from service.api_errors import error_responses, install_handlers, install_openapi
@@ -31,6 +31,9 @@ HTTP_LATENCY = Histogram(
     ("method", "route", "status"), registry=HTTP_REGISTRY,
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+# The API's own process_* series (CPU, memory, fds, start time): the cluster metrics say nothing about
+# the process that serves them. On this registry, not the global one, so /metrics stays what we list.
+ProcessCollector(registry=HTTP_REGISTRY)
 
 
 def _install_probes(app: FastAPI, be: Backend, metrics_guard: list[Any]) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 # Computed from Redis by the API at scrape time (one target sees the whole cluster).
 API_METRICS = (
     "ajet_runner_experiments",  # {state}
-    "ajet_runner_experiment_elapsed_seconds",  # {experiment, purpose, node}
-    "ajet_runner_experiment_max_seconds",  # {experiment, purpose, node}
-    "ajet_runner_experiment_mean_reward",  # {experiment, purpose, node}
-    "ajet_runner_experiment_task_pass_rate",  # {experiment, purpose, node, k}
-    "ajet_runner_experiment_val_step",  # {experiment, purpose, node}
-    "ajet_runner_experiment_state",  # {experiment, purpose, node, state} = 1
-    "ajet_runner_experiment_attempt",  # {experiment, purpose, node}
+    "ajet_runner_experiment_info",  # {experiment, purpose, node} = 1: join purpose from here
+    "ajet_runner_experiment_elapsed_seconds",  # {experiment, node}
+    "ajet_runner_experiment_max_seconds",  # {experiment, node}
+    "ajet_runner_experiment_mean_reward",  # {experiment, node}
+    "ajet_runner_experiment_task_pass_rate",  # {experiment, node, k}
+    "ajet_runner_experiment_val_step",  # {experiment, node}
+    "ajet_runner_experiment_state",  # {experiment, node, state} = 1
+    "ajet_runner_experiment_attempt",  # {experiment, node}
     "ajet_runner_transitions_total",  # {from_state, to_state}
     "ajet_runner_repairs_total",  # {signature, result}
     "ajet_runner_advised_repairs_total",  # {model, result}
@@ -25,6 +26,13 @@ API_METRICS = (
     "ajet_runner_node_gpus",  # {node, state}  state = total|busy|free
     "ajet_runner_queued_for_absent_node",  # {node}: queued work for a node gone > node_absent_report_seconds
     "ajet_runner_http_request_duration_seconds",  # histogram {method, route, status}
+    # The API process itself (prometheus_client's ProcessCollector): the serving process, not the cluster.
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_virtual_memory_bytes",
+    "process_start_time_seconds",
+    "process_open_fds",
+    "process_max_fds",
 )
 
 # Exported by each worker on its own port.
@@ -34,8 +42,9 @@ WORKER_METRICS = (
     "ajet_runner_worker_last_output_age_seconds",  # {experiment}: the stall signal
     "ajet_runner_worker_heartbeat_timestamp_seconds",  # {node}
     "ajet_runner_worker_running_experiments",  # {node}
-    "process_cpu_seconds_total",
-    "process_resident_memory_bytes",
+    # The worker's whole process tree (supervisor, RQ slots, work-horses), hence not the standard process_* names.
+    "ajet_runner_worker_tree_cpu_seconds_total",
+    "ajet_runner_worker_tree_resident_memory_bytes",
 )
 
 EXPORTED_METRICS = API_METRICS + WORKER_METRICS

@@ -42,7 +42,11 @@ PURPOSE_MAX_CHARS = 60
 # (adoptions, high priority) sit newest-first before the FIFO part, so the oldest job is at the
 # boundary, which is near the head unless dozens of jobs were pushed to the front.
 QUEUE_HEAD_SCAN = 32
-EXP_LABELS = ["experiment", "purpose", "node"]
+# `purpose` is free text (CJK, backticks, up to 60 chars): it rides on one info series per experiment,
+# `ajet_runner_experiment_info`, and dashboards join it in (`* on (experiment) group_left (purpose)`),
+# so a long label value is stored once and not on every gauge.
+EXP_LABELS = ["experiment", "node"]
+INFO_LABELS = ["experiment", "purpose", "node"]
 DETAIL_FIELDS = ("state", "outcome", "purpose", "node", "started_at", "finished_at", "created_at",
                  "max_seconds", "attempt", "latest_metrics", "target_node")
 PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
@@ -260,8 +264,12 @@ def experiment_families(snap: Snapshot) -> Iterable[Metric]:
     step = gauge("ajet_runner_experiment_val_step", "Training step of the latest evaluation.")
     state = gauge("ajet_runner_experiment_state", "1 for the experiment's current lifecycle state.", ["state"])
     attempt = gauge("ajet_runner_experiment_attempt", "Launch attempt number (a repair starts a new one).")
+    info = GaugeMetricFamily("ajet_runner_experiment_info",
+                             "1 per experiment, with its descriptive labels (purpose) for joins.",
+                             labels=INFO_LABELS)
     for rec in snap.experiments:
-        labels = [rec["id"], purpose_label(rec.get("purpose") or ""), rec.get("node") or ""]
+        labels = [rec["id"], rec.get("node") or ""]
+        info.add_metric([rec["id"], purpose_label(rec.get("purpose") or ""), rec.get("node") or ""], 1)
         elapsed.add_metric(labels, _elapsed(rec, snap.now))
         max_s.add_metric(labels, _num(rec.get("max_seconds")) or 0.0)
         state.add_metric([*labels, rec.get("state") or ""], 1)
@@ -277,7 +285,7 @@ def experiment_families(snap: Snapshot) -> Iterable[Metric]:
             match = PASS_RATE_KEY.match(key)
             if match and (value := _num(raw)) is not None:
                 pass_rate.add_metric([*labels, match[1]], value)
-    yield from (elapsed, max_s, reward, pass_rate, step, state, attempt)
+    yield from (info, elapsed, max_s, reward, pass_rate, step, state, attempt)
 
 
 def _all_transitions() -> list[str]:

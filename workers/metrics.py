@@ -11,9 +11,9 @@ Redis keys (all under `ajet:wm:<node>:`):
 - `exp:<id>`: hash `log_bytes` (running total), `age` (seconds without output at `at`), `at`;
   expires EXP_TTL_SECONDS after the last flush, so finished experiments leave the endpoint.
 
-Process CPU and memory cover the supervisor's whole process tree (the supervisor, its RQ slot
-processes and their work-horses): one process alone would hide where the watching happens. The
-training runs live in tmux, outside that tree, and are not counted.
+Process CPU and memory (`ajet_runner_worker_tree_*`) cover the supervisor's whole process tree (the
+supervisor, its RQ slot processes and their work-horses): one process alone would hide where the
+watching happens. The training runs live in tmux, outside that tree, and are not counted.
 """
 
 from __future__ import annotations
@@ -224,7 +224,10 @@ class WorkerCollector(Collector):
 
 
 class ProcessTreeCollector(Collector):
-    """process_cpu_seconds_total and process_resident_memory_bytes summed over a process tree.
+    """ajet_runner_worker_tree_cpu_seconds_total and ..._tree_resident_memory_bytes, summed over a process tree.
+
+    Not the standard `process_*` names: those mean one process (the API exports its own), and a sum over
+    a tree under the same name would mislead every query that mixes the two.
 
     CPU counts each live process's own time plus the time of the children it has reaped (Linux
     folds those into the reaper's `children_*`), so a work-horse's CPU stays counted after it exits.
@@ -247,10 +250,10 @@ class ProcessTreeCollector(Collector):
                     rss += proc.memory_info().rss
             except psutil.Error:
                 continue
-        yield CounterMetricFamily("process_cpu_seconds",
+        yield CounterMetricFamily("ajet_runner_worker_tree_cpu_seconds",
                                   "CPU seconds of the worker's process tree (supervisor, slots, work-horses).",
                                   value=cpu)
-        yield GaugeMetricFamily("process_resident_memory_bytes",
+        yield GaugeMetricFamily("ajet_runner_worker_tree_resident_memory_bytes",
                                 "Resident memory of the worker's process tree.", value=rss)
 
 

@@ -157,14 +157,15 @@ def test_api_metrics_move_as_a_run_progresses(store: Store, api_scrape: Scrape, 
         wscrape = worker_scrape(port)
         wbody = scrape_until(wscrape, lambda b: value(b, "ajet_runner_worker_running_experiments", node="n1") == 1,
                              15, "the worker's running count")
-        for name in ("ajet_runner_worker_watch_loop_seconds_bucket", "process_cpu_seconds_total",
-                     "process_resident_memory_bytes", "ajet_runner_worker_heartbeat_timestamp_seconds"):
+        for name in ("ajet_runner_worker_watch_loop_seconds_bucket", "ajet_runner_worker_tree_cpu_seconds_total",
+                     "ajet_runner_worker_tree_resident_memory_bytes", "ajet_runner_worker_heartbeat_timestamp_seconds"):
             assert name in names(wbody), name
         beat = value(wbody, "ajet_runner_worker_heartbeat_timestamp_seconds", node="n1")
         assert beat is not None
         wait_for(lambda: (value(wscrape(), "ajet_runner_worker_heartbeat_timestamp_seconds", node="n1") or 0) > beat,
                  15, "a newer heartbeat")
-        assert (value(wbody, "process_resident_memory_bytes") or 0) > 50_000_000  # supervisor + 2 slots + horse
+        tree_rss = value(wbody, "ajet_runner_worker_tree_resident_memory_bytes") or 0
+        assert tree_rss > 50_000_000  # supervisor + 2 slots + horse
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
             assert resp.status == 200
 

@@ -22,6 +22,8 @@ from service.metric_names import EXPORTED_METRICS
 CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "ajet-runner"
 DASHBOARD = CHART_DIR / "dashboards" / "ajet-runner.json"
 RULES = CHART_DIR / "alerts" / "ajet-runner-rules.yaml"
+README = CHART_DIR.parents[1] / "README.md"
+RUNBOOK_BASE = "https://github.com/ajet-runner/ajet-runner/blob/main/README.md#"
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 SEVERITIES = {"info", "warning", "critical"}
 
@@ -59,6 +61,20 @@ def dashboard_exprs(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
             match = LABEL_VALUES.match(var["query"]["query"])
             assert match, f"variable {var['name']}: not a label_values() query"
             found.append((f"variable {var['name']}", match["selector"]))
+    return found
+
+
+def selectors(expr: str) -> list[tuple[str, dict[str, str]]]:
+    """(metric name, {label: matched value}) of every vector selector in an expression."""
+    for variable, duration in GRAFANA_DURATIONS.items():
+        expr = expr.replace(variable, duration)
+    found: list[tuple[str, dict[str, str]]] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append((node.name, {m.name: m.value for m in node.matchers.matchers}))
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
     return found
 
 
@@ -142,11 +158,17 @@ def test_dashboard_template_variables_and_datasource() -> None:
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    for name in ("purpose", "experiment"):
+    for name, label in {"namespace": "namespace", "job": "job", "worker_job": "job", "purpose": "purpose",
+                        "experiment": "experiment"}.items():
         var = variables[name]
         assert var["type"] == "query" and var["multi"] and var["includeAll"]
-        assert LABEL_VALUES.match(var["query"]["query"])["label"] == name
+        assert LABEL_VALUES.match(var["query"]["query"])["label"] == label
     assert "$purpose" in variables["experiment"]["query"]["query"]
+    for name in ("purpose", "experiment"):  # the info series carries both
+        assert "ajet_runner_experiment_info{" in variables[name]["query"]["query"]
+    # "All" of a job variable is the jobs it lists, never `.*`: process_* series of other jobs stay out.
+    assert "allValue" not in variables["job"] and "allValue" not in variables["worker_job"]
+    assert "$namespace" in variables["job"]["query"]["query"]
 
     panels = [p for p in all_panels(dashboard["panels"]) if p["type"] != "row"]
     assert len({p["id"] for p in all_panels(dashboard["panels"])}) == len(list(all_panels(dashboard["panels"])))
@@ -160,12 +182,49 @@ def test_dashboard_template_variables_and_datasource() -> None:
     for panel in per_experiment:
         expr = panel["targets"][0]["expr"]
         assert 'purpose=~"$purpose"' in expr and 'experiment=~"$experiment"' in expr
+        assert "* on (experiment) group_left (purpose)" in expr
+
+
+def test_every_dashboard_query_is_scoped_by_job_and_namespace() -> None:
+    """Each selector names the API's job ($job) or the workers' ($worker_job), and $namespace: a shared
+    Prometheus with other apps' process_* series, or two releases, never leaks into a panel."""
+    worker_metrics = {n for n in EXPORTED_METRICS if n.startswith("ajet_runner_worker_")}
+    for where, expr in dashboard_exprs(load_dashboard()):
+        if where in ("variable namespace", "variable job", "variable worker_job"):
+            continue
+        for name, matchers in selectors(expr):
+            base = next((name.removesuffix(s) for s in HISTOGRAM_SUFFIXES if name.endswith(s)), name)
+            want = "$worker_job" if base in worker_metrics else "$job"
+            assert matchers.get("job") == want, f"{where}: {name} not scoped by job=~{want!r}"
+            assert matchers.get("namespace") == "$namespace", f"{where}: {name} not scoped by namespace"
+
+
+def test_purpose_is_only_selected_on_the_info_series() -> None:
+    rules = [(r["alert"], r["expr"]) for r in load_rules()]
+    for where, expr in dashboard_exprs(load_dashboard()) + rules:
+        for name, matchers in selectors(expr):
+            if "purpose" in matchers:
+                assert name == "ajet_runner_experiment_info", f"{where}: purpose matcher on {name}"
+        for grouping in re.findall(r"by \(([^)]*)\) \((\w+)", expr):
+            if "purpose" in grouping[0]:
+                assert grouping[1] == "ajet_runner_experiment_info", f"{where}: by ({grouping[0]}) {grouping[1]}"
+
+
+def test_quantiles_sum_the_buckets_of_every_series() -> None:
+    """histogram_quantile over `sum by (le)` of per-series rates; a `max by (le)` across outcomes (or
+    replicas) picks bucket counts from different series and gives wrong quantiles."""
+    quantiles = [(w, e) for w, e in dashboard_exprs(load_dashboard()) if "histogram_quantile" in e]
+    assert len(quantiles) >= 7
+    for where, expr in quantiles:
+        assert re.search(r"histogram_quantile\([\d.]+, sum by \(le(, instance)?\) \(rate\(", expr), where
 
 
 def test_alert_rules_use_only_exported_metrics() -> None:
     rules = load_rules()
-    problems = {r["alert"]: sorted(unknown_metrics(r["expr"])) for r in rules if unknown_metrics(r["expr"])}
-    assert not problems
+    # `up` is Prometheus' own per-target series: only the API-down alert may use it.
+    allowed = {"AjetRunnerApiDown": {"up"}}
+    problems = {r["alert"]: sorted(unknown_metrics(r["expr"]) - allowed.get(r["alert"], set())) for r in rules}
+    assert not {k: v for k, v in problems.items() if v}
 
 
 def test_alert_rules_are_complete() -> None:
@@ -177,6 +236,7 @@ def test_alert_rules_are_complete() -> None:
         assert rule["labels"]["severity"] in SEVERITIES, rule["alert"]
         assert rule["annotations"]["summary"].strip(), rule["alert"]
         assert rule["annotations"]["description"].strip(), rule["alert"]
+        assert rule["annotations"]["runbook_url"] == RUNBOOK_BASE + rule["alert"].lower(), rule["alert"]
 
     signals = {
         "AjetRunnerExperimentStalled": "ajet_runner_worker_last_output_age_seconds",
@@ -186,8 +246,23 @@ def test_alert_rules_are_complete() -> None:
         "AjetRunnerQueueWaitingTooLong": "ajet_runner_queue_oldest_job_age_seconds",
         "AjetRunnerExperimentNearMaxTime": "ajet_runner_experiment_max_seconds",
         "AjetRunnerExperimentOverMaxTime": "ajet_runner_experiment_max_seconds",
+        "AjetRunnerApiDown": "up",
     }
     by_name = {r["alert"]: r for r in rules}
     for alert, metric in signals.items():
         assert metric in metric_names(by_name[alert]["expr"]), alert
     assert "increase(ajet_runner_repairs_total[1h])" in by_name["AjetRunnerRepeatedRepairs"]["expr"]
+    api_down = by_name["AjetRunnerApiDown"]["expr"]
+    assert 'absent(up{job="ajet-runner"})' in api_down
+    assert by_name["AjetRunnerApiDown"]["labels"]["severity"] == "critical"
+
+
+def test_every_alert_has_a_runbook_subsection_in_the_readme() -> None:
+    """README `## Runbook` holds one `### <AlertName>` per alert (GitHub's anchor: the name lower-cased),
+    saying what it means and what to do; no subsection for an alert that does not exist."""
+    readme = README.read_text()
+    runbook = readme.split("\n## Runbook\n", 1)[1].split("\n## ", 1)[0]
+    sections = dict(re.findall(r"^### (\w+)\n(.*?)(?=^### |\Z)", runbook, flags=re.M | re.S))
+    assert set(sections) == {r["alert"] for r in load_rules()}
+    for alert, body in sections.items():
+        assert "**Means**" in body and "**Do**" in body, alert

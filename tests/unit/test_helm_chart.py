@@ -465,8 +465,13 @@ def test_monitoring_objects_follow_the_operator_api(chart: helm.Chart) -> None:
 
 def test_prometheus_rule_embeds_the_standalone_rules_file(chart: helm.Chart) -> None:
     rule = one(render(chart, VALUE_SETS["operator-forced"]), "PrometheusRule")
-    standalone = yaml.safe_load((CHART_DIR / "alerts" / "ajet-runner-rules.yaml").read_text())
+    text = (CHART_DIR / "alerts" / "ajet-runner-rules.yaml").read_text()
+    assert text.count('up{job="ajet-runner"}') == 2  # AjetRunnerApiDown: the API's job, standalone
+    api_job = f'job="{RELEASE}-ajet-runner", namespace="{NAMESPACE}"'
+    standalone = yaml.safe_load(text.replace('job="ajet-runner"', api_job))
     assert rule["spec"]["groups"] == standalone["groups"]
+    service = one(render(chart, VALUE_SETS["operator-forced"]), "Service", f"{RELEASE}-ajet-runner")
+    assert service["metadata"]["namespace"] == NAMESPACE  # the ServiceMonitor's job label is this Service's name
 
 
 def test_dashboard_configmap_for_the_grafana_sidecar(chart: helm.Chart) -> None:

@@ -119,8 +119,15 @@ def test_cluster_metrics_export_every_api_name_with_store_values(store: Store) -
     assert value(body, "ajet_runner_experiment_attempt", experiment="r1") == 2
     assert value(body, "ajet_runner_experiment_state", experiment="f1", state="failing") == 1
     assert value(body, "ajet_runner_experiment_state", experiment="f1", state="running") is None
-    purposes = {lab["purpose"] for name, lab, _ in samples(body) if name == "ajet_runner_experiment_attempt"}
-    assert purposes == {purpose_label(LONG_PURPOSE)}
+    # purpose lives on the info series only (one per experiment), never on the gauges it describes.
+    info = {lab["experiment"]: lab for name, lab, _ in samples(body) if name == "ajet_runner_experiment_info"}
+    assert set(info) == {"q1", "r1", "f1", "done-new"}
+    assert {lab["purpose"] for lab in info.values()} == {purpose_label(LONG_PURPOSE)}
+    assert info["r1"]["node"] == "n1" and info["q1"]["node"] == ""
+    assert value(body, "ajet_runner_experiment_info", experiment="r1") == 1
+    with_purpose = {name for name, lab, _ in samples(body) if "purpose" in lab}
+    assert with_purpose == {"ajet_runner_experiment_info"}
+    assert value(body, "ajet_runner_experiment_attempt", experiment="r1", node="n1") == 2
     assert len(purpose_label(LONG_PURPOSE)) == 60 and "\n" not in purpose_label(LONG_PURPOSE)
     assert purpose_label(LONG_PURPOSE).startswith("Compare GRPO against PPO on gsm8k")
 
@@ -165,6 +172,12 @@ def test_api_metrics_endpoint_serves_every_api_name(store: Store, redis_url: str
     assert resp.headers["content-type"].startswith("text/plain")
     check_names(resp.content, API_METRICS)
     assert value(resp.content, "ajet_runner_experiments", state="running") == 1
+    # The serving process's own standard metrics (ProcessCollector): this very process, not a sum of many.
+    rss = value(resp.content, "process_resident_memory_bytes")
+    assert rss is not None and abs(rss - psutil.Process().memory_info().rss) < 100_000_000
+    started = value(resp.content, "process_start_time_seconds")
+    assert started == pytest.approx(psutil.Process().create_time(), abs=2)
+    assert not [n for n, _, _ in samples(resp.content) if n.startswith("ajet_runner_worker_tree_")]
 
 
 def test_finished_experiment_leaves_per_experiment_gauges_after_the_ttl(store: Store) -> None:
@@ -228,8 +241,9 @@ def test_worker_collector_exports_every_worker_name_from_reported_watch_passes(s
     assert value(body, "ajet_runner_worker_running_experiments", node="n1") == 2
     beat = value(body, "ajet_runner_worker_heartbeat_timestamp_seconds", node="n1")
     assert beat is not None and abs(beat - time.time()) < 30
-    assert value(body, "process_resident_memory_bytes") > 10_000_000  # type: ignore[operator]
-    assert value(body, "process_cpu_seconds_total") > 0  # type: ignore[operator]
+    assert value(body, "ajet_runner_worker_tree_resident_memory_bytes") > 10_000_000  # type: ignore[operator]
+    assert value(body, "ajet_runner_worker_tree_cpu_seconds_total") > 0  # type: ignore[operator]
+    assert not [n for n, _, _ in samples(body) if n.startswith("process_")]  # standard names mean one process
 
     # Time passes without a report: the stall signal keeps growing; after the TTL the experiment leaves.
     clock.t += 30
@@ -296,7 +310,8 @@ def test_process_tree_metrics_include_child_processes() -> None:
             time.sleep(0.05)
         body = generate_latest(wm.ProcessTreeCollector(os.getpid()))  # type: ignore[arg-type]
         own = psutil.Process().memory_info().rss
-        assert value(body, "process_resident_memory_bytes") >= own + 80_000_000  # type: ignore[operator]
+        tree = value(body, "ajet_runner_worker_tree_resident_memory_bytes")
+        assert tree is not None and tree >= own + 80_000_000
     finally:
         child.kill()
         child.wait()
