@@ -2,7 +2,8 @@
 
 JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seconds},
 "problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new",
-"reason"}]}. Exit code 0 when the blueprint is runnable (no error), 1 when it has errors.
+"reason"}], "swarm": {"server_command", "port"} or null for a classic experiment}.
+Exit code 0 when the blueprint is runnable (no error), 1 when it has errors.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rich.table import Table
 from statemachine.blueprint import load_blueprint
 from statemachine.durations import format_duration
 from statemachine.models import Blueprint, ConfigChange, Level, Problem
+from statemachine.swarm import swarm_problems, swarm_spec
 
 _SEVERITY = {Level.warning: 1, Level.error: 2}
 
@@ -68,11 +70,15 @@ def check_report(path: Path) -> tuple[dict[str, Any], bool]:
     changes: list[ConfigChange] = []
     if not any(p.field == "blueprint" for p in problems):
         changes, problems = _preflight(bp, problems)
+    spec = swarm_spec(bp, _read_yaml_text(bp, problems)) if bp.exp_yaml_path or bp.exp_swarm_server else None
+    if spec is not None and not bp.exp_swarm_server:
+        problems = _merge(problems, swarm_problems(bp, spec))
     runnable = not any(p.level == Level.error for p in problems)
     doc = {
         "blueprint": bp.public(),
         "problems": [p.model_dump(mode="json") for p in problems],
         "config_changes": [c.model_dump(mode="json") for c in changes],
+        "swarm": spec.public() if spec is not None else None,
     }
     return doc, runnable
 
