@@ -21,6 +21,7 @@ from service.settings import Settings
 from service.store import Store, TransitionConflict
 from statemachine.blueprint import validate_blueprint
 from statemachine.command import add_flag, conf_path, has_flag, launcher_segment, replace_conf
+from statemachine.first_step import first_step_timeout_from_text
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
 from statemachine.policies import parse_backoff, report_due_at
@@ -80,6 +81,7 @@ class ExperimentDriver:
             plateau_after_fraction=settings.plateau_after_fraction,
             plateau_window=settings.plateau_evaluations,
             plateau_epsilon=settings.plateau_epsilon,
+            first_step_seconds=settings.first_step_seconds,
         )
         self.backoff = parse_backoff(settings.progress_backoff)
 
@@ -346,6 +348,8 @@ class ExperimentDriver:
                 # While it runs, only a specific signature counts (a caught, logged traceback does not).
                 cause=watch.scanner.live_cause if alive else watch.scanner.cause, cause_seen_at=watch.cause_seen_at,
                 evaluations=self._primary_evaluations(),
+                first_step_seen=watch.first_step_seen,
+                first_step_timeout=first_step_timeout_from_text(self.bp.exp_max_time_text),
             )
             self._maybe_report(now - started)
             if watch.bytes_read != read_before and t0 >= next_tail:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from statemachine.diagnose import LogScanner
+from statemachine.first_step import shows_training_step
 from statemachine.models import Evaluation, Finding
 from statemachine.results import ResultSummary, parse_val_file
 from workers.tmux import RunHandle, TmuxRunner
@@ -31,6 +32,7 @@ class AttemptWatch:
     _val_stamp: tuple[int, int] | None = None
     summary: ResultSummary = field(default_factory=ResultSummary)
     last_eval_at: float | None = None
+    first_step_seen: bool = False
 
     def read_log(self, now: float) -> list[Finding]:
         """Feed the bytes appended since the last call to the scanner."""
@@ -43,6 +45,8 @@ class AttemptWatch:
                     self.bytes_read += len(chunk)
                     self.last_output_at = now
                     found += self.scanner.feed(chunk)
+                    if not self.first_step_seen:
+                        self.first_step_seen = shows_training_step(chunk.decode("utf-8", errors="replace"))
         except FileNotFoundError:
             return found
         if self.scanner.live_cause is not None and self.cause_seen_at is None:
