@@ -70,6 +70,14 @@ class Blueprint(BaseModel):
                                         "exp_swarm_declared"})
 
 
+    def stored(self) -> dict[str, Any]:
+        """What a worker needs: the public parts plus the swarm parts and the max-time text
+        (which may state a first-step timeout)."""
+        return {**self.public(), "exp_max_time_text": self.exp_max_time_text,
+                "exp_swarm_server": self.exp_swarm_server, "exp_val_result_path": self.exp_val_result_path,
+                "exp_swarm_declared": self.exp_swarm_declared}
+
+
 class ConfigChange(BaseModel):
     """One change the preflight makes (or proposes) to an AgentJet YAML."""
 

@@ -43,6 +43,7 @@ from workers.node import NodeInfo
 from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
 from workers.report import AttemptInfo, RepairRecord, write_report
+from workers.swarm_run import SwarmServerFailed, is_swarm, start_or_reuse, stop_ours, swarm_plan, swarm_results_path
 from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch
 
@@ -152,7 +153,8 @@ class ExperimentDriver:
             return True
         problems = validate_blueprint(self.bp)
         plan = None
-        if not any(p.level == Level.error for p in problems):
+        swarm = is_swarm(self.bp)  # swarm mode: the client configures its job in Python, no YAML preflight
+        if not swarm and not any(p.level == Level.error for p in problems):
             try:
                 yaml_text = Path(self.bp.yaml_abspath()).read_text(encoding="utf-8")
             except OSError as exc:
@@ -163,7 +165,7 @@ class ExperimentDriver:
             problems += plan.problems
         errors = [p for p in problems if p.level == Level.error]
         self.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
-        if errors or plan is None:
+        if errors or (plan is None and not swarm):
             self._claim_and_fire("reject", "; ".join(str(p) for p in errors))
             return True
         if self.node.manages_gpus:
@@ -172,7 +174,7 @@ class ExperimentDriver:
                 return self._wait_for_gpus()
             self.ctx.gpus = gpus
         try:
-            self._apply_preflight(plan)
+            self._apply_swarm() if swarm else self._apply_preflight(plan)
         except (OSError, ValueError) as exc:  # e.g. a YAML the patcher cannot edit safely, a read-only dir
             self._release_gpus_now()
             self._claim_and_fire("reject", f"preflight could not be applied: {exc}")
@@ -275,6 +277,16 @@ class ExperimentDriver:
             return replace_conf(command, str(config))
 
     # -- launching ---------------------------------------------------------------------------
+    def _apply_swarm(self) -> None:
+        """Swarm mode: the launch command is the client; its results file is found by swarm_run."""
+        spec, _ = swarm_plan(self.bp)
+        result_dir = Path(self.bp.exp_result_dir)
+        result_dir.mkdir(parents=True, exist_ok=True)
+        clear_finish_flag(result_dir)
+        self.ctx.command = self.bp.exp_launch_command
+        self.ctx.val_path = swarm_results_path(self.bp)
+        self.ctx.swarm = {"spec": spec.model_dump() if spec else None}
+
     def _on_launching(self) -> bool:
         self._renew()
         if self.journal.cancel_requested():
@@ -287,6 +299,14 @@ class ExperimentDriver:
             if self.runner.exists(session):
                 self.runner.kill_session(session)  # the previous attempt's lingering pane
             env = attempt_env(self.bp, self.id, self.ctx.env, self.ctx.gpus)
+            if self.ctx.swarm:
+                try:
+                    env = start_or_reuse(self.runner, self.ctx.swarm, self.bp, exp_id=self.id, env=env,
+                                         attempt=self.lc.attempt, publish=self.journal.publish,
+                                         boot_timeout=self.settings.swarm_boot_timeout_seconds)
+                except SwarmServerFailed as exc:
+                    self.fire("anomaly", f"swarm server: {exc.reason}")
+                    return True
             try:
                 self.handle = self.runner.start(
                     session, self.ctx.command, cwd=self.bp.exp_codebase_dir, env=env,
@@ -458,7 +478,7 @@ class ExperimentDriver:
             record = record.model_copy(update=advice_fields(pending))
         resolved = None
         if actions:
-            data = read_yaml_data(Path(self.ctx.config_path))
+            data = read_yaml_data(Path(self.ctx.config_path)) if self.ctx.config_path else {}
             resolved = resolve_repair(actions, yaml_data=data, command=self.ctx.command, env=self.ctx.env,
                                       installed=lambda prog: shutil.which(prog) is not None)
         record.source = source
@@ -486,6 +506,8 @@ class ExperimentDriver:
         self.ctx.env.update(resolved.get("env") or {})
         self.ctx.command = resolved.get("command") or self.ctx.command
         diff = self._patch_config(resolved.get("yaml_changes") or [])
+        if "swarm_server" in (resolved.get("cleanups") or []):
+            stop_ours(self.runner, self.ctx.swarm, self.settings.stop_grace_seconds, self.journal.publish)
         if resolved.get("cleanups"):
             self._cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
         if self.ctx.repairs:
@@ -502,6 +524,7 @@ class ExperimentDriver:
             self.runner.stop(self.handle, self.settings.stop_grace_seconds)
         if self.lc.attempt:
             self._cleanup_processes()
+        stop_ours(self.runner, self.ctx.swarm, self.settings.stop_grace_seconds, self.journal.publish)
         link_repair_outcomes(self.ctx, self.lc.outcome)
         advised = learn_from_advice(self.ctx, self.lc.outcome, exp_id=self.id,
                                     suggestions_file=self.settings.suggestions_path())

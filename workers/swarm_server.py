@@ -16,7 +16,6 @@ running after a client finishes, so the runner treats it as part of the experime
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import Mapping
@@ -161,11 +160,3 @@ def ensure_server(
         raise
     return server
 
-
-def boot_timeout_from_env(default: float = DEFAULT_BOOT_TIMEOUT) -> float:
-    """`AJET_RUNNER_SWARM_BOOT_TIMEOUT` (seconds) when set to a positive number."""
-    try:
-        value = float(os.environ.get("AJET_RUNNER_SWARM_BOOT_TIMEOUT", ""))
-    except ValueError:
-        return default
-    return value if value > 0 else default
