@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from statemachine.durations import format_duration, parse_duration
+from statemachine.first_step import first_step_clause, without_first_step_clause
 from statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
 
 __all__ = ["parse_blueprint", "validate_blueprint", "load_blueprint"]
@@ -529,8 +530,13 @@ def parse_blueprint(text: str) -> Blueprint:
             values[fld] = _extract_command(raw)
         elif fld == "exp_swarm_server":
             values[fld] = _extract_command(raw, fld)
-        elif fld == "exp_max_time":
-            values[fld] = max_time_text = _extract_text(raw, fld)
+        elif fld == "exp_max_time":  # the first-step clause must not be read as a label or the limit
+            clause = first_step_clause(raw)
+            if not clause:
+                values[fld] = max_time_text = _extract_text(raw, fld)
+            else:
+                limit_text = _extract_text(without_first_step_clause(raw), fld).strip().rstrip(".,;，；。")
+                values[fld] = max_time_text = f"{limit_text}. {clause}" if limit_text else clause
         else:
             values[fld] = _extract_text(raw, fld)
     for fld, value in examples.items():
@@ -552,7 +558,7 @@ def parse_blueprint(text: str) -> Blueprint:
         exp_yaml_path=values.get("exp_yaml_path", ""),
         exp_launch_command=values.get("exp_launch_command", ""),
         exp_result_dir=values.get("exp_result_dir", ""),
-        exp_max_time_seconds=parse_duration(max_time_text) if max_time_text else None,
+        exp_max_time_seconds=parse_duration(without_first_step_clause(max_time_text)) if max_time_text else None,
         exp_max_time_text=max_time_text,
         notes="\n\n".join(text for _, text in notes if text.strip()),
         exp_swarm_server=values.get("exp_swarm_server", ""),

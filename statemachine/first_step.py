@@ -12,7 +12,8 @@ import re
 
 from statemachine.durations import parse_duration
 
-__all__ = ["DEFAULT_FIRST_STEP_SECONDS", "shows_training_step", "first_step_timeout_from_text"]
+__all__ = ["DEFAULT_FIRST_STEP_SECONDS", "shows_training_step", "first_step_timeout_from_text",
+           "without_first_step_clause", "first_step_clause"]
 
 DEFAULT_FIRST_STEP_SECONDS = 20 * 60.0
 _STEP = re.compile(
@@ -39,3 +40,15 @@ def first_step_timeout_from_text(text: str) -> float | None:
         return None
     secs = parse_duration(m.group(1))
     return secs if secs is not None and secs > 0 else None
+
+
+def without_first_step_clause(text: str) -> str:
+    """The `[exp_max_time]` text minus its first-step timeout clause, so the run's own limit
+    is read from what remains ("12 hours. First step success timeout: 20 minutes" -> 12 h)."""
+    return _TIMEOUT_TEXT.sub(" ", text or "")
+
+
+def first_step_clause(text: str) -> str:
+    """The first-step timeout clause of `text` as written, or ""."""
+    m = _TIMEOUT_TEXT.search(text or "")
+    return m.group(0).strip() if m else ""

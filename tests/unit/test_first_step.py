@@ -53,3 +53,14 @@ def test_rule_fires_only_after_the_timeout_without_a_step() -> None:
 def test_default_rules_hold_the_watchdog_with_twenty_minutes() -> None:
     rules = [r for r in default_rules() if isinstance(r, FirstStepRule)]
     assert len(rules) == 1 and rules[0].timeout_seconds == 1200.0
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("1 minute. First step success timeout: 6 seconds", 60.0),
+    ("12 小时，首步超时 20 分钟", 12 * 3600.0),
+])
+def test_max_time_ignores_the_first_step_clause(text: str, seconds: float) -> None:
+    from statemachine.blueprint import parse_blueprint
+
+    bp = parse_blueprint(f"[exp_purpose] x\n[exp_max_time] {text}\n")
+    assert bp.exp_max_time_seconds == seconds
