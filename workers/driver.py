@@ -173,6 +173,9 @@ class ExperimentDriver:
             if gpus is None:
                 return self._wait_for_gpus()
             self.ctx.gpus = gpus
+        if swarm and not self._reserve_swarm_port():
+            self._release_gpus_now()
+            return False  # another experiment's swarm server holds the port: back to the queue, like GPUs
         try:
             self._apply_swarm() if swarm else self._apply_preflight(plan)
         except (OSError, ValueError) as exc:  # e.g. a YAML the patcher cannot edit safely, a read-only dir
@@ -201,6 +204,22 @@ class ExperimentDriver:
         if self.node.manages_gpus:
             self.store.release_gpus(self.node.name, self.id)
         self.ctx.gpus = None
+
+    def _swarm_port(self) -> int | None:
+        spec, _ = swarm_plan(self.bp)
+        return spec.port if spec else None
+
+    def _reserve_swarm_port(self) -> bool:
+        """Wait a little for the swarm port on this node; False hands the job back to its queue."""
+        port = self._swarm_port()
+        if port is None:
+            return True
+        deadline = time.monotonic() + self.settings.capacity_wait_seconds
+        while not self.store.reserve_swarm_port(self.node.name, self.id, port):
+            if time.monotonic() >= deadline or self.store.cancel_requested(self.id):
+                return False
+            time.sleep(0.25)
+        return True
 
     def _wait_for_gpus(self) -> bool:
         """Wait a little for GPUs here; if none free up, hand the job back to its queue."""
@@ -541,6 +560,8 @@ class ExperimentDriver:
             self.journal.publish({"type": "warning", "message": f"could not write the result dir: {exc}"})
         if self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
+        if self.ctx.swarm and (port := self._swarm_port()) is not None:
+            self.journal.call(lambda: self.store.release_swarm_port(self.node.name, self.id, port))
         metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
         self.fire("collected", fields={"latest_metrics": metrics}, advised=advised)  # keeps the outcome's reason
         return True
