@@ -51,12 +51,13 @@ def _template_path(template: str | Path) -> Path:
     return path
 
 
-def materialize(template: str | Path, workdir: Path, python: str | None = None) -> Path:
+def materialize(template: str | Path, workdir: Path, python: str | None = None, swarm_port: int = 10086) -> Path:
     """Write `workdir/blueprint.md` from a template, with a fresh sim codebase beside it.
 
     `template` is a name from `list_templates()` or a path to a template file. Placeholders:
     {{CODEBASE}} -> workdir/codebase, {{PYTHON}} -> `python` (default: this interpreter),
-    {{RESULT_DIR}} -> workdir/results. Returns the blueprint's path.
+    {{RESULT_DIR}} -> workdir/results, {{SWARM_PORT}} -> `swarm_port` (swarm templates).
+    Returns the blueprint's path.
     """
     source = _template_path(template)
     workdir = Path(workdir).resolve()
@@ -70,6 +71,7 @@ def materialize(template: str | Path, workdir: Path, python: str | None = None) 
         ("{{CODEBASE}}", str(codebase)),
         ("{{PYTHON}}", python or sys.executable),
         ("{{RESULT_DIR}}", str(workdir / "results")),
+        ("{{SWARM_PORT}}", str(swarm_port)),
     ):
         text = text.replace(key, value)
     blueprint = workdir / "blueprint.md"

@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = 30.0
     time_limit_grace_seconds: float = 60.0
     stall_seconds: float = 1800.0
+    first_step_seconds: float = Field(default=1200.0, description="no training step within this long = "
+                                      "first_step_timeout (a blueprint's [exp_max_time] text may set its own)")
+    swarm_boot_timeout_seconds: float = Field(default=900.0, description="a swarm server must listen within this")
     diagnosis_settle_seconds: float = 60.0
     capacity_wait_seconds: float = 5.0
     slots: int | None = Field(default=None, description="experiments at once on this node; default GPUs or 2")

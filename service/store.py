@@ -63,6 +63,16 @@ def node_key(node: str) -> str:
     return f"{PREFIX}:node:{node}"
 
 
+def swarm_port_key(node: str) -> str:
+    return f"{PREFIX}:swarm_ports:{node}"
+
+
+_RELEASE_IF_OWNER = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+"""
+
+
 def gpu_key(node: str) -> str:
     return f"{PREFIX}:node:{node}:gpus"
 
@@ -203,6 +213,7 @@ class Store:
         self.r = client
         self._transition = client.register_script(_TRANSITION)
         self._reserve = client.register_script(_RESERVE_GPUS)
+        self._release_if_owner = client.register_script(_RELEASE_IF_OWNER)
         self._renew = client.register_script(_RENEW)
         self._set_if_exists = client.register_script(_SET_IF_EXISTS)
 
@@ -417,6 +428,21 @@ class Store:
         if mine:
             self.r.hdel(gpu_key(node), *[str(i) for i in mine])
         return mine
+
+    def reserve_swarm_port(self, node: str, exp_id: str, port: int) -> bool:
+        """Take swarm `port` on `node` for `exp_id` (compare-and-set, idempotent): one swarm server
+        per port per node; False while another experiment holds it."""
+        key = swarm_port_key(node)
+        if self.r.hsetnx(key, str(port), exp_id):
+            return True
+        return self.r.hget(key, str(port)) == exp_id.encode()
+
+    def release_swarm_port(self, node: str, exp_id: str, port: int) -> bool:
+        """Give the port back, only if `exp_id` still holds it."""
+        return bool(self._release_if_owner(keys=[swarm_port_key(node)], args=[str(port), exp_id]))
+
+    def swarm_port_owners(self, node: str) -> dict[int, str]:
+        return {int(k): v.decode() for k, v in self.r.hgetall(swarm_port_key(node)).items()}
 
     def gpu_owners(self, node: str) -> dict[int, str]:
         return {int(k): v.decode() for k, v in self.r.hgetall(gpu_key(node)).items()}

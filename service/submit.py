@@ -103,7 +103,7 @@ def submit(
     queue_name = target_queue(node)
     record = {
         "state": lc.state, "lifecycle": lc.to_dict(), "purpose": bp.exp_purpose, "result_dir": bp.exp_result_dir,
-        "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text, "blueprint_json": bp.public(),
+        "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text, "blueprint_json": bp.stored(),
         "blueprint_path": blueprint_path, "target_node": node or "", "node": "", "gpus_needed": needed,
         "priority": priority or "normal", "queue": queue_name, "attempt": 0, "outcome": "",
         "tmux_session": session_name(bp.exp_purpose, exp_id),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from statemachine.command import LAUNCH_COMMAND_MAX_CHARS
 from statemachine.durations import DURATION_MAX_CHARS, format_duration, parse_duration
+from statemachine.first_step import first_step_clause, without_first_step_clause
 from statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
 
 __all__ = ["parse_blueprint", "validate_blueprint", "load_blueprint"]
@@ -41,6 +42,10 @@ _TAGS: dict[str, tuple[str, ...]] = {
     "exp_result_dir": ("exp_result_dir", "exp_results_dir", "exp_result_path", "exp_output_dir",
                        "exp_result"),
     "exp_max_time": ("exp_max_time", "exp_maxtime", "exp_time_limit", "exp_max_runtime"),
+    "exp_swarm_server": ("exp_swarm_server", "exp_swarm_server_command", "exp_swarm_server_cmd",
+                         "exp_swarm_command", "exp_swarm"),
+    "exp_val_result_path": ("exp_val_result_path", "exp_val_result", "exp_val_results_path",
+                            "exp_result_file", "exp_results_file"),
     NOTES: ("exp_notes", "exp_note", "exp_other", "exp_others", "exp_other_notes", "exp_extra",
             "exp_additional_notes", "exp_additional_info", "exp_misc"),
 }
@@ -52,6 +57,8 @@ _BRACKET_ONLY: dict[str, tuple[str, ...]] = {
     "exp_launch_command": ("launch_command", "command"),
     "exp_result_dir": ("result_dir", "results_dir"),
     "exp_max_time": ("max_time", "maxtime"),
+    "exp_swarm_server": ("swarm_server", "swarm"),
+    "exp_val_result_path": ("val_result_path", "result_file"),
     NOTES: ("notes", "note", "other", "others", "other_notes", "additional_notes", "misc", "其他", "备注"),
 }
 _TAG_OF = {alias: f for f, aliases in _TAGS.items() for alias in aliases}
@@ -79,6 +86,10 @@ _LABELS: dict[str, tuple[str, ...]] = {
     "exp_max_time": ("最大运行时间", "最长运行时间", "运行时间", "时间限制", "运行时长",
                      "maximum runtime", "max runtime", "maximum run time", "max time",
                      "time limit", "time budget"),
+    "exp_swarm_server": ("swarm服务器启动命令", "swarm 服务器启动命令", "swarm服务器", "swarm 服务器",
+                         "swarm server command", "swarm server start command", "swarm server"),
+    "exp_val_result_path": ("验证结果文件路径", "验证结果文件", "结果文件路径", "validation result path",
+                            "validation results file", "val result path", "results file"),
     NOTES: ("其他实验相关信息", "其他信息", "其它信息", "其他说明", "其他注意事项", "附加说明", "补充说明",
             "备注", "其他", "其它", "other notes", "additional notes", "additional information",
             "other information", "notes", "remarks"),
@@ -110,6 +121,8 @@ _LABEL_KEYWORDS: dict[str, re.Pattern[str]] = {
         "exp_launch_command": r"command|cmd|命令|指令|launch|启动|run|运行",
         "exp_result_dir": _PATH_WORDS + r"result|结果|output|输出|存储",
         "exp_max_time": r"time|时间|时长|duration|limit|限制",
+        "exp_swarm_server": r"command|cmd|命令|指令|launch|启动|run|运行|server|服务器|swarm",
+        "exp_val_result_path": _PATH_WORDS + r"result|结果|file|文件|val|验证",
         NOTES: r"notes|说明|备注|信息|info|other|其他|其它|additional|附加|补充",
     }.items()
 }
@@ -484,14 +497,14 @@ def _join_shell_lines(lines: list[str]) -> str:
     return "\n".join(block)
 
 
-def _extract_command(text: str) -> str:
+def _extract_command(text: str, fld: str = "exp_launch_command") -> str:
     """The launch command: the first fenced block, else a backticked span, else a paragraph."""
     lines = text.split("\n")
     blocks = [cmd for start, end in _fence_blocks(lines) if (cmd := _join_shell_lines(lines[start + 1 : end]))]
     if blocks:  # a preparation block may come first: prefer the one that starts training
         return next((cmd for cmd in blocks if "launcher" in cmd), blocks[0])
     para: list[str] = []
-    for ln in _unquote(_strip_label(text, "exp_launch_command")).split("\n"):
+    for ln in _unquote(_strip_label(text, fld)).split("\n"):
         s = ln.strip()
         continued = bool(para) and para[-1].endswith("\\")
         if not s or _FENCE_OPEN.match(ln):
@@ -560,7 +573,7 @@ def parse_blueprint(text: str) -> Blueprint:
         if values.get(fld):
             continue
         raw = sec.text()
-        if fld in ("exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_result_dir"):
+        if fld in ("exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_result_dir", "exp_val_result_path"):
             value, example_only = _extract_path(raw, fld)
             if example_only:
                 examples.setdefault(fld, value)
@@ -571,8 +584,15 @@ def parse_blueprint(text: str) -> Blueprint:
                 notes.append((sec.marker.line, f"(under [{fld}]) {extra}"))
         elif fld == "exp_launch_command":
             values[fld] = _extract_command(raw)
-        elif fld == "exp_max_time":
-            values[fld] = max_time_text = _extract_text(raw, fld)
+        elif fld == "exp_swarm_server":
+            values[fld] = _extract_command(raw, fld)
+        elif fld == "exp_max_time":  # the first-step clause must not be read as a label or the limit
+            clause = first_step_clause(raw)
+            if not clause:
+                values[fld] = max_time_text = _extract_text(raw, fld)
+            else:
+                limit_text = _extract_text(without_first_step_clause(raw), fld).strip().rstrip(".,;，；。")
+                values[fld] = max_time_text = f"{limit_text}. {clause}" if limit_text else clause
         else:
             values[fld] = _extract_text(raw, fld)
     for fld, value in examples.items():
@@ -594,9 +614,13 @@ def parse_blueprint(text: str) -> Blueprint:
         exp_yaml_path=values.get("exp_yaml_path", ""),
         exp_launch_command=values.get("exp_launch_command", ""),
         exp_result_dir=values.get("exp_result_dir", ""),
-        exp_max_time_seconds=parse_duration(max_time_text) if 0 < len(max_time_text) <= DURATION_MAX_CHARS else None,
+        exp_max_time_seconds=(parse_duration(without_first_step_clause(max_time_text))
+                              if 0 < len(max_time_text) <= DURATION_MAX_CHARS else None),
         exp_max_time_text=max_time_text,
         notes="\n\n".join(text for _, text in notes if text.strip()),
+        exp_swarm_server=values.get("exp_swarm_server", ""),
+        exp_val_result_path=values.get("exp_val_result_path", ""),
+        exp_swarm_declared=any(sec.marker.field == "exp_swarm_server" for sec in sections),
     )
 
 
@@ -650,6 +674,8 @@ def _check_absolute(bp: Blueprint, fld: str, problems: _Problems) -> bool:
 
 def _check_missing(bp: Blueprint, problems: _Problems) -> None:
     for fld in BLUEPRINT_FIELDS:
+        if fld == "exp_yaml_path" and (bp.exp_swarm_declared or bp.exp_swarm_server):
+            continue  # a swarm client configures its job in Python; the YAML may be "NA"
         if fld == "exp_max_time":
             present = bool(bp.exp_max_time_text.strip()) or bp.exp_max_time_seconds is not None
         else:
@@ -809,6 +835,14 @@ def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Proble
     if bp.exp_result_dir and _check_absolute(bp, "exp_result_dir", problems) and check_disk:
         _check_result_dir(bp.exp_result_dir, problems)
     _check_max_time(bp, problems)
+    if bp.exp_swarm_declared or bp.exp_swarm_server:
+        from statemachine.swarm import swarm_problems, swarm_spec
+
+        spec = swarm_spec(bp)
+        if spec is None:  # the part is there but holds no command
+            problems.error("exp_swarm_server", "the swarm server command is empty: give the command "
+                           "that starts it, e.g. `ajet-swarm start --swarm-port=10086`")
+        problems.extend(swarm_problems(bp, spec))
     return list(problems)
 
 

@@ -51,6 +51,10 @@ class Blueprint(BaseModel):
     exp_max_time_seconds: float | None = None
     notes: str = ""
     exp_max_time_text: str = Field(default="", exclude=True)
+    # Swarm mode (optional parts): the swarm server's start command and the client's results file.
+    exp_swarm_server: str = ""
+    exp_val_result_path: str = ""
+    exp_swarm_declared: bool = False  # the [exp_swarm_server] part is present, even if empty
 
     def yaml_abspath(self) -> str:
         """The YAML as an absolute path (relative paths are relative to the codebase)."""
@@ -62,7 +66,16 @@ class Blueprint(BaseModel):
 
     def public(self) -> dict[str, Any]:
         """The JSON shape `ajet-runner check --json` prints under "blueprint"."""
-        return self.model_dump(exclude={"exp_max_time_text"})
+        return self.model_dump(exclude={"exp_max_time_text", "exp_swarm_server", "exp_val_result_path",
+                                        "exp_swarm_declared"})
+
+
+    def stored(self) -> dict[str, Any]:
+        """What a worker needs: the public parts plus the swarm parts and the max-time text
+        (which may state a first-step timeout)."""
+        return {**self.public(), "exp_max_time_text": self.exp_max_time_text,
+                "exp_swarm_server": self.exp_swarm_server, "exp_val_result_path": self.exp_val_result_path,
+                "exp_swarm_declared": self.exp_swarm_declared}
 
 
 class ConfigChange(BaseModel):

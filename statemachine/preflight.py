@@ -97,6 +97,7 @@ class PreflightPlan(BaseModel):
     train_result_path: str = ""
     env_decisions: list[EnvDecision] = Field(default_factory=list)
     environment: str = ""  # whose environment the env-dependent decisions read
+    swarm: dict[str, Any] | None = None  # {"server_command", "port"} for a swarm experiment
 
     @property
     def ok(self) -> bool:
@@ -483,12 +484,20 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
     plan the changes. `env` is the environment the decisions read (the node's, as the worker
     sees it, or the submitting shell's for `check`), named by `environment` in the output.
 
-    Problems stop at the blueprint's own when it has errors (the YAML is then not read).
+    Problems stop at the blueprint's own when it has errors (the YAML is then not read). A swarm
+    experiment declared by its `[exp_swarm_server]` part gets no YAML preflight: its client
+    configures the job in Python.
     """
     from statemachine.blueprint import validate_blueprint
+    from statemachine.swarm import swarm_problems, swarm_spec
 
     problems = validate_blueprint(bp, check_disk=check_disk)
     plan = PreflightPlan(environment=environment)
+    if bp.exp_swarm_declared or bp.exp_swarm_server.strip():
+        spec = swarm_spec(bp)
+        plan.swarm = spec.public() if spec else None
+        plan.problems = merge_problems(problems, swarm_problems(bp, spec))
+        return plan
     if any(p.level == Level.error for p in problems) or not check_disk:
         plan.problems = problems
         return plan
@@ -502,4 +511,8 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
     plan = plan_preflight(bp, yaml_text, env=env)
     plan.environment = environment
     plan.problems = merge_problems(problems, plan.problems)
+    spec = swarm_spec(bp, yaml_text)  # `ajet.enable_swarm_mode: true` in the YAML
+    if spec is not None:
+        plan.swarm = spec.public()
+        plan.problems = merge_problems(plan.problems, swarm_problems(bp, spec))
     return plan

@@ -22,7 +22,7 @@ from statemachine.models import ConfigChange, RepairAction
 __all__ = ["CLEANUP_TARGETS", "MISSING", "ResolvedRepair", "del_dotted", "get_dotted", "resolve_repair",
            "set_dotted"]
 
-CLEANUP_TARGETS = ("ray", "gpu_processes", "session")
+CLEANUP_TARGETS = ("ray", "gpu_processes", "session", "swarm_server")
 
 
 class _Missing:

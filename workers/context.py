@@ -28,6 +28,7 @@ class Context:
     gpus: list[int] | None = None
     reports_sent: int = 0
     pending_repair: dict[str, Any] = field(default_factory=dict)
+    swarm: dict[str, Any] = field(default_factory=dict)  # swarm mode: spec, reused, server handle
     advice_asks: int = 0  # times the LLM adviser was asked (AJET_RUNNER_LLM_MAX_ASKS)
 
     @classmethod

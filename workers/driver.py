@@ -25,6 +25,7 @@ from service.settings import Settings
 from service.store import Store, TransitionConflict
 from statemachine.command import add_flag, conf_path, launcher_segment, replace_conf
 from statemachine.diagnose import decisive_line
+from statemachine.first_step import first_step_timeout_from_text
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
 from statemachine.policies import parse_backoff, report_due_at
@@ -51,6 +52,7 @@ from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
 from workers.report import AttemptInfo, RepairRecord, write_report
 from workers.reserve import release_reserve, take_reserve
+from workers.swarm_run import SwarmServerFailed, is_swarm, start_or_reuse, stop_ours, swarm_plan, swarm_results_path
 from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch, file_start, log_evaluations
 
@@ -89,6 +91,7 @@ class ExperimentDriver:
             plateau_after_fraction=settings.plateau_after_fraction,
             plateau_window=settings.plateau_evaluations,
             plateau_epsilon=settings.plateau_epsilon,
+            first_step_seconds=settings.first_step_seconds,
         )
         self.backoff = parse_backoff(settings.progress_backoff)
         self.roots = parse_roots(settings.allowed_roots)
@@ -166,7 +169,8 @@ class ExperimentDriver:
         if self.store.cancel_requested(self.id):
             self._claim_and_fire("cancel", "stop requested before launch")
             return True
-        # The same preflight `ajet-runner check` runs, on this node's environment.
+        # The same preflight `ajet-runner check` runs, on this node's environment (swarm: no YAML).
+        swarm = is_swarm(self.bp)
         plan = preflight(self.bp, env=os.environ, environment=f"node {self.node.name} (the worker's environment)")
         problems = list(plan.problems)
         self._move_earlier_run(problems)
@@ -183,8 +187,11 @@ class ExperimentDriver:
             if gpus is None:
                 return self._wait_for_gpus()
             self.ctx.gpus = gpus
+        if swarm and not self._reserve_swarm_port():
+            self._release_gpus_now()
+            return False  # another experiment's swarm server holds the port: back to the queue, like GPUs
         try:
-            self._apply_preflight(plan)
+            self._apply_swarm() if swarm else self._apply_preflight(plan)
         except (OSError, ValueError) as exc:  # e.g. a YAML the patcher cannot edit safely, a read-only dir
             self._release_gpus_now()
             why = write_error_reason(exc) if isinstance(exc, OSError) else str(exc)
@@ -226,6 +233,22 @@ class ExperimentDriver:
         if self.node.manages_gpus:
             self.store.release_gpus(self.node.name, self.id)
         self.ctx.gpus = None
+
+    def _swarm_port(self) -> int | None:
+        spec, _ = swarm_plan(self.bp)
+        return spec.port if spec else None
+
+    def _reserve_swarm_port(self) -> bool:
+        """Wait a little for the swarm port on this node; False hands the job back to its queue."""
+        port = self._swarm_port()
+        if port is None:
+            return True
+        deadline = time.monotonic() + self.settings.capacity_wait_seconds
+        while not self.store.reserve_swarm_port(self.node.name, self.id, port):
+            if time.monotonic() >= deadline or self.store.cancel_requested(self.id):
+                return False
+            time.sleep(0.25)
+        return True
 
     def _wait_for_gpus(self) -> bool:
         """Wait a little for GPUs here; if none free up, hand the job back to its queue."""
@@ -320,6 +343,17 @@ class ExperimentDriver:
             return replace_conf(command, str(config))
 
     # -- launching ---------------------------------------------------------------------------
+    def _apply_swarm(self) -> None:
+        """Swarm mode: the launch command is the client; its results file is found by swarm_run."""
+        spec, _ = swarm_plan(self.bp)
+        # An earlier run's files were moved to previous/ already (_move_earlier_run); keep room for the report.
+        result_dir = Path(self.bp.exp_result_dir)
+        result_dir.mkdir(parents=True, exist_ok=True)
+        take_reserve(result_dir, self.settings.result_reserve_bytes)
+        self.ctx.command = self.bp.exp_launch_command
+        self.ctx.val_path = swarm_results_path(self.bp)
+        self.ctx.swarm = {"spec": spec.model_dump() if spec else None}
+
     def _on_launching(self) -> bool:
         self._renew()
         if self.journal.cancel_requested():
@@ -336,6 +370,14 @@ class ExperimentDriver:
             if self.runner.exists(session):
                 self.runner.kill_session(session)  # the previous attempt's lingering pane
             env = attempt_env(self.bp, self.id, self.ctx.env, self.ctx.gpus)
+            if self.ctx.swarm:
+                try:
+                    env = start_or_reuse(self.runner, self.ctx.swarm, self.bp, exp_id=self.id, env=env,
+                                         attempt=self.lc.attempt, publish=self.journal.publish,
+                                         boot_timeout=self.settings.swarm_boot_timeout_seconds)
+                except SwarmServerFailed as exc:
+                    self.fire("anomaly", f"swarm server: {exc.reason}")
+                    return True
             try:
                 self.handle = self.runner.start(
                     session, self.ctx.command, cwd=self.bp.exp_codebase_dir, env=env,
@@ -399,6 +441,8 @@ class ExperimentDriver:
                 # While it runs, only a specific signature counts (a caught, logged traceback does not).
                 cause=watch.scanner.live_cause if alive else watch.scanner.cause, cause_seen_at=watch.cause_seen_at,
                 evaluations=self._primary_evaluations(),
+                first_step_seen=watch.first_step_seen,
+                first_step_timeout=first_step_timeout_from_text(self.bp.exp_max_time_text),
             )
             self._maybe_report(now - started)
             if watch.bytes_read != read_before and t0 >= next_tail:
@@ -509,7 +553,7 @@ class ExperimentDriver:
             record = record.model_copy(update=advice_fields(pending))
         resolved = None
         if actions:
-            data = read_yaml_data(Path(self.ctx.config_path))
+            data = read_yaml_data(Path(self.ctx.config_path)) if self.ctx.config_path else {}
             resolved = resolve_repair(actions, yaml_data=data, command=self.ctx.command, env=self.ctx.env,
                                       installed=lambda prog: shutil.which(prog) is not None)
         record.source = source
@@ -538,6 +582,8 @@ class ExperimentDriver:
         self.ctx.env.update(resolved.get("env") or {})
         self.ctx.command = resolved.get("command") or self.ctx.command
         diff = self._patch_config(resolved.get("yaml_changes") or [])
+        if "swarm_server" in (resolved.get("cleanups") or []):
+            stop_ours(self.runner, self.ctx.swarm, self.settings.stop_grace_seconds, self.journal.publish)
         if resolved.get("cleanups"):
             self._cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
         if self.ctx.repairs:
@@ -554,6 +600,7 @@ class ExperimentDriver:
             self.runner.stop(self.handle, self.settings.stop_grace_seconds)
         if self.lc.attempt:
             self._cleanup_processes()
+        stop_ours(self.runner, self.ctx.swarm, self.settings.stop_grace_seconds, self.journal.publish)
         link_repair_outcomes(self.ctx, self.lc.outcome)
         advised = learn_from_advice(self.ctx, self.lc.outcome, exp_id=self.id,
                                     suggestions_file=self.settings.suggestions_path())
@@ -575,6 +622,8 @@ class ExperimentDriver:
             failure = failure or exc
         if self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
+        if self.ctx.swarm and (port := self._swarm_port()) is not None:
+            self.journal.call(lambda: self.store.release_swarm_port(self.node.name, self.id, port))
         metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
         with contextlib.suppress(OSError):
             remove_temp_files(result_dir)  # e.g. the wrapper's rc temp file when the disk was full

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from statemachine.diagnose import LogScanner
+from statemachine.first_step import shows_training_step
 from statemachine.logmetrics import LogMetrics, merge_file_and_log, parse_log_lines
 from statemachine.models import Evaluation, Finding
 from statemachine.results import ResultSummary, parse_val_file
@@ -90,6 +91,7 @@ class AttemptWatch:
     summary: ResultSummary = field(default_factory=ResultSummary)
     file_summary: ResultSummary | None = None
     last_eval_at: float | None = None
+    first_step_seen: bool = False
     _log_records: int = -1
 
     def __post_init__(self) -> None:
@@ -107,6 +109,8 @@ class AttemptWatch:
                     self.bytes_read += len(chunk)
                     self.last_output_at = now
                     found += self.scanner.feed(chunk)
+                    if not self.first_step_seen:
+                        self.first_step_seen = shows_training_step(chunk.decode("utf-8", errors="replace"))
         except FileNotFoundError:
             return found
         if self.scanner.live_cause is not None and self.cause_seen_at is None:

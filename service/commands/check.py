@@ -3,7 +3,8 @@
 JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seconds},
 "problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new",
 "reason"}], "environment": "<whose environment was read>", "env_decisions": [{"variable",
-"is_set", "decision"}]}. Exit code 0 when the blueprint is runnable (no error), 1 when it has errors, 2 when
+"is_set", "decision"}], "swarm": {"server_command", "port"} or null for a classic experiment}.
+Exit code 0 when the blueprint is runnable (no error), 1 when it has errors, 2 when
 it cannot be read. `-` reads the blueprint from stdin.
 """
 
@@ -64,6 +65,7 @@ def _document(bp: Blueprint, problems: list[Problem], *, environment: str,
         "config_changes": [c.model_dump(mode="json") for c in changes],
         "environment": plan.environment if plan else environment,
         "env_decisions": [d.model_dump(mode="json") for d in plan.env_decisions] if plan else [],
+        "swarm": plan.swarm if plan else None,
     }
     return doc, runnable
 

@@ -11,13 +11,14 @@ from collections.abc import Callable, Sequence
 from statemachine.rules.base import Observation, Proposal, Rule
 from statemachine.rules.cancel import CancelRule
 from statemachine.rules.diagnosis import DiagnosisRule
+from statemachine.rules.first_step import FirstStepRule
 from statemachine.rules.plateau import PlateauRule
 from statemachine.rules.process_exit import ProcessExitRule
 from statemachine.rules.stall import StallRule
 from statemachine.rules.time_limit import TimeLimitRule
 
 __all__ = [
-    "CancelRule", "DiagnosisRule", "Observation", "PlateauRule", "ProcessExitRule", "Proposal", "Rule",
+    "CancelRule", "DiagnosisRule", "FirstStepRule", "Observation", "PlateauRule", "ProcessExitRule", "Proposal", "Rule",
     "StallRule", "TimeLimitRule", "decide", "default_rules",
 ]
 
@@ -30,6 +31,7 @@ def default_rules(
     plateau_after_fraction: float = 0.5,
     plateau_window: int = 4,
     plateau_epsilon: float = 0.005,
+    first_step_seconds: float = 20 * 60.0,
 ) -> list[Rule]:
     return [
         CancelRule(),
@@ -37,6 +39,7 @@ def default_rules(
         TimeLimitRule(grace=time_limit_grace),
         DiagnosisRule(settle_seconds=diagnosis_settle),
         StallRule(stall_seconds=stall_seconds),
+        FirstStepRule(timeout_seconds=first_step_seconds),
         PlateauRule(after_fraction=plateau_after_fraction, window=plateau_window, epsilon=plateau_epsilon),
     ]
 

@@ -26,6 +26,8 @@ class Observation:
     cause: Finding | None = None  # first fatal finding of this attempt's log
     cause_seen_at: float | None = None
     evaluations: Sequence[Evaluation] = field(default_factory=tuple)
+    first_step_seen: bool = True  # a training step showed in this attempt's log (default: not watched)
+    first_step_timeout: float | None = None  # the blueprint's own first-step timeout, seconds
 
     @property
     def elapsed(self) -> float:

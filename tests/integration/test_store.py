@@ -112,3 +112,14 @@ def test_unfinished_index_follows_transitions_and_deletes(store: Store) -> None:
     assert [r["id"] for r in store.unfinished()] == ["b"]
     store.delete("b")
     assert store.unfinished() == []
+
+
+def test_swarm_port_is_held_by_one_experiment_per_node(store: Store) -> None:
+    assert store.reserve_swarm_port("n1", "a", 10086)
+    assert store.reserve_swarm_port("n1", "a", 10086)  # idempotent for its holder
+    assert not store.reserve_swarm_port("n1", "b", 10086)
+    assert store.reserve_swarm_port("n2", "b", 10086)  # another node, another server
+    assert not store.release_swarm_port("n1", "b", 10086)  # only the holder releases
+    assert store.swarm_port_owners("n1") == {10086: "a"}
+    assert store.release_swarm_port("n1", "a", 10086)
+    assert store.reserve_swarm_port("n1", "b", 10086)

@@ -36,7 +36,7 @@ def _check_json(path: Path) -> tuple[int, dict[str, Any]]:
 
 
 def _assert_shape(doc: dict[str, Any]) -> None:
-    assert set(doc) == {"blueprint", "problems", "config_changes", "environment", "env_decisions"}
+    assert set(doc) == {"blueprint", "problems", "config_changes", "environment", "env_decisions", "swarm"}
     assert set(doc["blueprint"]) == BLUEPRINT_KEYS
     for p in doc["problems"]:
         assert set(p) == {"level", "field", "message"} and p["level"] in ("error", "warning") and p["message"]

@@ -189,6 +189,10 @@ def test_a_bad_catalogue_is_refused(tmp_path: Path, yaml_text: str, message: str
 # file -> (expected cause id or None, completed_run)
 CORPUS_TABLE: dict[str, tuple[str | None, bool]] = {
     "cuda_oom_ray.log": ("cuda_oom", False),
+    "swarm_unreachable.log": ("swarm_unreachable", False),
+    "swarm_val_before_train.log": ("swarm_val_before_train", False),
+    "swarm_mode_disabled.log": ("swarm_mode_disabled", False),
+    "swarm_engine_state.log": ("swarm_engine_state", False),
     "vllm_kv_cache.log": ("vllm_kv_cache", False),
     "vllm_gpu_busy.log": ("vllm_gpu_memory_busy", False),
     "ray_already_running.log": ("ray_already_running", False),

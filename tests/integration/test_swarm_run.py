@@ -1,0 +1,99 @@
+"""Swarm blueprints through the real `ajet-runner run`: embedded Redis, real tmux, the simulated
+swarm server and client."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from service.demo import materialize
+from tests.integration.scenario import Scenario, env_for, marked_processes, run_cli, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _make(template: str, tmp_path: Path, port: int) -> Scenario:
+    workdir = tmp_path / template
+    return Scenario(workdir, materialize(template, workdir, swarm_port=port))
+
+
+def _pid(path: Path) -> int:
+    return int(path.read_text().strip())
+
+
+def test_swarm_run_starts_the_server_first_and_stops_it(tmp_path: Path, tmux_socket: str) -> None:
+    port = _free_port()
+    sc = _make("swarm", tmp_path, port)
+    proc = run_cli(sc, env_for(tmux_socket))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "completed" and len(data["attempts"]) == 1
+    assert [e["step"] for e in data["evaluations"]] == [0, 2, 4, 6]
+    server_log = (sc.results / "logs" / "server-1.log").read_text()
+    assert f"Starting swarm server on port {port}" in server_log and "Swarm server stopped." in server_log
+    client_log = (sc.results / "logs" / "attempt-1.log").read_text()
+    assert "not reachable" not in client_log and f"http://localhost:{port}" in client_log  # AJET_SWARM_URL set
+    assert not psutil.pid_exists(_pid(sc.results / "logs" / "server-1.pid"))
+    assert not _listening(port)
+    assert marked_processes(sc.flag()["id"]) == []
+
+
+def test_swarm_run_reuses_a_running_server_and_leaves_it(tmp_path: Path, tmux_socket: str) -> None:
+    port = _free_port()
+    sc = _make("swarm", tmp_path, port)
+    server = subprocess.Popen([sys.executable, "-m", "ajet.swarm_cli", "start", f"--swarm-port={port}"],
+                              cwd=sc.codebase, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _listening(port), 30, "the pre-started swarm server")
+        proc = run_cli(sc, env_for(tmux_socket))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        data = sc.results_json()
+        assert data["outcome"] == "completed" and len(data["evaluations"]) >= 3
+        assert not (sc.results / "logs" / "server-1.log").exists()  # not started again
+        assert server.poll() is None and _listening(port)  # left running
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_swarm_server_dying_mid_run_is_restarted_once(tmp_path: Path, tmux_socket: str) -> None:
+    port = _free_port()
+    sc = _make("swarm_server_dies", tmp_path, port)
+    proc = run_cli(sc, env_for(tmux_socket))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "completed" and len(data["attempts"]) == 2
+    assert [r["signature"] for r in data["repairs"]] == ["swarm_unreachable"]
+    assert "Engine crashed" in (sc.results / "logs" / "server-1.log").read_text()
+    assert "Starting swarm server" in (sc.results / "logs" / "server-2.log").read_text()
+    assert "swarm_unreachable" in (sc.results / "repair_log.md").read_text()
+    assert not psutil.pid_exists(_pid(sc.results / "logs" / "server-2.pid")) and not _listening(port)
+
+
+def test_val_before_train_in_swarm_mode_is_a_diagnosed_failure(tmp_path: Path, tmux_socket: str) -> None:
+    port = _free_port()
+    sc = _make("swarm_val_before_train", tmp_path, port)
+    run_cli(sc, env_for(tmux_socket))
+    data = sc.results_json()
+    assert data["outcome"] == "failed" and len(data["attempts"]) == 1
+    assert [r["signature"] for r in data["repairs"]] == ["swarm_val_before_train"]
+    assert not _listening(port)

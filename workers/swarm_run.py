@@ -1,0 +1,93 @@
+"""Swarm mode inside one experiment run: the small hooks the driver calls.
+
+Kept apart from the driver (which is being split into per-state handlers) so the driver only
+calls `swarm_plan` when queued, `start_or_reuse` before launching the client, `stop_ours` when
+a repair restarts the server or the experiment ends, and `swarm_results_path` to find the
+client's `## Step N` file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from statemachine.models import Blueprint, Problem
+from statemachine.swarm import SwarmSpec, swarm_problems, swarm_spec, val_result_abspath
+from workers.attempt import MARKER
+from workers.swarm_server import SwarmServer, SwarmServerFailed, client_env, ensure_server
+from workers.tmux import RunHandle, TmuxRunner
+
+__all__ = ["is_swarm", "swarm_plan", "start_or_reuse", "stop_ours", "swarm_results_path", "SwarmServerFailed"]
+
+
+def is_swarm(bp: Blueprint) -> bool:
+    """A swarm experiment known from the blueprint (the `[exp_swarm_server]` part)."""
+    return bool(bp.exp_swarm_declared or bp.exp_swarm_server.strip())
+
+
+def swarm_plan(bp: Blueprint) -> tuple[SwarmSpec | None, list[Problem]]:
+    """The swarm spec of a swarm blueprint and its problems (no YAML preflight in swarm mode)."""
+    spec = swarm_spec(bp)
+    return spec, swarm_problems(bp, spec)
+
+
+def swarm_results_path(bp: Blueprint) -> str:
+    """The client's results file: `[exp_val_result_path]`, else `<codebase>/appworld_swarm_results/
+    val_results.md` when that folder exists at launch (the AgentJet appworld default)."""
+    named = val_result_abspath(bp)
+    if named:
+        return named
+    default = Path(bp.exp_codebase_dir, "appworld_swarm_results", "val_results.md")
+    return str(default)
+
+
+def start_or_reuse(
+    runner: TmuxRunner, state: dict[str, Any], bp: Blueprint, *, exp_id: str, env: Mapping[str, str],
+    attempt: int, boot_timeout: float, publish: Callable[[dict[str, Any]], None],
+) -> dict[str, str]:
+    """Make sure a swarm server listens; returns the client's environment.
+
+    `state` (kept in the experiment's context) records whether the server is reused or ours
+    and our server's tmux handle. Raises SwarmServerFailed when it cannot be brought up.
+    """
+    spec = SwarmSpec.model_validate(state["spec"])
+    handle = RunHandle.from_dict(state["handle"]) if state.get("handle") else None
+    if handle is not None and runner.is_running(handle):
+        return client_env(spec, bp.exp_launch_command, env)
+    # Without the attempt's cleanup marker: the scoped cleanup after each client attempt must not
+    # kill the server; it is stopped only by `stop_ours` (gracefully).
+    server_env = {k: v for k, v in env.items() if k != MARKER}
+    server = ensure_server(runner, spec, purpose=bp.exp_purpose, exp_id=exp_id, cwd=bp.exp_codebase_dir,
+                           env=server_env, log_dir=Path(bp.exp_result_dir) / "logs", n=attempt,
+                           boot_timeout=boot_timeout)
+    if server.reused:
+        state["reused"] = True
+        publish({"type": "swarm_server", "message": f"reusing the swarm server already listening on port "
+                 f"{spec.port}; it is not started again and not stopped at the end"})
+    else:
+        assert server.handle is not None
+        state["handle"] = server.handle.to_dict()
+        state["reused"] = False
+        state.setdefault("started", 0)
+        state["started"] += 1
+        publish({"type": "swarm_server", "message": f"swarm server listening on port {spec.port} in tmux "
+                 f"session {server.handle.session} (log {server.handle.log_path})"})
+    return client_env(spec, bp.exp_launch_command, env)
+
+
+def stop_ours(runner: TmuxRunner, state: dict[str, Any], grace: float,
+              publish: Callable[[dict[str, Any]], None]) -> None:
+    """Stop the server this experiment started (gracefully, nothing left); a reused one stays."""
+    if not state or state.get("reused") or not state.get("handle"):
+        return
+    handle = RunHandle.from_dict(state["handle"])
+    spec = SwarmSpec.model_validate(state["spec"])
+    try:
+        SwarmServer(spec=spec, reused=False, handle=handle).stop(runner, grace)
+    except RuntimeError as exc:
+        publish({"type": "warning", "message": f"stopping the swarm server left processes behind: {exc}"})
+    else:
+        publish({"type": "swarm_server", "message": f"swarm server on port {spec.port} stopped"})
+    state["handle"] = None
+
