@@ -38,14 +38,15 @@ def test_drop_ins_and_piped_tables_match_the_golden_files(redis_url, tmp_path) -
         env = {**cli_env(server.url), "TZ": "UTC"}
 
         out = run(env, "submit", f"--blueprint={demo.blueprint}", "--runner", "pai",
-                  "--acknowledge-max-parallel-capacity=4", "--node", "nowhere")
+                  "--acknowledge-max-parallel-capacity=4", "--node", "nowhere", "--wait-for-node")
         assert out.returncode == 0, out.stderr
         a = out.stdout.split(": ")[-1].strip()
         assert out.stdout == golden("submit_blueprint.stdout", a=a)
         assert out.stderr == golden("submit_blueprint.stderr")
         assert len(a) == 12 and api.get(a).state == "queued"
 
-        piped = subprocess.run([*CLI, "submit", "-", "--node", "nowhere"], env=env, input=demo.blueprint.read_text(),
+        second = demo.blueprint.read_text().replace(str(demo.results), f"{demo.results}-b")  # a live run's dir is its own
+        piped = subprocess.run([*CLI, "submit", "-", "--node", "nowhere", "--wait-for-node"], env=env, input=second,
                                capture_output=True, text=True, timeout=60, check=False)
         assert piped.returncode == 0, piped.stderr
         b = piped.stdout.removeprefix("Job submitted: ").strip()
@@ -78,7 +79,7 @@ def test_piped_scan_keeps_every_value_whole(redis_url, tmp_path) -> None:
     demo = make("demo", tmp_path)
     with running_server(redis_url, tmp_path / "serve.log") as server:
         env = {**cli_env(server.url), "COLUMNS": "40"}
-        exp = run(env, "submit", str(demo.blueprint), "--node", "a-rather-long-node-name-for-the-table").stdout
+        exp = run(env, "submit", str(demo.blueprint), "--node", "a-rather-long-node-name-for-the-table", "--wait-for-node").stdout
         exp = exp.split(": ")[-1].strip()
         out = run(env, "scan")
         row = out.stdout.splitlines()[1].split("\t")

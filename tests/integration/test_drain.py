@@ -54,6 +54,7 @@ def test_a_worker_started_after_a_prestop_drain_takes_new_work(client, redis_url
 
     sc = make("demo", tmp_path)
     with running_worker(env, "n1", "--gpus", "0"):
+        wait_for(lambda: node(client, "n1").get("alive"), 30, "the new worker to register")
         exp_id = client.submit(sc.blueprint.read_text(), node="n1")["id"]
         wait_for(lambda: client.get(exp_id)["state"] == "finished", 120, "the new worker to run it")
         after = node(client, "n1")

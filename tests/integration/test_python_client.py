@@ -27,7 +27,7 @@ def test_idempotency_key_names_one_experiment(redis_url, tmp_path) -> None:
         def submit_once() -> None:
             with server.client() as api:
                 try:
-                    results.append(api.submit(text, node="nowhere", idempotency_key="bp-1"))
+                    results.append(api.submit(text, node="nowhere", wait_for_node=True, idempotency_key="bp-1"))
                 except BaseException as exc:  # noqa: BLE001 - collected and asserted below
                     results.append(exc)
 
@@ -41,18 +41,20 @@ def test_idempotency_key_names_one_experiment(redis_url, tmp_path) -> None:
         assert len(ids) == 1 and len(results) == 6
         with server.client() as api:
             assert api.list_experiments().total == 1
-            again = api.submit_file(demo.blueprint, node="nowhere", idempotency_key="bp-1")
+            again = api.submit_file(demo.blueprint, node="nowhere", wait_for_node=True, idempotency_key="bp-1")
             assert again.id in ids
             with pytest.raises(ApiError) as info:
-                api.submit(text + "\nanother note\n", node="nowhere", idempotency_key="bp-1")
+                api.submit(text + "\nanother note\n", node="nowhere", wait_for_node=True, idempotency_key="bp-1")
             assert info.value.status == 409 and info.value.problems[0]["field"] == "Idempotency-Key"
 
             # A refused submission does not use the key up: the corrected retry gets through.
             with pytest.raises(ApiError) as info:
                 api.submit("## [exp_purpose]\nnothing else\n", idempotency_key="bp-2")
             assert info.value.status == 422
-            fixed = api.submit(text, node="nowhere", idempotency_key="bp-2")
-            assert fixed.id not in ids and api.submit(text, node="nowhere", idempotency_key="bp-2").id == fixed.id
+            other = text.replace(str(demo.results), f"{demo.results}-2")  # a live run's result dir is its own
+            fixed = api.submit(other, node="nowhere", wait_for_node=True, idempotency_key="bp-2")
+            assert fixed.id not in ids
+            assert api.submit(other, node="nowhere", wait_for_node=True, idempotency_key="bp-2").id == fixed.id
             assert api.list_experiments().total == 2
             with pytest.raises(ApiError) as info:
                 api.submit(text, idempotency_key="has spaces")
@@ -62,7 +64,7 @@ def test_idempotency_key_names_one_experiment(redis_url, tmp_path) -> None:
 def test_typed_models_wait_and_async_tailing(redis_url, tmp_path) -> None:
     demo = make("demo", tmp_path)
     with running_server(redis_url, tmp_path / "serve.log") as server, server.client() as api:
-        exp = api.submit_file(demo.blueprint, node="nowhere")
+        exp = api.submit_file(demo.blueprint, node="nowhere", wait_for_node=True)
         assert isinstance(exp, Experiment) and exp.state == "queued" and exp["state"] == "queued"
         assert exp.get("no-such-field", 7) == 7 and "purpose" in exp and not exp.finished
         start = time.monotonic()
