@@ -151,13 +151,13 @@ def _wait(cond, timeout: float, interval: float = 0.2) -> bool:  # type: ignore[
     return False
 
 
-def _scenarios(work: Path, n: int) -> list:  # type: ignore[type-arg]
+def _scenarios(work: Path, n: int, steps: int = 4, step_seconds: float = 0.3) -> list:  # type: ignore[type-arg]
     out = []
     for i in range(n):
         sc = make("demo", work / f"exp{i:04d}")
         yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
-        text = yaml_path.read_text().replace("total_training_steps: 10", "total_training_steps: 4")
-        yaml_path.write_text(text.replace("step_seconds: 1.0", "step_seconds: 0.3"))
+        text = yaml_path.read_text().replace("total_training_steps: 10", f"total_training_steps: {steps}")
+        yaml_path.write_text(text.replace("step_seconds: 1.0", f"step_seconds: {step_seconds}"))
         out.append(sc)
     return out
 
@@ -259,7 +259,8 @@ def _judge(store: Store, ids: list[str], scenarios: list, figures: Figures) -> N
             print(f"  flag: {exp_id} flags={[p.name for p in flags]} flag={flag} outcome={rec.get('outcome')}")
 
 
-def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=print) -> Figures:  # type: ignore[no-untyped-def]
+def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=print,  # type: ignore[no-untyped-def]
+              steps: int = 4, step_seconds: float = 0.3) -> Figures:
     if os.geteuid() != 0 or not shutil.which("ip"):
         raise CannotRun("network namespaces need root and iproute2 (`ip`)")
     rng = random.Random(seed)
@@ -284,12 +285,13 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
             cluster.start_worker(host)
         if not _wait(lambda: _both_alive(store), 60):
             raise RuntimeError("the workers did not register")
-        scenarios = _scenarios(work, n)
+        scenarios = _scenarios(work, n, steps, step_seconds)
         t0 = time.monotonic()
         ids = [submit(store, store.r, sc.blueprint.read_text())["id"] for sc in scenarios]
         out(f"submitted {n} experiments; chaos begins")
-        # Redis restart and the host cut happen once each, at a third and two thirds of the way.
-        special = {max(1, n // 3): "redis", max(2, 2 * n // 3): "cut"}
+        # Redis restart and the host cut happen once each, at a third and two thirds of the way (a short
+        # run is over too soon for that: there they follow the first round of kills at once).
+        special = {max(1, n // 3): "redis", max(2, 2 * n // 3): "cut"} if n >= 50 else {0: "redis", 0.5: "cut"}
         done_special: set[str] = set()
         first = rng.sample(DISRUPTIONS, len(DISRUPTIONS))  # each kind at least once, early
         deadline = time.monotonic() + timeout
@@ -299,13 +301,17 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
                 break
             kind = "" if first else next((k for at, k in special.items()
                                           if finished >= at and k not in done_special), "")
+            from_first = False
             if kind:
                 done_special.add(kind)
             else:
+                from_first = bool(first)
                 kind = first.pop() if first else rng.choice(DISRUPTIONS)
             before = finished
             what = _disrupt(cluster, kind, rng, store)
-            if not what:
+            if not what:  # nothing of that kind alive right now (e.g. no work-horse): try it again later
+                if from_first:
+                    first.insert(0, kind)
                 time.sleep(0.5)
                 continue
             at = time.monotonic()

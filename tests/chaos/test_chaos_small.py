@@ -26,7 +26,7 @@ def _chaos_module():  # type: ignore[no-untyped-def]
 def test_small_chaos_run_loses_nothing_and_launches_nothing_twice(tmp_path: Path) -> None:
     chaos = _chaos_module()
     try:
-        figures = chaos.run_chaos(12, seed=7, slots=3, timeout=300, work=tmp_path)
+        figures = chaos.run_chaos(12, seed=7, slots=3, timeout=300, work=tmp_path, steps=10, step_seconds=1.0)
     except chaos.CannotRun as exc:
         pytest.skip(str(exc))
     report = "\n".join(figures.lines())
