@@ -10,6 +10,8 @@ COPY pyproject.toml README.md ./
 COPY statemachine ./statemachine
 COPY workers ./workers
 COPY service ./service
+# The samples ship in the wheel (package ajet_runner_examples) so `ajet-runner demo` works in the image.
+COPY examples ./examples
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
@@ -31,5 +33,9 @@ ENV PYTHONUNBUFFERED=1 \
 USER 1000:1000
 WORKDIR /home/ajet
 EXPOSE 8080 9101
+# /healthz of `serve` (port 8080, or AJET_RUNNER_HEALTH_PORT) or of a worker with a metrics port
+# (AJET_RUNNER_METRICS_PORT). Kubernetes ignores this and uses the chart's probes.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('AJET_RUNNER_HEALTH_PORT') or os.environ.get('AJET_RUNNER_METRICS_PORT') or '8080'; urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4)"]
 ENTRYPOINT ["/usr/bin/tini", "--", "ajet-runner"]
 CMD ["--help"]

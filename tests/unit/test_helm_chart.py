@@ -537,3 +537,75 @@ def test_values_yaml_documents_every_key() -> None:
         path for path in leaves(values, "") if not any(path == d or path.startswith(d + ".") for d in documented)
     ]
     assert not missing, missing
+
+
+def readme_helm_commands(readme: Path) -> list[list[str]]:
+    """Every `helm install|upgrade|template` command in a README's bash blocks, as argument lists."""
+    import re
+    import shlex
+
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", readme.read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:2] in (["helm", "install"], ["helm", "upgrade"], ["helm", "template"]):
+                commands.append(words)
+    return commands
+
+
+def set_values(words: list[str]) -> dict[str, Any]:
+    """The values the `--set a.b=c` flags of one command line give (strings, as helm --set-string would
+    keep them; numbers are converted like helm does for the few numeric keys used here)."""
+    values: dict[str, Any] = {}
+    for flag, arg in zip(words, words[1:], strict=False):
+        if flag != "--set":
+            continue
+        for pair in arg.split(","):
+            key, value = pair.split("=", 1)
+            node = values
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = int(value) if value.isdigit() else {"true": True, "false": False}.get(value, value)
+    return values
+
+
+@pytest.mark.parametrize("readme", ["README.md", "helm/ajet-runner/README.md"])
+def test_the_readmes_helm_commands_render_the_image_they_promise(chart: helm.Chart, readme: str) -> None:
+    commands = readme_helm_commands(CHART_DIR.parents[1] / readme)
+    assert commands, f"no helm command found in {readme}"
+    for words in commands:
+        values = set_values(words)
+        docs = render(chart, values)
+        image = values.get("image", {})
+        assert "<" not in " ".join(words), f"a placeholder is not a value one can paste: {' '.join(words)}"
+        registry, repo = image.get("registry", "ghcr.io"), image["repository"]
+        names_registry = "." in repo.split("/")[0] or ":" in repo.split("/")[0]
+        expected = f"{repo if names_registry else f'{registry}/{repo}'}:{image.get('tag', '0.1.0')}"
+        for owner in (one(docs, "Deployment"), one(docs, "DaemonSet", "-worker")):
+            assert owner["spec"]["template"]["spec"]["containers"][0]["image"] == expected, " ".join(words)
+
+
+@pytest.mark.parametrize(("image", "expected"), [
+    ({}, "ghcr.io/ajet-runner/ajet-runner:0.1.0"),
+    ({"repository": "myreg.io/ajet-runner"}, "myreg.io/ajet-runner:0.1.0"),
+    ({"repository": "localhost:5000/ajet-runner", "tag": "dev"}, "localhost:5000/ajet-runner:dev"),
+    ({"registry": "myreg.io", "repository": "team/ajet-runner"}, "myreg.io/team/ajet-runner:0.1.0"),
+    ({"registry": "", "repository": "ajet-runner"}, "ajet-runner:0.1.0"),
+    ({"digest": "sha256:" + "a" * 64}, "ghcr.io/ajet-runner/ajet-runner@sha256:" + "a" * 64),
+])
+def test_image_registry_and_repository_compose(chart: helm.Chart, image: dict[str, str], expected: str) -> None:
+    api = one(render(chart, {"image": image}), "Deployment")
+    assert api["spec"]["template"]["spec"]["containers"][0]["image"] == expected
+
+
+def test_service_monitor_can_send_the_token_from_the_secret(chart: helm.Chart) -> None:
+    values = {"metrics": {"serviceMonitor": {"enabled": True, "sendToken": True}}}
+    monitor = one(render(chart, values), "ServiceMonitor")
+    auth = monitor["spec"]["endpoints"][0]["authorization"]
+    assert auth == {"type": "Bearer", "credentials": {"name": "rel-ajet-runner", "key": "token"}}
+    existing = one(render(chart, {**values, "auth": {"existingSecret": "tok", "existingSecretTokenKey": "k"}}),
+                   "ServiceMonitor")
+    assert existing["spec"]["endpoints"][0]["authorization"]["credentials"] == {"name": "tok", "key": "k"}
+    plain = one(render(chart, {"metrics": {"serviceMonitor": {"enabled": True}}}), "ServiceMonitor")
+    assert "authorization" not in plain["spec"]["endpoints"][0]

@@ -67,12 +67,25 @@ annotations:
 {{- end -}}
 {{- end -}}
 
+{{/*
+The image reference: registry + repository, then "@digest" or ":tag". A repository that already names a
+registry (its first part has a "." or ":", or is "localhost") is used as is, so
+`--set image.repository=myreg.io/ajet-runner` means myreg.io/ajet-runner, never ghcr.io/myreg.io/...;
+an empty registry means the repository alone.
+*/}}
 {{- define "ajet-runner.image" -}}
 {{- $tag := default .Chart.AppVersion .Values.image.tag | toString -}}
+{{- $repo := .Values.image.repository | trimPrefix "/" -}}
+{{- $first := index (splitList "/" $repo) 0 -}}
+{{- $hasRegistry := and (contains "/" $repo) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $name := $repo -}}
+{{- if and .Values.image.registry (not $hasRegistry) -}}
+{{- $name = printf "%s/%s" (.Values.image.registry | trimSuffix "/") $repo -}}
+{{- end -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s/%s@%s" .Values.image.registry .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $name .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s/%s:%s" .Values.image.registry .Values.image.repository $tag -}}
+{{- printf "%s:%s" $name $tag -}}
 {{- end -}}
 {{- end -}}
 

@@ -1,0 +1,47 @@
+"""`pip install ajet-runner && ajet-runner demo` works anywhere: the wheel carries the sample codebase and
+blueprints. Builds the wheel, installs it into a fresh venv outside the checkout, runs `demo` there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)], cwd=tmp_path)
+    wheel = next(dist.glob("ajet_runner-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "ajet_runner_examples/blueprints/demo.md" in names
+    assert "ajet_runner_examples/agentjet_sim/ajet/launcher.py" in names
+
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], cwd=tmp_path, timeout=900)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "PYTHONPATH", "VIRTUAL_ENV")}
+    env["AJET_RUNNER_TMUX_SOCKET"] = str(tmp_path / "tmux.sock")
+    try:
+        out = run([str(venv / "bin" / "ajet-runner"), "demo", "--dir", str(elsewhere / "run")], cwd=elsewhere,
+                  env=env, timeout=300)
+    finally:
+        subprocess.run(["tmux", "-S", env["AJET_RUNNER_TMUX_SOCKET"], "kill-server"], capture_output=True,
+                       check=False)
+    assert "completed" in out.lower()
+    flags = list((elsewhere / "run").rglob("finish.flag"))
+    assert len(flags) == 1 and '"completed"' in flags[0].read_text()
