@@ -7,7 +7,6 @@ work-horse process.
 
 from __future__ import annotations
 
-import logging
 import sys
 import uuid
 
@@ -15,13 +14,14 @@ import redis
 from rq import Worker
 from rq.serializers import JSONSerializer
 
+from logsetup import configure
 from workers.jobs import queue
 from workers.node import queue_names
 
 
 def main(argv: list[str]) -> int:
     url, node, index = argv[1], argv[2], argv[3]
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s slot{index} %(name)s %(levelname)s %(message)s")
+    configure(f"slot{index}", node=node)  # level and format from the worker's environment
     conn = redis.Redis.from_url(url, socket_timeout=None, health_check_interval=30)
     queues = [queue(conn, name) for name in queue_names(node)]
     worker = Worker(queues, connection=conn, serializer=JSONSerializer,

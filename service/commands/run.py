@@ -34,7 +34,8 @@ def _wait_for_node(store: Any, node: str, proc: subprocess.Popen[bytes], timeout
     raise RuntimeError(f"the worker did not register within {timeout:.0f}s")
 
 
-def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "") -> int:
+def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "",
+                  show_worker_log: bool = False) -> int:
     from service.embedded import EmbeddedRedis
     from service.follow import follow
     from service.store import Store
@@ -56,7 +57,8 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
     env = {**os.environ, "REDIS_URL": url, "AJET_RUNNER_NODE": node}
     worker = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--node", node], env=env,
                               start_new_session=True,  # Ctrl-C here must not reach the worker
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if embedded else None)
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL if embedded and not show_worker_log else None)
     store = Store.from_url(url)
     try:
         _wait_for_node(store, node, worker)
@@ -101,9 +103,20 @@ def register(app: typer.Typer) -> None:
     def run(
         blueprint: Path = typer.Argument(..., help="the blueprint markdown file"),
         node: str = typer.Option("", help="node name for the local worker (default: hostname)"),
+        log_level: str = typer.Option("", help="show the local worker's log at this level "
+                                      "(debug, info, ...; default $AJET_RUNNER_LOG_LEVEL, log hidden)"),
+        log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
     ) -> None:
         """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
-        code = run_blueprint(blueprint, Console(), node=node)
+        from logsetup import LEVEL_ENV, LogSetupError, configure
+
+        shown = bool(log_level or os.environ.get(LEVEL_ENV))
+        try:  # exported to the environment: the local worker logs the same way
+            configure("run", log_level, log_format)
+        except LogSetupError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        code = run_blueprint(blueprint, Console(), node=node, show_worker_log=shown)
         raise typer.Exit(code)
 
     @app.command()
