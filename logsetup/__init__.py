@@ -142,6 +142,7 @@ def configure(component: str, level: str | None = None, fmt: str | None = None, 
             root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(threshold)
+    logging.captureWarnings(True)  # Python warnings become records too: one format on stderr
     for name in CHATTY:  # let their records reach the filter, which demotes them
         logging.getLogger(name).setLevel(logging.NOTSET)
     # uvicorn's own loggers propagate to root (uvicorn.run(log_config=None) adds no handlers).
