@@ -120,6 +120,9 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, key, None)
             if value:
                 doc[key] = value
+        if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
+            # uvicorn's access record: (client, method, path with query, HTTP version, status)
+            doc.update(zip(("client", "method", "path", "http_version", "status"), record.args, strict=True))
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         return json.dumps(doc, ensure_ascii=False, default=str)

@@ -42,7 +42,8 @@ def test_serve_json_log_is_one_object_per_line(redis_url: str, tmp_path: Path) -
         wait_for(lambda: "GET /v1/nodes" in log.read_text(), 10, "the access line")
     docs = [json.loads(line) for line in _lines(log)]  # fails on any line that is not one JSON object
     assert all({"ts", "level", "logger", "msg", "component"} <= set(d) for d in docs)
-    assert any(d["logger"] == "uvicorn.access" and "GET /v1/nodes" in d["msg"] for d in docs)
+    (access,) = [d for d in docs if d["logger"] == "uvicorn.access" and "GET /v1/nodes" in d["msg"]]
+    assert (access["method"], access["path"], access["status"]) == ("GET", "/v1/nodes", 200)
     assert any(d["logger"] == "uvicorn.error" and "startup complete" in d["msg"] for d in docs)
 
 
