@@ -35,13 +35,13 @@ def register(app: typer.Typer) -> None:
 
         url = _need_redis_url()
         settings = get_settings()
-        info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
-                                      slots or settings.slots)
-        try:  # exported to the environment: the slot processes log the same way
-            configure("worker", log_level, log_format, node=info.name)
+        try:  # first, so every line has the format; exported: the slot processes log the same way
+            configure("worker", log_level, log_format, node=node or settings.node)
         except LogSetupError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
+        info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
+                                      slots or settings.slots)
         sup = NodeSupervisor(settings, info, url)
         port = settings.metrics_port if metrics_port < 0 else metrics_port
         if port:
