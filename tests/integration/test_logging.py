@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -47,12 +48,12 @@ def test_serve_json_log_is_one_object_per_line(redis_url: str, tmp_path: Path) -
     assert any(d["logger"] == "uvicorn.error" and "startup complete" in d["msg"] for d in docs)
 
 
-def test_serve_refuses_an_unknown_log_level_naming_it(redis_url: str) -> None:
-    import subprocess
-
-    proc = subprocess.run([*CLI, "serve", "--log-level", "loud", "--insecure"], capture_output=True, text=True,
+@pytest.mark.parametrize(("args", "named"), [(["serve", "--log-level", "loud", "--insecure"], "log level 'loud'"),
+                                            (["worker", "--log-format", "xml"], "log format 'xml'")])
+def test_unknown_log_settings_are_refused_naming_them(redis_url: str, args: list[str], named: str) -> None:
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True,
                           timeout=60, check=False, env={**env_for(""), "REDIS_URL": redis_url})
-    assert proc.returncode == 2 and "log level 'loud'" in proc.stderr
+    assert proc.returncode == 2 and named in proc.stderr
 
 
 def test_worker_json_lines_carry_experiment_node_state_and_no_transitions_chatter(tmp_path: Path,
