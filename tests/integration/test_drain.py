@@ -34,19 +34,21 @@ def drain(env: dict[str, str], *args: str) -> str:
     return proc.stdout
 
 
-def pod_restart(env: dict[str, str], client: AjetRunnerClient, *drain_args: str) -> None:
-    """What Kubernetes does to a worker pod: preStop (`drain`), then SIGTERM, then a new pod."""
+def pod_restart(env: dict[str, str], client: AjetRunnerClient, *drain_args: str) -> dict:
+    """What Kubernetes does to a worker pod: preStop (`drain`), then SIGTERM, then a new pod.
+    Returns /v1/nodes' view of the node while drained (an idle worker that leaves is unlisted)."""
     with running_worker(env, "n1", "--gpus", "0") as first:
         wait_for(lambda: node(client, "n1").get("alive"), 30, "the first worker to register")
         drain(env, *drain_args)
-        wait_for(lambda: node(client, "n1").get("draining"), 30, "the node to show as draining")
+        seen = wait_for(lambda: node(client, "n1") if node(client, "n1").get("drained_by") else None, 30,
+                        "the node to show as drained")
         kill_group(first, signal.SIGTERM)
+    return seen  # type: ignore[return-value]
 
 
 def test_a_worker_started_after_a_prestop_drain_takes_new_work(client, redis_url, tmux_socket, tmp_path):
     env = worker_env(redis_url, tmux_socket)
-    pod_restart(env, client, "--reason", "preStop", "--by", "worker-pod-abc")
-    seen = node(client, "n1")
+    seen = pod_restart(env, client, "--reason", "preStop", "--by", "worker-pod-abc")
     assert seen["draining"] and seen["drained_by"] == "worker-pod-abc" and seen["drain_reason"] == "preStop"
     assert seen["drain_sticky"] is False and seen["drained_at"]
 
