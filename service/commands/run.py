@@ -98,6 +98,19 @@ def _socket_flag(settings: Any) -> str:
     return f" -S {settings.tmux_socket}" if settings.tmux_socket else ""
 
 
+def _setup_logs(log_level: str, log_format: str) -> bool:
+    """Configure this process's logs (exported to the local worker); True when its log is to be shown."""
+    from logsetup import LEVEL_ENV, LogSetupError, configure
+
+    shown = bool(log_level or os.environ.get(LEVEL_ENV))
+    try:
+        configure("run", log_level, log_format)
+    except LogSetupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    return shown
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
@@ -108,24 +121,20 @@ def register(app: typer.Typer) -> None:
         log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
     ) -> None:
         """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
-        from logsetup import LEVEL_ENV, LogSetupError, configure
-
-        shown = bool(log_level or os.environ.get(LEVEL_ENV))
-        try:  # exported to the environment: the local worker logs the same way
-            configure("run", log_level, log_format)
-        except LogSetupError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
-        code = run_blueprint(blueprint, Console(), node=node, show_worker_log=shown)
+        code = run_blueprint(blueprint, Console(), node=node, show_worker_log=_setup_logs(log_level, log_format))
         raise typer.Exit(code)
 
     @app.command()
     def demo(
         template: str = typer.Argument("demo", help="a sample blueprint from examples/blueprints"),
         workdir: Path = typer.Option(None, "--dir", help="where to put the copy (default ./runs/<template>-<time>)"),
+        log_level: str = typer.Option("", help="show the local worker's log at this level (as for `run`)"),
+        log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
     ) -> None:
         """Copy the simulated AgentJet and a sample blueprint into a fresh dir, then `run` it."""
         from service.demo import list_templates, materialize
+
+        shown = _setup_logs(log_level, log_format)
 
         if template not in list_templates():
             typer.echo(f"error: no sample blueprint {template!r}; choose from {', '.join(list_templates())}", err=True)
@@ -133,4 +142,4 @@ def register(app: typer.Typer) -> None:
         target = workdir or Path("runs") / f"{template}-{time.strftime('%Y%m%d-%H%M%S')}"
         blueprint = materialize(template, target.resolve())
         Console().print(f"blueprint: {blueprint}")
-        raise typer.Exit(run_blueprint(blueprint, Console()))
+        raise typer.Exit(run_blueprint(blueprint, Console(), show_worker_log=shown))
