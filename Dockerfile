@@ -11,6 +11,7 @@ COPY logsetup ./logsetup
 COPY statemachine ./statemachine
 COPY workers ./workers
 COPY service ./service
+COPY resultdir ./resultdir
 # The samples ship in the wheel (package ajet_runner_examples) so `ajet-runner demo` works in the image.
 COPY examples ./examples
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .

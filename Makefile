@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install install-test demo test lint bench clean
+.PHONY: install install-test demo test lint bench fuzz chaos clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,6 +17,7 @@ install: $(BIN)/python
 
 install-test: $(BIN)/python
 	@bash scripts/ensure-system-deps.sh
+	@bash scripts/ensure-test-deps.sh
 	$(BIN)/pip install -q -e '.[test]'
 
 demo: install
@@ -26,11 +27,25 @@ test: install-test
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 -q
 
+# Hypothesis on every parser, the command lexer and rewrites (bash-executed), with time budgets.
+# AJET_FUZZ_EXAMPLES: examples per property (make test runs a few). An API schemathesis suite
+# (tests/integration/test_openapi_conformance.py) runs too, with AJET_RUNNER_SCHEMATHESIS_EXAMPLES examples per operation.
+FUZZ_EXAMPLES ?= 400
+FUZZ_API_EXAMPLES ?= 500
+fuzz: install-test
+	AJET_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) AJET_RUNNER_SCHEMATHESIS_EXAMPLES=$(FUZZ_API_EXAMPLES) $(BIN)/python -m pytest -q \
+		-p no:randomly tests/fuzz tests/unit/test_command_safety.py tests/integration/test_openapi_conformance.py
+
 lint: install-test
 	$(BIN)/ruff check .
 
 bench: install-test
 	for b in bench/bench_*.py; do $(BIN)/python $$b; done
+
+# >= 200 short simulated experiments on 2 network-namespace hosts under kill -9, a Redis restart and a
+# host cut; prints the figures and fails unless 0 duplicates / 0 lost / 0 orphans (needs root).
+chaos: install-test
+	$(BIN)/python bench/chaos.py --experiments $(or $(CHAOS_EXPERIMENTS),200)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -13,13 +13,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import redis
-from fastapi import FastAPI, Request, Security, status
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI, Security
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Histogram
 
 from service.api_backend import Backend
+from service.api_errors import error_responses, install_handlers, install_openapi
 from service.api_middleware import BodyLimit, Latency
 from service.auth import BearerAuth, TokenSet, bearer_scheme
 from service.settings import Settings, get_settings
@@ -34,40 +33,15 @@ HTTP_LATENCY = Histogram(
 )
 
 
-def _validation_problems(exc: RequestValidationError) -> list[dict[str, str]]:
-    problems = []
-    for err in exc.errors():
-        if err.get("type") == "json_invalid":
-            why = (err.get("ctx") or {}).get("error", "")
-            problems.append({"level": "error", "field": "body", "message": f"invalid JSON: {why}"})
-            continue
-        loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path", "header")]
-        problems.append({"level": "error", "field": ".".join(loc) or "body", "message": str(err.get("msg", ""))})
-    return problems
-
-
-def _install_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = _validation_problems(exc)
-        detail = "invalid request: " + "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            content={"detail": detail, "problems": problems})
-
-    @app.exception_handler(redis.RedisError)
-    async def redis_down(_: Request, exc: redis.RedisError) -> JSONResponse:
-        log.warning("redis error: %s", exc)
-        return JSONResponse(status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-                            content={"detail": f"Redis is unreachable: {type(exc).__name__}"})
-
-
 def _install_probes(app: FastAPI, be: Backend, metrics_guard: list[Any]) -> None:
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
         """Liveness: the process answers (touches no Redis)."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], responses={503: {"description": "Redis is unreachable"}})
+    @app.get("/readyz", tags=["health"], responses={503: {"description": "Redis is unreachable", "content": {
+        "application/json": {"schema": {"type": "object", "properties": {"status": {"type": "string"},
+                                                                         "detail": {"type": "string"}}}}}}})
     def readyz() -> JSONResponse:
         """Readiness: Redis answers a PING."""
         try:
@@ -77,7 +51,9 @@ def _install_probes(app: FastAPI, be: Backend, metrics_guard: list[Any]) -> None
             return JSONResponse(status_code=503, content={"status": "unavailable", "detail": f"redis: {detail}"})
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["health"], dependencies=metrics_guard, response_class=Response)
+    @app.get("/metrics", tags=["health"], dependencies=metrics_guard, response_class=Response, responses={
+        200: {"description": "Prometheus text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}},
+        **(error_responses(401) if metrics_guard else {})})
     def metrics() -> Response:
         """Prometheus exposition: experiment and node metrics from Redis, plus this API's request latency."""
         try:
@@ -113,10 +89,14 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
     )
     app.state.backend = be
     app.state.tokens = tokens
-    _install_handlers(app)
+    install_handlers(app)
+    install_openapi(app)
     _install_probes(app, be, guard if metrics_auth else [])
     for router in (experiments_router, events_router, nodes_router):
         app.include_router(router, dependencies=guard)
+    from service.ui import install_ui
+
+    install_ui(app, settings, tokens, insecure=insecure)  # the web console under /ui/ (its own auth: cookie or bearer)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(BearerAuth, tokens=tokens, insecure=insecure,  # before the body is read
                        prefixes=("/v1", "/metrics") if metrics_auth else ("/v1",))

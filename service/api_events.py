@@ -17,12 +17,13 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, s
 from fastapi.responses import StreamingResponse
 
 from service.api_backend import Backend, backend
+from service.api_errors import V1_ERRORS, error_responses
 from service.api_experiments import NOT_FOUND, not_found
 from service.api_models import STREAM_ID_PATTERN, EventPage
 from service.store import exp_key, stream_key
 from statemachine.lifecycle import State
 
-router = APIRouter(prefix="/v1", tags=["events"])
+router = APIRouter(prefix="/v1", tags=["events"], responses=error_responses(*V1_ERRORS))
 KEEPALIVE_SECONDS = 15.0
 FINISHED = State.finished.value.encode()
 

@@ -7,14 +7,14 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response, status
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from service.api_backend import Backend, backend
+from service.api_errors import BODY_ERRORS, V1_ERRORS, error_body, error_responses
 from service.api_models import (
     SUMMARY_FIELDS,
     DeleteResult,
-    ErrorBody,
     ExperimentPage,
     ExperimentView,
     NodeView,
@@ -23,11 +23,12 @@ from service.api_models import (
     summary_dict,
     view_dict,
 )
+from service.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from service.store import decode, exp_key
 from statemachine.lifecycle import Outcome, State
 
-router = APIRouter(prefix="/v1", tags=["experiments"])
-NOT_FOUND = {404: {"model": ErrorBody, "description": "no experiment with that id"}}
+router = APIRouter(prefix="/v1", tags=["experiments"], responses=error_responses(*V1_ERRORS))
+NOT_FOUND = error_responses(404)
 MAX_LOG_CHUNK = 1_000_000
 
 
@@ -42,22 +43,55 @@ def _record(be: Backend, exp_id: str) -> dict[str, Any]:
     return rec
 
 
-@router.post("/experiments", status_code=201, response_model=ExperimentView,
-             responses={409: {"model": ErrorBody, "description": "needs more GPUs than any live node has"},
-                        413: {"model": ErrorBody}, 422: {"model": ErrorBody, "description": "blueprint problems"}})
-def create_experiment(body: SubmitRequest, response: Response, be: Backend = Depends(backend)) -> Any:
+@router.post("/experiments", status_code=201, response_model=ExperimentView, responses={
+    200: {"model": ExperimentView, "description": "a repeated Idempotency-Key: the first submission's record"},
+    **error_responses(409, *BODY_ERRORS, notes={
+        409: "needs more GPUs than any live node has, its result dir belongs to an unfinished experiment, "
+            "or an Idempotency-Key was reused for another blueprint",
+        422: "blueprint problems, each naming its field"})})
+def create_experiment(
+    body: SubmitRequest,
+    response: Response,
+    idempotency_key: str | None = Header(None, pattern=IDEMPOTENCY_KEY_PATTERN, description=(
+        "names this submission: a repeated key answers 200 with the first submission's record, never a second "
+        "experiment")),
+    be: Backend = Depends(backend),
+) -> Any:
     """Validate, record and enqueue a blueprint. Problems come back as a list, each naming its field."""
+    from service.idempotency import IdempotencyConflict, claim, first_record, release
+    from service.store import new_id
     from service.submit import SubmissionRejected, submit
 
+    held = None
+    try:
+        while idempotency_key:
+            held = claim(be.store.r, idempotency_key, body.blueprint, new_id)
+            if held.fresh:
+                break
+            rec = first_record(be.store, be.store.r, idempotency_key, held)
+            if rec is not None:
+                response.status_code = status.HTTP_200_OK
+                response.headers["Location"] = f"/v1/experiments/{rec['id']}"
+                return view_dict(rec)
+    except IdempotencyConflict as exc:
+        return JSONResponse(status_code=409, content=error_body(str(exc), [
+            {"level": "error", "field": "Idempotency-Key", "message": str(exc)}]))
     try:
         rec = submit(be.store, be.store.r, body.blueprint, blueprint_path=body.blueprint_path or "", node=body.node,
                      priority=body.priority, allowed_roots=be.allowed_roots,
-                     check_disk=be.settings.submit_check_disk)
+                     check_disk=be.settings.submit_check_disk, exp_id=held.exp_id if held else None,
+                     wait_for_node=body.wait_for_node)
     except SubmissionRejected as exc:
-        detail = ("the experiment needs more GPUs than available" if exc.status == 409
-                  else "blueprint rejected: " + "; ".join(f"{p.field}: {p.message}" for p in exc.problems))
-        return JSONResponse(status_code=exc.status, content={
-            "detail": detail, "problems": [p.model_dump(mode="json") for p in exc.problems]})
+        if held and idempotency_key:
+            release(be.store.r, idempotency_key, held)
+        why = "; ".join(f"{p.field}: {p.message}" for p in exc.problems)
+        detail = ("cannot be placed now: " if exc.status == 409 else "blueprint rejected: ") + why
+        return JSONResponse(status_code=exc.status, content=error_body(
+            detail, [p.model_dump(mode="json") for p in exc.problems]))
+    except BaseException:
+        if held and idempotency_key:
+            release(be.store.r, idempotency_key, held)
+        raise
     response.headers["Location"] = f"/v1/experiments/{rec['id']}"
     return view_dict(rec)
 
@@ -120,7 +154,7 @@ def get_experiment(exp_id: str, be: Backend = Depends(backend)) -> dict[str, Any
 @router.post("/experiments/{exp_id}/stop", response_model=ExperimentView,
              responses={**NOT_FOUND, 202: {"model": ExperimentView, "description": "stop requested; the driver stops "
                                            "and collects it"},
-                        409: {"model": ErrorBody, "description": "already finished"}})
+                        **error_responses(409, *BODY_ERRORS, notes={409: "already finished"})})
 def stop(exp_id: str, response: Response, be: Backend = Depends(backend)) -> dict[str, Any]:
     """Queued: removed from its queue and finished as cancelled now (200). Otherwise: graceful stop (202)."""
     from service.stop import AlreadyFinished, ExperimentNotFound, StopFailed, stop_experiment
@@ -141,8 +175,9 @@ def stop(exp_id: str, response: Response, be: Backend = Depends(backend)) -> dic
 
 
 @router.delete("/experiments/{exp_id}", response_model=DeleteResult,
-               responses={**NOT_FOUND, 202: {"model": DeleteResult, "description": "being stopped; the record is "
-                                             "dropped once it is finished"}})
+               responses={**NOT_FOUND, **error_responses(*BODY_ERRORS),
+                          202: {"model": DeleteResult, "description": "being stopped; the record is dropped once it "
+                                                                      "is finished"}})
 def delete(exp_id: str, response: Response, be: Backend = Depends(backend)) -> dict[str, Any]:
     """Drop the record (stopping it first if needed). Result files are never deleted."""
     from service.stop import ExperimentNotFound, StopFailed, stop_experiment
@@ -227,7 +262,7 @@ def log(
     return PlainTextResponse(text + ("\n" if text else ""), headers=headers)
 
 
-nodes_router = APIRouter(prefix="/v1", tags=["nodes"])
+nodes_router = APIRouter(prefix="/v1", tags=["nodes"], responses=error_responses(401, 503))
 
 
 @nodes_router.get("/nodes", response_model=list[NodeView])

@@ -39,7 +39,8 @@ class BodyLimit:
         self.max_bytes = max_bytes
 
     def _too_large(self) -> dict[str, Any]:
-        return {"detail": f"request body too large (limit {self.max_bytes} bytes)"}
+        return {"detail": f"request body too large (limit {self.max_bytes} bytes)", "problems": [
+            {"level": "error", "field": "body", "message": f"larger than {self.max_bytes} bytes"}]}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -50,7 +51,8 @@ class BodyLimit:
                 try:
                     declared = int(value)
                 except ValueError:
-                    await _send_json(send, 400, {"detail": "invalid Content-Length"})
+                    await _send_json(send, 400, {"detail": "invalid Content-Length", "problems": [
+                        {"level": "error", "field": "Content-Length", "message": "not a number"}]})
                     return
                 if declared > self.max_bytes:
                     await _send_json(send, 413, self._too_large())

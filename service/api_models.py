@@ -29,6 +29,8 @@ class SubmitRequest(BaseModel):
     priority: Literal["normal", "high"] | None = Field(None, description="high = front of its queue")
     blueprint_path: str | None = Field(None, max_length=4096, description="where the blueprint came from (shown in "
                                                                          "the report)")
+    wait_for_node: bool = Field(False, description="queue it even if no live worker serves `node` yet "
+                                                   "(else 422: it would wait for ever)")
 
 
 class ExperimentSummary(BaseModel):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from fastapi.security import HTTPBearer
@@ -20,6 +22,8 @@ from service.api_middleware import ASGIApp, Receive, Scope, Send
 from service.settings import Settings
 
 BEARER = 'Bearer realm="ajet-runner"'
+BROKEN_LOG_EVERY = 60.0  # seconds between two repeats of the "token source broken" error line
+log = logging.getLogger("ajet_runner.auth")
 
 
 class TokenFileError(RuntimeError):
@@ -46,12 +50,19 @@ def _read_token_file(path: str) -> str:
 
 @dataclass
 class TokenSet:
-    """The valid tokens: from settings, plus the token file (re-read when its mtime changes)."""
+    """The valid tokens: from settings, plus the token file (re-read when its mtime changes).
+
+    Never fails open: once a token source is configured, an empty or unreadable source at run
+    time means no token is valid (401 for everything) and an error line in the log, not an open API.
+    """
 
     env_value: str = ""
     file_path: str = ""
     _file_tokens: list[str] = field(default_factory=list)
     _file_mtime: float | None = None
+    _file_error: str = ""
+    _logged_at: float = 0.0
+    _logged_why: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -60,20 +71,40 @@ class TokenSet:
         tokens.current()  # a missing or unreadable file is an error at start-up, not at the first request
         return tokens
 
+    @property
+    def configured(self) -> bool:
+        """Whether any token source is configured (then an empty one is broken, not "no auth")."""
+        return bool(self.env_value.strip() or self.file_path)
+
     def current(self) -> list[str]:
         if not self.file_path:
             return parse_tokens(self.env_value)
         with self._lock:
             try:
                 mtime = os.stat(self.file_path).st_mtime
-            except OSError as exc:
+                if mtime != self._file_mtime:
+                    self._file_tokens = parse_tokens("", _read_token_file(self.file_path))
+                    self._file_mtime = mtime
+                self._file_error = ""
+            except (OSError, TokenFileError) as exc:
+                why = f"cannot read the token file {self.file_path}: {getattr(exc, 'strerror', None) or exc}"
                 if self._file_mtime is None:
-                    raise TokenFileError(f"cannot read the token file {self.file_path}: {exc.strerror}") from exc
-                mtime = self._file_mtime  # vanished after start-up (being rewritten?): keep the last good set
-            if mtime != self._file_mtime:
-                self._file_tokens = parse_tokens("", _read_token_file(self.file_path))
-                self._file_mtime = mtime
-            return parse_tokens(self.env_value, "\n".join(self._file_tokens))
+                    raise TokenFileError(why) from exc
+                # Unreadable after start-up: no token is valid until it is readable again (never open).
+                self._file_error = why
+                self._file_tokens, self._file_mtime = [], -1.0
+            tokens = [] if self._file_error else parse_tokens(self.env_value, "\n".join(self._file_tokens))
+            if not tokens:
+                self._log_broken(self._file_error or f"the token file {self.file_path} holds no token")
+            else:
+                self._logged_why = ""
+            return tokens
+
+    def _log_broken(self, why: str) -> None:
+        now = time.monotonic()
+        if why != self._logged_why or now - self._logged_at >= BROKEN_LOG_EVERY:
+            self._logged_at, self._logged_why = now, why
+            log.error("AUTH: %s -- every protected request is refused with 401 until it is fixed", why)
 
     def matches(self, presented: str) -> bool:
         """Constant time in the presented token: every configured token is compared, no early exit."""
@@ -92,10 +123,16 @@ def bearer_of(authorization: str) -> str | None:
 
 
 def refusal(tokens: TokenSet, insecure: bool, authorization: str) -> tuple[str, str] | None:
-    """None when the request may pass; else (detail, WWW-Authenticate value) for a 401."""
+    """None when the request may pass; else (detail, WWW-Authenticate value) for a 401.
+
+    `insecure` opens the API only when no token source is configured at all: a configured source
+    that is empty or unreadable refuses everything.
+    """
     if not tokens.current():
-        if insecure:
+        if insecure and not tokens.configured:
             return None
+        if tokens.configured:
+            return "authentication is unavailable: the server's token source is empty or unreadable", BEARER
         return "no token is configured on this server (set AJET_RUNNER_TOKEN)", BEARER
     presented = bearer_of(authorization)
     if presented is None:
@@ -130,7 +167,7 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         detail, challenge = refused
-        body = json.dumps({"detail": detail}).encode()
+        body = json.dumps({"detail": detail, "problems": []}).encode()
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"www-authenticate", challenge.encode())]})

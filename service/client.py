@@ -3,10 +3,14 @@
     from service.client import AjetRunnerClient
 
     with AjetRunnerClient("http://gpu-head:8080", token="s3cret") as api:
-        exp = api.submit_file("blueprint_1.md")            # raises ApiError(422) with .problems
-        for event in api.follow(exp["id"]):                  # server-sent events, until finished
-            print(event["type"], event.get("to", ""))
-        print(api.get(exp["id"])["outcome"])
+        exp = api.submit_file("blueprint_1.md", idempotency_key="bp1-v3")  # ApiError(422) with .problems
+        for event in api.follow(exp.id):                     # server-sent events, until finished
+            print(event.type, event.get("to", ""))
+        print(api.wait(exp.id, timeout=3600).outcome)
+
+Answers are typed (service.client_models: Experiment, Event, Node, ...), and still read like
+dicts. `AsyncAjetRunnerClient` has the same methods as coroutines (and `follow` as an async
+iterator), for asyncio programs that tail several experiments at once.
 
 `AjetRunnerClient.from_env()` reads AJET_RUNNER_URL and AJET_RUNNER_TOKEN (or the first line
 of AJET_RUNNER_TOKEN_FILE). Every method raises `ApiError` for an HTTP error answer (with the
@@ -16,20 +20,27 @@ status, the server's message and, for rejected blueprints, the problems list) an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent
+
+from service.client_models import DeleteResult, Event, EventPage, Experiment, ExperimentPage, Node
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 FINISHED = "finished"
+RECONNECT_LIMIT = 30.0  # seconds without any contact with the API before a follower gives up
+SSE_READ_TIMEOUT = 45.0  # the server sends a keep-alive every 15 s: three missed ones = a dead connection
+T = TypeVar("T")
 
 
 class ApiError(RuntimeError):
@@ -46,7 +57,67 @@ class ApiUnavailable(ApiError):
     """No answer at all: connection refused, DNS failure, timeout."""
 
     def __init__(self, url: str, reason: str) -> None:
+        self.reason = reason
         super().__init__(0, f"cannot reach the ajet-runner API at {url}: {reason}")
+
+
+def retryable(exc: BaseException) -> bool:
+    """Worth another try later: no answer at all, or the server (or a proxy) says it cannot serve now."""
+    return isinstance(exc, ApiError) and (exc.status == 0 or exc.status >= 500)
+
+
+class Reconnect:
+    """Bounded exponential reconnect for followers.
+
+    Delays double from `initial` (the server's SSE `retry:` value when it sent one) up to `cap`;
+    once there has been no contact with the API for `limit` seconds, `wait` raises
+    ApiUnavailable instead of sleeping again.
+    """
+
+    def __init__(self, url: str, limit: float = RECONNECT_LIMIT, initial: float = 0.5, cap: float = 8.0) -> None:
+        self.url, self.limit, self.initial, self.cap = url, limit, initial, cap
+        self.delay = initial
+        self.last_contact = time.monotonic()
+
+    def contact(self) -> None:
+        self.last_contact = time.monotonic()
+        self.delay = self.initial
+
+    def server_retry(self, millis: int) -> None:
+        """The SSE `retry:` field: the server's wish for the first reconnect delay."""
+        self.initial = self.delay = max(0.05, millis / 1000)
+
+    def pause(self, exc: BaseException) -> float:
+        """Seconds to sleep before the next try; raises ApiUnavailable when the limit is reached."""
+        silent = time.monotonic() - self.last_contact
+        if silent >= self.limit:
+            if isinstance(exc, ApiUnavailable):
+                why = exc.reason
+            elif isinstance(exc, ApiError):
+                why = f"HTTP {exc.status}: {exc.detail}"
+            else:
+                why = str(exc) or type(exc).__name__
+            raise ApiUnavailable(self.url, f"no usable answer for {silent:.0f}s (limit {self.limit:g}s); last: "
+                                           f"{why}") from exc
+        delay = min(self.delay, self.limit - silent)
+        self.delay = min(self.delay * 2, self.cap)
+        return delay
+
+    def wait(self, exc: BaseException) -> None:
+        time.sleep(self.pause(exc))
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """`fn()`, retried through outages and 5xx answers until the limit."""
+        while True:
+            try:
+                result = fn()
+            except ApiError as exc:
+                if not retryable(exc):
+                    raise
+                self.wait(exc)
+                continue
+            self.contact()
+            return result
 
 
 @dataclass
@@ -70,6 +141,63 @@ def token_from_env() -> str:
             lines = []
         token = next((ln for ln in lines if ln and not ln.startswith("#")), "")
     return token
+
+
+def _submit_body(blueprint: str, node: str | None, priority: str | None, blueprint_path: str | None,
+                 wait_for_node: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"blueprint": blueprint}
+    for key, value in (("node", node), ("priority", priority), ("blueprint_path", blueprint_path),
+                       ("wait_for_node", wait_for_node)):
+        if value:
+            body[key] = value
+    return body
+
+
+def _idempotency(key: str | None) -> dict[str, str]:
+    return {"Idempotency-Key": key} if key else {}
+
+
+def _list_params(state: str | None, node: str | None, outcome: str | None, limit: int, offset: int
+                 ) -> dict[str, Any]:
+    params: dict[str, Any] = {k: v for k, v in {"state": state, "node": node, "outcome": outcome}.items() if v}
+    return {**params, "limit": limit, "offset": offset}
+
+
+def _log_params(tail: int, since: int | None, raw: bool) -> dict[str, Any]:
+    params: dict[str, Any] = {"tail": tail, "raw": raw}
+    if since is not None:
+        params["since"] = since
+    return params
+
+
+def _log_chunk(resp: httpx.Response) -> LogChunk:
+    offset = resp.headers.get("X-Log-Offset", "")
+    return LogChunk(text=resp.text, source=resp.headers.get("X-Log-Source", ""),
+                    path=unquote(resp.headers.get("X-Log-Path", "")), offset=int(offset) if offset else None,
+                    state=resp.headers.get("X-Experiment-State", ""))
+
+
+def _sse_headers(last: str | None) -> dict[str, str]:
+    return {"Accept": "text/event-stream", "Cache-Control": "no-store", **({"Last-Event-ID": last} if last else {})}
+
+
+def _event_of(sse: ServerSentEvent) -> Event | None:
+    """An SSE message as an Event; None for a message without data (e.g. a lone `retry:`)."""
+    if not sse.data:
+        return None
+    try:
+        body = json.loads(sse.data)
+    except ValueError:
+        body = {"data": sse.data}
+    if not isinstance(body, dict):
+        body = {"data": body}
+    body.setdefault("event_id", sse.id or "")
+    body.setdefault("type", sse.event or "message")
+    return Event.model_validate(body)
+
+
+def _sse_timeout(limit: float) -> httpx.Timeout:
+    return httpx.Timeout(30.0, connect=max(1.0, min(10.0, limit)), read=SSE_READ_TIMEOUT)
 
 
 class AjetRunnerClient:
@@ -105,118 +233,130 @@ class AjetRunnerClient:
         return resp
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self._request(method, path, **kwargs).json()
+        return _body(self._request(method, path, **kwargs))
 
     # -- experiments --------------------------------------------------------------------------
     def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
-               blueprint_path: str | None = None) -> dict[str, Any]:
+               blueprint_path: str | None = None, idempotency_key: str | None = None,
+               wait_for_node: bool = False) -> Experiment:
         """Submit blueprint text; returns the new record (`id`, `state` "queued", ...).
 
-        Raises ApiError 422 (problems, each with `field` and `message`), 409 (needs more GPUs than any
-        live node has), 413 (too large).
+        With `idempotency_key`, submitting again with the same key (a retry after a lost answer)
+        returns the first experiment instead of starting a second one. Raises ApiError 422
+        (problems, each with `field` and `message`), 409 (needs more GPUs than any live node has,
+        or the key was used for another blueprint), 413 (too large).
         """
-        body: dict[str, Any] = {"blueprint": blueprint}
-        if node:
-            body["node"] = node
-        if priority:
-            body["priority"] = priority
-        if blueprint_path:
-            body["blueprint_path"] = blueprint_path
-        return self._json("POST", "/v1/experiments", json=body)  # type: ignore[no-any-return]
+        return Experiment.model_validate(self._json(
+            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node),
+            headers=_idempotency(idempotency_key)))
 
-    def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None,
-                    priority: str | None = None) -> dict[str, Any]:
+    def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None, priority: str | None = None,
+                    idempotency_key: str | None = None, wait_for_node: bool = False) -> Experiment:
         """Submit a blueprint file (its absolute path is recorded in the report)."""
         p = Path(path)
         return self.submit(p.read_text(encoding="utf-8"), node=node, priority=priority,
-                           blueprint_path=str(p.resolve()))
+                           blueprint_path=str(p.resolve()), idempotency_key=idempotency_key,
+                           wait_for_node=wait_for_node)
 
     def list_experiments(self, *, state: str | None = None, node: str | None = None, outcome: str | None = None,
-             limit: int = 100, offset: int = 0) -> dict[str, Any]:
-        """One page, newest first: `{"items": [...], "total", "limit", "offset"}`."""
-        params = {k: v for k, v in {"state": state, "node": node, "outcome": outcome}.items() if v}
-        return self._json("GET", "/v1/experiments",  # type: ignore[no-any-return]
-                          params={**params, "limit": limit, "offset": offset})
+                         limit: int = 100, offset: int = 0) -> ExperimentPage:
+        """One page, newest first: `items`, `total`, `limit`, `offset`."""
+        return ExperimentPage.model_validate(self._json(
+            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset)))
 
     def iter_experiments(self, *, state: str | None = None, node: str | None = None,
-                         outcome: str | None = None, page_size: int = 500) -> Iterator[dict[str, Any]]:
+                         outcome: str | None = None, page_size: int = 500) -> Iterator[Experiment]:
         """Every matching experiment, newest first, page after page."""
         offset = 0
         while True:
             page = self.list_experiments(state=state, node=node, outcome=outcome, limit=page_size, offset=offset)
-            yield from page["items"]
-            offset += len(page["items"])
-            if not page["items"] or offset >= page["total"]:
+            yield from page.items
+            offset += len(page.items)
+            if not page.items or offset >= page.total:
                 return
 
-    def get(self, exp_id: str) -> dict[str, Any]:
+    def get(self, exp_id: str) -> Experiment:
         """The record: state, outcome, node, tmux_session, attempt, timings, latest_metrics, history, ..."""
-        return self._json("GET", f"/v1/experiments/{exp_id}")  # type: ignore[no-any-return]
+        return Experiment.model_validate(self._json("GET", f"/v1/experiments/{exp_id}"))
 
-    def stop(self, exp_id: str) -> dict[str, Any]:
+    def stop(self, exp_id: str) -> Experiment:
         """Stop it. A queued one comes back finished (cancelled); a running one with `cancel_requested`
         (its worker stops it gracefully, collects it and writes finish.flag). ApiError 409 if already finished."""
-        return self._json("POST", f"/v1/experiments/{exp_id}/stop")  # type: ignore[no-any-return]
+        return Experiment.model_validate(self._json("POST", f"/v1/experiments/{exp_id}/stop"))
 
-    def delete(self, exp_id: str) -> dict[str, Any]:
+    def delete(self, exp_id: str) -> DeleteResult:
         """Drop the record, stopping it first if needed (`deleted` false = dropped once finished).
         Result files are never deleted."""
-        return self._json("DELETE", f"/v1/experiments/{exp_id}")  # type: ignore[no-any-return]
+        return DeleteResult.model_validate(self._json("DELETE", f"/v1/experiments/{exp_id}"))
 
-    def events(self, exp_id: str, *, after: str = "0-0", limit: int = 1000, wait_ms: int = 0) -> dict[str, Any]:
-        """A page of events after stream id `after`: `{"events", "next_after", "finished"}`; `wait_ms` long-polls."""
+    def events(self, exp_id: str, *, after: str = "0-0", limit: int = 1000, wait_ms: int = 0) -> EventPage:
+        """A page of events after stream id `after`: `events`, `next_after`, `finished`; `wait_ms` long-polls."""
         timeout = self._http.timeout.read or 30.0
-        return self._json("GET", f"/v1/experiments/{exp_id}/events",  # type: ignore[no-any-return]
-                          params={"after": after, "limit": limit, "wait_ms": wait_ms},
-                          timeout=httpx.Timeout(timeout + wait_ms / 1000))
+        return EventPage.model_validate(self._json(
+            "GET", f"/v1/experiments/{exp_id}/events", params={"after": after, "limit": limit, "wait_ms": wait_ms},
+            timeout=httpx.Timeout(timeout + wait_ms / 1000)))
 
-    def follow(self, exp_id: str, *, last_event_id: str | None = None, reconnect: bool = True
-               ) -> Iterator[dict[str, Any]]:
-        """Server-sent events until the experiment is finished; reconnects with Last-Event-ID if cut off."""
+    def follow(self, exp_id: str, *, last_event_id: str | None = None, reconnect: bool = True,
+               reconnect_limit: float = RECONNECT_LIMIT) -> Iterator[Event]:
+        """Server-sent events until the experiment is finished (or deleted).
+
+        A cut connection, or a 5xx answer, is retried with exponential delays (starting at the server's
+        `retry:`), resuming with `Last-Event-ID`; after `reconnect_limit` seconds without contact it
+        raises ApiUnavailable. 4xx answers (404, 401) raise ApiError at once.
+        """
         last = last_event_id
+        backoff = Reconnect(self.url, reconnect_limit)
         while True:
-            headers = {"Accept": "text/event-stream", **({"Last-Event-ID": last} if last else {})}
             try:
-                with self._http.stream("GET", f"/v1/experiments/{exp_id}/events", headers=headers,
-                                       timeout=httpx.Timeout(30.0, read=None)) as resp:
+                with self._http.stream("GET", f"/v1/experiments/{exp_id}/events", headers=_sse_headers(last),
+                                       timeout=_sse_timeout(reconnect_limit)) as resp:
                     if resp.status_code >= 400:
                         resp.read()
                         raise _error(resp)
-                    for event in _parse_sse(resp.iter_lines()):
-                        last = event.get("event_id") or last
+                    backoff.contact()
+                    for sse in EventSource(resp).iter_sse():
+                        backoff.contact()
+                        if sse.retry is not None:
+                            backoff.server_retry(sse.retry)
+                        event = _event_of(sse)
+                        if event is None:
+                            continue
+                        last = event.event_id or last
                         yield event
                 return  # the server ended the stream: finished (or deleted)
             except httpx.TransportError as exc:
                 if not reconnect:
                     raise ApiUnavailable(self.url, str(exc) or type(exc).__name__) from exc
-                time.sleep(1.0)
+                backoff.wait(ApiUnavailable(self.url, str(exc) or type(exc).__name__))
+            except ApiError as exc:
+                if not (reconnect and retryable(exc)):
+                    raise
+                backoff.wait(exc)
 
     def log(self, exp_id: str, *, tail: int = 200, since: int | None = None, raw: bool = False) -> LogChunk:
         """The latest attempt's log: the last `tail` lines, or what came after byte offset `since`."""
-        params: dict[str, Any] = {"tail": tail, "raw": raw}
-        if since is not None:
-            params["since"] = since
-        resp = self._request("GET", f"/v1/experiments/{exp_id}/log", params=params)
-        offset = resp.headers.get("X-Log-Offset", "")
-        return LogChunk(text=resp.text, source=resp.headers.get("X-Log-Source", ""),
-                        path=unquote(resp.headers.get("X-Log-Path", "")), offset=int(offset) if offset else None,
-                        state=resp.headers.get("X-Experiment-State", ""))
+        return _log_chunk(self._request("GET", f"/v1/experiments/{exp_id}/log", params=_log_params(tail, since, raw)))
 
-    def wait(self, exp_id: str, *, timeout: float | None = None, interval: float = 2.0) -> dict[str, Any]:
-        """Block until the experiment is finished; returns its final record. TimeoutError after `timeout`."""
+    def wait(self, exp_id: str, timeout: float | None = None, *, interval: float = 2.0,
+             reconnect_limit: float = RECONNECT_LIMIT) -> Experiment:
+        """Block until the experiment is finished; returns its final record.
+
+        TimeoutError after `timeout` seconds; outages shorter than `reconnect_limit` are ridden out.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Reconnect(self.url, reconnect_limit)
         while True:
-            rec = self.get(exp_id)
-            if rec["state"] == FINISHED:
+            rec = backoff.call(lambda: self.get(exp_id))
+            if rec.finished:
                 return rec
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"{exp_id} is still {rec['state']} after {timeout}s")
-            time.sleep(interval)
+                raise TimeoutError(f"{exp_id} is still {rec.state} after {timeout}s")
+            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
 
     # -- cluster ----------------------------------------------------------------------------------
-    def nodes(self) -> list[dict[str, Any]]:
-        """Workers that sent a heartbeat: name, alive, heartbeat_age_seconds, gpus, gpus_busy, running."""
-        return self._json("GET", "/v1/nodes")  # type: ignore[no-any-return]
+    def nodes(self) -> list[Node]:
+        """Workers that sent a heartbeat: name, alive, heartbeat_age_seconds, gpus, gpus_busy, running, ..."""
+        return [Node.model_validate(n) for n in self._json("GET", "/v1/nodes")]
 
     def healthy(self) -> bool:
         try:
@@ -232,40 +372,140 @@ class AjetRunnerClient:
             return False
 
 
+class AsyncAjetRunnerClient:
+    """The same API for asyncio: every method is a coroutine, `follow` an async iterator."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    @classmethod
+    def from_env(cls, url: str | None = None, token: str | None = None) -> AsyncAjetRunnerClient:
+        return cls(url or os.environ.get("AJET_RUNNER_URL") or DEFAULT_URL, token or token_from_env() or None)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncAjetRunnerClient:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            resp = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ApiUnavailable(self.url, str(exc) or type(exc).__name__) from exc
+        if resp.status_code >= 400:
+            raise _error(resp)
+        return resp
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return _body(await self._request(method, path, **kwargs))
+
+    async def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
+                     blueprint_path: str | None = None, idempotency_key: str | None = None,
+                     wait_for_node: bool = False) -> Experiment:
+        return Experiment.model_validate(await self._json(
+            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node),
+            headers=_idempotency(idempotency_key)))
+
+    async def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None,
+                          priority: str | None = None, idempotency_key: str | None = None) -> Experiment:
+        p = Path(path)
+        return await self.submit(p.read_text(encoding="utf-8"), node=node, priority=priority,
+                                 blueprint_path=str(p.resolve()), idempotency_key=idempotency_key)
+
+    async def list_experiments(self, *, state: str | None = None, node: str | None = None,
+                               outcome: str | None = None, limit: int = 100, offset: int = 0) -> ExperimentPage:
+        return ExperimentPage.model_validate(await self._json(
+            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset)))
+
+    async def get(self, exp_id: str) -> Experiment:
+        return Experiment.model_validate(await self._json("GET", f"/v1/experiments/{exp_id}"))
+
+    async def stop(self, exp_id: str) -> Experiment:
+        return Experiment.model_validate(await self._json("POST", f"/v1/experiments/{exp_id}/stop"))
+
+    async def delete(self, exp_id: str) -> DeleteResult:
+        return DeleteResult.model_validate(await self._json("DELETE", f"/v1/experiments/{exp_id}"))
+
+    async def events(self, exp_id: str, *, after: str = "0-0", limit: int = 1000, wait_ms: int = 0) -> EventPage:
+        timeout = self._http.timeout.read or 30.0
+        return EventPage.model_validate(await self._json(
+            "GET", f"/v1/experiments/{exp_id}/events", params={"after": after, "limit": limit, "wait_ms": wait_ms},
+            timeout=httpx.Timeout(timeout + wait_ms / 1000)))
+
+    async def follow(self, exp_id: str, *, last_event_id: str | None = None,
+                     reconnect_limit: float = RECONNECT_LIMIT) -> AsyncIterator[Event]:
+        """Server-sent events until finished, with the same bounded reconnect as the sync client."""
+        last = last_event_id
+        backoff = Reconnect(self.url, reconnect_limit)
+        while True:
+            try:
+                async with self._http.stream("GET", f"/v1/experiments/{exp_id}/events", headers=_sse_headers(last),
+                                             timeout=_sse_timeout(reconnect_limit)) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        raise _error(resp)
+                    backoff.contact()
+                    async for sse in EventSource(resp).aiter_sse():
+                        backoff.contact()
+                        if sse.retry is not None:
+                            backoff.server_retry(sse.retry)
+                        event = _event_of(sse)
+                        if event is None:
+                            continue
+                        last = event.event_id or last
+                        yield event
+                return
+            except httpx.TransportError as exc:
+                await asyncio.sleep(backoff.pause(ApiUnavailable(self.url, str(exc) or type(exc).__name__)))
+            except ApiError as exc:
+                if not retryable(exc):
+                    raise
+                await asyncio.sleep(backoff.pause(exc))
+
+    async def log(self, exp_id: str, *, tail: int = 200, since: int | None = None, raw: bool = False) -> LogChunk:
+        return _log_chunk(await self._request("GET", f"/v1/experiments/{exp_id}/log",
+                                              params=_log_params(tail, since, raw)))
+
+    async def wait(self, exp_id: str, timeout: float | None = None, *, interval: float = 2.0) -> Experiment:
+        """The final record once finished; TimeoutError after `timeout` seconds."""
+        async def until_finished() -> Experiment:
+            while True:
+                rec = await self.get(exp_id)
+                if rec.finished:
+                    return rec
+                await asyncio.sleep(interval)
+
+        try:
+            return await asyncio.wait_for(until_finished(), timeout)
+        except asyncio.TimeoutError as exc:
+            raise TimeoutError(f"{exp_id} is not finished after {timeout}s") from exc
+
+    async def nodes(self) -> list[Node]:
+        return [Node.model_validate(n) for n in await self._json("GET", "/v1/nodes")]
+
+
+def _body(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError as exc:
+        raise ApiError(resp.status_code, f"the API answered {resp.headers.get('content-type', '?')}, not JSON"
+                       ) from exc
+
+
 def _error(resp: httpx.Response) -> ApiError:
     try:
         body = resp.json()
     except ValueError:
-        return ApiError(resp.status_code, resp.text.strip() or resp.reason_phrase)
+        text = resp.text.strip().splitlines()
+        return ApiError(resp.status_code, (text[0][:300] if text else "") or resp.reason_phrase)
     if not isinstance(body, dict):
         return ApiError(resp.status_code, str(body))
     return ApiError(resp.status_code, str(body.get("detail", resp.reason_phrase)), body.get("problems") or [])
-
-
-def _parse_sse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
-    """The event-stream format: `field: value` lines, an event per blank line, `:` comments."""
-    data: list[str] = []
-    event_id, kind = "", ""
-    for line in lines:
-        if not line:
-            if data:
-                try:
-                    event = json.loads("\n".join(data))
-                except ValueError:
-                    event = {"data": "\n".join(data)}
-                if isinstance(event, dict):
-                    event.setdefault("event_id", event_id)
-                    event.setdefault("type", kind or "message")
-                    yield event
-            data, event_id, kind = [], "", ""
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "data":
-            data.append(value)
-        elif name == "id":
-            event_id = value
-        elif name == "event":
-            kind = value

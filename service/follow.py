@@ -38,10 +38,19 @@ def elapsed_of(rec: dict[str, Any]) -> float:
     return max(0.0, end - start)
 
 
-def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[], None] | None = None,
-           interval: float = 0.5) -> dict[str, Any]:
-    """Show progress until the experiment is finished; returns its final record.
+def fraction(rec: dict[str, Any]) -> float:
+    """How full the bar is: elapsed / max time, and full once the experiment is finished (whatever the clock)."""
+    if rec.get("state") == "finished":
+        return 1.0
+    max_s = float(rec.get("max_seconds") or 0)
+    return min(1.0, elapsed_of(rec) / max_s) if max_s else 0.0
 
+
+def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[], None] | None = None,
+           interval: float = 0.5, quiet: bool = False) -> dict[str, Any]:
+    """Show progress until the experiment is finished (the bar then full); returns its final record.
+
+    `quiet` shows nothing (the caller prints the final record).
     Ctrl-C calls `on_interrupt` once (e.g. request a cancel) and keeps following until the
     experiment is collected and finished, so the result dir is complete when we return.
     """
@@ -52,7 +61,7 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
     columns = (TextColumn("[bold]{task.fields[state]}[/]"), BarColumn(), TextColumn("{task.fields[clock]}"),
                TextColumn("attempt {task.fields[attempt]}"), TextColumn("mean_reward {task.fields[reward]}"),
                TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
+    with Progress(*columns, console=console, transient=False, disable=quiet) as progress:
         task = progress.add_task("run", total=1.0, state="queued", clock="", attempt="-", reward="n/a")
         while True:
             try:
@@ -60,14 +69,14 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                 if got is not None:
                     rec = got
                 for event in events:
-                    line = describe(event)
+                    line = None if quiet else describe(event)
                     if line:
                         progress.console.print(f"  {line}")
                 max_s = float(rec.get("max_seconds") or 0)
                 elapsed = elapsed_of(rec)
                 reward = (rec.get("latest_metrics") or {}).get("mean_reward")
                 progress.update(
-                    task, completed=min(1.0, elapsed / max_s) if max_s else 0.0, state=rec.get("state", "?"),
+                    task, completed=fraction(rec), state=rec.get("state", "?"),
                     clock=f"{elapsed:,.0f}s / {max_s:,.0f}s" if max_s else f"{elapsed:,.0f}s",
                     attempt=rec.get("attempt") or "-", reward=f"{reward:.4f}" if isinstance(reward, float) else "n/a",
                 )

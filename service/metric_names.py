@@ -14,13 +14,16 @@ API_METRICS = (
     "ajet_runner_experiment_attempt",  # {experiment, purpose, node}
     "ajet_runner_transitions_total",  # {from_state, to_state}
     "ajet_runner_repairs_total",  # {signature, result}
+    "ajet_runner_advised_repairs_total",  # {model, result}
     "ajet_runner_outcomes_total",  # {outcome}
+    "ajet_runner_result_write_failures_total",  # {errno}: result files / finish.flag not written
     "ajet_runner_run_duration_seconds",  # histogram {outcome}: _bucket/_sum/_count
     "ajet_runner_queue_jobs",  # {queue}
     "ajet_runner_queue_oldest_job_age_seconds",  # {queue}
     "ajet_runner_node_up",  # {node}
     "ajet_runner_node_heartbeat_age_seconds",  # {node}
     "ajet_runner_node_gpus",  # {node, state}  state = total|busy|free
+    "ajet_runner_queued_for_absent_node",  # {node}: queued work for a node gone > node_absent_report_seconds
     "ajet_runner_http_request_duration_seconds",  # histogram {method, route, status}
 )
 

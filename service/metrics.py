@@ -31,6 +31,7 @@ from rq.utils import utcparse
 from service.settings import get_settings
 from service.store import DURATION_BUCKETS, INDEX, NODES, PREFIX, Store, exp_key, node_key
 from service.submit import NODE_ALIVE_SECONDS
+from statemachine.absence import node_absent_for
 from statemachine.lifecycle import TRANSITIONS, Outcome, State
 from workers.node import DEFAULT_QUEUE, node_queue
 
@@ -43,9 +44,9 @@ PURPOSE_MAX_CHARS = 60
 QUEUE_HEAD_SCAN = 32
 EXP_LABELS = ["experiment", "purpose", "node"]
 DETAIL_FIELDS = ("state", "outcome", "purpose", "node", "started_at", "finished_at", "created_at",
-                 "max_seconds", "attempt", "latest_metrics")
+                 "max_seconds", "attempt", "latest_metrics", "target_node")
 PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
-STATS = ("transitions", "outcomes", "repairs", "duration_sum")
+STATS = ("transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures")
 FINISHED = State.finished.value
 
 
@@ -206,9 +207,10 @@ class ClusterCollector(Collector):
     """Every `API_METRICS` family except the HTTP histogram, from one Redis snapshot per scrape."""
 
     def __init__(self, store: Store, finished_ttl: float | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, absent_after: float | None = None) -> None:
         self.store = store
         self.finished_ttl = get_settings().finished_metrics_ttl if finished_ttl is None else finished_ttl
+        self.absent_after = get_settings().node_absent_report_seconds if absent_after is None else absent_after
         self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
@@ -217,6 +219,28 @@ class ClusterCollector(Collector):
         yield from counter_families(snap)
         yield from queue_families(snap)
         yield from node_families(snap)
+        yield absent_node_family(snap, self.absent_after)
+
+
+def absent_node_family(snap: Snapshot, after: float) -> Metric:
+    """Queued work for a node no live worker has served for `after` seconds (it would wait for ever)."""
+    family = GaugeMetricFamily(
+        "ajet_runner_queued_for_absent_node", "Queued experiments for a node that no live worker has served for "
+        "longer than AJET_RUNNER_NODE_ABSENT_REPORT_SECONDS (0 per known node otherwise).", labels=["node"])
+    counts = dict.fromkeys(snap.nodes, 0)
+    for rec in snap.experiments:
+        node = rec.get("target_node") or ""
+        if rec.get("state") != "queued" or not node:
+            continue
+        info = snap.nodes.get(node)
+        seen = _num(info.get("last_seen")) if info else None
+        gone = node_absent_for(snap.now, seen, _num(rec.get("created_at")) or snap.now, NODE_ALIVE_SECONDS)
+        counts.setdefault(node, 0)
+        if gone is not None and gone >= after:
+            counts[node] += 1
+    for node, count in sorted(counts.items()):
+        family.add_metric([node], count)
+    return family
 
 
 def experiment_families(snap: Snapshot) -> Iterable[Metric]:
@@ -281,6 +305,23 @@ def counter_families(snap: Snapshot) -> Iterable[Metric]:
         signature, sep, result = key.rpartition("|")
         repairs.add_metric([signature, result] if sep else [key, ""], value)
     yield repairs
+
+    advised = CounterMetricFamily("ajet_runner_advised_repairs",
+                                  "LLM adviser answers by model and result (advised and relaunched, refused, "
+                                  "declined, no answer; then <outcome> once the relaunched run finished).",
+                                  labels=["model", "result"])
+    for key, value in sorted(snap.stats.get("advised", {}).items()):
+        model, sep, result = key.rpartition("|")
+        advised.add_metric([model, result] if sep else [key, ""], value)
+    yield advised
+
+    write_failures = CounterMetricFamily(
+        "ajet_runner_result_write_failures", "Experiments whose result files (finish.flag) could not be written, "
+        "by errno (ENOSPC: full disk; EACCES: outside the allowed roots or not writable).", labels=["errno"])
+    failed_writes = snap.stats.get("result_write_failures", {})
+    for code in dict.fromkeys(["ENOSPC", "EACCES", *sorted(failed_writes)]):  # both exist at 0 from the start
+        write_failures.add_metric([code], failed_writes.get(code, 0.0))
+    yield write_failures
 
     outcomes = CounterMetricFamily("ajet_runner_outcomes", "Finished experiments by outcome.", labels=["outcome"])
     done = snap.stats.get("outcomes", {})

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from functools import lru_cache
+from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -24,6 +26,7 @@ class Settings(BaseSettings):
     metrics_auth: bool = Field(default=False, description="require the token on /metrics too")
     submit_check_disk: bool = Field(default=True, description="check blueprint paths on the API host "
                                     "(turn off when the API does not see the nodes' storage)")
+    ui_session_seconds: int = Field(default=43200, description="web console login lifetime (seconds)")
     # Watching and repairs
     poll_interval: float = 0.5
     stop_grace_seconds: float = 30.0
@@ -38,11 +41,50 @@ class Settings(BaseSettings):
     repair_budget: int = 3
     repair_budget_per_signature: int = 2
     repair_hook: str = Field(default="", description="command that reads JSON on stdin, may answer a plan")
+    # LLM repair adviser (off unless llm_url is set); the key is a SecretStr: never printed or logged
+    llm_url: str = Field(default="", description="OpenAI-compatible endpoint (base URL or .../chat/completions)")
+    llm_model: str = Field(default="", description="model name sent to the endpoint")
+    llm_api_key: SecretStr = Field(default=SecretStr(""), description="bearer key for the endpoint")
+    llm_api_key_file: str = Field(default="", description="file whose first line is the key (read at each ask)")
+    llm_timeout_seconds: float = Field(default=120.0, gt=0)
+    llm_max_asks: int = Field(default=2, ge=0, description="adviser asks per experiment")
+    llm_prefixes: str = Field(default="proxychains4 -q", description="comma-separated command prefixes "
+                              "the adviser may propose")
+    llm_json_mode: bool = Field(default=True, description="ask for response_format json_object")
+    catalogue_extra: str = Field(default="", description="YAML file of adopted site catalogue entries")
+    catalogue_suggestions: str = Field(default="", description="YAML file advised repairs that worked are "
+                                       "appended to (default: ~/.local/share/ajet-runner/...)")
     progress_backoff: str = Field(default="30,60,120,240,480,960", description="seconds between reports")
     lease_seconds: float = 15.0
     redis_outage_wait_seconds: float = 3600.0
     metrics_port: int = 0
     finished_metrics_ttl: float = 3600.0
+    # Hardening (issue 18)
+    result_reserve_bytes: int = Field(default=4 * 1024 * 1024, description="space reserved in the result dir "
+                                      "at launch, released at collecting, so the final files fit on a full disk")
+    node_absent_report_seconds: float = Field(default=300.0, description="queued work for a node gone this long "
+                                              "is reported (event, metric)")
+
+
+    def suggestions_path(self) -> Path:
+        """Where advised repairs that worked are suggested as catalogue entries."""
+        if self.catalogue_suggestions:
+            return Path(self.catalogue_suggestions).expanduser()
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        return Path(base) / "ajet-runner" / "catalogue_suggestions.yaml"
+
+    def adviser_problems(self) -> list[str]:
+        """Why the LLM adviser settings cannot work (empty when fine or off); the key is never shown."""
+        url = self.llm_url.strip()
+        if not url:
+            return []
+        problems = []
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("http", "https") or not rest.strip("/"):
+            problems.append(f"AJET_RUNNER_LLM_URL must be an http(s) URL, got {url!r}")
+        if self.llm_api_key_file and not os.access(self.llm_api_key_file, os.R_OK):
+            problems.append(f"AJET_RUNNER_LLM_API_KEY_FILE is not readable: {self.llm_api_key_file}")
+        return problems
 
 
 @lru_cache(maxsize=1)

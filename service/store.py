@@ -115,6 +115,10 @@ if stats['outcome'] then
   end
 end
 if stats['repair'] then redis.call('HINCRBY', 'ajet:stats:repairs', stats['repair'], 1) end
+if stats['advised'] then redis.call('HINCRBY', 'ajet:stats:advised', stats['advised'], 1) end
+if stats['write_failure'] then
+  redis.call('HINCRBY', 'ajet:stats:result_write_failures', stats['write_failure'], 1)
+end
 return {1, tostring(version)}
 """
 
@@ -321,6 +325,14 @@ class Store:
         """A "1"/"0" field of the record, e.g. cancel_requested or delete_requested."""
         return self.r.hget(exp_key(exp_id), name) == b"1"
 
+    def set_once(self, exp_id: str, name: str, value: Any) -> bool:
+        """Set a field of an existing record only if it is not set yet (HSETNX); True if this call set it."""
+        key = exp_key(exp_id)
+        if not self.r.exists(key):
+            return False
+        _, encoded = _encode({name: value})
+        return bool(self.r.hsetnx(key, name, encoded))
+
     def server_time(self) -> float:
         sec, usec = self.r.time()
         return float(sec) + usec / 1e6
@@ -412,7 +424,7 @@ class Store:
     # -- counters for /metrics ---------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, float]]:
         pipe = self.r.pipeline(transaction=False)
-        names = ["transitions", "outcomes", "repairs", "duration_sum"]
+        names = ["transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures"]
         for n in names:
             pipe.hgetall(f"{PREFIX}:stats:{n}")
         out = {n: {k.decode(): float(v) for k, v in raw.items()} for n, raw in zip(names, pipe.execute(),

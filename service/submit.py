@@ -10,6 +10,8 @@ from typing import Any
 
 import redis
 
+from resultdir.archive import archive_previous_run
+from resultdir.refusal import write_refusal
 from service.store import Store, new_id
 from statemachine.blueprint import parse_blueprint, validate_blueprint
 from statemachine.lifecycle import Lifecycle
@@ -25,9 +27,10 @@ NODE_ALIVE_SECONDS = 30.0
 class SubmissionRejected(ValueError):
     """The blueprint cannot run: `problems` names each reason and its field."""
 
-    def __init__(self, problems: Sequence[Problem], status: int = 422) -> None:
+    def __init__(self, problems: Sequence[Problem], status: int = 422, report_dir: str = "") -> None:
         self.problems = list(problems)
         self.status = status
+        self.report_dir = report_dir  # where the refusal's report and finish.flag were written, if anywhere
         super().__init__("; ".join(str(p) for p in self.problems))
 
 
@@ -52,27 +55,50 @@ def submit(
     priority: str | None = None,
     allowed_roots: Sequence[str] = (),
     check_disk: bool = True,
+    exp_id: str | None = None,
+    wait_for_node: bool = False,
 ) -> dict[str, Any]:
-    """Record and enqueue the blueprint; returns the new record. Raises SubmissionRejected."""
+    """Record and enqueue the blueprint (under `exp_id` if given: an idempotency claim); returns the new
+    record. Raises SubmissionRejected.
+
+    A named node that no live worker serves is refused unless `wait_for_node` (it would wait for ever).
+    """
     bp = parse_blueprint(text)
     problems = validate_blueprint(bp, check_disk=check_disk)
     if allowed_roots:
-        for fld in ("exp_codebase_dir", "exp_result_dir"):
-            value = getattr(bp, fld)
-            if value and not _inside(value, allowed_roots):
+        for fld in ("exp_codebase_dir", "exp_result_dir", "exp_yaml_path", "exp_venv_exe"):
+            value = bp.yaml_abspath() if fld == "exp_yaml_path" and bp.exp_yaml_path else getattr(bp, fld)
+            # The venv's python is a symlink to the system interpreter by design: its directory must be inside.
+            probe = os.path.join(os.path.dirname(value), ".") if fld == "exp_venv_exe" and value else value
+            if value and not _inside(probe, allowed_roots):
                 problems.append(Problem(level=Level.error, field=fld,
                                         message=f"{value} is outside the allowed roots ({', '.join(allowed_roots)})"))
     errors = [p for p in problems if p.level == Level.error]
+    exp_id = exp_id or new_id()
     if errors:
-        raise SubmissionRejected(errors)
+        raise _refused(bp, exp_id, problems, blueprint_path, check_disk)
     needed = 1
     if check_disk:
         try:
             needed = gpus_needed(read_yaml_data(Path(bp.yaml_abspath())))
         except (OSError, ValueError):
             needed = 1
-    _check_capacity(store, needed, node)
-    exp_id = new_id()
+    try:
+        if node and not wait_for_node:
+            _check_node_served(store, node)
+        _check_capacity(store, needed, node)
+    except SubmissionRejected as exc:
+        raise _refused(bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status) from None
+    _check_result_dir_free(store, bp.exp_result_dir)
+    previous = ""
+    if check_disk:  # a stale finish.flag must be gone before anyone can wait for this run's
+        try:
+            previous = archive_previous_run(bp.exp_result_dir, bp.exp_codebase_dir)
+        except OSError as exc:
+            raise _refused(bp, exp_id, [Problem(
+                level=Level.error, field="exp_result_dir",
+                message=f"an earlier run's files could not be moved to previous/: {exc}")],
+                blueprint_path, False) from None
     lc = Lifecycle(id=exp_id)
     queue_name = target_queue(node)
     record = {
@@ -81,7 +107,7 @@ def submit(
         "blueprint_path": blueprint_path, "target_node": node or "", "node": "", "gpus_needed": needed,
         "priority": priority or "normal", "queue": queue_name, "attempt": 0, "outcome": "",
         "tmux_session": session_name(bp.exp_purpose, exp_id),
-        "problems": [p.model_dump(mode="json") for p in problems],
+        "problems": [p.model_dump(mode="json") for p in problems], "previous_run": previous,
     }
     store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose})
     enqueue_drive(conn, store, exp_id, queue_name, at_front=priority == "high",
@@ -89,6 +115,41 @@ def submit(
     rec = store.get(exp_id)
     assert rec is not None
     return rec
+
+
+def _refused(bp: Any, exp_id: str, problems: Sequence[Problem], blueprint_path: str, check_disk: bool,
+             status: int = 422) -> SubmissionRejected:
+    """The rejection, after writing its report and finish.flag when the result dir allows it
+    (only where this process sees the nodes' disk)."""
+    errors = [p for p in problems if p.level == Level.error]
+    written = check_disk and write_refusal(bp.exp_result_dir, exp_id, bp.exp_purpose, problems,
+                                           blueprint_path=blueprint_path, codebase=bp.exp_codebase_dir)
+    return SubmissionRejected(errors, status=status, report_dir=bp.exp_result_dir if written else "")
+
+
+def _check_result_dir_free(store: Store, result_dir: str) -> None:
+    """Two live experiments must never share a result dir: archiving it for the new one would move
+    the running one's files away. Refused without writing anything there (409)."""
+    mine = os.path.realpath(result_dir)
+    for rec in store.unfinished():
+        other = str(rec.get("result_dir") or "")
+        if other and os.path.realpath(other) == mine:
+            raise SubmissionRejected([Problem(
+                level=Level.error, field="exp_result_dir",
+                message=f"{result_dir} is the result dir of experiment {rec.get('id', '?')}, which is still "
+                        f"{rec.get('state', 'unfinished')}: wait for it to finish or choose another dir",
+            )], status=409)
+
+
+def _check_node_served(store: Store, node: str) -> None:
+    live = sorted(n["name"] for n in live_nodes(store))
+    if node in live:
+        return
+    raise SubmissionRejected([Problem(
+        level=Level.error, field="node",
+        message=f"no live worker serves node {node} (live: {', '.join(live) or 'none'}); submit with "
+                f"wait_for_node (CLI --wait-for-node) to queue it until one does",
+    )])
 
 
 def _check_capacity(store: Store, needed: int, node: str | None) -> None:

@@ -21,7 +21,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from statemachine.durations import format_duration, parse_duration
+from statemachine.command import LAUNCH_COMMAND_MAX_CHARS
+from statemachine.durations import DURATION_MAX_CHARS, format_duration, parse_duration
 from statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
 
 __all__ = ["parse_blueprint", "validate_blueprint", "load_blueprint"]
@@ -206,6 +207,14 @@ def _match_tag(rest: str, *, strict: bool = False) -> tuple[str, str] | None:
     return found, _SEPARATOR.sub("", after, count=1).strip()
 
 
+_LABELS_LONGEST_FIRST = sorted(((label, fld) for fld, labels in _LABELS.items() for label in labels),
+                               key=lambda item: -len(item[0]))
+_LONGEST_LABEL = len(_LABELS_LONGEST_FIRST[0][0])
+_LABELS_BY_FIRST_CHAR: dict[str, list[tuple[str, str]]] = {}
+for _label, _fld in _LABELS_LONGEST_FIRST:
+    _LABELS_BY_FIRST_CHAR.setdefault(_label[:1], []).append((_label, _fld))
+
+
 def _match_label(rest: str, *, colon: bool = False) -> tuple[str, str] | None:
     """(field, text after the label) when `rest` starts with a known part label.
 
@@ -213,14 +222,14 @@ def _match_label(rest: str, *, colon: bool = False) -> tuple[str, str] | None:
     with a label word is left alone.
     """
     s = _NUMBER_PREFIX.sub("", rest.lstrip(_LEAD_MARKUP), count=1).lstrip(_LEAD_MARKUP)
-    low = s.lower()
+    low = s[:_LONGEST_LABEL + 1].lower()
     best: tuple[int, str] | None = None
-    for fld, labels in _LABELS.items():
-        for label in labels:
+    for label, fld in _LABELS_BY_FIRST_CHAR.get(low[:1], ()):  # the first that fits is the longest
+        if low.startswith(label):
             nxt = low[len(label) : len(label) + 1]
-            glued = nxt.isascii() and nxt.isalnum()  # "purposes", "codebase2" are not labels
-            if low.startswith(label) and not glued and (best is None or len(label) > best[0]):
+            if not (nxt.isascii() and nxt.isalnum()):  # "purposes", "codebase2" are not labels
                 best = (len(label), fld)
+                break
     if best is None:
         return None
     after = s[best[0] :]
@@ -365,7 +374,29 @@ def _path_score(tok: str, fld: str) -> int:
     return 2 if pathish else 0
 
 
+_PROSE_AFTER_PATH = re.compile(r"\s+[(（#]|\s+[-—–]+\s|[,，;；]\s")
+
+
+def _whole_path(line: str) -> str:
+    """An absolute path written bare, kept whole through spaces and `#(`: `/mnt/my data/code`.
+
+    Only when what follows the first space is itself a path piece (holds a `/`) or the path
+    holds `(`; prose after a path (`/x (the repo)`, `/x, see below`) still ends it.
+    """
+    stripped = line.strip().strip("`*").strip()
+    if "`" in stripped or not stripped.startswith(("/", "~")):
+        return ""
+    cut = _PROSE_AFTER_PATH.split(stripped, maxsplit=1)[0].strip()
+    parts = cut.split()
+    if (len(parts) > 1 and all("/" in part for part in parts[1:])) or "(" in cut:
+        return _clean_token(cut)
+    return ""
+
+
 def _line_candidates(line: str) -> list[str]:
+    whole = _whole_path(line)
+    if whole:
+        return [whole]
     spans = [s.strip() for s in re.findall(r"`([^`\n]+)`", line)]
     tokens = [_clean_token(t) for t in _TOKEN_SPLIT.split(re.sub(r"`[^`\n]+`", " ", line))]
     return [s for s in spans if s] + [t for t in tokens if t]
@@ -395,40 +426,62 @@ def _extract_path(text: str, fld: str) -> tuple[str, bool]:
     return "", False
 
 
+def _notes_under_path(text: str, fld: str) -> str:
+    """Prose written under a path part besides its value (a line without any path-like token,
+    e.g. "Note: this YAML needs 4 GPUs"): kept in the blueprint's notes, not dropped."""
+    text = _strip_label(text, fld)
+    kept: list[str] = []
+    for ln in text.split("\n"):
+        body = ln.strip()
+        if not body or _FENCE_OPEN.match(ln) or _HINT_LINE.search(ln):
+            continue
+        if any(_path_score(c, fld) for c in _line_candidates(ln)) and not _PROSE_LINE.match(body):
+            continue
+        if (len(body) <= 80 and _LABEL_KEYWORDS[fld].search(body) and body.endswith((":", "："))
+                and not _PROSE_LINE.match(body)):
+            continue  # a label on its own line
+        kept.append(body)
+    return "\n".join(kept)
+
+
 def _expand(path: str) -> str:
     """`~` and environment variables that are set; unset ones stay visible."""
     return os.path.expanduser(os.path.expandvars(path))
 
 
+def _continues(line: str) -> bool:
+    """A line that a shell reads on into the next one: `\\` outside quotes, or a trailing `&&`/`||`/`|`."""
+    s = line.rstrip()
+    balanced = s.count("'") % 2 == 0 and s.count('"') % 2 == 0
+    return balanced and (s.endswith("\\") or s.endswith(("&&", "||", "|")))
+
+
 def _join_shell_lines(lines: list[str]) -> str:
-    """One runnable line: `\\` continuations joined, separate commands chained with &&."""
-    commands: list[str] = []
-    current = ""
-    for raw in lines:
-        s = raw.strip()
-        if not s or s.startswith("#"):
-            continue
-        if s.startswith("$ "):
-            s = s[2:].strip()
-        current = f"{current} {s}" if current else s
-        if current.endswith("\\"):
-            current = current[:-1].rstrip()
-            continue
-        if current.endswith(("&&", "||", "|")):
-            continue
-        commands.append(current)
-        current = ""
-    if current:
-        commands.append(current.rstrip("&|").rstrip())
-    out = ""
-    for cmd in commands:
-        if not out:
-            out = cmd
-        elif out.endswith((";", "&")):
-            out = f"{out} {cmd}"
-        else:
-            out = f"{out} && {cmd}"
-    return out
+    """The command as written: one command (with `\\` continuations) as one line, anything more
+    (several commands, a heredoc, `if`/`fi`) verbatim, line by line, to run as a script body.
+
+    Never chains lines with `&&`: that turned heredoc bodies into commands and broke `if`/`fi`.
+    """
+    block = textwrap.dedent("\n".join(ln.rstrip() for ln in lines)).split("\n")
+    while block and not block[0].strip():
+        block.pop(0)
+    while block and not block[-1].strip():
+        block.pop()
+    if not block:
+        return ""
+    if "<<" not in "\n".join(block):  # `$ cmd` is a copied shell prompt (never a command), outside heredocs
+        block = [ln.lstrip()[2:] if ln.lstrip().startswith("$ ") else ln for ln in block]
+    code = [ln for ln in block if ln.strip() and not ln.lstrip().startswith("#")]
+    if code and "<<" not in "\n".join(code) and all(_continues(ln) for ln in code[:-1]):
+        parts = [ln.strip() for ln in code]
+        joined = ""
+        for part in parts:
+            if joined.endswith("\\"):
+                joined = joined[:-1].rstrip() + " " + part
+            else:
+                joined = f"{joined} {part}" if joined else part
+        return joined.rstrip("\\").rstrip()
+    return "\n".join(block)
 
 
 def _extract_command(text: str) -> str:
@@ -513,6 +566,9 @@ def parse_blueprint(text: str) -> Blueprint:
                 examples.setdefault(fld, value)
             else:
                 values[fld] = value
+            extra = _notes_under_path(raw, fld)
+            if extra:
+                notes.append((sec.marker.line, f"(under [{fld}]) {extra}"))
         elif fld == "exp_launch_command":
             values[fld] = _extract_command(raw)
         elif fld == "exp_max_time":
@@ -538,7 +594,7 @@ def parse_blueprint(text: str) -> Blueprint:
         exp_yaml_path=values.get("exp_yaml_path", ""),
         exp_launch_command=values.get("exp_launch_command", ""),
         exp_result_dir=values.get("exp_result_dir", ""),
-        exp_max_time_seconds=parse_duration(max_time_text) if max_time_text else None,
+        exp_max_time_seconds=parse_duration(max_time_text) if 0 < len(max_time_text) <= DURATION_MAX_CHARS else None,
         exp_max_time_text=max_time_text,
         notes="\n\n".join(text for _, text in notes if text.strip()),
     )
@@ -572,7 +628,7 @@ _WHAT = {
     "exp_purpose": "a short statement of what the experiment tests",
     "exp_codebase_dir": "the absolute path of the experiment code (the run starts there)",
     "exp_venv_exe": "the absolute path of the python executable of the virtual environment",
-    "exp_yaml_path": "the experiment YAML, relative to the codebase or absolute inside it",
+    "exp_yaml_path": "the experiment YAML, relative to the codebase or absolute",
     "exp_launch_command": "the command that starts training",
     "exp_result_dir": "the absolute path of the directory for results",
     "exp_max_time": "the maximum run time, e.g. `12 hours`",
@@ -636,7 +692,9 @@ def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
     path = bp.yaml_abspath()
     codebase = os.path.normpath(bp.exp_codebase_dir) if os.path.isabs(bp.exp_codebase_dir) else ""
     if codebase and os.path.isabs(path) and os.path.commonpath([codebase, path]) != codebase:
-        problems.error(fld, f"the YAML {path} is outside the codebase {codebase}; it must be inside it")
+        problems.warning(fld, f"the YAML {path} is outside the codebase {codebase}: AgentJet accepts an "
+                         "absolute --conf, and resolves the YAML's hydra.searchpath from the codebase (the "
+                         "working directory), not from the YAML's folder")
     if not check_disk or not os.path.isabs(path):
         return
     if not os.path.exists(path):
@@ -679,8 +737,23 @@ def _check_result_dir(path: str, problems: _Problems) -> None:
         problems.error(fld, f"the result dir {path} cannot be created: {ancestor} is not writable")
 
 
+# Length caps per field: no real value comes near them, and they bound every parser's time.
+FIELD_MAX_CHARS = {"exp_purpose": 2_000, "exp_codebase_dir": 4_096, "exp_venv_exe": 4_096, "exp_yaml_path": 4_096,
+                   "exp_result_dir": 4_096, "exp_launch_command": LAUNCH_COMMAND_MAX_CHARS,
+                   "exp_max_time": DURATION_MAX_CHARS}
+
+
+def _check_lengths(bp: Blueprint, problems: _Problems) -> None:
+    for fld, cap in FIELD_MAX_CHARS.items():
+        value = bp.exp_max_time_text if fld == "exp_max_time" else getattr(bp, fld)
+        if len(value) > cap:
+            problems.error(fld, f"{fld} is {len(value):,} characters long; at most {cap:,} are accepted")
+
+
 def _check_max_time(bp: Blueprint, problems: _Problems) -> None:
     secs, text = bp.exp_max_time_seconds, bp.exp_max_time_text
+    if len(text) > DURATION_MAX_CHARS:
+        return  # reported by _check_lengths
     if secs is None and text.strip():
         problems.error("exp_max_time", f"cannot read a duration from {text!r}: write it like `12 hours`")
     elif secs is not None and secs <= 0:
@@ -697,13 +770,33 @@ def _mentions_yaml(bp: Blueprint) -> bool:
     return any(c and c in cmd for c in candidates)
 
 
+_TEMPLATE_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}")
+
+
+def _check_placeholders(bp: Blueprint, problems: _Problems) -> bool:
+    """A template (`{{CODEBASE}}`, `{{RESULT_DIR}}` left in) names each placeholder per field."""
+    found = False
+    for fld in BLUEPRINT_FIELDS:
+        value = bp.exp_max_time_text if fld == "exp_max_time" else getattr(bp, fld)
+        names = list(dict.fromkeys(_TEMPLATE_PLACEHOLDER.findall(value or "")))
+        if names:
+            found = True
+            listed = ", ".join("{{" + n + "}}" for n in names)
+            problems.error(fld, f"{fld} still holds the template placeholder(s) {listed}: "
+                           "this blueprint is a template; replace them with real values")
+    return found
+
+
 def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Problem]:
     """Everything that keeps `bp` from running (errors) or looks wrong (warnings).
 
     With `check_disk`, paths are checked on this machine; nothing is created.
     """
     problems = _Problems()
+    _check_lengths(bp, problems)
     _check_missing(bp, problems)
+    if _check_placeholders(bp, problems):
+        return list(problems)  # a template: nothing else can be judged yet
     if bp.exp_codebase_dir and _check_absolute(bp, "exp_codebase_dir", problems) and check_disk:
         _check_codebase(bp.exp_codebase_dir, problems)
     if bp.exp_venv_exe and _check_absolute(bp, "exp_venv_exe", problems) and check_disk:

@@ -1,17 +1,25 @@
-"""Read and rewrite a blueprint's launch command without retyping it.
+"""Read and rewrite a blueprint's launch command: every AgentJet launcher call in it, or a refusal.
 
-The launch command is one shell string (`cd /repo && source .venv/bin/activate && python -m
-ajet.launcher --conf x.yaml --autokill`). The runner has to point `--conf` at its patched
-YAML copy, strip `--autokill`, add `--skip-check-avail-gpu`, or put `proxychains4 -q` in
-front of the launcher. Each edit splices the original text, so everything the person wrote
-outside the edited words stays byte-identical (their quoting, spacing, `&&` chains).
+The runner has to point `--conf` at its patched YAML copy, strip `--autokill` / `--kill`
+(they kill every python, ray and vllm process on the host), add `--skip-check-avail-gpu`,
+or put `proxychains4 -q` in front of the launcher. It does that for EVERY launcher call in
+the command: after `&&` / `;` / newlines, in subshells, `$(...)`, functions, `if`/loops, in
+`bash -c` / `sh -c` strings (any quoting, any depth), `eval`, and heredocs fed to a shell.
 
-A small shell lexer (quotes, escapes, `$(...)`, operators) gives every word its span in the
-string; `shlex` alone cannot, because it forgets where words were. Nothing here raises on
-odd input: an unterminated quote just runs to the end of the string.
+The structure comes from a real bash parser (`statemachine.shell_ast`, bashlex). Each
+edit splices the original text, so everything outside the edited words stays byte-identical;
+a rewritten `bash -c` string is re-quoted as a whole. `--autokill` is recognised however
+argparse would accept it: any unique prefix (`--a`, `--auto`, `--autok`), `--autokill=...`.
 
-Limits, on purpose: commands hidden inside `bash -c "..."` or a script are not looked into,
-and `remove_flag` treats flags as booleans unless told that the flag takes a value.
+Anything the runner cannot read with certainty is refused with the reason
+(`analyze_command(...).refusals`), never guessed: a launcher argument only known at run time
+(`$EXTRA`, `"$@"`, globs), a command piped into a shell, a launcher started some other way
+(`python -c ...`, `xargs`), `--autokill` / a launcher call written into a file or a variable,
+text bashlex cannot parse (`case`, `[[ ]]`, `$((...))`) when it mentions the launcher.
+A script file the command runs (`bash train.sh`) is not looked into: that is a note.
+
+`split_chain` and `launcher_segment` keep a small span-keeping lexer for the `cd` tracking
+of the preflight (where the launcher runs from).
 """
 
 from __future__ import annotations
@@ -19,18 +27,31 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from statemachine.shell_ast import Command, ShellSyntaxError, Word, parse_with_substitutions, unquote
 
 __all__ = [
+    "LAUNCH_COMMAND_MAX_CHARS",
+    "CommandAnalysis",
+    "LauncherCall",
     "add_flag",
+    "analyze_command",
     "conf_path",
+    "conf_paths",
     "has_flag",
+    "has_launcher",
+    "hazard_of",
     "launcher_segment",
     "prefix_launcher",
     "remove_flag",
+    "remove_hazards",
     "replace_conf",
     "split_chain",
 ]
+
+LAUNCH_COMMAND_MAX_CHARS = 10_000
+"""Longer launch commands are refused unread (a real one is well under 1 KB): bounds parse time."""
 
 _OPERATORS = ("&&", "||", ";;", "|&", ">>", "<<", "&>", ">&", "<&", ">|", "&", "|", ";", "<", ">", "(", ")")
 _OP_CHARS = frozenset("&|;<>()")
@@ -286,126 +307,547 @@ def _target(cmd: str) -> _Segment | None:
     return segments[k] if k is not None else segments[-1]
 
 
+# ------------------------------------------------------------------ launcher calls, by the parser
+
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "rbash"})
+# Programs that only print, test or move around: text in their arguments never reaches a launcher
+# (unless their output is written into a file).
+_INERT = frozenset({
+    "echo", "printf", "true", "false", ":", "cd", "pushd", "popd", "pwd", "ls", "cat", "head", "tail", "wc",
+    "grep", "test", "[", "sleep", "date", "mkdir", "touch", "nvidia-smi", "which", "type", "hostname", "wait",
+    "tee", "unset", "ulimit", "umask", "df", "du", "free", "env_info",
+})
+_MORE_WRAPPERS = {"sudo": {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U"}, "xargs": {
+    "-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args", "--max-procs"}}
+_ALL_WRAPPERS = _WRAPPERS | frozenset(_MORE_WRAPPERS)
+_PYTHON_VALUE_OPTS = frozenset({"-X", "-W", "-Q"})
+# The real launcher's options (modelscope/AgentJet ajet/launcher.py and ajet/cli/launcher.py).
+LAUNCHER_VALUE_OPTIONS = ("--backbone", "--conf", "--exp-dir", "--debug", "--db", "--bp", "--breakpoint", "--kill",
+                          "--prefix", "--swarm-overwatch")
+HAZARD_FLAGS = ("--autokill", "--kill")
+HAZARD_TEXT = re.compile(r"(?<![\w-])--(?:a(?:u(?:t(?:o(?:k(?:i(?:l(?:l)?)?)?)?)?)?)?|k(?:i(?:l(?:l)?)?)?)(?![\w-])")
+LAUNCHER_TEXT = re.compile(r"ajet\.launcher|ajet/launcher\.py|ajet-launcher")
+_MAX_DEPTH = 4
+
+
+def hazard_of(arg: str) -> str | None:
+    """`--autokill` or `--kill` when argparse would read `arg` as one of them (any unique prefix, `=value`)."""
+    name = arg.split("=", 1)[0]
+    if not name.startswith("--") or len(name) < 3:
+        return None
+    return next((flag for flag in HAZARD_FLAGS if flag.startswith(name)), None)
+
+
+def _value_option(arg: str) -> str | None:
+    """The launcher option taking a value that `arg` names (exactly or as argparse's unique prefix)."""
+    name = arg.split("=", 1)[0]
+    if not name.startswith("--") or len(name) < 3:
+        return None
+    if name in LAUNCHER_VALUE_OPTIONS:
+        return name
+    hits = [o for o in LAUNCHER_VALUE_OPTIONS if o.startswith(name)]
+    return hits[0] if len(hits) == 1 and hazard_of(arg) is None else None
+
+
+@dataclass(frozen=True)
+class LauncherCall:
+    """One call of the AgentJet launcher, as found in the command."""
+
+    text: str  # the call as written
+    where: str  # "" at the top level, else e.g. "in a `bash -c` string"
+    args: tuple[str, ...]  # its arguments, unquoted
+    conf: str | None  # the --conf value, unquoted
+    conf_expanded: bool  # the --conf value is only known at run time (`$CONF`, `${CONF:-x y.yaml}`)
+    hazards: tuple[str, ...]  # --autokill / --kill spellings it carries, as written
+
+
+@dataclass
+class CommandAnalysis:
+    """Every launcher call, what makes the command unreadable (refusals) and what is worth a note."""
+
+    calls: list[LauncherCall] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Call:
+    cmd: Command
+    prog: int  # index of the first word that is not an assignment or a wrapper
+    first_arg: int  # index of the launcher's first argument
+    wrappers: list[str]
+
+    @property
+    def args(self) -> list[Word]:
+        return self.cmd.words[self.first_arg :]
+
+
+@dataclass
+class _Nested:
+    start: int
+    end: int
+    inner: str
+    what: str
+    raw_splice: bool  # a heredoc body is spliced as is; a string is re-quoted
+
+
+@dataclass
+class _Scan:
+    calls: list[_Call] = field(default_factory=list)
+    nested: list[_Nested] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _unquote(raw: str) -> str:
+    """A word's value as bash passes it on (quotes and escapes removed), for words without expansions."""
+    return unquote(raw)
+
+
+def _resolve(words: list[Word]) -> tuple[int, list[str]]:
+    """Index of the real program behind wrappers (`env A=1`, `nohup`, `proxychains4 -q`, `sudo -u x`)."""
+    i, wrappers = 0, []
+    while i < len(words):
+        name = os.path.basename(words[i].value)
+        if name not in _ALL_WRAPPERS:
+            return i, wrappers
+        wrappers.append(name)
+        value_opts = _WRAPPER_VALUE_OPTS.get(name, set()) | _MORE_WRAPPERS.get(name, set())
+        i += 1
+        if name == "uv" and i < len(words) and words[i].value == "run":
+            i += 1
+        while i < len(words):
+            word = words[i].value
+            if word in value_opts:
+                i += 2
+            elif word.startswith("-") or (name == "env" and _ASSIGNMENT.match(word)):
+                i += 1
+            else:
+                break
+        if name == "timeout" and i < len(words):
+            i += 1  # the duration
+        if name == "nice" and i < len(words) and words[i].value.lstrip("-").isdigit():
+            i += 1
+    return len(words), wrappers
+
+
+def _launcher_args_at(words: list[Word], p: int) -> int | None:
+    """Index of the launcher's first argument when `words[p]` starts the launcher, else None."""
+    if p >= len(words):
+        return None
+    program = os.path.basename(words[p].value)
+    if program in ("ajet", "ajet-launcher"):
+        return p + 1
+    if not (program.startswith("python") or words[p].expanded):
+        return None
+    k = p + 1
+    while k < len(words):
+        arg = words[k].value
+        if arg == "-m":
+            return k + 2 if k + 1 < len(words) and words[k + 1].value == "ajet.launcher" else None
+        if arg.startswith("-m"):
+            return k + 1 if arg[2:] == "ajet.launcher" else None
+        if arg in _PYTHON_VALUE_OPTS:
+            k += 2
+            continue
+        if arg == "-c":
+            return None
+        if not arg.startswith("-"):
+            return k + 1 if arg.replace("\\", "/").endswith("ajet/launcher.py") else None
+        k += 1
+    return None
+
+
+def _shell_c_string(words: list[Word], p: int) -> tuple[int | None, bool]:
+    """(index of the `-c` string or of the script, whether it is a `-c` string) for a shell at `words[p]`."""
+    k, has_c = p + 1, False
+    while k < len(words):
+        arg = words[k].value
+        if arg in ("-o", "+o", "-O", "+O"):
+            k += 2
+            continue
+        if arg == "--":
+            k += 1
+            break
+        if arg.startswith(("-", "+")) and len(arg) > 1:
+            has_c = has_c or (arg[0] == "-" and not arg.startswith("--") and "c" in arg[1:])
+            k += 1
+            continue
+        break
+    return (k if k < len(words) else None), has_c
+
+
+def _uncertain_args(call: _Call) -> list[str]:
+    """Launcher arguments whose value bash decides only at run time (they could hold --autokill)."""
+    reasons, words, i = [], call.args, 0
+    while i < len(words):
+        w = words[i]
+        option = _value_option(w.value) if w.value.startswith("--") else None
+        if option is not None and "=" not in w.value:
+            if i + 1 < len(words):
+                value = words[i + 1]
+                if value.expanded and not value.quoted_whole and option != "--conf":
+                    reasons.append(f"the value of {option} (`{value.raw}`) is split into words at run time")
+            i += 2
+            continue
+        if w.expanded:
+            if option is not None:
+                after = w.raw.split("=", 1)[1] if "=" in w.raw else ""
+                whole = len(after) >= 2 and after[0] == after[-1] == '"' and after.count('"') == 2
+                if option != "--conf" and not whole:
+                    reasons.append(f"the value of {option} in `{w.raw}` is split into words at run time")
+            else:
+                reasons.append(f"the launcher argument `{w.raw}` is only known at run time "
+                               "(it could hold --autokill); write the arguments out")
+        i += 1
+    return reasons
+
+
+def _mentions(text: str) -> bool:
+    return bool(HAZARD_TEXT.search(text) or LAUNCHER_TEXT.search(text))
+
+
+def _scan(text: str, depth: int) -> _Scan:
+    """The launcher calls and nested shell strings of `text` (one level), and what cannot be read."""
+    scan = _Scan()
+    try:
+        commands, substitutions = parse_with_substitutions(text)
+    except ShellSyntaxError as exc:
+        if _mentions(text):
+            scan.refusals.append(f"the bash parser cannot read it ({exc}), and it mentions the launcher or "
+                                 "--autokill; write it as plain commands")
+        else:
+            scan.notes.append(f"the bash parser cannot read it ({exc}); it runs as written")
+        return scan
+    # (start, end, kind): launcher | nested | inert | exposed | container | subst (text in `$(...)`
+    # that no word holds: a comment there)
+    spans: list[tuple[int, int, str]] = [(s, e, "subst") for s, e in substitutions]
+
+    def nest(start: int, end: int, inner: str, what: str, raw: bool) -> None:
+        if depth >= _MAX_DEPTH:
+            if _mentions(inner):
+                scan.refusals.append(f"{what} is nested more than {_MAX_DEPTH} shells deep")
+            return
+        scan.nested.append(_Nested(start, end, inner, what, raw))
+        spans.append((start, end, "nested"))
+
+    for cmd in commands:
+        words = cmd.words
+        for a in cmd.assignments:
+            spans.append((a.start, a.end, "exposed"))
+        p, wrappers = _resolve(words)
+        first_arg = _launcher_args_at(words, p)
+        name = os.path.basename(words[p].value) if p < len(words) else ""
+        kinds = {"program": "exposed", "doc": "exposed"}
+        if first_arg is not None:
+            call = _Call(cmd, p, first_arg, wrappers)
+            scan.calls.append(call)
+            if "xargs" in wrappers:
+                scan.refusals.append(f"`{text[cmd.start:cmd.end]}` runs the launcher through xargs, which adds "
+                                     "arguments from its input")
+            scan.refusals.extend(_uncertain_args(call))
+            kinds["program"] = "launcher"
+        elif name in _SHELLS:
+            at, has_c = _shell_c_string(words, p)
+            if has_c and at is not None:
+                w = words[at]
+                if w.expanded:
+                    if _mentions(w.raw):
+                        scan.refusals.append(f"the `{name} -c` string `{w.raw}` is built at run time and mentions "
+                                             "the launcher or --autokill")
+                    else:
+                        scan.notes.append(f"`{name} -c {w.raw}` runs a string built at run time")
+                else:
+                    nest(w.start, w.end, _unquote(w.raw), f"the `{name} -c` string", False)
+            elif at is not None:
+                scan.notes.append(f"`{name} {words[at].raw}` runs a script the runner does not look into "
+                                  "(a launcher call there is not checked or rewritten)")
+            elif cmd.piped_in:
+                scan.refusals.append(f"commands are piped into `{name}`: the runner cannot see what it runs")
+            for doc in cmd.heredocs if at is None else []:
+                if doc.literal or not re.search(r"[$`\\]", doc.body):
+                    nest(doc.start, doc.end, doc.body, f"the heredoc fed to `{name}`", True)
+                    kinds["doc"] = "nested"
+                elif _mentions(doc.body):
+                    scan.refusals.append(f"the heredoc fed to `{name}` is expanded at run time (its delimiter is "
+                                         "not quoted) and mentions the launcher or --autokill; quote it: <<'EOF'")
+        elif name == "eval" and p + 1 < len(words):
+            rest = words[p + 1 :]
+            if any(w.expanded for w in rest):
+                if any(_mentions(w.raw) for w in rest):
+                    scan.refusals.append("an `eval` built at run time mentions the launcher or --autokill")
+            else:
+                nest(rest[0].start, rest[-1].end, " ".join(_unquote(w.raw) for w in rest), "the `eval` text", False)
+        elif name in ("source", ".") and p + 1 < len(words):
+            scan.notes.append(f"`{name} {words[p + 1].raw}` reads a script the runner does not look into")
+        elif name in _INERT and not cmd.writes_file:
+            kinds["program"] = "inert"
+        for k, w in enumerate(words):
+            kind = kinds["program"]
+            if kind == "launcher":
+                kind = "launcher" if k >= p else "exposed"
+            if kind == "inert" and w.expanded:
+                kind = "container"  # what runs inside `$(...)` is judged by its own words
+            spans.append((w.start, w.end, kind))
+        for doc in cmd.heredocs:
+            if not any(s == doc.start and k == "nested" for s, _, k in spans):
+                spans.append((doc.start, doc.end, kinds["doc"]))
+    _check_exposed(text, spans, scan)
+    return scan
+
+
+def _check_exposed(text: str, spans: list[tuple[int, int, str]], scan: _Scan) -> None:
+    """Refuse `--autokill` (any spelling) or the launcher's name where the runner cannot follow it."""
+    hits: list[tuple[int, int, str]] = []
+    for m in HAZARD_TEXT.finditer(text):
+        hits.append((m.start(), m.end(), "hazard"))
+    for m in LAUNCHER_TEXT.finditer(text):
+        hits.append((m.start(), m.end(), "launcher"))
+    for start, end, kind in spans:  # spellings bash assembles from quotes: -""-autokill
+        if kind in ("exposed", "container"):
+            value = _unquote(text[start:end])
+            if hazard_of(value) and not HAZARD_TEXT.search(text[start:end]):
+                hits.append((start, end, "hazard"))
+    for start, end, what in hits:
+        around = [s for s in spans if s[0] <= start and end <= s[1]]
+        if not around:
+            continue  # a comment
+        inner = min(around, key=lambda s: s[1] - s[0])
+        if inner[2] in ("launcher", "nested", "inert", "subst"):
+            continue
+        if inner[2] == "container" and any(s[2] != "container" for s in around if s is not inner):
+            continue
+        word = text[inner[0] : inner[1]]
+        shown = word if len(word) <= 80 else word[:77] + "..."
+        if what == "hazard":
+            scan.refusals.append(f"`{shown}` carries --autokill/--kill where the runner cannot tell whether it "
+                                 "reaches the launcher (a variable, a file, another program)")
+        else:
+            scan.refusals.append(f"`{shown}` starts the launcher in a way the runner cannot read or rewrite")
+
+
+def _walk_calls(text: str, depth: int = 0, where: str = "") -> CommandAnalysis:
+    scan = _scan(text, depth)
+    result = CommandAnalysis(refusals=[f"{r} ({where})" if where else r for r in scan.refusals],
+                             notes=list(scan.notes))
+    for call in scan.calls:
+        conf, expanded = _conf_of(call)
+        result.calls.append(LauncherCall(
+            text=text[call.cmd.start : call.cmd.end], where=where, args=tuple(w.value for w in call.args),
+            conf=conf, conf_expanded=expanded,
+            hazards=tuple(w.raw for w in call.args if hazard_of(w.value))))
+    for n in scan.nested:
+        inner = _walk_calls(n.inner, depth + 1, f"in {n.what}" + (f", {where}" if where else ""))
+        result.calls += inner.calls
+        result.refusals += inner.refusals
+        result.notes += inner.notes
+    return result
+
+
+def _conf_word(call: _Call) -> tuple[int, bool] | None:
+    """(index in call.cmd.words, value is a separate word) of the launcher's --conf."""
+    words = call.cmd.words
+    for k in range(call.first_arg, len(words)):
+        if _value_option(words[k].value) == "--conf":
+            separate = "=" not in words[k].value
+            return (k + 1 if separate else k), separate
+    return None
+
+
+def _conf_of(call: _Call) -> tuple[str | None, bool]:
+    found = _conf_word(call)
+    if found is None:
+        return None, False
+    k, separate = found
+    words = call.cmd.words
+    if k >= len(words):
+        return None, False
+    w = words[k]
+    value = w.value if separate else w.value.split("=", 1)[1]
+    return value, w.expanded
+
+
+def analyze_command(cmd: str) -> CommandAnalysis:
+    """Every launcher call of `cmd` (at any depth), and why it cannot be run, if it cannot."""
+    if not isinstance(cmd, str) or not cmd.strip():
+        return CommandAnalysis()
+    if len(cmd) > LAUNCH_COMMAND_MAX_CHARS:
+        return CommandAnalysis(refusals=[f"the command is {len(cmd):,} characters long; at most "
+                                         f"{LAUNCH_COMMAND_MAX_CHARS:,} are read (put a long script in a file)"])
+    result = _walk_calls(cmd)
+    result.refusals = list(dict.fromkeys(result.refusals))
+    result.notes = list(dict.fromkeys(result.notes))
+    return result
+
+
+# ------------------------------------------------------------------------------- rewriting
+
+_Edit = tuple[int, int, str]
+
+
+def _rewrite(text: str, edit, depth: int = 0) -> str:  # noqa: ANN001 - edit: (_Call, str) -> list[_Edit]
+    """Apply `edit` to every launcher call of `text`, recursing into nested shell strings."""
+    if len(text) > LAUNCH_COMMAND_MAX_CHARS:
+        return text
+    scan = _scan(text, depth)
+    edits: list[_Edit] = []
+    for call in scan.calls:
+        edits += edit(call, text)
+    for n in scan.nested:
+        new = _rewrite(n.inner, edit, depth + 1)
+        if new != n.inner:
+            edits.append((n.start, n.end, new if n.raw_splice else shlex.quote(new)))
+    kept: list[_Edit] = []
+    for e in sorted(edits, key=lambda e: (e[0], -e[1])):
+        if kept and e[0] < kept[-1][1]:
+            continue  # inside a larger edit (e.g. a call inside a --conf value being replaced)
+        kept.append(e)
+    for start, end, new in reversed(kept):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def _before(call: _Call, k: int) -> int:
+    """Where the gap before word k starts (the end of the previous word or redirection)."""
+    words = call.cmd.words
+    return words[k - 1].end if k > 0 else words[k].start
+
+
+def _last_word_end(call: _Call) -> int:
+    return call.cmd.words[-1].end
+
+
+def _removal(call: _Call, match) -> list[_Edit]:  # noqa: ANN001 - match: (value) -> (remove?, takes_value)
+    words, edits, k = call.cmd.words, [], call.first_arg
+    while k < len(words):
+        remove, takes_value = match(words[k].value)
+        if remove:
+            last = k + 1 if takes_value and "=" not in words[k].value and k + 1 < len(words) else k
+            edits.append((_before(call, k), words[last].end, ""))
+            k = last + 1
+            continue
+        k += 1
+    return edits
+
+
+def has_launcher(cmd: str) -> bool:
+    """Whether any launcher call is found in the command (at any depth)."""
+    return bool(analyze_command(cmd).calls)
+
+
 def split_chain(cmd: str) -> list[str]:
-    """The commands of a chain split on unquoted `&&`, `||`, `;`, `&` and newlines."""
+    """The commands of a chain split on unquoted `&&`, `||`, `;`, `&` and newlines (a lexer, for `cd` tracking)."""
     return [cmd[s.start : s.end] for s in _segments(cmd)]
 
 
 def launcher_segment(cmd: str) -> int | None:
-    """Index (in `split_chain(cmd)`) of the command that runs the AgentJet launcher."""
-    return _launcher_index(_segments(cmd))
+    """Index in `split_chain(cmd)` of the first launcher call's command; None when there is no launcher."""
+    if not has_launcher(cmd):
+        return None
+    segments = _segments(cmd)
+    k = _launcher_index(segments)
+    return k if k is not None else (0 if segments else None)
 
 
-def _conf_token(words: list[_Token]) -> tuple[_Token, _Token | None] | None:
-    """The `--conf` word and, for `--conf X`, the word holding X."""
-    for k, word in enumerate(words):
-        if word.value == "--conf":
-            return word, words[k + 1] if k + 1 < len(words) else None
-        if word.value.startswith("--conf="):
-            return word, None
-    return None
+def conf_paths(cmd: str) -> list[str | None]:
+    """The --conf value of every launcher call (None where a call has none)."""
+    return [c.conf for c in analyze_command(cmd).calls]
 
 
 def conf_path(cmd: str) -> str | None:
-    """The YAML passed as `--conf X` or `--conf=X`, unquoted; None when there is none."""
-    seg = _target(cmd)
-    if seg is None:
-        return None
-    found = _conf_token(_command_words(seg))
-    if found is None:
-        return None
-    flag, value = found
-    if value is not None:
-        return value.value
-    if flag.value.startswith("--conf="):
-        return flag.value[len("--conf=") :]
-    return None
-
-
-def _splice(cmd: str, start: int, end: int, text: str) -> str:
-    return cmd[:start] + text + cmd[end:]
+    """The first launcher call's `--conf` value (`--conf X`, `--conf=X`, argparse prefixes), unquoted."""
+    return next((c for c in conf_paths(cmd) if c is not None), None)
 
 
 def replace_conf(cmd: str, new: str) -> str:
-    """Point `--conf` at `new` (keeping the `--conf X` / `--conf=X` form); add it when absent."""
-    seg = _target(cmd)
-    if seg is None:
-        return cmd
-    words = _command_words(seg)
-    found = _conf_token(words)
+    """Point `--conf` of every launcher call at `new` (keeping its form); add it where absent."""
     quoted = shlex.quote(new)
-    if found is None:
-        return _splice(cmd, words[-1].end, words[-1].end, f" --conf {quoted}") if words else cmd
-    flag, value = found
-    if value is not None:
-        return _splice(cmd, value.start, value.end, quoted)
-    if flag.value.startswith("--conf="):
-        return _splice(cmd, flag.start, flag.end, f"--conf={quoted}")
-    return _splice(cmd, flag.end, flag.end, f" {quoted}")
+
+    def edit(call: _Call, text: str) -> list[_Edit]:
+        words = call.cmd.words
+        found = _conf_word(call)
+        if found is None:
+            return [(_last_word_end(call), _last_word_end(call), f" --conf {quoted}")]
+        k, separate = found
+        if separate:
+            if k >= len(words):
+                return [(words[-1].end, words[-1].end, f" {quoted}")]
+            return [(words[k].start, words[k].end, quoted)]
+        option = words[k].raw.split("=", 1)[0]
+        return [(words[k].start, words[k].end, f"{option}={quoted}")]
+
+    return _rewrite(cmd, edit)
 
 
-def _flag_hits(words: list[_Token], flag: str) -> list[int]:
-    return [k for k, w in enumerate(words) if w.value == flag or w.value.startswith(flag + "=")]
+def _flag_present(call: _Call, flag: str) -> bool:
+    return any(w.value == flag or w.value.startswith(flag + "=") for w in call.args)
 
 
 def has_flag(cmd: str, flag: str) -> bool:
-    """Whether the launcher command carries `flag` (alone or as `flag=value`)."""
-    seg = _target(cmd)
+    """Whether any launcher call carries `flag` (alone or as `flag=value`; the hazards in any spelling)."""
     name = flag.split()[0] if flag.split() else ""
-    if seg is None or not name:
+    if not name:
         return False
-    return bool(_flag_hits(_command_words(seg), name))
+    for call in analyze_command(cmd).calls:
+        for arg in call.args:
+            if arg == name or arg.startswith(name + "=") or (name in HAZARD_FLAGS and hazard_of(arg) == name):
+                return True
+    return False
 
 
 def remove_flag(cmd: str, flag: str, *, takes_value: bool = False) -> str:
-    """Drop every `flag` (and its value word when `takes_value`) from the launcher command."""
-    seg = _target(cmd)
-    if seg is None or not flag:
+    """Drop `flag` (and its value word when `takes_value`) from every launcher call.
+
+    `--autokill` and `--kill` are matched in every spelling argparse accepts.
+    """
+    if not flag:
         return cmd
-    words = _command_words(seg)
-    spans: list[tuple[int, int]] = []
-    for k in _flag_hits(words, flag):
-        last = k + 1 if takes_value and words[k].value == flag and k + 1 < len(words) else k
-        before = seg.tokens[0].start
-        for tok in seg.tokens:
-            if tok.end <= words[k].start:
-                before = tok.end
-        spans.append((before, words[last].end))
-    for start, end in reversed(spans):
-        cmd = _splice(cmd, start, end, "")
-    return cmd
+
+    def match(value: str) -> tuple[bool, bool]:
+        if value == flag or value.startswith(flag + "="):
+            return True, takes_value
+        if flag in HAZARD_FLAGS and hazard_of(value) == flag:
+            return True, takes_value
+        return False, False
+
+    return _rewrite(cmd, lambda call, text: _removal(call, match))
+
+
+def remove_hazards(cmd: str) -> str:
+    """Drop `--autokill` and `--kill <keywords>`, in every spelling, from every launcher call."""
+    return _rewrite(cmd, lambda call, text: _removal(call, lambda v: (bool(hazard_of(v)), hazard_of(v) == "--kill")))
 
 
 def add_flag(cmd: str, flag: str) -> str:
-    """Append `flag` to the launcher command (before any redirection or pipe); idempotent."""
-    seg = _target(cmd)
-    if seg is None or not flag.strip() or has_flag(cmd, flag):
+    """Append `flag` to every launcher call that lacks it (before its redirections); idempotent."""
+    flag = flag.strip()
+    if not flag:
         return cmd
-    words = _command_words(seg)
-    if not words:
-        return cmd
-    return _splice(cmd, words[-1].end, words[-1].end, f" {flag.strip()}")
+
+    def edit(call: _Call, text: str) -> list[_Edit]:
+        if _flag_present(call, flag.split()[0]):
+            return []
+        return [(_last_word_end(call), _last_word_end(call), f" {flag}")]
+
+    return _rewrite(cmd, edit)
 
 
 def prefix_launcher(cmd: str, prefix: str) -> str:
-    """Run the launcher behind `prefix` (e.g. `proxychains4 -q`), after `VAR=val` words; idempotent."""
-    seg = _target(cmd)
+    """Run every launcher call behind `prefix` (e.g. `proxychains4 -q`), after `VAR=val` words; idempotent."""
     prefix = prefix.strip()
-    if seg is None or not prefix:
-        return cmd
     try:
         prefix_words = shlex.split(prefix)
     except ValueError:
         prefix_words = prefix.split()
     if not prefix_words:
         return cmd
-    words = _command_words(seg)
-    at = _first_non_assignment(words)
-    if at >= len(words):
-        return cmd
     head = os.path.basename(prefix_words[0])
     same = _PROXYCHAINS if head in _PROXYCHAINS else {head}
-    before_program = words[at : _program_index(words)]
-    if any(os.path.basename(w.value) in same for w in before_program):
-        return cmd
-    return _splice(cmd, words[at].start, words[at].start, prefix + " ")
+
+    def edit(call: _Call, text: str) -> list[_Edit]:
+        if same & set(call.wrappers):
+            return []
+        at = call.cmd.words[0].start
+        return [(at, at, prefix + " ")]
+
+    return _rewrite(cmd, edit)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from statemachine.logmetrics import METRIC_MARKERS, LogMetrics
 from statemachine.logtext import clean_line, clean_lines
 from statemachine.models import Diagnosis, Finding
 from statemachine.signatures import CATALOGUE, TRACEBACK_ID, Signature, candidates, match_line, signature
@@ -24,6 +25,7 @@ __all__ = [
     "LogScanner",
     "MAX_LINE_CHARS",
     "clean_line",
+    "decisive_line",
     "diagnose_lines",
     "diagnose_text",
     "signature",
@@ -95,7 +97,8 @@ class LogScanner:
     and at most one finding per signature (repeats are counted, not stored).
     """
 
-    def __init__(self, tail_lines: int = DEFAULT_TAIL) -> None:
+    def __init__(self, tail_lines: int = DEFAULT_TAIL, metrics: LogMetrics | None = None) -> None:
+        self.metrics = metrics  # console validation results, fed from the same cleaned lines
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._parts: list[str] = []
         self._parts_len = 0
@@ -229,7 +232,10 @@ class LogScanner:
 
     def _scan_lines(self, raws: list[str], out: list[Finding]) -> None:
         texts = clean_lines([_bound(raw) for raw in raws])
-        among = candidates("\n".join(texts))  # usually empty: no per-line matching at all
+        block = "\n".join(texts)
+        among = candidates(block)  # usually empty: no per-line matching at all
+        if self.metrics is not None and (self.metrics.pending or any(m in block for m in METRIC_MARKERS)):
+            self.metrics.feed_lines(texts)
         for text in texts:
             self._line_no += 1
             number = self._line_no
@@ -312,6 +318,24 @@ def _resolve(findings: list[Finding], completed_line: int | None) -> list[Findin
         else f
         for f in ordered
     ]
+
+
+QUOTE_CHARS = 240
+
+
+def decisive_line(cause: Finding | None, tail: Iterable[str] = ()) -> str:
+    """The log line that decided a failure, quoted for an outcome line: the finding's own line
+    (for a bare traceback, its exception line), else the last non-blank line of the log tail."""
+    if cause is not None and cause.text.strip():
+        text, where = cause.text.strip(), f"log line {cause.line}"
+    else:
+        text = next((t.strip() for t in reversed(list(tail)) if t.strip()), "")
+        where = "last log line"
+    if not text:
+        return ""
+    if len(text) > QUOTE_CHARS:
+        text = text[: QUOTE_CHARS - 1] + "…"
+    return f'{where}: "{text}"'
 
 
 def diagnose_lines(lines: Iterable[str]) -> LogDiagnosis:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["parse_duration", "format_duration"]
+__all__ = ["DURATION_MAX_CHARS", "parse_duration", "format_duration"]
+
+DURATION_MAX_CHARS = 200
+"""Longer texts are not read (a duration is a few words): parsing stays well under a millisecond."""
 
 _UNIT_SECONDS = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 
@@ -51,7 +54,7 @@ _ZH_NUM = "[零〇一二两三四五六七八九十百]+"
 _COMPONENT_TEMPLATE = r"""
     (?:
         LOOKBEHIND(?P<sign>-\s*)?(?P<num>\d+(?:\.\d+)?|\.\d+)
-      | (?P<zh>{_ZH_NUM})
+      | (?<![零〇一二两三四五六七八九十百])(?P<zh>{_ZH_NUM})
       | (?<![A-Za-z])(?P<en>{_EN_NUM_ALT})\s+(?=(?:{_FULL_WORD_UNIT_ALT})(?![A-Za-z]))
       | (?P<halfonly>半|(?<![A-Za-z])half\s+(?:an?\s+)?(?=(?:{_FULL_WORD_UNIT_ALT})(?![A-Za-z])))
     )
@@ -154,7 +157,7 @@ def parse_duration(text: str) -> float | None:
     form (`12:00:00`, `1:30` = h:mm); a lone number without any unit counts as hours.
     """
     try:
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or not text.strip() or len(text) > DURATION_MAX_CHARS:
             return None
         norm = unicodedata.normalize("NFKC", text)
         found: list[tuple[int, float]] = []

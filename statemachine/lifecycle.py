@@ -45,6 +45,7 @@ OUTCOME_OF_TRIGGER = {
     "plateau": Outcome.early_stopped,
     "cancel": Outcome.cancelled,
     "give_up": Outcome.failed,
+    "write_failed": Outcome.failed,  # the result files (finish.flag) could not be written: never "completed"
 }
 
 _S = State
@@ -63,6 +64,7 @@ TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": "give_up", "source": _S.failing, "dest": _S.collecting},
     {"trigger": "relaunch", "source": _S.repairing, "dest": _S.launching, "after": "_next_attempt"},
     {"trigger": "collected", "source": _S.collecting, "dest": _S.finished},
+    {"trigger": "write_failed", "source": _S.collecting, "dest": _S.finished},
 ]
 TRIGGERS = tuple(dict.fromkeys(t["trigger"] for t in TRANSITIONS))
 

@@ -10,7 +10,7 @@ import os
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 BLUEPRINT_FIELDS = (
     "exp_purpose",
@@ -72,6 +72,15 @@ class ConfigChange(BaseModel):
     old: Any = None
     new: Any = None
     reason: str
+    unset: bool = False  # remove the key (AgentJet's default applies) instead of setting `new`
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_flag(self, handler: Any) -> dict[str, Any]:
+        """`unset` appears only when true, so the pinned JSON of ordinary changes stays as it was."""
+        data = handler(self)
+        if not data.get("unset"):
+            data.pop("unset", None)
+        return data
 
 
 class Evaluation(BaseModel):
@@ -85,6 +94,7 @@ class RepairAction(BaseModel):
 
     - set_yaml: `key` (dotted) gets `value`, or its current number times `factor`
       (integers stay integers, never below `minimum`).
+    - unset_yaml: remove `key` from the YAML, so AgentJet's default applies.
     - set_env: environment variable `key` = `value` for the next attempt.
     - prefix_command: put `value` (e.g. "proxychains4 -q") before the command when the
       program `requires` is installed; otherwise the action is not applicable.
@@ -95,7 +105,7 @@ class RepairAction(BaseModel):
     that changes something is applied (e.g. a proxy prefix, else offline mode).
     """
 
-    kind: Literal["set_yaml", "set_env", "prefix_command", "add_flag", "remove_flag", "cleanup"]
+    kind: Literal["set_yaml", "unset_yaml", "set_env", "prefix_command", "add_flag", "remove_flag", "cleanup"]
     key: str = ""
     value: Any = None
     factor: float | None = None

@@ -25,14 +25,17 @@ from pydantic import BaseModel, Field
 from statemachine import command as cmdlib
 from statemachine.models import Blueprint, ConfigChange, Level, Problem
 from statemachine.repairs import MISSING, get_dotted
+from statemachine.shell_ast import unquote
 
 __all__ = [
+    "EnvDecision",
     "SECONDS_PER_STEP_GUESS",
     "TRAIN_RESULT_RELPATH",
     "VAL_RESULT_RELPATH",
     "PreflightPlan",
     "gpus_needed",
     "plan_preflight",
+    "preflight",
 ]
 
 TC = "ajet.trainer_common"
@@ -65,10 +68,20 @@ KILL_REASON = (
     "--kill <keywords> kills every process on the host matching the keywords; replaced by a "
     "scoped cleanup of this experiment's own processes"
 )
+# AgentJet's own environment check looks only at SWANLAB_API_KEY (SWANLAB_MODE=offline does
+# not satisfy it: the run still stops at start), so swanlab has no local-mode exemption.
 _LOGGER_CREDENTIALS = {
-    "swanlab": ("SWANLAB_API_KEY", "SWANLAB_MODE", {"offline", "local", "disabled"}),
+    "swanlab": ("SWANLAB_API_KEY", "", set()),
     "wandb": ("WANDB_API_KEY", "WANDB_MODE", {"offline", "disabled", "dryrun"}),
 }
+
+
+class EnvDecision(BaseModel):
+    """A preflight decision that depended on the environment: which variable, what it decided."""
+
+    variable: str
+    is_set: bool
+    decision: str
 
 
 class PreflightPlan(BaseModel):
@@ -82,6 +95,8 @@ class PreflightPlan(BaseModel):
     gpus_needed: int | None = None
     val_result_path: str = ""
     train_result_path: str = ""
+    env_decisions: list[EnvDecision] = Field(default_factory=list)
+    environment: str = ""  # whose environment the env-dependent decisions read
 
     @property
     def ok(self) -> bool:
@@ -138,6 +153,11 @@ class _Planner:
         self.env = env
         self.problems: list[Problem] = []
         self.changes: list[ConfigChange] = []
+        self.env_decisions: list[EnvDecision] = []
+
+    def read_env(self, variable: str, decision: str) -> None:
+        self.env_decisions.append(EnvDecision(variable=variable, is_set=bool((self.env or {}).get(variable)),
+                                              decision=decision))
 
     def problem(self, level: Level, field: str, message: str) -> None:
         self.problems.append(Problem(level=level, field=field, message=message))
@@ -163,32 +183,70 @@ class _Planner:
         return os.path.normpath(cwd) if cwd else ""
 
     def plan_command(self) -> tuple[str, list[ConfigChange], bool]:
-        original = self.bp.exp_launch_command.strip()
-        if not original:
-            self.problem(Level.error, "exp_launch_command", "the launch command is empty")
+        """The command to run: every launcher call rewritten, or an error naming what cannot be read.
+
+        Works on all launcher calls (chains, subshells, functions, `bash -c` strings, heredocs fed
+        to a shell); anything the analysis cannot read with certainty is refused, never guessed.
+        """
+        field = "exp_launch_command"
+        original = self.bp.exp_launch_command.strip("\n")
+        if not original.strip():
+            self.problem(Level.error, field, "the launch command is empty")
             return original, [], False
-        cmd, changes = original, []
-        if cmdlib.launcher_segment(original) is None:
-            self.problem(Level.warning, "exp_launch_command",
+        analysis = cmdlib.analyze_command(original)
+        for reason in analysis.refusals:
+            self.problem(Level.error, field, f"cannot be run safely: {reason}")
+        if not analysis.calls and not analysis.refusals:
+            self.problem(Level.warning, field,
                          "the command does not visibly run `python -m ajet.launcher`; YAML fixes reach it "
                          "only if it uses --conf")
-        hazards = (("--autokill", False, AUTOKILL_REASON), ("--kill", True, KILL_REASON))
-        for flag, takes_value, reason in hazards:
-            if cmdlib.has_flag(cmd, flag):
-                new = cmdlib.remove_flag(cmd, flag, takes_value=takes_value)
-                changes.append(ConfigChange(key="exp_launch_command", old=cmd, new=new, reason=reason))
-                cmd = new
-        conf = cmdlib.conf_path(cmd)
-        if conf is None:
-            if cmdlib.launcher_segment(cmd) is not None:
-                self.problem(Level.error, "exp_launch_command", "the launcher is run without --conf <yaml>")
-        elif self.bp.exp_yaml_path:
-            resolved = os.path.normpath(os.path.join(self.workdir(cmd), conf))
-            if resolved != self.bp.yaml_abspath():
-                self.problem(Level.warning, "exp_launch_command",
-                             f"--conf {conf} is not exp_yaml_path {self.bp.exp_yaml_path}; "
-                             f"the runner checks and patches exp_yaml_path")
-        return cmd, changes, bool(changes)
+        for note in analysis.notes:
+            self.problem(Level.warning, field, note)
+        if analysis.refusals or not analysis.calls:
+            return original, [], False
+        cmd, changes = original, []
+        spelled = [h for call in analysis.calls for h in call.hazards]
+        if spelled:
+            kinds = {cmdlib.hazard_of(unquote(h)) for h in spelled}
+            reason = "; ".join(r for flag, r in (("--autokill", AUTOKILL_REASON), ("--kill", KILL_REASON))
+                               if flag in kinds)
+            where = ", ".join(dict.fromkeys(f"`{h}`" for h in spelled))
+            new = cmdlib.remove_hazards(cmd)
+            changes.append(ConfigChange(key=field, old=cmd, new=new, reason=f"removed {where}: {reason}"))
+            cmd = new
+        calls = cmdlib.analyze_command(cmd).calls
+        if any(call.conf is None for call in calls):
+            self.problem(Level.error, field, "the launcher is run without --conf <yaml>"
+                         + (f" ({len(calls)} launcher calls, each needs one)" if len(calls) > 1 else ""))
+        written = {call.conf for call in calls if call.conf is not None and not call.conf_expanded}
+        if len(written) > 1:
+            self.problem(Level.error, field,
+                         f"the launcher calls name different YAMLs ({', '.join(sorted(written))}); the runner "
+                         "checks and patches one (exp_yaml_path): one experiment per YAML")
+        expanded = [call.conf for call in calls if call.conf_expanded]
+        if expanded and self.bp.exp_yaml_path:
+            new = cmdlib.replace_conf(cmd, self.bp.exp_yaml_path)
+            changes.append(ConfigChange(
+                key=field, old=cmd, new=new,
+                reason=f"--conf {expanded[0]} is only known at run time; pointed at exp_yaml_path "
+                       f"{self.bp.exp_yaml_path}, which the runner checks and patches"))
+            cmd = new
+        elif expanded:
+            self.problem(Level.error, field, f"--conf {expanded[0]} is only known at run time and there is no "
+                         "exp_yaml_path to use instead")
+        final = cmdlib.analyze_command(cmd)
+        left = [h for call in final.calls for h in call.hazards]
+        if left or final.refusals:
+            self.problem(Level.error, field, "the rewritten command still carries "
+                         + ", ".join([*left, *final.refusals]))
+        for conf in sorted(written):
+            if self.bp.exp_yaml_path:
+                resolved = os.path.normpath(os.path.join(self.workdir(cmd), conf))
+                if resolved != self.bp.yaml_abspath():
+                    self.problem(Level.warning, field,
+                                 f"--conf {conf} is not exp_yaml_path {self.bp.exp_yaml_path}; "
+                                 f"the runner checks and patches exp_yaml_path")
+        return cmd, changes, bool(spelled)
 
     # -- the YAML --------------------------------------------------------------------------
 
@@ -311,8 +369,15 @@ class _Planner:
         names = [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
         missing = []
         for name, (key_var, mode_var, local_modes) in _LOGGER_CREDENTIALS.items():
-            if name in names and not self.env.get(key_var) and self.env.get(mode_var, "") not in local_modes:
+            if name not in names:
+                continue
+            local = bool(mode_var) and self.env.get(mode_var, "") in local_modes
+            if not self.env.get(key_var) and not local:
                 missing.append((name, key_var))
+                self.read_env(key_var, f"not set: logger {name} switched to tensorboard")
+            else:
+                why = f"{mode_var}={self.env.get(mode_var)}" if local and not self.env.get(key_var) else "set"
+                self.read_env(mode_var if why != "set" else key_var, f"{why}: logger {name} kept")
         if not missing:
             return
         gone = {name for name, _ in missing}
@@ -339,12 +404,30 @@ class _Planner:
                          "the others must join its Ray cluster")
         visible = (self.env or {}).get("CUDA_VISIBLE_DEVICES")
         per_node = needed // nodes
+        if self.env is not None:
+            self.read_env("CUDA_VISIBLE_DEVICES", f"lists {len([d for d in visible.split(',') if d.strip()])} "
+                          f"GPU(s) for n_gpus_per_node={per_node}" if visible is not None
+                          else "not set: the run sees every GPU of the node")
         if visible is not None:
             count = len([d for d in visible.split(",") if d.strip()])
             if count < per_node:
                 self.problem(Level.warning, f"{TC}.n_gpus_per_node",
                              f"n_gpus_per_node={per_node} but CUDA_VISIBLE_DEVICES lists {count} GPU(s)")
         return needed
+
+    def model_path(self, data: dict[str, Any]) -> None:
+        """A local model path (absolute, ./, ../, ~) that does not exist here stops AgentJet at start."""
+        key = "ajet.model.path"
+        value = get_dotted(data, key, MISSING)
+        if not isinstance(value, str) or not value.strip().startswith(("/", "./", "../", "~")):
+            return  # a hub id such as Qwen/Qwen2.5-7B-Instruct is downloaded, not looked up
+        path = os.path.expanduser(value.strip())
+        if not os.path.isabs(path) and self.bp.exp_codebase_dir:
+            path = os.path.normpath(os.path.join(self.bp.exp_codebase_dir, path))
+        if not os.path.exists(path):
+            self.problem(Level.warning, key,
+                         f"the model path {value} does not exist on this node: AgentJet stops at start with "
+                         "`Model path ... does not exist` (fix the path or download the model first)")
 
     def experiment_name(self, data: dict[str, Any]) -> None:
         name = get_dotted(data, "ajet.experiment_name")
@@ -372,7 +455,51 @@ def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | No
         p.run_length(data)
         p.logger(data)
         plan.gpus_needed = p.gpus(data)
+        p.model_path(data)
         p.experiment_name(data)
     plan.changes = p.changes
     plan.problems = p.problems
+    plan.env_decisions = p.env_decisions
+    return plan
+
+
+_SEVERITY = {Level.warning: 1, Level.error: 2}
+
+
+def merge_problems(own: list[Problem], extra: list[Problem]) -> list[Problem]:
+    """Add the preflight's problems, minus those a field already has at the same or a worse level."""
+    worst: dict[str, int] = {}
+    for p in own:
+        worst[p.field] = max(worst.get(p.field, 0), _SEVERITY[p.level])
+    merged = list(own)
+    for p in extra:
+        if _SEVERITY[p.level] > worst.get(p.field, 0) and p not in merged:
+            merged.append(p)
+    return merged
+
+
+def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_disk: bool = True) -> PreflightPlan:
+    """The one preflight `check` and a worker both run: validate the blueprint, read its YAML,
+    plan the changes. `env` is the environment the decisions read (the node's, as the worker
+    sees it, or the submitting shell's for `check`), named by `environment` in the output.
+
+    Problems stop at the blueprint's own when it has errors (the YAML is then not read).
+    """
+    from statemachine.blueprint import validate_blueprint
+
+    problems = validate_blueprint(bp, check_disk=check_disk)
+    plan = PreflightPlan(environment=environment)
+    if any(p.level == Level.error for p in problems) or not check_disk:
+        plan.problems = problems
+        return plan
+    try:
+        with open(bp.yaml_abspath(), encoding="utf-8") as fh:
+            yaml_text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        plan.problems = [*problems, Problem(level=Level.error, field="exp_yaml_path",
+                                            message=f"cannot read the YAML: {exc}")]
+        return plan
+    plan = plan_preflight(bp, yaml_text, env=env)
+    plan.environment = environment
+    plan.problems = merge_problems(problems, plan.problems)
     return plan

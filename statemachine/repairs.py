@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 from statemachine import command as cmdlib
 from statemachine.models import ConfigChange, RepairAction
 
-__all__ = ["CLEANUP_TARGETS", "MISSING", "ResolvedRepair", "get_dotted", "resolve_repair", "set_dotted"]
+__all__ = ["CLEANUP_TARGETS", "MISSING", "ResolvedRepair", "del_dotted", "get_dotted", "resolve_repair",
+           "set_dotted"]
 
 CLEANUP_TARGETS = ("ray", "gpu_processes", "session")
 
@@ -54,6 +55,20 @@ def set_dotted(data: MutableMapping[str, Any], key: str, value: Any) -> None:
             node[part] = child
         node = child
     node[parts[-1]] = value
+
+
+def del_dotted(data: MutableMapping[str, Any], key: str) -> bool:
+    """Remove `a.b.c` in place; False when it was not there."""
+    parts = key.split(".")
+    node: Any = data
+    for part in parts[:-1]:
+        if not isinstance(node, MutableMapping) or part not in node:
+            return False
+        node = node[part]
+    if not isinstance(node, MutableMapping) or parts[-1] not in node:
+        return False
+    del node[parts[-1]]
+    return True
 
 
 class ResolvedRepair(BaseModel):
@@ -133,6 +148,20 @@ class _Resolver:
         shown = "(absent)" if current is MISSING else repr(current)
         self.notes.append(f"set {action.key}: {shown} -> {new!r}{_label(action)}")
 
+    def unset_yaml(self, action: RepairAction) -> None:
+        if not action.key:
+            self.skip(action, "no YAML key given")
+            return
+        current = get_dotted(self.data, action.key, MISSING)
+        if current is MISSING:
+            self.skip(action, "the key is not in the YAML")
+            return
+        del_dotted(self.data, action.key)
+        reason = action.description or f"repair: unset {action.key}"
+        first_old = get_dotted(self.original, action.key, None)
+        self.changes[action.key] = ConfigChange(key=action.key, old=first_old, new=None, reason=reason, unset=True)
+        self.notes.append(f"unset {action.key} (was {current!r}){_label(action)}")
+
     def set_env(self, action: RepairAction) -> None:
         if not action.key or action.value is None:
             self.skip(action, "no variable name or value given")
@@ -204,6 +233,7 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
     r = _Resolver(yaml_data, command, env, installed)
     handlers: dict[str, Callable[[RepairAction], None]] = {
         "set_yaml": r.set_yaml,
+        "unset_yaml": r.unset_yaml,
         "set_env": r.set_env,
         "prefix_command": r.prefix_command,
         "add_flag": r.flag,
@@ -219,7 +249,11 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
         handlers[action.kind](action)
         if action.alternative and before != (len(r.changes), len(r.env), r.command, len(r.cleanups)):
             chosen.add(action.alternative)
-    changes = [c for c in r.changes.values() if get_dotted(r.original, c.key, MISSING) != c.new]
+    def changed(c: ConfigChange) -> bool:
+        before = get_dotted(r.original, c.key, MISSING)
+        return before is not MISSING if c.unset else before != c.new
+
+    changes = [c for c in r.changes.values() if changed(c)]
     applicable = bool(changes or r.env or r.command != command or r.cleanups)
     if not applicable:
         r.notes.append("nothing in the repair plan changes this experiment; "

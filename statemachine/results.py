@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
 import math
 import os
 import re
@@ -47,7 +48,8 @@ MAX_LINE_CHARS = 4 * 1024 * 1024  # a real result line is < 100 KB; longer ones 
 SNIFF_CHARS = 256 * 1024
 OWN_FILES = frozenset({"experiment_report.md", "repair_log.md"})
 RESULT_SUFFIXES = frozenset({".md", ".txt", ".markdown", ""})
-SKIP_DIRS = frozenset({".git", "__pycache__", "checkpoints", "global_step", "node_modules", ".venv"})
+# `previous/` holds earlier runs' files moved aside when a result dir is reused: never this run's.
+SKIP_DIRS = frozenset({"previous", ".git", "__pycache__", "checkpoints", "global_step", "node_modules", ".venv"})
 
 STEP_KEYS = ("global_steps", "global_step", "step")
 TRAIN_STEP_KEYS = ("training/global_step", "global_steps", "global_step", "step")
@@ -109,7 +111,7 @@ class ResultSummary(BaseModel):
     baseline: dict[str, Any] = Field(default_factory=dict)
     primary_dataset: str = ""
     datasets: list[str] = Field(default_factory=list)
-    format: Literal["", "classic", "swarm", "mixed"] = ""
+    format: Literal["", "classic", "swarm", "mixed", "console"] = ""  # console: from log lines
     skipped: int = 0
     files: list[str] = Field(default_factory=list)
 
@@ -564,7 +566,7 @@ def summarize(
         baseline=baseline,
         primary_dataset=primary,
         datasets=datasets,
-        format=fmt if fmt in ("classic", "swarm", "mixed") else "",
+        format=fmt if fmt in ("classic", "swarm", "mixed", "console") else "",
         skipped=skipped,
     )
 
@@ -597,13 +599,17 @@ def parse_val_text(text: str) -> ResultSummary:
     return _finish(parser)
 
 
-def parse_val_file(path: str | os.PathLike[str]) -> ResultSummary:
-    """Parse one validation file, streaming; an unreadable file gives an empty summary."""
+def parse_val_file(path: str | os.PathLike[str], start: int = 0) -> ResultSummary:
+    """Parse one validation file, streaming, from byte `start` (what a run appended after an
+    earlier run's lines); an unreadable file gives an empty summary."""
     parser = _ValParser()
     try:
-        with _open_text(path) as stream:
-            for line in _iter_lines(stream):
-                parser.feed(line)
+        with open(path, "rb") as raw:
+            if start > 0:
+                raw.seek(start)
+            with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as stream:
+                for line in _iter_lines(stream):
+                    parser.feed(line)
     except OSError:
         pass
     summary = _finish(parser)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from statemachine.models import Finding, RepairAction
 
@@ -68,13 +69,8 @@ class Signature:
         )
 
 
-def load_catalogue(path: Path = CATALOGUE_PATH) -> list[Signature]:
-    """Read, validate and compile a catalogue file (raises ValueError on a bad entry)."""
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(raw, list):
-        raise ValueError(f"{path}: expected a list of signatures")
-    specs = [SignatureSpec.model_validate(entry) for entry in raw]
-    seen: set[str] = set()
+def _compile(specs: list[SignatureSpec], path: Path, taken: set[str] | None = None) -> list[Signature]:
+    seen: set[str] = set(taken or ())
     result: list[Signature] = []
     for spec in specs:
         if spec.id in seen:
@@ -96,9 +92,82 @@ def load_catalogue(path: Path = CATALOGUE_PATH) -> list[Signature]:
                 repair=tuple(spec.repair),
             )
         )
-    if TRACEBACK_ID not in seen:
+    return result
+
+
+def load_catalogue(path: Path = CATALOGUE_PATH) -> list[Signature]:
+    """Read, validate and compile a catalogue file (raises ValueError on a bad entry)."""
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(raw, list):
+        raise ValueError(f"{path}: expected a list of signatures")
+    specs = [SignatureSpec.model_validate(entry) for entry in raw]
+    result = _compile(specs, path)
+    if TRACEBACK_ID not in {s.id for s in result}:
         raise ValueError(f"{path}: the {TRACEBACK_ID!r} fallback entry is required")
     return result
+
+
+class SiteSignatureSpec(SignatureSpec):
+    """An entry of a site's catalogue extension: specific (patterns, not generic), no unknown keys.
+
+    `suggested` (where an adviser's suggestion came from) is allowed so an adopted suggestion can be
+    copied as it is.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    patterns: list[str] = Field(min_length=1)
+    suggested: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _specific(self) -> SiteSignatureSpec:
+        if self.generic:
+            raise ValueError(f"{self.id}: a site entry must be specific (generic: false)")
+        return self
+
+
+def load_extension(path: Path | str) -> list[Signature]:
+    """Read and validate a site catalogue extension; ValueError names the file, the entry and the problem."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the site catalogue: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError(f"{path}: expected a list of catalogue entries")
+    specs = []
+    for i, entry in enumerate(raw, 1):
+        try:
+            specs.append(SiteSignatureSpec.model_validate(entry))
+        except ValidationError as exc:
+            name = entry.get("id", f"entry {i}") if isinstance(entry, dict) else f"entry {i}"
+            problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'entry'}: {e['msg']}"
+                                 for e in exc.errors())
+            raise ValueError(f"{path}: {name}: {problems}") from None
+    builtin = {s.id for s in load_catalogue()}
+    clash = [s.id for s in specs if s.id in builtin]
+    if clash:
+        raise ValueError(f"{path}: {', '.join(clash)}: the built-in catalogue already has this id")
+    return _compile(specs, path)
+
+
+def use_extension(path: Path | str) -> list[str]:
+    """Load a site extension into the catalogue (before the generic entries); returns the ids added.
+
+    Idempotent: entries already installed from an earlier call are replaced, not doubled.
+    """
+    extra = load_extension(path)
+    ids = {s.id for s in extra}
+    CATALOGUE[:] = [s for s in CATALOGUE if s.id not in ids]
+    at = next((i for i, s in enumerate(CATALOGUE) if s.generic), len(CATALOGUE))
+    CATALOGUE[at:at] = extra
+    _BY_ID.clear()
+    _BY_ID.update({s.id: s for s in CATALOGUE})
+    return [s.id for s in extra]
 
 
 CATALOGUE: list[Signature] = load_catalogue()

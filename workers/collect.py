@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from statemachine.lifecycle import Lifecycle
+from statemachine.logmetrics import merge_file_and_log
 from statemachine.logtext import clean_line
 from statemachine.models import Blueprint
-from statemachine.results import find_result_files, parse_train_file, parse_val_files
+from statemachine.results import ResultSummary, find_result_files, parse_train_file, parse_val_files, summarize
 from workers.context import Context
 from workers.report import AttemptInfo, RepairRecord, ReportData
 from workers.tmux import session_name
-from workers.watch import AttemptWatch
+from workers.watch import AttemptWatch, log_evaluations, own_offset, parse_own_results
 
 
 def link_repair_outcomes(ctx: Context, outcome: str) -> None:
@@ -28,12 +29,51 @@ def link_repair_outcomes(ctx: Context, outcome: str) -> None:
                 rep["next"] = f"attempt {nxt}: {end or outcome}"
 
 
+def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, str]:
+    """This run's evaluations and a sentence saying where they came from.
+
+    The results file counts from where it stood at launch (an earlier run's lines before
+    that are not this run's); the attempt logs' console validation lines fill the steps the
+    file lacks (the file wins where both have a step).
+    """
+    sources: list[str] = []
+    file_summary: ResultSummary | None = None
+    if ctx.val_path and Path(ctx.val_path).exists():
+        offset = own_offset(ctx.val_path, ctx.val_start)
+        file_summary = parse_own_results(ctx.val_path, ctx.val_start)
+        if ctx.val_chosen:
+            where = f"the runner's own results file `{ctx.val_path}`"
+        elif offset:
+            where = (f"`{ctx.val_path}` (the YAML's results file), only the lines written after launch: "
+                     f"its first {offset} bytes were already there and belong to earlier runs")
+        else:
+            where = f"`{ctx.val_path}` (the YAML's results file, new or emptied since launch)"
+        sources.append(f"{where}: {len(file_summary.evaluations)} evaluation(s)")
+    elif not ctx.val_path and Path(bp.exp_result_dir).exists():
+        files = find_result_files(bp.exp_result_dir)  # previous/ (earlier runs) is never searched
+        if files:
+            file_summary = parse_val_files(files)
+            sources.append("results files found in the result dir: "
+                           + ", ".join(f"`{f}`" for f in files))
+    logs = [str(a.get("log_path", "")) for a in ctx.attempts if a.get("log_path")]
+    console = log_evaluations(logs)
+    log_summary = summarize(console) if console else None
+    summary = merge_file_and_log(file_summary, log_summary)
+    if console:
+        have = {e.step for e in file_summary.evaluations} if file_summary else set()
+        used = sorted({e.step for e in console} - have)
+        if used:
+            steps = ", ".join(str(s) for s in used[:12]) + (" …" if len(used) > 12 else "")
+            sources.append(f"the console log (`Initial/Final validation metrics` and val-core step lines): "
+                           f"step(s) {steps}")
+    if not sources:
+        sources.append("no results file and no validation line in the console log")
+    return (summary if summary.evaluations else None), "; ".join(sources)
+
+
 def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, ctx: Context, *, node: str,
                 watch: AttemptWatch | None, started_at: float | None) -> ReportData:
-    files = [Path(ctx.val_path)] if ctx.val_path and Path(ctx.val_path).exists() else []
-    if not files and Path(bp.exp_result_dir).exists():
-        files = find_result_files(bp.exp_result_dir)
-    summary = parse_val_files(files) if files else None
+    summary, source = gather_results(bp, ctx)
     train_steps = 0
     if ctx.train_path and Path(ctx.train_path).exists():
         train_steps = len(parse_train_file(ctx.train_path).steps)
@@ -49,10 +89,12 @@ def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, 
         yaml_path=bp.yaml_abspath(), patched_yaml_path=ctx.config_path,
         attempts=[AttemptInfo.model_validate(a) for a in ctx.attempts],
         preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
+        preflight_env=ctx.preflight_env,
         repairs=[RepairRecord.model_validate(r) for r in ctx.repairs],
         evaluations=[e.model_dump() for e in summary.evaluations] if summary else [],
         final=summary.final if summary else {}, best=summary.best if summary else {},
         train_steps=train_steps, log_tail=tail, history=lc.history,
+        results_source=source if ctx.attempts else "", previous_run=ctx.previous_run,
     )
 
 

@@ -1,18 +1,18 @@
 """Write a patched copy of a person's AgentJet YAML, leaving the original untouched.
 
-The copy sits beside the original (same directory, so the `hydra.searchpath` entries and
-any other relative references resolve the same way) and differs from it only in the
-changed values: comments, key order, quoting, blank lines and the `hydra`/`defaults`
-blocks stay byte-identical. ruamel.yaml's round-trip loader locates each value; the edit is
-spliced into the original text, because a full round-trip dump re-indents lists that mix
+The copy sits in a runner-owned folder beside the original, under the same file name
+(`<yaml dir>/.ajet-runner/<id>/<name>.yaml`): AgentJet names the experiment, its
+checkpoints and `saved_experiments/` dir after the YAML's file name when
+`ajet.experiment_name` is unset, so the copy's run keeps the original's names, and
+`hydra.searchpath` is resolved from the working directory, which does not change. The copy
+differs from the original only in the changed values: comments, key order, quoting, blank
+lines and the `hydra`/`defaults` blocks stay byte-identical. ruamel.yaml's round-trip loader
+locates each value; the edit is spliced into the original text, because a full round-trip dump re-indents lists that mix
 indentation styles (AgentJet's own YAMLs do) and rewrites `null`s. When a value cannot be
 spliced (a flow map, a block scalar, a non-map in the way) the whole file goes through a
 ruamel round-trip dump instead. Either way the result is re-read and must equal the
 original data with exactly the requested changes, or nothing is written.
 
-Naming: when `ajet.experiment_name` is absent or `read_yaml_name`, AgentJet names the
-experiment after the YAML file (plus a timestamp), so a run of the copy is named
-`<stem>.ajet-runner-<tag>_<time>`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +29,15 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from statemachine.models import ConfigChange
-from statemachine.repairs import set_dotted
+from statemachine.repairs import del_dotted, set_dotted
+from workers.finish import atomic_write_bytes
 
-__all__ = ["PATCH_MARKER", "PatchError", "patch_yaml_text", "patched_config_path", "read_yaml_data",
+__all__ = ["PATCH_MARKER", "RUNNER_DIR", "PatchError", "patch_yaml_text", "patched_config_path", "read_yaml_data",
+           "remove_patched_copy",
            "write_patched_yaml"]
 
-PATCH_MARKER = ".ajet-runner-"
+PATCH_MARKER = ".ajet-runner-"  # the older naming (<stem>.ajet-runner-<tag>.yaml), still recognised
+RUNNER_DIR = ".ajet-runner"
 
 
 class PatchError(ValueError):
@@ -53,17 +54,32 @@ def read_yaml_data(path: Path | str) -> dict[str, Any]:
 
 
 def patched_config_path(original: Path | str, tag: str) -> Path:
-    """`<dir>/<stem>.ajet-runner-<tag>.yaml` beside the original (a copy's copy gets no double suffix)."""
+    """`<dir>/.ajet-runner/<tag>/<name>.yaml`: the original's file name in a runner-owned folder
+    (a copy's copy lands in the same folder). The launcher insists on `.yaml`, so `.yml` gets one."""
     original = Path(original)
-    stem = original.name
+    if original.parent.parent.name == RUNNER_DIR:  # already a copy: <dir>/.ajet-runner/<old tag>/<name>
+        original = original.parent.parent.parent / original.name
+    name = original.name
     for suffix in (".yaml", ".yml"):
-        if stem.endswith(suffix):
-            stem = stem[: -len(suffix)]
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
             break
-    stem = stem.split(PATCH_MARKER)[0] or "config"
+    name = name.split(PATCH_MARKER)[0] or "config"
     safe_tag = re.sub(r"[^A-Za-z0-9_-]+", "-", tag).strip("-") or "patched"
-    # The launcher insists on a `.yaml` name, so `.yml` originals get one too.
-    return original.with_name(f"{stem}{PATCH_MARKER}{safe_tag}.yaml")
+    return original.parent / RUNNER_DIR / safe_tag / f"{name}.yaml"
+
+
+def remove_patched_copy(copy: Path | str) -> None:
+    """Delete a patched copy and the runner folders it leaves empty (never anything else)."""
+    copy = Path(copy)
+    if copy.parent.parent.name != RUNNER_DIR:
+        return
+    copy.unlink(missing_ok=True)
+    for folder in (copy.parent, copy.parent.parent):
+        try:
+            folder.rmdir()
+        except OSError:
+            break  # not empty: another run's copy is there
 
 
 def _round_trip_yaml() -> YAML:
@@ -163,6 +179,31 @@ def _splice_one(text: str, key: str, value: Any) -> str | None:
     return None
 
 
+def _remove_one(text: str, key: str) -> str | None:
+    """`text` without the line of a one-line scalar `key`; None when it is not that simple."""
+    try:
+        root = _round_trip_yaml().load(text)
+    except Exception:  # noqa: BLE001 - the caller falls back to a round trip
+        return None
+    parts = key.split(".")
+    node = root
+    for part in parts[:-1]:
+        if not isinstance(node, CommentedMap) or node.fa.flow_style() or part not in node:
+            return None
+        node = node[part]
+    if not isinstance(node, CommentedMap) or node.fa.flow_style() or parts[-1] not in node:
+        return None
+    if isinstance(node[parts[-1]], (CommentedMap, CommentedSeq)):
+        return None
+    key_line, _ = node.lc.key(parts[-1])
+    value_line, col = node.lc.value(parts[-1])
+    lines = text.splitlines(keepends=True)
+    if value_line != key_line or _scalar_end(lines[key_line], col) is None:
+        return None
+    del lines[key_line]
+    return "".join(lines)
+
+
 def _fill_empty(lines: list[str], line_no: int, col: int, current: Any, value: Any) -> str | None:
     """Put a value after `key:` on a line that has none (`key:` or `key:  # note`)."""
     if current is not None:
@@ -240,9 +281,15 @@ def _round_trip_all(text: str, changes: list[ConfigChange]) -> str:
         parts = change.key.split(".")
         for part in parts[:-1]:
             if not isinstance(node.get(part), CommentedMap):
+                if change.unset:
+                    break
                 node[part] = CommentedMap()
             node = node[part]
-        node[parts[-1]] = change.new
+        else:
+            if change.unset:
+                node.pop(parts[-1], None)
+            else:
+                node[parts[-1]] = change.new
     from io import StringIO
 
     out = StringIO()
@@ -260,7 +307,10 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
         raise PatchError("the YAML's root is not a mapping")
     expected = copy.deepcopy(before)
     for change in changes:
-        set_dotted(expected, change.key, change.new)
+        if change.unset:
+            del_dotted(expected, change.key)
+        else:
+            set_dotted(expected, change.key, change.new)
 
     def faithful(candidate: str | None) -> bool:
         if candidate is None:
@@ -272,7 +322,9 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
 
     patched: str | None = text
     for change in changes:
-        patched = _splice_one(patched, change.key, change.new) if patched is not None else None
+        if patched is None:
+            break
+        patched = _remove_one(patched, change.key) if change.unset else _splice_one(patched, change.key, change.new)
     if faithful(patched):
         return patched  # type: ignore[return-value]
     try:
@@ -287,19 +339,8 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
 
 
 def _atomic_write(dest: Path, text: str, mode: int | None) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Through the runner's one atomic writer: confined to the allowed roots, no symlink followed."""
+    atomic_write_bytes(dest, text.encode("utf-8"), mode=mode)
 
 
 def write_patched_yaml(source: Path | str, dest: Path | str, changes: list[ConfigChange]) -> str:
@@ -313,6 +354,7 @@ def write_patched_yaml(source: Path | str, dest: Path | str, changes: list[Confi
     with open(source, encoding="utf-8", newline="") as handle:
         original = handle.read()
     patched = patch_yaml_text(original, changes)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(dest, patched, source.stat().st_mode & 0o777)
     diff = difflib.unified_diff(
         original.splitlines(keepends=True), patched.splitlines(keepends=True),

@@ -16,14 +16,19 @@ class Context:
     cleanup_on_stop: bool = False
     preflight_changes: list[dict[str, Any]] = field(default_factory=list)
     preflight_problems: list[dict[str, Any]] = field(default_factory=list)
+    preflight_env: dict[str, Any] = field(default_factory=dict)  # {"environment", "decisions": [...]}
     attempts: list[dict[str, Any]] = field(default_factory=list)
     repairs: list[dict[str, Any]] = field(default_factory=list)
     yaml_changes: list[dict[str, Any]] = field(default_factory=list)  # preflight + repairs, on the original
     val_path: str = ""
     train_path: str = ""
+    val_chosen: bool = False  # the runner chose val_path (a fresh file in the result dir)
+    val_start: dict[str, int] = field(default_factory=dict)  # {"inode", "offset"} of val_path at launch
+    previous_run: str = ""  # where an earlier run's files were moved, relative to the result dir
     gpus: list[int] | None = None
     reports_sent: int = 0
     pending_repair: dict[str, Any] = field(default_factory=dict)
+    advice_asks: int = 0  # times the LLM adviser was asked (AJET_RUNNER_LLM_MAX_ASKS)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Context:

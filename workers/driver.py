@@ -8,7 +8,9 @@ alive in tmux is re-adopted and watched, never launched twice.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import errno
 import logging
 import os
 import shutil
@@ -18,30 +20,40 @@ from pathlib import Path
 from typing import Any
 
 from logsetup import bind
+from resultdir.archive import archive_previous_run
+from resultdir.roots import OutsideRoots, check_inside, confined, parse_roots
 from service.settings import Settings
 from service.store import Store, TransitionConflict
-from statemachine.blueprint import validate_blueprint
-from statemachine.command import add_flag, conf_path, has_flag, launcher_segment, replace_conf
+from statemachine.command import add_flag, conf_path, launcher_segment, replace_conf
+from statemachine.diagnose import decisive_line
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
 from statemachine.policies import parse_backoff, report_due_at
-from statemachine.preflight import plan_preflight
+from statemachine.preflight import preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
+from workers.advice_learning import learn_from_advice
+from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
-from workers.config_patch import patched_config_path, read_yaml_data, write_patched_yaml
+from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
 from workers.context import Context
-from workers.finish import clear_finish_flag, write_finish_flag
+from workers.finish import (
+    atomic_write_bytes,
+    remove_temp_files,
+    write_error_reason,
+    write_finish_flag,
+)
 from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
 from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
 from workers.report import AttemptInfo, RepairRecord, write_report
+from workers.reserve import release_reserve, take_reserve
 from workers.tmux import RunHandle, TmuxRunner, session_name
-from workers.watch import AttemptWatch
+from workers.watch import AttemptWatch, file_start, log_evaluations
 
 log = logging.getLogger(__name__)
 SKIP_GPU_CHECK = "--skip-check-avail-gpu"
@@ -80,10 +92,17 @@ class ExperimentDriver:
             plateau_epsilon=settings.plateau_epsilon,
         )
         self.backoff = parse_backoff(settings.progress_backoff)
+        self.roots = parse_roots(settings.allowed_roots)
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> str:
-        """Drive until finished (returns the outcome) or until the experiment is not ours."""
+        """Drive until finished (returns the outcome) or until the experiment is not ours.
+
+        Every file it writes stays inside the allowed roots (checked at each write, not once)."""
+        with confined(self.roots):
+            return self._drive()
+
+    def _drive(self) -> str:
         handlers = {
             State.queued.value: self._on_queued,
             State.launching.value: self._on_launching,
@@ -122,12 +141,17 @@ class ExperimentDriver:
         self._renew()
 
     def fire(self, trigger: str, reason: str = "", fields: dict[str, Any] | None = None, ack: bool = False,
-             repair_stat: str = "", **detail: Any) -> None:
+             repair_stat: str = "", advised: str = "", **detail: Any) -> None:
         before = self.lc.state
         entry = self.lc.fire(trigger, reason=reason, **detail)
         stats: dict[str, Any] = {"transition": f"{before}>{self.lc.state}"}
         if repair_stat:
             stats["repair"] = repair_stat  # ajet_runner_repairs_total{signature, result}
+            advised = advised or (advised_stat(self.ctx.repairs[-1]) if self.ctx.repairs else "")
+        if advised:
+            stats["advised"] = advised  # ajet_runner_advised_repairs_total{model, result}
+        if detail.get("write_failure"):
+            stats["write_failure"] = detail["write_failure"]  # ajet_runner_result_write_failures_total{errno}
         record = {
             "state": self.lc.state, "outcome": self.lc.outcome, "reason": self.lc.reason,
             "attempt": self.lc.attempt, "lifecycle": self.lc.to_dict(), "ctx": self.ctx.__dict__,
@@ -146,20 +170,16 @@ class ExperimentDriver:
         if self.store.cancel_requested(self.id):
             self._claim_and_fire("cancel", "stop requested before launch")
             return True
-        problems = validate_blueprint(self.bp)
-        plan = None
-        if not any(p.level == Level.error for p in problems):
-            try:
-                yaml_text = Path(self.bp.yaml_abspath()).read_text(encoding="utf-8")
-            except OSError as exc:
-                yaml_text = ""
-                problems.append(Problem(level=Level.error, field="exp_yaml_path",
-                                        message=f"cannot read the YAML: {exc}"))
-            plan = plan_preflight(self.bp, yaml_text, env=os.environ)
-            problems += plan.problems
+        # The same preflight `ajet-runner check` runs, on this node's environment.
+        plan = preflight(self.bp, env=os.environ, environment=f"node {self.node.name} (the worker's environment)")
+        problems = list(plan.problems)
+        self._move_earlier_run(problems)
+        problems += self._root_problems()
         errors = [p for p in problems if p.level == Level.error]
         self.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
-        if errors or plan is None:
+        self.ctx.preflight_env = {"environment": plan.environment,
+                                  "decisions": [d.model_dump(mode="json") for d in plan.env_decisions]}
+        if errors:
             self._claim_and_fire("reject", "; ".join(str(p) for p in errors))
             return True
         if self.node.manages_gpus:
@@ -171,7 +191,8 @@ class ExperimentDriver:
             self._apply_preflight(plan)
         except (OSError, ValueError) as exc:  # e.g. a YAML the patcher cannot edit safely, a read-only dir
             self._release_gpus_now()
-            self._claim_and_fire("reject", f"preflight could not be applied: {exc}")
+            why = write_error_reason(exc) if isinstance(exc, OSError) else str(exc)
+            self._claim_and_fire("reject", f"preflight could not be applied: {why}")
             return True
         self._share_node_gpus()
         self.started_at = time.time()
@@ -180,6 +201,20 @@ class ExperimentDriver:
             "tmux_session": session_name(self.bp.exp_purpose, self.id), "gpus": self.ctx.gpus,
         })
         return True
+
+    def _move_earlier_run(self, problems: list[Problem]) -> None:
+        """An earlier run's files go to previous/ before this run writes anything (submission
+        did it already when it could see the disk; this covers an API that could not)."""
+        self.ctx.previous_run = self.ctx.previous_run or str(self.rec.get("previous_run") or "")
+        if not Path(self.bp.exp_result_dir or "").is_dir():
+            return
+        try:
+            moved = archive_previous_run(self.bp.exp_result_dir, self.bp.exp_codebase_dir)
+        except OSError as exc:
+            problems.append(Problem(level=Level.error, field="exp_result_dir",
+                                    message=f"an earlier run's files could not be moved to previous/: {exc}"))
+            return
+        self.ctx.previous_run = moved or self.ctx.previous_run
 
     def _claim_and_fire(self, trigger: str, reason: str, fields: dict[str, Any] | None = None) -> None:
         lease = self.store.server_time() + self.settings.lease_seconds
@@ -210,9 +245,9 @@ class ExperimentDriver:
     def _apply_preflight(self, plan: Any) -> None:
         original = Path(self.bp.yaml_abspath())
         result_dir = Path(self.bp.exp_result_dir)
-        result_dir.mkdir(parents=True, exist_ok=True)
-        clear_finish_flag(result_dir)  # a flag from an earlier run must not announce this one as done
-        shutil.copyfile(original, result_dir / "config.original.yaml")
+        atomic_write_bytes(result_dir / "config.original.yaml", original.read_bytes())
+        # Room for the report and finish.flag even if the run fills the disk (released at collecting).
+        take_reserve(result_dir, self.settings.result_reserve_bytes)
         command = plan.command
         changes = list(plan.changes)
         self.ctx.config_path = str(original)
@@ -223,6 +258,10 @@ class ExperimentDriver:
         self.ctx.preflight_changes = [c.model_dump(mode="json") for c in [*changes, *plan.command_changes]]
         self.ctx.val_path = plan.val_result_path  # absolute, resolved from the launch directory
         self.ctx.train_path = plan.train_result_path
+        self.ctx.val_chosen = any(c.key.endswith(".val_print_to_markdown_file_path") for c in changes)
+        # The user's own results file may hold earlier runs' lines (AgentJet appends): only what
+        # is written after this point is this run's, across every attempt.
+        self.ctx.val_start = file_start(plan.val_result_path)
 
     def _patch_config(self, new_changes: list[dict[str, Any]]) -> str:
         """Write every change so far (preflight and repairs) onto a fresh copy of the user's YAML.
@@ -245,15 +284,29 @@ class ExperimentDriver:
         return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
                                             "config (before)", "config (after)"))
 
+    def _root_problems(self) -> list[Problem]:
+        """Codebase, result dir, YAML and venv resolved now, each inside the allowed roots."""
+        out = []
+        for fld, path, keep_name in (("exp_codebase_dir", self.bp.exp_codebase_dir, False),
+                                     ("exp_result_dir", self.bp.exp_result_dir, False),
+                                     ("exp_yaml_path", self.bp.yaml_abspath(), False),
+                                     ("exp_venv_exe", self.bp.exp_venv_exe, True)):
+            try:
+                if path:
+                    check_inside(path, self.roots, keep_name=keep_name)
+            except OutsideRoots as exc:
+                out.append(Problem(level=Level.error, field=fld, message=str(exc)))
+        return out
+
     def _share_node_gpus(self) -> None:
         """On a node shared with other runs, AgentJet's all-GPUs-free check would fail (it ignores
         CUDA_VISIBLE_DEVICES): skip it, since our reservation already keeps the GPUs disjoint."""
         gpus = self.ctx.gpus
         if gpus is None or len(gpus) >= self.node.gpus or launcher_segment(self.ctx.command) is None:
             return
-        if has_flag(self.ctx.command, SKIP_GPU_CHECK):
+        new = add_flag(self.ctx.command, SKIP_GPU_CHECK)  # to every launcher call that lacks it
+        if new == self.ctx.command:
             return
-        new = add_flag(self.ctx.command, SKIP_GPU_CHECK)
         self.ctx.preflight_changes.append(ConfigChange(
             key="exp_launch_command", old=self.ctx.command, new=new,
             reason=f"this node's {self.node.gpus} GPUs are shared; this run has GPUs {gpus} "
@@ -280,6 +333,10 @@ class ExperimentDriver:
         paths = attempt_paths(self.bp.exp_result_dir, self.lc.attempt)
         adopted = self._find_running_attempt(session, paths)
         if adopted is None:
+            outside = self._root_problems()  # checked at each launch: a path may have been swapped since
+            if outside:
+                self.fire("anomaly", "refused to launch: " + "; ".join(str(p) for p in outside))
+                return True
             if self.runner.exists(session):
                 self.runner.kill_session(session)  # the previous attempt's lingering pane
             env = attempt_env(self.bp, self.id, self.ctx.env, self.ctx.gpus)
@@ -317,7 +374,9 @@ class ExperimentDriver:
     # -- running: observe, let the rules propose, the machine decides ------------------------------
     def _on_running(self) -> bool:
         assert self.handle is not None
-        watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None)
+        earlier = [str(a.get("log_path", "")) for a in self.ctx.attempts if a.get("number") != self.lc.attempt]
+        watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None,
+                                          val_start=self.ctx.val_start, earlier_log=log_evaluations(earlier))
         watch.last_output_at = self.handle.started_at
         attempt_started = self.handle.started_at
         started = self.started_at or attempt_started
@@ -444,8 +503,14 @@ class ExperimentDriver:
             self.ctx.repairs.append(record.model_dump())
             self.fire("give_up", self.lc.reason or "rejected by preflight")
             return True
+        advise = advice_source(self.settings, bp=self.bp, ctx=self.ctx, pending=pending, publish=self.journal.publish,
+                               budget_left=self.lc.can("repair", signature=sig_id))
+        quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
+        quoted = f" — {quote}" if quote else ""
         actions, source, why = plan_repair(cause, pending, hook=self.settings.repair_hook, bp=self.bp,
-                                           attempt=self.lc.attempt, config_path=self.ctx.config_path)
+                                           attempt=self.lc.attempt, config_path=self.ctx.config_path, advise=advise)
+        if source == "adviser":
+            record = record.model_copy(update=advice_fields(pending))
         resolved = None
         if actions:
             data = read_yaml_data(Path(self.ctx.config_path))
@@ -456,12 +521,13 @@ class ExperimentDriver:
             record.result = "not repairable" if not actions else "no applicable change"
             record.changes = resolved.notes if resolved else []
             self.ctx.repairs.append(record.model_dump())
-            self.fire("give_up", f"{sig_id}: {why or record.result}", repair_stat=f"{sig_id}|{record.result}")
+            self.fire("give_up", f"{sig_id}: {why or record.result}{quoted}",
+                      repair_stat=f"{sig_id}|{record.result}")
             return True
         if not self.lc.can("repair", signature=sig_id):
             record.result = "budget spent"
             self.ctx.repairs.append(record.model_dump())
-            self.fire("give_up", f"{sig_id}: repair budget spent", repair_stat=f"{sig_id}|budget spent")
+            self.fire("give_up", f"{sig_id}: repair budget spent{quoted}", repair_stat=f"{sig_id}|budget spent")
             return True
         record.result = "relaunched"
         record.changes = list(resolved.notes)
@@ -493,29 +559,53 @@ class ExperimentDriver:
         if self.lc.attempt:
             self._cleanup_processes()
         link_repair_outcomes(self.ctx, self.lc.outcome)
+        advised = learn_from_advice(self.ctx, self.lc.outcome, exp_id=self.id,
+                                    suggestions_file=self.settings.suggestions_path())
+        result_dir = self.bp.exp_result_dir
+        failure: OSError | None = None
         try:
+            release_reserve(result_dir)  # the room kept since launch is for exactly these files
+            self._tidy_config_copy()  # before the report: it points at the kept copy
             data = report_data(self.id, self.bp, self.rec, self.lc, self.ctx, node=self.node.name,
                                watch=self.watch, started_at=self.started_at)
-            Path(self.bp.exp_result_dir).mkdir(parents=True, exist_ok=True)
             write_report(data)
-            write_repair_log(self.bp.exp_result_dir, data)
-            self._tidy_config_copy()
-            write_finish_flag(self.bp.exp_result_dir, self.id, self.lc.outcome)
+            write_repair_log(result_dir, data)
         except OSError as exc:
-            # An unwritable result dir must not keep the experiment unfinished (and re-adopted for ever).
-            self.journal.publish({"type": "warning", "message": f"could not write the result dir: {exc}"})
+            failure = exc
+        try:
+            # A run whose results could not be written is not "completed": the flag says failed.
+            write_finish_flag(result_dir, self.id, "failed" if failure else self.lc.outcome)
+        except OSError as exc:
+            failure = failure or exc
         if self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
-        self.fire("collected", fields={"latest_metrics": metrics})  # keeps the outcome's reason
+        with contextlib.suppress(OSError):
+            remove_temp_files(result_dir)  # e.g. the wrapper's rc temp file when the disk was full
+        if failure is not None:
+            self._result_write_failed(failure, metrics)
+            return True
+        self.fire("collected", fields={"latest_metrics": metrics}, advised=advised)  # keeps the outcome's reason
         return True
+
+    def _result_write_failed(self, exc: OSError, metrics: Any) -> None:
+        """An unwritable result dir (full disk, outside the roots) must not keep the experiment unfinished
+        (re-adopted for ever), nor end it as anything but failed: recorded, counted, temp files removed."""
+        why = write_error_reason(exc)
+        code = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
+        self.journal.publish({"type": "result_write_failed", "errno": code, "path": str(exc.filename or ""),
+                              "message": f"could not write the result files: {why}"})
+        self.fire("write_failed", f"result files not written: {why}", fields={"latest_metrics": metrics},
+                  write_failure=code, previous_outcome=self.lc.outcome)
 
     def _tidy_config_copy(self) -> None:
         """Keep the patched config in the result dir, and out of the user's codebase."""
         cfg = Path(self.ctx.config_path) if self.ctx.config_path else None
         if cfg and cfg != Path(self.bp.yaml_abspath()) and cfg.exists():
-            shutil.copyfile(cfg, Path(self.bp.exp_result_dir) / "config.patched.yaml")
-            cfg.unlink()
+            kept = Path(self.bp.exp_result_dir) / "config.patched.yaml"
+            atomic_write_bytes(kept, cfg.read_bytes())
+            remove_patched_copy(cfg)
+            self.ctx.config_path = str(kept)  # the report's "YAML (as run)" points at the kept copy
 
 
 __all__ = ["ExperimentDriver", "LostOwnership", "TransitionConflict"]

@@ -20,6 +20,7 @@ from service.store import Store, TransitionConflict
 from statemachine.lifecycle import State
 from workers.driver import ExperimentDriver
 from workers.journal import LostOwnership, RedisUnavailable
+from workers.lifeline import PARENT_ENV, die_with_parent, expected_parent_from_env
 from workers.metrics import watch_reporter
 from workers.node import DEFAULT_QUEUE, NodeInfo, node_queue
 
@@ -63,6 +64,8 @@ def _connection_url(conn: redis.Redis) -> str:
 
 def drive(exp_id: str) -> str:
     """RQ job: drive one experiment until it is finished, handed back, or owned by someone else."""
+    if os.environ.get(PARENT_ENV):  # forked by a slot: die with it, the run lives on in tmux
+        die_with_parent(expected_parent_from_env())
     job = get_current_job()
     settings = get_settings()
     # Our own connection, with timeouts: a node cut off from Redis must keep watching, not hang.

@@ -33,6 +33,7 @@ from workers.report import (
 SOURCES = {
     "catalogue": "the runner's catalogue of known failures",
     "hook": "a site repair hook",
+    "adviser": "the LLM repair adviser",
     "none": "no repair was found",
 }
 
@@ -89,6 +90,8 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
         f"- **What happened next:** {repair_next(data, record)}",
         "",
     ]
+    if record.source == "adviser":
+        lines += _advice(record)
     if record.log_excerpt.strip():
         lines += ["Log excerpt:", "", *fenced(record.log_excerpt), ""]
     else:
@@ -100,6 +103,25 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
     if record.diff.strip():
         lines += ["YAML diff:", "", *fenced(record.diff, "diff"), ""]
     return lines
+
+
+def _advice(record: RepairRecord) -> list[str]:
+    """What the adviser was told to do and why, and what the runner made of it."""
+    took = f" in {record.advice_seconds:.1f} s" if finite(record.advice_seconds) is not None else ""
+    verdict = {"advised": "accepted", "refused": "refused by the runner", "declined": "no fix proposed",
+               "no answer": "no usable answer"}.get(record.advice_result, record.advice_result or NA)
+    lines = [f"Advised by {code_span(record.advised_by or NA)}{took} — {md_cell(verdict)}.", ""]
+    if record.advice_diagnosis.strip():
+        lines += [f"- **Adviser's diagnosis:** {md_cell(record.advice_diagnosis, 1000)}"]
+    if record.rationale.strip():
+        lines += [f"- **Rationale:** {md_cell(record.rationale, 2000)}"]
+    if record.advice:
+        lines += ["- **Proposed changes:**"] + [f"  - {md_cell(c, 500)}" for c in record.advice]
+    if record.refused:
+        lines += ["- **Refused because:**"] + [f"  - {md_cell(r, 1000)}" for r in record.refused]
+    if record.suggestion:
+        lines += [f"- **Catalogue:** {md_cell(record.suggestion, 600)}"]
+    return lines + [""]
 
 
 def _guarded(render: Callable[[], list[str]], heading: str) -> list[str]:

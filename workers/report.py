@@ -24,7 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from workers.finish import atomic_write_bytes, atomic_write_text, iso_utc
+from resultdir.roots import open_dir
+from workers.finish import atomic_write_bytes, atomic_write_text, iso_utc, remove_file
 
 REPORT_VERSION = 1
 REPORT_NAME = "experiment_report.md"
@@ -93,6 +94,17 @@ class RepairRecord(_Input):
     source: str = "none"
     result: str = ""
     next: str = ""
+    # Only when source == "adviser": who advised, why, what it proposed and what became of it.
+    advised_by: str = ""
+    advice_result: str = ""  # advised | refused | declined | no answer
+    advice_diagnosis: str = ""
+    rationale: str = ""
+    advice: list[str] = []
+    advice_changes: list[dict[str, Any]] = []
+    refused: list[str] = []
+    advice_seconds: float | None = None
+    signature_text: str = ""
+    suggestion: str = ""
 
 
 class ReportData(_Input):
@@ -123,6 +135,9 @@ class ReportData(_Input):
     train_steps: int = 0
     log_tail: list[str] = []
     history: list[dict[str, Any]] = []
+    preflight_env: dict[str, Any] = {}  # {"environment", "decisions": [{"variable", "is_set", "decision"}]}
+    results_source: str = ""  # where the evaluations came from (file, bytes after launch, console log)
+    previous_run: str = ""  # an earlier run's files, moved aside (relative to the result dir)
 
     @field_validator("final", "best", mode="before")
     @classmethod
@@ -468,6 +483,9 @@ def _summary(c: _Ctx) -> list[str]:
         ["YAML (as run)", path_link(d.patched_yaml_path, d.result_dir)],
         ["Result dir", code_span(d.result_dir)],
     ]
+    if d.previous_run:
+        rows.append(["Previous run", f"[{md_cell(d.previous_run)}]({d.previous_run}/) (an earlier run's files, "
+                                     "moved aside before this one started)"])
     return lines + table(["", ""], rows)
 
 
@@ -486,9 +504,14 @@ def _headline(c: _Ctx) -> list[str]:
 
 
 def _evaluations(c: _Ctx) -> list[str]:
+    source = [f"Where the numbers come from: {c.data.results_source}.", ""] if c.data.results_source else []
+    return source + _evaluation_table(c)
+
+
+def _evaluation_table(c: _Ctx) -> list[str]:
     if not c.evals:
         lines = ["**No evaluation was recorded.**", ""]
-        hint = "The validation result file stayed empty"
+        hint = "This run wrote no validation result and its log has no validation metrics line"
         if c.data.train_steps:
             hint += f" although {c.data.train_steps} training steps were logged"
         hint += (
@@ -593,6 +616,12 @@ def _preflight(c: _Ctx) -> list[str]:
         lines += ["", "Problems found:", ""]
         lines += [f"- **{md_cell(p.get('level', '?'))}** {code_span(p.get('field', '?'))}: "
                   f"{md_cell(p.get('message', ''), 600)}" for p in d.preflight_problems if isinstance(p, dict)]
+    decisions = [x for x in (d.preflight_env or {}).get("decisions", []) if isinstance(x, dict)]
+    if decisions:
+        where = md_cell((d.preflight_env or {}).get("environment", "") or NA)
+        lines += ["", f"Decisions that read the environment ({where}):", ""]
+        lines += [f"- {code_span(x.get('variable', '?'))} {'set' if x.get('is_set') else 'not set'}: "
+                  f"{md_cell(x.get('decision', ''))}" for x in decisions]
     return lines
 
 
@@ -732,7 +761,7 @@ def write_report(data: ReportData) -> dict[str, Path]:
     Returns the paths written, keyed "plot" (if drawn), "results", "report".
     """
     out_dir = Path(data.result_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    os.close(open_dir(out_dir))  # created if missing, inside the allowed roots when confined
     now = time.time()
     evals = normalize_evaluations(data.evaluations)
     written: dict[str, Path] = {}
@@ -742,7 +771,7 @@ def write_report(data: ReportData) -> dict[str, Path]:
     except Exception as exc:  # matplotlib trouble must not cost the report
         plot_note = f"the plot could not be drawn ({type(exc).__name__}: {clean(exc)[:200]})"
     if plot_note:
-        plot_path.unlink(missing_ok=True)  # a stale plot from an earlier run would contradict the report
+        remove_file(plot_path)  # a stale plot from an earlier run would contradict the report
     else:
         written["plot"] = plot_path
     doc = results_document(data, evals, plot_written=not plot_note, now=now)

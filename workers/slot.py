@@ -7,6 +7,7 @@ work-horse process.
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 
@@ -15,13 +16,24 @@ from rq import Worker
 from rq.serializers import JSONSerializer
 
 from logsetup import configure
+from service.settings import get_settings
+from statemachine.signatures import use_extension
 from workers.jobs import queue
+from workers.lifeline import PARENT_ENV, die_with_parent, expected_parent_from_env
 from workers.node import queue_names
 
 
 def main(argv: list[str]) -> int:
     url, node, index = argv[1], argv[2], argv[3]
+    die_with_parent(expected_parent_from_env())  # a SIGKILLed supervisor leaves no slot behind
+    os.environ[PARENT_ENV] = str(os.getpid())  # the work-horses it forks die with it in turn (jobs.drive)
     configure(f"slot{index}", node=node)  # level and format from the worker's environment
+    settings = get_settings()  # read (and cached) before the variable below leaves the environment
+    # The adviser's key stays in this process: experiments (tmux and the user's code) never inherit it.
+    os.environ.pop("AJET_RUNNER_LLM_API_KEY", None)
+    extra = settings.catalogue_extra
+    if extra:
+        use_extension(extra)  # checked by `ajet-runner worker` before it started the slots
     conn = redis.Redis.from_url(url, socket_timeout=None, health_check_interval=30)
     queues = [queue(conn, name) for name in queue_names(node)]
     worker = Worker(queues, connection=conn, serializer=JSONSerializer,

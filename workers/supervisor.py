@@ -17,18 +17,25 @@ import time
 from collections.abc import Callable
 
 import redis
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
 
 from service.settings import Settings
 from service.store import Store
 from statemachine.lifecycle import ACTIVE_STATES
+from workers.absent_nodes import report_absent_nodes
 from workers.identity import driver_alive
 from workers.jobs import enqueue_drive
-from workers.node import NodeInfo, node_queue
+from workers.lifeline import PARENT_ENV
+from workers.node import DEFAULT_QUEUE, NodeInfo, node_queue
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
 ADOPT_SCAN_SECONDS = 3.0
 ACTIVE = {s.value for s in ACTIVE_STATES}
+DEAD_JOB = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
+LOST_JOB_SECONDS = 60.0  # a started job whose record is still unclaimed this long after: its horse is gone
 
 
 class NodeSupervisor:
@@ -46,7 +53,8 @@ class NodeSupervisor:
     # -- slots -----------------------------------------------------------------------------
     def _spawn(self, index: int) -> None:
         env = {**os.environ, "AJET_RUNNER_NODE": self.node.name, "AJET_RUNNER_GPUS": str(self.node.gpus),
-               "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url}
+               "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url,
+               PARENT_ENV: str(os.getpid())}  # the slot dies with this process (PR_SET_PDEATHSIG)
         self.slots[index] = subprocess.Popen(
             [sys.executable, "-m", "workers.slot", self.url, self.node.name, str(index)], env=env,
         )
@@ -87,7 +95,10 @@ class NodeSupervisor:
         """Enqueue a drive job for each of this node's unfinished experiments that nobody drives."""
         now = self.store.server_time()
         adopted = []
-        mine = self._unfinished_here()
+        unfinished = self.store.unfinished()
+        report_absent_nodes(self.store, unfinished, now, self.settings.node_absent_report_seconds)
+        self._requeue_lost_jobs(unfinished, now)
+        mine = self._unfinished_here(unfinished)
         self.running = [rec["id"] for rec in mine]
         for rec in mine:
             lease = float(rec.get("lease_until") or 0)
@@ -103,8 +114,35 @@ class NodeSupervisor:
         self._release_stale_gpus()
         return adopted
 
-    def _unfinished_here(self) -> list[dict]:
-        return [r for r in self.store.unfinished() if r.get("node") == self.node.name and r.get("state") in ACTIVE]
+    def _requeue_lost_jobs(self, unfinished: list[dict], now: float) -> list[str]:
+        """Queued experiments whose RQ job died before any driver claimed them (a slot or work-horse killed
+        between dequeue and claim: RQ marks the job failed/abandoned and nothing else would ever run it)."""
+        requeued = []
+        for rec in unfinished:
+            job_id = str(rec.get("job_id") or "")
+            if rec.get("state") != "queued" or not job_id or rec.get("owner"):
+                continue
+            try:
+                job = Job.fetch(job_id, connection=self.store.r, serializer=JSONSerializer)
+                status = job.get_status(refresh=False)
+                started = job.started_at.timestamp() if job.started_at else None
+            except NoSuchJobError:
+                status, started = None, None
+            stuck = status == JobStatus.STARTED and started is not None and time.time() - started > LOST_JOB_SECONDS
+            if status is not None and status not in DEAD_JOB and not stuck:
+                continue
+            if not self.store.set_once(rec["id"], f"requeued:{job_id}", now):
+                continue  # another supervisor did it
+            enqueue_drive(self.store.r, self.store, rec["id"], str(rec.get("queue") or DEFAULT_QUEUE), at_front=True,
+                          max_seconds=float(rec.get("max_seconds") or 0) or None)
+            self.store.publish(rec["id"], {"type": "requeued", "job": job_id, "status": str(status or "missing"),
+                                           "message": "its job died before any worker claimed it: queued again"})
+            requeued.append(rec["id"])
+        return requeued
+
+    def _unfinished_here(self, unfinished: list[dict] | None = None) -> list[dict]:
+        records = self.store.unfinished() if unfinished is None else unfinished
+        return [r for r in records if r.get("node") == self.node.name and r.get("state") in ACTIVE]
 
     def _release_stale_gpus(self) -> None:
         """GPUs held by experiments that finished or vanished while their driver was dead."""

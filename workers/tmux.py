@@ -187,7 +187,8 @@ class RunHandle:
 _WRAPPER = """\
 #!/usr/bin/env bash
 # ajet-runner attempt wrapper, generated {generated} for tmux session {session}.
-# It runs COMMAND below in its own session and process group (setsid), so the runner can
+# It runs the launch command, kept verbatim as the script COMMAND_FILE (a multi-line block,
+# heredocs and if/fi run as written), in its own session and process group (setsid), so the runner can
 # signal the whole job; copies all it prints (stdout+stderr) to this pane and, appended,
 # to the log (tee -a); writes the command's pid, then its exit code (128+N when killed by
 # signal N): tmux loses exit codes on this platform, so the rc file is the truth.
@@ -196,10 +197,10 @@ log={log}
 rc_file={rc}
 pid_file={pid}
 linger={linger}
-COMMAND={command}
+COMMAND_FILE={command_file}
 
 _ajet_put() {{  # atomic: temp file, then rename
-    printf '%s\\n' "$2" > "$1.tmp.$$" && {mv} -f -- "$1.tmp.$$" "$1"
+    printf '%s\\n' "$2" > "$1.tmp.$$" && {mv} -f -- "$1.tmp.$$" "$1" || {rm} -f -- "$1.tmp.$$"  # full disk: no litter
 }}
 # Traps first: a signal that comes before the command starts is remembered and forwarded
 # to it as soon as it exists, and never kills the wrapper before it records the code.
@@ -226,13 +227,13 @@ fi
 # linger sleep carry no experiment marker. A background job ignores SIGINT unless told
 # otherwise; `env --default-signal` restores it so a graceful stop works. The job writes
 # its own pid once that is done (so no stop signal sent after the pid is known can be
-# lost), then becomes COMMAND: same pid, its own session and process group. Builtins
+# lost), then becomes bash running COMMAND_FILE: same pid, its own session and process group. Builtins
 # only: a bash waiting for a child (say `mv`) swallows a SIGINT the child survives. The
 # pid is one write() of "<pid>\\n"; the runner reads it only once the newline is there.
-_ajet_job='printf "%s\\n" "$$" > "$1" && exec "$2" -c "$3"'
+_ajet_job='printf "%s\\n" "$$" > "$1" && exec "$2" -- "$3"'
 (
 {exports}
-    exec {setsid} {env} --default-signal=INT,QUIT {bash} -c "$_ajet_job" ajet-job "$pid_file" {bash} "$COMMAND"
+    exec {setsid} {env} --default-signal=INT,QUIT {bash} -c "$_ajet_job" ajet-job "$pid_file" {bash} "$COMMAND_FILE"
 ) < /dev/null &
 _ajet_pid=$!
 [ -n "$_ajet_sig" ] && _ajet_forward "$_ajet_sig"
@@ -257,6 +258,20 @@ exit "$rc"
 """
 
 
+def command_path(log_path: Path) -> Path:
+    """Where an attempt's launch command is kept as a script: `<log_stem>.command.sh`."""
+    return Path(log_path).with_name(Path(log_path).stem + ".command.sh")
+
+
+def _command_script(command: str) -> str:
+    """The launch command as the body of a script, byte for byte (plus a final newline).
+
+    A multi-line command stays multi-line: heredocs, `if`/`fi` and comments work as written.
+    """
+    header = "# ajet-runner: the launch command of this attempt, run by bash from the wrapper beside it.\n"
+    return header + command + ("" if command.endswith("\n") else "\n")
+
+
 def _tool(name: str) -> str:
     """Absolute path of a tool the wrapper needs, resolved now: the job's PATH may not have it."""
     path = shutil.which(name)
@@ -266,7 +281,7 @@ def _tool(name: str) -> str:
 
 
 def _wrapper_text(
-    session: str, command: str, cwd: str, env: Mapping[str, str], log: Path, rc: Path, pid: Path, linger: int
+    session: str, command_file: Path, cwd: str, env: Mapping[str, str], log: Path, rc: Path, pid: Path, linger: int
 ) -> str:
     for key in env:
         if not _ENV_NAME.match(key):
@@ -279,10 +294,11 @@ def _wrapper_text(
         rc=q(str(rc)),
         pid=q(str(pid)),
         linger=int(linger),
-        command=q(command),
+        command_file=q(str(command_file)),
         cwd=q(cwd),
         exports="\n".join(f"    export {k}={q(v)}" for k, v in env.items()),
         mv=q(_tool("mv")),
+        rm=q(_tool("rm")),
         tee=q(_tool("tee")),
         setsid=q(_tool("setsid")),
         env=q(_tool("env")),
@@ -381,7 +397,11 @@ class TmuxRunner:
             stale.unlink(missing_ok=True)
         log_path.touch()  # exists before start() returns, though tee opens it a moment later
         wrapper = log_path.with_name(log_path.stem + ".sh")
-        wrapper.write_text(_wrapper_text(session, command, cwd, env, log_path, rc_path, pid_path, round(self.linger)))
+        command_file = command_path(log_path)
+        command_file.write_text(_command_script(command))
+        wrapper.write_text(
+            _wrapper_text(session, command_file, cwd, env, log_path, rc_path, pid_path, round(self.linger))
+        )
         wrapper.chmod(0o755)
         handle = RunHandle(
             session=session,
@@ -394,8 +414,10 @@ class TmuxRunner:
         # A raw new-session through libtmux's `cmd`: `Server.new_session()` returns a Session
         # whose pane must be fetched by a second query, which fails when a quick command has
         # already ended the session; `-P -F '#{pane_pid}'` gets it atomically (and 3x faster).
+        # No `-c cwd`: tmux expands formats there (`#(cmd)` runs cmd), so the wrapper does the
+        # `cd`; the shell command itself is not format-expanded (both checked on tmux 3.3a).
         shell_command = f"exec {shlex.quote(_tool('bash'))} {shlex.quote(str(wrapper))}"
-        args = ["-d", "-P", "-F", "#{pane_pid}", "-s", session, "-c", cwd, "-x", "200", "-y", "50"]
+        args = ["-d", "-P", "-F", "#{pane_pid}", "-s", session, "-x", "200", "-y", "50"]
         for _ in range(3):
             proc = self.server.cmd("new-session", *args, shell_command)
             # A server exits when its last session ends; a new-session that races that exit

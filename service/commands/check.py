@@ -2,13 +2,16 @@
 
 JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seconds},
 "problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new",
-"reason"}]}. Exit code 0 when the blueprint is runnable (no error), 1 when it has errors.
+"reason"}], "environment": "<whose environment was read>", "env_decisions": [{"variable",
+"is_set", "decision"}]}. Exit code 0 when the blueprint is runnable (no error), 1 when it has errors, 2 when
+it cannot be read. `-` reads the blueprint from stdin.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,63 +19,51 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from statemachine.blueprint import load_blueprint
+from statemachine.blueprint import load_blueprint, parse_blueprint
 from statemachine.durations import format_duration
 from statemachine.models import Blueprint, ConfigChange, Level, Problem
+from statemachine.preflight import preflight
 
-_SEVERITY = {Level.warning: 1, Level.error: 2}
-
-
-def _read_yaml_text(bp: Blueprint, problems: list[Problem]) -> str | None:
-    """The YAML text when validation found nothing wrong with the file itself."""
-    if any(p.field == "exp_yaml_path" and p.level == Level.error for p in problems):
-        return None
-    path = bp.yaml_abspath()
-    if not os.path.isabs(path) or not os.path.isfile(path):
-        return None
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
 
 
-def _merge(own: list[Problem], extra: list[Problem]) -> list[Problem]:
-    """Add the preflight's problems, minus those a field already has at the same or a worse level."""
-    worst: dict[str, int] = {}
-    for p in own:
-        worst[p.field] = max(worst.get(p.field, 0), _SEVERITY[p.level])
-    merged = list(own)
-    for p in extra:
-        if _SEVERITY[p.level] > worst.get(p.field, 0) and p not in merged:
-            merged.append(p)
-    return merged
-
-
-def _preflight(bp: Blueprint, problems: list[Problem]) -> tuple[list[ConfigChange], list[Problem]]:
-    """The config changes the runner would make, from the preflight plan (if it can be made)."""
-    yaml_text = _read_yaml_text(bp, problems)
-    if yaml_text is None:
-        return [], problems
-    try:
-        from statemachine.preflight import plan_preflight
-    except ImportError:
-        # TODO(lead): statemachine/preflight.py is missing from this tree; config_changes stays [].
-        return [], problems
-    plan = plan_preflight(bp, yaml_text)
-    return [*plan.command_changes, *plan.changes], _merge(problems, plan.problems)
+def _load(path: Path) -> tuple[Any, list[Problem]]:
+    """`load_blueprint`, or for `-` the blueprint text on stdin."""
+    if str(path) != "-":
+        return load_blueprint(path)
+    return parse_blueprint(sys.stdin.read()), []  # the preflight validates it
 
 
 def check_report(path: Path) -> tuple[dict[str, Any], bool]:
-    """The `check --json` document for a blueprint file, and whether it is runnable."""
-    bp, problems = load_blueprint(path)
-    changes: list[ConfigChange] = []
+    """The `check --json` document for a blueprint file, and whether it is runnable.
+
+    It runs the very preflight a worker runs before launching (`statemachine.preflight.preflight`),
+    on this shell's environment; `env_decisions` lists every decision that read a variable.
+    """
+    bp, problems = _load(path)
+    return _document(bp, problems, environment=SUBMITTING_ENV)
+
+
+def check_text(text: str, *, check_disk: bool = True,
+               environment: str = "the API server's environment") -> tuple[dict[str, Any], bool]:
+    """The same document for blueprint text (the web console's submit page)."""
+    return _document(parse_blueprint(text), [], environment=environment, check_disk=check_disk)
+
+
+def _document(bp: Blueprint, problems: list[Problem], *, environment: str,
+              check_disk: bool = True) -> tuple[dict[str, Any], bool]:
+    plan = None
     if not any(p.field == "blueprint" for p in problems):
-        changes, problems = _preflight(bp, problems)
+        plan = preflight(bp, env=os.environ, environment=environment, check_disk=check_disk)
+        problems = plan.problems
+    changes: list[ConfigChange] = [*plan.command_changes, *plan.changes] if plan else []
     runnable = not any(p.level == Level.error for p in problems)
     doc = {
         "blueprint": bp.public(),
         "problems": [p.model_dump(mode="json") for p in problems],
         "config_changes": [c.model_dump(mode="json") for c in changes],
+        "environment": plan.environment if plan else environment,
+        "env_decisions": [d.model_dump(mode="json") for d in plan.env_decisions] if plan else [],
     }
     return doc, runnable
 
@@ -106,6 +97,10 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
             console.print(f"  [cyan]{c['key']}[/cyan]: {json.dumps(c['old'], ensure_ascii=False)} -> "
                           f"{json.dumps(c['new'], ensure_ascii=False)}", highlight=False)
             console.print(f"    [dim]{c['reason']}[/dim]", highlight=False)
+    if doc.get("env_decisions"):
+        console.print(f"[bold]Decisions that read the environment[/bold] ({doc['environment']})")
+        for d in doc["env_decisions"]:
+            console.print(f"  {d['variable']} {'set' if d['is_set'] else 'not set'}: {d['decision']}", highlight=False)
     verdict = "[green]runnable[/green]" if runnable else "[red]not runnable: fix the errors above[/red]"
     console.print(f"Verdict: {verdict}")
 
@@ -115,7 +110,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("check")
     def check(
-        blueprint: Path = typer.Argument(..., help="The blueprint markdown file."),
+        blueprint: Path = typer.Argument(..., help="The blueprint markdown file (- reads it from stdin)."),
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report."),
     ) -> None:
         """Parse and validate a blueprint; list its problems and the config changes planned."""
@@ -124,4 +119,5 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))
         else:
             _render(doc, runnable, blueprint, Console())
-        raise typer.Exit(0 if runnable else 1)
+        unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
+        raise typer.Exit(2 if unreadable else 0 if runnable else 1)  # 2: missing input, as for every command

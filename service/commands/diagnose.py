@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from service.commands.catalogue import install_site_catalogue
 from statemachine.diagnose import LogDiagnosis, LogScanner
 from statemachine.models import Finding
 
@@ -100,6 +101,7 @@ def register(app: typer.Typer) -> None:
         if not logfile.is_file():
             typer.echo(f"ajet-runner diagnose: no such log file: {logfile}", err=True)
             raise typer.Exit(code=2)
+        install_site_catalogue("diagnose")
         diagnosis = scan_file(logfile)
         if as_json:
             typer.echo(json.dumps(to_json(diagnosis, logfile), ensure_ascii=False, indent=2))

@@ -3,7 +3,12 @@
 JSON contract: {"evaluations": [{"step", "dataset", "metrics"}], "final", "best", "skipped",
 plus "baseline", "primary_dataset", "datasets", "format", "files"}. Non-finite metric values
 (nan, inf) are written as null so the output stays strict JSON.
-Exit codes: 0 with results, 1 when the path holds no validation file, 2 when it does not exist.
+Exit codes: 0 with results, 1 when the path holds no validation result, 2 when it does not exist.
+
+PATH may also be a console log (or a result dir with `logs/attempt-N.log`): AgentJet versions
+that write no results file print `Initial/Final validation metrics: {...}` and verl's
+`step:N - val-core/...` lines, which the same parser the worker uses reads (`format`:
+`console`). A results file and the logs together: the file wins, the log fills missing steps.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from statemachine.logmetrics import merge_file_and_log, parse_log_lines
 from statemachine.results import ResultSummary, find_result_files, parse_val_files
 
 _RATE_RE = re.compile(r"^task_pass_rate@(\d+)$")
@@ -109,10 +115,19 @@ def results(
         typer.echo(f"error: {path}: no such file or directory", err=True)
         raise typer.Exit(2)
     files = find_result_files(path)
-    if not files:
-        typer.echo(f"error: {path}: no validation result file (classic dict lines or '## Step N' blocks)", err=True)
+    logs = sorted(path.glob("logs/attempt-*.log"), key=_attempt_number) if path.is_dir() else [path]
+    file_summary = parse_val_files(files, root=path if path.is_dir() else "") if files else None
+    if file_summary is not None and path.is_file() and not file_summary.evaluations:
+        file_summary = None  # a log, not a results file
+    log_summary = _console(logs)
+    summary = merge_file_and_log(file_summary, log_summary)
+    if not summary.evaluations:
+        typer.echo(f"error: {path}: no validation result file (classic dict lines, '## Step N' blocks) and no "
+                   "console 'Initial/Final validation metrics' lines", err=True)
         raise typer.Exit(1)
-    summary = parse_val_files(files, root=path if path.is_dir() else "")
+    if log_summary is not None and log_summary.evaluations:
+        files = [*(files if file_summary is not None else []), *(p for p in logs if p not in files)]
+        summary.files = [str(f) for f in files]
     if as_json:
         typer.echo(summary.model_dump_json(indent=2))
         return
@@ -120,6 +135,30 @@ def results(
     if len(files) > 1 or path.is_dir():
         console.print("files: " + ", ".join(str(f) for f in files))
     _render(summary, console)
+
+
+def _attempt_number(path: Path) -> int:
+    digits = "".join(ch for ch in path.stem.rsplit("-", 1)[-1] if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+def _console(logs: list[Path]) -> ResultSummary | None:
+    """Console evaluations of the logs in order (a later attempt's step wins); None when there are none."""
+    merged: dict[int, object] = {}
+    last: ResultSummary | None = None
+    for log in logs:
+        try:
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                part = parse_log_lines(fh)
+        except OSError:
+            continue
+        merged.update((e.step, e) for e in part.evaluations)
+        last = part
+    if last is None or not merged:
+        return None
+    from statemachine.results import summarize
+
+    return summarize([merged[k] for k in sorted(merged)], fmt="console")  # type: ignore[misc]
 
 
 def _group() -> None:

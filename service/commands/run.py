@@ -18,6 +18,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from service.commands.catalogue import check_adviser, install_site_catalogue
 from service.settings import get_settings
 
 EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
@@ -43,7 +44,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
 
     settings = get_settings()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
     except OSError as exc:
         console.print(f"[red]error: cannot read blueprint {path}: {exc}")
         return 2
@@ -63,16 +64,21 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
     try:
         _wait_for_node(store, node, worker)
         try:
-            rec = submit(store, store.r, text, blueprint_path=str(path.resolve()), node=node)
+            rec = submit(store, store.r, text, blueprint_path="" if str(path) == "-" else str(path.resolve()),
+                         node=node)
         except SubmissionRejected as exc:
             console.print(f"[red]blueprint rejected: {path}")
             for p in exc.problems:
                 console.print(f"  [red]{p.level.value}[/] {p.field}: {p.message}")
+            if exc.report_dir:
+                console.print(f"report: {Path(exc.report_dir) / 'experiment_report.md'} (finish.flag: failed)")
             return 2
         exp_id = rec["id"]
         console.print(f"Job submitted: {exp_id}")
-        console.print(f"  watch it in tmux: tmux{_socket_flag(settings)} attach -t {rec['tmux_session']}")
-        console.print(f"  result dir: {rec['result_dir']}")
+        # lines to copy: never wrapped, never styled
+        console.print(f"  watch it in tmux: tmux{_socket_flag(settings)} attach -t {rec['tmux_session']}",
+                      soft_wrap=True, highlight=False, markup=False)
+        console.print(f"  result dir: {rec['result_dir']}", soft_wrap=True, highlight=False, markup=False)
 
         def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
             events = store.events(exp_id, after=after, block_ms=500)
@@ -81,7 +87,8 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
         final = follow(poll, console, on_interrupt=lambda: store.request_cancel(exp_id))
         outcome = final.get("outcome", "")
         console.print(f"[bold]{outcome}[/]: {final.get('reason', '')}")
-        console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}")
+        console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}", soft_wrap=True,
+                      highlight=False, markup=False)
         return EXIT_CODES.get(outcome, 1)
     finally:
         worker.terminate()
@@ -114,14 +121,17 @@ def _setup_logs(log_level: str, log_format: str) -> bool:
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
-        blueprint: Path = typer.Argument(..., help="the blueprint markdown file"),
+        blueprint: Path = typer.Argument(..., help="the blueprint markdown file (- reads it from stdin)"),
         node: str = typer.Option("", help="node name for the local worker (default: hostname)"),
         log_level: str = typer.Option("", help="show the local worker's log at this level "
                                       "(debug, info, ...; default $AJET_RUNNER_LOG_LEVEL, log hidden)"),
         log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
     ) -> None:
         """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
-        code = run_blueprint(blueprint, Console(), node=node, show_worker_log=_setup_logs(log_level, log_format))
+        shown = _setup_logs(log_level, log_format)
+        check_adviser("run")
+        install_site_catalogue("run")  # a bad site catalogue is reported here, not by the hidden worker
+        code = run_blueprint(blueprint, Console(), node=node, show_worker_log=shown)
         raise typer.Exit(code)
 
     @app.command()

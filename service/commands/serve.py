@@ -53,9 +53,13 @@ def register(app: typer.Typer) -> None:
         if not settings.redis_url:
             raise _fail("REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0)")
         try:
-            tokens = TokenSet.from_settings(settings).current()
+            token_set = TokenSet.from_settings(settings)
+            tokens = token_set.current()
         except TokenFileError as exc:
             raise _fail(str(exc)) from exc
+        if not tokens and token_set.configured:
+            # --insecure never opens an API whose token source is configured but empty.
+            raise _fail("the configured token source (AJET_RUNNER_TOKEN / AJET_RUNNER_TOKEN_FILE) holds no token")
         if not tokens:
             if not insecure:
                 raise _fail("refusing to start without a token: set AJET_RUNNER_TOKEN (or AJET_RUNNER_TOKEN_FILE), "
@@ -64,7 +68,7 @@ def register(app: typer.Typer) -> None:
                 raise _fail(f"--insecure is only allowed on a loopback address, not {host}; set AJET_RUNNER_TOKEN")
         if not tokens:
             logging.getLogger("ajet_runner.serve").warning("no token: the API is open to every user of this machine")
-        api = create_app(settings, insecure=insecure)
+        api = create_app(settings, insecure=insecure and not token_set.configured)
         # uvicorn's access log shows the method, path and status: tokens travel in a header, never logged.
         # log_config=None: uvicorn's records go through our handler (timestamps, json).
         uvicorn.run(api, host=host, port=port, log_level=level, log_config=None, timeout_graceful_shutdown=5,

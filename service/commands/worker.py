@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from typing import Any
 
 import typer
 
+from service.commands.catalogue import check_adviser, install_site_catalogue
 from service.settings import get_settings
 
 
@@ -40,6 +42,8 @@ def register(app: typer.Typer) -> None:
         except LogSetupError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
+        check_adviser("worker")
+        install_site_catalogue("worker")  # validated here; each slot loads it again
         info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
                                       slots or settings.slots)
         sup = NodeSupervisor(settings, info, url)
@@ -60,6 +64,7 @@ def register(app: typer.Typer) -> None:
     def drain(
         node: str = typer.Option("", help="the node to drain (default: this node)"),
         undo: bool = typer.Option(False, "--undo", help="take work again"),
+        as_json: bool = typer.Option(False, "--json", help='print {"node", "draining"} as JSON'),
         sticky: bool = typer.Option(False, "--sticky",
                                     help="keep the drain when a worker (re)starts on the node (an operator's drain)"),
         reason: str = typer.Option("", help="why, shown in /v1/nodes"),
@@ -76,6 +81,11 @@ def register(app: typer.Typer) -> None:
 
         store = Store.from_url(_need_redis_url())
         name = node or get_settings().node
+        store.set_drain(name, not undo)
+        if as_json:
+            typer.echo(json.dumps({"node": name, "draining": not undo}))
+        else:
+            typer.echo(f"node {name}: {'taking work again' if undo else 'draining'}")
         if undo:
             store.set_drain(name, False)
             typer.echo(f"node {name}: taking work again")

@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from tests.integration.workers import kill_group
 pytestmark = [pytest.mark.integration]
 
 TOKEN = "t-0123456789abcdef"
+VENV = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
 OTHER = "t-second-token-for-rotation"
 VIEW_FIELDS = {"id", "state", "outcome", "node", "tmux_session", "attempt", "created_at", "started_at", "finished_at",
                "elapsed_seconds", "max_seconds", "latest_metrics", "result_dir", "history", "purpose", "reason",
@@ -86,7 +88,8 @@ def auth(token: str = TOKEN) -> dict[str, str]:
 
 @pytest.fixture()
 def settings(redis_url: str, tmp_path: Path) -> Settings:
-    return Settings(redis_url=redis_url, token=f"{TOKEN},{OTHER}", allowed_roots=str(tmp_path),
+    # The venv running the tests is the blueprints' exp_venv_exe: it must be inside the roots too.
+    return Settings(redis_url=redis_url, token=f"{TOKEN},{OTHER}", allowed_roots=f"{tmp_path}:{VENV}",
                     max_request_bytes=50_000)
 
 
@@ -103,7 +106,7 @@ def store(redis_url: str) -> Iterator[Store]:
     s.r.close()
 
 
-def submit_demo(api: TestClient, tmp_path: Path, name: str = "demo", **extra: str) -> tuple[dict, Path]:
+def submit_demo(api: TestClient, tmp_path: Path, name: str = "demo", **extra: object) -> tuple[dict, Path]:
     sc = make("demo", tmp_path / name)
     resp = api.post("/v1/experiments", json={"blueprint": sc.blueprint.read_text(), **extra}, headers=auth())
     assert resp.status_code == 201, resp.text
@@ -198,7 +201,7 @@ def test_paths_outside_the_allowed_roots_are_refused(redis_url: str, tmp_path: P
 
 def test_submit_get_list_and_events_page(api: TestClient, tmp_path: Path) -> None:
     first, _ = submit_demo(api, tmp_path, "a")
-    second, _ = submit_demo(api, tmp_path, "b", node="nodeX", priority="high")
+    second, _ = submit_demo(api, tmp_path, "b", node="nodeX", priority="high", wait_for_node=True)
     assert first["state"] == "queued" and set(first) >= VIEW_FIELDS
     assert second["target_node"] == "nodeX" and second["queue"] == "node:nodeX" and second["priority"] == "high"
     got = api.get(f"/v1/experiments/{first['id']}", headers=auth()).json()

@@ -3,6 +3,7 @@ and a real worker (submit, scan, status, logs, events, stop, watch, and the rese
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -34,7 +35,8 @@ def background(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
 def jobs(env: dict[str, str]) -> dict[str, str]:
     out = run(env, "scan-jobs")
     assert out.returncode == 0, out.stderr
-    return dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    rows = [ast.literal_eval(line) for line in out.stdout.splitlines()]
+    return {row["job_id"]: row["status"] for row in rows}
 
 
 def test_research_workflow_through_a_real_server(redis_url, tmux_socket, tmp_path) -> None:
@@ -57,7 +59,7 @@ def test_research_workflow_through_a_real_server(redis_url, tmux_socket, tmp_pat
         assert f"Rejected: {broken}" in out.stderr and "exp_codebase_dir" in out.stderr
 
         # Two more for a node that does not exist: they stay queued until stopped.
-        out = run(env, "submit", *(str(q.blueprint) for q in queued), "--node", "nowhere", "--json")
+        out = run(env, "submit", *(str(q.blueprint) for q in queued), "--node", "nowhere", "--wait-for-node", "--json")
         assert out.returncode == 0, out.stderr
         q1, q2 = (json.loads(line)["id"] for line in out.stdout.splitlines())
         status = jobs(env)
@@ -68,13 +70,13 @@ def test_research_workflow_through_a_real_server(redis_url, tmux_socket, tmp_pat
 
         out = run(env, "stop-jobs", f"--stop-job-id={q1}", f"--stop-job-id={q2}")
         assert out.returncode == 0, out.stderr
-        assert f"Stopped: {q1} (cancelled)" in out.stdout and f"Stopped: {q2} (cancelled)" in out.stdout
+        assert out.stdout.splitlines() == [f"Stopping job {q1} ...", f"Stopping job {q2} ..."]
         status = jobs(env)
         assert status[q1] == status[q2] == "Stopped"
         for q in queued:
             assert json.loads((q.results / "finish.flag").read_text())["outcome"] == "cancelled"
         out = run(env, "stop-jobs", f"--stop-job-id={q1}", "--delete")
-        assert out.returncode == 0 and f"Deleted: {q1}" in out.stdout
+        assert out.returncode == 0 and out.stdout.splitlines() == [f"Stopping job {q1} ...", f"Deleted job {q1}"]
         assert q1 not in jobs(env) and (queued[0].results / "finish.flag").exists()
 
         watch = run(env, "watch", exp, timeout=120)
@@ -106,8 +108,8 @@ def test_research_workflow_through_a_real_server(redis_url, tmux_socket, tmp_pat
 
 def test_cli_errors_are_one_clear_line(redis_url, tmp_path) -> None:
     dead = cli_env(f"http://127.0.0.1:{free_port()}")
-    out = run(dead, "scan-jobs")
-    assert out.returncode == 2 and "cannot reach the ajet-runner API" in out.stderr
+    out = run(dead, "scan")
+    assert out.returncode == 3 and "cannot reach the ajet-runner API" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     with running_server(redis_url, tmp_path / "serve.log") as server:
         wrong = run(cli_env(server.url, "not-the-token"), "scan")
@@ -119,6 +121,6 @@ def test_cli_errors_are_one_clear_line(redis_url, tmp_path) -> None:
         assert stop.returncode == 1 and "nope" in stop.stderr
         assert run(env, "submit").returncode == 2
         unreadable = run(env, "submit", str(tmp_path / "absent.md"))
-        assert unreadable.returncode == 1 and "cannot read it" in unreadable.stderr
+        assert unreadable.returncode == 2 and "cannot read blueprint" in unreadable.stderr
         by_flag = run({**env, "AJET_RUNNER_TOKEN": ""}, "scan-jobs", "--token", TOKEN)
         assert by_flag.returncode == 0 and by_flag.stdout == ""

@@ -206,7 +206,8 @@ def test_nested_fenced_command_with_continuations_and_prose_after() -> None:
     assert bp.exp_result_dir == "/r"
 
 
-def test_fenced_lines_without_continuations_become_one_chain() -> None:
+def test_fenced_lines_without_continuations_stay_a_script() -> None:
+    """Several commands are never `&&`-joined: the block runs as the body of a script."""
     bp = parse_blueprint(_doc("""
         [exp_launch_command]
         ```sh
@@ -219,8 +220,15 @@ def test_fenced_lines_without_continuations_become_one_chain() -> None:
         ```
     """))
     assert bp.exp_launch_command == (
-        'cd /x && export A="1 2" && source .venv/bin/activate; python -m ajet.launcher --conf a.yaml | tee log.txt'
+        '# go to the code\ncd /x\nexport A="1 2"\nsource .venv/bin/activate;\n'
+        "python -m ajet.launcher --conf a.yaml |\n  tee log.txt"
     )
+
+
+def test_heredoc_and_if_blocks_are_kept_verbatim() -> None:
+    block = "cat > f <<'EOF'\n$ not a prompt\n  touch x\nEOF\nif true; then\n  echo \\\n    ok\nfi"
+    bp = parse_blueprint(f"## [exp_launch_command]\n```bash\n{block}\n```\n")
+    assert bp.exp_launch_command == block
 
 
 def test_unfenced_command_paragraph_stops_at_prose() -> None:
@@ -526,7 +534,7 @@ def test_parse_never_raises_on_any_text(text: str) -> None:
 def test_parse_never_raises_on_markdown_like_text(text: str) -> None:
     bp = parse_blueprint(text)
     assert isinstance(bp, Blueprint)
-    assert "\n" not in bp.exp_launch_command
+    assert bp.exp_launch_command == bp.exp_launch_command.strip("\n")  # no blank first or last line
     validate_blueprint(bp, check_disk=False)
 
 
@@ -620,6 +628,27 @@ def test_venv_activate_script_gets_a_hint(runnable: Blueprint, tmp_path: Path) -
     ]
 
 
+def test_template_placeholders_are_named_per_field(runnable: Blueprint) -> None:
+    command = "cd {{CODEBASE}} && python -m ajet.launcher --conf {{YAML}}"
+    bp = runnable.model_copy(update={"exp_codebase_dir": "{{CODEBASE}}", "exp_result_dir": "{{ RESULT_DIR }}/x",
+                                     "exp_launch_command": command})
+    found = {p.field: p.message for p in validate_blueprint(bp) if p.level == Level.error}
+    assert set(found) == {"exp_codebase_dir", "exp_result_dir", "exp_launch_command"}
+    assert "{{CODEBASE}}, {{YAML}}" in found["exp_launch_command"] and "template" in found["exp_launch_command"]
+    assert "{{RESULT_DIR}}" in found["exp_result_dir"]
+
+
+def test_notes_written_under_a_part_are_kept() -> None:
+    bp = parse_blueprint(
+        "## [exp_yaml_path]\nExperiment YAML: tests/bench/x/x.yaml\n\nNote: this YAML needs 4 GPUs.\n\n"
+        "## [exp_result_dir]\n/data/r\nkeep the checkpoints for a week\n\n## Notes\nfree text\n"
+    )
+    assert bp.exp_yaml_path == "tests/bench/x/x.yaml" and bp.exp_result_dir == "/data/r"
+    assert "(under [exp_yaml_path]) Note: this YAML needs 4 GPUs." in bp.notes
+    assert "(under [exp_result_dir]) keep the checkpoints for a week" in bp.notes
+    assert bp.notes.rstrip().endswith("free text")
+
+
 def test_yaml_missing_outside_invalid_or_not_a_mapping(runnable: Blueprint, tmp_path: Path) -> None:
     code = Path(runnable.exp_codebase_dir)
     missing = runnable.model_copy(update={"exp_yaml_path": "conf/b.yaml"})
@@ -631,8 +660,10 @@ def test_yaml_missing_outside_invalid_or_not_a_mapping(runnable: Blueprint, tmp_
     outside.write_text("ajet: {}\n")
     for written in (str(outside), "../elsewhere.yaml"):
         bp = runnable.model_copy(update={"exp_yaml_path": written})
-        messages = [p.message for p in validate_blueprint(bp, check_disk=False) if p.field == "exp_yaml_path"]
-        assert messages == [f"the YAML {outside} is outside the codebase {code}; it must be inside it"]
+        found = [p for p in validate_blueprint(bp, check_disk=False) if p.field == "exp_yaml_path"]
+        assert [p.level for p in found] == [Level.warning]  # AgentJet accepts an absolute --conf
+        assert found[0].message.startswith(f"the YAML {outside} is outside the codebase {code}: ")
+        assert "hydra.searchpath" in found[0].message
 
     (code / "conf" / "bad.yaml").write_text("ajet:\n  a: [1, 2\n  b: 3\n")
     bad = runnable.model_copy(update={"exp_yaml_path": "conf/bad.yaml"})
@@ -731,3 +762,24 @@ def test_load_blueprint_tolerates_bad_bytes(tmp_path: Path) -> None:
     bp, _ = load_blueprint(path, check_disk=False)
     assert bp.exp_codebase_dir.startswith("/c")
     assert bp.exp_max_time_seconds == 3 * 3600
+
+
+@pytest.mark.parametrize(("written", "path"), [
+    ("/x/code#(touch /tmp/PWN)", "/x/code#(touch /tmp/PWN)"),
+    ("`/x/code#(touch /tmp/PWN)`", "/x/code#(touch /tmp/PWN)"),
+    ("/mnt/my data/code", "/mnt/my data/code"),
+    ("`/a b/c`", "/a b/c"),
+    ("/x/code (the repo)", "/x/code"),
+    ("/x/code is the path", "/x/code"),
+])
+def test_bare_paths_are_not_cut_at_a_space_or_tmux_format(written: str, path: str) -> None:
+    """Repro (issue 18, 9): paths outside backticks were cut at a space or `#(`."""
+    assert parse_blueprint(f"[exp_codebase_dir] {written}\n").exp_codebase_dir == path
+
+
+def test_field_length_caps() -> None:
+    bp = parse_blueprint("[exp_max_time] " + "一" * 8000 + "\n[exp_purpose] " + "x" * 2001 + "\n")
+    problems = {(p.field, p.message.split(" characters")[0]) for p in validate_blueprint(bp, check_disk=False)
+                if "characters long" in p.message}
+    assert problems == {("exp_max_time", "exp_max_time is 8,000"), ("exp_purpose", "exp_purpose is 2,001")}
+    assert bp.exp_max_time_seconds is None

@@ -36,7 +36,7 @@ def _check_json(path: Path) -> tuple[int, dict[str, Any]]:
 
 
 def _assert_shape(doc: dict[str, Any]) -> None:
-    assert set(doc) == {"blueprint", "problems", "config_changes"}
+    assert set(doc) == {"blueprint", "problems", "config_changes", "environment", "env_decisions"}
     assert set(doc["blueprint"]) == BLUEPRINT_KEYS
     for p in doc["problems"]:
         assert set(p) == {"level", "field", "message"} and p["level"] in ("error", "warning") and p["message"]
@@ -123,11 +123,18 @@ def test_broken_blueprint_exits_1_and_names_each_problem(tmp_path: Path) -> None
     assert "'agentjet/'" in messages and "until it converges" in messages and "does not exist" in messages
 
 
-def test_unreadable_blueprint_exits_1_with_a_problem(tmp_path: Path) -> None:
+def test_unreadable_blueprint_exits_2_with_a_problem(tmp_path: Path) -> None:
     code, doc = _check_json(tmp_path / "missing.md")
     _assert_shape(doc)
-    assert code == 1
+    assert code == 2  # missing input: the same code as results, diagnose and the client commands
     assert [p["field"] for p in doc["problems"]] == ["blueprint"]
+
+
+def test_dash_reads_the_blueprint_from_stdin(good_blueprint: Path) -> None:
+    proc = subprocess.run([_script(), "check", "-", "--json"], input=good_blueprint.read_text(), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["blueprint"]["exp_codebase_dir"]
 
 
 def test_readable_output_without_json(good_blueprint: Path, tmp_path: Path) -> None:

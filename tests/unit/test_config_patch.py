@@ -19,6 +19,7 @@ from workers.config_patch import (
     patch_yaml_text,
     patched_config_path,
     read_yaml_data,
+    remove_patched_copy,
     write_patched_yaml,
 )
 
@@ -56,13 +57,26 @@ def preflight_changes(path: Path) -> list[ConfigChange]:
     return plan_preflight(bp, path.read_text(encoding="utf-8"), env={}).changes
 
 
-def test_patched_config_path_sits_beside_the_original() -> None:
+def test_patched_config_path_keeps_the_file_name_in_a_runner_folder() -> None:
     original = Path("/repo/tests/bench/benchmark_math/benchmark_math.yaml")
-    assert patched_config_path(original, "a1") == original.with_name("benchmark_math.ajet-runner-a1.yaml")
-    assert patched_config_path(original.with_name("b.yml"), "x/y z") == original.with_name("b.ajet-runner-x-y-z.yaml")
+    folder = original.parent / ".ajet-runner"
+    assert patched_config_path(original, "a1") == folder / "a1" / "benchmark_math.yaml"
+    assert patched_config_path(original.with_name("b.yml"), "x/y z") == folder / "x-y-z" / "b.yaml"
     copy = patched_config_path(original, "a1")
-    assert patched_config_path(copy, "a2") == original.with_name("benchmark_math.ajet-runner-a2.yaml")
-    assert patched_config_path(original, "///").name == "benchmark_math.ajet-runner-patched.yaml"
+    assert patched_config_path(copy, "a2") == folder / "a2" / "benchmark_math.yaml"
+    assert patched_config_path(original, "///") == folder / "patched" / "benchmark_math.yaml"
+
+
+def test_remove_patched_copy_leaves_no_empty_runner_folder(tmp_path: Path) -> None:
+    original = tmp_path / "x.yaml"
+    original.write_text("a: 1\n")
+    copy = patched_config_path(original, "id1")
+    write_patched_yaml(original, copy, [ConfigChange(key="a", old=1, new=2, reason="r")])
+    assert copy.read_text() == "a: 2\n"
+    remove_patched_copy(copy)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.yaml"]
+    remove_patched_copy(original)  # not a copy: untouched
+    assert original.exists()
 
 
 @pytest.mark.parametrize("name", VALID)
@@ -168,6 +182,7 @@ def test_overwrites_a_previous_copy_atomically_and_keeps_mode(workdir: Path) -> 
     source = workdir / "benchmark_math.yaml"
     os.chmod(source, 0o640)
     dest = patched_config_path(source, "a1")
+    dest.parent.mkdir(parents=True)
     dest.write_text("stale", encoding="utf-8")
     write_patched_yaml(source, dest, [change("ajet.execute_test", False)])
     assert read_yaml_data(dest)["ajet"]["execute_test"] is False

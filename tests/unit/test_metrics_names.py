@@ -80,7 +80,7 @@ def fill(store: Store, now: float) -> None:
                      {"message": "test"})
     store.transition("done-new", expected_version=None, fields={}, event={"type": "test"},
                      stats={"transition": "collecting>finished", "outcome": "completed", "duration": 400,
-                            "repair": "cuda_oom|applied"})
+                            "repair": "cuda_oom|applied", "advised": "qwen-7b|then completed"})
     store.transition("done-old", expected_version=None, fields={}, event={"type": "test"},
                      stats={"transition": "failing>collecting", "outcome": "failed", "duration": 10_000})
     store.heartbeat("n1", {"gpus": 4, "gpus_busy": 1, "slots": 4, "running": ["r1", "f1"]}, ttl=2)
@@ -130,6 +130,7 @@ def test_cluster_metrics_export_every_api_name_with_store_values(store: Store) -
     assert value(body, "ajet_runner_transitions_total", from_state="collecting", to_state="finished") == 1
     assert value(body, "ajet_runner_transitions_total", from_state="queued", to_state="launching") == 0
     assert value(body, "ajet_runner_repairs_total", signature="cuda_oom", result="applied") == 1
+    assert value(body, "ajet_runner_advised_repairs_total", model="qwen-7b", result="then completed") == 1
     assert value(body, "ajet_runner_outcomes_total", outcome="failed") == 1
     assert value(body, "ajet_runner_outcomes_total", outcome="cancelled") == 0
     assert value(body, "ajet_runner_run_duration_seconds_bucket", outcome="completed", le="300.0") == 0

@@ -87,8 +87,14 @@ def test_swanlab_without_key_switches_to_tensorboard() -> None:
     assert changes(p)[f"{TC}.logger"] == ("swanlab", "tensorboard")
     [why] = messages(p, f"{TC}.logger")
     assert "SWANLAB_API_KEY" in why and "tensorboard" in why
-    assert f"{TC}.logger" not in changes(plan(env={"SWANLAB_API_KEY": "secret"}))
-    assert f"{TC}.logger" not in changes(plan(env={"SWANLAB_MODE": "offline"}))
+    kept = plan(env={"SWANLAB_API_KEY": "secret"})
+    assert f"{TC}.logger" not in changes(kept)
+    assert ("SWANLAB_API_KEY", True) in [(d.variable, d.is_set) for d in kept.env_decisions]
+    # AgentJet's own check reads only SWANLAB_API_KEY: offline mode does not save the run
+    offline = plan(env={"SWANLAB_MODE": "offline"})
+    assert changes(offline)[f"{TC}.logger"] == ("swanlab", "tensorboard")
+    assert [d.decision for d in offline.env_decisions if d.variable == "SWANLAB_API_KEY"] == [
+        "not set: logger swanlab switched to tensorboard"]
     unknown = plan_preflight(blueprint(), corpus("benchmark_math.yaml"), env=None)
     assert f"{TC}.logger" not in changes(unknown)  # an unknown environment is not a missing key
 
@@ -242,3 +248,37 @@ def test_plan_preflight_never_raises(text: str, env: dict) -> None:
     p = plan_preflight(blueprint(), text, env=env)
     assert isinstance(p, PreflightPlan)
     assert all(c.key.split(".")[0] not in ("hydra", "defaults") for c in p.changes)
+
+
+def test_missing_local_model_path_is_a_warning_hub_ids_are_not_checked(tmp_path) -> None:
+    shipped = corpus("benchmark_math.yaml")
+    hub_path = "/mnt/data_cpfs/model_cache/modelscope/hub/Qwen/Qwen/Qwen2___5-7B-Instruct"
+    missing = shipped.replace(hub_path, f"{tmp_path}/models/none/Qwen2")
+    text = shipped.replace(hub_path, "Qwen/Qwen2.5-7B-Instruct")
+    assert missing != shipped != text
+    p = plan_preflight(blueprint(), missing, env={})
+    [why] = messages(p, "ajet.model.path")
+    assert "does not exist on this node" in why and "Model path" in why
+    (tmp_path / "models/none/Qwen2").mkdir(parents=True)
+    assert not messages(plan_preflight(blueprint(), missing, env={}), "ajet.model.path")
+    assert not messages(plan_preflight(blueprint(), text, env={}), "ajet.model.path")
+
+
+def test_check_and_a_worker_run_one_preflight_with_the_env_named(tmp_path) -> None:
+    from statemachine.preflight import preflight
+
+    code = tmp_path / "code"
+    (code / "conf").mkdir(parents=True)
+    (code / "conf" / "x.yaml").write_text(corpus("benchmark_math.yaml"))
+    venv = tmp_path / "python"
+    venv.write_text("#!/bin/sh\n")
+    venv.chmod(0o755)
+    bp = blueprint().model_copy(update={
+        "exp_codebase_dir": str(code), "exp_yaml_path": "conf/x.yaml", "exp_venv_exe": str(venv),
+        "exp_launch_command": "python -m ajet.launcher --conf conf/x.yaml", "exp_result_dir": str(tmp_path / "r"),
+    })
+    a = preflight(bp, env={"CUDA_VISIBLE_DEVICES": "0,1"}, environment="node n1")
+    b = preflight(bp, env={"CUDA_VISIBLE_DEVICES": "0,1"}, environment="this shell")
+    assert a.changes == b.changes and a.problems == b.problems and a.env_decisions == b.env_decisions
+    assert a.environment == "node n1"
+    assert {d.variable for d in a.env_decisions} >= {"SWANLAB_API_KEY", "CUDA_VISIBLE_DEVICES"}

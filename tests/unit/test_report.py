@@ -474,3 +474,24 @@ def test_baseline_is_step_zero_else_the_first_evaluation(tmp_path: Path) -> None
     assert [(r[0], r[1], r[3]) for r in rows] == [
         ("0", "main", "baseline"), ("5", "late", "baseline"), ("10", "main", "+0.4000"), ("15", "late", "+0.0500"),
     ]
+
+
+def test_repair_log_shows_an_advised_and_a_refused_answer(tmp_path: Path) -> None:
+    common = {"signature": "python_traceback", "explanation": "a traceback", "source": "adviser",
+              "advised_by": "qwen-72b", "advice_seconds": 3.25, "advice_diagnosis": "TP must divide 28 heads"}
+    data = ReportData(id="adv", result_dir=str(tmp_path), outcome="failed", reason="gave up", repairs=[
+        RepairRecord(at=100.0, attempt=1, **common, advice_result="advised", result="relaunched",
+                     rationale="4 divides 28", advice=["set YAML ajet.rollout.tensor_model_parallel_size = 4"],
+                     changes=["set ajet.rollout.tensor_model_parallel_size: 3 -> 4"],
+                     diff="--- a\n+++ b\n-    tensor_model_parallel_size: 3\n+    tensor_model_parallel_size: 4\n"),
+        RepairRecord(at=200.0, attempt=2, **common, advice_result="refused", result="not repairable",
+                     refused=["change 1 (env_set PATH): environment variable PATH may not be overridden"]),
+    ])
+    text = write_repair_log(tmp_path, data).read_text()
+    first, second = text.split("### 2. Attempt 2 failed")
+    assert "**Source of the fix:** adviser (the LLM repair adviser)" in first
+    assert "Advised by `qwen-72b` in 3.2 s — accepted." in first and "**Rationale:** 4 divides 28" in first
+    assert "  - set YAML ajet.rollout.tensor_model_parallel_size = 4" in first
+    assert "+    tensor_model_parallel_size: 4" in first
+    assert "— refused by the runner." in second and "PATH may not be overridden" in second
+    assert "No change was made." in second

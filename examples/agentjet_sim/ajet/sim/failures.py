@@ -16,6 +16,7 @@ from typing import Any
 from ajet.sim import state
 from ajet.sim.config import Injection, get
 
+ATTENTION_HEADS = 28  # Qwen2.5-7B's; tp_heads_mismatch fires while tensor_model_parallel_size does not divide it
 SITE = "/opt/conda/envs/ajet/lib/python3.10/site-packages"
 
 
@@ -200,9 +201,57 @@ def python_traceback(ctx: FailureContext) -> list[tuple[str, str]]:
     return [("TaskRunner", t) for _, t in _worker_traceback(frames, msg)] + _driver_tail(msg)
 
 
+def tp_heads_mismatch(ctx: FailureContext) -> list[tuple[str, str]]:
+    """Not in the runner's catalogue on purpose: the failure an LLM adviser is for."""
+    tp = get(ctx.cfg, "ajet.rollout.tensor_model_parallel_size", 1)
+    heads = ATTENTION_HEADS
+    msg = (f"ValueError: Total number of attention heads ({heads}) must be divisible by tensor "
+           f"parallel size ({tp}).")
+    frames = [
+        (f"{SITE}/vllm/engine/llm_engine.py", 412, "_verify_args", "self.model_config.verify_with_parallel_config("),
+        (f"{SITE}/vllm/config.py", 486, "verify_with_parallel_config", "raise ValueError("),
+    ]
+    return [("TaskRunner", t) for _, t in _worker_traceback(frames, msg)] + _driver_tail(msg)
+
+
+def python_module_missing(ctx: FailureContext) -> list[tuple[str, str]]:
+    """A venv that is not AgentJet's: the first import of a dependency fails."""
+    return [
+        ("", "Traceback (most recent call last):"),
+        ("", '  File "<frozen runpy>", line 198, in _run_module_as_main'),
+        ("", f'  File "{os.getcwd()}/ajet/backbone/main_verl.py", line 21, in <module>'),
+        ("", "    import ray"),
+        ("", "ModuleNotFoundError: No module named 'ray'"),
+    ]
+
+
+def nvidia_smi_missing(ctx: FailureContext) -> list[tuple[str, str]]:
+    return [
+        ("", "/bin/sh: 1: nvidia-smi: not found"),
+        ("", "Traceback (most recent call last):"),
+        ("", f'  File "{os.getcwd()}/ajet/utils/launch_utils.py", line 305, in check_avail_gpu'),
+        ("", '    out = subprocess.check_output(["nvidia-smi", "--query-gpu=memory.used,memory.total"])'),
+        ("", "FileNotFoundError: [Errno 2] No such file or directory: 'nvidia-smi'"),
+    ]
+
+
+def backbone_env_mismatch(ctx: FailureContext) -> list[tuple[str, str]]:
+    return [("", "ERROR | ajet.utils.launch_utils:verify_python_env:88 - Python environment does not match "
+             "current backbone 'trinity'. Please install AgentJet with `uv pip install -e .[trinity]`.")]
+
+
+def trinity_force_stop(ctx: FailureContext) -> list[tuple[str, str]]:
+    return [
+        ("Explorer", "ERROR explorer.py:188 Explorer failed: rollout engine unreachable"),
+        ("Trainer", "WARNING trainer.py:144 Waiting for experiences from the explorer ... "
+         "You can force stop the Trainer process by pressing Ctrl+C."),
+    ]
+
+
 # Launcher-phase signatures: printed by the launcher itself (see ajet/launcher.py).
 LAUNCHER_PHASE = {"gpu_busy", "ray_already_running", "missing_api_key", "model_path_missing"}
-INIT_PHASE = {"vllm_kv_cache", "gpu_count_mismatch", "network_unreachable"}
+INIT_PHASE = {"vllm_kv_cache", "gpu_count_mismatch", "network_unreachable", "tp_heads_mismatch",
+              "python_module_missing", "nvidia_smi_missing", "backbone_env_mismatch"}
 
 TRAINER_TEXT: dict[str, Callable[[FailureContext], list[tuple[str, str]]]] = {
     "cuda_oom": cuda_oom,
@@ -214,6 +263,11 @@ TRAINER_TEXT: dict[str, Callable[[FailureContext], list[tuple[str, str]]]] = {
     "prompt_too_long": prompt_too_long,
     "gpu_count_mismatch": gpu_count_mismatch,
     "python_traceback": python_traceback,
+    "tp_heads_mismatch": tp_heads_mismatch,
+    "python_module_missing": python_module_missing,
+    "nvidia_smi_missing": nvidia_smi_missing,
+    "backbone_env_mismatch": backbone_env_mismatch,
+    "trinity_force_stop": trinity_force_stop,
 }
 
 SIGNATURES = sorted(set(TRAINER_TEXT) | LAUNCHER_PHASE)
@@ -257,6 +311,9 @@ def conditions_hold(inj: Injection, cfg: dict[str, Any], flags: set[str]) -> boo
         if key in c and not bad(float(get(cfg, dotted, 0)), float(c[key])):
             return False
     sig = inj.signature
+    if sig == "tp_heads_mismatch":
+        tp = get(cfg, "ajet.rollout.tensor_model_parallel_size", 1)
+        return not (isinstance(tp, int) and not isinstance(tp, bool) and tp > 0 and ATTENTION_HEADS % tp == 0)
     if sig == "network_unreachable" and os.environ.get("SIM_PROXIED") == "1":
         return False
     if sig == "ray_already_running" and "with_ray" not in flags:

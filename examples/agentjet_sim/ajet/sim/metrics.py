@@ -113,3 +113,23 @@ def console_step_line(items: list[tuple[str, Any]]) -> str:
     parts = [f"step:{step}"]
     parts += [f"{k}:{float(v):.3f}" for k, v in items if k != "training/global_step"]
     return " - ".join(parts)
+
+
+def console_val_metrics(sim: SimSettings, step: int, total: int, test_freq: int, pass_n: int) -> list[tuple[str, Any]]:
+    """The current public AgentJet's validation keys: task goal completion `TGC@k` under
+    `val-core/<source>/`, no step key, numpy values (printed, never written to a file)."""
+    p1 = reward(sim, step, total, test_freq)
+    pass_n = max(pass_n, 1)
+    items: list[tuple[str, Any]] = [("val-core/gsm8k/reward/mean@" + str(pass_n), NpFloat(p1))]
+    k = 1
+    while k <= pass_n:
+        items.append((f"val-core/gsm8k/TGC@{k}", NpFloat(1 - (1 - p1) ** (0.55 * k + 0.45))))
+        k *= 2
+    items.append(("val-aux/gsm8k/reward/std@" + str(pass_n), NpFloat(math.sqrt(p1 * (1 - p1)))))
+    items.append(("val-aux/num_tasks", sim.val_total_tasks))
+    return items
+
+
+def console_val_step_line(step: int, items: list[tuple[str, Any]]) -> str:
+    """verl's console logger at a test step: the validation keys join the step line."""
+    return " - ".join([f"step:{step}"] + [f"{k}:{float(v):.4f}" for k, v in items])

@@ -7,6 +7,7 @@ a run has the same two-level process tree as a real one.
 from __future__ import annotations
 
 import os
+import pprint
 import time
 import traceback
 from pathlib import Path
@@ -33,8 +34,11 @@ class Trainer:
         self.save_freq = int(get(cfg, "ajet.trainer_common.save_freq", 20))
         self.pass_n = int(get(cfg, "ajet.trainer_common.val_pass_n", 4))
         self.batch = int(get(cfg, "ajet.data.train_batch_size", 32))
-        self.val_path = get(cfg, "ajet.trainer_common.val_print_to_markdown_file_path")
-        self.train_path = get(cfg, "ajet.trainer_common.train_print_to_markdown_file_path")
+        self.console_only = self.sim.val_format == "console"  # the current public AgentJet: no results files
+        self.last_console_val: list[tuple[str, Any]] = []
+        self.val_path = None if self.console_only else get(cfg, "ajet.trainer_common.val_print_to_markdown_file_path")
+        self.train_path = None if self.console_only else get(
+            cfg, "ajet.trainer_common.train_print_to_markdown_file_path")
         self.ckpt = state.checkpoint_dir(
             self.cwd, str(get(cfg, "ajet.trainer_common.checkpoint_base_dir", "./checkpoints")), self.experiment
         )
@@ -132,10 +136,20 @@ class Trainer:
         self.say(f"[validation] running {self.sim.val_total_tasks} tasks x {self.pass_n} (pass_n) ...")
         val_pause = self.sim.val_seconds if self.sim.val_seconds is not None else self.sim.step_seconds
         self.pause(val_pause)
+        if self.console_only:
+            items = metrics.console_val_metrics(self.sim, step, self.total, self.test_freq, self.pass_n)
+            self.last_console_val = items
+            return metrics.dict_line(items)
         line = metrics.dict_line(metrics.val_metrics(self.sim, step, self.total, self.test_freq, self.pass_n))
         self.append(self.val_path, line)
         self.say(f"step:{step} - validation: {line}")
         return line
+
+    def announce(self, which: str, line: str) -> None:
+        """`Initial/Final validation metrics: {...}`; the console-only AgentJet prints it through
+        pprint of a string, so it comes quoted and, when long, wrapped over several lines."""
+        text = f"{which} validation metrics: {line}"
+        self.say(pprint.pformat(text) if self.console_only else text)
 
     def progress(self, step: int) -> None:
         elapsed = time.monotonic() - self.started
@@ -174,7 +188,7 @@ class Trainer:
         last_val = ""
         if get(self.cfg, "ajet.trainer_common.val_before_train", False):
             last_val = self.validate(start)
-            self.say(f"Initial validation metrics: {last_val}")
+            self.announce("Initial", last_val)
         self.progress(start)
         for step in range(start + 1, self.total + 1):
             if self.sim.hang_at_step == step:
@@ -191,10 +205,12 @@ class Trainer:
                 self.say(f"local_global_step_folder: {saved}")
             if self.test_freq > 0 and (step % self.test_freq == 0 or step == self.total):
                 last_val = self.validate(step)
+                if self.console_only and step != self.total:
+                    self.say(metrics.console_val_step_line(step, self.last_console_val))
         if not last_val:
-            items = metrics.val_metrics(self.sim, self.total, self.total, self.test_freq, self.pass_n)
-            last_val = metrics.dict_line(items)
-        self.say(f"Final validation metrics: {last_val}")
+            pick = metrics.console_val_metrics if self.console_only else metrics.val_metrics
+            last_val = metrics.dict_line(pick(self.sim, self.total, self.total, self.test_freq, self.pass_n))
+        self.announce("Final", last_val)
         self.say("Training finished, shutting down workers ...")
         if self.sim.actor_died_at_exit:
             self.print_failure([

@@ -1,0 +1,82 @@
+"""Idempotent submission: the same `Idempotency-Key` always names the same experiment.
+
+The first request with a key claims it atomically (`SET key value NX EX ttl`) for a fresh id,
+then submits under that id; a rejected submission releases the claim (compare-and-delete), so
+a corrected retry may use the key again. A later request with the key gets the first
+experiment's record; with a different blueprint text it is refused (the key is not a dedup of
+content, it names one submission).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from service.store import PREFIX, Store
+
+TTL_SECONDS = 7 * 24 * 3600
+KEY_PATTERN = r"^[\x21-\x7e]{1,200}$"  # printable ASCII, no spaces
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+class IdempotencyConflict(ValueError):
+    """The key was used for another blueprint, or its experiment was deleted meanwhile."""
+
+
+@dataclass
+class Claim:
+    exp_id: str
+    fresh: bool  # True: submit now under exp_id; False: the key's experiment already exists
+    value: str
+
+
+def redis_key(key: str) -> str:
+    return f"{PREFIX}:idempotency:{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def claim(r: redis.Redis, key: str, text: str, new_id: Callable[[], str], ttl: int = TTL_SECONDS) -> Claim:
+    """Claim `key` for a new id, or return the id it already names (same blueprint text only)."""
+    value = json.dumps({"id": new_id(), "digest": digest(text)})
+    if r.set(redis_key(key), value, nx=True, ex=ttl):
+        return Claim(json.loads(value)["id"], True, value)
+    raw = r.get(redis_key(key))
+    if raw is None:  # released between our SET and GET: try once more
+        return claim(r, key, text, new_id, ttl)
+    held = json.loads(raw)
+    if held.get("digest") != digest(text):
+        raise IdempotencyConflict("this Idempotency-Key was already used for a different blueprint")
+    return Claim(str(held["id"]), False, raw.decode() if isinstance(raw, bytes) else str(raw))
+
+
+def release(r: redis.Redis, key: str, held: Claim) -> None:
+    """Give the key up (the submission was refused), only if it still names our claim."""
+    r.eval(_RELEASE, 1, redis_key(key), held.value)
+
+
+def first_record(store: Store, r: redis.Redis, key: str, held: Claim, timeout: float = 10.0) -> dict[str, Any] | None:
+    """The record the key names; waits while the first request is still creating it.
+
+    None when the claim was released meanwhile (the first submission was refused): the caller
+    claims again.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        rec = store.get(held.exp_id)
+        if rec is not None:
+            return rec
+        if r.get(redis_key(key)) is None:
+            return None
+        if time.monotonic() >= deadline:
+            raise IdempotencyConflict(f"the experiment submitted with this Idempotency-Key ({held.exp_id}) "
+                                      "no longer exists (deleted), or its submission is still in progress")
+        time.sleep(0.05)

@@ -1,0 +1,85 @@
+"""The web console under /ui/: experiments, one experiment (report, plot, repairs, live log), submit, nodes.
+
+Server-rendered (Jinja2, autoescaped) with one small plain-JS file; no build step, no CDN. Same tokens as the
+API: a login form turns a token into a signed session cookie, and `Authorization: Bearer` works too. This
+package reads what the API reads (Redis records and streams, a few named result-dir files) and never imports
+the worker side.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api_middleware import ASGIApp, Receive, Scope, Send
+from service.auth import BEARER, TokenSet
+from service.settings import Settings
+from service.ui.session import CsrfRefused, LoginRequired, Sessions
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+           (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY")]
+
+
+class UiHeaders:
+    """Security headers on every /ui response (plain ASGI, so event streams pass through)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/ui"):
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: dict) -> None:  # type: ignore[type-arg]
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def _wants_page(request: Request) -> bool:
+    return request.method == "GET" and "text/html" in request.headers.get("accept", "")
+
+
+def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: bool = False) -> None:
+    """Mount the console on the API app: routes under /ui, `/` redirecting there, its error pages."""
+    from service.ui.pages import env, router
+
+    app.state.ui_sessions = Sessions(tokens, insecure, max(60, int(settings.ui_session_seconds)))
+    app.include_router(router)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/ui/", status_code=307)
+
+    @app.exception_handler(LoginRequired)
+    async def login_required(request: Request, exc: LoginRequired) -> Response:
+        if _wants_page(request):
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            from urllib.parse import quote
+
+            return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
+        return JSONResponse({"detail": exc.detail}, status_code=401, headers={"WWW-Authenticate": BEARER})
+
+    @app.exception_handler(CsrfRefused)
+    async def csrf_refused(_: Request, exc: CsrfRefused) -> Response:
+        return HTMLResponse(env.get_template("error.html").render(title="Refused", message=str(exc), viewer=None),
+                            status_code=403)
+
+    default = app.exception_handlers.get(StarletteHTTPException)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        if request.url.path.startswith("/ui/") and _wants_page(request):
+            return HTMLResponse(env.get_template("error.html").render(
+                title=f"Error {exc.status_code}", message=str(exc.detail), viewer=True), status_code=exc.status_code)
+        if default is not None:
+            return await default(request, exc)  # type: ignore[no-any-return]
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    app.add_middleware(UiHeaders)

@@ -1,0 +1,65 @@
+"""Server-sent events for the console: the global event stream (experiments table) and one experiment's stream.
+
+Unnamed SSE messages (so the browser's `onmessage` sees every kind) carrying only what a page needs to decide
+what to refresh: the experiment id, the event type and, for transitions, the new state. One experiment's
+stream ends with an `end` message after its `finished` transition, so the page closes it instead of
+reconnecting forever.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from service.api_events import is_final
+from service.store import GLOBAL_STREAM, exp_key, stream_key
+from statemachine.lifecycle import State
+
+KEEPALIVE_MS = 15_000
+FINISHED = State.finished.value.encode()
+
+
+async def last_id(r: aioredis.Redis, key: str) -> str:
+    """The newest entry id of a stream ("0-0" when empty): a page follows from what it rendered."""
+    newest = await r.xrevrange(key, count=1)
+    return newest[0][0].decode() if newest else "0-0"
+
+
+def _message(entry_id: bytes, data: dict[bytes, bytes]) -> tuple[str, dict[str, Any]]:
+    try:
+        event = json.loads(data.get(b"data", b"{}"))
+    except ValueError:
+        event = {}
+    event["type"] = data.get(b"type", b"info").decode()
+    slim = {"id": data.get(b"id", b"").decode(), "type": event["type"], "to": event.get("to")}
+    return f"id: {entry_id.decode()}\ndata: {json.dumps(slim)}\n\n", event
+
+
+async def follow(r: aioredis.Redis, after: str, exp_id: str | None = None) -> AsyncIterator[str]:
+    """Events after stream id `after`: all experiments' (exp_id None) or one experiment's, until it is finished."""
+    yield "retry: 3000\n\n"
+    key = stream_key(exp_id) if exp_id else GLOBAL_STREAM
+    last = after
+    while True:
+        resp = await r.xread({key: last}, count=200, block=KEEPALIVE_MS)
+        got = False
+        for _stream, entries in resp or []:
+            for entry_id, data in entries:
+                got = True
+                last = entry_id.decode()
+                text, event = _message(entry_id, data)
+                yield text
+                if exp_id and is_final(event):
+                    yield 'data: {"type": "end"}\n\n'
+                    return
+        if got:
+            continue
+        if exp_id:
+            state = await r.hget(exp_key(exp_id), "state")
+            if state is None or state == FINISHED:
+                yield 'data: {"type": "end"}\n\n'
+                return
+        yield ": keepalive\n\n"

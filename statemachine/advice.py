@@ -1,0 +1,301 @@
+"""An LLM adviser's answer: its schema, and the allow-lists every proposed change must pass.
+
+The adviser is a model, so its answer is untrusted input. It may only propose changes of six
+kinds (set/unset a YAML key under `ajet.`, set an environment variable, add or remove a known
+launcher flag, put an allow-listed prefix before the launcher); each is checked against this
+experiment's YAML as run, and one change outside the rules refuses the whole answer (a partial
+plan could be incoherent). Nothing here runs anything: an accepted answer becomes ordinary
+`RepairAction`s that the resolver applies like a catalogue plan.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from statemachine.models import RepairAction
+from statemachine.repairs import MISSING, get_dotted
+
+__all__ = [
+    "ADVICE_KINDS",
+    "AdviceChange",
+    "AdviceError",
+    "AdviceRules",
+    "AdvisorAnswer",
+    "BOOLEAN_FLAGS",
+    "parse_answer",
+    "to_actions",
+    "validate_changes",
+]
+
+ADVICE_KINDS = ("yaml_set", "yaml_unset", "env_set", "flag_add", "flag_remove", "prefix")
+# AgentJet launcher switches that take no value. `--conf`, `--kill`, `--autokill`, `--backbone`
+# and `--exp-dir` are never the adviser's to touch.
+BOOLEAN_FLAGS = ("--with-ray", "--with-appworld", "--with-deepfinance", "--with-webshop", "--with-bfcl",
+                 "--with-crafters", "--with-logview", "--skip-check-avail-gpu")
+REMOVABLE_FLAGS = tuple(f for f in BOOLEAN_FLAGS if f.startswith("--with-"))
+DEFAULT_PREFIXES = ("proxychains4 -q",)
+
+_YAML_KEY = re.compile(r"^ajet(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_DENIED_EXACT = frozenset({"PATH", "HOME", "SHELL", "ENV", "BASH_ENV", "IFS", "PS4", "PROMPT_COMMAND",
+                               "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "TMUX", "TMPDIR", "USER", "LOGNAME"})
+_ENV_DENIED_PREFIX = ("LD_", "PYTHON", "DYLD_", "AJET_RUNNER_", "BASH_FUNC_")
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# A value that names a file could send AgentJet's writes (or reads) outside the experiment.
+_PATH_LIKE = re.compile(r"^\s*(?:/|~|\.{1,2}/)|(?:^|/)\.\.(?:/|$)|^[A-Za-z]:\\|^file:", re.IGNORECASE)
+MAX_VALUE_CHARS = 1000
+MAX_CHANGES = 20
+
+
+class AdviceError(ValueError):
+    """The answer is not usable: not JSON, not the schema, or a change breaks the rules."""
+
+
+class AdviceChange(BaseModel):
+    """One proposed change, exactly `{"kind", "key", "value"}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    key: str = ""
+    value: Any = None
+
+
+class AdvisorAnswer(BaseModel):
+    """The whole answer, exactly this schema (a site may plug in any model or tool that speaks it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    diagnosis: str
+    repairable: bool
+    changes: list[AdviceChange] = Field(default_factory=list, max_length=MAX_CHANGES)
+    rationale: str
+
+
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["diagnosis", "repairable", "changes", "rationale"],
+    "properties": {
+        "diagnosis": {"type": "string"},
+        "repairable": {"type": "boolean"},
+        "changes": {"type": "array", "maxItems": MAX_CHANGES, "items": {
+            "type": "object", "additionalProperties": False, "required": ["kind", "key", "value"],
+            "properties": {"kind": {"enum": list(ADVICE_KINDS)}, "key": {"type": "string"}, "value": {}},
+        }},
+        "rationale": {"type": "string"},
+    },
+}
+
+_FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\r?\n(.*?)```", re.S)
+
+
+def parse_answer(text: str) -> AdvisorAnswer:
+    """The answer in `text`: plain JSON, or JSON inside a ```json fence. Raises AdviceError."""
+    body = text.strip()
+    if not body.startswith("{"):
+        fenced = _FENCE.search(body)
+        if fenced is None:
+            raise AdviceError(f"the answer is not JSON (starts with {body[:60]!r})")
+        body = fenced.group(1).strip()
+    try:
+        raw = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise AdviceError(f"the answer is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise AdviceError("the answer is not a JSON object")
+    try:
+        return AdvisorAnswer.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'answer'}: {e['msg']}" for e in exc.errors())
+        raise AdviceError(f"the answer does not match the schema: {problems}") from exc
+
+
+class AdviceRules(BaseModel):
+    """What this experiment allows: its YAML as run, the keys the runner set itself, the prefixes."""
+
+    yaml_data: dict[str, Any] = Field(default_factory=dict)
+    protected_keys: dict[str, str] = Field(default_factory=dict)  # key -> why the runner set it
+    prefixes: tuple[str, ...] = DEFAULT_PREFIXES
+    has_launcher: bool = True
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _check_text(value: Any, what: str) -> str | None:
+    if isinstance(value, str):
+        if len(value) > MAX_VALUE_CHARS:
+            return f"{what} is longer than {MAX_VALUE_CHARS} characters"
+        if "\n" in value or "\x00" in value or "\r" in value:
+            return f"{what} contains a line break or NUL"
+        if _PATH_LIKE.search(value):
+            return f"{what} {value!r} is a file path (no file may be named by the adviser)"
+    return None
+
+
+def _same_type(current: Any, new: Any) -> bool:
+    if isinstance(current, bool) or isinstance(new, bool):
+        return isinstance(current, bool) and isinstance(new, bool)
+    if isinstance(current, float):
+        return isinstance(new, (int, float))
+    return type(current) is type(new)
+
+
+def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
+    key = change.key
+    if not _YAML_KEY.match(key):
+        return f"YAML key {key!r} is not under `ajet.` (only `ajet.<section>.<key>` may be changed)"
+    if key in rules.protected_keys:
+        return f"YAML key {key} was set by the runner before launch ({rules.protected_keys[key]})"
+    for k in range(1, len(key.split("."))):
+        parent = get_dotted(rules.yaml_data, ".".join(key.split(".")[:k]), MISSING)
+        if parent is not MISSING and not isinstance(parent, Mapping):
+            return f"YAML key {key}: {'.'.join(key.split('.')[:k])} is not a map, it cannot hold keys"
+    current = get_dotted(rules.yaml_data, key, MISSING)
+    if change.kind == "yaml_unset":
+        if current is MISSING:
+            return f"YAML key {key} is not in the YAML, so it cannot be unset"
+        if change.value is not None:
+            return f"yaml_unset of {key} takes no value (got {change.value!r})"
+        return None
+    new = change.value
+    if isinstance(current, Mapping) or isinstance(new, Mapping):
+        return f"YAML key {key}: a whole map cannot be set, only a single value"
+    if isinstance(new, list):
+        if not isinstance(current, list):
+            return f"YAML key {key}: a list cannot replace a {_type_name(current)}"
+        if not all(_is_scalar(x) and not isinstance(x, (dict, list)) for x in new):
+            return f"YAML key {key}: only a list of plain values may be set"
+        bad = next((p for x in new if (p := _check_text(x, f"a value in {key}"))), None)
+        return bad
+    if not _is_scalar(new):
+        return f"YAML key {key}: {_type_name(new)} is not a plain value"
+    if new is None:
+        return f"YAML key {key}: use yaml_unset to remove a key, not null"
+    if isinstance(new, float) and new != new:  # NaN
+        return f"YAML key {key}: NaN is not a value"
+    problem = _check_text(new, f"the value of {key}")
+    if problem:
+        return problem
+    if current is MISSING or current is None:
+        return None
+    if not _same_type(current, new):
+        return f"YAML key {key} is a {_type_name(current)} ({current!r}); {new!r} is a {_type_name(new)}"
+    return None
+
+
+def _env_problem(change: AdviceChange) -> str | None:
+    name = change.key
+    if not _ENV_NAME.match(name):
+        return f"environment variable name {name!r} is not a valid name"
+    upper = name.upper()
+    if upper in _ENV_DENIED_EXACT or upper.startswith(_ENV_DENIED_PREFIX):
+        return f"environment variable {name} may not be overridden by the adviser"
+    if _SECRET_NAME.search(name):
+        return f"environment variable {name} looks like a secret; the adviser may not set credentials"
+    value = change.value
+    if isinstance(value, bool):
+        value = "1" if value else "0"
+    if not isinstance(value, (str, int, float)) or value == "":
+        return f"environment variable {name} needs a non-empty text or number value (got {value!r})"
+    return _check_text(str(value), f"the value of {name}")
+
+
+def _flag_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
+    flag = change.key.strip()
+    if not rules.has_launcher:
+        return "the command does not run ajet.launcher, so no launcher flag can be changed"
+    allowed = BOOLEAN_FLAGS if change.kind == "flag_add" else REMOVABLE_FLAGS
+    if flag not in allowed:
+        return f"flag {flag!r} is not one the adviser may {'add' if change.kind == 'flag_add' else 'remove'} " \
+               f"(allowed: {', '.join(allowed)})"
+    if change.value not in (None, True, ""):
+        return f"flag {flag} takes no value (got {change.value!r})"
+    return None
+
+
+def _prefix_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
+    if not isinstance(change.value, str):
+        return f"a prefix must be text (got {change.value!r})"
+    prefix = " ".join(change.value.split())
+    allowed = [" ".join(p.split()) for p in rules.prefixes]
+    if prefix not in allowed:
+        return f"prefix {change.value!r} is not on the allow-list ({', '.join(allowed) or 'empty'})"
+    if not rules.has_launcher:
+        return "the command does not run ajet.launcher, so it cannot be prefixed"
+    return None
+
+
+def change_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
+    """Why this change is refused, or None when it is within the rules."""
+    if change.kind not in ADVICE_KINDS:
+        return f"kind {change.kind!r} is not allowed (allowed: {', '.join(ADVICE_KINDS)})"
+    if change.kind in ("yaml_set", "yaml_unset"):
+        return _yaml_problem(change, rules)
+    if change.kind == "env_set":
+        return _env_problem(change)
+    if change.kind in ("flag_add", "flag_remove"):
+        return _flag_problem(change, rules)
+    return _prefix_problem(change, rules)
+
+
+def validate_changes(changes: Iterable[AdviceChange], rules: AdviceRules) -> list[str]:
+    """Every refusal, one line each (`change 2 (env_set PATH): ...`); empty when all are allowed."""
+    out = []
+    seen: set[tuple[str, str]] = set()
+    for i, change in enumerate(changes, 1):
+        label = f"change {i} ({change.kind} {change.key or repr(change.value)})"
+        problem = change_problem(change, rules)
+        target = ("yaml" if change.kind.startswith("yaml") else change.kind, change.key)
+        if problem is None and change.kind != "prefix" and target in seen:
+            problem = "the same key is changed twice"
+        seen.add(target)
+        if problem:
+            out.append(f"{label}: {problem}")
+    return out
+
+
+def describe_change(change: AdviceChange) -> str:
+    """One line a person reads in the repair log."""
+    value = json.dumps(change.value, ensure_ascii=False) if change.value is not None else ""
+    return {
+        "yaml_set": f"set YAML {change.key} = {value}",
+        "yaml_unset": f"unset YAML {change.key}",
+        "env_set": f"set env {change.key}={change.value}",
+        "flag_add": f"add launcher flag {change.key}",
+        "flag_remove": f"remove launcher flag {change.key}",
+        "prefix": f"run the launcher behind `{change.value}`",
+    }.get(change.kind, f"{change.kind} {change.key} {value}".strip())
+
+
+def to_actions(changes: Iterable[AdviceChange], why: str = "") -> list[RepairAction]:
+    """Validated changes as the resolver's actions (call validate_changes first)."""
+    actions: list[RepairAction] = []
+    for c in changes:
+        note = why[:200]
+        if c.kind == "yaml_set":
+            actions.append(RepairAction(kind="set_yaml", key=c.key, value=c.value, description=note))
+        elif c.kind == "yaml_unset":
+            actions.append(RepairAction(kind="unset_yaml", key=c.key, description=note))
+        elif c.kind == "env_set":
+            value = ("1" if c.value else "0") if isinstance(c.value, bool) else str(c.value)
+            actions.append(RepairAction(kind="set_env", key=c.key, value=value, description=note))
+        elif c.kind in ("flag_add", "flag_remove"):
+            kind = "add_flag" if c.kind == "flag_add" else "remove_flag"
+            actions.append(RepairAction(kind=kind, value=c.key.strip(), description=note))
+        elif c.kind == "prefix":
+            prefix = " ".join(str(c.value).split())
+            actions.append(RepairAction(kind="prefix_command", value=prefix, requires=prefix.split()[0],
+                                        description=note))
+    return actions

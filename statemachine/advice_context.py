@@ -1,0 +1,141 @@
+"""What the LLM adviser is shown, and what a successful piece of advice teaches the catalogue.
+
+Pure: the caller reads the files (log tail, YAML as run) and hands over text and records.
+Everything leaves through a `Redactor`, so no secret of the node reaches the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from statemachine import command as cmdlib
+from statemachine.advice import ADVICE_KINDS, ANSWER_SCHEMA, BOOLEAN_FLAGS, REMOVABLE_FLAGS, AdviceChange, to_actions
+from statemachine.logtext import clean_lines
+from statemachine.redact import Redactor
+
+__all__ = ["LOG_WINDOW", "error_window", "launcher_flags", "build_messages", "suggested_entry",
+           "signature_pattern"]
+
+LOG_WINDOW = 200
+LINES_BEFORE_ERROR = 40
+_FIRST_ERROR = re.compile(
+    r"Traceback \(most recent call last\)|\b[A-Za-z_][\w.]*(?:Error|Exception)\b(?:\([^()]*\))?:"
+    r"|\bERROR\b|\bFATAL\b|\bCRITICAL\b|^Killed\b|\bSegmentation fault\b|\bcore dumped\b"
+)
+
+
+def error_window(raw_lines: Sequence[str], size: int = LOG_WINDOW, before: int = LINES_BEFORE_ERROR,
+                 anchor: str = "") -> tuple[list[str], int | None]:
+    """About `size` cleaned lines around the first error (ANSI, \\r redraws, Ray prefixes gone).
+
+    `anchor` is the diagnosed cause's line, when known: the first error is then looked for in the
+    `size` lines up to it (where its traceback starts), so an earlier, harmless logged error
+    does not take the window away from the real failure. Returns (lines, index of the first error
+    within them, or None when no line looks like one, in which case the last `size` lines are given).
+    """
+    lines = clean_lines([line.rstrip("\n") for line in raw_lines])
+    lo = 0
+    if anchor.strip():
+        at = next((i for i, line in enumerate(lines) if line.strip() == anchor.strip()), None)
+        lo = max(0, at - size + before) if at is not None else 0
+    first = next((i for i in range(lo, len(lines)) if _FIRST_ERROR.search(lines[i])), None)
+    if first is None:
+        return lines[-size:], None
+    start = max(0, min(first - before, len(lines) - size))
+    return lines[start:start + size], first - start
+
+
+def launcher_flags(command: str) -> list[str]:
+    """The `--flags` of the launcher call in `command` (values not included)."""
+    k = cmdlib.launcher_segment(command)
+    if k is None:
+        return []
+    try:
+        words = shlex.split(cmdlib.split_chain(command)[k])
+    except ValueError:
+        words = cmdlib.split_chain(command)[k].split()
+    return [w.split("=", 1)[0] for w in words if w.startswith("--")]
+
+
+SYSTEM_PROMPT = """\
+You repair failed AgentJet reinforcement-learning training runs. AgentJet is launched as
+`python -m ajet.launcher --conf <yaml> [flags]`; its YAML has an `ajet:` section (model,
+rollout, data, trainer_common, ...). The runner's catalogue of known failures did not
+recognise this failure. Read the context (the blueprint, the diagnosis so far, the log
+around the first error, the YAML as run, the launcher's flags, earlier attempts and their
+changes) and propose the smallest change that makes the next attempt succeed, or say it is
+not repairable by configuration (then give no changes).
+
+Answer with ONE JSON object and nothing else, exactly:
+{"diagnosis": str, "repairable": bool, "changes": [{"kind": K, "key": str, "value": any}], "rationale": str}
+K is one of: %(kinds)s.
+- yaml_set: key is a dotted YAML key under `ajet.` (e.g. ajet.rollout.max_model_len); value has
+  the same type as the current value (int stays int, bool stays bool). yaml_unset: value null.
+- env_set: key is an environment variable name (never PATH, LD_*, PYTHON*, CUDA_VISIBLE_DEVICES,
+  or a credential); value is text.
+- flag_add: key is one of %(add)s. flag_remove: key is one of %(remove)s. value null.
+- prefix: key "", value exactly one of %(prefixes)s (put before the launcher).
+No shell commands, no file paths, no file edits, nothing else: any change outside these rules
+makes the runner refuse the whole answer and the run fails.
+"""
+
+
+def build_messages(*, blueprint: Mapping[str, Any], diagnosis: Mapping[str, Any] | None, reason: str,
+                   log_lines: Sequence[str], first_error: int | None, yaml_text: str, command: str,
+                   attempts: Sequence[Mapping[str, Any]], repairs: Sequence[Mapping[str, Any]],
+                   prefixes: Sequence[str], redactor: Redactor) -> list[dict[str, str]]:
+    """The chat messages for an OpenAI-compatible endpoint, every string redacted."""
+    context = {
+        "blueprint": dict(blueprint),
+        "diagnosis_so_far": {"finding": dict(diagnosis) if diagnosis else None, "reason": reason},
+        "log_around_first_error": {
+            "first_error_line_in_excerpt": None if first_error is None else first_error + 1,
+            "lines": list(log_lines),
+        },
+        "yaml_as_run": yaml_text,
+        "launch_command": command,
+        "launcher_flags": launcher_flags(command),
+        "earlier_attempts": [
+            {k: a.get(k) for k in ("number", "exit_code", "end_reason", "command") if k in a} for a in attempts
+        ],
+        "earlier_repairs": [
+            {k: r.get(k) for k in ("attempt", "signature", "source", "changes", "result", "next", "advised_by")
+             if r.get(k) not in (None, "", [])} for r in repairs
+        ],
+    }
+    system = SYSTEM_PROMPT % {
+        "kinds": ", ".join(ADVICE_KINDS), "add": ", ".join(BOOLEAN_FLAGS), "remove": ", ".join(REMOVABLE_FLAGS),
+        "prefixes": json.dumps(list(prefixes)),
+    }
+    body = json.dumps(redactor.data(context), ensure_ascii=False, indent=1, default=str)
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": "Context of the failed run (JSON):\n" + body
+             + "\n\nThe answer's JSON schema:\n" + json.dumps(ANSWER_SCHEMA)}]
+
+
+def signature_pattern(text: str) -> str:
+    """A catalogue pattern for one error line: literal text, numbers generalised, starting literal."""
+    text = " ".join(text.split())[:200]
+    parts = re.split(r"(\d+(?:\.\d+)?)", text)
+    pattern = "".join(r"\d+(?:\.\d+)?" if i % 2 else re.escape(p) for i, p in enumerate(parts))
+    return pattern.replace(r"\ ", " ")
+
+
+def suggested_entry(*, signature_text: str, cause: str, changes: Sequence[AdviceChange],
+                    rationale: str, model: str, experiment: str, at: str, entry_id: str) -> dict[str, Any]:
+    """A catalogue entry (the catalogue.yaml shape) a person may review and adopt, plus where it came from."""
+    repair = [a.model_dump(exclude_defaults=True) for a in to_actions(changes, cause)]
+    return {
+        "id": entry_id,
+        "patterns": [signature_pattern(signature_text)],
+        "fatal": True,
+        "explanation": cause,
+        "repairable": True,
+        "repair": repair,
+        "suggested": {"by": model, "experiment": experiment, "at": at, "rationale": rationale,
+                      "signature_text": signature_text},
+    }

@@ -1,0 +1,65 @@
+"""Result dir reuse: an earlier run's files moved to previous/, the refusal report and flag."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from resultdir.archive import archive_previous_run, earlier_run_files
+from resultdir.refusal import write_refusal
+from statemachine.models import Level, Problem
+
+
+def earlier_run(d: Path, finished_at: str = "2026-11-30T10:20:30Z") -> None:
+    (d / "logs").mkdir(parents=True)
+    (d / "logs" / "attempt-1.log").write_text("old log\n")
+    (d / "experiment_report.md").write_text("old report\n")
+    (d / "my_notes.txt").write_text("a person's file\n")
+    (d / "finish.flag").write_text(json.dumps({"id": "old", "outcome": "completed", "finished_at": finished_at}))
+
+
+def test_everything_of_an_earlier_run_moves_to_previous_named_by_its_finish_time(tmp_path: Path) -> None:
+    earlier_run(tmp_path)
+    moved = archive_previous_run(tmp_path)
+    assert moved == "previous/2026-11-30T10-20-30Z"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["previous"]
+    old = tmp_path / moved
+    assert (old / "logs" / "attempt-1.log").read_text() == "old log\n" and (old / "my_notes.txt").exists()
+    assert archive_previous_run(tmp_path) == ""  # nothing left to move
+    earlier_run(tmp_path)  # the same finish time again: never overwrites
+    assert archive_previous_run(tmp_path) == "previous/2026-11-30T10-20-30Z-1"
+
+
+def test_a_dir_without_runner_files_or_holding_the_codebase_keeps_foreign_files(tmp_path: Path) -> None:
+    (tmp_path / "data.csv").write_text("x\n")
+    assert earlier_run_files(tmp_path) == [] and archive_previous_run(tmp_path) == ""
+    earlier_run(tmp_path)
+    (tmp_path / "code").mkdir()
+    assert earlier_run_files(tmp_path, codebase=str(tmp_path / "code")) == [
+        "experiment_report.md", "finish.flag", "logs"]
+    without_flag = tmp_path / "noflag"
+    (without_flag / "logs").mkdir(parents=True)
+    assert archive_previous_run(without_flag).startswith("previous/")  # a timestamp name
+
+
+def test_a_refused_blueprint_gets_a_report_field_by_field_and_a_failed_flag(tmp_path: Path) -> None:
+    result = tmp_path / "results"
+    earlier_run(result)
+    problems = [Problem(level=Level.error, field="exp_venv_exe", message="the python executable /x does not exist"),
+                Problem(level=Level.warning, field="exp_purpose", message="exp_purpose is missing")]
+    assert write_refusal(str(result), "abc123", "try", problems, blueprint_path="/bp.md")
+    flag = json.loads((result / "finish.flag").read_text())
+    assert flag["id"] == "abc123" and flag["outcome"] == "failed"
+    report = (result / "experiment_report.md").read_text()
+    assert "refused before launch" in report and "`exp_venv_exe`" in report and "/x does not exist" in report
+    assert "previous/2026-11-30T10-20-30Z" in report  # the earlier run was moved, not overwritten
+    assert (result / "previous/2026-11-30T10-20-30Z/experiment_report.md").read_text() == "old report\n"
+
+
+def test_a_refusal_never_writes_into_a_refused_or_unusable_result_dir(tmp_path: Path) -> None:
+    outside = [Problem(level=Level.error, field="exp_result_dir", message="outside the allowed roots")]
+    assert not write_refusal(str(tmp_path / "r"), "i", "p", outside)
+    assert not (tmp_path / "r").exists()
+    assert not write_refusal("relative/dir", "i", "p", [])
+    (tmp_path / "file").write_text("")
+    assert not write_refusal(str(tmp_path / "file" / "r"), "i", "p", [])

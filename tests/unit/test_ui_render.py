@@ -1,0 +1,53 @@
+"""The console's renderers and session cookies: untrusted text never becomes markup, cookies expire and die
+with their token."""
+
+from __future__ import annotations
+
+import time
+
+from service.auth import TokenSet
+from service.ui import render
+from service.ui.session import Sessions, safe_next
+
+
+def test_markdown_keeps_no_raw_html_and_no_script_links() -> None:
+    html = str(render.markdown(
+        "# T\n\n<script>alert(1)</script>\n\n<img src=x onerror=alert(2)>\n\n"
+        "[bad](javascript:alert(3)) [ok](https://example.org) [log](logs/attempt-1.log) "
+        "[secret](../../etc/passwd)\n\n![plot](reward_plot.png)\n\n```diff\n-a: 1\n+a: <b>2</b>\n```\n", "abc"))
+    assert "<script>" not in html and "<img src=x" not in html and "<b>2</b>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;b&gt;2&lt;/b&gt;" in html
+    assert 'href="javascript' not in html and "<a>secret</a>" in html  # refused or dropped, never linked
+    assert '<a href="https://example.org" rel="noopener noreferrer nofollow">ok</a>' in html
+    assert '<a href="#log">log</a>' in html
+    assert '<img src="/ui/experiments/abc/files/reward_plot.png" alt="plot" />' in html
+    assert '<span class="d-add">+a: &lt;b&gt;2&lt;/b&gt;</span>' in html and '<span class="d-del">-a: 1</span>' in html
+
+
+def test_chart_escapes_names_and_keeps_the_latest_value_per_step() -> None:
+    evals = [{"step": 0, "dataset": "<x>", "metrics": {"mean_reward": 0.2}},
+             {"step": 0, "dataset": "<x>", "metrics": {"mean_reward": 0.3}},
+             {"step": 2, "dataset": "y", "metrics": {"mean_reward": "nan", "task_pass_rate@1": 0.5, "other": 9}}]
+    svg = str(render.chart(evals))
+    assert "<x>" not in svg and "&lt;x&gt;: mean_reward step 0: 0.3000" in svg and "0.2000" not in svg
+    assert "other" not in svg and "y: task_pass_rate@1" in svg
+    assert "No evaluation yet" in str(render.chart([]))
+
+
+def test_session_cookie_expires_and_dies_with_its_token() -> None:
+    tokens = TokenSet(env_value="old,new")
+    s = Sessions(tokens, insecure=False, max_age=60)
+    cookie = s.issue("old")
+    assert s._from_cookie(cookie, time.time()) is not None
+    assert s._from_cookie(cookie, time.time() + 61) is None  # expired
+    expires, nonce, sig = cookie.split(".")
+    assert s._from_cookie(f"{int(expires) + 1000}.{nonce}.{sig}", time.time()) is None  # tampered expiry
+    tokens.env_value = "new"  # rotation: the old token is dropped
+    assert s._from_cookie(cookie, time.time()) is None
+    assert s._from_cookie(s.issue("new"), time.time()) is not None
+
+
+def test_next_is_never_an_open_redirect() -> None:
+    assert safe_next("/ui/experiments/x") == "/ui/experiments/x"
+    for bad in ("https://evil.example/", "//evil.example/ui/", "/v1/experiments", "/ui/\\evil", None, ""):
+        assert safe_next(bad) == "/ui/"

@@ -1,0 +1,41 @@
+"""Processes that must not outlive their parent: RQ slots (children of the node supervisor) and the
+work-horses RQ forks from them.
+
+A supervisor killed with SIGKILL cannot stop its slots, and a slot killed so cannot stop its
+work-horse: left alone they live on with ppid 1, keep taking jobs with a stale configuration and
+race the new supervisor's slots. `PR_SET_PDEATHSIG` has the kernel send SIGKILL to the child when
+its parent dies. The experiments themselves run in tmux (not descendants), so they live on and
+are re-adopted by the next supervisor once their driver's lease runs out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+PARENT_ENV = "AJET_RUNNER_PARENT_PID"
+
+
+def die_with_parent(expected_parent: int | None = None, sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel for `sig` when the parent dies; True if armed (Linux only).
+
+    If the parent is already gone (it died before this call), the process kills itself now:
+    `expected_parent` is the pid it must still have as its parent.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(err)}")
+    if expected_parent and os.getppid() != expected_parent:
+        os.kill(os.getpid(), sig)  # orphaned before the lifeline was armed
+    return True
+
+
+def expected_parent_from_env() -> int | None:
+    value = os.environ.get(PARENT_ENV, "")
+    return int(value) if value.isdigit() else None
