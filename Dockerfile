@@ -7,6 +7,7 @@
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY logsetup ./logsetup
 COPY statemachine ./statemachine
 COPY workers ./workers
 COPY service ./service

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from logsetup import bind
 from resultdir.archive import archive_previous_run
 from resultdir.roots import OutsideRoots, check_inside, confined, parse_roots
 from service.settings import Settings
@@ -116,6 +117,7 @@ class ExperimentDriver:
         if self.lc.finished:
             self.journal.close(timeout=1.0)
             return self.lc.outcome  # e.g. the API finished a queued one while this job waited
+        bind(experiment=self.id, state=self.lc.state)  # on every log line of this drive
         try:
             if self.lc.state != State.queued.value:
                 self._adopt()
@@ -125,6 +127,7 @@ class ExperimentDriver:
         finally:
             # Deliver what is buffered (a node cut off from Redis waits here for it to come back).
             self.journal.close(timeout=self.settings.redis_outage_wait_seconds)
+            bind(experiment=None, state=None)
         try:
             if self.store.flag_set(self.id, "delete_requested"):
                 self.store.delete(self.id)  # DELETE on a running experiment: drop the record once it is finished
@@ -162,6 +165,7 @@ class ExperimentDriver:
             start = self.started_at or float(self.rec.get("created_at") or entry["at"])
             stats.update(outcome=self.lc.outcome, duration=max(0.0, entry["at"] - start))
         self.journal.transition(record, {"type": "transition", **entry, **detail}, stats, ack=ack)
+        bind(state=self.lc.state)
         log.info("%s: %s -> %s (%s) %s", self.id, before, self.lc.state, trigger, reason)
 
     # -- queued: capacity, preflight, claim ----------------------------------------------------

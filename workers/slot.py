@@ -7,7 +7,6 @@ work-horse process.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import uuid
@@ -16,6 +15,7 @@ import redis
 from rq import Worker
 from rq.serializers import JSONSerializer
 
+from logsetup import configure
 from service.settings import get_settings
 from statemachine.signatures import use_extension
 from workers.jobs import queue
@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     url, node, index = argv[1], argv[2], argv[3]
     die_with_parent(expected_parent_from_env())  # a SIGKILLed supervisor leaves no slot behind
     os.environ[PARENT_ENV] = str(os.getpid())  # the work-horses it forks die with it in turn (jobs.drive)
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s slot{index} %(name)s %(levelname)s %(message)s")
+    configure(f"slot{index}", node=node)  # level and format from the worker's environment
     settings = get_settings()  # read (and cached) before the variable below leaves the environment
     # The adviser's key stays in this process: experiments (tmux and the user's code) never inherit it.
     os.environ.pop("AJET_RUNNER_LLM_API_KEY", None)

@@ -35,7 +35,8 @@ def _wait_for_node(store: Any, node: str, proc: subprocess.Popen[bytes], timeout
     raise RuntimeError(f"the worker did not register within {timeout:.0f}s")
 
 
-def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "") -> int:
+def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "",
+                  show_worker_log: bool = False) -> int:
     from service.embedded import EmbeddedRedis
     from service.follow import follow
     from service.store import Store
@@ -57,7 +58,8 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
     env = {**os.environ, "REDIS_URL": url, "AJET_RUNNER_NODE": node}
     worker = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--node", node], env=env,
                               start_new_session=True,  # Ctrl-C here must not reach the worker
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if embedded else None)
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL if embedded and not show_worker_log else None)
     store = Store.from_url(url)
     try:
         _wait_for_node(store, node, worker)
@@ -103,25 +105,46 @@ def _socket_flag(settings: Any) -> str:
     return f" -S {settings.tmux_socket}" if settings.tmux_socket else ""
 
 
+def _setup_logs(log_level: str, log_format: str) -> bool:
+    """Configure this process's logs (exported to the local worker); True when its log is to be shown."""
+    from logsetup import LEVEL_ENV, LogSetupError, configure
+
+    shown = bool(log_level or os.environ.get(LEVEL_ENV))
+    try:
+        configure("run", log_level, log_format)
+    except LogSetupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    return shown
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
         blueprint: Path = typer.Argument(..., help="the blueprint markdown file (- reads it from stdin)"),
         node: str = typer.Option("", help="node name for the local worker (default: hostname)"),
+        log_level: str = typer.Option("", help="show the local worker's log at this level "
+                                      "(debug, info, ...; default $AJET_RUNNER_LOG_LEVEL, log hidden)"),
+        log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
     ) -> None:
         """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
+        shown = _setup_logs(log_level, log_format)
         check_adviser("run")
         install_site_catalogue("run")  # a bad site catalogue is reported here, not by the hidden worker
-        code = run_blueprint(blueprint, Console(), node=node)
+        code = run_blueprint(blueprint, Console(), node=node, show_worker_log=shown)
         raise typer.Exit(code)
 
     @app.command()
     def demo(
         template: str = typer.Argument("demo", help="a sample blueprint from examples/blueprints"),
         workdir: Path = typer.Option(None, "--dir", help="where to put the copy (default ./runs/<template>-<time>)"),
+        log_level: str = typer.Option("", help="show the local worker's log at this level (as for `run`)"),
+        log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
     ) -> None:
         """Copy the simulated AgentJet and a sample blueprint into a fresh dir, then `run` it."""
         from service.demo import list_templates, materialize
+
+        shown = _setup_logs(log_level, log_format)
 
         if template not in list_templates():
             typer.echo(f"error: no sample blueprint {template!r}; choose from {', '.join(list_templates())}", err=True)
@@ -129,4 +152,4 @@ def register(app: typer.Typer) -> None:
         target = workdir or Path("runs") / f"{template}-{time.strftime('%Y%m%d-%H%M%S')}"
         blueprint = materialize(template, target.resolve())
         Console().print(f"blueprint: {blueprint}")
-        raise typer.Exit(run_blueprint(blueprint, Console()))
+        raise typer.Exit(run_blueprint(blueprint, Console(), show_worker_log=shown))

@@ -35,14 +35,20 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(8080, help="TCP port"),
         insecure: bool = typer.Option(False, "--insecure",
                                       help="allow no token (only with a loopback --host)"),
-        log_level: str = typer.Option("info", help="uvicorn log level"),
+        log_level: str = typer.Option("", help="debug, info, warning, error (default $AJET_RUNNER_LOG_LEVEL or info)"),
+        log_format: str = typer.Option("", help="text or json, one object per line (default $AJET_RUNNER_LOG_FORMAT)"),
     ) -> None:
         """Serve the HTTP API (submit, list, stop, events, logs, nodes, /metrics) on REDIS_URL."""
         import uvicorn
 
+        from logsetup import LogSetupError, configure
         from service.api import create_app
         from service.auth import TokenFileError, TokenSet
 
+        try:
+            level = configure("serve", log_level, log_format)
+        except LogSetupError as exc:
+            raise _fail(str(exc)) from exc
         settings = get_settings()
         if not settings.redis_url:
             raise _fail("REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0)")
@@ -60,10 +66,10 @@ def register(app: typer.Typer) -> None:
                             "or bind to a loopback address with --insecure")
             if not is_loopback(host):
                 raise _fail(f"--insecure is only allowed on a loopback address, not {host}; set AJET_RUNNER_TOKEN")
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s serve %(name)s %(levelname)s %(message)s")
         if not tokens:
             logging.getLogger("ajet_runner.serve").warning("no token: the API is open to every user of this machine")
         api = create_app(settings, insecure=insecure and not token_set.configured)
         # uvicorn's access log shows the method, path and status: tokens travel in a header, never logged.
-        uvicorn.run(api, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
+        # log_config=None: uvicorn's records go through our handler (timestamps, json).
+        uvicorn.run(api, host=host, port=port, log_level=level, log_config=None, timeout_graceful_shutdown=5,
                     server_header=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import signal
 from typing import Any
 
@@ -28,18 +27,25 @@ def register(app: typer.Typer) -> None:
         gpus: int = typer.Option(-1, help="GPUs on this node (default: $AJET_RUNNER_GPUS or nvidia-smi; 0 = none)"),
         slots: int = typer.Option(0, help="experiments at once (default: the GPU count, or 2)"),
         metrics_port: int = typer.Option(-1, help="Prometheus port for this worker (0 = off)"),
+        log_level: str = typer.Option("", help="debug, info, warning, error (default $AJET_RUNNER_LOG_LEVEL or info)"),
+        log_format: str = typer.Option("", help="text or json, one object per line (default $AJET_RUNNER_LOG_FORMAT)"),
     ) -> None:
         """Run this node's worker: RQ slots, heartbeat, re-adoption of running experiments."""
+        from logsetup import LogSetupError, configure
         from workers.node import NodeInfo
         from workers.supervisor import NodeSupervisor
 
         url = _need_redis_url()
         settings = get_settings()
+        try:  # first, so every line has the format; exported: the slot processes log the same way
+            configure("worker", log_level, log_format, node=node or settings.node)
+        except LogSetupError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
         check_adviser("worker")
         install_site_catalogue("worker")  # validated here; each slot loads it again
         info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
                                       slots or settings.slots)
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(name)s %(levelname)s %(message)s")
         sup = NodeSupervisor(settings, info, url)
         port = settings.metrics_port if metrics_port < 0 else metrics_port
         if port:
