@@ -45,8 +45,10 @@ def test_drop_ins_and_piped_tables_match_the_golden_files(redis_url, tmp_path) -
         assert out.stderr == golden("submit_blueprint.stderr")
         assert len(a) == 12 and api.get(a).state == "queued"
 
-        second = demo.blueprint.read_text().replace(str(demo.results), f"{demo.results}-b")  # a live run's dir is its own
-        piped = subprocess.run([*CLI, "submit", "-", "--node", "nowhere", "--wait-for-node"], env=env, input=second,
+        # a second live run needs its own result dir
+        second = demo.blueprint.read_text().replace(str(demo.results), f"{demo.results}-b")
+        piped = subprocess.run([*CLI, "submit", "-", "--node", "nowhere", "--wait-for-node"], env=env,
+                               input=second,
                                capture_output=True, text=True, timeout=60, check=False)
         assert piped.returncode == 0, piped.stderr
         b = piped.stdout.removeprefix("Job submitted: ").strip()
@@ -79,7 +81,8 @@ def test_piped_scan_keeps_every_value_whole(redis_url, tmp_path) -> None:
     demo = make("demo", tmp_path)
     with running_server(redis_url, tmp_path / "serve.log") as server:
         env = {**cli_env(server.url), "COLUMNS": "40"}
-        exp = run(env, "submit", str(demo.blueprint), "--node", "a-rather-long-node-name-for-the-table", "--wait-for-node").stdout
+        exp = run(env, "submit", str(demo.blueprint), "--node", "a-rather-long-node-name-for-the-table",
+                  "--wait-for-node").stdout
         exp = exp.split(": ")[-1].strip()
         out = run(env, "scan")
         row = out.stdout.splitlines()[1].split("\t")

@@ -78,7 +78,7 @@ def test_nothing_but_the_login_page_without_a_session(redis_url, tmp_path) -> No
 def test_forms_need_the_session_csrf_token_and_this_origin(redis_url, tmux_socket, tmp_path) -> None:
     sc = demo(tmp_path, "q", "stays queued", max_time="10 minutes")
     with running_server(redis_url, tmp_path / "serve.log") as server, server.client() as api:
-        exp = api.submit(sc.blueprint.read_text(), node="nowhere", wait_for_node=True)["id"]  # no such node: stays queued
+        exp = api.submit(sc.blueprint.read_text(), node="nowhere", wait_for_node=True)["id"]  # stays queued
         c = login(server.url)
         page = c.get(f"/ui/experiments/{exp}")
         assert page.status_code == 200 and 'id="stop-button" class="danger">' in page.text
