@@ -28,6 +28,18 @@ def _no_xss(driver) -> None:
     assert not csp, csp
 
 
+def _click(driver, element_id: str) -> bool:
+    """Click the element now in the page; False (try again) when a live re-render replaced it meanwhile."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.find_element(By.ID, element_id).click()
+    except StaleElementReferenceException:
+        return False
+    return True
+
+
 def test_console_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -102,8 +114,9 @@ def test_console_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
         assert attach == f"tmux -S {tmux_socket} attach -t {api.get(slow_id)['tmux_session']}"
         _no_xss(driver)
 
-        # Stop it with the button (confirmed), and see it end as cancelled without reloading again.
-        driver.find_element(By.ID, "stop-button").click()
+        # Stop it with the button (confirmed), and see it end as cancelled without reloading again. Parts of
+        # the page are re-rendered live from the event stream, so the button is looked up until a click lands.
+        wait.until(lambda d: _click(d, "stop-button"))
         alert = wait.until(ec.alert_is_present())
         assert slow_id in alert.text
         alert.accept()

@@ -271,6 +271,14 @@ def test_every_alert_fires_on_its_signal_and_not_before(tmp_path: Path) -> None:
         alert("AjetRunnerApiDown",
               [s(f"up{{{API}}}", "1x5 0x20"), s(f"up{{{API2}}}", "1x1 0x25")],
               "8m", "10m", [{"job": "ajet-runner", "namespace": "ml", "severity": "critical"}]),
+        # Two experiments wait for a node no worker has served for a while (the API's gauge from minute 4).
+        alert("AjetRunnerQueuedForAbsentNode",
+              [s(f'ajet_runner_queued_for_absent_node{{{API}, node="gone"}}', "0x3 2x20")],
+              "3m", "8m", [{"node": "gone", "severity": "warning"}]),
+        # One finish.flag not written at minute 11 (full disk): an alert while it is in the 15-minute window.
+        alert("AjetRunnerResultWriteFailures",
+              [s(f'ajet_runner_result_write_failures_total{{{API}, errno="ENOSPC"}}', "0x10 1x20")],
+              "5m", "15m", [{"errno": "ENOSPC", "severity": "warning"}]),
         # No API target at all (another job is scraped fine).
         alert("AjetRunnerApiDown", [s('up{job="node-exporter", instance="n1"}', "1x20")],
               "2m", "5m", [{"job": "ajet-runner", "severity": "critical"}]),
