@@ -27,7 +27,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from statemachine.shell_ast import Command, ShellSyntaxError, Word, parse_with_substitutions, unquote
 
@@ -245,6 +247,26 @@ def _first_non_assignment(words: list[_Token]) -> int:
     return i
 
 
+def _past_wrapper(words: Sequence[Any], i: int, name: str, value_opts: set[str]) -> int:
+    """Index after wrapper `words[i]` (named `name`) and its own options: where the wrapped program starts."""
+    i += 1
+    if name == "uv" and i < len(words) and words[i].value == "run":
+        i += 1
+    while i < len(words):
+        word = words[i].value
+        if word in value_opts:
+            i += 2
+        elif word.startswith("-") or (name == "env" and _ASSIGNMENT.match(word)):
+            i += 1
+        else:
+            break
+    if name == "timeout" and i < len(words):
+        i += 1  # the duration
+    if name == "nice" and i < len(words) and words[i].value.lstrip("-").isdigit():
+        i += 1
+    return i
+
+
 def _program_index(words: list[_Token]) -> int:
     """Index of the real program: after assignments and wrappers such as `env` or `proxychains4 -q`."""
     i = _first_non_assignment(words)
@@ -253,21 +275,7 @@ def _program_index(words: list[_Token]) -> int:
         if name not in _WRAPPERS:
             return i
         value_opts = _WRAPPER_VALUE_OPTS.get(name, set())
-        i += 1
-        if name == "uv" and i < len(words) and words[i].value == "run":
-            i += 1
-        while i < len(words):
-            word = words[i].value
-            if word in value_opts:
-                i += 2
-            elif word.startswith("-") or (name == "env" and _ASSIGNMENT.match(word)):
-                i += 1
-            else:
-                break
-        if name == "timeout" and i < len(words):
-            i += 1  # the duration
-        if name == "nice" and i < len(words) and words[i].value.lstrip("-").isdigit():
-            i += 1
+        i = _past_wrapper(words, i, name, value_opts)
     return len(words)
 
 
@@ -413,21 +421,7 @@ def _resolve(words: list[Word]) -> tuple[int, list[str]]:
             return i, wrappers
         wrappers.append(name)
         value_opts = _WRAPPER_VALUE_OPTS.get(name, set()) | _MORE_WRAPPERS.get(name, set())
-        i += 1
-        if name == "uv" and i < len(words) and words[i].value == "run":
-            i += 1
-        while i < len(words):
-            word = words[i].value
-            if word in value_opts:
-                i += 2
-            elif word.startswith("-") or (name == "env" and _ASSIGNMENT.match(word)):
-                i += 1
-            else:
-                break
-        if name == "timeout" and i < len(words):
-            i += 1  # the duration
-        if name == "nice" and i < len(words) and words[i].value.lstrip("-").isdigit():
-            i += 1
+        i = _past_wrapper(words, i, name, value_opts)
     return len(words), wrappers
 
 
