@@ -16,7 +16,7 @@ from service.store import Store, new_id
 from statemachine.blueprint import parse_blueprint, validate_blueprint
 from statemachine.lifecycle import Lifecycle
 from statemachine.models import Level, Problem
-from statemachine.preflight import gpus_needed
+from statemachine.preflight import gang_shape, gpus_needed
 from workers.config_patch import read_yaml_data
 from workers.jobs import enqueue_drive, target_queue
 from workers.tmux import session_name
@@ -77,16 +77,20 @@ def submit(
     exp_id = exp_id or new_id()
     if errors:
         raise _refused(bp, exp_id, problems, blueprint_path, check_disk)
-    needed = 1
+    needed, nodes, per_node = 1, 1, 1
     if check_disk:
         try:
-            needed = gpus_needed(read_yaml_data(Path(bp.yaml_abspath())))
+            data = read_yaml_data(Path(bp.yaml_abspath()))
+            needed, (nodes, per_node) = gpus_needed(data), gang_shape(data)
         except (OSError, ValueError):
-            needed = 1
+            needed, nodes, per_node = 1, 1, 1
     try:
         if node and not wait_for_node:
             _check_node_served(store, node)
-        _check_capacity(store, needed, node)
+        if nodes > 1:
+            _check_gang_capacity(store, nodes, per_node, node)
+        else:
+            _check_capacity(store, needed, node)
     except SubmissionRejected as exc:
         raise _refused(bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status) from None
     _check_result_dir_free(store, bp.exp_result_dir)
@@ -105,6 +109,7 @@ def submit(
         "state": lc.state, "lifecycle": lc.to_dict(), "purpose": bp.exp_purpose, "result_dir": bp.exp_result_dir,
         "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text, "blueprint_json": bp.stored(),
         "blueprint_path": blueprint_path, "target_node": node or "", "node": "", "gpus_needed": needed,
+        "nnodes": nodes, "gpus_per_node": per_node,
         "priority": priority or "normal", "queue": queue_name, "attempt": 0, "outcome": "",
         "tmux_session": session_name(bp.exp_purpose, exp_id),
         "problems": [p.model_dump(mode="json") for p in problems], "previous_run": previous,
@@ -166,4 +171,25 @@ def _check_capacity(store: Store, needed: int, node: str | None) -> None:
         raise SubmissionRejected([Problem(
             level=Level.error, field="exp_yaml_path",
             message=f"the run needs {needed} GPUs (n_gpus_per_node x nnodes) but {where} has at most {biggest}",
+        )], status=409)
+
+
+def _check_gang_capacity(store: Store, nodes: int, per_node: int, head: str | None) -> None:
+    """A multi-node run needs `nodes` distinct live nodes with `per_node` GPUs each (the head, if named,
+    among them). Refused only when the live nodes could never hold it; busy ones just make it wait."""
+    live = live_nodes(store)
+    managed = [n for n in live if int(n.get("gpus", 0)) > 0]
+    if not managed or len(managed) < len(live):
+        return  # no node reports GPUs (CPU-only, or none alive yet): nothing to judge
+    fit = sorted(n["name"] for n in managed if int(n["gpus"]) >= per_node)
+    problems = []
+    if head and head not in fit:
+        problems.append(f"the named head node {head} has fewer than {per_node} GPUs")
+    if len(fit) < nodes:
+        problems.append(f"only {len(fit)} live node(s) have {per_node} GPUs ({', '.join(fit) or 'none'})")
+    if problems:
+        raise SubmissionRejected([Problem(
+            level=Level.error, field="exp_yaml_path",
+            message=f"the run needs {nodes} nodes with {per_node} GPUs each (nnodes x n_gpus_per_node) but "
+                    + "; ".join(problems),
         )], status=409)

@@ -33,7 +33,9 @@ __all__ = [
     "TRAIN_RESULT_RELPATH",
     "VAL_RESULT_RELPATH",
     "PreflightPlan",
+    "gang_shape",
     "gpus_needed",
+    "nnodes",
     "plan_preflight",
     "preflight",
 ]
@@ -50,6 +52,8 @@ AGENTJET_DEFAULTS: dict[str, Any] = {
     f"{TC}.n_gpus_per_node": 8,
     f"{TC}.nnodes": 1,
 }
+WITH_RAY = "--with-ray"
+WITH_RAY_CLUSTER = "--with-ray-cluster"
 SECONDS_PER_STEP_GUESS = 60.0
 """A fast RL step (rollout + update) on one node; real steps take 1 to 10 minutes.
 
@@ -93,6 +97,7 @@ class PreflightPlan(BaseModel):
     problems: list[Problem] = Field(default_factory=list)
     cleanup_on_stop: bool = False
     gpus_needed: int | None = None
+    nnodes: int = 1
     val_result_path: str = ""
     train_result_path: str = ""
     env_decisions: list[EnvDecision] = Field(default_factory=list)
@@ -141,6 +146,19 @@ def gpus_needed(yaml_data: Mapping[str, Any]) -> int:
     per_node = per_node if per_node is not None and per_node > 0 else 8
     nodes = nodes if nodes is not None and nodes > 0 else 1
     return per_node * nodes
+
+
+def nnodes(yaml_data: Mapping[str, Any]) -> int:
+    """Nodes the run spans (`ajet.trainer_common.nnodes`, default 1)."""
+    data = yaml_data if isinstance(yaml_data, Mapping) else {}
+    nodes = _int(_setting(data, f"{TC}.nnodes"))
+    return nodes if nodes is not None and nodes > 0 else 1
+
+
+def gang_shape(yaml_data: Mapping[str, Any]) -> tuple[int, int]:
+    """(nodes, GPUs per node) of the run: a multi-node run holds `per node` GPUs on each of `nodes` nodes."""
+    nodes = nnodes(yaml_data)
+    return nodes, gpus_needed(yaml_data) // nodes
 
 
 def _duration(seconds: float) -> str:
@@ -399,10 +417,6 @@ class _Planner:
     def gpus(self, data: dict[str, Any]) -> int:
         needed = gpus_needed(data)
         nodes = _int(_setting(data, f"{TC}.nnodes")) or 1
-        if nodes > 1:
-            self.problem(Level.warning, f"{TC}.nnodes",
-                         f"nnodes={nodes}: a multi-node run; the runner launches on one node, "
-                         "the others must join its Ray cluster")
         visible = (self.env or {}).get("CUDA_VISIBLE_DEVICES")
         per_node = needed // nodes
         if self.env is not None:
@@ -415,6 +429,28 @@ class _Planner:
                 self.problem(Level.warning, f"{TC}.n_gpus_per_node",
                              f"n_gpus_per_node={per_node} but CUDA_VISIBLE_DEVICES lists {count} GPU(s)")
         return needed
+
+    def ray_cluster(self, data: dict[str, Any], cmd: str) -> tuple[str, list[ConfigChange]]:
+        """A multi-node run needs `--with-ray-cluster` (every node runs the command; the head is the node
+        named by MASTER_ADDR); `--with-ray` starts a single-node head instead and excludes it."""
+        nodes = nnodes(data)
+        if nodes <= 1 or not cmdlib.analyze_command(cmd).calls:
+            return cmd, []
+        changes = []
+        if cmdlib.has_flag(cmd, WITH_RAY):
+            new = cmdlib.remove_flag(cmd, WITH_RAY)
+            changes.append(ConfigChange(key="exp_launch_command", old=cmd, new=new, reason=(
+                f"nnodes={nodes}: {WITH_RAY} starts a single-node Ray head and cannot be combined with "
+                f"{WITH_RAY_CLUSTER}")))
+            cmd = new
+        if not cmdlib.has_flag(cmd, WITH_RAY_CLUSTER):
+            new = cmdlib.add_flag(cmd, WITH_RAY_CLUSTER)
+            changes.append(ConfigChange(key="exp_launch_command", old=cmd, new=new, reason=(
+                f"nnodes={nodes}: a multi-node run; the runner starts the command on {nodes} nodes with "
+                f"MASTER_ADDR/MASTER_PORT/NODE_RANK/NNODES, and {WITH_RAY_CLUSTER} makes the head start Ray "
+                "and the other nodes join it")))
+            cmd = new
+        return cmd, changes
 
     def model_path(self, data: dict[str, Any]) -> None:
         """A local model path (absolute, ./, ../, ~) that does not exist here stops AgentJet at start."""
@@ -456,6 +492,9 @@ def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | No
         p.run_length(data)
         p.logger(data)
         plan.gpus_needed = p.gpus(data)
+        plan.nnodes = nnodes(data)
+        plan.command, cluster_changes = p.ray_cluster(data, plan.command)
+        plan.command_changes = [*plan.command_changes, *cluster_changes]
         p.model_path(data)
         p.experiment_name(data)
     plan.changes = p.changes

@@ -133,8 +133,8 @@ def test_paths_with_a_directory_are_kept_and_bare_names_moved() -> None:
 
 def test_appworld_two_nodes_warnings() -> None:
     p = plan("appworld_2nodes.yaml", env={"SWANLAB_API_KEY": "k"})
-    assert p.gpus_needed == 16
-    assert any("multi-node" in m for m in messages(p, f"{TC}.nnodes"))
+    assert p.gpus_needed == 16 and p.nnodes == 2
+    assert not messages(p, f"{TC}.nnodes")  # a multi-node run is placed on two nodes, nothing to warn about
     assert any("resumes from its checkpoint" in m for m in messages(p, "ajet.experiment_name"))
     assert any("only the last step" in m for m in messages(p, f"{TC}.test_freq"))
     [short] = messages(p, f"{TC}.total_training_steps")
@@ -282,3 +282,27 @@ def test_check_and_a_worker_run_one_preflight_with_the_env_named(tmp_path) -> No
     assert a.changes == b.changes and a.problems == b.problems and a.env_decisions == b.env_decisions
     assert a.environment == "node n1"
     assert {d.variable for d in a.env_decisions} >= {"SWANLAB_API_KEY", "CUDA_VISIBLE_DEVICES"}
+
+
+def test_multi_node_run_gets_with_ray_cluster_instead_of_with_ray() -> None:
+    yaml_path = "tests/corpus/yaml/appworld_2nodes.yaml"
+    p = plan("appworld_2nodes.yaml", env={"SWANLAB_API_KEY": "k"},
+             command=f"python -m ajet.launcher --conf {yaml_path} --with-ray --with-appworld")
+    assert p.command == f"python -m ajet.launcher --conf {yaml_path} --with-appworld --with-ray-cluster"
+    reasons = [c.reason for c in p.command_changes]
+    assert len(reasons) == 2 and "cannot be combined" in reasons[0] and "MASTER_ADDR" in reasons[1]
+    again = plan("appworld_2nodes.yaml", env={"SWANLAB_API_KEY": "k"}, command=p.command)
+    assert again.command == p.command and again.command_changes == []  # already right: nothing recorded
+
+
+def test_single_node_run_keeps_with_ray() -> None:
+    yaml_path = "tests/corpus/yaml/benchmark_math.yaml"
+    p = plan(command=f"python -m ajet.launcher --conf {yaml_path} --with-ray")
+    assert p.command.endswith("--with-ray") and p.nnodes == 1 and p.command_changes == []
+
+
+def test_gang_shape() -> None:
+    from statemachine.preflight import gang_shape
+
+    assert gang_shape({"ajet": {"trainer_common": {"n_gpus_per_node": 4, "nnodes": 2}}}) == (2, 4)
+    assert gang_shape({}) == (1, 8)

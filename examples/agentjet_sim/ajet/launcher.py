@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ajet.sim import companions, console, failures, interrupts
+from ajet.sim import companions, console, failures, interrupts, ray_cluster
 from ajet.sim.config import (
     SimSettings,
     compose,
@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--conf", default="", help="Path to configuration file")
     parser.add_argument("--exp-dir", default=DEFAULT_DIR, help="Path to experiment directory")
     parser.add_argument("--with-ray", action="store_true", help="Launch ray")
+    parser.add_argument("--with-ray-cluster", action="store_true",
+                        help="Launch a multi-node ray cluster (MASTER_ADDR, MASTER_PORT; head = the node named so)")
     for name in COMPANION_FLAGS:
         parser.add_argument(f"--with-{name}", action="store_true", help=f"Launch {name}")
     parser.add_argument("--with-logview", action="store_true", help="Launch logview")
@@ -138,7 +140,18 @@ def prepare_config(ctx: LaunchContext) -> tuple[dict[str, Any], Path]:
     return cfg, target
 
 
+def start_ray_cluster(ctx: LaunchContext, cfg: dict[str, Any]) -> None:
+    """The head returns and trains; a worker node joins and blocks until it is stopped."""
+    addr, port = ray_cluster.master()
+    if ray_cluster.is_head(addr):
+        ray_cluster.start_head(ctx.cwd, addr, port)
+        return
+    ray_cluster.join_and_block(ctx.cwd, addr, port, failures.available_gpus(cfg), ctx.sim.ray_daemon_seconds)
+
+
 def start_companions(ctx: LaunchContext, cfg: dict[str, Any]) -> None:
+    if ctx.args.with_ray_cluster:
+        start_ray_cluster(ctx, cfg)
     if ctx.args.with_ray:
         if ctx.injected("ray_already_running", cfg):
             console.emit("Local node IP: 10.0.0.12")
@@ -210,8 +223,15 @@ def launch(args: argparse.Namespace) -> int:
     if not args.conf:
         console.log("ERROR", "Please provide a configuration file with `--conf`.")
         return EXIT_FAILED
+    if args.with_ray and args.with_ray_cluster:
+        console.log("ERROR", "`--with-ray` and `--with-ray-cluster` cannot be used together.")
+        return EXIT_FAILED
     cfg, yaml_copy = prepare_config(ctx)
-    start_companions(ctx, cfg)
+    try:
+        start_companions(ctx, cfg)
+    except ray_cluster.ClusterConfigError as exc:
+        console.log("ERROR", str(exc), "ajet.utils.launch_utils:start_ray_service:121")
+        return EXIT_FAILED
     check_model_file_exists(ctx, cfg)
     cmd = [sys.executable, "-m", BACKBONES.get(args.backbone, BACKBONES["verl"]),
            "--config-path", str(yaml_copy.parent), "--config-name", yaml_copy.name]

@@ -274,15 +274,16 @@ SIGNATURES = sorted(set(TRAINER_TEXT) | LAUNCHER_PHASE)
 
 
 def available_gpus(cfg: dict[str, Any]) -> int:
-    """GPUs Ray would see: the node's count, narrowed by CUDA_VISIBLE_DEVICES when set."""
+    """GPUs Ray would see: the node's count, narrowed by CUDA_VISIBLE_DEVICES when set, plus joined workers'."""
     from ajet.sim.config import sim_settings
+    from ajet.sim.ray_cluster import joined_gpus
 
     node = int(os.environ.get("AJET_SIM_GPUS", sim_settings(cfg).available_gpus))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return node
-    ids = [x for x in visible.split(",") if x.strip() and x.strip() != "-1"]
-    return min(len(ids), node)
+    if visible is not None:
+        ids = [x for x in visible.split(",") if x.strip() and x.strip() != "-1"]
+        node = min(len(ids), node)
+    return node + joined_gpus()  # a multi-node head also counts the workers that joined it
 
 
 def phase_of(inj: Injection) -> str:
