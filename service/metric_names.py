@@ -13,6 +13,7 @@ API_METRICS = (
     "ajet_runner_experiment_val_step",  # {experiment, node}
     "ajet_runner_experiment_state",  # {experiment, node, state} = 1
     "ajet_runner_experiment_attempt",  # {experiment, node}
+    "ajet_runner_experiment_nodes",  # {experiment, node}: nnodes (node = the head of a multi-node run)
     "ajet_runner_transitions_total",  # {from_state, to_state}
     "ajet_runner_repairs_total",  # {signature, result}
     "ajet_runner_advised_repairs_total",  # {model, result}

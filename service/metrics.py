@@ -48,7 +48,7 @@ QUEUE_HEAD_SCAN = 32
 EXP_LABELS = ["experiment", "node"]
 INFO_LABELS = ["experiment", "purpose", "node"]
 DETAIL_FIELDS = ("state", "outcome", "purpose", "node", "started_at", "finished_at", "created_at",
-                 "max_seconds", "attempt", "latest_metrics", "target_node")
+                 "max_seconds", "attempt", "latest_metrics", "target_node", "nnodes")
 PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
 STATS = ("transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures")
 FINISHED = State.finished.value
@@ -264,6 +264,8 @@ def experiment_families(snap: Snapshot) -> Iterable[Metric]:
     step = gauge("ajet_runner_experiment_val_step", "Training step of the latest evaluation.")
     state = gauge("ajet_runner_experiment_state", "1 for the experiment's current lifecycle state.", ["state"])
     attempt = gauge("ajet_runner_experiment_attempt", "Launch attempt number (a repair starts a new one).")
+    nodes = gauge("ajet_runner_experiment_nodes", "Nodes the run spans (nnodes; node = the head's for a "
+                  "multi-node run, which is one experiment, not one per node).")
     info = GaugeMetricFamily("ajet_runner_experiment_info",
                              "1 per experiment, with its descriptive labels (purpose) for joins.",
                              labels=INFO_LABELS)
@@ -274,6 +276,7 @@ def experiment_families(snap: Snapshot) -> Iterable[Metric]:
         max_s.add_metric(labels, _num(rec.get("max_seconds")) or 0.0)
         state.add_metric([*labels, rec.get("state") or ""], 1)
         attempt.add_metric(labels, _num(rec.get("attempt")) or 0.0)
+        nodes.add_metric(labels, _num(rec.get("nnodes")) or 1.0)
         metrics = rec.get("latest_metrics") or {}
         if not isinstance(metrics, dict):
             continue
@@ -285,7 +288,7 @@ def experiment_families(snap: Snapshot) -> Iterable[Metric]:
             match = PASS_RATE_KEY.match(key)
             if match and (value := _num(raw)) is not None:
                 pass_rate.add_metric([*labels, match[1]], value)
-    yield from (info, elapsed, max_s, reward, pass_rate, step, state, attempt)
+    yield from (info, elapsed, max_s, reward, pass_rate, step, state, attempt, nodes)
 
 
 def _all_transitions() -> list[str]:

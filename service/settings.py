@@ -37,6 +37,13 @@ class Settings(BaseSettings):
     swarm_boot_timeout_seconds: float = Field(default=900.0, description="a swarm server must listen within this")
     diagnosis_settle_seconds: float = 60.0
     capacity_wait_seconds: float = 5.0
+    # Multi-node runs (nnodes > 1)
+    node_address: str = Field(default="", description="MASTER_ADDR when this node is a gang's head (worker "
+                              "--address); empty = its hostname as the experiment sees it")
+    gang_start_timeout_seconds: float = Field(default=300.0, description="the non-head ranks must all run "
+                                              "within this, else the attempt fails (gang_member_lost)")
+    gang_member_grace_seconds: float = Field(default=30.0, description="a non-head rank whose job's lease ran "
+                                             "out longer ago than this counts as lost")
     slots: int | None = Field(default=None, description="experiments at once on this node; default GPUs or 2")
     plateau_after_fraction: float = 0.5
     plateau_evaluations: int = 4

@@ -95,6 +95,8 @@ def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, 
         final=summary.final if summary else {}, best=summary.best if summary else {},
         train_steps=train_steps, log_tail=tail, history=lc.history,
         results_source=source if ctx.attempts else "", previous_run=ctx.previous_run,
+        nodes=list(ctx.gang.get("members") or []),
+        master={k: ctx.gang[k] for k in ("master_addr", "master_port", "nnodes") if k in ctx.gang},
     )
 
 

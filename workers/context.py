@@ -29,6 +29,7 @@ class Context:
     reports_sent: int = 0
     pending_repair: dict[str, Any] = field(default_factory=dict)
     swarm: dict[str, Any] = field(default_factory=dict)  # swarm mode: spec, reused, server handle
+    gang: dict[str, Any] = field(default_factory=dict)  # multi-node: attempt, MASTER_ADDR/PORT, nnodes, members
     advice_asks: int = 0  # times the LLM adviser was asked (AJET_RUNNER_LLM_MAX_ASKS)
 
     @classmethod

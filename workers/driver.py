@@ -34,6 +34,7 @@ from statemachine.preflight import preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
+from statemachine.rules.gang import gang_finding
 from workers.advice_learning import learn_from_advice
 from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
@@ -46,6 +47,9 @@ from workers.finish import (
     write_error_reason,
     write_finish_flag,
 )
+from workers.gang_env import gang_env
+from workers.gang_head import GangFailed, GangHead, gang_head
+from workers.gang_paths import rank_paths, rank_session
 from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
@@ -96,6 +100,9 @@ class ExperimentDriver:
         )
         self.backoff = parse_backoff(settings.progress_backoff)
         self.roots = parse_roots(settings.allowed_roots)
+        # A multi-node run (nnodes > 1): this driver is the head's (rank 0); workers/gang_head.py does the rest.
+        self.gang: GangHead | None = gang_head(store, rec, settings, node, renew=self._renew,
+                                                cancelled=lambda: self.store.cancel_requested(self.id))
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> str:
@@ -186,8 +193,8 @@ class ExperimentDriver:
         if errors:
             self._claim_and_fire("reject", "; ".join(str(p) for p in errors))
             return True
-        if self.node.manages_gpus:
-            gpus = self.store.reserve_gpus(self.node.name, self.id, self._gpus_needed(), self.node.gpus)
+        if self.gang is not None or self.node.manages_gpus:
+            gpus = self._reserve()
             if gpus is None:
                 return self._wait_for_gpus()
             self.ctx.gpus = gpus
@@ -233,8 +240,16 @@ class ExperimentDriver:
     def _gpus_needed(self) -> int:
         return max(1, int(self.rec.get("gpus_needed") or 1))
 
+    def _reserve(self) -> list[int] | None:
+        """This run's GPUs here; a multi-node run reserves every node's at once (all or nothing)."""
+        if self.gang is not None:
+            return self.gang.reserve()
+        return self.store.reserve_gpus(self.node.name, self.id, self._gpus_needed(), self.node.gpus)
+
     def _release_gpus_now(self) -> None:
-        if self.node.manages_gpus:
+        if self.gang is not None:
+            self.gang.release()
+        elif self.node.manages_gpus:
             self.store.release_gpus(self.node.name, self.id)
         self.ctx.gpus = None
 
@@ -260,7 +275,9 @@ class ExperimentDriver:
         while time.monotonic() < deadline:
             if self.store.cancel_requested(self.id):
                 return True
-            if self.store.reserve_gpus(self.node.name, self.id, self._gpus_needed(), self.node.gpus):
+            gpus = self._reserve()
+            if gpus is not None:
+                self.ctx.gpus = gpus
                 return True
             time.sleep(0.25)
         return False
@@ -363,8 +380,7 @@ class ExperimentDriver:
         if self.journal.cancel_requested():
             self.fire("cancel", "stop requested")
             return True
-        session = session_name(self.bp.exp_purpose, self.id)
-        paths = attempt_paths(self.bp.exp_result_dir, self.lc.attempt)
+        session, paths = self._session_and_paths()
         adopted = self._find_running_attempt(session, paths)
         if adopted is None:
             outside = self._root_problems()  # checked at each launch: a path may have been swapped since
@@ -374,6 +390,12 @@ class ExperimentDriver:
             if self.runner.exists(session):
                 self.runner.kill_session(session)  # the previous attempt's lingering pane
             env = attempt_env(self.bp, self.id, self.ctx.env, self.ctx.gpus)
+            if self.gang is not None:
+                try:
+                    env.update(self._launch_gang())
+                except GangFailed as exc:
+                    self._gang_launch_failed(str(exc))
+                    return True
             if self.ctx.swarm:
                 try:
                     env = start_or_reuse(self.runner, self.ctx.swarm, self.bp, exp_id=self.id, env=env,
@@ -388,8 +410,12 @@ class ExperimentDriver:
                     log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
                 )
             except (OSError, RuntimeError) as exc:
+                if self.gang is not None:
+                    self.gang.stop_members(self.lc.attempt)
                 self.fire("anomaly", f"could not start the tmux session: {exc}")
                 return True
+            if self.gang is not None:
+                self.gang.record_head(self.lc.attempt, self.handle, paths["log"])
             self.ctx.attempts.append(AttemptInfo(
                 number=self.lc.attempt, started_at=self.handle.started_at, ended_at=None, exit_code=None,
                 command=self.ctx.command, log_path=str(paths["log"]), end_reason="",
@@ -399,6 +425,35 @@ class ExperimentDriver:
         self.fire("launched", f"attempt {self.lc.attempt} running in tmux session {session}",
                   fields={"handle": self.handle.to_dict(), "tmux_session": session})
         return True
+
+    def _session_and_paths(self) -> tuple[str, dict[str, Path]]:
+        """The tmux session and files of this attempt; a multi-node head's carry its rank (0)."""
+        if self.gang is not None:
+            return (rank_session(self.bp.exp_purpose, self.id, 0),
+                    rank_paths(self.bp.exp_result_dir, self.lc.attempt, 0))
+        return session_name(self.bp.exp_purpose, self.id), attempt_paths(self.bp.exp_result_dir, self.lc.attempt)
+
+    def _launch_gang(self) -> dict[str, str]:
+        """The other ranks first (each on its node, in its own session), then the head: its variables."""
+        assert self.gang is not None
+        launch = self.gang.launch_members(self.lc.attempt, self.ctx.command, self.ctx.env, self.ctx.gang)
+        self.ctx.gang = {k: launch[k] for k in ("attempt", "master_addr", "master_port", "nnodes")}
+        self.journal.publish({"type": "gang", "message": f"{launch['nnodes'] - 1} non-head rank(s) running; "
+                              f"starting the head with MASTER_ADDR={launch['master_addr']} "
+                              f"MASTER_PORT={launch['master_port']}", **self.ctx.gang})
+        return gang_env(launch, 0)
+
+    def _gang_launch_failed(self, reason: str) -> None:
+        """Stop what did start; a stop request is a cancel, anything else a repairable gang failure."""
+        assert self.gang is not None
+        self.gang.stop_members(self.lc.attempt)
+        if self.journal.cancel_requested():
+            self.fire("cancel", "stop requested")
+            return
+        finding = gang_finding(reason)
+        self.ctx.pending_repair = {"cause": finding.model_dump(), "reason": reason, "log_excerpt": reason,
+                                   "log_tail": [reason]}
+        self.fire("anomaly", f"the gang did not start: {reason}", signature=finding.signature)
 
     def _find_running_attempt(self, session: str, paths: dict[str, Path]) -> RunHandle | None:
         """After a crash between starting tmux and recording it: find that attempt, never relaunch it."""
@@ -447,6 +502,7 @@ class ExperimentDriver:
                 evaluations=self._primary_evaluations(),
                 first_step_seen=watch.first_step_seen,
                 first_step_timeout=first_step_timeout_from_text(self.bp.exp_max_time_text),
+                gang_problem=self.gang.problem(self.lc.attempt) if self.gang is not None else None,
             )
             self._maybe_report(now - started)
             if watch.bytes_read != read_before and t0 >= next_tail:
@@ -502,6 +558,7 @@ class ExperimentDriver:
         else:
             exit_code = self.runner.exit_code(self.handle)
         self._cleanup_processes()
+        self._stop_gang_members()
         attempt = self.ctx.attempts[-1] if self.ctx.attempts else None
         if attempt is not None:
             attempt.update(ended_at=time.time(), exit_code=exit_code, end_reason=proposal.reason)
@@ -520,6 +577,14 @@ class ExperimentDriver:
     def _excerpt(self, cause: Finding | None) -> str:
         assert self.watch is not None
         return "\n".join(self.watch.scanner.tail(25 if cause is not None else 40))
+
+    def _stop_gang_members(self, phase: str = "stop") -> None:
+        """The head ended (any reason): every other rank's command is stopped too, no process left."""
+        if self.gang is None:
+            return
+        left = self.gang.stop_members(self.lc.attempt, phase)
+        if left:
+            self.journal.publish({"type": "warning", "message": f"{', '.join(left)} did not confirm the stop"})
 
     def _cleanup_processes(self) -> None:
         """Scoped cleanup: this experiment's own processes only (never `--autokill`'s host-wide kill)."""
@@ -604,6 +669,9 @@ class ExperimentDriver:
             self.runner.stop(self.handle, self.settings.stop_grace_seconds)
         if self.lc.attempt:
             self._cleanup_processes()
+        self._stop_gang_members("done")
+        if self.gang is not None:
+            self.ctx.gang = {**self.ctx.gang, "members": self.gang.members()}
         stop_ours(self.runner, self.ctx.swarm, self.settings.stop_grace_seconds, self.journal.publish)
         link_repair_outcomes(self.ctx, self.lc.outcome)
         advised = learn_from_advice(self.ctx, self.lc.outcome, exp_id=self.id,
@@ -624,7 +692,10 @@ class ExperimentDriver:
             write_finish_flag(result_dir, self.id, "failed" if failure else self.lc.outcome)
         except OSError as exc:
             failure = failure or exc
-        if self.node.manages_gpus:
+        if self.gang is not None:
+            gang = self.gang
+            self.journal.call(gang.release)  # every node's GPUs of the gang at once
+        elif self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         if self.ctx.swarm and (port := self._swarm_port()) is not None:
             self.journal.call(lambda: self.store.release_swarm_port(self.node.name, self.id, port))

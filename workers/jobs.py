@@ -51,6 +51,32 @@ def enqueue_drive(conn: redis.Redis, store: Store, exp_id: str, queue_name: str,
     return job_id
 
 
+def enqueue_rank(conn: redis.Redis, exp_id: str, rank: int, node: str, max_seconds: float | None = None) -> str:
+    """A multi-node run's rank job, on that rank's node's own queue, ahead of new work."""
+    job_id = f"rank-{exp_id}-{rank}-{uuid.uuid4().hex[:6]}"
+    queue(conn, node_queue(node)).enqueue(
+        "workers.jobs.drive_rank", exp_id, rank, job_id=job_id, job_timeout=job_timeout(max_seconds),
+        result_ttl=86400, failure_ttl=7 * 86400, at_front=True, description=f"rank {rank} of {exp_id}",
+    )
+    return job_id
+
+
+def drive_rank(exp_id: str, rank: int) -> str:
+    """RQ job: run and watch rank `rank` of a multi-node experiment on this node (workers.gang_rank)."""
+    from service.gang_store import GangStore
+    from workers.gang_rank import RankDriver
+
+    if os.environ.get(PARENT_ENV):
+        die_with_parent(expected_parent_from_env())
+    job = get_current_job()
+    settings = get_settings()
+    url = settings.redis_url or _connection_url(job.connection)  # type: ignore[union-attr]
+    conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
+    node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
+    owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    return RankDriver(Store(conn), GangStore(conn), exp_id, int(rank), settings, node, owner).run()
+
+
 def target_queue(node: str | None) -> str:
     return node_queue(node) if node else DEFAULT_QUEUE
 

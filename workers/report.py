@@ -138,6 +138,8 @@ class ReportData(_Input):
     preflight_env: dict[str, Any] = {}  # {"environment", "decisions": [{"variable", "is_set", "decision"}]}
     results_source: str = ""  # where the evaluations came from (file, bytes after launch, console log)
     previous_run: str = ""  # an earlier run's files, moved aside (relative to the result dir)
+    nodes: list[dict[str, Any]] = []  # a multi-node run: every rank {rank, node, gpus, session, log, ...}
+    master: dict[str, Any] = {}  # a multi-node run: {"master_addr", "master_port", "nnodes"} of the last attempt
 
     @field_validator("final", "best", mode="before")
     @classmethod
@@ -601,6 +603,21 @@ def _attempts(c: _Ctx) -> list[str]:
     return lines
 
 
+def _nodes(c: _Ctx) -> list[str]:
+    """A multi-node run: every node with its rank, GPUs, tmux session and log (rank 0 = the head)."""
+    d = c.data
+    rows = [[str(m.get("rank", "")), md_cell(m.get("node") or NA) + (" (head)" if m.get("rank") == 0 else ""),
+             md_cell(",".join(str(g) for g in m.get("gpus") or []) or NA), code_span(m.get("session") or NA),
+             path_link(str(m.get("log") or ""), d.result_dir) if m.get("log") else NA,
+             md_cell(m.get("state") or NA)] for m in d.nodes]
+    lines = table(["rank", "node", "GPUs", "tmux session", "log (last attempt)", "state"], rows)
+    if d.master:
+        lines += ["", f"MASTER_ADDR={code_span(d.master.get('master_addr'))}, "
+                  f"MASTER_PORT={code_span(d.master.get('master_port'))}, NNODES={d.master.get('nnodes')}; the "
+                  "non-head ranks start first, the head's exit decides the outcome."]
+    return lines
+
+
 def _preflight(c: _Ctx) -> list[str]:
     d = c.data
     lines: list[str] = []
@@ -697,6 +714,7 @@ def render_report(data: ReportData, evals: list[Eval], plot_note: str, now: floa
         ("Best and final values", _best_final),
         ("Reward plot", _plot),
         ("Attempts", _attempts),
+        *((("Nodes", _nodes),) if data.nodes else ()),
         ("Preflight", _preflight),
         ("Repairs", _repairs),
         ("Lifecycle timeline", _timeline),

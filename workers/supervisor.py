@@ -21,10 +21,12 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
+from service.gang_store import GangStore
 from service.settings import Settings
 from service.store import Store
 from statemachine.lifecycle import ACTIVE_STATES
 from workers.absent_nodes import report_absent_nodes
+from workers.gang_adopt import adopt_ranks, held_by_gang
 from workers.identity import driver_alive
 from workers.jobs import enqueue_drive
 from workers.lifeline import PARENT_ENV
@@ -44,6 +46,7 @@ class NodeSupervisor:
         self.node = node
         self.url = redis_url
         self.store = Store(redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5))
+        self.gangs = GangStore(self.store.r)
         self.slots: dict[int, subprocess.Popen[bytes]] = {}
         self.stopping = threading.Event()
         self.started_at = time.time()
@@ -98,6 +101,7 @@ class NodeSupervisor:
         unfinished = self.store.unfinished()
         report_absent_nodes(self.store, unfinished, now, self.settings.node_absent_report_seconds)
         self._requeue_lost_jobs(unfinished, now)
+        adopt_ranks(self.gangs, unfinished, self.node.name, now, self.settings.lease_seconds)
         mine = self._unfinished_here(unfinished)
         self.running = [rec["id"] for rec in mine]
         for rec in mine:
@@ -150,6 +154,8 @@ class NodeSupervisor:
             return
         for gpu, exp_id in self.store.gpu_owners(self.node.name).items():
             rec = self.store.get(exp_id)
+            if held_by_gang(self.gangs, rec, self.node.name):
+                continue  # a member's GPUs of a multi-node run: the record names the head's node
             if rec is None or rec.get("state") == "finished" or (
                 rec.get("state") != "queued" and rec.get("node") not in ("", self.node.name)
             ):

@@ -12,13 +12,15 @@ from statemachine.rules.base import Observation, Proposal, Rule
 from statemachine.rules.cancel import CancelRule
 from statemachine.rules.diagnosis import DiagnosisRule
 from statemachine.rules.first_step import FirstStepRule
+from statemachine.rules.gang import GangRule
 from statemachine.rules.plateau import PlateauRule
 from statemachine.rules.process_exit import ProcessExitRule
 from statemachine.rules.stall import StallRule
 from statemachine.rules.time_limit import TimeLimitRule
 
 __all__ = [
-    "CancelRule", "DiagnosisRule", "FirstStepRule", "Observation", "PlateauRule", "ProcessExitRule", "Proposal", "Rule",
+    "CancelRule", "DiagnosisRule", "FirstStepRule", "GangRule", "Observation", "PlateauRule", "ProcessExitRule",
+    "Proposal", "Rule",
     "StallRule", "TimeLimitRule", "decide", "default_rules",
 ]
 
@@ -37,6 +39,7 @@ def default_rules(
         CancelRule(),
         ProcessExitRule(),
         TimeLimitRule(grace=time_limit_grace),
+        GangRule(),
         DiagnosisRule(settle_seconds=diagnosis_settle),
         StallRule(stall_seconds=stall_seconds),
         FirstStepRule(timeout_seconds=first_step_seconds),

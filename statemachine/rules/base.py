@@ -28,6 +28,7 @@ class Observation:
     evaluations: Sequence[Evaluation] = field(default_factory=tuple)
     first_step_seen: bool = True  # a training step showed in this attempt's log (default: not watched)
     first_step_timeout: float | None = None  # the blueprint's own first-step timeout, seconds
+    gang_problem: str | None = None  # a multi-node run: why a non-head rank is gone (None = all there)
 
     @property
     def elapsed(self) -> float:

@@ -68,7 +68,8 @@ def fill(store: Store, now: float) -> None:
                "task_pass_rate@4-all-pass": 0.25, "std_reward": 0.4, "step": 20.0}
     rows = {
         "q1": {"state": "queued"},
-        "r1": {"state": "running", "node": "n1", "started_at": now - 300, "attempt": 2, "latest_metrics": metrics},
+        "r1": {"state": "running", "node": "n1", "started_at": now - 300, "attempt": 2, "latest_metrics": metrics,
+               "nnodes": 2},
         "f1": {"state": "failing", "node": "n1", "started_at": now - 50, "attempt": 1},
         "done-new": {"state": "finished", "outcome": "completed", "node": "n1", "started_at": now - 500,
                      "finished_at": now - 100, "attempt": 1, "latest_metrics": metrics},
@@ -128,6 +129,11 @@ def test_cluster_metrics_export_every_api_name_with_store_values(store: Store) -
     with_purpose = {name for name, lab, _ in samples(body) if "purpose" in lab}
     assert with_purpose == {"ajet_runner_experiment_info"}
     assert value(body, "ajet_runner_experiment_attempt", experiment="r1", node="n1") == 2
+    # A multi-node run is one experiment: one series, on its head's node, with its node count.
+    assert [lab for name, lab, _ in samples(body) if name == "ajet_runner_experiment_nodes"
+            and lab["experiment"] == "r1"] == [{"experiment": "r1", "node": "n1"}]
+    assert value(body, "ajet_runner_experiment_nodes", experiment="r1") == 2
+    assert value(body, "ajet_runner_experiment_nodes", experiment="q1") == 1
     assert len(purpose_label(LONG_PURPOSE)) == 60 and "\n" not in purpose_label(LONG_PURPOSE)
     assert purpose_label(LONG_PURPOSE).startswith("Compare GRPO against PPO on gsm8k")
 

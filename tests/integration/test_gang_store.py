@@ -1,0 +1,81 @@
+"""The gang reservation in a real Redis: all or nothing over several nodes, never a partial hold, one
+release frees every node; a rank is held by one job at a time."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from service.gang_store import GangStore, gang_key
+from service.store import Store
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def stores(redis_url: str) -> tuple[Store, GangStore]:
+    store = Store.from_url(redis_url)
+    return store, GangStore(store.r)
+
+
+def test_a_gang_takes_every_node_at_once_or_nothing(stores) -> None:
+    store, gangs = stores
+    # b has only 4 free: a 2 x 8 gang cannot use it; c can.
+    assert store.reserve_gpus("b", "single", 4, 8) == [0, 1, 2, 3]
+    gang = gangs.reserve("g1", ("a", 8), [("b", 8), ("c", 8)], 2, 8)
+    assert gang is not None and gang.nodes == ["a", "c"] and gang.gpus == {"a": list(range(8)), "c": list(range(8))}
+    assert set(store.gpu_owners("a").values()) == {"g1"} and set(store.gpu_owners("c").values()) == {"g1"}
+    assert gangs.reserve("g1", ("a", 8), [("b", 8), ("c", 8)], 2, 8).nodes == ["a", "c"]  # idempotent
+    # No room for a second gang: nothing at all is held for it, on any node.
+    assert gangs.reserve("g2", ("b", 8), [("a", 8), ("c", 8)], 2, 4) is None
+    assert "g2" not in set(store.gpu_owners("b").values()) and not store.r.exists(gang_key("g2"))
+    # The head must fit itself: a head without room is no gang, even if two others would do.
+    assert gangs.reserve("g3", ("a", 8), [("d", 8), ("e", 8)], 2, 8) is None
+    assert store.gpu_owners("d") == {} and store.gpu_owners("e") == {}
+
+    assert gangs.release("g1") == {"a": list(range(8)), "c": list(range(8))}
+    assert store.gpu_owners("a") == {} and store.gpu_owners("c") == {}
+    assert store.gpu_owners("b") == {i: "single" for i in range(4)}  # another experiment's GPUs stay
+    assert 0 < store.r.ttl(gang_key("g1")) <= 7 * 86400  # the record (for the report) expires later
+
+
+def test_two_gangs_racing_for_the_same_nodes_never_split_them(stores) -> None:
+    store, gangs = stores
+    nodes = [("a", 8), ("b", 8)]
+    results: dict[str, object] = {}
+
+    def grab(exp_id: str, head: tuple[str, int]) -> None:
+        results[exp_id] = gangs.reserve(exp_id, head, nodes, 2, 8)
+
+    for _ in range(20):
+        store.r.flushall()
+        results.clear()
+        threads = [threading.Thread(target=grab, args=("x", nodes[0])),
+                   threading.Thread(target=grab, args=("y", nodes[1]))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [k for k, v in results.items() if v is not None]
+        assert len(winners) == 1, results
+        owners = set(store.gpu_owners("a").values()) | set(store.gpu_owners("b").values())
+        assert owners == set(winners)  # the loser holds nothing anywhere (no deadlock possible)
+
+
+def test_a_rank_is_driven_by_one_job_at_a_time(stores) -> None:
+    store, gangs = stores
+    assert gangs.claim_rank("g", 1, "job-a", 5) is False  # no gang, no claim
+    gangs.reserve("g", ("a", 8), [("b", 8)], 2, 8)
+    assert gangs.claim_rank("g", 1, "job-a", 5) is True
+    assert gangs.claim_rank("g", 1, "job-b", 5) is False
+    assert gangs.set_rank("g", 1, "job-b", {"state": "running"}) is False
+    assert gangs.set_rank("g", 1, "job-a", {"state": "running", "attempt": 1}) is True
+    store.r.hset(gang_key("g"), "r1:lease", "0")  # job-a's lease ran out
+    assert gangs.claim_rank("g", 1, "job-b", 5) is True
+    gang = gangs.get("g")
+    assert gang is not None and gang.rank_owner(1) == "job-b" and gang.rank_state(1)["attempt"] == 1
+    assert gangs.set_launch("g", {"attempt": 2, "phase": "launch", "master_port": 1234})
+    assert gangs.set_phase("g", "stop") and gangs.get("g").launch == {  # type: ignore[union-attr]
+        "attempt": 2, "phase": "stop", "master_port": 1234}
+    assert gangs.set_phase("nope", "stop") is False and not store.r.exists(gang_key("nope"))

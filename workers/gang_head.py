@@ -1,0 +1,186 @@
+"""The head's side of a multi-node run: reserve the gang, launch the other ranks first, watch them,
+stop them, release every node's GPUs. The driver calls these at the matching states; all gang
+state lives in Redis (service.gang_store), so a restarted head driver carries on where it was.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from service.gang_store import Gang, GangStore
+from service.settings import Settings
+from service.store import Store
+from workers.gang_env import free_port
+from workers.node import NodeInfo
+
+NODE_ALIVE_SECONDS = 30.0
+
+
+class GangFailed(RuntimeError):
+    """The other ranks could not be started: the reason is the attempt's failure."""
+
+
+def gang_head(store: Store, rec: dict[str, Any], settings: Settings, node: NodeInfo, *,
+              renew: Callable[[], None], cancelled: Callable[[], bool]) -> GangHead | None:
+    """The head's gang helper for a multi-node experiment record (`nnodes` > 1), else None."""
+    nnodes = int(rec.get("nnodes") or 1)
+    if nnodes <= 1:
+        return None
+    return GangHead(store, GangStore(store.r), str(rec["id"]), settings, node, renew=renew, cancelled=cancelled,
+                    nnodes=nnodes, per_node=int(rec.get("gpus_per_node") or 1))
+
+
+class GangHead:
+    def __init__(self, store: Store, gangs: GangStore, exp_id: str, settings: Settings, node: NodeInfo, *,
+                 renew: Callable[[], None], cancelled: Callable[[], bool], nnodes: int, per_node: int) -> None:
+        self.store = store
+        self.gangs = gangs
+        self.id = exp_id
+        self.nnodes = nnodes
+        self.per_node = per_node
+        self.settings = settings
+        self.node = node
+        self.renew = renew
+        self.cancelled = cancelled
+
+    # -- placement -----------------------------------------------------------------------------
+    def candidates(self) -> list[tuple[str, int]]:
+        """Live, undrained nodes that manage GPUs, with their totals: where the other ranks may go."""
+        now = time.time()
+        out = []
+        for n in self.store.nodes():
+            if now - float(n.get("last_seen") or 0) >= NODE_ALIVE_SECONDS or n.get("drain"):
+                continue
+            if int(n.get("gpus") or 0) > 0 and n["name"] != self.node.name:
+                out.append((str(n["name"]), int(n["gpus"])))
+        return out
+
+    def reserve(self) -> list[int] | None:
+        """All or nothing: `per_node` GPUs on this node (rank 0) and on nnodes-1 others; this node's GPUs."""
+        gang = self.gangs.reserve(self.id, (self.node.name, self.node.gpus), self.candidates(), self.nnodes,
+                                  self.per_node)
+        return None if gang is None else gang.gpus[self.node.name]
+
+    # -- launching -----------------------------------------------------------------------------
+    def address(self) -> str:
+        """MASTER_ADDR: this node's hostname as the experiment sees it, or the worker's `--address`."""
+        return self.settings.node_address or os.uname().nodename
+
+    def launch_members(self, attempt: int, command: str, env_overrides: dict[str, str],
+                       known: dict[str, Any] | None) -> dict[str, Any]:
+        """Ask every non-head rank to start attempt `attempt` and wait until all run; returns the launch
+        spec (MASTER_ADDR/PORT ...). Raises GangFailed with the reason when one cannot start."""
+        gang = self._gang()
+        launch = dict(gang.launch)
+        if not (known and int(known.get("attempt") or 0) == attempt and launch.get("attempt") == attempt):
+            launch = {"attempt": attempt, "phase": "launch", "command": command, "env_overrides": env_overrides,
+                      "master_addr": self.address(), "master_port": free_port(), "nnodes": len(gang.nodes)}
+            self.gangs.set_launch(self.id, launch)
+        self.dispatch(gang)
+        deadline = time.monotonic() + self.settings.gang_start_timeout_seconds
+        while True:
+            self.renew()
+            gang = self._gang()
+            waiting = []
+            for rank, node in enumerate(gang.nodes[1:], start=1):
+                mine = gang.rank_state(rank)
+                if int(mine.get("attempt") or 0) != attempt or mine.get("state") in (None, "starting"):
+                    waiting.append(f"rank {rank} ({node})")
+                elif mine.get("state") != "running":
+                    raise GangFailed(f"rank {rank} on node {node} did not start: {self._ended(mine)}")
+            if not waiting:
+                return launch
+            if self.cancelled():
+                raise GangFailed("stop requested while the other ranks were starting")
+            if time.monotonic() >= deadline:
+                limit = self.settings.gang_start_timeout_seconds
+                raise GangFailed(f"{', '.join(waiting)} not running after {limit:g} s "
+                                 "(is a worker serving that node, with a free slot?)")
+            time.sleep(self.settings.poll_interval)
+
+    def dispatch(self, gang: Gang) -> list[int]:
+        """Enqueue a rank job on each member node whose rank nobody drives (lease run out or never held)."""
+        from workers.jobs import enqueue_rank  # jobs imports the driver, which imports this module
+        now = self.store.server_time()
+        sent = []
+        for rank, node in enumerate(gang.nodes[1:], start=1):
+            if gang.rank_lease(rank) > now:
+                continue
+            if now - gang.rank_enqueued_at(rank) < 2 * self.settings.lease_seconds:
+                continue
+            self.gangs.mark_enqueued(self.id, rank, now)
+            enqueue_rank(self.store.r, self.id, rank, node)
+            sent.append(rank)
+        return sent
+
+    def record_head(self, attempt: int, handle: Any, log_path: Any) -> None:
+        """Rank 0 in the gang record too, so the report lists every rank the same way."""
+        self.gangs.set_rank(self.id, 0, "", {"node": self.node.name, "attempt": attempt, "state": "running",
+                                             "session": handle.session, "log": str(log_path), "at": time.time()})
+
+    # -- watching ------------------------------------------------------------------------------
+    def problem(self, attempt: int) -> str | None:
+        """Why a non-head rank of this attempt is gone, or None while every one runs."""
+        gang = self._gang()
+        now = self.store.server_time()
+        for rank, node in enumerate(gang.nodes[1:], start=1):
+            mine = gang.rank_state(rank)
+            if int(mine.get("attempt") or 0) != attempt:
+                continue
+            if mine.get("state") in ("exited", "stopped"):
+                return f"rank {rank} on node {node} ended while the head was running: {self._ended(mine)}"
+            late = now - gang.rank_lease(rank)
+            if late > self.settings.gang_member_grace_seconds:
+                return (f"rank {rank} on node {node}: its worker's lease ran out {late:.0f} s ago "
+                        "(the node or its worker is gone)")
+        return None
+
+    # -- ending --------------------------------------------------------------------------------
+    def stop_members(self, attempt: int, phase: str = "stop") -> list[str]:
+        """Tell every rank to stop (phase stop, or done at the end) and wait until each reports it;
+        returns the ranks that did not confirm in time."""
+        self.gangs.set_phase(self.id, phase)
+        deadline = time.monotonic() + self.settings.stop_grace_seconds + 20
+        while True:
+            self.renew()
+            gang = self.gangs.get(self.id)
+            if gang is None:
+                return []
+            now = self.store.server_time()
+            pending = [f"rank {rank} ({node})" for rank, node in enumerate(gang.nodes[1:], start=1)
+                       if gang.rank_state(rank).get("state") not in (None, "stopped")
+                       and gang.rank_lease(rank) > now - self.settings.gang_member_grace_seconds]
+            if not pending:
+                return []
+            if time.monotonic() >= deadline:
+                return pending
+            time.sleep(self.settings.poll_interval)
+
+    def release(self) -> dict[str, list[int]]:
+        """Every node's GPUs of this gang, at once."""
+        return self.gangs.release(self.id)
+
+    def members(self) -> list[dict[str, Any]]:
+        """For the report: every node, rank, session and log."""
+        gang = self.gangs.get(self.id)
+        if gang is None:
+            return []
+        return [{"rank": rank, "node": node, "gpus": gang.gpus.get(node), **{
+            k: v for k, v in gang.rank_state(rank).items() if k in ("session", "log", "state", "exit_code", "attempt")}}
+            for rank, node in enumerate(gang.nodes)]
+
+    def _gang(self) -> Gang:
+        gang = self.gangs.get(self.id)
+        if gang is None:
+            raise GangFailed("the gang's reservation is gone")
+        return gang
+
+    @staticmethod
+    def _ended(mine: dict[str, Any]) -> str:
+        if mine.get("error"):
+            return str(mine["error"])
+        code = mine.get("exit_code")
+        return f"exit code {code}" if code is not None else "it is no longer running"
