@@ -29,12 +29,19 @@ def register(app: typer.Typer) -> None:
         metrics_port: int = typer.Option(-1, help="Prometheus port for this worker (0 = off)"),
         log_level: str = typer.Option("", help="debug, info, warning, error (default $AJET_RUNNER_LOG_LEVEL or info)"),
         log_format: str = typer.Option("", help="text or json, one object per line (default $AJET_RUNNER_LOG_FORMAT)"),
+        address: str = typer.Option("", help="MASTER_ADDR of the multi-node runs this node heads (default: "
+                                    "$AJET_RUNNER_NODE_ADDRESS or its hostname); for names that do not resolve"),
     ) -> None:
         """Run this node's worker: RQ slots, heartbeat, re-adoption of running experiments."""
         from logsetup import LogSetupError, configure
         from workers.node import NodeInfo
         from workers.supervisor import NodeSupervisor
 
+        if address:  # the slots (separate processes) read it from the environment
+            import os
+
+            os.environ["AJET_RUNNER_NODE_ADDRESS"] = address
+            get_settings.cache_clear()
         url = _need_redis_url()
         settings = get_settings()
         try:  # first, so every line has the format; exported: the slot processes log the same way

@@ -1,0 +1,188 @@
+"""Multi-node experiments end to end: two worker "hosts" on this machine (each its own UTS namespace, so
+its own hostname, and its own tmux socket), 8 GPUs each, behind a real `serve`.
+
+A 2-node x 8-GPU blueprint runs as one gang: the non-head rank starts first, the head once it runs,
+both with the same MASTER_ADDR (the head's hostname) and MASTER_PORT; one report and one finish.flag;
+every GPU released on both nodes and no process left. A single 8-GPU experiment submitted meanwhile
+never shares a GPU with it. A non-head command killed mid-run is a diagnosed failure and the whole
+gang is relaunched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.client import AjetRunnerClient
+from service.store import Store
+from tests.integration.scenario import CLI, Scenario, make, marked_processes, wait_for
+from tests.integration.test_api import running_server
+from tests.integration.workers import kill_group, worker_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HOSTS = {"nodeA": "ajet-host-a", "nodeB": "ajet-host-b"}  # node name -> its hostname
+
+
+def _can_unshare() -> bool:
+    if not shutil.which("unshare") or not shutil.which("hostname"):
+        return False
+    return subprocess.run(["unshare", "--uts", "hostname", "x"], capture_output=True, check=False).returncode == 0
+
+
+@pytest.fixture()
+def hosts(redis_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Two workers, each in a UTS namespace with its own hostname and tmux socket; returns node -> socket."""
+    if not _can_unshare():
+        pytest.skip("needs `unshare --uts` (root) to give each worker host its own hostname")
+    sockets = {node: str(tmp_path / f"tmux-{node}.sock") for node in HOSTS}
+    procs = []
+    try:
+        for node, hostname in HOSTS.items():
+            env = worker_env(redis_url, sockets[node], AJET_SIM_GPUS="8", AJET_RUNNER_CAPACITY_WAIT_SECONDS="1",
+                             AJET_RUNNER_GANG_MEMBER_GRACE_SECONDS="10")
+            worker = " ".join([*CLI, "worker", "--node", node, "--gpus", "8"])
+            procs.append(subprocess.Popen(["unshare", "--uts", "sh", "-c", f"hostname {hostname} && exec {worker}"],
+                                          env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                          stderr=open(tmp_path / f"worker-{node}.log", "wb")))  # noqa: SIM115
+        yield sockets
+    finally:
+        for proc in procs:
+            kill_group(proc)
+        for sock in sockets.values():
+            subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, check=False)
+
+
+@pytest.fixture()
+def client(redis_url: str, tmp_path: Path) -> Iterator[AjetRunnerClient]:
+    with running_server(redis_url, tmp_path / "serve.log") as server, server.client() as c:
+        yield c
+
+
+def demo(tmp_path: Path, name: str, *, nnodes: int, steps: int = 10, step_seconds: float = 0.5) -> Scenario:
+    sc = make("demo", tmp_path / name)
+    yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
+    text = yaml_path.read_text()
+    text = text.replace("nnodes: 1", f"nnodes: {nnodes}").replace("total_training_steps: 10",
+                                                                 f"total_training_steps: {steps}")
+    text = text.replace("step_seconds: 1.0", f"step_seconds: {step_seconds}")
+    yaml_path.write_text(text)
+    return sc
+
+
+def state(client: AjetRunnerClient, exp_id: str) -> str:
+    return str(client.get(exp_id)["state"])
+
+
+def assignments(script: Path) -> dict[str, str]:
+    """The variables a wrapper script exports (`export NAME=value`, shell-quoted or not)."""
+    out = {}
+    for name in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES", "CUDA_VISIBLE_DEVICES"):
+        m = re.search(rf"\b{name}=('?)([^'\s]*)\1", script.read_text())
+        if m:
+            out[name] = m.group(2)
+    return out
+
+
+def no_process_left(exp_id: str) -> bool:
+    return not marked_processes(exp_id) and not marked_processes(f"{exp_id}.rank1")
+
+
+def test_a_two_node_run_completes_as_one_gang_and_never_shares_gpus(hosts, client, redis_url, tmp_path) -> None:
+    store = Store.from_url(redis_url)
+    wait_for(lambda: {n["name"] for n in client.nodes() if n["alive"]} == set(HOSTS), 30, "both hosts")
+    gang_sc = demo(tmp_path, "gang", nnodes=2)
+    single_sc = demo(tmp_path, "single", nnodes=1)
+    gang = client.submit_file(gang_sc.blueprint)["id"]
+    single = client.submit_file(single_sc.blueprint)["id"]
+
+    # Until both are done: no GPU is ever held by two experiments, and while the gang runs on both nodes
+    # the single one waits (or it ran before). Each node's GPU hash maps index -> one owner by construction;
+    # what must never happen is the single run starting while the gang holds both nodes.
+    overlap = []
+    deadline = time.monotonic() + 180
+    while not all(state(client, i) == "finished" for i in (gang, single)):
+        assert time.monotonic() < deadline, "the two experiments did not finish"
+        owners = {n: set(store.gpu_owners(n).values()) for n in HOSTS}
+        if all(gang in o for o in owners.values()) and any(single in o for o in owners.values()):
+            overlap.append(owners)
+        time.sleep(0.2)
+    assert not overlap, overlap
+
+    rec = client.get(gang)
+    assert rec["outcome"] == "completed", rec["reason"]
+    assert client.get(single)["outcome"] == "completed"
+    head = rec["node"]
+    member = next(n for n in HOSTS if n != head)
+    logs = gang_sc.results / "logs"
+    # Exactly one launch per rank, non-head first, each in its own session and log.
+    assert sorted(p.name for p in logs.glob("attempt-*.log")) == ["attempt-1-rank0.log", "attempt-1-rank1.log"]
+    events = store.events(gang)
+    assert len([e for e in events if e.get("trigger") == "launched"]) == 1
+    env0, env1 = assignments(logs / "attempt-1-rank0.sh"), assignments(logs / "attempt-1-rank1.sh")
+    assert env0["MASTER_ADDR"] == env1["MASTER_ADDR"] == HOSTS[head]  # the head's hostname
+    assert env0["MASTER_PORT"] == env1["MASTER_PORT"] and int(env0["MASTER_PORT"]) > 0
+    assert (env0["NODE_RANK"], env1["NODE_RANK"], env0["NNODES"], env1["NNODES"]) == ("0", "1", "2", "2")
+    assert env0["CUDA_VISIBLE_DEVICES"] == env1["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    rank1_log = (logs / "attempt-1-rank1.log").read_text()
+    assert "block forever" in rank1_log and "Training Progress" not in rank1_log
+    assert "Training Progress: 100%" in (logs / "attempt-1-rank0.log").read_text()
+    rank0_started = (logs / "attempt-1-rank0.sh").stat().st_mtime
+    rank1_started = (logs / "attempt-1-rank1.sh").stat().st_mtime
+    assert rank1_started <= rank0_started  # the non-head rank was started first
+
+    # One report and one finish.flag, from the head, listing every node, rank, session and log.
+    flag = gang_sc.flag()
+    assert flag["id"] == gang and flag["outcome"] == "completed"
+    data = gang_sc.results_json()
+    nodes = {m["rank"]: m for m in data["nodes"]}
+    assert nodes[0]["node"] == head and nodes[1]["node"] == member
+    assert nodes[0]["session"].endswith("_r0") and nodes[1]["session"].endswith("_r1")
+    assert nodes[1]["log"].endswith("logs/attempt-1-rank1.log") and nodes[1]["state"] == "stopped"
+    report = (gang_sc.results / "experiment_report.md").read_text()
+    assert "## Nodes" in report and member in report and "attempt-1-rank1.log" in report
+    assert [c for c in data["preflight_changes"] if "--with-ray-cluster" in str(c.get("new"))]
+
+    # GPUs released on both nodes; no process of either rank left; the non-head's session is closed (the
+    # head's pane lingers a while for inspection, as a single-node run's does).
+    wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
+    wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
+    listed = subprocess.run(["tmux", "-S", hosts[member], "ls"], capture_output=True, text=True, check=False).stdout
+    assert nodes[1]["session"] not in listed, listed
+
+
+def test_a_non_head_killed_mid_run_is_diagnosed_and_the_gang_relaunched(hosts, client, redis_url, tmp_path) -> None:
+    store = Store.from_url(redis_url)
+    wait_for(lambda: {n["name"] for n in client.nodes() if n["alive"]} == set(HOSTS), 30, "both hosts")
+    sc = demo(tmp_path, "gang", nnodes=2, steps=16)
+    gang = client.submit_file(sc.blueprint)["id"]
+    logs = sc.results / "logs"
+    wait_for(lambda: state(client, gang) == "running", 60, "the gang to run")
+    wait_for(lambda: "Training Progress" in (logs / "attempt-1-rank0.log").read_text(), 60, "a training step")
+    pid = int((logs / "attempt-1-rank1.pid").read_text())
+    os.kill(pid, signal.SIGKILL)  # the non-head node's command dies mid-run
+
+    wait_for(lambda: state(client, gang) == "finished", 120, "the relaunched gang to finish")
+    rec = client.get(gang)
+    assert rec["outcome"] == "completed", rec["reason"]
+    events = store.events(gang)
+    lost = [e for e in events if e.get("trigger") == "anomaly"]
+    assert len(lost) == 1 and lost[0].get("signature") == "gang_member_lost" and "rank 1" in lost[0]["reason"]
+    assert [e.get("trigger") for e in events if e.get("type") == "transition"].count("launched") == 2
+    assert sorted(p.name for p in logs.glob("attempt-*.log")) == [
+        "attempt-1-rank0.log", "attempt-1-rank1.log", "attempt-2-rank0.log", "attempt-2-rank1.log"]
+    data = sc.results_json()
+    assert [r["signature"] for r in data["repairs"]] == ["gang_member_lost"]
+    assert data["repairs"][0]["result"] == "relaunched"
+    assert assignments(logs / "attempt-2-rank1.sh")["MASTER_ADDR"] == HOSTS[rec["node"]]
+    assert sc.flag()["outcome"] == "completed"
+    wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
+    wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
