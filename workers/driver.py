@@ -502,7 +502,7 @@ class ExperimentDriver:
                 evaluations=self._primary_evaluations(),
                 first_step_seen=watch.first_step_seen,
                 first_step_timeout=first_step_timeout_from_text(self.bp.exp_max_time_text),
-                gang_problem=self.gang.problem(self.lc.attempt) if self.gang is not None else None,
+                gang_problem=self._gang_problem(),
             )
             self._maybe_report(now - started)
             if watch.bytes_read != read_before and t0 >= next_tail:
@@ -578,11 +578,23 @@ class ExperimentDriver:
         assert self.watch is not None
         return "\n".join(self.watch.scanner.tail(25 if cause is not None else 40))
 
+    def _gang_problem(self) -> str | None:
+        """Why a non-head rank is gone; unknown (None) while Redis is unreachable: the head keeps watching."""
+        if self.gang is None:
+            return None
+        try:
+            return self.gang.problem(self.lc.attempt)
+        except REDIS_ERRORS:
+            return None
+
     def _stop_gang_members(self, phase: str = "stop") -> None:
         """The head ended (any reason): every other rank's command is stopped too, no process left."""
         if self.gang is None:
             return
-        left = self.gang.stop_members(self.lc.attempt, phase)
+        try:
+            left = self.gang.stop_members(self.lc.attempt, phase)
+        except REDIS_ERRORS as exc:  # the ranks stop by themselves once they see the experiment finished
+            left = [f"every rank (redis unreachable: {exc})"]
         if left:
             self.journal.publish({"type": "warning", "message": f"{', '.join(left)} did not confirm the stop"})
 

@@ -38,27 +38,46 @@ def _can_unshare() -> bool:
     return subprocess.run(["unshare", "--uts", "hostname", "x"], capture_output=True, check=False).returncode == 0
 
 
+class Hosts:
+    """Worker "hosts": each worker in a UTS namespace with its own hostname and tmux socket."""
+
+    def __init__(self, redis_url: str, tmp_path: Path) -> None:
+        self.redis_url = redis_url
+        self.tmp_path = tmp_path
+        self.sockets = {node: str(tmp_path / f"tmux-{node}.sock") for node in HOSTS}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, node: str) -> None:
+        env = worker_env(self.redis_url, self.sockets[node], AJET_SIM_GPUS="8", AJET_RUNNER_CAPACITY_WAIT_SECONDS="1",
+                         AJET_RUNNER_GANG_MEMBER_GRACE_SECONDS="20")
+        worker = " ".join([*CLI, "worker", "--node", node, "--gpus", "8"])
+        with open(self.tmp_path / f"worker-{node}.log", "ab") as log:
+            self.procs[node] = subprocess.Popen(
+                ["unshare", "--uts", "sh", "-c", f"hostname {HOSTS[node]} && exec {worker}"], env=env,
+                start_new_session=True, stdout=subprocess.DEVNULL, stderr=log)
+
+    def kill(self, node: str) -> None:
+        """SIGKILL the node's worker and its slots; tmux and the commands in it live on."""
+        kill_group(self.procs.pop(node))
+
+    def close(self) -> None:
+        for node in list(self.procs):
+            self.kill(node)
+        for sock in self.sockets.values():
+            subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, check=False)
+
+
 @pytest.fixture()
-def hosts(redis_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """Two workers, each in a UTS namespace with its own hostname and tmux socket; returns node -> socket."""
+def hosts(redis_url: str, tmp_path: Path) -> Iterator[Hosts]:
     if not _can_unshare():
         pytest.skip("needs `unshare --uts` (root) to give each worker host its own hostname")
-    sockets = {node: str(tmp_path / f"tmux-{node}.sock") for node in HOSTS}
-    procs = []
+    h = Hosts(redis_url, tmp_path)
     try:
-        for node, hostname in HOSTS.items():
-            env = worker_env(redis_url, sockets[node], AJET_SIM_GPUS="8", AJET_RUNNER_CAPACITY_WAIT_SECONDS="1",
-                             AJET_RUNNER_GANG_MEMBER_GRACE_SECONDS="10")
-            worker = " ".join([*CLI, "worker", "--node", node, "--gpus", "8"])
-            procs.append(subprocess.Popen(["unshare", "--uts", "sh", "-c", f"hostname {hostname} && exec {worker}"],
-                                          env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                          stderr=open(tmp_path / f"worker-{node}.log", "wb")))  # noqa: SIM115
-        yield sockets
+        for node in HOSTS:
+            h.start(node)
+        yield h
     finally:
-        for proc in procs:
-            kill_group(proc)
-        for sock in sockets.values():
-            subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, check=False)
+        h.close()
 
 
 @pytest.fixture()
@@ -107,15 +126,19 @@ def test_a_two_node_run_completes_as_one_gang_and_never_shares_gpus(hosts, clien
     # Until both are done: no GPU is ever held by two experiments, and while the gang runs on both nodes
     # the single one waits (or it ran before). Each node's GPU hash maps index -> one owner by construction;
     # what must never happen is the single run starting while the gang holds both nodes.
-    overlap = []
+    overlap, waited = [], set()
     deadline = time.monotonic() + 180
     while not all(state(client, i) == "finished" for i in (gang, single)):
         assert time.monotonic() < deadline, "the two experiments did not finish"
         owners = {n: set(store.gpu_owners(n).values()) for n in HOSTS}
         if all(gang in o for o in owners.values()) and any(single in o for o in owners.values()):
             overlap.append(owners)
+        states = {i: state(client, i) for i in (gang, single)}
+        if "running" in states.values() and "queued" in states.values():
+            waited.add(next(i for i, s in states.items() if s == "queued"))
         time.sleep(0.2)
     assert not overlap, overlap
+    assert waited, "the two never competed: one should have waited for the other's GPUs"
 
     rec = client.get(gang)
     assert rec["outcome"] == "completed", rec["reason"]
@@ -155,7 +178,8 @@ def test_a_two_node_run_completes_as_one_gang_and_never_shares_gpus(hosts, clien
     # head's pane lingers a while for inspection, as a single-node run's does).
     wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
-    listed = subprocess.run(["tmux", "-S", hosts[member], "ls"], capture_output=True, text=True, check=False).stdout
+    listed = subprocess.run(["tmux", "-S", hosts.sockets[member], "ls"], capture_output=True, text=True,
+                            check=False).stdout
     assert nodes[1]["session"] not in listed, listed
 
 
@@ -163,7 +187,7 @@ def test_a_non_head_killed_mid_run_is_diagnosed_and_the_gang_relaunched(hosts, c
     store = Store.from_url(redis_url)
     wait_for(lambda: {n["name"] for n in client.nodes() if n["alive"]} == set(HOSTS), 30, "both hosts")
     sc = demo(tmp_path, "gang", nnodes=2, steps=16)
-    gang = client.submit_file(sc.blueprint)["id"]
+    gang = client.submit_file(sc.blueprint, node="nodeB")["id"]  # a named node: the head
     logs = sc.results / "logs"
     wait_for(lambda: state(client, gang) == "running", 60, "the gang to run")
     wait_for(lambda: "Training Progress" in (logs / "attempt-1-rank0.log").read_text(), 60, "a training step")
@@ -182,7 +206,40 @@ def test_a_non_head_killed_mid_run_is_diagnosed_and_the_gang_relaunched(hosts, c
     data = sc.results_json()
     assert [r["signature"] for r in data["repairs"]] == ["gang_member_lost"]
     assert data["repairs"][0]["result"] == "relaunched"
-    assert assignments(logs / "attempt-2-rank1.sh")["MASTER_ADDR"] == HOSTS[rec["node"]]
+    assert rec["node"] == "nodeB" and assignments(logs / "attempt-2-rank1.sh")["MASTER_ADDR"] == HOSTS["nodeB"]
     assert sc.flag()["outcome"] == "completed"
     wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
+
+
+def test_a_restarted_member_worker_re_adopts_its_rank_and_cancel_stops_every_node(hosts, client, redis_url,
+                                                                                  tmp_path) -> None:
+    from service.gang_store import GangStore
+
+    store = Store.from_url(redis_url)
+    gangs = GangStore(store.r)
+    wait_for(lambda: {n["name"] for n in client.nodes() if n["alive"]} == set(HOSTS), 30, "both hosts")
+    sc = demo(tmp_path, "gang", nnodes=2, steps=200)
+    gang = client.submit_file(sc.blueprint, node="nodeA")["id"]
+    logs = sc.results / "logs"
+    wait_for(lambda: state(client, gang) == "running", 60, "the gang to run")
+    wait_for(lambda: "Training Progress" in (logs / "attempt-1-rank0.log").read_text(), 60, "a training step")
+    before = gangs.get(gang)
+    assert before is not None and before.rank_state(1)["state"] == "running"
+    rank1_pid = int((logs / "attempt-1-rank1.pid").read_text())
+
+    hosts.kill("nodeB")  # the member's worker dies; its rank's command runs on in tmux
+    hosts.start("nodeB")
+    wait_for(lambda: (g := gangs.get(gang)) is not None and g.rank_owner(1) not in ("", before.rank_owner(1))
+             and g.rank_lease(1) > store.server_time(), 60, "a new rank job to re-adopt rank 1")
+    assert os.path.exists(f"/proc/{rank1_pid}")  # the same command: re-adopted, not relaunched
+    assert state(client, gang) == "running" and not (logs / "attempt-2-rank1.log").exists()
+    assert not [e for e in store.events(gang) if e.get("trigger") == "anomaly"]
+
+    client.stop(gang)
+    wait_for(lambda: state(client, gang) == "finished", 60, "the cancelled gang to be collected")
+    assert client.get(gang)["outcome"] == "cancelled" and sc.flag()["outcome"] == "cancelled"
+    assert gangs.get(gang).rank_state(1)["state"] == "stopped"  # type: ignore[union-attr]
+    wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
+    wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
+    assert sorted(p.name for p in logs.glob("attempt-*.log")) == ["attempt-1-rank0.log", "attempt-1-rank1.log"]
