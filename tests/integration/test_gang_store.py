@@ -79,3 +79,33 @@ def test_a_rank_is_driven_by_one_job_at_a_time(stores) -> None:
     assert gangs.set_phase("g", "stop") and gangs.get("g").launch == {  # type: ignore[union-attr]
         "attempt": 2, "phase": "stop", "master_port": 1234}
     assert gangs.set_phase("nope", "stop") is False and not store.r.exists(gang_key("nope"))
+
+
+def test_submission_refuses_only_what_no_set_of_live_nodes_could_hold(redis_url: str, tmp_path) -> None:
+    from service.submit import SubmissionRejected, submit
+    from tests.integration.scenario import make
+
+    store = Store.from_url(redis_url)
+
+    def gang_blueprint(name: str, nnodes: int, per_node: int) -> str:
+        sc = make("demo", tmp_path / name)
+        y = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
+        y.write_text(y.read_text().replace("nnodes: 1", f"nnodes: {nnodes}")
+                     .replace("n_gpus_per_node: 8", f"n_gpus_per_node: {per_node}"))
+        return sc.blueprint.read_text()
+
+    for name, gpus in (("a", 8), ("b", 8), ("small", 4)):
+        store.heartbeat(name, {"gpus": gpus, "gpus_busy": 0, "slots": 2}, ttl=2)
+    store.reserve_gpus("a", "busy", 8, 8)  # busy now: a gang that fits later waits queued
+    rec = submit(store, store.r, gang_blueprint("fits", 2, 8))
+    assert rec["state"] == "queued" and rec["nnodes"] == "2" and rec["gpus_per_node"] == "8"
+    assert rec["gpus_needed"] == "16"
+    for name, nnodes, per_node, node, words in (
+        ("three", 3, 8, None, "needs 3 nodes with 8 GPUs each"),
+        ("wide", 2, 16, None, "only 0 live node(s) have 16 GPUs"),
+        ("head", 2, 8, "small", "the named head node small has fewer than 8 GPUs"),
+    ):
+        with pytest.raises(SubmissionRejected) as refused:
+            submit(store, store.r, gang_blueprint(name, nnodes, per_node), node=node)
+        assert refused.value.status == 409 and words in str(refused.value), str(refused.value)
+    assert submit(store, store.r, gang_blueprint("three-small", 3, 4))["state"] == "queued"  # a, b and small
