@@ -243,3 +243,27 @@ def test_a_restarted_member_worker_re_adopts_its_rank_and_cancel_stops_every_nod
     wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
     assert sorted(p.name for p in logs.glob("attempt-*.log")) == ["attempt-1-rank0.log", "attempt-1-rank1.log"]
+
+
+def test_the_heads_gpu_count_failure_relaunches_the_whole_gang(hosts, client, redis_url, tmp_path) -> None:
+    store = Store.from_url(redis_url)
+    wait_for(lambda: {n["name"] for n in client.nodes() if n["alive"]} == set(HOSTS), 30, "both hosts")
+    sc = demo(tmp_path, "gang", nnodes=2, steps=4)
+    yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace(
+        "  seed: 7\n", "  seed: 7\n  fail:\n    - signature: gpu_count_mismatch\n      when: first_attempt\n"))
+    gang = client.submit_file(sc.blueprint)["id"]
+    wait_for(lambda: state(client, gang) == "finished", 120, "the gang to finish")
+    rec = client.get(gang)
+    assert rec["outcome"] == "completed", rec["reason"]
+    logs = sc.results / "logs"
+    assert "Total available GPUs" in (logs / "attempt-1-rank0.log").read_text()
+    assert sorted(p.name for p in logs.glob("attempt-*.log")) == [
+        "attempt-1-rank0.log", "attempt-1-rank1.log", "attempt-2-rank0.log", "attempt-2-rank1.log"]
+    data = sc.results_json()
+    assert [(r["signature"], r["result"]) for r in data["repairs"]] == [("gpu_count_mismatch", "relaunched")]
+    for n in (1, 2):  # each attempt's ranks share one MASTER_PORT
+        ports = {assignments(logs / f"attempt-{n}-rank{r}.sh")["MASTER_PORT"] for r in (0, 1)}
+        assert len(ports) == 1, ports
+    wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
+    wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
