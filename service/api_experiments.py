@@ -78,7 +78,7 @@ def create_experiment(
             {"level": "error", "field": "Idempotency-Key", "message": str(exc)}]))
     try:
         rec = submit(be.store, be.store.r, body.blueprint, blueprint_path=body.blueprint_path or "", node=body.node,
-                     priority=body.priority, allowed_roots=be.allowed_roots,
+                     nodes=body.nodes, priority=body.priority, allowed_roots=be.allowed_roots,
                      check_disk=be.settings.submit_check_disk, exp_id=held.exp_id if held else None,
                      wait_for_node=body.wait_for_node)
     except SubmissionRejected as exc:

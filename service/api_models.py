@@ -6,9 +6,9 @@ Records are stored in Redis as flat strings; `summary_of` / `view_of` turn one i
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from statemachine.models import Problem
 
@@ -26,6 +26,9 @@ SUMMARY_FIELDS = (
 class SubmitRequest(BaseModel):
     blueprint: str = Field(..., min_length=1, description="the blueprint's markdown text")
     node: str | None = Field(None, pattern=NODE_PATTERN, description="run on this node only (its own queue)")
+    nodes: list[Annotated[str, StringConstraints(pattern=NODE_PATTERN)]] | None = Field(
+        None, min_length=1, max_length=64, description="a multi-node run (nnodes > 1): the nodes it may use; the "
+        "first is the head (as `node`)")
     priority: Literal["normal", "high"] | None = Field(None, description="high = front of its queue")
     blueprint_path: str | None = Field(None, max_length=4096, description="where the blueprint came from (shown in "
                                                                          "the report)")

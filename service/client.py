@@ -144,10 +144,10 @@ def token_from_env() -> str:
 
 
 def _submit_body(blueprint: str, node: str | None, priority: str | None, blueprint_path: str | None,
-                 wait_for_node: bool = False) -> dict[str, Any]:
+                 wait_for_node: bool = False, nodes: list[str] | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"blueprint": blueprint}
     for key, value in (("node", node), ("priority", priority), ("blueprint_path", blueprint_path),
-                       ("wait_for_node", wait_for_node)):
+                       ("wait_for_node", wait_for_node), ("nodes", nodes)):
         if value:
             body[key] = value
     return body
@@ -238,8 +238,10 @@ class AjetRunnerClient:
     # -- experiments --------------------------------------------------------------------------
     def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
                blueprint_path: str | None = None, idempotency_key: str | None = None,
-               wait_for_node: bool = False) -> Experiment:
+               wait_for_node: bool = False, nodes: list[str] | None = None) -> Experiment:
         """Submit blueprint text; returns the new record (`id`, `state` "queued", ...).
+
+        `nodes`: a multi-node run (nnodes > 1) uses only these nodes, the first as its head.
 
         With `idempotency_key`, submitting again with the same key (a retry after a lost answer)
         returns the first experiment instead of starting a second one. Raises ApiError 422
@@ -247,16 +249,18 @@ class AjetRunnerClient:
         or the key was used for another blueprint), 413 (too large).
         """
         return Experiment.model_validate(self._json(
-            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node),
+            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node,
+                                                         nodes),
             headers=_idempotency(idempotency_key)))
 
     def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None, priority: str | None = None,
-                    idempotency_key: str | None = None, wait_for_node: bool = False) -> Experiment:
+                    idempotency_key: str | None = None, wait_for_node: bool = False,
+                    nodes: list[str] | None = None) -> Experiment:
         """Submit a blueprint file (its absolute path is recorded in the report)."""
         p = Path(path)
         return self.submit(p.read_text(encoding="utf-8"), node=node, priority=priority,
                            blueprint_path=str(p.resolve()), idempotency_key=idempotency_key,
-                           wait_for_node=wait_for_node)
+                           wait_for_node=wait_for_node, nodes=nodes)
 
     def list_experiments(self, *, state: str | None = None, node: str | None = None, outcome: str | None = None,
                          limit: int = 100, offset: int = 0) -> ExperimentPage:

@@ -57,12 +57,19 @@ def submit(
     check_disk: bool = True,
     exp_id: str | None = None,
     wait_for_node: bool = False,
+    nodes: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Record and enqueue the blueprint (under `exp_id` if given: an idempotency claim); returns the new
     record. Raises SubmissionRejected.
 
     A named node that no live worker serves is refused unless `wait_for_node` (it would wait for ever).
+    `nodes` limits a multi-node run to those nodes; the first is its head (as `node`).
     """
+    named = list(dict.fromkeys(nodes or []))
+    if named and node and node != named[0]:
+        raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
+            f"the first of nodes ({named[0]}) is the head, but node names {node}: give one or make them agree"))])
+    node = node or (named[0] if named else None)
     bp = parse_blueprint(text)
     problems = validate_blueprint(bp, check_disk=check_disk)
     if allowed_roots:
@@ -85,10 +92,13 @@ def submit(
         except (OSError, ValueError):
             needed, nodes, per_node = 1, 1, 1
     try:
-        if node and not wait_for_node:
-            _check_node_served(store, node)
+        for name in [node, *named[1:]] if node and not wait_for_node else []:
+            _check_node_served(store, name)
+        if named and len(named) < nodes:
+            raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
+                f"names {len(named)} node(s) but the run needs {nodes} (ajet.trainer_common.nnodes)"))])
         if nodes > 1:
-            _check_gang_capacity(store, nodes, per_node, node)
+            _check_gang_capacity(store, nodes, per_node, node, named)
         else:
             _check_capacity(store, needed, node)
     except SubmissionRejected as exc:
@@ -109,7 +119,7 @@ def submit(
         "state": lc.state, "lifecycle": lc.to_dict(), "purpose": bp.exp_purpose, "result_dir": bp.exp_result_dir,
         "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text, "blueprint_json": bp.stored(),
         "blueprint_path": blueprint_path, "target_node": node or "", "node": "", "gpus_needed": needed,
-        "nnodes": nodes, "gpus_per_node": per_node,
+        "nnodes": nodes, "gpus_per_node": per_node, "target_nodes": ",".join(named),
         "priority": priority or "normal", "queue": queue_name, "attempt": 0, "outcome": "",
         "tmux_session": session_name(bp.exp_purpose, exp_id),
         "problems": [p.model_dump(mode="json") for p in problems], "previous_run": previous,
@@ -174,10 +184,12 @@ def _check_capacity(store: Store, needed: int, node: str | None) -> None:
         )], status=409)
 
 
-def _check_gang_capacity(store: Store, nodes: int, per_node: int, head: str | None) -> None:
+def _check_gang_capacity(store: Store, nodes: int, per_node: int, head: str | None,
+                         named: Sequence[str] = ()) -> None:
     """A multi-node run needs `nodes` distinct live nodes with `per_node` GPUs each (the head, if named,
-    among them). Refused only when the live nodes could never hold it; busy ones just make it wait."""
-    live = live_nodes(store)
+    among them; only the `named` ones, if any). Refused only when the live nodes could never hold it;
+    busy ones just make it wait."""
+    live = [n for n in live_nodes(store) if not named or n["name"] in named]
     managed = [n for n in live if int(n.get("gpus", 0)) > 0]
     if not managed or len(managed) < len(live):
         return  # no node reports GPUs (CPU-only, or none alive yet): nothing to judge

@@ -29,13 +29,16 @@ def gang_head(store: Store, rec: dict[str, Any], settings: Settings, node: NodeI
     nnodes = int(rec.get("nnodes") or 1)
     if nnodes <= 1:
         return None
+    named = [n for n in str(rec.get("target_nodes") or "").split(",") if n]
     return GangHead(store, GangStore(store.r), str(rec["id"]), settings, node, renew=renew, cancelled=cancelled,
-                    nnodes=nnodes, per_node=int(rec.get("gpus_per_node") or 1))
+                    nnodes=nnodes, per_node=int(rec.get("gpus_per_node") or 1), named=named)
 
 
 class GangHead:
     def __init__(self, store: Store, gangs: GangStore, exp_id: str, settings: Settings, node: NodeInfo, *,
-                 renew: Callable[[], None], cancelled: Callable[[], bool], nnodes: int, per_node: int) -> None:
+                 renew: Callable[[], None], cancelled: Callable[[], bool], nnodes: int, per_node: int,
+                 named: list[str] | None = None) -> None:
+        self.named = named or []  # the submission's `nodes`: the gang uses only these
         self.store = store
         self.gangs = gangs
         self.id = exp_id
@@ -53,6 +56,8 @@ class GangHead:
         out = []
         for n in self.store.nodes():
             if now - float(n.get("last_seen") or 0) >= NODE_ALIVE_SECONDS or n.get("drain"):
+                continue
+            if self.named and n["name"] not in self.named:
                 continue
             if int(n.get("gpus") or 0) > 0 and n["name"] != self.node.name:
                 out.append((str(n["name"]), int(n["gpus"])))

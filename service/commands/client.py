@@ -175,13 +175,14 @@ def read_blueprints(paths: list[str]) -> list[tuple[str, str]]:
 
 
 def _submit_all(client: AjetRunnerClient, blueprints: list[tuple[str, str]], node: str | None,
-                priority: str | None, as_json: bool, idempotency_key: str | None, wait_for_node: bool = False) -> int:
+                priority: str | None, as_json: bool, idempotency_key: str | None, wait_for_node: bool = False,
+                nodes: list[str] | None = None) -> int:
     failed = False
     for name, text in blueprints:
         try:
             rec = client.submit(text, node=node, priority=priority,
                                 blueprint_path=None if name == "-" else str(Path(name).resolve()),
-                                idempotency_key=idempotency_key, wait_for_node=wait_for_node)
+                                idempotency_key=idempotency_key, wait_for_node=wait_for_node, nodes=nodes)
         except ApiError as exc:
             if exit_code_of(exc) != FAILED:
                 raise
@@ -324,6 +325,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         blueprint: list[str] = typer.Option(None, "--blueprint", help="a blueprint file (repeatable; same as a "
                                             "positional; - = stdin)", show_default=False),
         node: str = typer.Option(None, "--node", help="run on this node only"),
+        nodes: str = typer.Option(None, "--nodes", help="a multi-node run: comma-separated nodes it may use, the "
+                                  "first is the head"),
         priority: str = typer.Option(None, "--priority", help="normal or high (front of the queue)"),
         idempotency_key: str = typer.Option(None, "--idempotency-key", help="names this submission: submitting "
                                             "again with the same key returns the first experiment"),
@@ -359,7 +362,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                 "parallel runs")
         texts = read_blueprints(paths)
         with connect(url, token) as client:
-            code = _submit_all(client, texts, node, priority, as_json, idempotency_key, wait_for_node)
+            named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
+            code = _submit_all(client, texts, node, priority, as_json, idempotency_key, wait_for_node, named)
         raise typer.Exit(code)
 
     @app.command()

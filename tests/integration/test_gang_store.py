@@ -109,3 +109,32 @@ def test_submission_refuses_only_what_no_set_of_live_nodes_could_hold(redis_url:
             submit(store, store.r, gang_blueprint(name, nnodes, per_node), node=node)
         assert refused.value.status == 409 and words in str(refused.value), str(refused.value)
     assert submit(store, store.r, gang_blueprint("three-small", 3, 4))["state"] == "queued"  # a, b and small
+
+
+def test_a_submission_may_name_the_gangs_nodes(redis_url: str, tmp_path) -> None:
+    from service.settings import Settings
+    from service.submit import SubmissionRejected, submit
+    from tests.integration.scenario import make
+    from workers.gang_head import gang_head
+    from workers.node import NodeInfo
+
+    store = Store.from_url(redis_url)
+    sc = make("demo", tmp_path / "g")
+    y = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
+    y.write_text(y.read_text().replace("nnodes: 1", "nnodes: 2"))
+    for name in ("a", "b", "c"):
+        store.heartbeat(name, {"gpus": 8, "gpus_busy": 0, "slots": 2}, ttl=2)
+    with pytest.raises(SubmissionRejected, match="names 1 node"):
+        submit(store, store.r, sc.blueprint.read_text(), nodes=["a"])
+    with pytest.raises(SubmissionRejected, match="no live worker serves node zz"):
+        submit(store, store.r, sc.blueprint.read_text(), nodes=["a", "zz"])
+    with pytest.raises(SubmissionRejected, match="the first of nodes"):
+        submit(store, store.r, sc.blueprint.read_text(), nodes=["a", "c"], node="b")
+    rec = submit(store, store.r, sc.blueprint.read_text(), nodes=["c", "a"])
+    assert rec["target_node"] == "c" and rec["queue"] == "node:c" and rec["target_nodes"] == "c,a"
+    # The head on c reserves only among the named nodes: b stays free even though it comes first.
+    head = gang_head(store, rec, Settings(redis_url=redis_url), NodeInfo(name="c", gpus=8, slots=2),
+                     renew=lambda: None, cancelled=lambda: False)
+    assert head is not None and [n for n, _ in head.candidates()] == ["a"]
+    assert head.reserve() == list(range(8))
+    assert store.gpu_owners("b") == {} and set(store.gpu_owners("a").values()) == {rec["id"]}
