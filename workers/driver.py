@@ -436,7 +436,7 @@ class ExperimentDriver:
     def _launch_gang(self) -> dict[str, str]:
         """The other ranks first (each on its node, in its own session), then the head: its variables."""
         assert self.gang is not None
-        launch = self.gang.launch_members(self.lc.attempt, self.ctx.command, self.ctx.env, self.ctx.gang)
+        launch = self.gang.launch_members(self.lc.attempt, self.ctx.command, self.ctx.env)
         self.ctx.gang = {k: launch[k] for k in ("attempt", "master_addr", "master_port", "nnodes")}
         self.journal.publish({"type": "gang", "message": f"{launch['nnodes'] - 1} non-head rank(s) running; "
                               f"starting the head with MASTER_ADDR={launch['master_addr']} "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -74,15 +75,18 @@ class GangHead:
         """MASTER_ADDR: this node's hostname as the experiment sees it, or the worker's `--address`."""
         return self.settings.node_address or os.uname().nodename
 
-    def launch_members(self, attempt: int, command: str, env_overrides: dict[str, str],
-                       known: dict[str, Any] | None) -> dict[str, Any]:
+    def launch_members(self, attempt: int, command: str, env_overrides: dict[str, str]) -> dict[str, Any]:
         """Ask every non-head rank to start attempt `attempt` and wait until all run; returns the launch
-        spec (MASTER_ADDR/PORT ...). Raises GangFailed with the reason when one cannot start."""
+        spec (MASTER_ADDR/PORT ...). Raises GangFailed with the reason when one cannot start.
+
+        A launch of this attempt still in force (a restarted head driver) is kept, port and all; any other
+        gets a new id, and a rank runs only the launch whose id it last started."""
         gang = self._gang()
         launch = dict(gang.launch)
-        if not (known and int(known.get("attempt") or 0) == attempt and launch.get("attempt") == attempt):
-            launch = {"attempt": attempt, "phase": "launch", "command": command, "env_overrides": env_overrides,
-                      "master_addr": self.address(), "master_port": free_port(), "nnodes": len(gang.nodes)}
+        if not (launch.get("attempt") == attempt and launch.get("phase") == "launch"):
+            launch = {"id": uuid.uuid4().hex[:12], "attempt": attempt, "phase": "launch", "command": command,
+                      "env_overrides": env_overrides, "master_addr": self.address(), "master_port": free_port(),
+                      "nnodes": len(gang.nodes)}
             self.gangs.set_launch(self.id, launch)
         self.dispatch(gang)
         deadline = time.monotonic() + self.settings.gang_start_timeout_seconds
@@ -92,7 +96,7 @@ class GangHead:
             waiting = []
             for rank, node in enumerate(gang.nodes[1:], start=1):
                 mine = gang.rank_state(rank)
-                if int(mine.get("attempt") or 0) != attempt or mine.get("state") in (None, "starting"):
+                if mine.get("launch_id") != launch["id"] or mine.get("state") in (None, "starting"):
                     waiting.append(f"rank {rank} ({node})")
                 elif mine.get("state") != "running":
                     raise GangFailed(f"rank {rank} on node {node} did not start: {self._ended(mine)}")
@@ -133,7 +137,7 @@ class GangHead:
         now = self.store.server_time()
         for rank, node in enumerate(gang.nodes[1:], start=1):
             mine = gang.rank_state(rank)
-            if int(mine.get("attempt") or 0) != attempt:
+            if mine.get("launch_id") != gang.launch.get("id") or gang.launch.get("attempt") != attempt:
                 continue
             if mine.get("state") in ("exited", "stopped"):
                 return f"rank {rank} on node {node} ended while the head was running: {self._ended(mine)}"

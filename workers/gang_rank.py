@@ -60,7 +60,7 @@ class RankDriver:
         rec = self.store.get(self.id)
         gang = self.gangs.get(self.id)
         if rec is None or gang is None:
-            self._stop(gang, None)
+            self._stop(gang)
             return "gone"
         if not self.gangs.claim_rank(self.id, self.rank, self.owner, self.settings.lease_seconds):
             return "not-owner"
@@ -68,10 +68,10 @@ class RankDriver:
         attempt = int(launch.get("attempt") or 0)
         phase = str(launch.get("phase") or "")
         if rec.get("state") == "finished" or phase == "done":
-            self._stop(gang, attempt)
+            self._stop(gang)
             return "done"
         if phase == "stop":
-            self._stop(gang, attempt)
+            self._stop(gang)
         elif phase == "launch" and attempt:
             self._follow(gang, rec, launch, attempt)
         return None
@@ -90,8 +90,8 @@ class RankDriver:
 
     def _follow(self, gang: Gang, rec: dict[str, Any], launch: dict[str, Any], attempt: int) -> None:
         mine = self._mine(gang)
-        if int(mine.get("attempt") or 0) != attempt:
-            self._stop(gang, int(mine.get("attempt") or 0) or None, report=False)  # an earlier attempt's
+        if mine.get("launch_id") != launch.get("id"):
+            self._stop(gang, report=False)  # an earlier launch's command, if it still runs
             self._start(gang, rec, launch, attempt)
             return
         state = mine.get("state")
@@ -101,8 +101,7 @@ class RankDriver:
                 self._start(gang, rec, launch, attempt)
             else:
                 self.handle = found
-                self._report(attempt=attempt, state="running", handle=found.to_dict(), session=found.session,
-                             log=str(found.log_path))
+                self._report(**{**mine, "state": "running", "handle": found.to_dict()})
             return
         if state == "running":
             handle = self._handle_of(mine)
@@ -116,7 +115,8 @@ class RankDriver:
         bp = Blueprint.model_validate(rec.get("blueprint_json") or {})
         session = rank_session(bp.exp_purpose, self.id, self.rank)
         paths = rank_paths(bp.exp_result_dir, attempt, self.rank)
-        self._report(attempt=attempt, state="starting", session=session, log=str(paths["log"]))
+        base = {"attempt": attempt, "launch_id": launch.get("id"), "session": session, "log": str(paths["log"])}
+        self._report(**base, state="starting")
         if self.runner.exists(session):
             self.runner.kill_session(session)  # the previous attempt's lingering pane
         gpus = gang.gpus.get(self.node.name)
@@ -128,11 +128,9 @@ class RankDriver:
                                             env=env, log_path=paths["log"], rc_path=paths["rc"],
                                             pid_path=paths["pid"])
         except (OSError, RuntimeError) as exc:
-            self._report(attempt=attempt, state="exited", exit_code=None, session=session, log=str(paths["log"]),
-                         error=f"could not start the tmux session: {exc}")
+            self._report(**base, state="exited", exit_code=None, error=f"could not start the tmux session: {exc}")
             return
-        self._report(attempt=attempt, state="running", session=session, log=str(paths["log"]),
-                     handle=self.handle.to_dict(), started_at=self.handle.started_at)
+        self._report(**base, state="running", handle=self.handle.to_dict(), started_at=self.handle.started_at)
         log.info("%s rank %d: attempt %d running in tmux session %s", self.id, self.rank, attempt, session)
 
     def _find_started(self, rec: dict[str, Any], attempt: int) -> RunHandle | None:
@@ -147,11 +145,11 @@ class RankDriver:
         return None
 
     # -- stopping ------------------------------------------------------------------------------
-    def _stop(self, gang: Gang | None, attempt: int | None, *, report: bool = True) -> None:
+    def _stop(self, gang: Gang | None, *, report: bool = True) -> None:
         """Stop this rank's command (SIGINT, SIGTERM, SIGKILL) and every process it left; report it."""
         mine = self._mine(gang) if gang is not None else {}
-        if mine.get("state") == "stopped" and int(mine.get("attempt") or 0) == (attempt or 0):
-            return
+        if mine.get("state") == "stopped" or (gang is not None and not mine):
+            return  # stopped already, or never started
         handle = self._handle_of(mine) if mine else self.handle
         code = None
         if handle is not None:
