@@ -28,7 +28,7 @@ def gang_key(exp_id: str) -> str:
 
 # KEYS[1] the gang hash; KEYS[2..] the GPU hashes of the head node, then of each candidate node
 # ARGV[1] experiment id; ARGV[2] GPUs per node; ARGV[3] nodes wanted;
-# ARGV[4..] for each KEYS[i+1]: node name, then its GPU total
+# ARGV[4..] for each KEYS[i+1]: node name, then its GPU total (0 = GPUs not managed there)
 # All or nothing: the head plus nodes-1 candidates that each have per_node free GPUs, taken in one go,
 # or nothing at all. Idempotent: an existing gang is returned as it is. Returns {nodes json, gpus json}.
 _RESERVE_GANG = """
@@ -45,7 +45,7 @@ for i = 2, #KEYS do
   for g = 0, total - 1 do
     if #free < per_node and not redis.call('HGET', KEYS[i], tostring(g)) then free[#free + 1] = g end
   end
-  if #free >= per_node then
+  if total == 0 or #free >= per_node then  -- a node that manages no GPUs holds nothing but its place
     chosen[#chosen + 1] = {i, name, free}
   elseif i == 2 then
     return false

@@ -190,12 +190,12 @@ def _check_gang_capacity(store: Store, nodes: int, per_node: int, head: str | No
     among them; only the `named` ones, if any). Refused only when the live nodes could never hold it;
     busy ones just make it wait."""
     live = [n for n in live_nodes(store) if not named or n["name"] in named]
-    managed = [n for n in live if int(n.get("gpus", 0)) > 0]
-    if not managed or len(managed) < len(live):
-        return  # no node reports GPUs (CPU-only, or none alive yet): nothing to judge
-    fit = sorted(n["name"] for n in managed if int(n["gpus"]) >= per_node)
+    if not live:
+        return  # none alive yet: nothing to judge
+    # A node that manages no GPUs (gpus 0) runs a rank without a GPU reservation: it counts as fitting.
+    fit = sorted(n["name"] for n in live if int(n.get("gpus", 0)) == 0 or int(n.get("gpus", 0)) >= per_node)
     problems = []
-    if head and head not in fit:
+    if head and head in {n["name"] for n in live} and head not in fit:
         problems.append(f"the named head node {head} has fewer than {per_node} GPUs")
     if len(fit) < nodes:
         problems.append(f"only {len(fit)} live node(s) have {per_node} GPUs ({', '.join(fit) or 'none'})")

@@ -197,7 +197,7 @@ class ExperimentDriver:
             gpus = self._reserve()
             if gpus is None:
                 return self._wait_for_gpus()
-            self.ctx.gpus = gpus
+            self.ctx.gpus = gpus if self.node.manages_gpus else None  # a gang on a node without managed GPUs
         if swarm and not self._reserve_swarm_port():
             self._release_gpus_now()
             return False  # another experiment's swarm server holds the port: back to the queue, like GPUs
@@ -277,7 +277,7 @@ class ExperimentDriver:
                 return True
             gpus = self._reserve()
             if gpus is not None:
-                self.ctx.gpus = gpus
+                self.ctx.gpus = gpus if self.node.manages_gpus else None
                 return True
             time.sleep(0.25)
         return False

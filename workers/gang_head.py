@@ -52,7 +52,7 @@ class GangHead:
 
     # -- placement -----------------------------------------------------------------------------
     def candidates(self) -> list[tuple[str, int]]:
-        """Live, undrained nodes that manage GPUs, with their totals: where the other ranks may go."""
+        """Live, undrained nodes with their GPU totals: where the other ranks may go."""
         now = time.time()
         out = []
         for n in self.store.nodes():
@@ -60,15 +60,17 @@ class GangHead:
                 continue
             if self.named and n["name"] not in self.named:
                 continue
-            if int(n.get("gpus") or 0) > 0 and n["name"] != self.node.name:
-                out.append((str(n["name"]), int(n["gpus"])))
+            if n["name"] != self.node.name:
+                out.append((str(n["name"]), int(n.get("gpus") or 0)))  # 0: GPUs not managed there
         return out
 
     def reserve(self) -> list[int] | None:
         """All or nothing: `per_node` GPUs on this node (rank 0) and on nnodes-1 others; this node's GPUs."""
         gang = self.gangs.reserve(self.id, (self.node.name, self.node.gpus), self.candidates(), self.nnodes,
                                   self.per_node)
-        return None if gang is None else gang.gpus[self.node.name]
+        if gang is None:
+            return None
+        return gang.gpus[self.node.name] if self.node.manages_gpus else []
 
     # -- launching -----------------------------------------------------------------------------
     def address(self) -> str:

@@ -119,7 +119,7 @@ class RankDriver:
         self._report(**base, state="starting")
         if self.runner.exists(session):
             self.runner.kill_session(session)  # the previous attempt's lingering pane
-        gpus = gang.gpus.get(self.node.name)
+        gpus = gang.gpus.get(self.node.name) if self.node.manages_gpus else None  # None: CUDA_VISIBLE_DEVICES unset
         env = attempt_env(bp, self.id, launch.get("env_overrides") or {}, gpus)
         env[MARKER] = rank_marker(self.id, self.rank)
         env.update(gang_env(launch, self.rank))

@@ -138,3 +138,23 @@ def test_a_submission_may_name_the_gangs_nodes(redis_url: str, tmp_path) -> None
     assert head is not None and [n for n, _ in head.candidates()] == ["a"]
     assert head.reserve() == list(range(8))
     assert store.gpu_owners("b") == {} and set(store.gpu_owners("a").values()) == {rec["id"]}
+
+
+def test_nodes_without_managed_gpus_take_part_without_a_reservation(stores) -> None:
+    store, gangs = stores
+    gang = gangs.reserve("cpu", ("a", 0), [("b", 0), ("c", 0)], 2, 8)
+    assert gang is not None and gang.nodes == ["a", "b"] and gang.gpus == {"a": [], "b": []}
+    assert store.gpu_owners("a") == {} and gangs.release("cpu") == {"a": [], "b": []}
+
+
+def test_a_single_cpu_node_cannot_hold_a_two_node_run(redis_url: str, tmp_path) -> None:
+    from service.submit import SubmissionRejected, submit
+    from tests.integration.scenario import make
+
+    store = Store.from_url(redis_url)
+    sc = make("demo", tmp_path / "g")
+    y = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
+    y.write_text(y.read_text().replace("nnodes: 1", "nnodes: 2"))
+    store.heartbeat("only", {"gpus": 0, "gpus_busy": 0, "slots": 2}, ttl=2)  # what `ajet-runner run` has
+    with pytest.raises(SubmissionRejected, match=r"needs 2 nodes .* only 1 live node"):
+        submit(store, store.r, sc.blueprint.read_text())
