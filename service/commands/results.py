@@ -115,7 +115,7 @@ def results(
         typer.echo(f"error: {path}: no such file or directory", err=True)
         raise typer.Exit(2)
     files = find_result_files(path)
-    logs = sorted(path.glob("logs/attempt-*.log"), key=_attempt_number) if path.is_dir() else [path]
+    logs = sorted(_head_logs(path), key=_attempt_number) if path.is_dir() else [path]
     file_summary = parse_val_files(files, root=path if path.is_dir() else "") if files else None
     if file_summary is not None and path.is_file() and not file_summary.evaluations:
         file_summary = None  # a log, not a results file
@@ -138,8 +138,14 @@ def results(
 
 
 def _attempt_number(path: Path) -> int:
-    digits = "".join(ch for ch in path.stem.rsplit("-", 1)[-1] if ch.isdigit())
-    return int(digits) if digits else 0
+    """N of `attempt-N.log`, and of a multi-node run's `attempt-N-rank0.log`."""
+    match = re.match(r"attempt-(\d+)", path.name)
+    return int(match.group(1)) if match else 0
+
+
+def _head_logs(result_dir: Path) -> list[Path]:
+    """Every attempt's log; of a multi-node run only the head's (rank 0): the other ranks do not train."""
+    return [p for p in result_dir.glob("logs/attempt-*.log") if not re.search(r"-rank[1-9]\d*\.log$", p.name)]
 
 
 def _console(logs: list[Path]) -> ResultSummary | None:

@@ -10,6 +10,7 @@ gang is relaunched.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -173,6 +174,11 @@ def test_a_two_node_run_completes_as_one_gang_and_never_shares_gpus(hosts, clien
     report = (gang_sc.results / "experiment_report.md").read_text()
     assert "## Nodes" in report and member in report and "attempt-1-rank1.log" in report
     assert [c for c in data["preflight_changes"] if "--with-ray-cluster" in str(c.get("new"))]
+    log = client.log(gang, tail=3)  # the API shows the head's log
+    assert log.source == "file" and log.path.endswith("logs/attempt-1-rank0.log")
+    shown = subprocess.run([*CLI, "results", str(gang_sc.results), "--json"], capture_output=True, text=True,
+                           check=False)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["evaluations"], shown.stderr
 
     # GPUs released on both nodes; no process of either rank left; the non-head's session is closed (the
     # head's pane lingers a while for inspection, as a single-node run's does).
