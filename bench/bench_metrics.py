@@ -17,7 +17,7 @@ import redis
 
 from service.embedded import EmbeddedRedis
 from service.metrics import metrics_response
-from service.store import INDEX, Store, exp_key
+from store.store import INDEX, Store, exp_key
 from workers.jobs import queue
 
 STATES = ("queued", "launching", "running", "failing", "repairing", "collecting")

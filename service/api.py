@@ -21,7 +21,7 @@ from service.api_backend import Backend
 from service.api_errors import error_responses, install_handlers, install_openapi
 from service.api_middleware import BodyLimit, Latency
 from service.auth import BearerAuth, TokenSet, bearer_scheme
-from service.settings import Settings, get_settings
+from store.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 

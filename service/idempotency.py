@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from service.store import PREFIX, Store
+from store.store import PREFIX, Store
 
 TTL_SECONDS = 7 * 24 * 3600
 KEY_PATTERN = r"^[\x21-\x7e]{1,200}$"  # printable ASCII, no spaces

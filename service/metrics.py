@@ -28,11 +28,11 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.utils import utcparse
 
-from service.settings import get_settings
-from service.store import DURATION_BUCKETS, INDEX, NODES, PREFIX, Store, exp_key, node_key
 from service.submit import NODE_ALIVE_SECONDS
 from statemachine.absence import node_absent_for
 from statemachine.lifecycle import TRANSITIONS, Outcome, State
+from store.settings import get_settings
+from store.store import DURATION_BUCKETS, INDEX, NODES, PREFIX, Store, exp_key, node_key
 from workers.node import DEFAULT_QUEUE, node_queue
 
 log = logging.getLogger(__name__)

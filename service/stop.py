@@ -20,9 +20,9 @@ from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from service.settings import Settings
-from service.store import Store, TransitionConflict, exp_key
 from statemachine.lifecycle import State
+from store.settings import Settings
+from store.store import Store, TransitionConflict, exp_key
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import redis
 
 from resultdir.archive import archive_previous_run
 from resultdir.refusal import write_refusal
-from service.store import Store, new_id
 from statemachine.blueprint import parse_blueprint, validate_blueprint
 from statemachine.lifecycle import Lifecycle
 from statemachine.models import Level, Problem
 from statemachine.preflight import gpus_needed
+from store.store import Store, new_id
 from workers.config_patch import read_yaml_data
 from workers.jobs import enqueue_drive, target_queue
 from workers.tmux import session_name

@@ -15,9 +15,9 @@ import redis
 from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
-from service.settings import get_settings
-from service.store import Store, TransitionConflict
 from statemachine.lifecycle import State
+from store.settings import get_settings
+from store.store import Store, TransitionConflict
 from workers.driver import ExperimentDriver
 from workers.journal import LostOwnership, RedisUnavailable
 from workers.lifeline import PARENT_ENV, die_with_parent, expected_parent_from_env

@@ -36,7 +36,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from service.store import PREFIX, Store, node_key
+from store.store import PREFIX, Store, node_key
 
 if TYPE_CHECKING:
     from workers.supervisor import NodeSupervisor

@@ -21,9 +21,9 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from service.settings import Settings
-from service.store import Store
 from statemachine.lifecycle import ACTIVE_STATES
+from store.settings import Settings
+from store.store import Store
 from workers.absent_nodes import report_absent_nodes
 from workers.identity import driver_alive
 from workers.jobs import enqueue_drive
