@@ -15,11 +15,10 @@ from resultdir.refusal import write_refusal
 from statemachine.blueprint import parse_blueprint, validate_blueprint
 from statemachine.lifecycle import Lifecycle
 from statemachine.models import Level, Problem
-from statemachine.preflight import gpus_needed
+from statemachine.preflight import gpus_needed, read_yaml_data
+from store.naming import session_name
+from store.queue import enqueue_drive, target_queue
 from store.store import Store, new_id
-from workers.config_patch import read_yaml_data
-from workers.jobs import enqueue_drive, target_queue
-from workers.tmux import session_name
 
 NODE_ALIVE_SECONDS = 30.0
 

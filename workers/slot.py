@@ -17,10 +17,9 @@ from rq.serializers import JSONSerializer
 
 from logsetup import configure
 from statemachine.signatures import use_extension
+from store.queue import queue, queue_names
 from store.settings import get_settings
-from workers.jobs import queue
 from workers.lifeline import PARENT_ENV, die_with_parent, expected_parent_from_env
-from workers.node import queue_names
 
 
 def main(argv: list[str]) -> int:
