@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.gang_store import GangStore
 from statemachine.lifecycle import ACTIVE_STATES
-from workers.jobs import enqueue_rank
+from store.gang import GangStore
+from store.queue import enqueue_rank
 
 ACTIVE = {s.value for s in ACTIVE_STATES}
 

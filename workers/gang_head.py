@@ -11,9 +11,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from service.gang_store import Gang, GangStore
-from service.settings import Settings
-from service.store import Store
+from store.gang import Gang, GangStore
+from store.queue import enqueue_rank
+from store.settings import Settings
+from store.store import Store
 from workers.gang_env import free_port
 from workers.node import NodeInfo
 
@@ -114,7 +115,6 @@ class GangHead:
 
     def dispatch(self, gang: Gang) -> list[int]:
         """Enqueue a rank job on each member node whose rank nobody drives (lease run out or never held)."""
-        from workers.jobs import enqueue_rank  # jobs imports the driver, which imports this module
         now = self.store.server_time()
         sent = []
         for rank, node in enumerate(gang.nodes[1:], start=1):

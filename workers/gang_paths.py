@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.tmux import session_name
+from store.naming import session_name
 
 
 def rank_session(purpose: str, exp_id: str, rank: int) -> str:

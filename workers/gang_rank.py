@@ -15,10 +15,10 @@ import logging
 import time
 from typing import Any
 
-from service.gang_store import Gang, GangStore
-from service.settings import Settings
-from service.store import Store
 from statemachine.models import Blueprint
+from store.gang import Gang, GangStore
+from store.settings import Settings
+from store.store import Store
 from workers.attempt import MARKER, attempt_env
 from workers.gang_env import gang_env
 from workers.gang_paths import rank_marker, rank_paths, rank_session

@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-from service.gang_store import GangStore, gang_key
-from service.store import Store
+from store.gang import GangStore
+from store.keys import gang_key
+from store.store import Store
 
 pytestmark = pytest.mark.integration
 
@@ -112,8 +113,8 @@ def test_submission_refuses_only_what_no_set_of_live_nodes_could_hold(redis_url:
 
 
 def test_a_submission_may_name_the_gangs_nodes(redis_url: str, tmp_path) -> None:
-    from service.settings import Settings
     from service.submit import SubmissionRejected, submit
+    from store.settings import Settings
     from tests.integration.scenario import make
     from workers.gang_head import gang_head
     from workers.node import NodeInfo

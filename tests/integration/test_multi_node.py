@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from service.client import AjetRunnerClient
-from service.store import Store
+from store.store import Store
 from tests.integration.scenario import CLI, Scenario, make, marked_processes, wait_for
 from tests.integration.test_api import running_server
 from tests.integration.workers import kill_group, worker_env
@@ -220,7 +220,7 @@ def test_a_non_head_killed_mid_run_is_diagnosed_and_the_gang_relaunched(hosts, c
 
 def test_a_restarted_member_worker_re_adopts_its_rank_and_cancel_stops_every_node(hosts, client, redis_url,
                                                                                   tmp_path) -> None:
-    from service.gang_store import GangStore
+    from store.gang import GangStore
 
     store = Store.from_url(redis_url)
     gangs = GangStore(store.r)
