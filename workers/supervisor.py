@@ -152,10 +152,18 @@ class NodeSupervisor:
         """GPUs held by experiments that finished or vanished while their driver was dead."""
         if not self.node.manages_gpus:
             return
+        seen: set[str] = set()
         for gpu, exp_id in self.store.gpu_owners(self.node.name).items():
+            if exp_id in seen:
+                continue
+            seen.add(exp_id)
             rec = self.store.get(exp_id)
             if held_by_gang(self.gangs, rec, self.node.name):
                 continue  # a member's GPUs of a multi-node run: the record names the head's node
+            if rec is not None and rec.get("state") == "finished" and int(rec.get("nnodes") or 1) > 1 and (
+                    released_all := self.gangs.release(exp_id)):  # every node's; the gang record expires
+                log.info("released the GPUs %s of multi-node run %s (stale)", released_all, exp_id)
+                continue
             if rec is None or rec.get("state") == "finished" or (
                 rec.get("state") != "queued" and rec.get("node") not in ("", self.node.name)
             ):

@@ -159,3 +159,21 @@ def test_a_single_cpu_node_cannot_hold_a_two_node_run(redis_url: str, tmp_path) 
     store.heartbeat("only", {"gpus": 0, "gpus_busy": 0, "slots": 2}, ttl=2)  # what `ajet-runner run` has
     with pytest.raises(SubmissionRejected, match=r"needs 2 nodes .* only 1 live node"):
         submit(store, store.r, sc.blueprint.read_text())
+
+
+def test_a_member_keeps_a_running_gangs_gpus_and_frees_a_finished_ones(redis_url: str) -> None:
+    from store.settings import Settings
+    from workers.node import NodeInfo
+    from workers.supervisor import NodeSupervisor
+
+    store = Store.from_url(redis_url)
+    gangs = GangStore(store.r)
+    store.create("live", {"state": "running", "node": "a", "nnodes": 2}, {})
+    store.create("done", {"state": "finished", "node": "a", "nnodes": 2}, {})
+    assert gangs.reserve("live", ("a", 8), [("b", 8)], 2, 4) is not None
+    assert gangs.reserve("done", ("a", 8), [("b", 8)], 2, 4) is not None
+    member = NodeSupervisor(Settings(redis_url=redis_url), NodeInfo(name="b", gpus=8, slots=1), redis_url)
+    member._release_stale_gpus()  # the record names the head (a): still not stale for the member b
+    assert set(store.gpu_owners("b").values()) == {"live"}
+    assert set(store.gpu_owners("a").values()) == {"live"}  # the finished gang: released on every node at once
+    assert store.r.ttl(gang_key("done")) > 0 and store.r.ttl(gang_key("live")) == -1
