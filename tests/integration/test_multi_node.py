@@ -218,7 +218,7 @@ def test_a_non_head_killed_mid_run_is_diagnosed_and_the_gang_relaunched(hosts, c
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
 
 
-def test_a_restarted_member_worker_re_adopts_its_rank_and_cancel_stops_every_node(hosts, client, redis_url,
+def test_restarted_workers_re_adopt_their_ranks_and_cancel_stops_every_node(hosts, client, redis_url,
                                                                                   tmp_path) -> None:
     from store.gang import GangStore
 
@@ -240,6 +240,15 @@ def test_a_restarted_member_worker_re_adopts_its_rank_and_cancel_stops_every_nod
              and g.rank_lease(1) > store.server_time(), 60, "a new rank job to re-adopt rank 1")
     assert os.path.exists(f"/proc/{rank1_pid}")  # the same command: re-adopted, not relaunched
     assert state(client, gang) == "running" and not (logs / "attempt-2-rank1.log").exists()
+    assert not [e for e in store.events(gang) if e.get("trigger") == "anomaly"]
+
+    head_owner = str(store.get(gang)["owner"])  # type: ignore[index]
+    hosts.kill("nodeA")  # now the head's worker: its driver is re-adopted like any run's
+    hosts.start("nodeA")
+    wait_for(lambda: str((store.get(gang) or {}).get("owner")) not in ("", head_owner), 60,
+             "a new head driver to re-adopt the run")
+    wait_for(lambda: [e for e in store.events(gang) if e.get("type") == "adopted"], 10, "the adoption event")
+    assert state(client, gang) == "running" and os.path.exists(f"/proc/{rank1_pid}")
     assert not [e for e in store.events(gang) if e.get("trigger") == "anomaly"]
 
     client.stop(gang)
