@@ -69,6 +69,7 @@ class GangStore:
         self._set_rank = client.register_script(lua("set_rank"))
         self._set_if_exists = client.register_script(lua("hset_if_exists"))
         self._set_phase = client.register_script(lua("set_launch_phase"))
+        self._replace = client.register_script(lua("replace_gang_members"))
 
     def reserve(self, exp_id: str, head: tuple[str, int], candidates: list[tuple[str, int]], nodes: int,
                 per_node: int) -> Gang | None:
@@ -102,8 +103,25 @@ class GangStore:
     def set_phase(self, exp_id: str, phase: str) -> bool:
         return bool(self._set_phase(keys=[gang_key(exp_id)], args=[phase]))
 
-    def claim_rank(self, exp_id: str, rank: int, owner: str, lease_seconds: float) -> bool:
-        return bool(self._claim(keys=[gang_key(exp_id)], args=[rank, owner, lease_seconds]))
+    def claim_rank(self, exp_id: str, rank: int, owner: str, lease_seconds: float, node: str) -> bool:
+        """Hold rank `rank` (placed on `node`) for the rank job `owner`; False while another job holds it,
+        or when the rank is no longer on that node."""
+        return bool(self._claim(keys=[gang_key(exp_id)], args=[rank, owner, lease_seconds, node]))
+
+    def replace_members(self, exp_id: str, lost: list[str], candidates: list[tuple[str, int]]) -> Gang | None:
+        """Move the ranks of the `lost` nodes to other candidates, all or nothing: their GPUs there are freed,
+        `per_node` GPUs taken on each replacement, the ranks' states reset. None when they do not fit now."""
+        gang = self.get(exp_id)
+        if gang is None:
+            return None
+        fresh = [c for c in candidates if c[0] not in gang.nodes]
+        args: list[Any] = [exp_id, len(lost), *lost]
+        for name, total in fresh:
+            args += [name, total]
+        keys = [gang_key(exp_id), *[gpu_key(n) for n in lost], *[gpu_key(n) for n, _ in fresh]]
+        if not self._replace(keys=keys, args=args):
+            return None
+        return self.get(exp_id)
 
     def set_rank(self, exp_id: str, rank: int, owner: str, state: dict[str, Any]) -> bool:
         return bool(self._set_rank(keys=[gang_key(exp_id)], args=[rank, owner, json.dumps(state, default=str)]))

@@ -52,12 +52,15 @@ class GangHead:
         self.cancelled = cancelled
 
     # -- placement -----------------------------------------------------------------------------
+    def _live_nodes(self) -> list[dict[str, Any]]:
+        now = time.time()
+        return [n for n in self.store.nodes() if now - float(n.get("last_seen") or 0) < NODE_ALIVE_SECONDS]
+
     def candidates(self) -> list[tuple[str, int]]:
         """Live, undrained nodes with their GPU totals: where the other ranks may go."""
-        now = time.time()
         out = []
-        for n in self.store.nodes():
-            if now - float(n.get("last_seen") or 0) >= NODE_ALIVE_SECONDS or n.get("drain"):
+        for n in self._live_nodes():
+            if n.get("drain"):
                 continue
             if self.named and n["name"] not in self.named:
                 continue
@@ -91,11 +94,11 @@ class GangHead:
                       "env_overrides": env_overrides, "master_addr": self.address(), "master_port": free_port(),
                       "nnodes": len(gang.nodes)}
             self.gangs.set_launch(self.id, launch)
-        self.dispatch(gang)
         deadline = time.monotonic() + self.settings.gang_start_timeout_seconds
         while True:
             self.renew()
-            gang = self._gang()
+            gang = self._replace_lost(self._gang())
+            self.dispatch(gang)
             waiting = []
             for rank, node in enumerate(gang.nodes[1:], start=1):
                 mine = gang.rank_state(rank)
@@ -112,6 +115,21 @@ class GangHead:
                 raise GangFailed(f"{', '.join(waiting)} not running after {limit:g} s "
                                  "(is a worker serving that node, with a free slot?)")
             time.sleep(self.settings.poll_interval)
+
+    def _replace_lost(self, gang: Gang) -> Gang:
+        """Members whose node is gone (no heartbeat) are swapped for other live nodes with room, all at once;
+        until that fits, the gang waits (the start timeout bounds it)."""
+        live = {str(n["name"]) for n in self._live_nodes()}
+        lost = [n for n in gang.nodes[1:] if n not in live]
+        if not lost:
+            return gang
+        moved = self.gangs.replace_members(self.id, lost, self.candidates())
+        if moved is None:
+            return gang
+        self.store.publish(self.id, {"type": "gang", "message": f"node(s) {', '.join(lost)} gone: their rank(s) "
+                                     f"now run on {', '.join(n for n in moved.nodes if n not in gang.nodes)}",
+                                     "nodes": moved.nodes})
+        return moved
 
     def dispatch(self, gang: Gang) -> list[int]:
         """Enqueue a rank job on each member node whose rank nobody drives (lease run out or never held)."""

@@ -44,7 +44,7 @@ class RankDriver:
 
     def run(self) -> str:
         """Follow the head until the experiment is done; "not-owner" when another job holds this rank."""
-        if not self.gangs.claim_rank(self.id, self.rank, self.owner, self.settings.lease_seconds):
+        if not self.gangs.claim_rank(self.id, self.rank, self.owner, self.settings.lease_seconds, self.node.name):
             return "not-owner"
         while True:
             try:
@@ -62,7 +62,10 @@ class RankDriver:
         if rec is None or gang is None:
             self._stop(gang)
             return "gone"
-        if not self.gangs.claim_rank(self.id, self.rank, self.owner, self.settings.lease_seconds):
+        if self.rank >= len(gang.nodes) or gang.nodes[self.rank] != self.node.name:
+            self._stop(None)  # the rank moved to another node (this one was taken for lost): stop ours
+            return "moved"
+        if not self.gangs.claim_rank(self.id, self.rank, self.owner, self.settings.lease_seconds, self.node.name):
             return "not-owner"
         launch = gang.launch
         attempt = int(launch.get("attempt") or 0)

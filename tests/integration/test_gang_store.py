@@ -66,14 +66,15 @@ def test_two_gangs_racing_for_the_same_nodes_never_split_them(stores) -> None:
 
 def test_a_rank_is_driven_by_one_job_at_a_time(stores) -> None:
     store, gangs = stores
-    assert gangs.claim_rank("g", 1, "job-a", 5) is False  # no gang, no claim
+    assert gangs.claim_rank("g", 1, "job-a", 5, "b") is False  # no gang, no claim
     gangs.reserve("g", ("a", 8), [("b", 8)], 2, 8)
-    assert gangs.claim_rank("g", 1, "job-a", 5) is True
-    assert gangs.claim_rank("g", 1, "job-b", 5) is False
+    assert gangs.claim_rank("g", 1, "job-a", 5, "c") is False  # rank 1 is not placed on c
+    assert gangs.claim_rank("g", 1, "job-a", 5, "b") is True
+    assert gangs.claim_rank("g", 1, "job-b", 5, "b") is False
     assert gangs.set_rank("g", 1, "job-b", {"state": "running"}) is False
     assert gangs.set_rank("g", 1, "job-a", {"state": "running", "attempt": 1}) is True
     store.r.hset(gang_key("g"), "r1:lease", "0")  # job-a's lease ran out
-    assert gangs.claim_rank("g", 1, "job-b", 5) is True
+    assert gangs.claim_rank("g", 1, "job-b", 5, "b") is True
     gang = gangs.get("g")
     assert gang is not None and gang.rank_owner(1) == "job-b" and gang.rank_state(1)["attempt"] == 1
     assert gangs.set_launch("g", {"attempt": 2, "phase": "launch", "master_port": 1234})
@@ -177,3 +178,20 @@ def test_a_member_keeps_a_running_gangs_gpus_and_frees_a_finished_ones(redis_url
     assert set(store.gpu_owners("b").values()) == {"live"}
     assert set(store.gpu_owners("a").values()) == {"live"}  # the finished gang: released on every node at once
     assert store.r.ttl(gang_key("done")) > 0 and store.r.ttl(gang_key("live")) == -1
+
+
+def test_a_lost_members_rank_moves_to_a_node_with_room_all_or_nothing(stores) -> None:
+    store, gangs = stores
+    gangs.reserve("g", ("a", 8), [("b", 8)], 2, 8)
+    gangs.claim_rank("g", 1, "job-b", 5, "b")
+    gangs.set_rank("g", 1, "job-b", {"state": "running", "launch_id": "x"})
+    store.reserve_gpus("c", "other", 2, 8)  # c has only 6 free
+    assert gangs.replace_members("g", ["b"], [("c", 8)]) is None
+    assert set(store.gpu_owners("b").values()) == {"g"}  # nothing changed
+    moved = gangs.replace_members("g", ["b"], [("c", 8), ("d", 8)])
+    assert moved is not None and moved.nodes == ["a", "d"] and moved.gpus == {"a": list(range(8)), "d": list(range(8))}
+    assert store.gpu_owners("b") == {} and set(store.gpu_owners("d").values()) == {"g"}
+    assert moved.rank_state(1) == {} and moved.rank_owner(1) == "" and moved.rank_lease(1) == 0
+    assert gangs.claim_rank("g", 1, "job-b", 5, "b") is False  # the old node's job cannot take it back
+    assert gangs.claim_rank("g", 1, "job-d", 5, "d") is True
+    assert gangs.release("g") == {"a": list(range(8)), "d": list(range(8))}

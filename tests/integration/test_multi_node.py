@@ -31,6 +31,7 @@ from tests.integration.workers import kill_group, worker_env
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HOSTS = {"nodeA": "ajet-host-a", "nodeB": "ajet-host-b"}  # node name -> its hostname
+SPARE = {"nodeC": "ajet-host-c"}  # a third host, for the test where a member node disappears
 
 
 def _can_unshare() -> bool:
@@ -45,7 +46,7 @@ class Hosts:
     def __init__(self, redis_url: str, tmp_path: Path) -> None:
         self.redis_url = redis_url
         self.tmp_path = tmp_path
-        self.sockets = {node: str(tmp_path / f"tmux-{node}.sock") for node in HOSTS}
+        self.sockets = {node: str(tmp_path / f"tmux-{node}.sock") for node in {**HOSTS, **SPARE}}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, node: str) -> None:
@@ -54,7 +55,7 @@ class Hosts:
         worker = " ".join([*CLI, "worker", "--node", node, "--gpus", "8"])
         with open(self.tmp_path / f"worker-{node}.log", "ab") as log:
             self.procs[node] = subprocess.Popen(
-                ["unshare", "--uts", "sh", "-c", f"hostname {HOSTS[node]} && exec {worker}"], env=env,
+                ["unshare", "--uts", "sh", "-c", f"hostname {({**HOSTS, **SPARE})[node]} && exec {worker}"], env=env,
                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=log)
 
     def kill(self, node: str) -> None:
@@ -282,3 +283,32 @@ def test_the_heads_gpu_count_failure_relaunches_the_whole_gang(hosts, client, re
         assert len(ports) == 1, ports
     wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
+
+
+def test_a_member_node_that_disappears_is_replaced_on_the_relaunch(hosts, client, redis_url, tmp_path) -> None:
+    from store.gang import GangStore
+
+    store = Store.from_url(redis_url)
+    hosts.start("nodeC")
+    live = set(HOSTS) | set(SPARE)
+    wait_for(lambda: {n["name"] for n in client.nodes() if n["alive"]} == live, 30, "three hosts")
+    sc = demo(tmp_path, "gang", nnodes=2, steps=80)  # 40 s: longer than the member grace (20 s)
+    gang = client.submit_file(sc.blueprint, nodes=["nodeA", "nodeB", "nodeC"])["id"]
+    logs = sc.results / "logs"
+    wait_for(lambda: state(client, gang) == "running", 60, "the gang to run")
+    assert GangStore(store.r).get(gang).nodes == ["nodeA", "nodeB"]  # type: ignore[union-attr]
+    wait_for(lambda: "Training Progress" in (logs / "attempt-1-rank0.log").read_text(), 60, "a training step")
+    hosts.kill("nodeB")  # the member node is gone for good: no heartbeat, no rank job (its command is out of reach)
+
+    wait_for(lambda: state(client, gang) == "finished", 180, "the gang to finish on the other nodes")
+    rec = client.get(gang)
+    assert rec["outcome"] == "completed", rec["reason"]
+    events = store.events(gang)
+    lost = [e for e in events if e.get("trigger") == "anomaly"]
+    assert len(lost) == 1 and lost[0]["signature"] == "gang_member_lost" and "lease ran out" in lost[0]["reason"]
+    assert [e for e in events if e.get("type") == "gang" and "nodeB gone" in e.get("message", "")]
+    nodes = {m["rank"]: m["node"] for m in sc.results_json()["nodes"]}
+    assert nodes == {0: "nodeA", 1: "nodeC"}
+    assert assignments(logs / "attempt-2-rank1.sh")["MASTER_ADDR"] == HOSTS["nodeA"]
+    wait_for(lambda: all(store.gpu_owners(n) == {} for n in ("nodeA", "nodeC")), 15, "GPUs released")
+    # nodeB's own GPU hash still names the run: that node is gone, and its next worker frees them (stale).
