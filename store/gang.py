@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from store.keys import gang_key, gpu_key
+from store.keys import gang_key, gpu_key, node_ranks_key
 from store.scripts import lua
 
 RELEASED_TTL = 7 * 86400
@@ -128,3 +128,18 @@ class GangStore:
 
     def mark_enqueued(self, exp_id: str, rank: int, at: float) -> bool:
         return bool(self._set_if_exists(keys=[gang_key(exp_id)], args=[f"r{rank}:enq", repr(at)]))
+
+    # -- what ran where (for the sweep of a node whose rank moved away while it was gone) ---------
+    def note_rank_here(self, node: str, exp_id: str, rank: int) -> None:
+        self.r.sadd(node_ranks_key(node), f"{exp_id}:{rank}")
+
+    def forget_rank_here(self, node: str, exp_id: str, rank: int) -> None:
+        self.r.srem(node_ranks_key(node), f"{exp_id}:{rank}")
+
+    def ranks_here(self, node: str) -> list[tuple[str, int]]:
+        out = []
+        for raw in self.r.smembers(node_ranks_key(node)):
+            exp_id, _, rank = _text(raw).rpartition(":")
+            if exp_id and rank.isdigit():
+                out.append((exp_id, int(rank)))
+        return sorted(out)

@@ -47,6 +47,11 @@ def gang_key(exp_id: str) -> str:
     return f"{PREFIX}:gang:{exp_id}"
 
 
+def node_ranks_key(node: str) -> str:
+    """The multi-node ranks started on a node ("<exp id>:<rank>"; a set): what its supervisor sweeps."""
+    return f"{PREFIX}:node:{node}:ranks"
+
+
 def swarm_port_key(node: str) -> str:
     """Swarm server port -> experiment id holding it, on one node (a hash)."""
     return f"{PREFIX}:swarm_ports:{node}"

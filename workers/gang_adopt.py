@@ -3,11 +3,20 @@ ran out) or was never started, it enqueues a new one here, which re-adopts the r
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import Any
 
 from statemachine.lifecycle import ACTIVE_STATES
+from statemachine.models import Blueprint
 from store.gang import GangStore
 from store.queue import enqueue_rank
+from store.store import Store
+from workers.attempt import MARKER
+from workers.gang_paths import rank_marker, rank_session
+from workers.tmux import TmuxRunner
+
+log = logging.getLogger(__name__)
 
 ACTIVE = {s.value for s in ACTIVE_STATES}
 
@@ -37,3 +46,26 @@ def held_by_gang(gangs: GangStore, rec: dict[str, Any] | None, node: str) -> boo
         return False
     gang = gangs.get(str(rec["id"]))
     return gang is not None and node in gang.nodes
+
+
+def sweep_left_ranks(store: Store, gangs: GangStore, runner: TmuxRunner, node: str) -> list[tuple[str, int]]:
+    """Ranks started on this node that no longer belong here (the run finished or is gone, or the rank moved to
+    another node while this one was away) and whose job is gone: stop what is left of them, no process left."""
+    swept = []
+    for exp_id, rank in gangs.ranks_here(node):
+        rec = store.get(exp_id)
+        gang = gangs.get(exp_id)
+        placed_here = gang is not None and rank < len(gang.nodes) and gang.nodes[rank] == node
+        if rec is not None and rec.get("state") in ACTIVE and placed_here:
+            continue  # still ours: adopt_ranks keeps it driven
+        if placed_here and gang is not None and gang.rank_lease(rank) > store.server_time():
+            continue  # its rank job is stopping it right now
+        bp = Blueprint.model_validate((rec or {}).get("blueprint_json") or {})
+        if rec is not None:
+            with contextlib.suppress(Exception):
+                runner.kill_session(rank_session(bp.exp_purpose, exp_id, rank))
+        killed = runner.kill_marked(MARKER, rank_marker(exp_id, rank), grace=5.0)
+        gangs.forget_rank_here(node, exp_id, rank)
+        log.info("rank %d of %s left on node %s: stopped (%d process(es))", rank, exp_id, node, len(killed))
+        swept.append((exp_id, rank))
+    return swept

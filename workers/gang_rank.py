@@ -53,6 +53,8 @@ class RankDriver:
                 log.warning("%s rank %d: redis unreachable: %s", self.id, self.rank, exc)
                 outcome = None
             if outcome:
+                with contextlib.suppress(*REDIS_ERRORS):
+                    self.gangs.forget_rank_here(self.node.name, self.id, self.rank)  # stopped: nothing to sweep
                 return outcome
             time.sleep(self.settings.poll_interval)
 
@@ -120,6 +122,7 @@ class RankDriver:
         paths = rank_paths(bp.exp_result_dir, attempt, self.rank)
         base = {"attempt": attempt, "launch_id": launch.get("id"), "session": session, "log": str(paths["log"])}
         self._report(**base, state="starting")
+        self.gangs.note_rank_here(self.node.name, self.id, self.rank)  # swept by this node if the rank moves away
         if self.runner.exists(session):
             self.runner.kill_session(session)  # the previous attempt's lingering pane
         gpus = gang.gpus.get(self.node.name) if self.node.manages_gpus else None  # None: CUDA_VISIBLE_DEVICES unset

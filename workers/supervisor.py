@@ -27,10 +27,11 @@ from store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
 from store.settings import Settings
 from store.store import Store
 from workers.absent_nodes import report_absent_nodes
-from workers.gang_adopt import adopt_ranks, held_by_gang
+from workers.gang_adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from workers.identity import driver_alive
 from workers.lifeline import PARENT_ENV
 from workers.node import NodeInfo
+from workers.tmux import TmuxRunner
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
@@ -47,6 +48,7 @@ class NodeSupervisor:
         self.url = redis_url
         self.store = Store(redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5))
         self.gangs = GangStore(self.store.r)
+        self._runner: TmuxRunner | None = None  # for sweeping ranks left on this node (workers/gang_adopt.py)
         self.slots: dict[int, subprocess.Popen[bytes]] = {}
         self.stopping = threading.Event()
         self.started_at = time.time()
@@ -102,6 +104,7 @@ class NodeSupervisor:
         report_absent_nodes(self.store, unfinished, now, self.settings.node_absent_report_seconds)
         self._requeue_lost_jobs(unfinished, now)
         adopt_ranks(self.gangs, unfinished, self.node.name, now, self.settings.lease_seconds)
+        sweep_left_ranks(self.store, self.gangs, self._tmux(), self.node.name)
         mine = self._unfinished_here(unfinished)
         self.running = [rec["id"] for rec in mine]
         for rec in mine:
@@ -143,6 +146,11 @@ class NodeSupervisor:
                                            "message": "its job died before any worker claimed it: queued again"})
             requeued.append(rec["id"])
         return requeued
+
+    def _tmux(self) -> TmuxRunner:
+        if self._runner is None:
+            self._runner = TmuxRunner(self.settings.tmux_socket or None)
+        return self._runner
 
     def _unfinished_here(self, unfinished: list[dict] | None = None) -> list[dict]:
         records = self.store.unfinished() if unfinished is None else unfinished

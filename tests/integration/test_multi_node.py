@@ -310,5 +310,16 @@ def test_a_member_node_that_disappears_is_replaced_on_the_relaunch(hosts, client
     nodes = {m["rank"]: m["node"] for m in sc.results_json()["nodes"]}
     assert nodes == {0: "nodeA", 1: "nodeC"}
     assert assignments(logs / "attempt-2-rank1.sh")["MASTER_ADDR"] == HOSTS["nodeA"]
-    wait_for(lambda: all(store.gpu_owners(n) == {} for n in ("nodeA", "nodeC")), 15, "GPUs released")
-    # nodeB's own GPU hash still names the run: that node is gone, and its next worker frees them (stale).
+    # Every node's GPUs free: nodeB's were freed when its rank moved, the others' when the run ended.
+    wait_for(lambda: all(store.gpu_owners(n) == {} for n in live), 15, "GPUs released")
+
+    # nodeB comes back: its supervisor sweeps what is left there of the rank that moved away.
+    gangs = GangStore(store.r)
+    assert gangs.ranks_here("nodeB") == [(gang, 1)]
+    hosts.start("nodeB")
+    wait_for(lambda: gangs.ranks_here("nodeB") == [], 60, "nodeB to sweep the rank it no longer has")
+    listed = subprocess.run(["tmux", "-S", hosts.sockets["nodeB"], "ls"], capture_output=True, text=True,
+                            check=False).stdout
+    assert "_r1" not in listed, listed
+    assert gangs.ranks_here("nodeA") == [] and gangs.ranks_here("nodeC") == []  # forgotten when stopped
+    wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
