@@ -683,7 +683,8 @@ class ExperimentDriver:
             self._cleanup_processes()
         self._stop_gang_members("done")
         if self.gang is not None:
-            self.ctx.gang = {**self.ctx.gang, "members": self.gang.members()}
+            with contextlib.suppress(*REDIS_ERRORS):  # the report then lists no nodes; it is written anyway
+                self.ctx.gang = {**self.ctx.gang, "members": self.gang.members()}
         stop_ours(self.runner, self.ctx.swarm, self.settings.stop_grace_seconds, self.journal.publish)
         link_repair_outcomes(self.ctx, self.lc.outcome)
         advised = learn_from_advice(self.ctx, self.lc.outcome, exp_id=self.id,
@@ -705,8 +706,7 @@ class ExperimentDriver:
         except OSError as exc:
             failure = failure or exc
         if self.gang is not None:
-            gang = self.gang
-            self.journal.call(gang.release)  # every node's GPUs of the gang at once
+            self.journal.call(self.gang.release)  # every node's GPUs of the gang at once
         elif self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         if self.ctx.swarm and (port := self._swarm_port()) is not None:
