@@ -34,6 +34,7 @@ from statemachine.lifecycle import TRANSITIONS, Outcome, State
 from store.keys import INDEX, NODES, duration_bucket_key, exp_key, node_key, stats_key
 from store.naming import DEFAULT_QUEUE, node_queue
 from store.settings import get_settings
+from store.stats import split_pair, split_transition, transition_label
 from store.store import DURATION_BUCKETS, Store
 
 log = logging.getLogger(__name__)
@@ -294,7 +295,7 @@ def _all_transitions() -> list[str]:
     pairs = []
     for t in TRANSITIONS:
         sources = t["source"] if isinstance(t["source"], list) else [t["source"]]
-        pairs += [f"{State(s).value}>{State(t['dest']).value}" for s in sources]
+        pairs += [transition_label(State(s).value, State(t["dest"]).value) for s in sources]
     return pairs
 
 
@@ -304,15 +305,13 @@ def counter_families(snap: Snapshot) -> Iterable[Metric]:
                                       labels=["from_state", "to_state"])
     counts = snap.stats.get("transitions", {})
     for pair in dict.fromkeys([*_all_transitions(), *sorted(counts)]):
-        src, _, dst = pair.partition(">")
-        transitions.add_metric([src, dst], counts.get(pair, 0.0))
+        transitions.add_metric(list(split_transition(pair)), counts.get(pair, 0.0))
     yield transitions
 
     repairs = CounterMetricFamily("ajet_runner_repairs", "Repairs by failure signature and result.",
                                   labels=["signature", "result"])
     for key, value in sorted(snap.stats.get("repairs", {}).items()):
-        signature, sep, result = key.rpartition("|")
-        repairs.add_metric([signature, result] if sep else [key, ""], value)
+        repairs.add_metric(list(split_pair(key)), value)
     yield repairs
 
     advised = CounterMetricFamily("ajet_runner_advised_repairs",
@@ -320,8 +319,7 @@ def counter_families(snap: Snapshot) -> Iterable[Metric]:
                                   "declined, no answer; then <outcome> once the relaunched run finished).",
                                   labels=["model", "result"])
     for key, value in sorted(snap.stats.get("advised", {}).items()):
-        model, sep, result = key.rpartition("|")
-        advised.add_metric([model, result] if sep else [key, ""], value)
+        advised.add_metric(list(split_pair(key)), value)
     yield advised
 
     write_failures = CounterMetricFamily(

@@ -33,13 +33,14 @@ from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
 from store.settings import Settings
+from store.stats import TransitionStats
 from store.store import Store, TransitionConflict
 from workers.advice_learning import learn_from_advice
 from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
-from workers.context import Context
+from workers.context import Attempt, Context, PendingRepair, RepairRecord, RepairResult
 from workers.finish import (
     atomic_write_bytes,
     remove_temp_files,
@@ -51,7 +52,7 @@ from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
 from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
-from workers.report import AttemptInfo, RepairRecord, write_report
+from workers.report import write_report
 from workers.reserve import release_reserve, take_reserve
 from workers.swarm_run import SwarmServerFailed, is_swarm, start_or_reuse, stop_ours, swarm_plan, swarm_results_path
 from workers.tmux import RunHandle, TmuxRunner, session_name
@@ -144,26 +145,26 @@ class ExperimentDriver:
         self._renew()
 
     def fire(self, trigger: str, reason: str = "", fields: dict[str, Any] | None = None, ack: bool = False,
-             repair_stat: str = "", advised: str = "", **detail: Any) -> None:
+             repair_stat: tuple[str, str] | None = None, advised: tuple[str, str] | None = None,
+             **detail: Any) -> None:
+        """Fire `trigger` and persist the new state with its event; `repair_stat` is (signature, result)."""
         before = self.lc.state
         entry = self.lc.fire(trigger, reason=reason, **detail)
-        stats: dict[str, Any] = {"transition": f"{before}>{self.lc.state}"}
+        stats = TransitionStats(transition=(before, self.lc.state), repair=repair_stat,
+                                write_failure=str(detail.get("write_failure") or ""))
         if repair_stat:
-            stats["repair"] = repair_stat  # ajet_runner_repairs_total{signature, result}
-            advised = advised or (advised_stat(self.ctx.repairs[-1]) if self.ctx.repairs else "")
-        if advised:
-            stats["advised"] = advised  # ajet_runner_advised_repairs_total{model, result}
-        if detail.get("write_failure"):
-            stats["write_failure"] = detail["write_failure"]  # ajet_runner_result_write_failures_total{errno}
+            advised = advised or (advised_stat(self.ctx.repairs[-1]) if self.ctx.repairs else None)
+        stats.advised = advised
         record = {
             "state": self.lc.state, "outcome": self.lc.outcome, "reason": self.lc.reason,
-            "attempt": self.lc.attempt, "lifecycle": self.lc.to_dict(), "ctx": self.ctx.__dict__,
+            "attempt": self.lc.attempt, "lifecycle": self.lc.to_dict(), "ctx": self.ctx.to_json(),
             **(fields or {}),
         }
         if self.lc.finished:
             record["finished_at"] = entry["at"]
             start = self.started_at or float(self.rec.get("created_at") or entry["at"])
-            stats.update(outcome=self.lc.outcome, duration=max(0.0, entry["at"] - start))
+            stats.outcome = self.lc.outcome
+            stats.duration = max(0.0, entry["at"] - start)
         self.journal.transition(record, {"type": "transition", **entry, **detail}, stats, ack=ack)
         bind(state=self.lc.state)
         log.info("%s: %s -> %s (%s) %s", self.id, before, self.lc.state, trigger, reason)
@@ -390,10 +391,10 @@ class ExperimentDriver:
             except (OSError, RuntimeError) as exc:
                 self.fire("anomaly", f"could not start the tmux session: {exc}")
                 return True
-            self.ctx.attempts.append(AttemptInfo(
+            self.ctx.attempts.append(Attempt(
                 number=self.lc.attempt, started_at=self.handle.started_at, ended_at=None, exit_code=None,
                 command=self.ctx.command, log_path=str(paths["log"]), end_reason="",
-            ).model_dump())
+            ))
         else:
             self.handle = adopted
         self.fire("launched", f"attempt {self.lc.attempt} running in tmux session {session}",
@@ -416,7 +417,7 @@ class ExperimentDriver:
     # -- running: observe, let the rules propose, the machine decides ------------------------------
     def _on_running(self) -> bool:
         assert self.handle is not None
-        earlier = [str(a.get("log_path", "")) for a in self.ctx.attempts if a.get("number") != self.lc.attempt]
+        earlier = [a.log_path for a in self.ctx.attempts if a.number != self.lc.attempt]
         watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None,
                                           val_start=self.ctx.val_start, earlier_log=log_evaluations(earlier))
         watch.last_output_at = self.handle.started_at
@@ -504,14 +505,14 @@ class ExperimentDriver:
         self._cleanup_processes()
         attempt = self.ctx.attempts[-1] if self.ctx.attempts else None
         if attempt is not None:
-            attempt.update(ended_at=time.time(), exit_code=exit_code, end_reason=proposal.reason)
+            attempt.ended_at, attempt.exit_code, attempt.end_reason = time.time(), exit_code, proposal.reason
         if proposal.trigger == "anomaly":
-            self.ctx.pending_repair = {
-                "cause": cause.model_dump() if cause else None,
-                "reason": proposal.reason,
-                "log_excerpt": self._excerpt(cause),
-                "log_tail": self.watch.scanner.tail(80),
-            }
+            self.ctx.pending_repair = PendingRepair(
+                cause=cause.model_dump() if cause else None,
+                reason=proposal.reason,
+                log_excerpt=self._excerpt(cause),
+                log_tail=self.watch.scanner.tail(80),
+            )
         detail = {"rule": proposal.rule}
         if cause is not None:
             detail["signature"] = cause.signature
@@ -534,7 +535,7 @@ class ExperimentDriver:
     # -- failing / repairing -------------------------------------------------------------------
     def _on_failing(self) -> bool:
         self._renew()
-        pending = self.ctx.pending_repair or {}
+        pending = self.ctx.pending_repair.as_dict() if self.ctx.pending_repair else {}
         cause = Finding.model_validate(pending["cause"]) if pending.get("cause") else None
         sig_id = cause.signature if cause else "unknown"
         explanation = cause.explanation if cause else str(pending.get("reason", self.lc.reason))
@@ -542,9 +543,9 @@ class ExperimentDriver:
                               explanation=explanation, log_excerpt=str(pending.get("log_excerpt", "")),
                               changes=[], diff="", source="none", result="", next="")
         if self.lc.attempt == 0 or not self.ctx.command:  # rejected before any launch
-            record.result = "not repairable"
+            record.result = RepairResult.not_repairable
             record.explanation = self.lc.reason
-            self.ctx.repairs.append(record.model_dump())
+            self.ctx.repairs.append(record)
             self.fire("give_up", self.lc.reason or "rejected by preflight")
             return True
         advise = advice_source(self.settings, bp=self.bp, ctx=self.ctx, pending=pending, publish=self.journal.publish,
@@ -562,27 +563,29 @@ class ExperimentDriver:
                                       installed=lambda prog: shutil.which(prog) is not None)
         record.source = source
         if resolved is None or not resolved.applicable:
-            record.result = "not repairable" if not actions else "no applicable change"
+            record.result = RepairResult.not_repairable if not actions else RepairResult.no_applicable_change
             record.changes = resolved.notes if resolved else []
-            self.ctx.repairs.append(record.model_dump())
+            self.ctx.repairs.append(record)
             self.fire("give_up", f"{sig_id}: {why or record.result}{quoted}",
-                      repair_stat=f"{sig_id}|{record.result}")
+                      repair_stat=(sig_id, record.result.value))
             return True
         if not self.lc.can("repair", signature=sig_id):
-            record.result = "budget spent"
-            self.ctx.repairs.append(record.model_dump())
-            self.fire("give_up", f"{sig_id}: repair budget spent{quoted}", repair_stat=f"{sig_id}|budget spent")
+            record.result = RepairResult.budget_spent
+            self.ctx.repairs.append(record)
+            self.fire("give_up", f"{sig_id}: repair budget spent{quoted}",
+                      repair_stat=(sig_id, RepairResult.budget_spent.value))
             return True
-        record.result = "relaunched"
+        record.result = RepairResult.relaunched
         record.changes = list(resolved.notes)
-        self.ctx.repairs.append(record.model_dump())
-        self.ctx.pending_repair = {**pending, "resolved": resolved.model_dump(mode="json")}
-        self.fire("repair", f"{sig_id}: {why}", repair_stat=f"{sig_id}|relaunched", signature=sig_id)
+        self.ctx.repairs.append(record)
+        self.ctx.pending_repair = PendingRepair.model_validate({**pending,
+                                                                "resolved": resolved.model_dump(mode="json")})
+        self.fire("repair", f"{sig_id}: {why}", repair_stat=(sig_id, RepairResult.relaunched.value), signature=sig_id)
         return True
 
     def _on_repairing(self) -> bool:
         self._renew()
-        resolved = (self.ctx.pending_repair or {}).get("resolved") or {}
+        resolved = (self.ctx.pending_repair.resolved if self.ctx.pending_repair else None) or {}
         self.ctx.env.update(resolved.get("env") or {})
         self.ctx.command = resolved.get("command") or self.ctx.command
         diff = self._patch_config(resolved.get("yaml_changes") or [])
@@ -591,8 +594,8 @@ class ExperimentDriver:
         if resolved.get("cleanups"):
             self._cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
         if self.ctx.repairs:
-            self.ctx.repairs[-1]["diff"] = diff
-        self.ctx.pending_repair = {}
+            self.ctx.repairs[-1].diff = diff
+        self.ctx.pending_repair = None
         self.fire("relaunch", f"fix applied; attempt {self.lc.attempt + 1}")
         return True  # what the relaunch led to is linked when collecting (link_repair_outcomes)
 

@@ -22,9 +22,10 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import field_validator
 
 from resultdir.roots import open_dir
+from store.records import Attempt, Loose, RepairRecord, plain
 from workers.finish import atomic_write_bytes, atomic_write_text, iso_utc, remove_file
 
 REPORT_VERSION = 1
@@ -47,64 +48,9 @@ _CONTROL_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f]")
 # ----------------------------------------------------------------------------- inputs
 
 
-def _plain(value: Any) -> Any:
-    """Enums → values, models → dicts, so the driver may pass statemachine objects as they are."""
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, BaseModel):
-        return _plain(value.model_dump())
-    if isinstance(value, dict):
-        return {str(_plain(k)): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-class _Input(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _coerce(cls, value: Any) -> Any:
-        return _plain(value)
-
-
-class AttemptInfo(_Input):
-    """One launch of the command."""
-
-    number: int
-    started_at: float
-    ended_at: float | None = None
-    exit_code: int | None = None
-    command: str = ""
-    log_path: str = ""
-    end_reason: str = ""
-
-
-class RepairRecord(_Input):
-    """One failure and what the runner did about it (the driver may fill `next` later)."""
-
-    at: float
-    attempt: int
-    signature: str = "unknown"
-    explanation: str = ""
-    log_excerpt: str = ""
-    changes: list[str] = []
-    diff: str = ""
-    source: str = "none"
-    result: str = ""
-    next: str = ""
-    # Only when source == "adviser": who advised, why, what it proposed and what became of it.
-    advised_by: str = ""
-    advice_result: str = ""  # advised | refused | declined | no answer
-    advice_diagnosis: str = ""
-    rationale: str = ""
-    advice: list[str] = []
-    advice_changes: list[dict[str, Any]] = []
-    refused: list[str] = []
-    advice_seconds: float | None = None
-    signature_text: str = ""
-    suggestion: str = ""
+_plain = plain
+_Input = Loose
+AttemptInfo = Attempt  # the name the report code has always used
 
 
 class ReportData(_Input):
@@ -666,7 +612,7 @@ def repair_summary(data: ReportData) -> str:
     failures = len(data.repairs)
     if not failures:
         return "no failures"
-    relaunched = sum(1 for r in data.repairs if r.result.strip().lower() == "relaunched")
+    relaunched = sum(1 for r in data.repairs if r.relaunched)
     return f"{failures} failure{'s' if failures != 1 else ''}, {relaunched} relaunched after a repair"
 
 
