@@ -2,7 +2,7 @@
 
 One scrape target (the API) sees every experiment, queue and node, and nothing is lost when an
 RQ work-horse exits: multiprocess mode would leave files per fork and grow the scrape forever
-(see stack-notes). The reads are pipelined — three round trips however many experiments there
+(docs/background.md#prometheus-multiprocess). The reads are pipelined — three round trips however many experiments there
 are — and the first pass over all experiments fetches only `state` and `finished_at` (one SORT … GET); the fields
 the per-experiment gauges need are fetched only for the experiments that get gauges (unfinished
 ones, and finished ones younger than `finished_metrics_ttl`), so label cardinality and scrape

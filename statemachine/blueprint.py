@@ -64,7 +64,7 @@ _BRACKET_ONLY: dict[str, tuple[str, ...]] = {
 _TAG_OF = {alias: f for f, aliases in _TAGS.items() for alias in aliases}
 _BRACKET_TAG_OF = {**_TAG_OF, **{a: f for f, aliases in _BRACKET_ONLY.items() for a in aliases}}
 
-# Labels that open a part written without tags (the seed's own wording first). Checked
+# Labels that open a part written without tags (docs/background.md#manual-workflow). Checked
 # only on headings, numbered items and bold lines, and only for parts that have no tag.
 _LABELS: dict[str, tuple[str, ...]] = {
     "exp_purpose": ("实验目的", "experiment purpose", "purpose of the experiment", "purpose"),

@@ -1,7 +1,7 @@
 """Check an AgentJet YAML and launch command before the first attempt, and plan the fixes.
 
 The rules come from what makes real runs fail or waste their time slot (see
-agentjet-notes.md, "The YAML" and "The launch command"): the test probe that ends training
+docs/background.md#agentjet-yaml-and-launch): the test probe that ends training
 early, a bare result file name that crashes the first validation, a swanlab logger with no
 key, `--autokill` that would kill every python process on a shared node. The plan is pure
 data; a worker writes the patched YAML copy and runs `plan.command`.

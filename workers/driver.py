@@ -478,7 +478,8 @@ class ExperimentDriver:
             )
 
     def _maybe_report(self, elapsed: float) -> None:
-        """Progress events on the seed's backoff cadence: a log excerpt and the latest metrics."""
+        """Progress events on a person's backoff cadence (docs/background.md#manual-workflow): a log excerpt
+        and the latest metrics."""
         if elapsed < report_due_at(self.ctx.reports_sent, self.backoff):
             return
         self.ctx.reports_sent += 1
