@@ -45,15 +45,14 @@ from workers.finish import (
     atomic_write_bytes,
     remove_temp_files,
     write_error_reason,
-    write_finish_flag,
 )
 from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
-from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
-from workers.report import write_report
+from workers.report import ReportData
 from workers.reserve import release_reserve, take_reserve
+from workers.result_files import finish_result_dir
 from workers.swarm_run import SwarmServerFailed, is_swarm, start_or_reuse, stop_ours, swarm_plan, swarm_results_path
 from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch, file_start, log_evaluations
@@ -613,21 +612,14 @@ class ExperimentDriver:
         advised = learn_from_advice(self.ctx, self.lc.outcome, exp_id=self.id,
                                     suggestions_file=self.settings.suggestions_path())
         result_dir = self.bp.exp_result_dir
-        failure: OSError | None = None
-        try:
+
+        def make_data() -> ReportData:
             release_reserve(result_dir)  # the room kept since launch is for exactly these files
             self._tidy_config_copy()  # before the report: it points at the kept copy
-            data = report_data(self.id, self.bp, self.rec, self.lc, self.ctx, node=self.node.name,
+            return report_data(self.id, self.bp, self.rec, self.lc, self.ctx, node=self.node.name,
                                watch=self.watch, started_at=self.started_at)
-            write_report(data)
-            write_repair_log(result_dir, data)
-        except OSError as exc:
-            failure = exc
-        try:
-            # A run whose results could not be written is not "completed": the flag says failed.
-            write_finish_flag(result_dir, self.id, "failed" if failure else self.lc.outcome)
-        except OSError as exc:
-            failure = failure or exc
+
+        failure = finish_result_dir(result_dir, self.id, self.lc.outcome, make_data)
         if self.node.manages_gpus:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         if self.ctx.swarm and (port := self._swarm_port()) is not None:
