@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from statemachine.lifecycle import Lifecycle
 from statemachine.logmetrics import merge_file_and_log
 from statemachine.logtext import clean_line
 from statemachine.models import Blueprint
 from statemachine.results import ResultSummary, find_result_files, parse_train_file, parse_val_files, summarize
+from store.records import ExperimentRecord
 from workers.context import Context
 from workers.report import ReportData
 from workers.tmux import session_name
@@ -71,7 +71,7 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
     return (summary if summary.evaluations else None), "; ".join(sources)
 
 
-def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, ctx: Context, *, node: str,
+def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle, ctx: Context, *, node: str,
                 watch: AttemptWatch | None, started_at: float | None) -> ReportData:
     summary, source = gather_results(bp, ctx)
     train_steps = 0
@@ -82,10 +82,10 @@ def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, 
         tail = tail_file(ctx.attempts[-1].log_path, 60)
     return ReportData(
         id=exp_id, purpose=bp.exp_purpose, node=node,
-        tmux_session=str(rec.get("tmux_session") or session_name(bp.exp_purpose, exp_id)),
-        outcome=lc.outcome, reason=lc.reason, created_at=float(rec.get("created_at") or 0),
+        tmux_session=rec.tmux_session or session_name(bp.exp_purpose, exp_id),
+        outcome=lc.outcome, reason=lc.reason, created_at=rec.created_at,
         started_at=started_at, finished_at=time.time(), max_seconds=bp.exp_max_time_seconds,
-        result_dir=bp.exp_result_dir, blueprint_path=str(rec.get("blueprint_path") or ""),
+        result_dir=bp.exp_result_dir, blueprint_path=rec.blueprint_path,
         yaml_path=bp.yaml_abspath(), patched_yaml_path=ctx.config_path,
         attempts=list(ctx.attempts),
         preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,

@@ -40,7 +40,7 @@ from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
-from workers.context import Attempt, Context, PendingRepair, RepairRecord, RepairResult
+from workers.context import Attempt, PendingRepair, RepairRecord, RepairResult
 from workers.finish import (
     atomic_write_bytes,
     remove_temp_files,
@@ -73,17 +73,17 @@ class ExperimentDriver:
         self.owner = owner
         self.runner = runner or TmuxRunner(settings.tmux_socket or None)
         self.on_watch = on_watch
-        rec = store.get(exp_id)
+        rec = store.record(exp_id)
         if rec is None:
             raise LookupError(f"experiment {exp_id} does not exist")
         self.rec = rec
-        self.bp = Blueprint.model_validate(rec.get("blueprint_json") or {})
-        self.lc = Lifecycle.from_dict(rec.get("lifecycle") or {"id": exp_id})
+        self.bp = Blueprint.model_validate(rec.blueprint_json)
+        self.lc = Lifecycle.from_dict(rec.lifecycle or {"id": exp_id})
         self.lc.budget = RepairBudget(settings.repair_budget, settings.repair_budget_per_signature)
-        self.ctx = Context.from_dict(rec.get("ctx"))
-        self.journal = Journal(store, exp_id, owner, int(rec.get("version") or 0))
-        self.started_at = float(rec.get("started_at") or 0) or None
-        self.handle = RunHandle.from_dict(rec["handle"]) if rec.get("handle") else None
+        self.ctx = rec.ctx
+        self.journal = Journal(store, exp_id, owner, rec.version)
+        self.started_at = rec.started_at or None
+        self.handle = RunHandle.from_dict(rec.handle) if rec.handle else None
         self.watch: AttemptWatch | None = None
         self.rules = default_rules(
             time_limit_grace=settings.time_limit_grace_seconds,
@@ -161,7 +161,7 @@ class ExperimentDriver:
         }
         if self.lc.finished:
             record["finished_at"] = entry["at"]
-            start = self.started_at or float(self.rec.get("created_at") or entry["at"])
+            start = self.started_at or self.rec.created_at or entry["at"]
             stats.outcome = self.lc.outcome
             stats.duration = max(0.0, entry["at"] - start)
         self.journal.transition(record, {"type": "transition", **entry, **detail}, stats, ack=ack)
@@ -212,7 +212,7 @@ class ExperimentDriver:
     def _move_earlier_run(self, problems: list[Problem]) -> None:
         """An earlier run's files go to previous/ before this run writes anything (submission
         did it already when it could see the disk; this covers an API that could not)."""
-        self.ctx.previous_run = self.ctx.previous_run or str(self.rec.get("previous_run") or "")
+        self.ctx.previous_run = self.ctx.previous_run or self.rec.previous_run
         if not Path(self.bp.exp_result_dir or "").is_dir():
             return
         try:
@@ -231,7 +231,7 @@ class ExperimentDriver:
         self._renew()
 
     def _gpus_needed(self) -> int:
-        return max(1, int(self.rec.get("gpus_needed") or 1))
+        return max(1, self.rec.gpus_needed)
 
     def _release_gpus_now(self) -> None:
         if self.node.manages_gpus:
@@ -624,7 +624,7 @@ class ExperimentDriver:
             self.journal.call(lambda: self.store.release_gpus(self.node.name, self.id))
         if self.ctx.swarm and (port := self._swarm_port()) is not None:
             self.journal.call(lambda: self.store.release_swarm_port(self.node.name, self.id, port))
-        metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.get("latest_metrics")
+        metrics = latest_metrics(self.watch.summary) if self.watch else self.rec.latest_metrics
         with contextlib.suppress(OSError):
             remove_temp_files(result_dir)  # e.g. the wrapper's rc temp file when the disk was full
         if failure is not None:
