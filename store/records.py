@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from statemachine.failure import RepairResult
+
 
 def plain(value: Any) -> Any:
     """Enums → values, models → dicts, so callers may pass statemachine objects as they are."""
@@ -36,18 +38,6 @@ class Loose(BaseModel):
     @classmethod
     def _coerce(cls, value: Any) -> Any:
         return plain(value)
-
-
-class RepairResult(str, Enum):
-    """What the runner did about one failure (a `RepairRecord.result`)."""
-
-    relaunched = "relaunched"
-    not_repairable = "not repairable"
-    no_applicable_change = "no applicable change"
-    budget_spent = "budget spent"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Attempt(Loose):

@@ -24,6 +24,7 @@ from resultdir.archive import archive_previous_run
 from resultdir.roots import OutsideRoots, check_inside, confined, parse_roots
 from statemachine.command import add_flag, conf_path, launcher_segment, replace_conf
 from statemachine.diagnose import decisive_line
+from statemachine.failure import RepairResult, judge_failure
 from statemachine.first_step import first_step_timeout_from_text
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
@@ -40,7 +41,7 @@ from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
-from workers.context import Attempt, PendingRepair, RepairRecord, RepairResult
+from workers.context import Attempt, PendingRepair, RepairRecord
 from workers.finish import (
     atomic_write_bytes,
     remove_temp_files,
@@ -542,45 +543,42 @@ class ExperimentDriver:
         record = RepairRecord(at=time.time(), attempt=self.lc.attempt, signature=sig_id,
                               explanation=explanation, log_excerpt=str(pending.get("log_excerpt", "")),
                               changes=[], diff="", source="none", result="", next="")
-        if self.lc.attempt == 0 or not self.ctx.command:  # rejected before any launch
-            record.result = RepairResult.not_repairable
-            record.explanation = self.lc.reason
-            self.ctx.repairs.append(record)
-            self.fire("give_up", self.lc.reason or "rejected by preflight")
-            return True
-        advise = advice_source(self.settings, bp=self.bp, ctx=self.ctx, pending=pending, publish=self.journal.publish,
-                               budget_left=self.lc.can("repair", signature=sig_id))
-        quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
-        quoted = f" — {quote}" if quote else ""
-        actions, source, why = plan_repair(cause, pending, hook=self.settings.repair_hook, bp=self.bp,
-                                           attempt=self.lc.attempt, config_path=self.ctx.config_path, advise=advise)
-        if source == "adviser":
-            record = record.model_copy(update=advice_fields(pending))
+        launched = self.lc.attempt > 0 and bool(self.ctx.command)
+        actions: list[Any] = []
         resolved = None
-        if actions:
-            data = read_yaml_data(Path(self.ctx.config_path)) if self.ctx.config_path else {}
-            resolved = resolve_repair(actions, yaml_data=data, command=self.ctx.command, env=self.ctx.env,
-                                      installed=lambda prog: shutil.which(prog) is not None)
-        record.source = source
-        if resolved is None or not resolved.applicable:
-            record.result = RepairResult.not_repairable if not actions else RepairResult.no_applicable_change
-            record.changes = resolved.notes if resolved else []
-            self.ctx.repairs.append(record)
-            self.fire("give_up", f"{sig_id}: {why or record.result}{quoted}",
-                      repair_stat=(sig_id, record.result.value))
-            return True
-        if not self.lc.can("repair", signature=sig_id):
-            record.result = RepairResult.budget_spent
-            self.ctx.repairs.append(record)
-            self.fire("give_up", f"{sig_id}: repair budget spent{quoted}",
-                      repair_stat=(sig_id, RepairResult.budget_spent.value))
-            return True
-        record.result = RepairResult.relaunched
-        record.changes = list(resolved.notes)
+        quote, why = "", ""
+        if launched:
+            advise = advice_source(self.settings, bp=self.bp, ctx=self.ctx, pending=pending,
+                                   publish=self.journal.publish, budget_left=self.lc.can("repair", signature=sig_id))
+            quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
+            actions, source, why = plan_repair(cause, pending, hook=self.settings.repair_hook, bp=self.bp,
+                                               attempt=self.lc.attempt, config_path=self.ctx.config_path,
+                                               advise=advise)
+            if source == "adviser":
+                record = record.model_copy(update=advice_fields(pending))
+            if actions:
+                data = read_yaml_data(Path(self.ctx.config_path)) if self.ctx.config_path else {}
+                resolved = resolve_repair(actions, yaml_data=data, command=self.ctx.command, env=self.ctx.env,
+                                          installed=lambda prog: shutil.which(prog) is not None)
+            record.source = source
+        else:
+            record.explanation = self.lc.reason
+        verdict = judge_failure(launched=launched, signature=sig_id, planned=bool(actions),
+                                applicable=resolved is not None and resolved.applicable,
+                                budget_left=self.lc.can("repair", signature=sig_id), why=why, quote=quote,
+                                rejection=self.lc.reason)
+        record.result = verdict.result
+        if resolved is not None and verdict.result != RepairResult.budget_spent:
+            record.changes = list(resolved.notes)
         self.ctx.repairs.append(record)
-        self.ctx.pending_repair = PendingRepair.model_validate({**pending,
-                                                                "resolved": resolved.model_dump(mode="json")})
-        self.fire("repair", f"{sig_id}: {why}", repair_stat=(sig_id, RepairResult.relaunched.value), signature=sig_id)
+        stat = (sig_id, verdict.result.value) if verdict.counted else None
+        if verdict.trigger == "repair":
+            assert resolved is not None
+            self.ctx.pending_repair = PendingRepair.model_validate({**pending,
+                                                                    "resolved": resolved.model_dump(mode="json")})
+            self.fire("repair", verdict.reason, repair_stat=stat, signature=sig_id)
+        else:
+            self.fire("give_up", verdict.reason, repair_stat=stat)
         return True
 
     def _on_repairing(self) -> bool:
