@@ -526,3 +526,22 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
         plan.swarm = spec.public()
         plan.problems = merge_problems(plan.problems, swarm_problems(bp, spec))
     return plan
+
+
+SKIP_GPU_CHECK = "--skip-check-avail-gpu"
+
+
+def shared_gpus_change(command: str, gpus: list[int] | None, node_gpus: int) -> ConfigChange | None:
+    """On a node shared with other runs, AgentJet's all-GPUs-free check would fail (it ignores
+    CUDA_VISIBLE_DEVICES): the launch command gets `--skip-check-avail-gpu`, since the runner's GPU
+    reservation already keeps runs on disjoint GPUs. None when nothing is to change."""
+    if gpus is None or len(gpus) >= node_gpus or cmdlib.launcher_segment(command) is None:
+        return None
+    new = cmdlib.add_flag(command, SKIP_GPU_CHECK)  # to every launcher call that lacks it
+    if new == command:
+        return None
+    return ConfigChange(
+        key="exp_launch_command", old=command, new=new,
+        reason=f"this node's {node_gpus} GPUs are shared; this run has GPUs {gpus} "
+               f"(CUDA_VISIBLE_DEVICES), which AgentJet's GPU check does not look at",
+    )

@@ -9,7 +9,6 @@ alive in tmux is re-adopted and watched, never launched twice.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import errno
 import logging
 import os
@@ -22,14 +21,13 @@ from typing import Any
 from logsetup import bind
 from resultdir.archive import archive_previous_run
 from resultdir.roots import OutsideRoots, check_inside, confined, parse_roots
-from statemachine.command import add_flag, conf_path, launcher_segment, replace_conf
 from statemachine.diagnose import decisive_line
 from statemachine.failure import RepairResult, judge_failure
 from statemachine.first_step import first_step_timeout_from_text
 from statemachine.lifecycle import Lifecycle, RepairBudget, State
-from statemachine.models import Blueprint, ConfigChange, Finding, Level, Problem
+from statemachine.models import Blueprint, Finding, Level, Problem
 from statemachine.policies import parse_backoff, report_due_at
-from statemachine.preflight import preflight
+from statemachine.preflight import preflight, shared_gpus_change
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
@@ -40,7 +38,7 @@ from workers.advice_learning import learn_from_advice
 from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
-from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
+from workers.config_patch import patch_config_copy, read_yaml_data, remove_patched_copy
 from workers.context import Attempt, PendingRepair, RepairRecord
 from workers.finish import (
     atomic_write_bytes,
@@ -59,7 +57,6 @@ from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch, file_start, log_evaluations
 
 log = logging.getLogger(__name__)
-SKIP_GPU_CHECK = "--skip-check-avail-gpu"
 LOG_TAIL_LINES = 200  # kept in Redis so the API can show a log without the node's filesystem
 
 
@@ -288,25 +285,16 @@ class ExperimentDriver:
         self.ctx.val_start = file_start(plan.val_result_path)
 
     def _patch_config(self, new_changes: list[dict[str, Any]]) -> str:
-        """Write every change so far (preflight and repairs) onto a fresh copy of the user's YAML.
+        """Every change so far onto a fresh copy of the user's YAML (workers/config_patch.py); the diff."""
+        return patch_config_copy(self.ctx, Path(self.bp.yaml_abspath()), self.id, self.bp.exp_codebase_dir,
+                                 new_changes)
 
-        Returns the diff of this step (previous copy → new copy); the user's file is never touched.
-        """
-        if not new_changes:
-            return ""
-        merged: dict[str, dict[str, Any]] = {c["key"]: dict(c) for c in self.ctx.yaml_changes}
-        for c in new_changes:
-            merged[c["key"]] = {**c, "old": merged.get(c["key"], c)["old"]}
-        self.ctx.yaml_changes = list(merged.values())
-        original = Path(self.bp.yaml_abspath())
-        patched = patched_config_path(original, self.id)
-        before = Path(self.ctx.config_path).read_text(encoding="utf-8") if self.ctx.config_path else ""
-        write_patched_yaml(original, patched, [ConfigChange.model_validate(c) for c in self.ctx.yaml_changes])
-        self.ctx.config_path = str(patched)
-        self.ctx.command = self._point_command_at(self.ctx.command, patched)
-        after = patched.read_text(encoding="utf-8")
-        return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
-                                            "config (before)", "config (after)"))
+    def _share_node_gpus(self) -> None:
+        """On a node shared with other runs, skip AgentJet's all-GPUs-free check (statemachine/preflight.py)."""
+        change = shared_gpus_change(self.ctx.command, self.ctx.gpus, self.node.gpus)
+        if change is not None:
+            self.ctx.preflight_changes.append(change.model_dump(mode="json"))
+            self.ctx.command = change.new
 
     def _root_problems(self) -> list[Problem]:
         """Codebase, result dir, YAML and venv resolved now, each inside the allowed roots."""
@@ -321,31 +309,6 @@ class ExperimentDriver:
             except OutsideRoots as exc:
                 out.append(Problem(level=Level.error, field=fld, message=str(exc)))
         return out
-
-    def _share_node_gpus(self) -> None:
-        """On a node shared with other runs, AgentJet's all-GPUs-free check would fail (it ignores
-        CUDA_VISIBLE_DEVICES): skip it, since our reservation already keeps the GPUs disjoint."""
-        gpus = self.ctx.gpus
-        if gpus is None or len(gpus) >= self.node.gpus or launcher_segment(self.ctx.command) is None:
-            return
-        new = add_flag(self.ctx.command, SKIP_GPU_CHECK)  # to every launcher call that lacks it
-        if new == self.ctx.command:
-            return
-        self.ctx.preflight_changes.append(ConfigChange(
-            key="exp_launch_command", old=self.ctx.command, new=new,
-            reason=f"this node's {self.node.gpus} GPUs are shared; this run has GPUs {gpus} "
-                   f"(CUDA_VISIBLE_DEVICES), which AgentJet's GPU check does not look at",
-        ).model_dump(mode="json"))
-        self.ctx.command = new
-
-    def _point_command_at(self, command: str, config: Path) -> str:
-        if conf_path(command) is None:
-            return command
-        codebase = Path(self.bp.exp_codebase_dir)
-        try:
-            return replace_conf(command, str(config.relative_to(codebase)))
-        except ValueError:
-            return replace_conf(command, str(config))
 
     # -- launching ---------------------------------------------------------------------------
     def _apply_swarm(self) -> None:
