@@ -186,3 +186,28 @@ def test_the_same_fix_twice_is_no_applicable_change(store: Store, tmp_path: Path
     outcome, rec = drive(store, exp_id, runner, repair_hook=hook(plan))
     assert outcome == "failed" and len(runner.started) == 1
     assert [r.result for r in rec.ctx.repairs] == [RepairResult.relaunched, RepairResult.no_applicable_change]
+
+
+# -- running: the observers ------------------------------------------------------------------------------
+def test_the_watch_loop_calls_its_observers_and_the_log_tail_reaches_the_record(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.states import running
+
+    seen: list[str] = []
+
+    class Recorder(running.WatchObserver):
+        def before_tick(self, d: ExperimentDriver, tick: running.Tick) -> None:
+            seen.append("before")
+
+        def after_tick(self, d: ExperimentDriver, tick: running.Tick) -> None:
+            seen.append(f"after:{tick.watch.bytes_read - tick.read_before}")
+
+    defaults = running.observers
+    monkeypatch.setattr(running, "observers", lambda: [*defaults(), Recorder()])
+    exp_id = new_id()
+    seed(store, exp_id, tmp_path)
+    outcome, rec = drive(store, exp_id, InMemoryRunner(Script(["hello", "world"], exit_code=0)))
+    assert outcome == "completed" and seen[0] == "before" and seen[-1].startswith("after:")
+    assert any(s != "after:0" for s in seen if s.startswith("after:"))  # the tick that read the log
+    assert rec.log_tail[-2:] == ["hello", "world"]  # LogTail
+    assert [type(o).__name__ for o in defaults()] == ["Lease", "Evaluations", "Progress", "LogTail", "WatchMetrics"]
