@@ -28,6 +28,7 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.utils import utcparse
 
+from service.http_metrics import HTTP_REGISTRY
 from service.submit import NODE_ALIVE_SECONDS
 from statemachine.absence import node_absent_for
 from statemachine.lifecycle import TRANSITIONS, Outcome, State
@@ -385,8 +386,6 @@ def node_families(snap: Snapshot) -> Iterable[Metric]:
 
 def _http_registry() -> Any:
     """The API process's request-latency (and process_*) registry."""
-    from service.http_metrics import HTTP_REGISTRY
-
     return HTTP_REGISTRY
 
 

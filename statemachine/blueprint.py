@@ -25,6 +25,7 @@ from statemachine.command import LAUNCH_COMMAND_MAX_CHARS
 from statemachine.durations import DURATION_MAX_CHARS, format_duration, parse_duration
 from statemachine.first_step import first_step_clause, without_first_step_clause
 from statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
+from statemachine.swarm import swarm_problems, swarm_spec
 
 __all__ = ["parse_blueprint", "validate_blueprint", "load_blueprint"]
 
@@ -836,8 +837,6 @@ def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Proble
         _check_result_dir(bp.exp_result_dir, problems)
     _check_max_time(bp, problems)
     if bp.exp_swarm_declared or bp.exp_swarm_server:
-        from statemachine.swarm import swarm_problems, swarm_spec
-
         spec = swarm_spec(bp)
         if spec is None:  # the part is there but holds no command
             problems.error("exp_swarm_server", "the swarm server command is empty: give the command "

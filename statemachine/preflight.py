@@ -24,9 +24,11 @@ import yaml
 from pydantic import BaseModel, Field
 
 from statemachine import command as cmdlib
+from statemachine.blueprint import validate_blueprint
 from statemachine.models import Blueprint, ConfigChange, Level, Problem
 from statemachine.repairs import MISSING, get_dotted
 from statemachine.shell_ast import unquote
+from statemachine.swarm import swarm_problems, swarm_spec
 
 __all__ = [
     "EnvDecision",
@@ -498,9 +500,6 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
     experiment declared by its `[exp_swarm_server]` part gets no YAML preflight: its client
     configures the job in Python.
     """
-    from statemachine.blueprint import validate_blueprint
-    from statemachine.swarm import swarm_problems, swarm_spec
-
     problems = validate_blueprint(bp, check_disk=check_disk)
     plan = PreflightPlan(environment=environment)
     if bp.exp_swarm_declared or bp.exp_swarm_server.strip():
