@@ -233,7 +233,14 @@ class Store:
 
     def request_cancel(self, exp_id: str) -> bool:
         """Set the cancel flag; False (and nothing written) when the record does not exist."""
-        return bool(self._set_if_exists(keys=[exp_key(exp_id)], args=["cancel_requested", "1"]))
+        return self.request_stop(exp_id)
+
+    def request_stop(self, exp_id: str, *, delete: bool = False) -> bool:
+        """Ask the experiment's driver to stop it (and with `delete`, to drop the record once finished):
+        the owner carries it out in whatever state it is. Atomic, on an existing record only (never
+        resurrects a deleted one); False when there is none."""
+        flags = ["cancel_requested", "1", *(["delete_requested", "1"] if delete else [])]
+        return bool(self._set_if_exists(keys=[exp_key(exp_id)], args=flags))
 
     def cancel_requested(self, exp_id: str) -> bool:
         return self.flag_set(exp_id, "cancel_requested")
