@@ -13,6 +13,7 @@ from typing import Any
 
 from store.gang import Gang, GangStore
 from store.queue import enqueue_rank
+from store.records import ExperimentRecord
 from store.settings import Settings
 from store.store import Store
 from workers.gang_env import free_port
@@ -25,15 +26,14 @@ class GangFailed(RuntimeError):
     """The other ranks could not be started: the reason is the attempt's failure."""
 
 
-def gang_head(store: Store, rec: dict[str, Any], settings: Settings, node: NodeInfo, *,
+def gang_head(store: Store, rec: ExperimentRecord, settings: Settings, node: NodeInfo, *,
               renew: Callable[[], None], cancelled: Callable[[], bool]) -> GangHead | None:
     """The head's gang helper for a multi-node experiment record (`nnodes` > 1), else None."""
-    nnodes = int(rec.get("nnodes") or 1)
-    if nnodes <= 1:
+    if rec.nnodes <= 1:
         return None
-    named = [n for n in str(rec.get("target_nodes") or "").split(",") if n]
-    return GangHead(store, GangStore(store.r), str(rec["id"]), settings, node, renew=renew, cancelled=cancelled,
-                    nnodes=nnodes, per_node=int(rec.get("gpus_per_node") or 1), named=named)
+    named = [n for n in rec.target_nodes.split(",") if n]
+    return GangHead(store, GangStore(store.r), rec.id, settings, node, renew=renew, cancelled=cancelled,
+                    nnodes=rec.nnodes, per_node=rec.gpus_per_node or 1, named=named)
 
 
 class GangHead:
