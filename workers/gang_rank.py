@@ -53,8 +53,9 @@ class RankDriver:
                 log.warning("%s rank %d: redis unreachable: %s", self.id, self.rank, exc)
                 outcome = None
             if outcome:
-                with contextlib.suppress(*REDIS_ERRORS):
-                    self.gangs.forget_rank_here(self.node.name, self.id, self.rank)  # stopped: nothing to sweep
+                if outcome != "not-owner":  # stopped here: nothing left to sweep (another job's rank is not ours)
+                    with contextlib.suppress(*REDIS_ERRORS):
+                        self.gangs.forget_rank_here(self.node.name, self.id, self.rank)
                 return outcome
             time.sleep(self.settings.poll_interval)
 
