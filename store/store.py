@@ -28,6 +28,7 @@ from store.keys import (
     exp_key,
     gpu_key,
     node_key,
+    published_key,
     stats_key,
     stream_key,
     swarm_port_key,
@@ -113,6 +114,7 @@ class Store:
         self._release_if_owner = client.register_script(lua("hdel_if_owner"))
         self._renew = client.register_script(lua("renew_lease"))
         self._set_if_exists = client.register_script(lua("hset_if_exists"))
+        self._publish_once = client.register_script(lua("publish_once"))
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -198,10 +200,19 @@ class Store:
         if fields:
             self.r.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(fields))] * 2, strict=True)))
 
-    def publish(self, exp_id: str, event: Mapping[str, Any]) -> str:
-        """An event that is not a transition (progress, repair note, log excerpt)."""
+    def publish(self, exp_id: str, event: Mapping[str, Any], *, once: tuple[str, int] | None = None) -> str:
+        """An event that is not a transition (progress, repair note, log excerpt).
+
+        `once=(writer, seq)` makes a retried send harmless: Redis adds the event only if that
+        writer's `seq` is new (returns "" otherwise)."""
         payload = json.dumps({"at": time.time(), **event}, default=str)
-        entry = {"id": exp_id, "type": str(event.get("type", "info")), "data": payload}
+        kind = str(event.get("type", "info"))
+        if once is not None:
+            got = self._publish_once(
+                keys=[stream_key(exp_id), GLOBAL_STREAM, published_key(exp_id)],
+                args=[once[0], once[1], STREAM_MAXLEN, GLOBAL_STREAM_MAXLEN, exp_id, kind, payload])
+            return got.decode() if isinstance(got, bytes) else str(got)
+        entry = {"id": exp_id, "type": kind, "data": payload}
         pipe = self.r.pipeline(transaction=False)
         pipe.xadd(stream_key(exp_id), entry, maxlen=STREAM_MAXLEN, approximate=True)
         pipe.xadd(GLOBAL_STREAM, entry, maxlen=GLOBAL_STREAM_MAXLEN, approximate=True)
@@ -222,7 +233,7 @@ class Store:
 
     def delete(self, exp_id: str) -> None:
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(exp_key(exp_id), stream_key(exp_id))
+        pipe.delete(exp_key(exp_id), stream_key(exp_id), published_key(exp_id))
         pipe.zrem(INDEX, exp_id)
         pipe.srem(UNFINISHED, exp_id)
         pipe.execute()
