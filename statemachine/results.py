@@ -90,6 +90,9 @@ _NUMBER_RE = re.compile(
     re.IGNORECASE,
 )
 _KEY_SUFFIX_RE = re.compile(r"\s*\([^()]*\)\s*$")
+# Swarm clients write `pass@k` / `pass_at_k` (percentages); verl logs `.../TGC@k`: all are the
+# share of tasks solved in k tries, which the runner reports as `task_pass_rate@k`.
+_PASS_AT_RE = re.compile(r"^(?:.*/)?(?:pass(?:@|_at_?|_)|tgc@)(\d+)$", re.IGNORECASE)
 _HIGHER_IS_BETTER_RE = re.compile(
     r"^(?:mean_reward|num_pass_n_tasks|task_pass_rate@.*|num_.*success.*"
     r"|val-core/.+/(?:reward|acc|score)/(?:mean@\d+|(?:best|maj)@\d+/mean))$"
@@ -135,6 +138,21 @@ class TrainSummary(BaseModel):
 def higher_is_better(metric: str) -> bool:
     """Metrics where a larger value means a better model (the ones `best` tracks)."""
     return bool(_HIGHER_IS_BETTER_RE.match(metric))
+
+
+def pass_rate_aliases(metrics: dict[str, float]) -> dict[str, float]:
+    """Add `task_pass_rate@k` for `pass@k`, `pass_at_k` and `TGC@k` keys, keeping the originals;
+    an alias never replaces a key the record already has (its own `task_pass_rate@k` wins)."""
+    out = metrics
+    for key, value in metrics.items():
+        if key.startswith("task_pass_rate@"):
+            continue
+        m = _PASS_AT_RE.match(key)
+        if m is not None:
+            if out is metrics:
+                out = dict(metrics)
+            out.setdefault(f"task_pass_rate@{m.group(1)}", value)
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
@@ -470,6 +488,7 @@ class _ValParser:
         self.shape_counts[shape] += 1
         self.proper_prefixes.update(block.chain[:-1])
         self.formats.add("swarm")
+        block.metrics = pass_rate_aliases(block.metrics)
         dataset = block.dataset or block.label
         if dataset:
             self._end_run()

@@ -56,3 +56,29 @@ def test_two_swarm_runs_on_one_port_take_turns(client, redis_url, tmux_socket, t
             data = sc.results_json()
             assert len(data["evaluations"]) >= 3
             assert "Swarm server stopped." in (sc.results / "logs" / "server-1.log").read_text()
+
+
+def test_stale_swarm_port_reservations_are_freed_when_a_worker_starts(client, redis_url, tmux_socket,
+                                                                       tmp_path) -> None:
+    """A worker that died left ports held by experiments that then finished or vanished: the next
+    worker frees them (a live holder keeps its own), so a swarm run on that port is not queued for ever."""
+    from service.store import Store
+
+    store = Store.from_url(redis_url)
+    port, live_port = _free_port(), _free_port()
+    store.create("swarm-done", {"state": "finished", "node": "portnode"}, {})
+    store.create("swarm-live", {"state": "running", "node": "portnode",
+                                "lease_until": store.server_time() + 600}, {})
+    assert store.reserve_swarm_port("portnode", "swarm-done", port)
+    assert store.reserve_swarm_port("portnode", "swarm-vanished", port + 1 if port < 65535 else port - 1)
+    assert store.reserve_swarm_port("portnode", "swarm-live", live_port)
+    sc = Scenario(tmp_path / "next", materialize("swarm", tmp_path / "next", swarm_port=port))
+    env = worker_env(redis_url, tmux_socket, AJET_RUNNER_CAPACITY_WAIT_SECONDS="1")
+    with running_worker(env, "portnode"):
+        wait_for(lambda: set(store.swarm_port_owners("portnode").values()) == {"swarm-live"},
+                 30, "the stale swarm port reservations to be freed")
+        assert store.swarm_port_owners("portnode").get(live_port) == "swarm-live"
+        exp_id = client.submit_file(sc.blueprint)["id"]
+        wait_for(lambda: state_of(client, exp_id) == "finished", 120, "the swarm run on the freed port")
+        assert json.loads((sc.results / "finish.flag").read_text())["outcome"] == "completed"
+        assert store.swarm_port_owners("portnode") == {live_port: "swarm-live"}
