@@ -34,7 +34,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -637,20 +637,23 @@ def parse_val_file(path: str | os.PathLike[str], start: int = 0) -> ResultSummar
 
 
 def parse_val_files(
-    paths: Iterable[str | os.PathLike[str]], root: str | os.PathLike[str] = ""
+    paths: Iterable[str | os.PathLike[str]], root: str | os.PathLike[str] = "",
+    starts: Mapping[str, int] | None = None,
 ) -> ResultSummary:
     """Merge several validation files. With more than one file, each dataset name is
     qualified by the file's path relative to `root` (`saved_val_result/a.md:main_val_dataset`)
-    so that two files never overwrite each other's evaluations."""
+    so that two files never overwrite each other's evaluations. `starts` maps a path to the
+    byte offset its own part begins at (what earlier runs wrote before is not read)."""
     paths = [Path(p) for p in paths]
+    offsets = {str(k): int(v) for k, v in (starts or {}).items()}
     if len(paths) == 1:
-        return parse_val_file(paths[0])
+        return parse_val_file(paths[0], start=offsets.get(str(paths[0]), 0))
     evaluations: list[Evaluation] = []
     order: dict[str, int] = {}
     skipped = 0
     formats: set[str] = set()
     for path in paths:
-        part = parse_val_file(path)
+        part = parse_val_file(path, start=offsets.get(str(path), 0))
         skipped += part.skipped
         if part.format:
             formats.add(part.format)

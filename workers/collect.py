@@ -14,6 +14,7 @@ from statemachine.models import Blueprint
 from statemachine.results import ResultSummary, find_result_files, parse_train_file, parse_val_files, summarize
 from workers.context import Context
 from workers.report import AttemptInfo, RepairRecord, ReportData
+from workers.swarm_results import swarm_results_source
 from workers.tmux import session_name
 from workers.watch import AttemptWatch, log_evaluations, own_offset, parse_own_results
 
@@ -38,7 +39,11 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
     """
     sources: list[str] = []
     file_summary: ResultSummary | None = None
-    if ctx.val_path and Path(ctx.val_path).exists():
+    discovered = swarm_results_source(bp, ctx.swarm) if not ctx.val_path else None
+    if discovered is not None:
+        file_summary, where = discovered.summary()
+        sources.append(where)
+    elif ctx.val_path and Path(ctx.val_path).exists():
         offset = own_offset(ctx.val_path, ctx.val_start)
         file_summary = parse_own_results(ctx.val_path, ctx.val_start)
         if ctx.val_chosen:

@@ -34,6 +34,7 @@ from statemachine.preflight import preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
+from statemachine.swarm import SwarmSpec
 from workers.advice_learning import learn_from_advice
 from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths
@@ -53,7 +54,15 @@ from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
 from workers.report import AttemptInfo, RepairRecord, write_report
 from workers.reserve import release_reserve, take_reserve
-from workers.swarm_run import SwarmServerFailed, is_swarm, start_or_reuse, stop_ours, swarm_plan, swarm_results_path
+from workers.swarm_results import snapshot, swarm_results_source
+from workers.swarm_run import (
+    SwarmServerFailed,
+    port_problems,
+    start_or_reuse,
+    stop_ours,
+    swarm_plan,
+    swarm_results_path,
+)
 from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch, file_start, log_evaluations
 
@@ -174,9 +183,10 @@ class ExperimentDriver:
             self._claim_and_fire("cancel", "stop requested before launch")
             return True
         # The same preflight `ajet-runner check` runs, on this node's environment (swarm: no YAML).
-        swarm = is_swarm(self.bp)
+        spec, _ = swarm_plan(self.bp)  # [exp_swarm_server], or `ajet.enable_swarm_mode: true` in the YAML
+        swarm = spec is not None
         plan = preflight(self.bp, env=os.environ, environment=f"node {self.node.name} (the worker's environment)")
-        problems = list(plan.problems)
+        problems = list(plan.problems) + (port_problems(spec) if spec is not None else [])
         self._move_earlier_run(problems)
         problems += self._root_problems()
         errors = [p for p in problems if p.level == Level.error]
@@ -239,6 +249,8 @@ class ExperimentDriver:
         self.ctx.gpus = None
 
     def _swarm_port(self) -> int | None:
+        if self.ctx.swarm.get("spec"):
+            return SwarmSpec.model_validate(self.ctx.swarm["spec"]).port
         spec, _ = swarm_plan(self.bp)
         return spec.port if spec else None
 
@@ -356,7 +368,10 @@ class ExperimentDriver:
         take_reserve(result_dir, self.settings.result_reserve_bytes)
         self.ctx.command = self.bp.exp_launch_command
         self.ctx.val_path = swarm_results_path(self.bp)
+        self.ctx.val_start = file_start(self.ctx.val_path)  # blocks already there are earlier runs'
         self.ctx.swarm = {"spec": spec.model_dump() if spec else None}
+        if not self.ctx.val_path:  # no [exp_val_result_path]: discover, counting only what grows after now
+            self.ctx.swarm["result_starts"] = snapshot(self.bp)
 
     def _on_launching(self) -> bool:
         self._renew()
@@ -418,7 +433,8 @@ class ExperimentDriver:
         assert self.handle is not None
         earlier = [str(a.get("log_path", "")) for a in self.ctx.attempts if a.get("number") != self.lc.attempt]
         watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None,
-                                          val_start=self.ctx.val_start, earlier_log=log_evaluations(earlier))
+                                          val_start=self.ctx.val_start, earlier_log=log_evaluations(earlier),
+                                          val_source=swarm_results_source(self.bp, self.ctx.swarm))
         watch.last_output_at = self.handle.started_at
         attempt_started = self.handle.started_at
         started = self.started_at or attempt_started

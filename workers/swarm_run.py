@@ -12,13 +12,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from statemachine.models import Blueprint, Problem
-from statemachine.swarm import SwarmSpec, swarm_problems, swarm_spec, val_result_abspath
+from statemachine.models import Blueprint, Level, Problem
+from statemachine.swarm import SwarmSpec, swarm_problems, swarm_spec, val_result_abspath, yaml_placeholder
 from workers.attempt import MARKER
-from workers.swarm_server import SwarmServer, SwarmServerFailed, client_env, ensure_server
+from workers.swarm_server import (
+    SwarmServer,
+    SwarmServerFailed,
+    answers_http,
+    client_env,
+    ensure_server,
+    port_listening,
+)
 from workers.tmux import RunHandle, TmuxRunner
 
-__all__ = ["is_swarm", "swarm_plan", "start_or_reuse", "stop_ours", "swarm_results_path", "SwarmServerFailed"]
+__all__ = ["is_swarm", "port_problems", "swarm_plan", "start_or_reuse", "stop_ours", "swarm_results_path",
+           "SwarmServerFailed"]
 
 
 def is_swarm(bp: Blueprint) -> bool:
@@ -26,20 +34,38 @@ def is_swarm(bp: Blueprint) -> bool:
     return bool(bp.exp_swarm_declared or bp.exp_swarm_server.strip())
 
 
+def _yaml_text(bp: Blueprint) -> str | None:
+    """The blueprint's YAML, when it may be what makes it a swarm experiment (`ajet.enable_swarm_mode`)."""
+    if is_swarm(bp) or not bp.exp_yaml_path or yaml_placeholder(bp.exp_yaml_path):
+        return None
+    try:
+        return Path(bp.yaml_abspath()).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def swarm_plan(bp: Blueprint) -> tuple[SwarmSpec | None, list[Problem]]:
-    """The swarm spec of a swarm blueprint and its problems (no YAML preflight in swarm mode)."""
-    spec = swarm_spec(bp)
+    """The swarm spec and its problems; None for a classic experiment. A blueprint is swarm by its
+    `[exp_swarm_server]` part (no YAML preflight then) or by `ajet.enable_swarm_mode: true` in its
+    YAML (the server command then defaults to `ajet-swarm start --swarm-port=<port> --conf <yaml>`)."""
+    spec = swarm_spec(bp, _yaml_text(bp))
     return spec, swarm_problems(bp, spec)
 
 
+def port_problems(spec: SwarmSpec) -> list[Problem]:
+    """A port held by a listener that does not answer HTTP is not a swarm server: refuse to launch."""
+    if spec.port is None or not port_listening(spec.port) or answers_http(spec.port):
+        return []
+    fld = "exp_launch_command" if spec.port_source == "launch_command" else "exp_swarm_server"
+    return [Problem(level=Level.error, field=fld, message=(
+        f"the swarm port {spec.port} is in use by something that does not answer HTTP (not a swarm "
+        f"server): free the port or choose another (--swarm-port=N)"))]
+
+
 def swarm_results_path(bp: Blueprint) -> str:
-    """The client's results file: `[exp_val_result_path]`, else `<codebase>/appworld_swarm_results/
-    val_results.md` when that folder exists at launch (the AgentJet appworld default)."""
-    named = val_result_abspath(bp)
-    if named:
-        return named
-    default = Path(bp.exp_codebase_dir, "appworld_swarm_results", "val_results.md")
-    return str(default)
+    """The client's results file named by `[exp_val_result_path]`, or "" (then the files are
+    discovered: see workers.swarm_results)."""
+    return val_result_abspath(bp)
 
 
 def start_or_reuse(
