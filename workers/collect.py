@@ -100,6 +100,7 @@ def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, 
         final=summary.final if summary else {}, best=summary.best if summary else {},
         train_steps=train_steps, log_tail=tail, history=lc.history,
         results_source=source if ctx.attempts else "", previous_run=ctx.previous_run,
+        swarm={k: ctx.swarm[k] for k in ("spec", "reused", "history") if k in ctx.swarm},
     )
 
 

@@ -33,7 +33,7 @@ from statemachine.policies import parse_backoff, report_due_at
 from statemachine.preflight import preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
-from statemachine.rules import Observation, Proposal, decide, default_rules
+from statemachine.rules import Observation, Proposal, SwarmServerRule, decide, default_rules
 from statemachine.swarm import SwarmSpec
 from workers.advice_learning import learn_from_advice
 from workers.adviser import advice_fields, advice_source, advised_stat
@@ -63,6 +63,7 @@ from workers.swarm_run import (
     swarm_plan,
     swarm_results_path,
 )
+from workers.swarm_watch import ServerWatch, server_failure_pending
 from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch, file_start, log_evaluations
 
@@ -94,6 +95,7 @@ class ExperimentDriver:
         self.started_at = float(rec.get("started_at") or 0) or None
         self.handle = RunHandle.from_dict(rec["handle"]) if rec.get("handle") else None
         self.watch: AttemptWatch | None = None
+        self.server_watch: ServerWatch | None = None  # swarm mode: the server, watched beside the client
         self.rules = default_rules(
             time_limit_grace=settings.time_limit_grace_seconds,
             stall_seconds=settings.stall_seconds,
@@ -394,8 +396,10 @@ class ExperimentDriver:
                     env = start_or_reuse(self.runner, self.ctx.swarm, self.bp, exp_id=self.id, env=env,
                                          attempt=self.lc.attempt, publish=self.journal.publish,
                                          boot_timeout=self.settings.swarm_boot_timeout_seconds)
-                except SwarmServerFailed as exc:
-                    self.fire("anomaly", f"swarm server: {exc.reason}")
+                except SwarmServerFailed as exc:  # diagnosed from the server's log
+                    self.ctx.pending_repair = server_failure_pending(exc)
+                    self.fire("anomaly", f"swarm server: {exc.reason}",
+                              signature=self.ctx.pending_repair["cause"]["signature"])
                     return True
             try:
                 self.handle = self.runner.start(
@@ -436,6 +440,7 @@ class ExperimentDriver:
                                           val_start=self.ctx.val_start, earlier_log=log_evaluations(earlier),
                                           val_source=swarm_results_source(self.bp, self.ctx.swarm))
         watch.last_output_at = self.handle.started_at
+        self.server_watch = ServerWatch.of(self.runner, self.ctx.swarm)
         attempt_started = self.handle.started_at
         started = self.started_at or attempt_started
         next_tail = 0.0
@@ -463,6 +468,7 @@ class ExperimentDriver:
                 evaluations=self._primary_evaluations(),
                 first_step_seen=watch.first_step_seen,
                 first_step_timeout=first_step_timeout_from_text(self.bp.exp_max_time_text),
+                **self._server_fields(),
             )
             self._maybe_report(now - started)
             if watch.bytes_read != read_before and t0 >= next_tail:
@@ -476,6 +482,15 @@ class ExperimentDriver:
                 self._end_attempt(proposal, alive)
                 return True
             time.sleep(self.settings.poll_interval)
+
+    def _server_fields(self) -> dict[str, Any]:
+        """Swarm mode: the server's state for the Observation (the `swarm_server` rule decides)."""
+        server = self.server_watch
+        if server is None:
+            return {}
+        server.look()
+        return {"server_alive": server.alive, "server_cause": server.cause,
+                "server_last_line": "" if server.alive else server.last_line()}
 
     def _primary_evaluations(self) -> list[Any]:
         assert self.watch is not None
@@ -525,7 +540,8 @@ class ExperimentDriver:
             self.ctx.pending_repair = {
                 "cause": cause.model_dump() if cause else None,
                 "reason": proposal.reason,
-                "log_excerpt": self._excerpt(cause),
+                "log_excerpt": self.server_watch.excerpt() if proposal.rule == SwarmServerRule.name and
+                self.server_watch else self._excerpt(cause),
                 "log_tail": self.watch.scanner.tail(80),
             }
         detail = {"rule": proposal.rule}

@@ -8,6 +8,7 @@ client's `## Step N` file.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -84,11 +85,15 @@ def start_or_reuse(
     # Without the attempt's cleanup marker: the scoped cleanup after each client attempt must not
     # kill the server; it is stopped only by `stop_ours` (gracefully).
     server_env = {k: v for k, v in env.items() if k != MARKER}
+    began = time.monotonic()
     server = ensure_server(runner, spec, purpose=bp.exp_purpose, exp_id=exp_id, cwd=bp.exp_codebase_dir,
                            env=server_env, log_dir=Path(bp.exp_result_dir) / "logs", n=attempt,
                            boot_timeout=boot_timeout)
+    history = state.setdefault("history", [])
+    waited = round(time.monotonic() - began, 1)
     if server.reused:
         state["reused"] = True
+        history.append({"attempt": attempt, "what": "reused", "at": time.time(), "port": spec.port})
         publish({"type": "swarm_server", "message": f"reusing the swarm server already listening on port "
                  f"{spec.port}; it is not started again and not stopped at the end"})
     else:
@@ -97,6 +102,10 @@ def start_or_reuse(
         state["reused"] = False
         state.setdefault("started", 0)
         state["started"] += 1
+        again = any(h.get("what") in ("started", "restarted", "reused") for h in history)
+        history.append({"attempt": attempt, "what": "restarted" if again else "started",
+                        "at": time.time(), "port": spec.port, "session": server.handle.session,
+                        "log": str(server.handle.log_path), "seconds": waited})
         publish({"type": "swarm_server", "message": f"swarm server listening on port {spec.port} in tmux "
                  f"session {server.handle.session} (log {server.handle.log_path})"})
     return client_env(spec, bp.exp_launch_command, env)
@@ -109,11 +118,14 @@ def stop_ours(runner: TmuxRunner, state: dict[str, Any], grace: float,
         return
     handle = RunHandle.from_dict(state["handle"])
     spec = SwarmSpec.model_validate(state["spec"])
+    was_running = runner.is_running(handle)
     try:
         SwarmServer(spec=spec, reused=False, handle=handle).stop(runner, grace)
     except RuntimeError as exc:
         publish({"type": "warning", "message": f"stopping the swarm server left processes behind: {exc}"})
     else:
         publish({"type": "swarm_server", "message": f"swarm server on port {spec.port} stopped"})
+    state.setdefault("history", []).append({"what": "stopped", "at": time.time(), "port": spec.port,
+                                            "session": handle.session, "was_running": was_running})
     state["handle"] = None
 

@@ -3,6 +3,7 @@ swarm server and client."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -76,17 +77,33 @@ def test_swarm_run_reuses_a_running_server_and_leaves_it(tmp_path: Path, tmux_so
 
 
 def test_swarm_server_dying_mid_run_is_restarted_once(tmp_path: Path, tmux_socket: str) -> None:
+    """The server's death is seen directly (the client would wait 60 s before failing) and diagnosed
+    from the server's log; the repair restarts the server, awaits it and relaunches the client."""
     port = _free_port()
     sc = _make("swarm_server_dies", tmp_path, port)
     proc = run_cli(sc, env_for(tmux_socket))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = sc.results_json()
     assert data["outcome"] == "completed" and len(data["attempts"]) == 2
-    assert [r["signature"] for r in data["repairs"]] == ["swarm_unreachable"]
+    first, second = data["attempts"]
+    assert "the swarm server died while the client ran" in first["end_reason"]
+    assert first["ended_at"] - first["started_at"] < 40  # not the client's own 60 s retry
+    (repair,) = data["repairs"]
+    assert repair["signature"] == "swarm_server_died" and repair["result"] == "relaunched"
+    assert "Engine crashed" in repair["explanation"] and "Engine crashed" in repair["log_excerpt"]
+    assert "server-1.log" in repair["log_excerpt"]
     assert "Engine crashed" in (sc.results / "logs" / "server-1.log").read_text()
-    assert "Starting swarm server" in (sc.results / "logs" / "server-2.log").read_text()
-    assert "swarm_unreachable" in (sc.results / "repair_log.md").read_text()
+    server_2 = (sc.results / "logs" / "server-2.log").read_text()
+    assert f"Starting swarm server on port {port}" in server_2 and "Swarm server stopped." in server_2
+    client_2 = (sc.results / "logs" / "attempt-2.log").read_text()
+    assert "not reachable" not in client_2  # relaunched only once the new server listened
+    assert [h["what"] for h in data["swarm"]["history"]] == ["started", "stopped", "restarted", "stopped"]
+    log = (sc.results / "repair_log.md").read_text()
+    assert "## Swarm server" in log and "swarm_server_died" in log
+    assert "restart this experiment's swarm server" in log
+    assert "swarm server restarted in tmux session" in log and "server-2.log" in log
     assert not psutil.pid_exists(_pid(sc.results / "logs" / "server-2.pid")) and not _listening(port)
+    assert marked_processes(sc.flag()["id"]) == []
 
 
 def test_val_before_train_in_swarm_mode_is_a_diagnosed_failure(tmp_path: Path, tmux_socket: str) -> None:
@@ -96,4 +113,48 @@ def test_val_before_train_in_swarm_mode_is_a_diagnosed_failure(tmp_path: Path, t
     data = sc.results_json()
     assert data["outcome"] == "failed" and len(data["attempts"]) == 1
     assert [r["signature"] for r in data["repairs"]] == ["swarm_val_before_train"]
+    assert not _listening(port)
+
+
+def test_a_reused_server_that_dies_is_replaced_by_one_of_ours(tmp_path: Path, tmux_socket: str) -> None:
+    """A reused server is watched by its port; when it goes, the repair starts (and later stops) our own."""
+    port = _free_port()
+    sc = _make("swarm", tmp_path, port)
+    env = {**os.environ, "AJET_SIM_SWARM_DIE_AFTER": "2"}
+    server = subprocess.Popen([sys.executable, "-m", "ajet.swarm_cli", "start", f"--swarm-port={port}"],
+                              cwd=sc.codebase, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _listening(port), 30, "the pre-started swarm server")
+        proc = run_cli(sc, env_for(tmux_socket))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        data = sc.results_json()
+        assert data["outcome"] == "completed" and len(data["attempts"]) == 2
+        (repair,) = data["repairs"]
+        assert repair["signature"] == "swarm_server_died" and f"nothing listens on port {port}" in repair["explanation"]
+        assert [h["what"] for h in data["swarm"]["history"]] == ["reused", "restarted", "stopped"]
+        assert not (sc.results / "logs" / "server-1.log").exists()  # attempt 1 reused the outside server
+        assert "Starting swarm server" in (sc.results / "logs" / "server-2.log").read_text()
+        assert server.wait(10) != 0 and not _listening(port)
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            server.wait(10)
+
+
+def test_a_server_that_refuses_to_boot_is_diagnosed_from_its_log(tmp_path: Path, tmux_socket: str) -> None:
+    """`Please enable_swarm_mode in config` in the server's log: not repairable, the client never starts."""
+    port = _free_port()
+    sc = _make("swarm", tmp_path, port)
+    text = sc.blueprint.read_text()
+    conf = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"  # no ajet.enable_swarm_mode
+    sc.blueprint.write_text(text.replace(f"--swarm-port={port}", f"--swarm-port={port} --conf {conf}"))
+    proc = run_cli(sc, env_for(tmux_socket))
+    assert proc.returncode != 0
+    data = sc.results_json()
+    assert data["outcome"] == "failed"
+    (repair,) = data["repairs"]
+    assert repair["signature"] == "swarm_mode_disabled" and repair["result"] == "not repairable"
+    assert "Please enable_swarm_mode in config" in repair["log_excerpt"]
+    assert "swarm_mode_disabled" in (sc.results / "repair_log.md").read_text()
+    assert not list((sc.results / "logs").glob("attempt-*.log"))  # the client was never launched
     assert not _listening(port)
