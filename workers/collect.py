@@ -46,13 +46,14 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
     elif ctx.val_path and Path(ctx.val_path).exists():
         offset = own_offset(ctx.val_path, ctx.val_start)
         file_summary = parse_own_results(ctx.val_path, ctx.val_start)
+        what = "the blueprint's `[exp_val_result_path]`" if ctx.swarm else "the YAML's results file"
         if ctx.val_chosen:
             where = f"the runner's own results file `{ctx.val_path}`"
         elif offset:
-            where = (f"`{ctx.val_path}` (the YAML's results file), only the lines written after launch: "
+            where = (f"`{ctx.val_path}` ({what}), only the lines written after launch: "
                      f"its first {offset} bytes were already there and belong to earlier runs")
         else:
-            where = f"`{ctx.val_path}` (the YAML's results file, new or emptied since launch)"
+            where = f"`{ctx.val_path}` ({what}, new or emptied since launch)"
         sources.append(f"{where}: {len(file_summary.evaluations)} evaluation(s)")
     elif not ctx.val_path and Path(bp.exp_result_dir).exists():
         files = find_result_files(bp.exp_result_dir)  # previous/ (earlier runs) is never searched

@@ -49,6 +49,10 @@ def test_swarm_run_starts_the_server_first_and_stops_it(tmp_path: Path, tmux_soc
     data = sc.results_json()
     assert data["outcome"] == "completed" and len(data["attempts"]) == 1
     assert [e["step"] for e in data["evaluations"]] == [0, 2, 4, 6]
+    # the client's pass@k shows as task_pass_rate@k: in the live output, the report and the metrics
+    assert "evaluation at step 6: task_pass_rate@1=0.8" in proc.stdout
+    assert data["best"]["task_pass_rate@1"] == {"value": 0.8, "step": 6}
+    assert "| `task_pass_rate@1` | 0.8000 | 0.8000 | 6 |" in (sc.results / "experiment_report.md").read_text()
     server_log = (sc.results / "logs" / "server-1.log").read_text()
     assert f"Starting swarm server on port {port}" in server_log and "Swarm server stopped." in server_log
     client_log = (sc.results / "logs" / "attempt-1.log").read_text()
