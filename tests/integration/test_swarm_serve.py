@@ -82,3 +82,18 @@ def test_stale_swarm_port_reservations_are_freed_when_a_worker_starts(client, re
         wait_for(lambda: state_of(client, exp_id) == "finished", 120, "the swarm run on the freed port")
         assert json.loads((sc.results / "finish.flag").read_text())["outcome"] == "completed"
         assert store.swarm_port_owners("portnode") == {live_port: "swarm-live"}
+
+
+def test_a_server_dying_mid_run_is_restarted_through_a_worker(client, redis_url, tmux_socket, tmp_path) -> None:
+    port = _free_port()
+    sc = Scenario(tmp_path / "dies", materialize("swarm_server_dies", tmp_path / "dies", swarm_port=port))
+    env = worker_env(redis_url, tmux_socket)
+    with running_worker(env, "swarmdies"):
+        wait_nodes(client, {"swarmdies"})
+        exp_id = client.submit_file(sc.blueprint)["id"]
+        wait_for(lambda: state_of(client, exp_id) == "finished", 120, "the swarm run to finish")
+    assert json.loads((sc.results / "finish.flag").read_text())["outcome"] == "completed"
+    data = sc.results_json()
+    assert len(data["attempts"]) == 2 and [r["signature"] for r in data["repairs"]] == ["swarm_server_died"]
+    assert "swarm server restarted" in (sc.results / "repair_log.md").read_text()
+    assert "Swarm server stopped." in (sc.results / "logs" / "server-2.log").read_text()
