@@ -62,7 +62,7 @@ def test_stale_swarm_port_reservations_are_freed_when_a_worker_starts(client, re
                                                                        tmp_path) -> None:
     """A worker that died left ports held by experiments that then finished or vanished: the next
     worker frees them (a live holder keeps its own), so a swarm run on that port is not queued for ever."""
-    from service.store import Store
+    from store.store import Store
 
     store = Store.from_url(redis_url)
     port, live_port = _free_port(), _free_port()
