@@ -162,3 +162,21 @@ def test_a_server_that_refuses_to_boot_is_diagnosed_from_its_log(tmp_path: Path,
     assert "swarm_mode_disabled" in (sc.results / "repair_log.md").read_text()
     assert not list((sc.results / "logs").glob("attempt-*.log"))  # the client was never launched
     assert not _listening(port)
+
+
+def test_an_engine_state_error_in_the_server_log_explains_a_bare_client_failure(tmp_path: Path,
+                                                                              tmux_socket: str) -> None:
+    """The client only says `ValueError: Internal Server Error`; the live server's log says why."""
+    port = _free_port()
+    sc = _make("swarm_engine_stuck", tmp_path, port)
+    proc = run_cli(sc, env_for(tmux_socket))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "completed" and len(data["attempts"]) == 2
+    (repair,) = data["repairs"]
+    assert repair["signature"] == "swarm_engine_state" and repair["result"] == "relaunched"
+    assert "ENGINE.CANNOT_CONNECT" in repair["log_excerpt"] and "server-1.log" in repair["log_excerpt"]
+    assert "Cannot sync" not in (sc.results / "logs" / "attempt-1.log").read_text()  # only the server said it
+    assert [h["what"] for h in data["swarm"]["history"]] == ["started", "stopped", "restarted", "stopped"]
+    assert [e["step"] for e in data["evaluations"]] == [0, 2, 4, 6]
+    assert not _listening(port)

@@ -68,3 +68,21 @@ def test_the_server_death_beats_the_clients_exit_but_not_its_success() -> None:
     assert SwarmServerRule().check(obs(server_alive=False, completed_run=True)) is None
     p = decide(default_rules(), obs(cancel_requested=True, server_alive=False), running().can)
     assert p is not None and p.trigger == "cancel"
+
+
+def test_a_failed_client_is_explained_by_a_swarm_signature_in_the_live_servers_log() -> None:
+    engine = diagnose_text("ERROR Cannot sync train config or start engine when engine is in status: "
+                           "ENGINE.ROLLING\n").cause
+    assert engine is not None
+    bare = Finding(signature="python_traceback", fatal=True, line=3, text="RuntimeError: 500", explanation="x",
+                   repairable=False)
+    p = decide(default_rules(), obs(process_alive=False, exit_code=1, cause=bare, server_cause=engine),
+               running().can)
+    assert p is not None and p.rule == "swarm_server" and p.finding == engine and "code 1" in p.reason
+    # the client's own specific diagnosis stands; a live server with nothing to say changes nothing
+    oom = Finding(signature="cuda_oom", fatal=True, line=3, text="CUDA out of memory", explanation="x")
+    p = decide(default_rules(), obs(process_alive=False, exit_code=1, cause=oom, server_cause=engine), running().can)
+    assert p is not None and p.rule == "process_exit" and p.finding == oom
+    p = decide(default_rules(), obs(process_alive=False, exit_code=1, cause=bare), running().can)
+    assert p is not None and p.rule == "process_exit"
+    assert SwarmServerRule().check(obs(server_cause=engine)) is None  # the client still runs: it decides
