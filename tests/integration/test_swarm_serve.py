@@ -97,3 +97,34 @@ def test_a_server_dying_mid_run_is_restarted_through_a_worker(client, redis_url,
     assert len(data["attempts"]) == 2 and [r["signature"] for r in data["repairs"]] == ["swarm_server_died"]
     assert "swarm server restarted" in (sc.results / "repair_log.md").read_text()
     assert "Swarm server stopped." in (sc.results / "logs" / "server-2.log").read_text()
+
+
+def test_a_killed_worker_leaves_a_swarm_run_the_next_worker_finishes(redis_url, tmux_socket, tmp_path) -> None:
+    """SIGKILL the worker mid-run: server and client live on in tmux; the next worker re-adopts both
+    (watches the server again, finds the results from the launch offsets), then stops the server."""
+    from service.submit import submit
+    from store.store import Store
+    from tests.integration.workers import kill_group, start_worker
+
+    port = _free_port()
+    sc = Scenario(tmp_path / "adopt", materialize("swarm_found_results", tmp_path / "adopt", swarm_port=port))
+    sc.blueprint.write_text(sc.blueprint.read_text().replace("SWARM_STEP_SECONDS=0.5", "SWARM_STEP_SECONDS=1"))
+    store = Store.from_url(redis_url)
+    env = worker_env(redis_url, tmux_socket)
+    first = start_worker(env, "adoptnode")
+    try:
+        wait_for(lambda: store.nodes(), 30, "the first worker to register")
+        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="adoptnode")["id"]
+        wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
+    finally:
+        kill_group(first)
+    assert (store.get(exp_id) or {})["state"] == "running"
+    with running_worker(env, "adoptnode"):
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    data = sc.results_json()
+    assert data["outcome"] == "completed" and len(data["attempts"]) == 1 and data["repairs"] == []
+    assert [e["step"] for e in data["evaluations"]] == [0, 2, 4, 6]
+    assert [h["what"] for h in data["swarm"]["history"]] == ["started", "stopped"]
+    assert "Swarm server stopped." in (sc.results / "logs" / "server-1.log").read_text()
+    assert not (sc.results / "logs" / "server-2.log").exists()
+    assert store.swarm_port_owners("adoptnode") == {}
