@@ -180,3 +180,32 @@ def test_an_engine_state_error_in_the_server_log_explains_a_bare_client_failure(
     assert [h["what"] for h in data["swarm"]["history"]] == ["started", "stopped", "restarted", "stopped"]
     assert [e["step"] for e in data["evaluations"]] == [0, 2, 4, 6]
     assert not _listening(port)
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_time_limit_stops_the_client_and_only_our_server(tmp_path: Path, tmux_socket: str, reuse: bool) -> None:
+    port = _free_port()
+    sc = _make("swarm", tmp_path, port)
+    text = sc.blueprint.read_text().replace("SWARM_STEPS=6 ", "SWARM_STEPS=200 ")
+    sc.blueprint.write_text(text.replace("## [exp_max_time]\n5 minutes", "## [exp_max_time]\n8 seconds"))
+    outside = None
+    if reuse:
+        outside = subprocess.Popen([sys.executable, "-m", "ajet.swarm_cli", "start", f"--swarm-port={port}"],
+                                   cwd=sc.codebase, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: _listening(port), 30, "the pre-started swarm server")
+    try:
+        proc = run_cli(sc, env_for(tmux_socket, AJET_RUNNER_TIME_LIMIT_GRACE_SECONDS="3"))
+        data = sc.results_json()
+        assert data["outcome"] != "completed", proc.stdout
+        assert "max time of 8s reached" in data["attempts"][0]["end_reason"], data["attempts"]
+        assert marked_processes(sc.flag()["id"]) == []
+        if reuse:
+            assert outside is not None and outside.poll() is None and _listening(port)  # left alone
+            assert [h["what"] for h in data["swarm"]["history"]] == ["reused"]
+        else:
+            assert [h["what"] for h in data["swarm"]["history"]] == ["started", "stopped"]
+            assert not psutil.pid_exists(_pid(sc.results / "logs" / "server-1.pid")) and not _listening(port)
+    finally:
+        if outside is not None:
+            outside.terminate()
+            outside.wait(10)
