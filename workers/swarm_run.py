@@ -1,9 +1,12 @@
 """Swarm mode inside one experiment run: the small hooks the driver calls.
 
 Kept apart from the driver (which is being split into per-state handlers) so the driver only
-calls `swarm_plan` when queued, `start_or_reuse` before launching the client, `stop_ours` when
-a repair restarts the server or the experiment ends, and `swarm_results_path` to find the
-client's `## Step N` file.
+calls `swarm_plan` and `port_problems` when queued, `start_or_reuse` before launching the
+client, `stop_ours` when a repair restarts the server or the experiment ends, and
+`swarm_results_path` for the client's named `## Step N` file. Watching the server while the
+client runs is `workers.swarm_watch`; finding unnamed results files is `workers.swarm_results`.
+`state` (the experiment context's `swarm` field) keeps the spec, whether the server is reused,
+our server's tmux handle, and a `history` of starts, reuses and stops for `repair_log.md`.
 """
 
 from __future__ import annotations
