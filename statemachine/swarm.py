@@ -14,9 +14,11 @@ import re
 import shlex
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 
 from statemachine.models import Blueprint, Finding, Level, Problem
+from statemachine.signatures import signature
 
 __all__ = ["DEFAULT_PORT", "SERVER_DIED", "SwarmSpec", "server_failure_finding", "swarm_spec", "swarm_problems",
            "yaml_placeholder", "val_result_abspath"]
@@ -54,7 +56,6 @@ def yaml_placeholder(value: str) -> bool:
 def _yaml_enables_swarm(yaml_text: str | None) -> bool:
     if not yaml_text:
         return False
-    import yaml
 
     try:
         data = yaml.safe_load(yaml_text)
@@ -135,8 +136,6 @@ def server_failure_finding(server_cause: Finding | None, last_line: str = "", wh
     `swarm_server_died`, whose plan restarts the server, awaits it and relaunches the client, and
     whose explanation quotes what the server's log said last.
     """
-    from statemachine.signatures import signature
-
     if server_cause is not None and server_cause.signature.startswith("swarm_"):
         return server_cause
     quote = server_cause.text if server_cause is not None else last_line.strip()

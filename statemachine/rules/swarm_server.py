@@ -16,12 +16,11 @@ from dataclasses import dataclass
 
 from statemachine.models import Finding
 from statemachine.rules.base import Observation, Proposal
+from statemachine.signatures import signature
 from statemachine.swarm import server_failure_finding
 
 
 def _unspecific(cause: Finding | None) -> bool:
-    from statemachine.signatures import signature
-
     if cause is None:
         return True
     try:
