@@ -61,6 +61,7 @@ class ReportData(_Input):
     previous_run: str = ""  # an earlier run's files, moved aside (relative to the result dir)
     nodes: list[dict[str, Any]] = []  # a multi-node run: every rank {rank, node, gpus, session, log, ...}
     master: dict[str, Any] = {}  # a multi-node run: {"master_addr", "master_port", "nnodes"} of the last attempt
+    swarm: dict[str, Any] = {}  # swarm mode: {"spec", "reused", "history"} of the swarm server
 
     @field_validator("final", "best", mode="before")
     @classmethod
