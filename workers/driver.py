@@ -31,7 +31,7 @@ from statemachine.policies import parse_backoff, report_due_at
 from statemachine.preflight import preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
-from statemachine.rules import Observation, Proposal, decide, default_rules
+from statemachine.rules import EXIT_NOT_RECORDED, Observation, Proposal, decide, default_rules
 from store.settings import Settings
 from store.store import Store, TransitionConflict
 from workers.advice_learning import learn_from_advice
@@ -40,6 +40,7 @@ from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
 from workers.context import Context
+from workers.exit_record import exit_record_problem
 from workers.finish import (
     atomic_write_bytes,
     remove_temp_files,
@@ -52,7 +53,7 @@ from workers.node import NodeInfo
 from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
 from workers.report import AttemptInfo, RepairRecord, write_report
-from workers.reserve import release_reserve, take_reserve
+from workers.reserve import RESERVE_NAME, release_reserve, take_reserve
 from workers.swarm_run import SwarmServerFailed, is_swarm, start_or_reuse, stop_ours, swarm_plan, swarm_results_path
 from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch, file_start, log_evaluations
@@ -386,6 +387,7 @@ class ExperimentDriver:
                 self.handle = self.runner.start(
                     session, self.ctx.command, cwd=self.bp.exp_codebase_dir, env=env,
                     log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
+                    reserve_path=Path(self.bp.exp_result_dir) / RESERVE_NAME,
                 )
             except (OSError, RuntimeError) as exc:
                 self.fire("anomaly", f"could not start the tmux session: {exc}")
@@ -434,9 +436,11 @@ class ExperimentDriver:
             if new_evals:
                 self._on_evaluations(new_evals)
             exit_code = None
+            record = None
             if not alive:
                 exit_code = watch.exit_code(self.runner)
                 watch.finish_log(time.time())
+                record = exit_record_problem(self.handle.rc_path, self.bp.exp_result_dir, self.roots)
             obs = Observation(
                 now=now, started_at=started, attempt_started_at=attempt_started,
                 max_seconds=self.bp.exp_max_time_seconds, process_alive=alive, exit_code=exit_code,
@@ -447,6 +451,7 @@ class ExperimentDriver:
                 evaluations=self._primary_evaluations(),
                 first_step_seen=watch.first_step_seen,
                 first_step_timeout=first_step_timeout_from_text(self.bp.exp_max_time_text),
+                exit_record_error=record.reason if record is not None else "",
             )
             self._maybe_report(now - started)
             if watch.bytes_read != read_before and t0 >= next_tail:
@@ -541,6 +546,9 @@ class ExperimentDriver:
         record = RepairRecord(at=time.time(), attempt=self.lc.attempt, signature=sig_id,
                               explanation=explanation, log_excerpt=str(pending.get("log_excerpt", "")),
                               changes=[], diff="", source="none", result="", next="")
+        if cause is not None and cause.signature == EXIT_NOT_RECORDED:
+            self._exit_not_recorded(record, cause)
+            return True
         if self.lc.attempt == 0 or not self.ctx.command:  # rejected before any launch
             record.result = "not repairable"
             record.explanation = self.lc.reason
@@ -644,8 +652,20 @@ class ExperimentDriver:
         code = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
         self.journal.publish({"type": "result_write_failed", "errno": code, "path": str(exc.filename or ""),
                               "message": f"could not write the result files: {why}"})
+        counted = any(r.get("signature") == EXIT_NOT_RECORDED for r in self.ctx.repairs)  # one count a run
         self.fire("write_failed", f"result files not written: {why}", fields={"latest_metrics": metrics},
-                  write_failure=code, previous_outcome=self.lc.outcome)
+                  write_failure="" if counted else code, previous_outcome=self.lc.outcome)
+
+    def _exit_not_recorded(self, record: RepairRecord, cause: Finding) -> None:
+        """A full disk or a swapped result dir at the command's end: failed, counted as a result write
+        failure, not repaired (a relaunch would meet the same disk or refusal)."""
+        code = cause.text.split(" ", 1)[0]  # the finding's text starts with the errno name
+        code = code if code in errno.errorcode.values() else "EIO"
+        record.result = "not repairable"
+        self.ctx.repairs.append(record.model_dump())
+        path = str(self.handle.rc_path) if self.handle is not None else ""
+        self.journal.publish({"type": "result_write_failed", "errno": code, "path": path, "message": cause.explanation})
+        self.fire("give_up", cause.explanation, write_failure=code, repair_stat=f"{EXIT_NOT_RECORDED}|not repairable")
 
     def _tidy_config_copy(self) -> None:
         """Keep the patched config in the result dir, and out of the user's codebase."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from statemachine.rules.base import Observation, Proposal, Rule
 from statemachine.rules.cancel import CancelRule
 from statemachine.rules.diagnosis import DiagnosisRule
+from statemachine.rules.exit_record import EXIT_NOT_RECORDED, ExitRecordRule
 from statemachine.rules.first_step import FirstStepRule
 from statemachine.rules.plateau import PlateauRule
 from statemachine.rules.process_exit import ProcessExitRule
@@ -18,7 +19,8 @@ from statemachine.rules.stall import StallRule
 from statemachine.rules.time_limit import TimeLimitRule
 
 __all__ = [
-    "CancelRule", "DiagnosisRule", "FirstStepRule", "Observation", "PlateauRule", "ProcessExitRule", "Proposal", "Rule",
+    "EXIT_NOT_RECORDED", "CancelRule", "DiagnosisRule", "ExitRecordRule", "FirstStepRule", "Observation",
+    "PlateauRule", "ProcessExitRule", "Proposal", "Rule",
     "StallRule", "TimeLimitRule", "decide", "default_rules",
 ]
 
@@ -35,6 +37,7 @@ def default_rules(
 ) -> list[Rule]:
     return [
         CancelRule(),
+        ExitRecordRule(),
         ProcessExitRule(),
         TimeLimitRule(grace=time_limit_grace),
         DiagnosisRule(settle_seconds=diagnosis_settle),

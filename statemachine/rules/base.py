@@ -28,6 +28,7 @@ class Observation:
     evaluations: Sequence[Evaluation] = field(default_factory=tuple)
     first_step_seen: bool = True  # a training step showed in this attempt's log (default: not watched)
     first_step_timeout: float | None = None  # the blueprint's own first-step timeout, seconds
+    exit_record_error: str = ""  # why the ended command's exit code could not be recorded (ENOSPC, roots)
 
     @property
     def elapsed(self) -> float:
