@@ -191,9 +191,10 @@ _WRAPPER = """\
 # Ctrl-C, SIGTERM and SIGHUP sent to this wrapper are forwarded to the command's group.
 # Its files live in logs_dir, held as the wrapper's working directory from the start: the log
 # and the rc file are written there by relative name (a directory fd, in effect), so a result
-# dir swapped for a symlink mid-run is never written through; the rc is written only while
-# that directory is still where it was checked (`pwd -P`).
+# dir swapped for a symlink mid-run is never written through. logs_id is the device:inode of the
+# directory the runner checked; the rc is written only while logs_dir still leads to it.
 logs_dir={logs_dir}
+logs_id={logs_id}
 log={log}
 rc_file={rc}
 pid_file={pid}
@@ -207,7 +208,7 @@ _ajet_put() {{  # atomic: temp file, then rename; a failed write leaves no litte
     {rm} -f -- "$1.tmp.$$"
     return 1
 }}
-if ! cd -- "$logs_dir" 2>/dev/null || [ "$(pwd -P)" != "$logs_dir" ]; then
+if ! cd -- "$logs_dir" 2>/dev/null || [ "$({stat} -c %d:%i .)" != "$logs_id" ]; then
     echo "[ajet-runner] refused to start: $logs_dir is no longer the directory that was checked"
     exit 1  # nothing written: the runner names the cause (a result dir outside the allowed roots)
 fi
@@ -263,7 +264,7 @@ for ((_i = 0; _i < {tee_steps}; _i++)); do
 done
 # A full disk: the reserve kept in the result dir for the final files makes room for the code,
 # which then carries the first error, so the run ends failed naming it (never "no exit code").
-if [ "$(pwd -P 2>/dev/null)" != "$logs_dir" ]; then
+if [ "$({stat} -L -c %d:%i -- "$logs_dir" 2>/dev/null)" != "$logs_id" ]; then
     echo "[ajet-runner] $logs_dir was moved or swapped while the command ran: exit code $rc not written"
 elif ! _ajet_put "$rc_file" "$rc"; then
     _ajet_why=${{_ajet_err##*: }}
@@ -316,10 +317,12 @@ def _tool(name: str) -> str:
 
 def _wrapper_text(
     session: str, command_file: Path, cwd: str, env: Mapping[str, str], log: Path, rc: Path, pid: Path, linger: int,
-    *, logs_dir: str, reserve: str = "",
+    *, logs_id: str, reserve: str = "",
 ) -> str:
-    """The wrapper script. `logs_dir` is the real path of the directory holding log, rc, pid and
-    command file (named relative to it here); `reserve` is the reserve file relative to it, or ""."""
+    """The wrapper script. Log, rc, pid and command file share one directory, named relative to it
+    here; `logs_id` is that directory's `st_dev:st_ino` as checked (a path may be seen differently
+    by a session host in another mount namespace; the inode is the same); `reserve` is the reserve
+    file relative to it, or ""."""
     for key in env:
         if not _ENV_NAME.match(key):
             raise ValueError(f"not a valid environment variable name: {key!r}")
@@ -327,7 +330,9 @@ def _wrapper_text(
     return _WRAPPER.format(
         generated=time.strftime("%Y-%m-%d %H:%M:%S"),
         session=session,
-        logs_dir=q(logs_dir),
+        logs_dir=q(os.path.abspath(log.parent)),
+        logs_id=q(logs_id),
+        stat=q(_tool("stat")),
         log=q(log.name),
         rc=q(rc.name),
         pid=q(pid.name),
@@ -442,7 +447,8 @@ class TmuxRunner:
         command_file = command_path(log_path)
         dfd = open_dir(log_path.parent)
         try:
-            logs_dir = os.readlink(f"/proc/self/fd/{dfd}")  # the real path of what was opened and checked
+            st = os.fstat(dfd)
+            logs_id = f"{st.st_dev}:{st.st_ino}"  # the directory that was opened and checked
             for stale in (rc_path, pid_path):  # a previous attempt's files must not be read as ours
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(stale.name, dir_fd=dfd)
@@ -452,7 +458,7 @@ class TmuxRunner:
                 if reserve_path is not None else ""
             _write_at(dfd, wrapper.name, _wrapper_text(
                 session, command_file, cwd, env, log_path, rc_path, pid_path, round(self.linger),
-                logs_dir=logs_dir, reserve=reserve).encode(), mode=0o755)
+                logs_id=logs_id, reserve=reserve).encode(), mode=0o755)
         finally:
             os.close(dfd)
         handle = RunHandle(
