@@ -27,6 +27,11 @@ def stream_key(exp_id: str) -> str:
     return f"{PREFIX}:exp:{exp_id}:events"
 
 
+def published_key(exp_id: str) -> str:
+    """Per writer, the sequence number of the last event it published (a hash; see publish_once.lua)."""
+    return f"{PREFIX}:exp:{exp_id}:published"
+
+
 def node_key(node: str) -> str:
     """A node's heartbeat record (a hash with a TTL)."""
     return f"{PREFIX}:node:{node}"

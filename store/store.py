@@ -28,11 +28,14 @@ from store.keys import (
     exp_key,
     gpu_key,
     node_key,
+    published_key,
     stats_key,
     stream_key,
     swarm_port_key,
 )
+from store.records import ExperimentRecord
 from store.scripts import lua
+from store.stats import TransitionStats
 
 __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "Store", "TransitionConflict", "decode",
            "drain_key", "exp_key", "gpu_key", "new_id", "node_key", "stream_key", "swarm_port_key"]
@@ -111,6 +114,7 @@ class Store:
         self._release_if_owner = client.register_script(lua("hdel_if_owner"))
         self._renew = client.register_script(lua("renew_lease"))
         self._set_if_exists = client.register_script(lua("hset_if_exists"))
+        self._publish_once = client.register_script(lua("publish_once"))
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -129,6 +133,11 @@ class Store:
     def get(self, exp_id: str) -> dict[str, Any] | None:
         raw = self.r.hgetall(exp_key(exp_id))
         return decode(raw) if raw else None
+
+    def record(self, exp_id: str) -> ExperimentRecord | None:
+        """The experiment's record, typed (None when it does not exist)."""
+        raw = self.get(exp_id)
+        return ExperimentRecord.from_hash(raw) if raw is not None else None
 
     def exists(self, exp_id: str) -> bool:
         return bool(self.r.exists(exp_key(exp_id)))
@@ -160,23 +169,22 @@ class Store:
         fields: Mapping[str, Any],
         event: Mapping[str, Any],
         owner: str = "",
-        stats: Mapping[str, Any] | None = None,
+        stats: TransitionStats | Mapping[str, Any] | None = None,
     ) -> int:
         """Compare-and-set `fields` and publish `event` atomically; returns the new version."""
-        stats = dict(stats or {})
-        if "outcome" in stats:
-            stats["buckets"] = ["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS]
+        counted = TransitionStats.of(stats)
+        packed = counted.packed(["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS])
         payload = {"at": time.time(), **event}
         ok, detail = self._transition(
             keys=[exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED,
                   stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
-                  duration_bucket_key(str(stats.get("outcome") or "")), stats_key("repairs"), stats_key("advised"),
+                  duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
                   stats_key("result_write_failures")],
             args=[
                 "" if expected_version is None else str(expected_version),
                 owner,
                 json.dumps(payload, default=str),
-                json.dumps(stats),
+                json.dumps(packed),
                 STREAM_MAXLEN,
                 GLOBAL_STREAM_MAXLEN,
                 *_encode(fields),
@@ -192,10 +200,19 @@ class Store:
         if fields:
             self.r.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(fields))] * 2, strict=True)))
 
-    def publish(self, exp_id: str, event: Mapping[str, Any]) -> str:
-        """An event that is not a transition (progress, repair note, log excerpt)."""
+    def publish(self, exp_id: str, event: Mapping[str, Any], *, once: tuple[str, int] | None = None) -> str:
+        """An event that is not a transition (progress, repair note, log excerpt).
+
+        `once=(writer, seq)` makes a retried send harmless: Redis adds the event only if that
+        writer's `seq` is new (returns "" otherwise)."""
         payload = json.dumps({"at": time.time(), **event}, default=str)
-        entry = {"id": exp_id, "type": str(event.get("type", "info")), "data": payload}
+        kind = str(event.get("type", "info"))
+        if once is not None:
+            got = self._publish_once(
+                keys=[stream_key(exp_id), GLOBAL_STREAM, published_key(exp_id)],
+                args=[once[0], once[1], STREAM_MAXLEN, GLOBAL_STREAM_MAXLEN, exp_id, kind, payload])
+            return got.decode() if isinstance(got, bytes) else str(got)
+        entry = {"id": exp_id, "type": kind, "data": payload}
         pipe = self.r.pipeline(transaction=False)
         pipe.xadd(stream_key(exp_id), entry, maxlen=STREAM_MAXLEN, approximate=True)
         pipe.xadd(GLOBAL_STREAM, entry, maxlen=GLOBAL_STREAM_MAXLEN, approximate=True)
@@ -216,7 +233,7 @@ class Store:
 
     def delete(self, exp_id: str) -> None:
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(exp_key(exp_id), stream_key(exp_id))
+        pipe.delete(exp_key(exp_id), stream_key(exp_id), published_key(exp_id))
         pipe.zrem(INDEX, exp_id)
         pipe.srem(UNFINISHED, exp_id)
         pipe.execute()
@@ -227,7 +244,14 @@ class Store:
 
     def request_cancel(self, exp_id: str) -> bool:
         """Set the cancel flag; False (and nothing written) when the record does not exist."""
-        return bool(self._set_if_exists(keys=[exp_key(exp_id)], args=["cancel_requested", "1"]))
+        return self.request_stop(exp_id)
+
+    def request_stop(self, exp_id: str, *, delete: bool = False) -> bool:
+        """Ask the experiment's driver to stop it (and with `delete`, to drop the record once finished):
+        the owner carries it out in whatever state it is. Atomic, on an existing record only (never
+        resurrects a deleted one); False when there is none."""
+        flags = ["cancel_requested", "1", *(["delete_requested", "1"] if delete else [])]
+        return bool(self._set_if_exists(keys=[exp_key(exp_id)], args=flags))
 
     def cancel_requested(self, exp_id: str) -> bool:
         return self.flag_set(exp_id, "cancel_requested")

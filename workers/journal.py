@@ -13,15 +13,18 @@ has accepted it, because launching on an unconfirmed claim could launch twice.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
 
+from store.stats import TransitionStats
 from store.store import Store, TransitionConflict
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,8 @@ class Journal:
         self._ops: deque[tuple[int, Callable[[], Any], bool]] = deque()  # (seq, op, droppable)
         self.dropped = 0
         self._seq = 0
+        self._writer = uuid.uuid4().hex  # events carry (writer, n): a resend is never a second copy
+        self._event_numbers = itertools.count(1)
         self._done = 0
         self._error: BaseException | None = None
         self._cancel = False
@@ -66,16 +71,17 @@ class Journal:
             return len(self._ops)
 
     def transition(self, fields: Mapping[str, Any], event: Mapping[str, Any],
-                   stats: Mapping[str, Any] | None = None, *, ack: bool = False, wait: float = 2.0) -> None:
+                   stats: TransitionStats | Mapping[str, Any] | None = None, *, ack: bool = False,
+                   wait: float = 2.0) -> None:
         """Queue a compare-and-set transition; with `ack`, return only once Redis accepted it."""
         expected = self.version
         self.version += 1
-        fields, event, stats = dict(fields), dict(event), dict(stats or {})
+        fields, event, counted = dict(fields), dict(event), TransitionStats.of(stats)
 
         def op() -> None:
             try:
                 self.store.transition(self.exp_id, expected_version=expected, owner=self.owner,
-                                      fields=fields, event=event, stats=stats)
+                                      fields=fields, event=event, stats=counted)
             except TransitionConflict:
                 if not self._already_applied(expected):
                     raise
@@ -86,7 +92,9 @@ class Journal:
 
     def publish(self, event: Mapping[str, Any]) -> None:
         event = {"at": time.time(), **event}  # when it happened, not when Redis got it
-        self._put(lambda: self.store.publish(self.exp_id, event), droppable=True)
+        with self._cv:  # numbered in queue order, which is the order they are sent in
+            once = (self._writer, next(self._event_numbers))
+            self._put(lambda: self.store.publish(self.exp_id, event, once=once), droppable=True)
 
     def update(self, fields: Mapping[str, Any]) -> None:
         fields = dict(fields)

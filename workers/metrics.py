@@ -1,7 +1,7 @@
 """A worker's own Prometheus endpoint: watch-loop latency, log bytes, stall signal, heartbeat, CPU, memory.
 
 The watch loop runs in RQ work-horses, forked per job and gone when the job ends, so it cannot
-own in-process metrics (multiprocess mode leaves files per fork; see stack-notes). Instead
+own in-process metrics (multiprocess mode leaves files per fork; docs/background.md#prometheus-multiprocess). Instead
 `watch_reporter` batches its numbers and flushes them at most once a second into this node's
 keys in Redis; the supervisor, the one long-lived process of a node, serves them at scrape time.
 
