@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from statemachine.diagnose import LogScanner
 from statemachine.first_step import shows_training_step
@@ -81,13 +82,14 @@ class AttemptWatch:
     val_path: Path | None
     val_start: dict[str, int] | None = None  # shared with the driver's context, updated in place
     earlier_log: list[Evaluation] = field(default_factory=list)  # earlier attempts' console evaluations
+    val_source: Any = None  # several discovered files instead of `val_path` (workers.swarm_results)
     log_metrics: LogMetrics = field(default_factory=LogMetrics)
     scanner: LogScanner = field(default=None)  # type: ignore[assignment]
     offset: int = 0
     last_output_at: float = 0.0
     bytes_read: int = 0
     cause_seen_at: float | None = None
-    _val_stamp: tuple[int, int, int] | None = None
+    _val_stamp: tuple[Any, ...] | None = None
     summary: ResultSummary = field(default_factory=ResultSummary)
     file_summary: ResultSummary | None = None
     last_eval_at: float | None = None
@@ -125,7 +127,13 @@ class AttemptWatch:
         """Merge the validation file (re-parsed when its size or mtime changed) with the console
         evaluations seen so far; return the evaluations that are new or changed."""
         changed = False
-        if self.val_path is not None:
+        if self.val_source is not None:
+            stamp = self.val_source.stamp()
+            if stamp != self._val_stamp:
+                self._val_stamp = stamp
+                self.file_summary, _ = self.val_source.summary()
+                changed = True
+        elif self.val_path is not None:
             try:
                 st = os.stat(self.val_path)
             except OSError:

@@ -16,12 +16,13 @@ from statemachine.rules.first_step import FirstStepRule
 from statemachine.rules.plateau import PlateauRule
 from statemachine.rules.process_exit import ProcessExitRule
 from statemachine.rules.stall import StallRule
+from statemachine.rules.swarm_server import SwarmServerRule
 from statemachine.rules.time_limit import TimeLimitRule
 
 __all__ = [
     "EXIT_NOT_RECORDED", "CancelRule", "DiagnosisRule", "ExitRecordRule", "FirstStepRule", "Observation",
-    "PlateauRule", "ProcessExitRule", "Proposal", "Rule",
-    "StallRule", "TimeLimitRule", "decide", "default_rules",
+    "PlateauRule", "ProcessExitRule", "Proposal", "Rule", "StallRule", "SwarmServerRule", "TimeLimitRule", "decide",
+    "default_rules",
 ]
 
 
@@ -37,7 +38,8 @@ def default_rules(
 ) -> list[Rule]:
     return [
         CancelRule(),
-        ExitRecordRule(),
+        ExitRecordRule(),  # a command whose exit code could not be recorded (full disk, roots): failed with that
+        SwarmServerRule(),  # before the client's exit: a client that lost its server died of that
         ProcessExitRule(),
         TimeLimitRule(grace=time_limit_grace),
         DiagnosisRule(settle_seconds=diagnosis_settle),

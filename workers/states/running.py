@@ -15,9 +15,11 @@ from statemachine.first_step import first_step_timeout_from_text
 from statemachine.models import Finding
 from statemachine.policies import report_due_at
 from statemachine.results import latest_metrics
-from statemachine.rules import Observation, Proposal, decide
+from statemachine.rules import Observation, Proposal, SwarmServerRule, decide
 from workers.context import PendingRepair
 from workers.exit_record import exit_record_problem
+from workers.swarm_results import swarm_results_source
+from workers.swarm_watch import ServerWatch
 from workers.watch import AttemptWatch, log_evaluations
 
 if TYPE_CHECKING:
@@ -103,8 +105,10 @@ def handle(d: ExperimentDriver) -> bool:
     assert d.handle is not None
     earlier = [a.log_path for a in d.ctx.attempts if a.number != d.lc.attempt]
     watch = d.watch = AttemptWatch(d.handle, Path(d.ctx.val_path) if d.ctx.val_path else None,
-                                   val_start=d.ctx.val_start, earlier_log=log_evaluations(earlier))
+                                   val_start=d.ctx.val_start, earlier_log=log_evaluations(earlier),
+                                   val_source=swarm_results_source(d.bp, d.ctx.swarm))
     watch.last_output_at = d.handle.started_at
+    d.server_watch = ServerWatch.of(d.runner, d.ctx.swarm)  # swarm mode: the server, beside the client
     attempt_started = d.handle.started_at
     started = d.started_at or attempt_started
     hooks = observers()
@@ -136,6 +140,7 @@ def handle(d: ExperimentDriver) -> bool:
             first_step_seen=watch.first_step_seen,
             first_step_timeout=first_step_timeout_from_text(d.bp.exp_max_time_text),
             exit_record_error=record.reason if record is not None else "",
+            **_server_fields(d),
         )
         for o in hooks:
             o.after_tick(d, tick)
@@ -144,6 +149,16 @@ def handle(d: ExperimentDriver) -> bool:
             _end_attempt(d, proposal, alive)
             return True
         time.sleep(d.settings.poll_interval)
+
+
+def _server_fields(d: ExperimentDriver) -> dict[str, Any]:
+    """Swarm mode: the server's state for the Observation (the `swarm_server` rule decides)."""
+    server = d.server_watch
+    if server is None:
+        return {}
+    server.look()
+    return {"server_alive": server.alive, "server_cause": server.cause,
+            "server_last_line": "" if server.alive else server.last_line()}
 
 
 def _primary_evaluations(d: ExperimentDriver) -> list[Any]:
@@ -198,7 +213,8 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
         d.ctx.pending_repair = PendingRepair(
             cause=cause.model_dump() if cause else None,
             reason=proposal.reason,
-            log_excerpt=_excerpt(d, cause),
+            log_excerpt=d.server_watch.excerpt() if proposal.rule == SwarmServerRule.name and d.server_watch
+            else _excerpt(d, cause),
             log_tail=d.watch.scanner.tail(80),
         )
     detail = {"rule": proposal.rule}
