@@ -17,6 +17,7 @@ from statemachine.policies import report_due_at
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, SwarmServerRule, decide
 from workers.context import PendingRepair
+from workers.exit_record import exit_record_problem
 from workers.states import gang
 from workers.swarm_results import swarm_results_source
 from workers.swarm_watch import ServerWatch
@@ -124,9 +125,11 @@ def handle(d: ExperimentDriver) -> bool:
             for o in hooks:
                 o.on_evaluations(d, tick, new_evals)
         exit_code = None
+        record = None
         if not alive:
             exit_code = watch.exit_code(d.runner)
             watch.finish_log(time.time())
+            record = exit_record_problem(d.handle.rc_path, d.bp.exp_result_dir, d.roots)
         obs = Observation(
             now=tick.now, started_at=started, attempt_started_at=attempt_started,
             max_seconds=d.bp.exp_max_time_seconds, process_alive=alive, exit_code=exit_code,
@@ -138,6 +141,7 @@ def handle(d: ExperimentDriver) -> bool:
             first_step_seen=watch.first_step_seen,
             first_step_timeout=first_step_timeout_from_text(d.bp.exp_max_time_text),
             gang_problem=gang.problem(d),
+            exit_record_error=record.reason if record is not None else "",
             **_server_fields(d),
         )
         for o in hooks:
