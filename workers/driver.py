@@ -40,6 +40,7 @@ from workers.attempt import MARKER, attempt_env, attempt_paths
 from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import patched_config_path, read_yaml_data, remove_patched_copy, write_patched_yaml
 from workers.context import Context
+from workers.exit_wait import ExitWaiter
 from workers.finish import (
     atomic_write_bytes,
     remove_temp_files,
@@ -49,10 +50,12 @@ from workers.finish import (
 from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
+from workers.plot_preload import preload_plotting
 from workers.repair_log import write_repair_log
 from workers.repair_plan import plan_repair
 from workers.report import AttemptInfo, RepairRecord, write_report
 from workers.reserve import release_reserve, take_reserve
+from workers.scan_checkpoint import remove as remove_checkpoint
 from workers.swarm_run import SwarmServerFailed, is_swarm, start_or_reuse, stop_ours, swarm_plan, swarm_results_path
 from workers.tmux import RunHandle, TmuxRunner, session_name
 from workers.watch import AttemptWatch, file_start, log_evaluations
@@ -420,16 +423,35 @@ class ExperimentDriver:
         watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None,
                                           val_start=self.ctx.val_start, earlier_log=log_evaluations(earlier))
         watch.last_output_at = self.handle.started_at
+        if watch.resume():  # an adopted run: go on where the last watcher saved, not from byte 0
+            log.info("%s: log scan resumed at byte %d", self.id, watch.offset)
+        preload_plotting()  # in the background: the plot at the end must not pay the import
+        waiter = ExitWaiter()
+        self.journal.on_cancel = waiter.wake
+        try:
+            return self._watch_loop(watch, waiter)
+        finally:
+            self.journal.on_cancel = None
+            waiter.close()
+
+    def _watch_loop(self, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
+        """One pass: one bounded slice of the log, the results file, then every rule. Passes follow
+        each other at once while the log has a backlog, else every poll interval or at the exit."""
+        assert self.handle is not None
         attempt_started = self.handle.started_at
         started = self.started_at or attempt_started
         next_tail = 0.0
+        local = not self.runner.remote()
         while True:
             t0 = time.monotonic()
             now = time.time()
             self._renew()
             alive = watch.alive(self.runner)
+            if alive and local:
+                waiter.watch(self.handle.pid, self.handle.pid_create_time)
             read_before = watch.bytes_read
             watch.read_log(now)
+            watch.maybe_save(t0)
             new_evals = watch.read_results(now)
             if new_evals:
                 self._on_evaluations(new_evals)
@@ -444,6 +466,7 @@ class ExperimentDriver:
                 last_eval_at=watch.last_eval_at, completed_run=watch.scanner.completed_run,
                 # While it runs, only a specific signature counts (a caught, logged traceback does not).
                 cause=watch.scanner.live_cause if alive else watch.scanner.cause, cause_seen_at=watch.cause_seen_at,
+                progress_after_cause=watch.scanner.progress_after_cause,
                 evaluations=self._primary_evaluations(),
                 first_step_seen=watch.first_step_seen,
                 first_step_timeout=first_step_timeout_from_text(self.bp.exp_max_time_text),
@@ -459,7 +482,8 @@ class ExperimentDriver:
             if proposal is not None:
                 self._end_attempt(proposal, alive)
                 return True
-            time.sleep(self.settings.poll_interval)
+            if not watch.behind:
+                waiter.wait(self.settings.poll_interval)
 
     def _primary_evaluations(self) -> list[Any]:
         assert self.watch is not None
@@ -501,6 +525,10 @@ class ExperimentDriver:
             self.watch.finish_log(time.time())
         else:
             exit_code = self.runner.exit_code(self.handle)
+        if self.watch.skipped_bytes:
+            self.journal.publish({"type": "warning", "message": f"{self.watch.skipped_bytes} bytes of the log were "
+                                  "not scanned: it grew faster than it could be read; its end was"})
+        remove_checkpoint(self.handle.log_path)
         self._cleanup_processes()
         attempt = self.ctx.attempts[-1] if self.ctx.attempts else None
         if attempt is not None:

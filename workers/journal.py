@@ -52,6 +52,7 @@ class Journal:
         self._done = 0
         self._error: BaseException | None = None
         self._cancel = False
+        self.on_cancel: Callable[[], None] | None = None  # called (journal thread) when a stop request appears
         self._lease_seconds = 0.0
         self._renew_due = 0.0
         self._cv = threading.Condition()
@@ -209,7 +210,10 @@ class Journal:
         return rec.get("owner") == self.owner and int(rec.get("version") or 0) > expected
 
     def _poll(self) -> None:
+        was = self._cancel
         self._cancel = self.store.cancel_requested(self.exp_id)
+        if self._cancel and not was and (wake := self.on_cancel) is not None:
+            wake()  # the watch loop is asleep until its next pass: act on the stop now
         now = time.monotonic()
         if self._lease_seconds and now >= self._renew_due:
             if not self.store.renew_lease(self.exp_id, self.owner, self._lease_seconds):
