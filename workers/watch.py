@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 CHUNK = 1 << 20
 SLICE_BYTES = 4 << 20  # one pass reads at most this much, then the rules run
 SLICE_SECONDS = 0.25  # ... or for at most this long
-FINISH_BYTES = 64 << 20  # an ended attempt: read at most this much more before jumping ...
-FINISH_SECONDS = 1.0
-FINISH_TAIL = 4 << 20  # ... to its last 4 MiB
+FINISH_BYTES = 16 << 20  # an ended attempt: read at most this much more before jumping ...
+FINISH_SECONDS = 0.3
+FINISH_TAIL = 2 << 20  # ... to its last 2 MiB (where the failure is)
+MAX_LAG = 512 << 20  # a live log further ahead than this (a writer faster than the scanner) is skipped
 
 
 def file_start(path: str | os.PathLike[str] | None) -> dict[str, int]:
@@ -128,6 +129,9 @@ class AttemptWatch:
         budget = max_bytes
         try:
             with open(self.handle.log_path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size - self.offset > MAX_LAG:  # never minutes behind: lose the middle, keep up
+                    self._jump(size - max_bytes)
                 f.seek(self.offset)
                 while budget > 0 and (chunk := f.read(min(CHUNK, budget))):
                     self.offset += len(chunk)
@@ -153,14 +157,19 @@ class AttemptWatch:
         self.read_log(now, FINISH_BYTES, FINISH_SECONDS)
         if self.behind:
             with contextlib.suppress(OSError):
-                size = os.stat(self.handle.log_path).st_size
-                jump = size - FINISH_TAIL
-                if jump > self.offset:
-                    self.skipped_bytes += jump - self.offset
-                    self.scanner.skip_gap()
-                    self.offset = jump
-            self.read_log(now, FINISH_TAIL + CHUNK, FINISH_SECONDS)
+                self._jump(os.stat(self.handle.log_path).st_size - FINISH_TAIL)
+            self.read_log(now, FINISH_TAIL + CHUNK, FINISH_SECONDS * 3)
         self.scanner.close()
+
+    def _jump(self, offset: int) -> None:
+        """Leave the bytes up to `offset` unread (counted in `skipped_bytes`)."""
+        if offset <= self.offset:
+            return
+        log.warning("%s: %d bytes behind; skipping to the last part of the log", self.handle.log_path,
+                    offset - self.offset)
+        self.skipped_bytes += offset - self.offset
+        self.scanner.skip_gap()
+        self.offset = offset
 
     # -- checkpoint: an adopting worker goes on from here -------------------------------------
     def checkpoint(self) -> dict[str, Any]:

@@ -205,3 +205,15 @@ def test_the_waiter_ignores_a_pid_that_is_not_the_process_started_then() -> None
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_live_log_far_ahead_of_the_scanner_is_skipped_not_read_for_minutes(tmp_path: Path, monkeypatch) -> None:
+    import workers.watch as watch_module
+
+    monkeypatch.setattr(watch_module, "MAX_LAG", 8 << 20)
+    log = tmp_path / "attempt-1.log"
+    write_log(log, 20, end=(CORPUS / "cuda_oom_ray.log").read_bytes())
+    watch = AttemptWatch(handle_for(log), None)
+    watch.read_log(time.time())
+    assert watch.skipped_bytes > 10 << 20 and watch.offset == log.stat().st_size and not watch.behind
+    assert watch.scanner.live_cause is not None and watch.scanner.live_cause.signature == "cuda_oom"
