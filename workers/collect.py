@@ -15,7 +15,7 @@ from statemachine.results import ResultSummary, find_result_files, parse_train_f
 from workers.context import Context
 from workers.report import AttemptInfo, RepairRecord, ReportData
 from workers.tmux import session_name
-from workers.watch import AttemptWatch, log_evaluations, own_offset, parse_own_results
+from workers.watch import AttemptWatch, attempt_evaluations, own_offset, parse_own_results
 
 
 def link_repair_outcomes(ctx: Context, outcome: str) -> None:
@@ -55,8 +55,7 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
             file_summary = parse_val_files(files)
             sources.append("results files found in the result dir: "
                            + ", ".join(f"`{f}`" for f in files))
-    logs = [str(a.get("log_path", "")) for a in ctx.attempts if a.get("log_path")]
-    console = log_evaluations(logs)
+    console = attempt_evaluations(ctx.attempts)  # kept by the watcher: no log is parsed again here
     log_summary = summarize(console) if console else None
     summary = merge_file_and_log(file_summary, log_summary)
     if console:

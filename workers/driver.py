@@ -58,7 +58,7 @@ from workers.reserve import release_reserve, take_reserve
 from workers.scan_checkpoint import remove as remove_checkpoint
 from workers.swarm_run import SwarmServerFailed, is_swarm, start_or_reuse, stop_ours, swarm_plan, swarm_results_path
 from workers.tmux import RunHandle, TmuxRunner, session_name
-from workers.watch import AttemptWatch, file_start, log_evaluations
+from workers.watch import CONSOLE_KEY, AttemptWatch, attempt_evaluations, file_start
 
 log = logging.getLogger(__name__)
 SKIP_GPU_CHECK = "--skip-check-avail-gpu"
@@ -419,9 +419,9 @@ class ExperimentDriver:
     # -- running: observe, let the rules propose, the machine decides ------------------------------
     def _on_running(self) -> bool:
         assert self.handle is not None
-        earlier = [str(a.get("log_path", "")) for a in self.ctx.attempts if a.get("number") != self.lc.attempt]
+        earlier = [a for a in self.ctx.attempts if a.get("number") != self.lc.attempt]
         watch = self.watch = AttemptWatch(self.handle, Path(self.ctx.val_path) if self.ctx.val_path else None,
-                                          val_start=self.ctx.val_start, earlier_log=log_evaluations(earlier))
+                                          val_start=self.ctx.val_start, earlier_log=attempt_evaluations(earlier))
         watch.last_output_at = self.handle.started_at
         if watch.resume():  # an adopted run: go on where the last watcher saved, not from byte 0
             log.info("%s: log scan resumed at byte %d", self.id, watch.offset)
@@ -532,7 +532,8 @@ class ExperimentDriver:
         self._cleanup_processes()
         attempt = self.ctx.attempts[-1] if self.ctx.attempts else None
         if attempt is not None:
-            attempt.update(ended_at=time.time(), exit_code=exit_code, end_reason=proposal.reason)
+            attempt.update(ended_at=time.time(), exit_code=exit_code, end_reason=proposal.reason,
+                           **{CONSOLE_KEY: self.watch.console_evaluations()})
         if proposal.trigger == "anomaly":
             self.ctx.pending_repair = {
                 "cause": cause.model_dump() if cause else None,

@@ -16,8 +16,16 @@ _thread: threading.Thread | None = None
 
 def _load() -> None:
     try:
-        from matplotlib import figure, ticker  # noqa: F401 - what workers/report.py uses
-        from matplotlib.backends import backend_agg  # noqa: F401
+        from io import BytesIO
+
+        from matplotlib import ticker  # noqa: F401 - what workers/report.py uses
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(2, 1), dpi=50)  # one tiny render loads the fonts and the Agg renderer
+        FigureCanvasAgg(fig)
+        fig.subplots().set_title("warm-up")
+        fig.savefig(BytesIO(), format="png")
     except Exception:  # noqa: BLE001 - a broken matplotlib is reported when the plot is drawn
         return
 

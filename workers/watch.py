@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 CHUNK = 1 << 20
 SLICE_BYTES = 4 << 20  # one pass reads at most this much, then the rules run
 SLICE_SECONDS = 0.25  # ... or for at most this long
-FINISH_BYTES = 16 << 20  # an ended attempt: read at most this much more before jumping ...
-FINISH_SECONDS = 0.3
-FINISH_TAIL = 2 << 20  # ... to its last 2 MiB (where the failure is)
+FINISH_BYTES = 4 << 20  # an ended attempt: read at most this much more before jumping ...
+FINISH_SECONDS = 0.15
+FINISH_TAIL = 1 << 20  # ... to its last MiB (~10k lines: where the failure is)
+CONSOLE_KEY = "console_evaluations"  # in each ctx.attempts entry: what the watcher read from that log
 MAX_LAG = 512 << 20  # a live log further ahead than this (a writer faster than the scanner) is skipped
 
 
@@ -84,6 +85,21 @@ def log_evaluations(paths: list[str]) -> list[Evaluation]:
         except OSError:
             continue
         by_step.update((e.step, e) for e in summary.evaluations)
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def attempt_evaluations(attempts: list[dict[str, Any]]) -> list[Evaluation]:
+    """Console evaluations of these attempts, in order (a later attempt's step wins): the ones the
+    watcher kept when each attempt ended (`CONSOLE_KEY`), so a multi-GB log is never parsed again
+    at collecting or relaunch; an attempt without them (an older record) is parsed from its log."""
+    by_step: dict[int, Evaluation] = {}
+    for attempt in attempts:
+        saved = attempt.get(CONSOLE_KEY)
+        if isinstance(saved, list):
+            evals = [Evaluation.model_validate(e) for e in saved]
+        else:
+            evals = log_evaluations([str(attempt["log_path"])]) if attempt.get("log_path") else []
+        by_step.update((e.step, e) for e in evals)
     return [by_step[k] for k in sorted(by_step)]
 
 
@@ -172,6 +188,10 @@ class AttemptWatch:
         self.offset = offset
 
     # -- checkpoint: an adopting worker goes on from here -------------------------------------
+    def console_evaluations(self) -> list[dict[str, Any]]:
+        """This attempt's console evaluations as JSON-able dicts (kept in ctx when it ends)."""
+        return [e.model_dump(mode="json") for e in self.log_metrics.evaluations.values()]
+
     def checkpoint(self) -> dict[str, Any]:
         return {"offset": self.offset, "bytes_read": self.bytes_read, "last_output_at": self.last_output_at,
                 "cause_seen_at": self.cause_seen_at, "last_eval_at": self.last_eval_at,

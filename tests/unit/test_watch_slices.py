@@ -217,3 +217,20 @@ def test_a_live_log_far_ahead_of_the_scanner_is_skipped_not_read_for_minutes(tmp
     watch.read_log(time.time())
     assert watch.skipped_bytes > 10 << 20 and watch.offset == log.stat().st_size and not watch.behind
     assert watch.scanner.live_cause is not None and watch.scanner.live_cause.signature == "cuda_oom"
+
+
+def test_console_evaluations_kept_at_an_attempts_end_are_used_instead_of_its_log(tmp_path: Path) -> None:
+    from workers.watch import CONSOLE_KEY, attempt_evaluations
+
+    log = tmp_path / "attempt-1.log"
+    log.write_bytes((CORPUS / "success_actor_died.log").read_bytes())
+    watch = AttemptWatch(handle_for(log), None)
+    watch.read_log(time.time())
+    watch.finish_log(time.time())
+    kept = watch.console_evaluations()
+    assert kept, "the corpus log has console validation lines"
+    parsed = attempt_evaluations([{"number": 1, "log_path": str(log)}])  # an older record: parsed from the log
+    assert [e.model_dump(mode="json") for e in parsed] == kept
+    log.write_bytes(b"rotated away\n")  # the kept list is used, the log is not read again
+    again = attempt_evaluations([{"number": 1, "log_path": str(log), CONSOLE_KEY: json.loads(json.dumps(kept))}])
+    assert [e.model_dump(mode="json") for e in again] == kept
