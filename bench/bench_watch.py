@@ -3,10 +3,12 @@
     python bench/bench_watch.py stop   [runs]   stop → finished while the command writes 50 MB/s
     python bench/bench_watch.py exit   [runs]   command exit → collecting and → finish.flag
     python bench/bench_watch.py adopt  [GB]     worker restart → watching again, with a big log
+    python bench/bench_watch.py fatal  [runs]   a CUDA OOM line in a process that hangs → failing
 
 Floors, measured in the same run: `stop` — the same command in the same tmux wrapper stopped
 directly (TmuxRunner.stop, no worker); `exit` — the wrapper's own exit → rc-file time;
-`adopt` — the same adoption with a 1 MB log. BENCH_WRITE_MBPS sets the writer's rate (50).
+`adopt` — the same adoption with a 1 MB log; `fatal` — the signature's settle time from the
+catalogue (what the policy itself waits). BENCH_WRITE_MBPS sets the writer's rate (50).
 """
 
 from __future__ import annotations
@@ -109,20 +111,28 @@ def bench_exit(runs: int) -> None:
 
 
 def _adopt_once(c, name: str, size: int) -> tuple[float, float, float]:
-    """Start a run that writes `size` bytes then idles; kill its worker once the log is complete and
-    checkpointed; time a new worker's start → adopted and → a stop honoured."""
-    script = (f"yes '(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns xxxxxxxxxx' "
-              f"| head -c {size}\nexec sleep 600")
-    bp = blueprint(c.work / name, script)
-    first = c.worker()
-    exp_id = submit(c.store, c.store.r, bp.read_text(), node="bench")["id"]
+    """Start a run whose log reaches `size` bytes, then idles; kill its worker once the log is
+    complete and checkpointed, let the lease run out, and time a new worker's start → adopted and
+    adopted → a stop honoured. A big log's middle is a sparse hole made with `truncate` (writing
+    5 GB through tee takes minutes here); its first and last 32 MiB are real lines."""
     log = c.work / f"{name}/results/logs/attempt-1.log"
+    filler = "(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns xxxxxxxxxx"
+    real = min(size, 32 << 20)
+    script = f"yes '{filler}' | head -c {real}\n"
+    if size > 2 * real:
+        script += f"truncate -s +{size - 2 * real} {log}\nyes '{filler}' | head -c {real}\n"
+    bp = blueprint(c.work / name, script + "exec sleep 600")
+    first = c.worker()
+    wait(lambda: c.store.nodes(), 30, "the worker")
+    exp_id = submit(c.store, c.store.r, bp.read_text(), node="bench")["id"]
     wait(lambda: c.state(exp_id) == "running", 60, "running")
-    wait(lambda: log.exists() and log.stat().st_size >= size, 300, "the log to be written", interval=0.2)
+    wait(lambda: log.exists() and log.stat().st_size >= size - 4096, 120, "the log to be written", interval=0.1)
     ckpt = log.with_name("attempt-1.scan.json")
-    wait(lambda: ckpt.exists() and json.loads(ckpt.read_text())["offset"] >= size - (8 << 20), 120,
-         "the watcher to checkpoint near the end", interval=0.2)
+    wait(lambda: ckpt.exists() and json.loads(ckpt.read_text())["offset"] >= log.stat().st_size, 120,
+         "the watcher to checkpoint at the end", interval=0.1)
     c.kill(first)
+    wait(lambda: float((c.store.get(exp_id) or {}).get("lease_until") or 0) < c.store.server_time(), 60,
+         "the dead worker's lease to run out", interval=0.05)
     t0 = time.time()
     second = c.worker()
     adopted = wait(lambda: next((e["at"] for e in c.store.events(exp_id) if e.get("type") == "adopted"), None),
@@ -136,13 +146,39 @@ def _adopt_once(c, name: str, size: int) -> tuple[float, float, float]:
 
 
 def bench_adopt(gigabytes: float) -> None:
-    with cluster() as c:
+    with cluster(AJET_RUNNER_LEASE_SECONDS="3") as c:  # the dead worker's lease runs out quickly
         small = _adopt_once(c, "small", 1 << 20)
         big = _adopt_once(c, "big", int(gigabytes * (1 << 30)))
-    print(f"adoption: a run whose log is {big[2] / 2**30:.1f} GiB vs one of 1 MiB; worker killed with SIGKILL")
+    print(f"adoption: a run whose log is {big[2] / 2**30:.1f} GiB vs one of 1 MiB; worker killed with SIGKILL; "
+          "the new worker starts once the dead one's lease ran out")
     print(line("new worker start -> adopted", [big[0]], [small[0]]))
     print(line("adopted -> stop honoured (finished)", [big[1]], [small[1]]))
     print(line("new worker start -> finished", [big[0] + big[1]], [small[0] + small[1]]))
+
+
+def bench_fatal(runs: int) -> None:
+    from statemachine.signatures import signature
+
+    oom = Path(__file__).resolve().parent.parent / "tests/corpus/logs/cuda_oom_ray.log"
+    settle = signature("cuda_oom").settle_seconds or 0.0
+    ours = []
+    with cluster() as c:
+        c.worker()
+        wait(lambda: c.store.nodes(), 30, "the worker")
+        for i in range(runs):
+            script = (f"{PY} -c 'import time; print(\"BENCH_FATAL_AT %r\" % time.time(), flush=True)'\n"
+                      f"cat {oom}\nexec sleep 600")
+            wd = c.work / f"run{i}"
+            exp_id = submit(c.store, c.store.r, blueprint(wd, script).read_text(), node="bench")["id"]
+            failing = wait(lambda e=exp_id: next((x for x in c.store.events(e) if x.get("type") == "transition"
+                                                  and x.get("to") == "failing"), None), 120, "failing")
+            text = (wd / "results/logs/attempt-1.log").read_text()
+            at = float(text.split("BENCH_FATAL_AT ", 1)[1].split()[0])
+            ours.append(int(failing["event_id"].split("-")[0]) / 1000 - at)
+            c.store.request_cancel(exp_id)
+            wait(lambda e=exp_id: c.state(e) == "finished", 120, "finished")
+    print(f"fatal line in a live, hanging process: {runs} runs (cuda_oom, catalogue settle {settle:.0f} s)")
+    print(line("fatal line -> failing (in Redis)", ours, [settle], unit="s", scale=1.0))
 
 
 def main(argv: list[str]) -> None:
@@ -152,6 +188,8 @@ def main(argv: list[str]) -> None:
         bench_stop(int(arg or 6))
     elif what == "exit":
         bench_exit(int(arg or 8))
+    elif what == "fatal":
+        bench_fatal(int(arg or 5))
     elif what == "adopt":
         bench_adopt(float(arg or 5))
     else:
