@@ -2,8 +2,9 @@
 
 The watch loop runs in RQ work-horses, forked per job and gone when the job ends, so it cannot
 own in-process metrics (multiprocess mode leaves files per fork; see stack-notes). Instead
-`watch_reporter` batches its numbers and flushes them at most once a second into this node's
-keys in Redis; the supervisor, the one long-lived process of a node, serves them at scrape time.
+`watch_reporter` batches its numbers and flushes them at scrape granularity (the first pass at
+once, then every FLUSH_SECONDS: a Prometheus scrape is every 15 s or more, so flushing each
+second cost ~12 Redis commands/s per run for nothing) into this node's keys in Redis; the supervisor, the one long-lived process of a node, serves them at scrape time.
 
 Redis keys (all under `ajet:wm:<node>:`):
 - `watch`: hash, one field per histogram bucket upper bound (non-cumulative counts), `sum`, `count`;
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, math.inf)
-FLUSH_SECONDS = 1.0
+FLUSH_SECONDS = 15.0
 EXP_TTL_SECONDS = 60
 NODE_TTL_SECONDS = 7 * 86400
 REPORTER_TIMEOUT_SECONDS = 2.0
@@ -78,7 +79,7 @@ def _short_timeout_client(client: redis.Redis) -> redis.Redis:
 
 
 class WatchReporter:
-    """The driver's `on_watch`: accumulate in memory, flush to Redis at most once a second."""
+    """The driver's `on_watch`: accumulate in memory, flush to Redis every FLUSH_SECONDS."""
 
     def __init__(self, store: Store, node: str, clock: Callable[[], float] = time.time) -> None:
         self.node = node
@@ -148,7 +149,7 @@ class WatchReporter:
 
 def watch_reporter(store: Store, node: str) -> WatchReporter:
     """The callable to pass as the driver's `on_watch` in a work-horse (call its `close()` when the job ends
-    to send the last second's numbers too)."""
+    to send the last numbers too)."""
     return WatchReporter(store, node)
 
 

@@ -1,0 +1,85 @@
+"""Redis traffic per watched run in steady state: commands/s and bytes/s, by command.
+
+A real worker with K slots watches K runs that each print a line every 0.2 s (a verbose trainer).
+Commands are attributed from MONITOR: those naming a run's keys (or the node's watch metrics) are
+per-run; the node's own traffic (heartbeats, supervisor scans, RQ) is printed beside them.
+Target (issue 17): ≤ 3 commands/s per run.
+
+    python bench/bench_redis_traffic.py [runs] [seconds]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import blueprint, cluster, wait  # noqa: E402
+from service.submit import submit  # noqa: E402
+
+PY = sys.executable
+SCRIPT = f"""{PY} -c '
+import time
+i = 0
+while True:
+    i += 1
+    print("(TaskRunner pid=1) INFO rollout: task %06d finished with reward 1.0 in 12 turns" % i, flush=True)
+    time.sleep(0.2)
+'"""
+
+
+def monitor(url: str, ids: list[str], seconds: float) -> tuple[dict[str, int], int, int, int]:
+    """Every command Redis ran for `seconds` (MONITOR): per-run ones are those naming one of the runs
+    (its record, events, tail, flags) or the node's watch metrics; the rest is the node's own."""
+    import redis
+
+    conn = redis.Redis.from_url(url)
+    by_cmd: dict[str, int] = {}
+    per_run = other = size = 0
+    deadline = time.monotonic() + seconds
+    with conn.monitor() as m:
+        for cmd in m.listen():
+            if time.monotonic() >= deadline:
+                break
+            text = cmd["command"]
+            name = text.split(" ", 1)[0].lower()
+            if name in ("monitor", "info"):
+                continue
+            if any(i in text for i in ids) or ":wm:" in text:
+                per_run += 1
+                size += len(text)
+                by_cmd[name] = by_cmd.get(name, 0) + 1
+            else:
+                other += 1
+    return by_cmd, per_run, other, size
+
+
+def main(argv: list[str]) -> None:
+    runs = int(argv[1]) if len(argv) > 1 else 4
+    seconds = float(argv[2]) if len(argv) > 2 else 20.0
+    with cluster() as c:
+        c.worker(slots=runs)
+        wait(lambda: c.store.nodes(), 30, "the worker")
+        ids = []
+        for i in range(runs):
+            bp = blueprint(c.work / f"run{i}", SCRIPT)
+            ids.append(submit(c.store, c.store.r, bp.read_text(), node="bench")["id"])
+        wait(lambda: all(c.state(e) == "running" for e in ids), 90, "all running")
+        time.sleep(5)  # steady state: launch writes and first flushes are over
+        by_cmd, per_run, other, size = monitor(c.url, ids, seconds)
+        for e in ids:
+            c.store.request_cancel(e)
+        wait(lambda: all(c.state(e) == "finished" for e in ids), 120, "all stopped")
+    rate = per_run / runs / seconds
+    print(f"redis traffic: {runs} runs printing 5 lines/s, {seconds:.0f} s window (MONITOR)")
+    print(f"per run: {rate:6.2f} commands/s, {size / runs / seconds / 1000:6.2f} kB/s of arguments sent"
+          f"   | node's own (heartbeats, scans, RQ): {other / seconds:6.2f} commands/s"
+          f"   | target 3 commands/s per run: ratio {rate / 3:4.2f}")
+    top = sorted(by_cmd.items(), key=lambda kv: -kv[1])
+    print("per run, by command (/s): " + ", ".join(f"{k} {v / runs / seconds:.2f}" for k, v in top))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
