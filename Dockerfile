@@ -9,8 +9,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY logsetup ./logsetup
 COPY statemachine ./statemachine
+COPY store ./store
 COPY workers ./workers
 COPY service ./service
+COPY cli ./cli
 COPY resultdir ./resultdir
 # The samples ship in the wheel (package ajet_runner_examples) so `ajet-runner demo` works in the image.
 COPY examples ./examples

@@ -68,7 +68,7 @@ def main() -> None:
         blueprint = materialize("demo", Path(tmp) / "demo").read_text()
         port = free_port()
         env = {**os.environ, "REDIS_URL": redis_server.url, "AJET_RUNNER_TOKEN": TOKEN}
-        server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port),
+        server = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--port", str(port),
                                    "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True)
         url = f"http://127.0.0.1:{port}"

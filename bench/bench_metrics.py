@@ -17,8 +17,8 @@ import redis
 
 from service.embedded import EmbeddedRedis
 from service.metrics import metrics_response
-from service.store import INDEX, Store, exp_key
-from workers.jobs import queue
+from store.queue import queue
+from store.store import INDEX, Store, exp_key
 
 STATES = ("queued", "launching", "running", "failing", "repairing", "collecting")
 BLUEPRINT = "## [exp_purpose]\nCompare GRPO and PPO on gsm8k.\n" + "notes " * 300

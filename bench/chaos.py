@@ -51,8 +51,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from service.embedded import find_redis_server  # noqa: E402
-from service.store import Store, exp_key  # noqa: E402
 from service.submit import submit  # noqa: E402
+from store.store import Store, exp_key  # noqa: E402
 from tests.integration.scenario import make  # noqa: E402
 from tests.integration.test_multihost import Net  # noqa: E402
 from tests.integration.workers import kill_group  # noqa: E402
@@ -122,7 +122,7 @@ class Cluster:
         env = {**os.environ, "REDIS_URL": self.url, "AJET_RUNNER_TMUX_SOCKET": self.sockets[host],
                "AJET_RUNNER_LEASE_SECONDS": "3", "AJET_RUNNER_POLL_INTERVAL": "0.2",
                "AJET_RUNNER_STOP_GRACE_SECONDS": "5", "AJET_RUNNER_CHAOS_RUN": self.url}
-        self.workers[host] = self.net.run(host, [sys.executable, "-m", "service.cli", "worker", "--node",
+        self.workers[host] = self.net.run(host, [sys.executable, "-m", "cli", "worker", "--node",
                                                  f"host-{host}", "--gpus", "0", "--slots", str(self.slots)], env)
 
     def tree(self, host: str) -> list[psutil.Process]:

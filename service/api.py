@@ -15,25 +15,17 @@ from typing import Any
 
 from fastapi import FastAPI, Security
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 
 from service.api_backend import Backend
 from service.api_errors import error_responses, install_handlers, install_openapi
 from service.api_middleware import BodyLimit, Latency
 from service.auth import BearerAuth, TokenSet, bearer_scheme
-from service.settings import Settings, get_settings
+from service.http_metrics import HTTP_LATENCY, HTTP_REGISTRY
+from store.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
+__all__ = ["HTTP_LATENCY", "HTTP_REGISTRY", "create_app"]
 
-HTTP_REGISTRY = CollectorRegistry(auto_describe=True)
-HTTP_LATENCY = Histogram(
-    "ajet_runner_http_request_duration_seconds", "HTTP API request time to response headers, by route template",
-    ("method", "route", "status"), registry=HTTP_REGISTRY,
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
-)
-# The API's own process_* series (CPU, memory, fds, start time): the cluster metrics say nothing about
-# the process that serves them. On this registry, not the global one, so /metrics stays what we list.
-ProcessCollector(registry=HTTP_REGISTRY)
 
 
 def _install_probes(app: FastAPI, be: Backend, metrics_guard: list[Any]) -> None:

@@ -8,8 +8,8 @@ import redis
 import redis.asyncio as aioredis
 from fastapi import HTTPException, Request, status
 
-from service.settings import Settings
-from service.store import Store
+from store.settings import Settings
+from store.store import Store
 
 
 class Backend:

@@ -20,8 +20,8 @@ from service.api_backend import Backend, backend
 from service.api_errors import V1_ERRORS, error_responses
 from service.api_experiments import NOT_FOUND, not_found
 from service.api_models import STREAM_ID_PATTERN, EventPage
-from service.store import exp_key, stream_key
 from statemachine.lifecycle import State
+from store.store import exp_key, stream_key
 
 router = APIRouter(prefix="/v1", tags=["events"], responses=error_responses(*V1_ERRORS))
 KEEPALIVE_SECONDS = 15.0

@@ -24,8 +24,8 @@ from service.api_models import (
     view_dict,
 )
 from service.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
-from service.store import decode, exp_key
 from statemachine.lifecycle import Outcome, State
+from store.store import decode, exp_key
 
 router = APIRouter(prefix="/v1", tags=["experiments"], responses=error_responses(*V1_ERRORS))
 NOT_FOUND = error_responses(404)
@@ -59,8 +59,8 @@ def create_experiment(
 ) -> Any:
     """Validate, record and enqueue a blueprint. Problems come back as a list, each naming its field."""
     from service.idempotency import IdempotencyConflict, claim, first_record, release
-    from service.store import new_id
     from service.submit import SubmissionRejected, submit
+    from store.store import new_id
 
     held = None
     try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from fastapi.security import HTTPBearer
 
 from service.api_middleware import ASGIApp, Receive, Scope, Send
-from service.settings import Settings
+from store.settings import Settings
 
 BEARER = 'Bearer realm="ajet-runner"'
 BROKEN_LOG_EVERY = 60.0  # seconds between two repeats of the "token source broken" error line

@@ -18,11 +18,12 @@ from typing import Any
 
 import redis
 
-from service.store import PREFIX, Store
+from store.keys import idempotency_key
+from store.scripts import lua
+from store.store import Store
 
 TTL_SECONDS = 7 * 24 * 3600
 KEY_PATTERN = r"^[\x21-\x7e]{1,200}$"  # printable ASCII, no spaces
-_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
 class IdempotencyConflict(ValueError):
@@ -36,8 +37,7 @@ class Claim:
     value: str
 
 
-def redis_key(key: str) -> str:
-    return f"{PREFIX}:idempotency:{hashlib.sha256(key.encode()).hexdigest()}"
+redis_key = idempotency_key
 
 
 def digest(text: str) -> str:
@@ -60,7 +60,7 @@ def claim(r: redis.Redis, key: str, text: str, new_id: Callable[[], str], ttl: i
 
 def release(r: redis.Redis, key: str, held: Claim) -> None:
     """Give the key up (the submission was refused), only if it still names our claim."""
-    r.eval(_RELEASE, 1, redis_key(key), held.value)
+    r.eval(lua("del_if_value"), 1, redis_key(key), held.value)
 
 
 def first_record(store: Store, r: redis.Redis, key: str, held: Claim, timeout: float = 10.0) -> dict[str, Any] | None:

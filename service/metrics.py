@@ -28,12 +28,13 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.utils import utcparse
 
-from service.settings import get_settings
-from service.store import DURATION_BUCKETS, INDEX, NODES, PREFIX, Store, exp_key, node_key
 from service.submit import NODE_ALIVE_SECONDS
 from statemachine.absence import node_absent_for
 from statemachine.lifecycle import TRANSITIONS, Outcome, State
-from workers.node import DEFAULT_QUEUE, node_queue
+from store.keys import INDEX, NODES, duration_bucket_key, exp_key, node_key, stats_key
+from store.naming import DEFAULT_QUEUE, node_queue
+from store.settings import get_settings
+from store.store import DURATION_BUCKETS, Store
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +112,9 @@ def read_snapshot(store: Store, finished_ttl: float, now: float) -> Snapshot:
     pipe.sort(INDEX, by="nosort", get=["#", exp_key("*") + "->state", exp_key("*") + "->finished_at"])
     pipe.smembers(NODES)
     for name in STATS:
-        pipe.hgetall(f"{PREFIX}:stats:{name}")
+        pipe.hgetall(stats_key(name))
     for outcome in outcomes:
-        pipe.hgetall(f"{PREFIX}:stats:duration_bucket:{outcome}")
+        pipe.hgetall(duration_bucket_key(outcome))
     flat, raw_nodes, *rest = pipe.execute()
     node_names = sorted(_text(n) for n in raw_nodes)
     snap.stats = {name: _hash(raw) for name, raw in zip(STATS, rest[: len(STATS)], strict=True)}
@@ -140,7 +141,7 @@ def read_snapshot(store: Store, finished_ttl: float, now: float) -> Snapshot:
         pipe.llen(key)
         pipe.lrange(key, 0, QUEUE_HEAD_SCAN - 1)
     for o in extra_outcomes:
-        pipe.hgetall(f"{PREFIX}:stats:duration_bucket:{o}")
+        pipe.hgetall(duration_bucket_key(o))
     res = pipe.execute()
     for exp_id, values in zip(ids_with_gauges, res[: len(ids_with_gauges)], strict=True):
         if values[0] is None:
@@ -385,12 +386,10 @@ def node_families(snap: Snapshot) -> Iterable[Metric]:
 
 
 def _http_registry() -> Any:
-    """The API's request-latency registry, once service/api.py provides it."""
-    try:
-        from service import api
-    except ImportError:
-        return None
-    return getattr(api, "HTTP_REGISTRY", None)
+    """The API process's request-latency (and process_*) registry."""
+    from service.http_metrics import HTTP_REGISTRY
+
+    return HTTP_REGISTRY
 
 
 class WithoutCreated(Collector):

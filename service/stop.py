@@ -1,8 +1,9 @@
 """Stopping and deleting experiments, shared by the HTTP API (and anything else that steers runs).
 
-A queued experiment is taken out of its RQ queue and finished as cancelled right here, by the
-real driver: it sees the cancel flag in `queued`, claims the record with a compare-and-set,
-writes the report and `finish.flag`. If a worker claimed it first, the claim fails and the
+A queued experiment is taken out of its RQ queue and finished as cancelled right away, by the
+real driver in a child process (`python -m workers.cancel`; the API never imports `workers/`): it
+sees the cancel flag in `queued`, claims the record with a compare-and-set, writes the report and
+`finish.flag`. If a worker claimed it first, the claim fails and the
 worker, which honours the cancel flag in every state, finishes it instead. A running
 experiment only gets the flag: its driver stops it gracefully and collects it.
 """
@@ -10,21 +11,27 @@ experiment only gets the flag: its driver stops it gracefully and collects it.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import redis
+from pydantic import SecretStr
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from service.settings import Settings
-from service.store import Store, TransitionConflict, exp_key
 from statemachine.lifecycle import State
+from store.queue import queue
+from store.settings import Settings
+from store.store import Store, exp_key
 
 log = logging.getLogger(__name__)
+FINISH_TIMEOUT_SECONDS = 120.0
 
 
 class ExperimentNotFound(LookupError):
@@ -78,8 +85,6 @@ def _dequeue(store: Store, rec: dict[str, Any]) -> bool:
     job_id, queue_name = rec.get("job_id") or "", rec.get("queue") or ""
     if not job_id or not queue_name:
         return False
-    from workers.jobs import queue
-
     removed = bool(queue(store.r, queue_name).remove(job_id))
     if removed:
         with contextlib.suppress(NoSuchJobError, InvalidJobOperation):
@@ -97,18 +102,24 @@ def _writable_here(result_dir: str) -> bool:
     return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
 
 
-def _finish_inline(store: Store, exp_id: str, settings: Settings, rec: dict[str, Any]) -> None:
-    from workers.driver import ExperimentDriver, LostOwnership
-    from workers.node import NodeInfo
+def _settings_json(settings: Settings) -> str:
+    """Every setting, secrets included: the child must act exactly as this process would."""
+    data = {k: v.get_secret_value() if isinstance(v, SecretStr) else v for k, v in settings}
+    return json.dumps(data, default=str)
 
-    node = NodeInfo(name=rec.get("target_node") or "api", gpus=0, slots=1)
+
+def _finish_inline(store: Store, exp_id: str, settings: Settings, rec: dict[str, Any]) -> None:
+    """Run the worker's cancel-finish in a child process (`python -m workers.cancel`): the API never loads
+    the driver. Raises StopFailed when the child could not write the result dir (or failed otherwise)."""
+    cmd = [sys.executable, "-m", "workers.cancel", exp_id, str(rec.get("target_node") or "api")]
     try:
-        driver = ExperimentDriver(store, exp_id, settings, node, owner=f"api/{os.getpid()}")
-        driver.run()
-    except (TransitionConflict, LostOwnership, LookupError) as exc:
-        log.info("%s: a worker took it first (%s); it finishes it as cancelled", exp_id, exc)
-    except OSError as exc:
+        done = subprocess.run(cmd, input=_settings_json(settings), capture_output=True, text=True,
+                              timeout=FINISH_TIMEOUT_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
         raise StopFailed(f"could not finish {exp_id} as cancelled here: {exc}") from exc
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise StopFailed(lines[-1] if lines else f"could not finish {exp_id} as cancelled (exit {done.returncode})")
 
 
 def stop_experiment(store: Store, exp_id: str, settings: Settings, delete: bool = False) -> StopResult:

@@ -12,14 +12,13 @@ import redis
 
 from resultdir.archive import archive_previous_run
 from resultdir.refusal import write_refusal
-from service.store import Store, new_id
 from statemachine.blueprint import parse_blueprint, validate_blueprint
 from statemachine.lifecycle import Lifecycle
 from statemachine.models import Level, Problem
-from statemachine.preflight import gpus_needed
-from workers.config_patch import read_yaml_data
-from workers.jobs import enqueue_drive, target_queue
-from workers.tmux import session_name
+from statemachine.preflight import gpus_needed, read_yaml_data
+from store.naming import session_name
+from store.queue import enqueue_drive, target_queue
+from store.store import Store, new_id
 
 NODE_ALIVE_SECONDS = 30.0
 

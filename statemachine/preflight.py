@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -103,6 +104,15 @@ class PreflightPlan(BaseModel):
     def ok(self) -> bool:
         """No error: the experiment may be launched (after applying the changes)."""
         return not any(p.level == Level.error for p in self.problems)
+
+
+def read_yaml_data(path: Path | str) -> dict[str, Any]:
+    """The YAML's data (PyYAML safe_load), `{}` when its root is not a mapping.
+
+    A YAML syntax error propagates as `yaml.YAMLError`.
+    """
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
 
 
 def _int(value: Any) -> int | None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from service.store import Store
 from statemachine.absence import node_absent_for
+from store.store import Store
 
 log = logging.getLogger(__name__)
 NODE_ALIVE_SECONDS = 30.0  # the same window as the API's node_up (service.submit.NODE_ALIVE_SECONDS)

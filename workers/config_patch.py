@@ -29,6 +29,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from statemachine.models import ConfigChange
+from statemachine.preflight import read_yaml_data
 from statemachine.repairs import del_dotted, set_dotted
 from workers.finish import atomic_write_bytes
 
@@ -42,15 +43,6 @@ RUNNER_DIR = ".ajet-runner"
 
 class PatchError(ValueError):
     """The changes could not be applied faithfully; no file was written."""
-
-
-def read_yaml_data(path: Path | str) -> dict[str, Any]:
-    """The YAML's data (PyYAML safe_load), `{}` when its root is not a mapping.
-
-    A YAML syntax error propagates as `yaml.YAMLError`.
-    """
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else {}
 
 
 def patched_config_path(original: Path | str, tag: str) -> Path:

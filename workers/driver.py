@@ -22,8 +22,6 @@ from typing import Any
 from logsetup import bind
 from resultdir.archive import archive_previous_run
 from resultdir.roots import OutsideRoots, check_inside, confined, parse_roots
-from service.settings import Settings
-from service.store import Store, TransitionConflict
 from statemachine.command import add_flag, conf_path, launcher_segment, replace_conf
 from statemachine.diagnose import decisive_line
 from statemachine.first_step import first_step_timeout_from_text
@@ -34,6 +32,8 @@ from statemachine.preflight import preflight
 from statemachine.repairs import resolve_repair
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, decide, default_rules
+from store.settings import Settings
+from store.store import Store, TransitionConflict
 from workers.advice_learning import learn_from_advice
 from workers.adviser import advice_fields, advice_source, advised_stat
 from workers.attempt import MARKER, attempt_env, attempt_paths

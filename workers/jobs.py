@@ -1,4 +1,4 @@
-"""The RQ side: enqueueing a drive job, and the job function a worker runs.
+"""The consumer side of the queue: the job function a worker runs (enqueueing is in store/queue.py).
 
 RQ only carries the experiment id (JSON serializer, never pickle) and gives us a process to run
 in; our own state in Redis decides what happens, so jobs have no RQ retries and a timeout
@@ -12,47 +12,20 @@ import os
 import uuid
 
 import redis
-from rq import Queue, get_current_job
-from rq.serializers import JSONSerializer
+from rq import get_current_job
 
-from service.settings import get_settings
-from service.store import Store, TransitionConflict
 from statemachine.lifecycle import State
+from store.queue import DEFAULT_QUEUE, enqueue_drive, job_timeout, node_queue, queue, target_queue
+from store.settings import get_settings
+from store.store import Store, TransitionConflict
 from workers.driver import ExperimentDriver
 from workers.journal import LostOwnership, RedisUnavailable
 from workers.lifeline import PARENT_ENV, die_with_parent, expected_parent_from_env
 from workers.metrics import watch_reporter
-from workers.node import DEFAULT_QUEUE, NodeInfo, node_queue
+from workers.node import NodeInfo
 
 log = logging.getLogger(__name__)
-JOB_MARGIN_SECONDS = 3600
-
-
-def queue(conn: redis.Redis, name: str) -> Queue:
-    return Queue(name, connection=conn, serializer=JSONSerializer)
-
-
-def job_timeout(max_seconds: float | None) -> int:
-    """Above the run's max time plus every grace period: RQ must never be the one to stop it."""
-    if not max_seconds or max_seconds <= 0:
-        return -1
-    s = get_settings()
-    return int(max_seconds + s.time_limit_grace_seconds + s.stop_grace_seconds + JOB_MARGIN_SECONDS)
-
-
-def enqueue_drive(conn: redis.Redis, store: Store, exp_id: str, queue_name: str, *, at_front: bool = False,
-                  max_seconds: float | None = None) -> str:
-    job_id = f"drive-{exp_id}-{uuid.uuid4().hex[:6]}"
-    store.update(exp_id, {"job_id": job_id, "queue": queue_name})
-    queue(conn, queue_name).enqueue(
-        "workers.jobs.drive", exp_id, job_id=job_id, job_timeout=job_timeout(max_seconds),
-        result_ttl=86400, failure_ttl=7 * 86400, at_front=at_front, description=f"drive {exp_id}",
-    )
-    return job_id
-
-
-def target_queue(node: str | None) -> str:
-    return node_queue(node) if node else DEFAULT_QUEUE
+__all__ = ["DEFAULT_QUEUE", "drive", "enqueue_drive", "job_timeout", "node_queue", "queue", "target_queue"]
 
 
 def _connection_url(conn: redis.Redis) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from service.store import Store, TransitionConflict
+from store.store import Store, TransitionConflict
 
 log = logging.getLogger(__name__)
 MAX_BUFFERED = 100_000

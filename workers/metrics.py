@@ -37,7 +37,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from service.store import PREFIX, Store, node_key
+from store.keys import node_key, watch_exp_key, watch_exps_key, watch_metrics_key
+from store.store import Store
 
 if TYPE_CHECKING:
     from workers.supervisor import NodeSupervisor
@@ -54,16 +55,9 @@ REPORTER_TIMEOUT_SECONDS = 2.0
 HEALTH_STALE_SECONDS = 120.0
 
 
-def watch_key(node: str) -> str:
-    return f"{PREFIX}:wm:{node}:watch"
-
-
-def exps_key(node: str) -> str:
-    return f"{PREFIX}:wm:{node}:exps"
-
-
-def exp_metrics_key(node: str, exp_id: str) -> str:
-    return f"{PREFIX}:wm:{node}:exp:{exp_id}"
+watch_key = watch_metrics_key
+exps_key = watch_exps_key
+exp_metrics_key = watch_exp_key
 
 
 def _bucket_of(seconds: float) -> str:

@@ -6,6 +6,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from store.naming import DEFAULT_QUEUE, node_queue, queue_names
+
+__all__ = ["DEFAULT_QUEUE", "NodeInfo", "detect_gpus", "node_queue", "queue_names"]
+
 
 def detect_gpus() -> int:
     """GPUs that `nvidia-smi` lists; 0 when there is no nvidia-smi (a CPU-only node)."""
@@ -35,15 +39,3 @@ class NodeInfo:
     def from_settings(cls, name: str, gpus: int | None, slots: int | None) -> NodeInfo:
         total = detect_gpus() if gpus is None else max(0, gpus)
         return cls(name=name, gpus=total, slots=slots or (total if total else 2))
-
-
-def queue_names(node: str) -> list[str]:
-    """A worker serves its own node's queue first, then the shared one."""
-    return [node_queue(node), DEFAULT_QUEUE]
-
-
-DEFAULT_QUEUE = "default"
-
-
-def node_queue(node: str) -> str:
-    return f"node:{node}"

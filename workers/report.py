@@ -780,15 +780,3 @@ def write_report(data: ReportData) -> dict[str, Path]:
     written["results"] = atomic_write_text(out_dir / RESULTS_NAME, text + "\n")
     written["report"] = atomic_write_text(out_dir / REPORT_NAME, render_report(data, evals, plot_note, now))
     return written
-
-
-def write_result_files(data: ReportData, *, flag: bool = True) -> dict[str, Path]:
-    """Everything a user gets, in the order that matters: report, repair log, then `finish.flag` last."""
-    from workers.finish import write_finish_flag
-    from workers.repair_log import write_repair_log  # imports this module
-
-    written = write_report(data)
-    written["repair_log"] = write_repair_log(data.result_dir, data)
-    if flag:
-        written["flag"] = write_finish_flag(data.result_dir, data.id, data.outcome, data.finished_at)
-    return written

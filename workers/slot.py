@@ -16,11 +16,10 @@ from rq import Worker
 from rq.serializers import JSONSerializer
 
 from logsetup import configure
-from service.settings import get_settings
 from statemachine.signatures import use_extension
-from workers.jobs import queue
+from store.queue import queue, queue_names
+from store.settings import get_settings
 from workers.lifeline import PARENT_ENV, die_with_parent, expected_parent_from_env
-from workers.node import queue_names
 
 
 def main(argv: list[str]) -> int:

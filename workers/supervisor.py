@@ -21,14 +21,14 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from service.settings import Settings
-from service.store import Store
 from statemachine.lifecycle import ACTIVE_STATES
+from store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
+from store.settings import Settings
+from store.store import Store
 from workers.absent_nodes import report_absent_nodes
 from workers.identity import driver_alive
-from workers.jobs import enqueue_drive
 from workers.lifeline import PARENT_ENV
-from workers.node import DEFAULT_QUEUE, NodeInfo, node_queue
+from workers.node import NodeInfo
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0

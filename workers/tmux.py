@@ -32,14 +32,12 @@ closes by itself. `stop()` and `kill_session()` close it at once.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shlex
 import shutil
 import signal
 import time
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +46,8 @@ from typing import Any
 import libtmux
 import psutil
 
+from store.naming import SESSION_PREFIX as PREFIX
+from store.naming import session_name
 from workers.procs import is_gone, kill_marked, signal_all, wait_gone
 from workers.session_host import ServerIdentity, SessionHost
 
@@ -55,10 +55,7 @@ SOCKET_ENV = "AJET_RUNNER_TMUX_SOCKET"
 # auto: go through the session host (tmux run-shell) when its server is not in our PID namespace
 SESSION_HOST_ENV = "AJET_RUNNER_SESSION_HOST"
 SESSION_HOST_MODES = ("auto", "local", "remote")
-PREFIX = "ajet"
-SLUG_MAX = 40
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HEXISH = re.compile(r"^[0-9a-f-]{8,}$")
 POLL = 0.005
 TEE_DRAIN_STEPS = 200  # the wrapper waits at most 200 x 25 ms = 5 s for tee to flush before writing the rc
 RC_WAIT = 8.0  # stop(): how long the wrapper gets to record the exit code once the job is dead
@@ -80,25 +77,6 @@ class ProcessesSurvived(TmuxRunnerError):
     def __init__(self, pids: list[int]) -> None:
         super().__init__(f"processes still alive after SIGKILL: {pids}")
         self.pids = pids
-
-
-def _slug(text: str, limit: int) -> str:
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
-    return re.sub(r"[^a-z0-9]+", "_", ascii_text.lower()).strip("_")[:limit].strip("_")
-
-
-def session_name(purpose: str, exp_id: str) -> str:
-    """`ajet_<purpose slug>_<short id>`: only [a-z0-9_], so tmux never rewrites it (no `.` or `:`).
-
-    Purposes with no ascii letters (e.g. Chinese) become `exp`. The short id is the first 6
-    characters of a random-looking (hex/uuid) id, else 6 hex digits of its sha1, so it
-    stays deterministic for one experiment.
-    """
-    purpose_slug = _slug(purpose, SLUG_MAX) or "exp"
-    low = exp_id.strip().lower()
-    hexish = _HEXISH.match(low)
-    short = low.replace("-", "")[:6] if hexish else hashlib.sha1(exp_id.encode("utf-8")).hexdigest()[:6]
-    return f"{PREFIX}_{purpose_slug}_{short}"
 
 
 def _read_int(path: Path) -> int | None:

@@ -10,7 +10,7 @@ import typer
 import yaml
 from rich.console import Console
 
-from service.settings import get_settings
+from store.settings import get_settings
 
 catalogue_app = typer.Typer(help="The failure catalogue: site extension and suggested entries.",
                             no_args_is_help=True)

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 from service.commands.catalogue import check_adviser, install_site_catalogue
-from service.settings import get_settings
+from store.settings import get_settings
 
 EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
 
@@ -39,8 +39,8 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
                   show_worker_log: bool = False) -> int:
     from service.embedded import EmbeddedRedis
     from service.follow import follow
-    from service.store import Store
     from service.submit import SubmissionRejected, submit
+    from store.store import Store
 
     settings = get_settings()
     try:
@@ -56,7 +56,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
         console.print(f"embedded Redis at {url}")
     node = node or settings.node
     env = {**os.environ, "REDIS_URL": url, "AJET_RUNNER_NODE": node}
-    worker = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--node", node], env=env,
+    worker = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--node", node], env=env,
                               start_new_session=True,  # Ctrl-C here must not reach the worker
                               stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL if embedded and not show_worker_log else None)

@@ -11,7 +11,7 @@ import logging
 
 import typer
 
-from service.settings import get_settings
+from store.settings import get_settings
 
 
 def is_loopback(host: str) -> bool:

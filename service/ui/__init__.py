@@ -14,8 +14,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api_middleware import ASGIApp, Receive, Scope, Send
 from service.auth import BEARER, TokenSet
-from service.settings import Settings
 from service.ui.session import CsrfRefused, LoginRequired, Sessions
+from store.settings import Settings
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")

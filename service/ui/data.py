@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.api_models import SUMMARY_FIELDS, summary_dict
-from service.store import Store, decode, exp_key
+from store.store import Store, decode, exp_key
 
 REPORT_NAME = "experiment_report.md"
 REPAIR_LOG_NAME = "repair_log.md"

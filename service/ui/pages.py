@@ -16,11 +16,11 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from service.api_backend import Backend, backend
 from service.api_models import node_dict, view_dict
-from service.store import GLOBAL_STREAM, exp_key, stream_key
 from service.ui import data, render
 from service.ui.session import COOKIE, Sessions, Viewer, check_origin, safe_next
 from service.ui.streams import follow, last_id
 from statemachine.lifecycle import Outcome, State
+from store.store import GLOBAL_STREAM, exp_key, stream_key
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}

@@ -15,8 +15,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from service.api_events import is_final
-from service.store import GLOBAL_STREAM, exp_key, stream_key
 from statemachine.lifecycle import State
+from store.store import GLOBAL_STREAM, exp_key, stream_key
 
 KEEPALIVE_MS = 15_000
 FINISHED = State.finished.value.encode()

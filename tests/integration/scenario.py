@@ -15,7 +15,7 @@ import psutil
 
 from service.demo import materialize
 
-CLI = [sys.executable, "-m", "service.cli"]
+CLI = [sys.executable, "-m", "cli"]
 
 
 @dataclass

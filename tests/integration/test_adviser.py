@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.store import Store
 from statemachine.advice import parse_answer
+from store.store import Store
 from tests.integration.fake_llm import Reply, advice, fake_llm
 from tests.integration.scenario import CLI, Scenario, env_for, make, run_cli
 from workers.adviser import AdviserConfig, AdviserUnavailable, chat

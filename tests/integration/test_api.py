@@ -27,8 +27,8 @@ from rq.serializers import JSONSerializer
 
 from service.api import HTTP_REGISTRY, create_app
 from service.client import AjetRunnerClient, ApiError
-from service.settings import Settings
-from service.store import Store
+from store.settings import Settings
+from store.store import Store
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.workers import kill_group
 

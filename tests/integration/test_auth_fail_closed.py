@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api import create_app
-from service.settings import Settings
+from store.settings import Settings
 from tests.integration.scenario import CLI, wait_for
 from tests.integration.test_api import free_port
 from tests.integration.workers import kill_group

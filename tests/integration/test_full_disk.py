@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from service.store import Store
 from service.submit import submit
+from store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
 from workers.reserve import RESERVE_NAME

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.store import Store
 from service.submit import submit
+from store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
 
@@ -45,7 +45,7 @@ def test_two_four_gpu_runs_share_an_eight_gpu_node(tmp_path, redis_url, tmux_soc
 
 
 def test_gpus_of_experiments_that_ended_or_vanished_during_a_crash_are_recovered(redis_url) -> None:
-    from service.settings import Settings
+    from store.settings import Settings
     from workers.node import NodeInfo
     from workers.supervisor import NodeSupervisor
 

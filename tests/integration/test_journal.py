@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from service.embedded import EmbeddedRedis
-from service.store import Store
+from store.store import Store
 from tests.integration.scenario import wait_for
 from workers import journal as journal_mod
 from workers.journal import Journal, LostOwnership, RedisUnavailable

@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.embedded import free_port
 from service.metric_names import WORKER_METRICS
 from service.metrics import metrics_response
-from service.settings import Settings
-from service.store import Store
 from service.submit import submit
+from store.settings import Settings
+from store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
 

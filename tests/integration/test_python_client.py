@@ -11,7 +11,7 @@ import pytest
 
 from service.client import AjetRunnerClient, ApiError, ApiUnavailable, AsyncAjetRunnerClient, Reconnect
 from service.client_models import Event, Experiment, Node
-from service.store import Store
+from store.store import Store
 from tests.integration.scenario import make
 from tests.integration.test_api import free_port, running_server
 

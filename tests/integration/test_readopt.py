@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.store import Store
 from service.submit import submit
+from store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 from workers.tmux import TmuxRunner

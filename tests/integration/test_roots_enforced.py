@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 
 from resultdir.roots import OutsideRoots, confined, parse_roots
 from service.api import create_app
-from service.settings import Settings
-from service.store import Store
 from service.submit import SubmissionRejected, submit
+from store.settings import Settings
+from store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
 from workers.finish import atomic_write_text

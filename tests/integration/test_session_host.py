@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.store import Store
 from service.submit import submit
+from store.store import Store
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.workers import worker_env
 from workers.session_host import SessionHost

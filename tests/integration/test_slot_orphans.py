@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from service.metrics import ClusterCollector
-from service.store import Store
 from service.submit import SubmissionRejected, submit
+from store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 from workers.tmux import RunHandle

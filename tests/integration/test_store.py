@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from service.store import Store, TransitionConflict
+from store.store import Store, TransitionConflict
 
 
 @pytest.fixture()

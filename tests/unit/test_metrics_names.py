@@ -24,9 +24,9 @@ from service import metric_names as metric_names_module
 from service.embedded import free_port
 from service.metric_names import API_METRICS, WORKER_METRICS
 from service.metrics import ClusterCollector, _http_registry, metrics_response, purpose_label
-from service.settings import Settings
-from service.store import Store
-from workers.jobs import queue
+from store.queue import queue
+from store.settings import Settings
+from store.store import Store
 from workers.node import NodeInfo
 
 HISTOGRAMS = set(re.findall(r'"(\w+)",\s*#\s*histogram', Path(metric_names_module.__file__).read_text()))

@@ -29,8 +29,8 @@ from workers.report import (
     RepairRecord,
     ReportData,
     write_report,
-    write_result_files,
 )
+from workers.result_files import write_result_files
 
 T0 = 1_735_000_000.0  # 2024-12-24 00:26:40 UTC
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

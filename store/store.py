@@ -16,11 +16,27 @@ from typing import Any
 
 import redis
 
-PREFIX = "ajet"
-GLOBAL_STREAM = f"{PREFIX}:events"
-INDEX = f"{PREFIX}:experiments"  # zset id -> created_at
-NODES = f"{PREFIX}:nodes"  # set of node names
-UNFINISHED = f"{PREFIX}:unfinished"  # set of ids not yet finished, kept by the transition script
+from store.keys import (
+    GLOBAL_STREAM,
+    INDEX,
+    NODES,
+    PREFIX,
+    STATS_NAMES,
+    UNFINISHED,
+    drain_key,
+    duration_bucket_key,
+    exp_key,
+    gpu_key,
+    node_key,
+    stats_key,
+    stream_key,
+    swarm_port_key,
+)
+from store.scripts import lua
+
+__all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "Store", "TransitionConflict", "decode",
+           "drain_key", "exp_key", "gpu_key", "new_id", "node_key", "stream_key", "swarm_port_key"]
+
 STREAM_MAXLEN = 10_000
 NODE_RECORD_TTL = 3600
 GLOBAL_STREAM_MAXLEN = 100_000
@@ -31,18 +47,6 @@ JSON_FIELDS = (
     "lifecycle", "latest_metrics", "handle", "gpus", "blueprint_json", "problems", "config_changes", "ctx",
     "log_tail",
 )
-
-
-def exp_key(exp_id: str) -> str:
-    return f"{PREFIX}:exp:{exp_id}"
-
-
-def stream_key(exp_id: str) -> str:
-    return f"{PREFIX}:exp:{exp_id}:events"
-
-
-def drain_key(node: str) -> str:
-    return f"{node_key(node)}:drain"
 
 
 def _drain_record(raw: bytes | str | None) -> dict[str, Any] | None:
@@ -59,118 +63,9 @@ def _drain_record(raw: bytes | str | None) -> dict[str, Any] | None:
             "sticky": bool(data.get("sticky")), "at": data.get("at")}
 
 
-def node_key(node: str) -> str:
-    return f"{PREFIX}:node:{node}"
-
-
-def swarm_port_key(node: str) -> str:
-    return f"{PREFIX}:swarm_ports:{node}"
-
-
-_RELEASE_IF_OWNER = """
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
-return 0
-"""
-
-
-def gpu_key(node: str) -> str:
-    return f"{PREFIX}:node:{node}:gpus"
-
-
 def new_id() -> str:
     """12 random hex digits: unique enough, short to type, and its head names the tmux session."""
     return uuid.uuid4().hex[:12]
-
-
-# KEYS: exp hash, exp stream, global stream
-# ARGV: expected version ("" = any), owner that must hold it ("" = none required), event json,
-#       stats json ({"transition": "a>b", "outcome": "...", "duration": s}), then field/value pairs
-_TRANSITION = """
-local cur = redis.call('HGET', KEYS[1], 'version')
-if not cur then return {0, 'missing'} end
-if ARGV[1] ~= '' and cur ~= ARGV[1] then return {0, 'version'} end
-if ARGV[2] ~= '' then
-  local owner = redis.call('HGET', KEYS[1], 'owner')
-  if owner and owner ~= '' and owner ~= ARGV[2] then
-    local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0
-    local t = redis.call('TIME')
-    if lease > tonumber(t[1]) + tonumber(t[2]) / 1e6 then return {0, 'owner'} end
-  end
-end
-local fields = {}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
-local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
-local event = cjson.decode(ARGV[3])
-local id = redis.call('HGET', KEYS[1], 'id')
-local payload = {'id', id, 'type', event['type'] or 'transition',
-                 'version', tostring(version), 'data', ARGV[3]}
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', '10000', '*', unpack(payload))
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', '100000', '*', unpack(payload))
-if redis.call('HGET', KEYS[1], 'state') == 'finished' then
-  redis.call('SREM', KEYS[4], id)
-else
-  redis.call('SADD', KEYS[4], id)
-end
-local stats = cjson.decode(ARGV[4])
-if stats['transition'] then redis.call('HINCRBY', 'ajet:stats:transitions', stats['transition'], 1) end
-if stats['outcome'] then
-  redis.call('HINCRBY', 'ajet:stats:outcomes', stats['outcome'], 1)
-  local d = tonumber(stats['duration'] or '0')
-  redis.call('HINCRBYFLOAT', 'ajet:stats:duration_sum', stats['outcome'], d)
-  for _, b in ipairs(stats['buckets']) do
-    if b == 'inf' or d <= tonumber(b) then
-      redis.call('HINCRBY', 'ajet:stats:duration_bucket:' .. stats['outcome'], b, 1)
-    end
-  end
-end
-if stats['repair'] then redis.call('HINCRBY', 'ajet:stats:repairs', stats['repair'], 1) end
-if stats['advised'] then redis.call('HINCRBY', 'ajet:stats:advised', stats['advised'], 1) end
-if stats['write_failure'] then
-  redis.call('HINCRBY', 'ajet:stats:result_write_failures', stats['write_failure'], 1)
-end
-return {1, tostring(version)}
-"""
-
-# KEYS: gpu hash ; ARGV: exp id, number wanted, total gpus
-_RESERVE_GPUS = """
-local held = {}
-local total = tonumber(ARGV[3])
-local want = tonumber(ARGV[2])
-local mine = {}
-for i = 0, total - 1 do
-  local owner = redis.call('HGET', KEYS[1], tostring(i))
-  if owner == ARGV[1] then mine[#mine + 1] = i end
-end
-if #mine >= want then return mine end
-local free = {}
-for i = 0, total - 1 do
-  if not redis.call('HGET', KEYS[1], tostring(i)) then free[#free + 1] = i end
-end
-if #free < want then return false end
-local got = {}
-for i = 1, want do
-  redis.call('HSET', KEYS[1], tostring(free[i]), ARGV[1])
-  got[#got + 1] = free[i]
-end
-return got
-"""
-
-# KEYS: exp hash; ARGV: owner, lease seconds
-_RENEW = """
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-redis.call('HSET', KEYS[1], 'lease_until', tostring(now + tonumber(ARGV[2])))
-return 1
-"""
-
-
-_SET_IF_EXISTS = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1
-"""
 
 
 class TransitionConflict(RuntimeError):
@@ -211,11 +106,11 @@ class Store:
 
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
-        self._transition = client.register_script(_TRANSITION)
-        self._reserve = client.register_script(_RESERVE_GPUS)
-        self._release_if_owner = client.register_script(_RELEASE_IF_OWNER)
-        self._renew = client.register_script(_RENEW)
-        self._set_if_exists = client.register_script(_SET_IF_EXISTS)
+        self._transition = client.register_script(lua("transition"))
+        self._reserve = client.register_script(lua("reserve_gpus"))
+        self._release_if_owner = client.register_script(lua("hdel_if_owner"))
+        self._renew = client.register_script(lua("renew_lease"))
+        self._set_if_exists = client.register_script(lua("hset_if_exists"))
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -273,12 +168,17 @@ class Store:
             stats["buckets"] = ["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS]
         payload = {"at": time.time(), **event}
         ok, detail = self._transition(
-            keys=[exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED],
+            keys=[exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED,
+                  stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
+                  duration_bucket_key(str(stats.get("outcome") or "")), stats_key("repairs"), stats_key("advised"),
+                  stats_key("result_write_failures")],
             args=[
                 "" if expected_version is None else str(expected_version),
                 owner,
                 json.dumps(payload, default=str),
                 json.dumps(stats),
+                STREAM_MAXLEN,
+                GLOBAL_STREAM_MAXLEN,
                 *_encode(fields),
             ],
         )
@@ -450,12 +350,12 @@ class Store:
     # -- counters for /metrics ---------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, float]]:
         pipe = self.r.pipeline(transaction=False)
-        names = ["transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures"]
+        names = list(STATS_NAMES)
         for n in names:
-            pipe.hgetall(f"{PREFIX}:stats:{n}")
+            pipe.hgetall(stats_key(n))
         out = {n: {k.decode(): float(v) for k, v in raw.items()} for n, raw in zip(names, pipe.execute(),
                                                                                     strict=True)}
         for outcome in out["outcomes"]:
-            raw = self.r.hgetall(f"{PREFIX}:stats:duration_bucket:{outcome}")
+            raw = self.r.hgetall(duration_bucket_key(outcome))
             out[f"duration_bucket:{outcome}"] = {k.decode(): float(v) for k, v in raw.items()}
         return out

@@ -1,10 +1,11 @@
-"""`ajet-runner` command line: one typer app; each command group lives in service/commands/."""
+"""`ajet-runner` command line: one typer app; command groups live in service/commands/ and cli/worker.py."""
 
 from __future__ import annotations
 
 import typer
 
-from service.commands import catalogue, check, client, diagnose, results, run, serve, session_host, worker
+from cli import worker
+from service.commands import catalogue, check, client, diagnose, results, run, serve, session_host
 
 app = typer.Typer(
     name="ajet-runner",

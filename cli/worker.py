@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from service.commands.catalogue import check_adviser, install_site_catalogue
-from service.settings import get_settings
+from store.settings import get_settings
 
 
 def _need_redis_url() -> str:
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         import getpass
         import socket
 
-        from service.store import Store
+        from store.store import Store
 
         store = Store.from_url(_need_redis_url())
         name = node or get_settings().node

@@ -1,0 +1,5 @@
+"""`python -m cli ...` is `ajet-runner ...`."""
+
+from cli.app import main
+
+main()

@@ -1,0 +1,77 @@
+"""Every Redis key name the project writes (RQ's own `rq:*` keys aside), in one place.
+
+The Lua scripts take each key they touch as KEYS from these functions; none spells a key itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+PREFIX = "ajet"
+GLOBAL_STREAM = f"{PREFIX}:events"  # every event of every experiment
+INDEX = f"{PREFIX}:experiments"  # zset id -> created_at
+NODES = f"{PREFIX}:nodes"  # set of node names
+UNFINISHED = f"{PREFIX}:unfinished"  # set of ids not yet finished, kept by the transition script
+
+# Counters behind /metrics, kept by the transition script (hashes: label -> count).
+STATS_NAMES = ("transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures")
+
+
+def exp_key(exp_id: str) -> str:
+    """The experiment's record (a hash)."""
+    return f"{PREFIX}:exp:{exp_id}"
+
+
+def stream_key(exp_id: str) -> str:
+    """The experiment's own event stream."""
+    return f"{PREFIX}:exp:{exp_id}:events"
+
+
+def node_key(node: str) -> str:
+    """A node's heartbeat record (a hash with a TTL)."""
+    return f"{PREFIX}:node:{node}"
+
+
+def drain_key(node: str) -> str:
+    """A node's drain (JSON string; absent = takes work)."""
+    return f"{node_key(node)}:drain"
+
+
+def gpu_key(node: str) -> str:
+    """GPU index -> experiment id holding it, on one node (a hash)."""
+    return f"{PREFIX}:node:{node}:gpus"
+
+
+def swarm_port_key(node: str) -> str:
+    """Swarm server port -> experiment id holding it, on one node (a hash)."""
+    return f"{PREFIX}:swarm_ports:{node}"
+
+
+def stats_key(name: str) -> str:
+    """One counter hash of STATS_NAMES."""
+    return f"{PREFIX}:stats:{name}"
+
+
+def duration_bucket_key(outcome: str) -> str:
+    """Histogram buckets of run durations for one outcome (bucket bound -> count)."""
+    return f"{PREFIX}:stats:duration_bucket:{outcome}"
+
+
+def idempotency_key(key: str) -> str:
+    """A remembered POST for one Idempotency-Key (hashed: the client's key is arbitrary text)."""
+    return f"{PREFIX}:idempotency:{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def watch_metrics_key(node: str) -> str:
+    """A node's watch-loop counters, published for its /metrics."""
+    return f"{PREFIX}:wm:{node}:watch"
+
+
+def watch_exps_key(node: str) -> str:
+    """The experiments a node's watch loops report on."""
+    return f"{PREFIX}:wm:{node}:exps"
+
+
+def watch_exp_key(node: str, exp_id: str) -> str:
+    """One experiment's watch-loop numbers on one node."""
+    return f"{PREFIX}:wm:{node}:exp:{exp_id}"

@@ -1,0 +1,46 @@
+"""The producer side of the job queue: putting an experiment's drive job on an RQ queue.
+
+RQ only carries the experiment id (JSON serializer, never pickle); the job function is named by its
+dotted path, so enqueueing never imports the worker code that runs it.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+
+from store.naming import DEFAULT_QUEUE, node_queue, queue_names, target_queue
+from store.settings import get_settings
+from store.store import Store
+
+__all__ = ["DEFAULT_QUEUE", "DRIVE_JOB", "JOB_MARGIN_SECONDS", "enqueue_drive", "job_timeout", "node_queue", "queue",
+           "queue_names", "target_queue"]
+
+DRIVE_JOB = "workers.jobs.drive"  # the consumer: drives one experiment (see workers/jobs.py)
+JOB_MARGIN_SECONDS = 3600
+
+
+def queue(conn: redis.Redis, name: str) -> Queue:
+    return Queue(name, connection=conn, serializer=JSONSerializer)
+
+
+def job_timeout(max_seconds: float | None) -> int:
+    """Above the run's max time plus every grace period: RQ must never be the one to stop it."""
+    if not max_seconds or max_seconds <= 0:
+        return -1
+    s = get_settings()
+    return int(max_seconds + s.time_limit_grace_seconds + s.stop_grace_seconds + JOB_MARGIN_SECONDS)
+
+
+def enqueue_drive(conn: redis.Redis, store: Store, exp_id: str, queue_name: str, *, at_front: bool = False,
+                  max_seconds: float | None = None) -> str:
+    job_id = f"drive-{exp_id}-{uuid.uuid4().hex[:6]}"
+    store.update(exp_id, {"job_id": job_id, "queue": queue_name})
+    queue(conn, queue_name).enqueue(
+        DRIVE_JOB, exp_id, job_id=job_id, job_timeout=job_timeout(max_seconds),
+        result_ttl=86400, failure_ttl=7 * 86400, at_front=at_front, description=f"drive {exp_id}",
+    )
+    return job_id

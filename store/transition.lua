@@ -1,0 +1,66 @@
+-- One state change of an experiment: compare-and-set on its `version` (and its owner's lease),
+-- the new fields, the event on both streams, the unfinished set and the /metrics counters, at once.
+--
+-- KEYS[1]  experiment hash                 (keys.exp_key)
+-- KEYS[2]  experiment event stream         (keys.stream_key)
+-- KEYS[3]  global event stream             (keys.GLOBAL_STREAM)
+-- KEYS[4]  set of unfinished ids           (keys.UNFINISHED)
+-- KEYS[5]  counters: transitions           (keys.stats_key("transitions"))
+-- KEYS[6]  counters: outcomes              (keys.stats_key("outcomes"))
+-- KEYS[7]  counters: duration sums         (keys.stats_key("duration_sum"))
+-- KEYS[8]  duration buckets of the outcome (keys.duration_bucket_key(outcome); untouched without one)
+-- KEYS[9]  counters: repairs               (keys.stats_key("repairs"))
+-- KEYS[10] counters: advised               (keys.stats_key("advised"))
+-- KEYS[11] counters: result write failures (keys.stats_key("result_write_failures"))
+-- ARGV[1]  expected version ("" = any)
+-- ARGV[2]  owner that must hold the record ("" = none required)
+-- ARGV[3]  event JSON
+-- ARGV[4]  stats JSON {"transition", "outcome", "duration", "buckets", "repair", "advised", "write_failure"}
+-- ARGV[5]  MAXLEN of the experiment stream (approximate)
+-- ARGV[6]  MAXLEN of the global stream (approximate)
+-- ARGV[7..] field, value, field, value, ... to set on the hash
+-- Returns {1, new version} or {0, "missing" | "version" | "owner"}.
+local cur = redis.call('HGET', KEYS[1], 'version')
+if not cur then return {0, 'missing'} end
+if ARGV[1] ~= '' and cur ~= ARGV[1] then return {0, 'version'} end
+if ARGV[2] ~= '' then
+  local owner = redis.call('HGET', KEYS[1], 'owner')
+  if owner and owner ~= '' and owner ~= ARGV[2] then
+    local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0
+    local t = redis.call('TIME')
+    if lease > tonumber(t[1]) + tonumber(t[2]) / 1e6 then return {0, 'owner'} end
+  end
+end
+local fields = {}
+for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
+local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
+local event = cjson.decode(ARGV[3])
+local id = redis.call('HGET', KEYS[1], 'id')
+local payload = {'id', id, 'type', event['type'] or 'transition',
+                 'version', tostring(version), 'data', ARGV[3]}
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', unpack(payload))
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*', unpack(payload))
+if redis.call('HGET', KEYS[1], 'state') == 'finished' then
+  redis.call('SREM', KEYS[4], id)
+else
+  redis.call('SADD', KEYS[4], id)
+end
+local stats = cjson.decode(ARGV[4])
+if stats['transition'] then redis.call('HINCRBY', KEYS[5], stats['transition'], 1) end
+if stats['outcome'] then
+  redis.call('HINCRBY', KEYS[6], stats['outcome'], 1)
+  local d = tonumber(stats['duration'] or '0')
+  redis.call('HINCRBYFLOAT', KEYS[7], stats['outcome'], d)
+  for _, b in ipairs(stats['buckets']) do
+    if b == 'inf' or d <= tonumber(b) then
+      redis.call('HINCRBY', KEYS[8], b, 1)
+    end
+  end
+end
+if stats['repair'] then redis.call('HINCRBY', KEYS[9], stats['repair'], 1) end
+if stats['advised'] then redis.call('HINCRBY', KEYS[10], stats['advised'], 1) end
+if stats['write_failure'] then
+  redis.call('HINCRBY', KEYS[11], stats['write_failure'], 1)
+end
+return {1, tostring(version)}

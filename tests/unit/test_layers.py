@@ -1,0 +1,132 @@
+"""The direction of dependencies: statemachine (pure) <- store <- workers, service <- cli.
+
+`workers/` and `service/` never import each other (not even inside a function), nothing imports
+`cli/`, and there is no import cycle between modules. The API process never loads the driver's
+machinery (libtmux, psutil, `workers`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("statemachine", "store", "workers", "service", "cli", "resultdir", "logsetup")
+# What each top-level package may import from the project (besides itself).
+ALLOWED = {
+    "statemachine": set(),
+    "logsetup": set(),
+    "resultdir": {"statemachine"},
+    "store": {"statemachine"},
+    "workers": {"statemachine", "store", "resultdir", "logsetup"},
+    "service": {"statemachine", "store", "resultdir", "logsetup"},
+    "cli": {"statemachine", "store", "resultdir", "logsetup", "service", "workers"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every project module `path` imports, at the top or inside a function."""
+    out: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
+    return {name for name in out if name.split(".")[0] in PACKAGES}
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for top in PACKAGES for p in (ROOT / top).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        graph[module] = {name for name in _imports(path, module) if name in files and name != module}
+    return graph
+
+
+def test_each_package_imports_only_the_layers_below_it() -> None:
+    bad = sorted(f"{mod} -> {dep}" for mod, deps in _graph().items() for dep in deps
+                 if dep.split(".")[0] != mod.split(".")[0] and dep.split(".")[0] not in ALLOWED[mod.split(".")[0]])
+    assert bad == [], "imports against the layering:\n" + "\n".join(bad)
+
+
+def test_workers_and_service_never_import_each_other() -> None:
+    graph = _graph()
+    crossing = sorted(f"{mod} -> {dep}" for mod, deps in graph.items() for dep in deps
+                      if {mod.split(".")[0], dep.split(".")[0]} == {"workers", "service"})
+    assert crossing == []
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (as a path of modules), or None."""
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return [*stack[stack.index(dep):], dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycle_between_modules() -> None:
+    # A package's __init__ that re-exports its own submodules is not a cycle worth naming.
+    graph = {mod: {d for d in deps if not mod.startswith(d + ".")} for mod, deps in _graph().items()}
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    from workers.driver import ExperimentDriver\n    import service.api\n")
+    assert _imports(src, "x.m") == {"workers.driver", "workers.driver.ExperimentDriver", "service.api"}
+
+
+def test_the_api_never_loads_the_driver_tmux_or_psutil() -> None:
+    code = (
+        "import json, sys\n"
+        "import service.api, service.submit, service.stop, service.api_experiments, service.metrics\n"
+        "service.api.create_app\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('workers', 'libtmux', 'psutil'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_sys_modules_check_would_see_a_driver_import() -> None:
+    code = ("import json, sys\nimport workers.jobs\n"
+            "print(json.dumps('libtmux' in sys.modules and 'psutil' in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) is True
