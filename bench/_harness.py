@@ -21,7 +21,7 @@ import psutil
 
 from service.demo import materialize
 from service.embedded import EmbeddedRedis
-from service.store import Store
+from store.store import Store
 
 with contextlib.suppress(OSError):
     os.nice(10)  # the machine is shared: benches never outrank real work
@@ -88,7 +88,7 @@ class Cluster:
         subprocess.run(["rm", "-rf", str(self.work)], check=False)
 
     def worker(self, node: str = "bench", slots: int = 1) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--node", node, "--gpus", "0",
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--node", node, "--gpus", "0",
                                  "--slots", str(slots)], env=self.env, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.workers.append(proc)

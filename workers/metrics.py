@@ -4,7 +4,8 @@ The watch loop runs in RQ work-horses, forked per job and gone when the job ends
 own in-process metrics (multiprocess mode leaves files per fork; see stack-notes). Instead
 `watch_reporter` batches its numbers and flushes them at scrape granularity (the first pass at
 once, then every FLUSH_SECONDS: a Prometheus scrape is every 15 s or more, so flushing each
-second cost ~12 Redis commands/s per run for nothing) into this node's keys in Redis; the supervisor, the one long-lived process of a node, serves them at scrape time.
+second cost ~12 Redis commands/s per run for nothing) into this node's keys in Redis; the
+supervisor, the one long-lived process of a node, serves them at scrape time.
 
 Redis keys (all under `ajet:wm:<node>:`):
 - `watch`: hash, one field per histogram bucket upper bound (non-cumulative counts), `sum`, `count`;

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from service.demo import materialize
-from service.store import Store
 from service.submit import submit
+from store.store import Store
 from tests.integration.scenario import wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 

@@ -215,7 +215,12 @@ def test_a_live_log_far_ahead_of_the_scanner_is_skipped_not_read_for_minutes(tmp
     write_log(log, 20, end=(CORPUS / "cuda_oom_ray.log").read_bytes())
     watch = AttemptWatch(handle_for(log), None)
     watch.read_log(time.time())
-    assert watch.skipped_bytes > 10 << 20 and watch.offset == log.stat().st_size and not watch.behind
+    assert watch.skipped_bytes > 10 << 20  # the first pass jumped to one slice before the end
+    passes = 1
+    while watch.behind:  # the rest of that slice (the time budget may have cut the first pass short)
+        watch.read_log(time.time())
+        passes += 1
+    assert watch.offset == log.stat().st_size and passes <= 8
     assert watch.scanner.live_cause is not None and watch.scanner.live_cause.signature == "cuda_oom"
 
 
