@@ -254,7 +254,7 @@ def log(
         except OSError:
             text = None
     if text is None:
-        lines = list(rec.get("log_tail") or [])
+        lines = be.store.log_tail(exp_id, max(1, tail))
         text = "\n".join(lines[-tail:])
         headers.update({"X-Log-Source": "redis", "X-Log-Offset": ""})
     elif not raw and text:

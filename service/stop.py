@@ -74,6 +74,7 @@ def _flag(store: Store, exp_id: str, delete: bool) -> dict[str, Any]:
                 break
             except redis.WatchError:
                 continue
+    store.announce_cancel(exp_id)  # the watcher acts now, not at its next poll
     rec = store.get(exp_id)
     if rec is None:
         raise ExperimentNotFound(exp_id)

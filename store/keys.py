@@ -27,6 +27,16 @@ def stream_key(exp_id: str) -> str:
     return f"{PREFIX}:exp:{exp_id}:events"
 
 
+def log_tail_key(exp_id: str) -> str:
+    """The experiment's last log lines (a capped list, appended by its watcher)."""
+    return f"{PREFIX}:exp:{exp_id}:tail"
+
+
+def cancel_channel(exp_id: str) -> str:
+    """Pub/sub channel on which a stop request is announced to the experiment's watcher."""
+    return f"{PREFIX}:exp:{exp_id}:cancel"
+
+
 def node_key(node: str) -> str:
     """A node's heartbeat record (a hash with a TTL)."""
     return f"{PREFIX}:node:{node}"

@@ -23,10 +23,12 @@ from store.keys import (
     PREFIX,
     STATS_NAMES,
     UNFINISHED,
+    cancel_channel,
     drain_key,
     duration_bucket_key,
     exp_key,
     gpu_key,
+    log_tail_key,
     node_key,
     stats_key,
     stream_key,
@@ -38,6 +40,7 @@ __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "Store", "
            "drain_key", "exp_key", "gpu_key", "new_id", "node_key", "stream_key", "swarm_port_key"]
 
 STREAM_MAXLEN = 10_000
+LOG_TAIL_CAP = 200  # lines of log kept in Redis, so the API can show a log without the node's disk
 NODE_RECORD_TTL = 3600
 GLOBAL_STREAM_MAXLEN = 100_000
 DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, float("inf"))
@@ -111,6 +114,8 @@ class Store:
         self._release_if_owner = client.register_script(lua("hdel_if_owner"))
         self._renew = client.register_script(lua("renew_lease"))
         self._set_if_exists = client.register_script(lua("hset_if_exists"))
+        self._poll_run = client.register_script(lua("poll_run"))
+        self._append_tail = client.register_script(lua("append_tail"))
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -214,9 +219,24 @@ class Store:
                 out.append(event)
         return out
 
+    def append_log_tail(self, exp_id: str, lines: list[str], log_bytes: int | None = None, *,
+                        replace: bool = False, cap: int = LOG_TAIL_CAP) -> int:
+        """Add the watcher's new log lines to the capped tail (one round trip); -1 once the record is gone."""
+        return int(self._append_tail(keys=[log_tail_key(exp_id), exp_key(exp_id)],
+                                     args=[cap, "" if log_bytes is None else str(log_bytes),
+                                           "1" if replace else "0", *lines[-cap:]]))
+
+    def log_tail(self, exp_id: str, lines: int = LOG_TAIL_CAP) -> list[str]:
+        """The last `lines` lines the watcher sent (an older record's JSON `log_tail` field as fallback)."""
+        got = [x.decode("utf-8", errors="replace") for x in self.r.lrange(log_tail_key(exp_id), -max(1, lines), -1)]
+        if got:
+            return got
+        old = decode({"log_tail": self.r.hget(exp_key(exp_id), "log_tail") or b""}).get("log_tail") or []
+        return [str(x) for x in old][-lines:]
+
     def delete(self, exp_id: str) -> None:
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(exp_key(exp_id), stream_key(exp_id))
+        pipe.delete(exp_key(exp_id), stream_key(exp_id), log_tail_key(exp_id))
         pipe.zrem(INDEX, exp_id)
         pipe.srem(UNFINISHED, exp_id)
         pipe.execute()
@@ -225,9 +245,21 @@ class Store:
     def renew_lease(self, exp_id: str, owner: str, seconds: float) -> bool:
         return bool(self._renew(keys=[exp_key(exp_id)], args=[owner, seconds]))
 
+    def poll_run(self, exp_id: str, owner: str, renew_seconds: float = 0.0) -> tuple[bool, bool]:
+        """(still ours, stop requested), renewing the lease when `renew_seconds` > 0: one round trip."""
+        owned, cancel = self._poll_run(keys=[exp_key(exp_id)], args=[owner, renew_seconds or 0])
+        return bool(owned), bool(cancel)
+
     def request_cancel(self, exp_id: str) -> bool:
         """Set the cancel flag; False (and nothing written) when the record does not exist."""
-        return bool(self._set_if_exists(keys=[exp_key(exp_id)], args=["cancel_requested", "1"]))
+        done = bool(self._set_if_exists(keys=[exp_key(exp_id)], args=["cancel_requested", "1"]))
+        if done:
+            self.announce_cancel(exp_id)
+        return done
+
+    def announce_cancel(self, exp_id: str) -> None:
+        """Tell the experiment's watcher now (pub/sub) that the cancel flag is set; its poll is the fallback."""
+        self.r.publish(cancel_channel(exp_id), "1")
 
     def cancel_requested(self, exp_id: str) -> bool:
         return self.flag_set(exp_id, "cancel_requested")

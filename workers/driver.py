@@ -441,6 +441,7 @@ class ExperimentDriver:
         attempt_started = self.handle.started_at
         started = self.started_at or attempt_started
         next_tail = 0.0
+        sent_lines = -1  # log lines already in Redis' tail list (-1: none of this watch: replace the list)
         local = not self.runner.remote()
         while True:
             t0 = time.monotonic()
@@ -473,7 +474,7 @@ class ExperimentDriver:
             )
             self._maybe_report(now - started)
             if watch.bytes_read != read_before and t0 >= next_tail:
-                self.journal.update({"log_tail": watch.scanner.tail(LOG_TAIL_LINES), "log_bytes": watch.bytes_read})
+                sent_lines = self._send_tail(watch, sent_lines)
                 next_tail = t0 + 1.0
             if self.on_watch:
                 self.on_watch(self.id, time.monotonic() - t0, watch.bytes_read - read_before,
@@ -481,9 +482,20 @@ class ExperimentDriver:
             proposal = decide(self.rules, obs, self.lc.can)
             if proposal is not None:
                 self._end_attempt(proposal, alive)
+                self._send_tail(watch, sent_lines)  # the last lines, read after the process ended
                 return True
             if not watch.behind:
                 waiter.wait(self.settings.poll_interval)
+
+    def _send_tail(self, watch: AttemptWatch, sent: int) -> int:
+        """The lines scanned since the last call onto the capped tail in Redis; returns the new mark."""
+        total = watch.scanner.line_count
+        new = total - sent if sent >= 0 else LOG_TAIL_LINES
+        if new > 0:
+            count = min(new, LOG_TAIL_LINES)
+            self.journal.append_tail(watch.scanner.tail(count), watch.bytes_read,
+                                     replace=sent < 0 or new > LOG_TAIL_LINES)
+        return total
 
     def _primary_evaluations(self) -> list[Any]:
         assert self.watch is not None
