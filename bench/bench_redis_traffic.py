@@ -1,8 +1,9 @@
 """Redis traffic per watched run in steady state: commands/s and bytes/s, by command.
 
 A real worker with K slots watches K runs that each print a line every 0.2 s (a verbose trainer).
-Commands are attributed from MONITOR: those naming a run's keys (or the node's watch metrics) are
-per-run; the node's own traffic (heartbeats, supervisor scans, RQ) is printed beside them.
+Commands (client round trips: a script's inner calls are not counted again) are attributed from
+MONITOR: those naming a run's keys (or the node's watch metrics) are per-run; the node's own
+traffic (heartbeats, supervisor scans, RQ) is printed beside them.
 Target (issue 17): ≤ 3 commands/s per run.
 
     python bench/bench_redis_traffic.py [runs] [seconds]
@@ -45,8 +46,8 @@ def monitor(url: str, ids: list[str], seconds: float) -> tuple[dict[str, int], i
                 break
             text = cmd["command"]
             name = text.split(" ", 1)[0].lower()
-            if name in ("monitor", "info"):
-                continue
+            if name in ("monitor", "info") or cmd.get("client_type") == "lua":
+                continue  # a script's inner calls are part of its one round trip
             if any(i in text for i in ids) or ":wm:" in text:
                 per_run += 1
                 size += len(text)
