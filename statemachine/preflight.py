@@ -27,6 +27,7 @@ from statemachine import command as cmdlib
 from statemachine.models import Blueprint, ConfigChange, Level, Problem
 from statemachine.repairs import MISSING, get_dotted
 from statemachine.shell_ast import unquote
+from statemachine.yamlload import load_yaml_file
 
 __all__ = [
     "EnvDecision",
@@ -111,7 +112,7 @@ def read_yaml_data(path: Path | str) -> dict[str, Any]:
 
     A YAML syntax error propagates as `yaml.YAMLError`.
     """
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    data = load_yaml_file(path)
     return data if isinstance(data, dict) else {}
 
 

@@ -12,6 +12,7 @@ GLOBAL_STREAM = f"{PREFIX}:events"  # every event of every experiment
 INDEX = f"{PREFIX}:experiments"  # zset id -> created_at
 NODES = f"{PREFIX}:nodes"  # set of node names
 UNFINISHED = f"{PREFIX}:unfinished"  # set of ids not yet finished, kept by the transition script
+RESULT_DIRS = f"{PREFIX}:result_dirs"  # hash: real path of a result dir -> the last experiment submitted to it
 
 # Counters behind /metrics, kept by the transition script (hashes: label -> count).
 STATS_NAMES = ("transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures")

@@ -21,6 +21,7 @@ from store.keys import (
     INDEX,
     NODES,
     PREFIX,
+    RESULT_DIRS,
     STATS_NAMES,
     UNFINISHED,
     cancel_channel,
@@ -122,14 +123,31 @@ class Store:
         return cls(redis.Redis.from_url(url, health_check_interval=10))
 
     # -- experiments ---------------------------------------------------------------------
-    def create(self, exp_id: str, fields: Mapping[str, Any], event: Mapping[str, Any]) -> None:
+    def create(self, exp_id: str, fields: Mapping[str, Any], event: Mapping[str, Any], *,
+               result_dir_key: str = "") -> None:
+        """A new record (version 0), indexed; `result_dir_key` (a real path) records that this experiment
+        holds that result dir (see `result_dir_holder`). The `submitted` transition follows."""
         now = time.time()
         record = {"id": exp_id, "version": 0, "created_at": now, **fields}
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(record))] * 2, strict=True)))
         pipe.zadd(INDEX, {exp_id: now})
+        if result_dir_key:
+            pipe.hset(RESULT_DIRS, result_dir_key, exp_id)
         pipe.execute()
         self.transition(exp_id, expected_version=0, fields={}, event={"type": "submitted", **event})
+
+    def result_dir_holder(self, result_dir_key: str) -> tuple[str, str] | None:
+        """(id, state) of the unfinished experiment last submitted to this result dir (a real path), if
+        any: two round trips of one field each, however many experiments are unfinished."""
+        holder = self.r.hget(RESULT_DIRS, result_dir_key)
+        if holder is None:
+            return None
+        exp_id = holder.decode()
+        state = self.r.hget(exp_key(exp_id), "state")
+        if state is None or state == b"finished":
+            return None
+        return exp_id, state.decode()
 
     def get(self, exp_id: str) -> dict[str, Any] | None:
         raw = self.r.hgetall(exp_key(exp_id))
