@@ -28,6 +28,22 @@ def stream_key(exp_id: str) -> str:
     return f"{PREFIX}:exp:{exp_id}:events"
 
 
+def state_index_key(state: str) -> str:
+    """Experiments in one lifecycle state (zset id -> created_at), kept by the transition script."""
+    return f"{PREFIX}:state:{state}"
+
+
+def node_active_key(node: str) -> str:
+    """A node's launched, unfinished experiments (a set, kept by the transition script): what its
+    supervisor scans, without reading the rest of the cluster."""
+    return f"{PREFIX}:node:{node}:active"
+
+
+def node_index_key(node: str) -> str:
+    """Every experiment on (or submitted to) a node (zset id -> created_at): `?node=` lists."""
+    return f"{PREFIX}:node:{node}:experiments"
+
+
 def log_tail_key(exp_id: str) -> str:
     """The experiment's last log lines (a capped list, appended by its watcher)."""
     return f"{PREFIX}:exp:{exp_id}:tail"

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
                                       "first_step_timeout (a blueprint's [exp_max_time] text may set its own)")
     swarm_boot_timeout_seconds: float = Field(default=900.0, description="a swarm server must listen within this")
     diagnosis_settle_seconds: float = 8.0  # per signature: catalogue.yaml settle_seconds
+    finished_retention_days: float = Field(default=30.0, ge=0, description="a finished record (hash, events, "
+                                           "log tail) expires from Redis this long after it finished; 0 = never "
+                                           "(the result dir keeps the report for ever)")
     capacity_wait_seconds: float = 5.0
     slots: int | None = Field(default=None, description="experiments at once on this node; default GPUs or 2")
     plateau_after_fraction: float = 0.5

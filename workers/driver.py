@@ -84,7 +84,7 @@ class ExperimentDriver:
         self.lc = Lifecycle.from_dict(rec.get("lifecycle") or {"id": exp_id})
         self.lc.budget = RepairBudget(settings.repair_budget, settings.repair_budget_per_signature)
         self.ctx = Context.from_dict(rec.get("ctx"))
-        self.journal = Journal(store, exp_id, owner, int(rec.get("version") or 0))
+        self.journal = Journal(store, exp_id, owner, int(rec.get("version") or 0), node=node.name)
         self.started_at = float(rec.get("started_at") or 0) or None
         self.handle = RunHandle.from_dict(rec["handle"]) if rec.get("handle") else None
         self.watch: AttemptWatch | None = None

@@ -41,8 +41,10 @@ class RedisUnavailable(RuntimeError):
 
 
 class Journal:
-    def __init__(self, store: Store, exp_id: str, owner: str, version: int, retry_seconds: float = 1.0) -> None:
+    def __init__(self, store: Store, exp_id: str, owner: str, version: int, retry_seconds: float = 1.0,
+                 node: str = "") -> None:
         self.store = store
+        self.node = node  # the node this driver runs on: the transition script keeps its indexes
         self.exp_id = exp_id
         self.owner = owner
         self.version = version
@@ -82,7 +84,7 @@ class Journal:
         def op() -> None:
             try:
                 self.store.transition(self.exp_id, expected_version=expected, owner=self.owner,
-                                      fields=fields, event=event, stats=stats)
+                                      fields=fields, event=event, stats=stats, node=self.node)
             except TransitionConflict:
                 if not self._already_applied(expected):
                     raise
