@@ -57,18 +57,30 @@ def monitor(url: str, ids: list[str], seconds: float) -> tuple[dict[str, int], i
     return by_cmd, per_run, other, size
 
 
+def redis_cpu(r, seconds: float) -> float:  # noqa: ANN001
+    """Redis' own CPU seconds per second over `seconds` (INFO cpu)."""
+    def used() -> float:
+        info = r.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    a = used()
+    time.sleep(seconds)
+    return (used() - a) / seconds
+
+
 def main(argv: list[str]) -> None:
     runs = int(argv[1]) if len(argv) > 1 else 4
     seconds = float(argv[2]) if len(argv) > 2 else 20.0
     with cluster() as c:
         c.worker(slots=runs)
         wait(lambda: c.store.nodes(), 30, "the worker")
+        idle_cpu = redis_cpu(c.store.r, seconds / 2)
         ids = []
         for i in range(runs):
             bp = blueprint(c.work / f"run{i}", SCRIPT)
             ids.append(submit(c.store, c.store.r, bp.read_text(), node="bench")["id"])
         wait(lambda: all(c.state(e) == "running" for e in ids), 90, "all running")
         time.sleep(5)  # steady state: launch writes and first flushes are over
+        busy_cpu = redis_cpu(c.store.r, seconds / 2)  # without MONITOR, which costs Redis CPU itself
         by_cmd, per_run, other, size = monitor(c.url, ids, seconds)
         for e in ids:
             c.store.request_cancel(e)
@@ -78,6 +90,9 @@ def main(argv: list[str]) -> None:
     print(f"per run: {rate:6.2f} commands/s, {size / runs / seconds / 1000:6.2f} kB/s of arguments sent"
           f"   | node's own (heartbeats, scans, RQ): {other / seconds:6.2f} commands/s"
           f"   | target 3 commands/s per run: ratio {rate / 3:4.2f}")
+    cpu = max(0.0, busy_cpu - idle_cpu) / runs
+    print(f"Redis CPU per run: {cpu * 100:.3f} % of a core (idle node {idle_cpu * 100:.3f} %); at that rate "
+          f"one Redis core would carry ~{1 / cpu if cpu else float('inf'):,.0f} watched runs (an extrapolation)")
     top = sorted(by_cmd.items(), key=lambda kv: -kv[1])
     print("per run, by command (/s): " + ", ".join(f"{k} {v / runs / seconds:.2f}" for k, v in top))
 
