@@ -2,7 +2,7 @@
 
 One scrape target (the API) sees every experiment, queue and node, and nothing is lost when an
 RQ work-horse exits: multiprocess mode would leave files per fork and grow the scrape forever
-(see stack-notes). The reads are pipelined — three round trips however many experiments there
+(docs/background.md#prometheus-multiprocess). The reads are pipelined — three round trips however many experiments there
 are — and the first pass over all experiments fetches only `state` and `finished_at` (one SORT … GET); the fields
 the per-experiment gauges need are fetched only for the experiments that get gauges (unfinished
 ones, and finished ones younger than `finished_metrics_ttl`), so label cardinality and scrape
@@ -29,12 +29,14 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.utils import utcparse
 
+from service.http_metrics import HTTP_REGISTRY
 from service.submit import NODE_ALIVE_SECONDS
 from statemachine.absence import node_absent_for
 from statemachine.lifecycle import TRANSITIONS, Outcome, State
 from store.keys import INDEX, NODES, duration_bucket_key, exp_key, node_key, stats_key
 from store.naming import DEFAULT_QUEUE, node_queue
 from store.settings import get_settings
+from store.stats import split_pair, split_transition, transition_label
 from store.store import DURATION_BUCKETS, Store
 
 log = logging.getLogger(__name__)
@@ -313,7 +315,7 @@ def _all_transitions() -> list[str]:
     pairs = []
     for t in TRANSITIONS:
         sources = t["source"] if isinstance(t["source"], list) else [t["source"]]
-        pairs += [f"{State(s).value}>{State(t['dest']).value}" for s in sources]
+        pairs += [transition_label(State(s).value, State(t["dest"]).value) for s in sources]
     return pairs
 
 
@@ -323,15 +325,13 @@ def counter_families(snap: Snapshot) -> Iterable[Metric]:
                                       labels=["from_state", "to_state"])
     counts = snap.stats.get("transitions", {})
     for pair in dict.fromkeys([*_all_transitions(), *sorted(counts)]):
-        src, _, dst = pair.partition(">")
-        transitions.add_metric([src, dst], counts.get(pair, 0.0))
+        transitions.add_metric(list(split_transition(pair)), counts.get(pair, 0.0))
     yield transitions
 
     repairs = CounterMetricFamily("ajet_runner_repairs", "Repairs by failure signature and result.",
                                   labels=["signature", "result"])
     for key, value in sorted(snap.stats.get("repairs", {}).items()):
-        signature, sep, result = key.rpartition("|")
-        repairs.add_metric([signature, result] if sep else [key, ""], value)
+        repairs.add_metric(list(split_pair(key)), value)
     yield repairs
 
     advised = CounterMetricFamily("ajet_runner_advised_repairs",
@@ -339,8 +339,7 @@ def counter_families(snap: Snapshot) -> Iterable[Metric]:
                                   "declined, no answer; then <outcome> once the relaunched run finished).",
                                   labels=["model", "result"])
     for key, value in sorted(snap.stats.get("advised", {}).items()):
-        model, sep, result = key.rpartition("|")
-        advised.add_metric([model, result] if sep else [key, ""], value)
+        advised.add_metric(list(split_pair(key)), value)
     yield advised
 
     write_failures = CounterMetricFamily(
@@ -406,8 +405,6 @@ def node_families(snap: Snapshot) -> Iterable[Metric]:
 
 def _http_registry() -> Any:
     """The API process's request-latency (and process_*) registry."""
-    from service.http_metrics import HTTP_REGISTRY
-
     return HTTP_REGISTRY
 
 

@@ -10,7 +10,6 @@ experiment only gets the flag: its driver stops it gracefully and collects it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -19,16 +18,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from pydantic import SecretStr
-from rq.exceptions import InvalidJobOperation, NoSuchJobError
-from rq.job import Job
-from rq.serializers import JSONSerializer
 
 from statemachine.lifecycle import State
-from store.queue import queue
+from store.queue import remove_queued
 from store.settings import Settings
-from store.store import Store, exp_key
+from store.store import Store
 
 log = logging.getLogger(__name__)
 FINISH_TIMEOUT_SECONDS = 120.0
@@ -60,21 +55,8 @@ class StopResult:
 
 def _flag(store: Store, exp_id: str, delete: bool) -> dict[str, Any]:
     """Set cancel (and delete) flags on an existing record only: never resurrect a deleted hash."""
-    key = exp_key(exp_id)
-    with store.r.pipeline() as pipe:
-        while True:
-            try:
-                pipe.watch(key)
-                if not pipe.exists(key):
-                    raise ExperimentNotFound(exp_id)
-                pipe.multi()
-                fields = {"cancel_requested": "1", **({"delete_requested": "1"} if delete else {})}
-                pipe.hset(key, mapping=fields)
-                pipe.execute()
-                break
-            except redis.WatchError:
-                continue
-    store.announce_cancel(exp_id)  # the watcher acts now, not at its next poll
+    if not store.request_stop(exp_id, delete=delete):
+        raise ExperimentNotFound(exp_id)
     rec = store.get(exp_id)
     if rec is None:
         raise ExperimentNotFound(exp_id)
@@ -83,14 +65,7 @@ def _flag(store: Store, exp_id: str, delete: bool) -> dict[str, Any]:
 
 def _dequeue(store: Store, rec: dict[str, Any]) -> bool:
     """Take the record's RQ job out of its queue; True if it was still waiting there."""
-    job_id, queue_name = rec.get("job_id") or "", rec.get("queue") or ""
-    if not job_id or not queue_name:
-        return False
-    removed = bool(queue(store.r, queue_name).remove(job_id))
-    if removed:
-        with contextlib.suppress(NoSuchJobError, InvalidJobOperation):
-            Job.fetch(job_id, connection=store.r, serializer=JSONSerializer).cancel()
-    return removed
+    return remove_queued(store.r, str(rec.get("job_id") or ""), str(rec.get("queue") or ""))
 
 
 def _writable_here(result_dir: str) -> bool:

@@ -25,6 +25,7 @@ from statemachine.command import LAUNCH_COMMAND_MAX_CHARS
 from statemachine.durations import DURATION_MAX_CHARS, format_duration, parse_duration
 from statemachine.first_step import first_step_clause, without_first_step_clause
 from statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
+from statemachine.swarm import swarm_problems, swarm_spec
 
 __all__ = ["parse_blueprint", "validate_blueprint", "load_blueprint"]
 
@@ -64,7 +65,7 @@ _BRACKET_ONLY: dict[str, tuple[str, ...]] = {
 _TAG_OF = {alias: f for f, aliases in _TAGS.items() for alias in aliases}
 _BRACKET_TAG_OF = {**_TAG_OF, **{a: f for f, aliases in _BRACKET_ONLY.items() for a in aliases}}
 
-# Labels that open a part written without tags (the seed's own wording first). Checked
+# Labels that open a part written without tags (docs/background.md#manual-workflow). Checked
 # only on headings, numbered items and bold lines, and only for parts that have no tag.
 _LABELS: dict[str, tuple[str, ...]] = {
     "exp_purpose": ("实验目的", "experiment purpose", "purpose of the experiment", "purpose"),
@@ -837,8 +838,6 @@ def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Proble
         _check_result_dir(bp.exp_result_dir, problems)
     _check_max_time(bp, problems)
     if bp.exp_swarm_declared or bp.exp_swarm_server:
-        from statemachine.swarm import swarm_problems, swarm_spec
-
         spec = swarm_spec(bp)
         if spec is None:  # the part is there but holds no command
             problems.error("exp_swarm_server", "the swarm server command is empty: give the command "

@@ -29,6 +29,7 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 from statemachine.shell_ast import Command, ShellSyntaxError, Word, parse_with_substitutions, unquote
@@ -810,6 +811,17 @@ def remove_flag(cmd: str, flag: str, *, takes_value: bool = False) -> str:
 def remove_hazards(cmd: str) -> str:
     """Drop `--autokill` and `--kill <keywords>`, in every spelling, from every launcher call."""
     return _rewrite(cmd, lambda call, text: _removal(call, lambda v: (bool(hazard_of(v)), hazard_of(v) == "--kill")))
+
+
+def point_command_at(cmd: str, config: str, codebase: str) -> str:
+    """The command with its `--conf` pointing at `config` (relative to `codebase` when inside it);
+    unchanged when the command has no `--conf`."""
+    if conf_path(cmd) is None:
+        return cmd
+    try:
+        return replace_conf(cmd, str(PurePath(config).relative_to(codebase)))
+    except ValueError:
+        return replace_conf(cmd, str(config))
 
 
 def add_flag(cmd: str, flag: str) -> str:

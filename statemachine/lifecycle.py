@@ -90,7 +90,6 @@ class Lifecycle:
     attempt: int = 0
     repairs: dict[str, int] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
-    version: int = 0
     budget: RepairBudget = field(default_factory=RepairBudget)
 
     def __post_init__(self) -> None:
@@ -126,7 +125,6 @@ class Lifecycle:
         if trigger == "start" and self.attempt == 0:
             self.attempt = 1
         self.reason = str(event.kwargs.get("reason", "")) or self.reason
-        self.version += 1
         self.history.append(
             {
                 "at": float(event.kwargs.get("at") or time.time()),
@@ -145,12 +143,12 @@ class Lifecycle:
         """Apply `trigger`; return the history entry it made. Raises TransitionRefused."""
         if trigger not in TRIGGERS:
             raise TransitionRefused(f"unknown trigger {trigger!r}")
-        before = self.version
+        before = len(self.history)  # every transition appends one entry (_record)
         try:
             self.trigger(trigger, reason=reason, at=at, **detail)  # type: ignore[attr-defined]
         except MachineError as exc:
             raise TransitionRefused(f"{trigger!r} is not allowed from state {self.state!r}") from exc
-        if self.version == before:
+        if len(self.history) == before:
             raise TransitionRefused(f"{trigger!r} refused in state {self.state!r}: guard said no")
         return self.history[-1]
 
@@ -174,7 +172,6 @@ class Lifecycle:
             "attempt": self.attempt,
             "repairs": dict(self.repairs),
             "history": list(self.history),
-            "version": self.version,
             "budget": {"total": self.budget.total, "per_signature": self.budget.per_signature},
         }
 
@@ -192,7 +189,6 @@ class Lifecycle:
             attempt=int(data.get("attempt") or 0),
             repairs={str(k): int(v) for k, v in (data.get("repairs") or {}).items()},
             history=list(data.get("history") or []),
-            version=int(data.get("version") or 0),
             budget=RepairBudget(int(budget.get("total", 3)), int(budget.get("per_signature", 2))),
         )
 

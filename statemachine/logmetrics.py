@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from statemachine.logtext import clean_lines
 from statemachine.models import Evaluation
 from statemachine.results import (
     _EVAL_FIELDS,
@@ -290,8 +291,6 @@ _BATCH = 512
 def parse_log_lines(lines: Iterable[str]) -> ResultSummary:
     """Console validation results of a log given as lines (cleaned here). Lines are looked at
     in blocks: a block with no marker (almost all of a log) is neither cleaned nor parsed."""
-    from statemachine.logtext import clean_lines
-
     parser = LogMetrics()
     batch: list[str] = []
 

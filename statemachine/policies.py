@@ -28,8 +28,9 @@ def parse_backoff(text: str) -> tuple[float, ...]:
 def report_due_at(reports_sent: int, schedule: Sequence[float] = DEFAULT_BACKOFF) -> float:
     """Seconds after the start at which progress report number `reports_sent` (0-based) is due.
 
-    The seed's person looked at the screen after 30 s, then 1, 2, 4, 8, 16 min, and every
-    16 min after that; the worker keeps that cadence for reports, not for watching.
+    A person watching a run looked at the screen after 30 s, then 1, 2, 4, 8, 16 min, and every
+    16 min after that (docs/background.md#manual-workflow); the worker keeps that cadence for
+    reports, not for watching.
     """
     if reports_sent < len(schedule):
         return float(sum(schedule[: reports_sent + 1]))

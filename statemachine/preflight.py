@@ -1,7 +1,7 @@
 """Check an AgentJet YAML and launch command before the first attempt, and plan the fixes.
 
 The rules come from what makes real runs fail or waste their time slot (see
-agentjet-notes.md, "The YAML" and "The launch command"): the test probe that ends training
+docs/background.md#agentjet-yaml-and-launch): the test probe that ends training
 early, a bare result file name that crashes the first validation, a swanlab logger with no
 key, `--autokill` that would kill every python process on a shared node. The plan is pure
 data; a worker writes the patched YAML copy and runs `plan.command`.
@@ -24,9 +24,11 @@ import yaml
 from pydantic import BaseModel, Field
 
 from statemachine import command as cmdlib
+from statemachine.blueprint import validate_blueprint
 from statemachine.models import Blueprint, ConfigChange, Level, Problem
 from statemachine.repairs import MISSING, get_dotted
 from statemachine.shell_ast import unquote
+from statemachine.swarm import swarm_problems, swarm_spec
 from statemachine.yamlload import load_yaml_file
 
 __all__ = [
@@ -499,9 +501,6 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
     experiment declared by its `[exp_swarm_server]` part gets no YAML preflight: its client
     configures the job in Python.
     """
-    from statemachine.blueprint import validate_blueprint
-    from statemachine.swarm import swarm_problems, swarm_spec
-
     problems = validate_blueprint(bp, check_disk=check_disk)
     plan = PreflightPlan(environment=environment)
     if bp.exp_swarm_declared or bp.exp_swarm_server.strip():
@@ -527,3 +526,22 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
         plan.swarm = spec.public()
         plan.problems = merge_problems(plan.problems, swarm_problems(bp, spec))
     return plan
+
+
+SKIP_GPU_CHECK = "--skip-check-avail-gpu"
+
+
+def shared_gpus_change(command: str, gpus: list[int] | None, node_gpus: int) -> ConfigChange | None:
+    """On a node shared with other runs, AgentJet's all-GPUs-free check would fail (it ignores
+    CUDA_VISIBLE_DEVICES): the launch command gets `--skip-check-avail-gpu`, since the runner's GPU
+    reservation already keeps runs on disjoint GPUs. None when nothing is to change."""
+    if gpus is None or len(gpus) >= node_gpus or cmdlib.launcher_segment(command) is None:
+        return None
+    new = cmdlib.add_flag(command, SKIP_GPU_CHECK)  # to every launcher call that lacks it
+    if new == command:
+        return None
+    return ConfigChange(
+        key="exp_launch_command", old=command, new=new,
+        reason=f"this node's {node_gpus} GPUs are shared; this run has GPUs {gpus} "
+               f"(CUDA_VISIBLE_DEVICES), which AgentJet's GPU check does not look at",
+    )

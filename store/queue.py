@@ -6,10 +6,13 @@ dotted path, so enqueueing never imports the worker code that runs it.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import redis
 from rq import Queue
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from store.naming import DEFAULT_QUEUE, node_queue, queue_names, target_queue
@@ -17,7 +20,7 @@ from store.settings import get_settings
 from store.store import Store
 
 __all__ = ["DEFAULT_QUEUE", "DRIVE_JOB", "JOB_MARGIN_SECONDS", "enqueue_drive", "job_timeout", "node_queue", "queue",
-           "queue_names", "target_queue"]
+           "queue_names", "remove_queued", "target_queue"]
 
 DRIVE_JOB = "workers.jobs.drive"  # the consumer: drives one experiment (see workers/jobs.py)
 JOB_MARGIN_SECONDS = 3600
@@ -44,3 +47,14 @@ def enqueue_drive(conn: redis.Redis, store: Store, exp_id: str, queue_name: str,
         result_ttl=86400, failure_ttl=7 * 86400, at_front=at_front, description=f"drive {exp_id}",
     )
     return job_id
+
+
+def remove_queued(conn: redis.Redis, job_id: str, queue_name: str) -> bool:
+    """Take a drive job out of its queue (and cancel it in RQ); True if it was still waiting there."""
+    if not job_id or not queue_name:
+        return False
+    removed = bool(queue(conn, queue_name).remove(job_id))
+    if removed:
+        with contextlib.suppress(NoSuchJobError, InvalidJobOperation):
+            Job.fetch(job_id, connection=conn, serializer=JSONSerializer).cancel()
+    return removed

@@ -39,7 +39,9 @@ from store.keys import (
     stream_key,
     swarm_port_key,
 )
+from store.records import ExperimentRecord
 from store.scripts import lua
+from store.stats import TransitionStats
 
 __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "Store", "TransitionConflict", "decode",
            "drain_key", "exp_key", "gpu_key", "new_id", "node_key", "stream_key", "swarm_port_key"]
@@ -166,6 +168,11 @@ class Store:
         raw = self.r.hgetall(exp_key(exp_id))
         return decode(raw) if raw else None
 
+    def record(self, exp_id: str) -> ExperimentRecord | None:
+        """The experiment's record, typed (None when it does not exist)."""
+        raw = self.get(exp_id)
+        return ExperimentRecord.from_hash(raw) if raw is not None else None
+
     def exists(self, exp_id: str) -> bool:
         return bool(self.r.exists(exp_key(exp_id)))
 
@@ -196,28 +203,27 @@ class Store:
         fields: Mapping[str, Any],
         event: Mapping[str, Any],
         owner: str = "",
-        stats: Mapping[str, Any] | None = None,
+        stats: TransitionStats | Mapping[str, Any] | None = None,
         node: str = "",
     ) -> int:
         """Compare-and-set `fields` and publish `event` atomically; returns the new version.
 
         The script also keeps the indexes: per state, and (given the `node` the caller acts for) the
         node's active set and experiment index; a finished record starts to expire."""
-        stats = dict(stats or {})
-        if "outcome" in stats:
-            stats["buckets"] = ["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS]
+        counted = TransitionStats.of(stats)
+        packed = counted.packed(["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS])
         payload = {"at": time.time(), **event}
         ok, detail = self._transition(
             keys=[exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED,
                   stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
-                  duration_bucket_key(str(stats.get("outcome") or "")), stats_key("repairs"), stats_key("advised"),
+                  duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
                   stats_key("result_write_failures"), *(state_index_key(n) for n in STATE_NAMES),
                   node_active_key(node or "-"), node_index_key(node or "-"), log_tail_key(exp_id)],
             args=[
                 "" if expected_version is None else str(expected_version),
                 owner,
                 json.dumps(payload, default=str),
-                json.dumps(stats),
+                json.dumps(packed),
                 STREAM_MAXLEN,
                 GLOBAL_STREAM_MAXLEN,
                 ",".join(STATE_NAMES),
@@ -388,13 +394,21 @@ class Store:
 
     def request_cancel(self, exp_id: str) -> bool:
         """Set the cancel flag; False (and nothing written) when the record does not exist."""
-        done = bool(self._set_if_exists(keys=[exp_key(exp_id)], args=["cancel_requested", "1"]))
+        return self.request_stop(exp_id)
+
+    def request_stop(self, exp_id: str, *, delete: bool = False) -> bool:
+        """Ask the experiment's driver to stop it (and with `delete`, to drop the record once finished):
+        the owner carries it out in whatever state it is. Atomic, on an existing record only (never
+        resurrects a deleted one); False when there is none. The driver is told at once (pub/sub);
+        its periodic look is the fallback."""
+        flags = ["cancel_requested", "1", *(["delete_requested", "1"] if delete else [])]
+        done = bool(self._set_if_exists(keys=[exp_key(exp_id)], args=flags))
         if done:
             self.announce_cancel(exp_id)
         return done
 
     def announce_cancel(self, exp_id: str) -> None:
-        """Tell the experiment's watcher now (pub/sub) that the cancel flag is set; its poll is the fallback."""
+        """Tell the experiment's watcher now (pub/sub) that the cancel flag is set."""
         self.r.publish(cancel_channel(exp_id), "1")
 
     def cancel_requested(self, exp_id: str) -> bool:

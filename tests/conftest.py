@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,15 @@ from service.embedded import EmbeddedRedis
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 CORPUS = Path(__file__).resolve().parent / "corpus"
+# The `ajet-runner` command as this interpreter runs it from this checkout: no venv layout assumed.
+CLI = [sys.executable, "-m", "cli"]
+
+
+def run_cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """`ajet-runner ARGS...` in a child process (cwd: the repo, so `cli` imports even when not installed)."""
+    kwargs.setdefault("cwd", REPO)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False,
+                          **kwargs)  # type: ignore[call-overload]
 
 
 @pytest.fixture(scope="session")

@@ -54,37 +54,36 @@ def append_suggestion(path: Path, entry: dict[str, Any]) -> bool:
     return True
 
 
-def learn_from_advice(ctx: Context, outcome: str, *, exp_id: str, suggestions_file: Path) -> str:
+def learn_from_advice(ctx: Context, outcome: str, *, exp_id: str, suggestions_file: Path) -> tuple[str, str] | None:
     """After collecting: record a suggestion when the run completed thanks to advice.
 
-    Returns the `model|then <outcome>` stat for the last advised relaunch (or ""). Never raises:
-    a read-only site file must not keep an experiment from finishing.
+    Returns (model, "then <outcome>") for ajet_runner_advised_repairs_total for the last advised relaunch,
+    or None. Never raises: a read-only site file must not keep an experiment from finishing.
     """
-    last = max((a.get("number", 0) for a in ctx.attempts), default=0)
-    advised = [r for r in ctx.repairs if r.get("source") == "adviser" and r.get("result") == "relaunched"
-               and r.get("attempt") == last - 1]
+    last = max((a.number for a in ctx.attempts), default=0)
+    advised = [r for r in ctx.repairs if r.source == "adviser" and r.relaunched and r.attempt == last - 1]
     if not advised:
-        return ""
+        return None
     rec = advised[-1]
-    stat = f"{rec.get('advised_by') or 'unknown'}|then {outcome or 'unknown'}"
+    stat = (rec.advised_by or "unknown", f"then {outcome or 'unknown'}")
     if outcome != "completed":
         return stat
-    text = str(rec.get("signature_text") or "").strip()
+    text = rec.signature_text.strip()
     if not text:
-        rec["suggestion"] = "no error line to recognise it by; no catalogue entry suggested"
+        rec.suggestion = "no error line to recognise it by; no catalogue entry suggested"
         return stat
     try:
-        changes = [AdviceChange.model_validate(c) for c in rec.get("advice_changes") or []]
+        changes = [AdviceChange.model_validate(c) for c in rec.advice_changes]
         entry = suggested_entry(
-            signature_text=text, cause=str(rec.get("advice_diagnosis") or rec.get("explanation") or ""),
-            changes=changes, rationale=str(rec.get("rationale") or ""), model=str(rec.get("advised_by") or ""),
+            signature_text=text, cause=rec.advice_diagnosis or rec.explanation,
+            changes=changes, rationale=rec.rationale, model=rec.advised_by,
             experiment=exp_id, at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            entry_id=f"advised_{exp_id.lower()}_{rec.get('attempt', 0)}",
+            entry_id=f"advised_{exp_id.lower()}_{rec.attempt}",
         )
         path = suggestions_file
         done = "written to" if append_suggestion(path, entry) else "already in"
-        rec["suggestion"] = f"suggested catalogue entry {entry['id']} {done} {path}"
+        rec.suggestion = f"suggested catalogue entry {entry['id']} {done} {path}"
     except (OSError, ValidationError, ValueError) as exc:
-        rec["suggestion"] = f"could not write the suggested catalogue entry: {exc}"
-        log.warning("%s: %s", exp_id, rec["suggestion"])
+        rec.suggestion = f"could not write the suggested catalogue entry: {exc}"
+        log.warning("%s: %s", exp_id, rec.suggestion)
     return stat

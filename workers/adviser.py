@@ -33,7 +33,7 @@ from statemachine.advice_context import build_messages, error_window
 from statemachine.models import Blueprint, RepairAction
 from statemachine.redact import Redactor
 from workers.config_patch import read_yaml_data
-from workers.context import Context
+from workers.context import Context, RepairRecord
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ def _rules(cfg: AdviserConfig, ctx: Context) -> AdviceRules:
 
 def _messages(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str, Any],
               env: Mapping[str, str]) -> list[dict[str, str]]:
-    log_path = ctx.attempts[-1].get("log_path", "") if ctx.attempts else ""
+    log_path = ctx.attempts[-1].log_path if ctx.attempts else ""
     raw = read_log_tail(log_path) if log_path else list(pending.get("log_tail") or [])
     lines, first = error_window(raw, anchor=str((pending.get("cause") or {}).get("text") or ""))
     try:
@@ -249,7 +249,8 @@ def _messages(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mappi
     return build_messages(
         blueprint=bp.public(), diagnosis=cause or None, reason=str(pending.get("reason") or ""),
         log_lines=lines, first_error=first, yaml_text=yaml_text, command=ctx.command,
-        attempts=ctx.attempts, repairs=ctx.repairs, prefixes=cfg.prefixes, redactor=redactor,
+        attempts=[a.model_dump(mode="json") for a in ctx.attempts],
+        repairs=[r.model_dump(mode="json") for r in ctx.repairs], prefixes=cfg.prefixes, redactor=redactor,
     )
 
 
@@ -288,11 +289,11 @@ def advice_fields(pending: Mapping[str, Any]) -> dict[str, Any]:
     return dict(pending.get("advice") or {})
 
 
-def advised_stat(record: Mapping[str, Any]) -> str:
-    """`model|result` for ajet_runner_advised_repairs_total, or "" for a repair not from the adviser."""
-    if record.get("source") != "adviser":
-        return ""
-    result = record.get("advice_result") or "no answer"
+def advised_stat(record: RepairRecord) -> tuple[str, str] | None:
+    """(model, result) for ajet_runner_advised_repairs_total, or None for a repair not from the adviser."""
+    if record.source != "adviser":
+        return None
+    result = record.advice_result or "no answer"
     if result == "advised":
-        result = record.get("result") or "advised"
-    return f"{record.get('advised_by') or 'unknown'}|{result}"
+        result = str(record.result) or "advised"
+    return (record.advised_by or "unknown", result)

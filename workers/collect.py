@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from statemachine.lifecycle import Lifecycle
 from statemachine.logmetrics import merge_file_and_log
 from statemachine.logtext import clean_line
 from statemachine.models import Blueprint
 from statemachine.results import ResultSummary, find_result_files, parse_train_file, parse_val_files, summarize
+from store.records import ExperimentRecord
 from workers.context import Context
-from workers.report import AttemptInfo, RepairRecord, ReportData
+from workers.report import ReportData
 from workers.tmux import session_name
 from workers.watch import AttemptWatch, attempt_evaluations, own_offset, parse_own_results
 
@@ -21,12 +21,12 @@ from workers.watch import AttemptWatch, attempt_evaluations, own_offset, parse_o
 def link_repair_outcomes(ctx: Context, outcome: str) -> None:
     """Each relaunching repair learns what its next attempt did (the repair log's "what happened next")."""
     for i, rep in enumerate(ctx.repairs):
-        if rep.get("result") == "relaunched":
-            nxt = rep.get("attempt", 0) + 1
-            later = [a for a in ctx.attempts if a.get("number") == nxt]
-            end = later[0].get("end_reason") if later else ""
+        if rep.relaunched:
+            nxt = rep.attempt + 1
+            later = ctx.attempt(nxt)
+            end = later.end_reason if later else ""
             if i == len(ctx.repairs) - 1 or end:
-                rep["next"] = f"attempt {nxt}: {end or outcome}"
+                rep.next = f"attempt {nxt}: {end or outcome}"
 
 
 def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, str]:
@@ -70,7 +70,7 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
     return (summary if summary.evaluations else None), "; ".join(sources)
 
 
-def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, ctx: Context, *, node: str,
+def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle, ctx: Context, *, node: str,
                 watch: AttemptWatch | None, started_at: float | None) -> ReportData:
     summary, source = gather_results(bp, ctx)
     train_steps = 0
@@ -78,18 +78,18 @@ def report_data(exp_id: str, bp: Blueprint, rec: dict[str, Any], lc: Lifecycle, 
         train_steps = len(parse_train_file(ctx.train_path).steps)
     tail: list[str] = watch.scanner.tail(60) if watch else []
     if not tail and ctx.attempts:
-        tail = tail_file(ctx.attempts[-1].get("log_path", ""), 60)
+        tail = tail_file(ctx.attempts[-1].log_path, 60)
     return ReportData(
         id=exp_id, purpose=bp.exp_purpose, node=node,
-        tmux_session=str(rec.get("tmux_session") or session_name(bp.exp_purpose, exp_id)),
-        outcome=lc.outcome, reason=lc.reason, created_at=float(rec.get("created_at") or 0),
+        tmux_session=rec.tmux_session or session_name(bp.exp_purpose, exp_id),
+        outcome=lc.outcome, reason=lc.reason, created_at=rec.created_at,
         started_at=started_at, finished_at=time.time(), max_seconds=bp.exp_max_time_seconds,
-        result_dir=bp.exp_result_dir, blueprint_path=str(rec.get("blueprint_path") or ""),
+        result_dir=bp.exp_result_dir, blueprint_path=rec.blueprint_path,
         yaml_path=bp.yaml_abspath(), patched_yaml_path=ctx.config_path,
-        attempts=[AttemptInfo.model_validate(a) for a in ctx.attempts],
+        attempts=list(ctx.attempts),
         preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
         preflight_env=ctx.preflight_env,
-        repairs=[RepairRecord.model_validate(r) for r in ctx.repairs],
+        repairs=list(ctx.repairs),
         evaluations=[e.model_dump() for e in summary.evaluations] if summary else [],
         final=summary.final if summary else {}, best=summary.best if summary else {},
         train_steps=train_steps, log_tail=tail, history=lc.history,

@@ -28,9 +28,11 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from statemachine.command import point_command_at
 from statemachine.models import ConfigChange
 from statemachine.preflight import read_yaml_data
 from statemachine.repairs import del_dotted, set_dotted
+from store.records import Context
 from workers.finish import atomic_write_bytes
 
 __all__ = ["PATCH_MARKER", "RUNNER_DIR", "PatchError", "patch_yaml_text", "patched_config_path", "read_yaml_data",
@@ -353,3 +355,24 @@ def write_patched_yaml(source: Path | str, dest: Path | str, changes: list[Confi
         fromfile=str(source), tofile=str(dest),
     )
     return "".join(line if line.endswith("\n") else line + "\n" for line in diff)
+
+
+def patch_config_copy(ctx: Context, original: Path, exp_id: str, codebase: str,
+                      new_changes: list[dict[str, Any]]) -> str:
+    """Write every change so far (preflight and repairs, `ctx.yaml_changes`) onto a fresh copy of the
+    user's YAML, point `ctx.config_path` and the command's `--conf` at it, and return this step's diff
+    (previous copy → new copy). The user's file is never touched."""
+    if not new_changes:
+        return ""
+    merged: dict[str, dict[str, Any]] = {c["key"]: dict(c) for c in ctx.yaml_changes}
+    for c in new_changes:
+        merged[c["key"]] = {**c, "old": merged.get(c["key"], c)["old"]}
+    ctx.yaml_changes = list(merged.values())
+    patched = patched_config_path(original, exp_id)
+    before = Path(ctx.config_path).read_text(encoding="utf-8") if ctx.config_path else ""
+    write_patched_yaml(original, patched, [ConfigChange.model_validate(c) for c in ctx.yaml_changes])
+    ctx.config_path = str(patched)
+    ctx.command = point_command_at(ctx.command, str(patched), codebase)
+    after = patched.read_text(encoding="utf-8")
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
+                                        "config (before)", "config (after)"))

@@ -62,8 +62,8 @@ def drive(exp_id: str) -> str:
         reporter.close()
     if outcome:
         return outcome
-    rec = store.get(exp_id) or {}
-    if rec.get("state") == State.queued.value:  # no GPUs free here: back to the queue it came from
+    rec = store.record(exp_id)
+    if rec is not None and rec.state == State.queued.value:  # no GPUs free here: back to the queue it came from
         origin = job.origin if job is not None else target_queue(None)
         enqueue_drive(conn, store, exp_id, origin, max_seconds=driver.bp.exp_max_time_seconds)
         return "requeued"

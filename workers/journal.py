@@ -23,6 +23,7 @@ from typing import Any
 import redis
 
 from store.keys import cancel_channel
+from store.stats import TransitionStats
 from store.store import Store, TransitionConflict
 
 log = logging.getLogger(__name__)
@@ -75,16 +76,17 @@ class Journal:
             return len(self._ops)
 
     def transition(self, fields: Mapping[str, Any], event: Mapping[str, Any],
-                   stats: Mapping[str, Any] | None = None, *, ack: bool = False, wait: float = 2.0) -> None:
+                   stats: TransitionStats | Mapping[str, Any] | None = None, *, ack: bool = False,
+                   wait: float = 2.0) -> None:
         """Queue a compare-and-set transition; with `ack`, return only once Redis accepted it."""
         expected = self.version
         self.version += 1
-        fields, event, stats = dict(fields), dict(event), dict(stats or {})
+        fields, event, counted = dict(fields), dict(event), TransitionStats.of(stats)
 
         def op() -> None:
             try:
                 self.store.transition(self.exp_id, expected_version=expected, owner=self.owner,
-                                      fields=fields, event=event, stats=stats, node=self.node)
+                                      fields=fields, event=event, stats=counted, node=self.node)
             except TransitionConflict:
                 if not self._already_applied(expected):
                     raise

@@ -1,9 +1,9 @@
 """A worker's own Prometheus endpoint: watch-loop latency, log bytes, stall signal, heartbeat, CPU, memory.
 
 The watch loop runs in RQ work-horses, forked per job and gone when the job ends, so it cannot
-own in-process metrics (multiprocess mode leaves files per fork; see stack-notes). Instead
-`watch_reporter` batches its numbers and flushes them at scrape granularity (the first pass at
-once, then every FLUSH_SECONDS: a Prometheus scrape is every 15 s or more, so flushing each
+own in-process metrics (multiprocess mode leaves files per fork; docs/background.md#prometheus-multiprocess).
+Instead `watch_reporter` batches its numbers and flushes them at scrape granularity (the first pass
+at once, then every FLUSH_SECONDS: a Prometheus scrape is every 15 s or more, so flushing each
 second cost ~12 Redis commands/s per run for nothing) into this node's keys in Redis; the
 supervisor, the one long-lived process of a node, serves them at scrape time.
 

@@ -1,4 +1,5 @@
-"""`repair_log.md`: the seed's trial-and-error document, one entry per failure, in order.
+"""`repair_log.md`: the trial-and-error document a person kept, one entry per failure, in order
+(docs/background.md#manual-workflow).
 
 A person reading it should be able to redo or undo every change the runner made: what
 was changed before the first launch and why, then for each failure the log lines that

@@ -164,7 +164,8 @@ class SessionHost:
         return sorted(int(p) for p in out.split() if p.isdigit())
 
     def nudge(self, server_pid: int) -> None:
-        """SIGCHLD to the tmux server (it misses some: stack-notes), sent from its own namespace."""
+        """SIGCHLD to the tmux server (it misses some: docs/background.md#tmux-exit-status), sent from its own
+        namespace."""
         self.run(f"kill -s CHLD {int(server_pid)} 2>/dev/null; exit 0")
 
 

@@ -1,6 +1,6 @@
 """Run one attempt's command in a detached tmux session, and know for sure how it ended.
 
-tmux 3.3a on Debian loses its panes' exit statuses and leaves zombies (see stack-notes), so
+tmux 3.3a on Debian loses its panes' exit statuses and leaves zombies (docs/background.md#tmux-exit-status), so
 tmux is used only to host the job where a person can `tmux attach` and watch. The truth
 comes from a generated bash wrapper (`<log_dir>/<log_stem>.sh`, readable by a person):
 
@@ -549,7 +549,7 @@ class TmuxRunner:
         return {p.pid: p for p in tree}
 
     def _reap_nudge(self, handle: RunHandle) -> None:
-        """SIGCHLD to the tmux server makes it reap panes whose exit it missed (stack-notes)."""
+        """SIGCHLD to the tmux server makes it reap panes whose exit it missed (docs/background.md#tmux-exit-status)."""
         if handle.server_pid is None:
             return
         try:

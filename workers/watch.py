@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,17 +89,18 @@ def log_evaluations(paths: list[str]) -> list[Evaluation]:
     return [by_step[k] for k in sorted(by_step)]
 
 
-def attempt_evaluations(attempts: list[dict[str, Any]]) -> list[Evaluation]:
+def attempt_evaluations(attempts: Sequence[Any]) -> list[Evaluation]:
     """Console evaluations of these attempts, in order (a later attempt's step wins): the ones the
     watcher kept when each attempt ended (`CONSOLE_KEY`), so a multi-GB log is never parsed again
     at collecting or relaunch; an attempt without them (an older record) is parsed from its log."""
     by_step: dict[int, Evaluation] = {}
     for attempt in attempts:
-        saved = attempt.get(CONSOLE_KEY)
+        get = attempt.get if isinstance(attempt, dict) else lambda k, a=attempt: getattr(a, k, None)
+        saved = get(CONSOLE_KEY)
         if isinstance(saved, list):
             evals = [Evaluation.model_validate(e) for e in saved]
         else:
-            evals = log_evaluations([str(attempt["log_path"])]) if attempt.get("log_path") else []
+            evals = log_evaluations([str(get("log_path"))]) if get("log_path") else []
         by_step.update((e.step, e) for e in evals)
     return [by_step[k] for k in sorted(by_step)]
 

@@ -1,4 +1,4 @@
-"""Stop early when rewards stopped moving late in the run (the seed's third exception)."""
+"""Stop early when rewards stopped moving late in the run (docs/background.md#manual-workflow)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,22 +10,16 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import run_cli
+
 BLUEPRINT_KEYS = {
     "exp_purpose", "exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_launch_command", "exp_result_dir",
     "exp_max_time_seconds", "notes",
 }
 
 
-def _script() -> str:
-    beside = Path(sys.executable).parent / "ajet-runner"
-    found = str(beside) if beside.exists() else shutil.which("ajet-runner")
-    if not found:
-        pytest.fail("the ajet-runner console script is not installed in this environment")
-    return found
-
-
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([_script(), "check", *args], capture_output=True, text=True, timeout=60, check=False)
+    return run_cli("check", *args)
 
 
 def _check_json(path: Path) -> tuple[int, dict[str, Any]]:
@@ -131,8 +124,7 @@ def test_unreadable_blueprint_exits_2_with_a_problem(tmp_path: Path) -> None:
 
 
 def test_dash_reads_the_blueprint_from_stdin(good_blueprint: Path) -> None:
-    proc = subprocess.run([_script(), "check", "-", "--json"], input=good_blueprint.read_text(), capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = run_cli("check", "-", "--json", input=good_blueprint.read_text())
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["blueprint"]["exp_codebase_dir"]
 

@@ -9,18 +9,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CORPUS, REPO
+from tests.conftest import CORPUS, run_cli
 
-AJET_RUNNER = REPO / ".venv" / "bin" / "ajet-runner"
 LOGS = CORPUS / "logs"
 FINDING_KEYS = {"signature", "fatal", "line", "text", "explanation", "repair"}
 ACTION_KINDS = {"set_yaml", "set_env", "prefix_command", "add_flag", "remove_flag", "cleanup"}
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(AJET_RUNNER), "diagnose", *args], capture_output=True, text=True, timeout=60, check=False
-    )
+    return run_cli("diagnose", *args)
 
 
 def run_json(log: Path) -> dict[str, Any]:

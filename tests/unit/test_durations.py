@@ -47,7 +47,7 @@ H, M = 3600.0, 60.0
         ("two hours", 2 * H),
         ("12:00:00", 12 * H),
         ("1:30", 1.5 * H),
-        ("12", 12 * H),  # a bare number is hours, as in the seed's "${MaxTime} 小时"
+        ("12", 12 * H),  # a bare number is hours, as in "${MaxTime} 小时" (docs/background.md#manual-workflow)
         ("${MaxTime} = 12", 12 * H),
         ("Maximum runtime is ${MaxTime}\n  Default:\n  - MaxTime per run:\n    24 hours\n  - First step: 20 minutes",
          24 * H),

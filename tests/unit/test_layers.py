@@ -35,10 +35,15 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path, module: str) -> set[str]:
-    """Every project module `path` imports, at the top or inside a function."""
+    """Every project module `path` imports, at the top or inside a function (not those only for type
+    checking: an `if TYPE_CHECKING:` import is never executed)."""
     out: set[str] = set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -108,7 +113,8 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
-    src.write_text("def f():\n    from workers.driver import ExperimentDriver\n    import service.api\n")
+    src.write_text("def f():\n    from workers.driver import ExperimentDriver\n    import service.api\n"
+                   "if TYPE_CHECKING:\n    import workers.jobs\n")
     assert _imports(src, "x.m") == {"workers.driver", "workers.driver.ExperimentDriver", "service.api"}
 
 

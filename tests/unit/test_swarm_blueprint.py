@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from statemachine.blueprint import parse_blueprint, validate_blueprint
 from statemachine.swarm import DEFAULT_PORT, swarm_spec, val_result_abspath
+from tests.conftest import run_cli
 
 _BASE = """# Swarm run
 [exp_purpose] swarm smoke test
@@ -88,12 +88,11 @@ def test_val_result_path_relative_to_codebase(tmp_path: Path) -> None:
 def test_check_json_shows_swarm(tmp_path: Path) -> None:
     path = tmp_path / "bp.md"
     path.write_text(_bp(tmp_path, server="[exp_swarm_server] ajet-swarm start --swarm-port=10099"))
-    script = Path(sys.executable).parent / "ajet-runner"
-    proc = subprocess.run([str(script), "check", str(path), "--json"], capture_output=True, text=True, timeout=60)
+    proc = run_cli("check", str(path), "--json")
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0, doc["problems"]
     assert doc["swarm"] == {"server_command": "ajet-swarm start --swarm-port=10099", "port": 10099}
     classic = tmp_path / "classic.md"
     classic.write_text(_bp(tmp_path))
-    proc = subprocess.run([str(script), "check", str(classic), "--json"], capture_output=True, text=True, timeout=60)
+    proc = run_cli("check", str(classic), "--json")
     assert json.loads(proc.stdout)["swarm"] is None and proc.returncode == 1

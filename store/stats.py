@@ -1,0 +1,76 @@
+"""The /metrics counters a transition bumps, as structured fields.
+
+Callers say what happened (`TransitionStats`: which transition, which repair result, ...). How a pair
+of labels is packed into one field of a Redis counter hash (`a>b`, `a|b`) is this module's business
+only: `Store.transition` packs, `service/metrics.py` unpacks with `split_*`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+_TRANSITION_SEP = ">"
+_PAIR_SEP = "|"
+
+
+class TransitionStats(BaseModel):
+    """What one transition counts: every field is optional."""
+
+    transition: tuple[str, str] | None = None  # (from_state, to_state): ajet_runner_transitions_total
+    outcome: str = ""  # ajet_runner_experiments_finished_total and the duration histogram
+    duration: float = 0.0  # seconds from start (or creation) to finished
+    repair: tuple[str, str] | None = None  # (signature, result): ajet_runner_repairs_total
+    advised: tuple[str, str] | None = None  # (model, result): ajet_runner_advised_repairs_total
+    write_failure: str = ""  # errno name: ajet_runner_result_write_failures_total
+
+    @classmethod
+    def of(cls, value: TransitionStats | Mapping[str, Any] | None) -> TransitionStats:
+        """Accepts the packed form too (`{"transition": "a>b", "repair": "sig|result"}`)."""
+        if value is None:
+            return cls()
+        if isinstance(value, TransitionStats):
+            return value
+        data = dict(value)
+        if isinstance(data.get("transition"), str):
+            data["transition"] = split_transition(data["transition"])
+        for name in ("repair", "advised"):
+            if isinstance(data.get(name), str):
+                data[name] = split_pair(data[name]) if data[name] else None
+        return cls.model_validate({k: v for k, v in data.items() if v is not None and k in cls.model_fields})
+
+    def packed(self, buckets: list[str]) -> dict[str, Any]:
+        """The JSON the transition script reads (store/transition.lua, ARGV[4])."""
+        out: dict[str, Any] = {}
+        if self.transition:
+            out["transition"] = transition_label(*self.transition)
+        if self.outcome:
+            out.update(outcome=self.outcome, duration=self.duration, buckets=buckets)
+        if self.repair:
+            out["repair"] = pair_label(*self.repair)
+        if self.advised:
+            out["advised"] = pair_label(*self.advised)
+        if self.write_failure:
+            out["write_failure"] = self.write_failure
+        return out
+
+
+def transition_label(src: str, dst: str) -> str:
+    return f"{src}{_TRANSITION_SEP}{dst}"
+
+
+def split_transition(label: str) -> tuple[str, str]:
+    src, _, dst = label.partition(_TRANSITION_SEP)
+    return src, dst
+
+
+def pair_label(first: str, second: str) -> str:
+    return f"{first}{_PAIR_SEP}{second}"
+
+
+def split_pair(label: str) -> tuple[str, str]:
+    """(first, second); a label without the separator is (label, "")."""
+    first, sep, second = label.rpartition(_PAIR_SEP)
+    return (first, second) if sep else (label, "")

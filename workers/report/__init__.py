@@ -1,0 +1,49 @@
+"""The experiment report a user opens first: `experiment_report.md`, `results.json`, `reward_plot.png`.
+
+The driver hands over plain data (:class:`ReportData`); this package only renders it, one module per
+job: `data` (what is shown, file names), `markdown` (formatting), `evaluations` (normalised rows,
+baselines), `plot`, `render` (the markdown report), `results_json`, `write` (writing them). A
+report is written once a run is over, often after something went wrong, so rendering never raises
+on odd data (NaN, missing keys, empty lists, unexpected shapes): what cannot be shown reads "n/a",
+and a section that fails to render says so instead of taking the whole report down. I/O errors (an
+unwritable result dir) do propagate.
+"""
+
+from __future__ import annotations
+
+from workers.report.data import (
+    NA,
+    PLOT_NAME,
+    REPAIR_LOG_NAME,
+    REPORT_NAME,
+    REPORT_VERSION,
+    RESULTS_NAME,
+    AttemptInfo,
+    RepairRecord,
+    ReportData,
+)
+from workers.report.evaluations import Eval, changes_since_baseline, normalize_evaluations
+from workers.report.markdown import (
+    clean,
+    code_span,
+    fenced,
+    finite,
+    fmt_duration,
+    fmt_time,
+    fmt_value,
+    md_cell,
+    number,
+    path_link,
+    table,
+)
+from workers.report.plot import write_plot
+from workers.report.render import render_report, repair_next, repair_summary
+from workers.report.results_json import json_safe, results_document
+from workers.report.write import write_report
+
+__all__ = [
+    "NA", "PLOT_NAME", "REPAIR_LOG_NAME", "REPORT_NAME", "REPORT_VERSION", "RESULTS_NAME", "AttemptInfo", "Eval",
+    "RepairRecord", "ReportData", "changes_since_baseline", "clean", "code_span", "fenced", "finite", "fmt_duration",
+    "fmt_time", "fmt_value", "json_safe", "md_cell", "normalize_evaluations", "number", "path_link", "render_report",
+    "repair_next", "repair_summary", "results_document", "table", "write_plot", "write_report",
+]

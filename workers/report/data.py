@@ -1,0 +1,78 @@
+"""What the report shows (`ReportData`, its inputs) and the names of the files it writes."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import field_validator
+
+from store.records import Attempt, Loose, RepairRecord, plain
+
+REPORT_VERSION = 1
+REPORT_NAME = "experiment_report.md"
+RESULTS_NAME = "results.json"
+PLOT_NAME = "reward_plot.png"
+REPAIR_LOG_NAME = "repair_log.md"
+NA = "n/a"
+LOG_TAIL_LINES = 200
+CELL_CHARS = 300
+
+COUNT_METRICS = ("num_all_success_tasks", "num_pass_n_tasks", "total_tasks", "pass_n")
+DELTA_METRICS = ("mean_reward", "task_pass_rate@1")
+RATE_RE = re.compile(r"^task_pass_rate@(\d+)$")
+PIPE_RE = re.compile(r"(?<!\\)\|")
+CONTROL_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+
+
+_Input = Loose
+AttemptInfo = Attempt  # the name the report code has always used
+
+
+class ReportData(_Input):
+    """Everything the report shows; `results.json` holds exactly this plus computed fields."""
+
+    id: str
+    purpose: str = ""
+    node: str = ""
+    tmux_session: str = ""
+    tmux_socket: str = ""
+    outcome: str = ""
+    reason: str = ""
+    created_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    max_seconds: float | None = None
+    result_dir: str
+    blueprint_path: str = ""
+    yaml_path: str = ""
+    patched_yaml_path: str = ""
+    attempts: list[AttemptInfo] = []
+    preflight_changes: list[dict[str, Any]] = []
+    preflight_problems: list[dict[str, Any]] = []
+    repairs: list[RepairRecord] = []
+    evaluations: list[dict[str, Any]] = []
+    final: dict[str, Any] = {}
+    best: dict[str, Any] = {}
+    train_steps: int = 0
+    log_tail: list[str] = []
+    history: list[dict[str, Any]] = []
+    preflight_env: dict[str, Any] = {}  # {"environment", "decisions": [{"variable", "is_set", "decision"}]}
+    results_source: str = ""  # where the evaluations came from (file, bytes after launch, console log)
+    previous_run: str = ""  # an earlier run's files, moved aside (relative to the result dir)
+
+    @field_validator("final", "best", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else plain(value)
+
+    @field_validator("evaluations", "history", "preflight_changes", "preflight_problems", mode="before")
+    @classmethod
+    def _dicts_only(cls, value: Any) -> Any:
+        """Items that are not mappings carry nothing renderable; drop them rather than refuse the report."""
+        if value is None:
+            return []
+        value = plain(value)
+        return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else value

@@ -1,0 +1,54 @@
+"""`results.json`: ReportData's fields plus computed ones, strict JSON."""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+from workers.finish import iso_utc
+from workers.report.data import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, REPORT_VERSION, RESULTS_NAME, ReportData
+from workers.report.evaluations import Eval, changes_since_baseline
+from workers.report.markdown import finite
+from workers.report.render import ReportContext
+
+
+def json_safe(value: Any) -> Any:
+    """JSON-able data: non-finite floats become null (strict JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, Enum):
+        return json_safe(value.value)
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
+
+
+def results_document(data: ReportData, evals: list[Eval], plot_written: bool, now: float) -> dict[str, Any]:
+    """ReportData's fields at the top level (so `ReportData.model_validate` reads it back) plus computed ones."""
+    elapsed = ReportContext(data=data, evals=evals, now=now, plot_note="").elapsed
+    doc: dict[str, Any] = {"report_version": REPORT_VERSION, **data.model_dump()}
+    doc.update(
+        generated_at=iso_utc(now),
+        generated_at_epoch=now,
+        created_at_iso=iso_utc(data.created_at) if finite(data.created_at) is not None else None,
+        started_at_iso=iso_utc(data.started_at) if finite(data.started_at) is not None else None,
+        finished_at_iso=iso_utc(data.finished_at) if finite(data.finished_at) is not None else None,
+        elapsed_seconds=elapsed,
+        attempt_count=len(data.attempts),
+        repair_count=len(data.repairs),
+        evaluation_count=len(evals),
+        datasets=list(dict.fromkeys(e.dataset for e in evals)),
+        changes_since_baseline=changes_since_baseline(evals),
+        files={
+            "report": REPORT_NAME,
+            "results": RESULTS_NAME,
+            "repair_log": REPAIR_LOG_NAME,
+            "plot": PLOT_NAME if plot_written else None,
+        },
+    )
+    return json_safe(doc)

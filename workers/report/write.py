@@ -1,0 +1,43 @@
+"""Writing the report files: the plot, `results.json`, then `experiment_report.md`."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from resultdir.roots import open_dir
+from workers.finish import atomic_write_text, remove_file
+from workers.report.data import PLOT_NAME, REPORT_NAME, RESULTS_NAME, ReportData
+from workers.report.evaluations import normalize_evaluations
+from workers.report.markdown import clean
+from workers.report.plot import write_plot
+from workers.report.render import render_report
+from workers.report.results_json import results_document
+
+
+def write_report(data: ReportData) -> dict[str, Path]:
+    """Write the plot (when there is something to draw), `results.json`, then `experiment_report.md`.
+
+    Returns the paths written, keyed "plot" (if drawn), "results", "report".
+    """
+    out_dir = Path(data.result_dir)
+    os.close(open_dir(out_dir))  # created if missing, inside the allowed roots when confined
+    now = time.time()
+    evals = normalize_evaluations(data.evaluations)
+    written: dict[str, Path] = {}
+    plot_path = out_dir / PLOT_NAME
+    try:
+        plot_note = write_plot(plot_path, evals, f"{data.id}: {data.outcome or 'unknown'}")
+    except Exception as exc:  # matplotlib trouble must not cost the report
+        plot_note = f"the plot could not be drawn ({type(exc).__name__}: {clean(exc)[:200]})"
+    if plot_note:
+        remove_file(plot_path)  # a stale plot from an earlier run would contradict the report
+    else:
+        written["plot"] = plot_path
+    doc = results_document(data, evals, plot_written=not plot_note, now=now)
+    text = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)
+    written["results"] = atomic_write_text(out_dir / RESULTS_NAME, text + "\n")
+    written["report"] = atomic_write_text(out_dir / REPORT_NAME, render_report(data, evals, plot_note, now))
+    return written

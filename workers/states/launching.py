@@ -1,0 +1,72 @@
+"""Launching: start the attempt in tmux, or find the one a crashed worker already started (never twice).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from workers.attempt import attempt_env, attempt_paths
+from workers.context import Attempt
+from workers.swarm_run import SwarmServerFailed, start_or_reuse
+from workers.tmux import RunHandle, session_name
+
+if TYPE_CHECKING:
+    from workers.driver import ExperimentDriver
+
+
+def handle(d: ExperimentDriver) -> bool:
+    d._renew()
+    if d.journal.cancel_requested():
+        d.fire("cancel", "stop requested")
+        return True
+    session = session_name(d.bp.exp_purpose, d.id)
+    paths = attempt_paths(d.bp.exp_result_dir, d.lc.attempt)
+    adopted = _find_running_attempt(d, session, paths)
+    if adopted is None:
+        outside = d._root_problems()  # checked at each launch: a path may have been swapped since
+        if outside:
+            d.fire("anomaly", "refused to launch: " + "; ".join(str(p) for p in outside))
+            return True
+        if d.runner.exists(session):
+            d.runner.kill_session(session)  # the previous attempt's lingering pane
+        env = attempt_env(d.bp, d.id, d.ctx.env, d.ctx.gpus)
+        if d.ctx.swarm:
+            try:
+                env = start_or_reuse(d.runner, d.ctx.swarm, d.bp, exp_id=d.id, env=env,
+                                     attempt=d.lc.attempt, publish=d.journal.publish,
+                                     boot_timeout=d.settings.swarm_boot_timeout_seconds)
+            except SwarmServerFailed as exc:
+                d.fire("anomaly", f"swarm server: {exc.reason}")
+                return True
+        try:
+            d.handle = d.runner.start(
+                session, d.ctx.command, cwd=d.bp.exp_codebase_dir, env=env,
+                log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
+            )
+        except (OSError, RuntimeError) as exc:
+            d.fire("anomaly", f"could not start the tmux session: {exc}")
+            return True
+        d.ctx.attempts.append(Attempt(
+            number=d.lc.attempt, started_at=d.handle.started_at, ended_at=None, exit_code=None,
+            command=d.ctx.command, log_path=str(paths["log"]), end_reason="",
+        ))
+    else:
+        d.handle = adopted
+    d.fire("launched", f"attempt {d.lc.attempt} running in tmux session {session}",
+              fields={"handle": d.handle.to_dict(), "tmux_session": session})
+    return True
+
+
+def _find_running_attempt(d: ExperimentDriver, session: str, paths: dict[str, Path]) -> RunHandle | None:
+    """After a crash between starting tmux and recording it: find that attempt, never relaunch it."""
+    if d.handle is not None and Path(d.handle.log_path) == paths["log"]:
+        return d.handle
+    if d.runner.exists(session) and paths["pid"].exists() and not paths["rc"].exists():
+        handle = RunHandle(
+            session=session, log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
+            wrapper_path=paths["log"].with_suffix(".sh"), socket_path=d.runner.socket_path,
+        )
+        handle.wait_for_pid(1.0, local=not d.runner.remote())
+        return handle
+    return None
