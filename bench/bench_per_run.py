@@ -76,6 +76,7 @@ def main(argv: list[str]) -> None:
     with cluster() as c:
         worker = c.worker(slots=runs)
         wait(lambda: c.store.nodes(), 30, "the worker")
+        time.sleep(8)  # the slots' start-up (imports) is over
         idle_cpu, idle_pss = measure(lambda: tree(worker.pid), seconds / 2)
         ids = [submit(c.store, c.store.r, blueprint(c.work / f"run{i}", SCRIPT).read_text(), node="bench")["id"]
                for i in range(runs)]

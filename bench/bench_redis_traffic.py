@@ -69,7 +69,7 @@ def redis_cpu(r, seconds: float) -> float:  # noqa: ANN001
 
 def main(argv: list[str]) -> None:
     runs = int(argv[1]) if len(argv) > 1 else 4
-    seconds = float(argv[2]) if len(argv) > 2 else 20.0
+    seconds = float(argv[2]) if len(argv) > 2 else 30.0  # two watch-metrics flushes (every 15 s)
     with cluster() as c:
         c.worker(slots=runs)
         wait(lambda: c.store.nodes(), 30, "the worker")

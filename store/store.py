@@ -331,19 +331,31 @@ class Store:
         its own node's index, never the cluster's. Entries that moved on (finished, adopted by another
         node, expired) are dropped from the index as they are met."""
         names = list(dict.fromkeys(["state", "node", *names]))
-        ids = sorted(i.decode() for i in self.r.smembers(node_active_key(node)))
-        recs = self.fields_of(ids, names)
+        recs = self._sort_fields(node_active_key(node), names)
         live = [r for r in recs if r["node"] == node and r["state"] in ACTIVE_STATE_NAMES]
-        stale = set(ids) - {r["id"] for r in live}
+        stale = {r["id"] for r in recs} - {r["id"] for r in live}
         if stale:
             self.r.srem(node_active_key(node), *stale)
-        return live
+        return sorted(live, key=lambda r: r["id"])
+
+    def _sort_fields(self, key: str, names: list[str]) -> list[dict[str, str]]:
+        """`names` of every record whose id is in the set or zset `key`, in one command (SORT … GET:
+        Redis reads the hashes itself), whatever the number of records."""
+        flat = self.r.sort(key, by="nosort", get=["#", *(exp_key("*") + "->" + n for n in names)])
+        width = len(names) + 1
+        out = []
+        for k in range(0, len(flat), width):
+            exp_id, values = flat[k].decode(), flat[k + 1:k + width]
+            rec = {n: (v.decode() if v is not None else "") for n, v in zip(names, values, strict=True)}
+            rec["id"] = exp_id
+            out.append(rec)
+        return out
 
     def queued(self, names: Iterable[str]) -> list[dict[str, str]]:
         """Queued experiments (the whole queue, not every record) with only the fields asked for."""
         names = list(dict.fromkeys(["state", *names]))
-        ids = [i.decode() for i in self.r.zrange(state_index_key(State.queued.value), 0, -1)]
-        return [r for r in self.fields_of(ids, names) if r["state"] == State.queued.value]
+        recs = self._sort_fields(state_index_key(State.queued.value), names)
+        return [r for r in recs if r["state"] == State.queued.value]
 
     def prune(self, ids: Iterable[str]) -> int:
         """Drop ids whose record is gone (expired after the retention time, deleted) from the indexes."""

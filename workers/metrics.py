@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from store.keys import node_key, watch_exp_key, watch_exps_key, watch_metrics_key
+from store.scripts import lua
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class WatchReporter:
         self.clock = clock
         self._source = store.r
         self._client: redis.Redis | None = None
+        self._flush_script: Any = None
         self._last_flush = -math.inf
         self._buckets: dict[str, int] = {}
         self._sum = 0.0
@@ -114,7 +116,7 @@ class WatchReporter:
             log.warning("watch metrics: last flush failed: %s", exc)
 
     def flush(self) -> None:
-        """One pipeline with everything since the last flush. A failed batch is dropped, not retried:
+        """One script call with everything since the last flush. A failed batch is dropped, not retried:
         after a connection error we cannot know whether it landed, and counting twice is worse."""
         now = self.clock()
         self._last_flush = now
@@ -124,22 +126,15 @@ class WatchReporter:
             return
         if self._client is None:
             self._client = _short_timeout_client(self._source)
-        pipe = self._client.pipeline(transaction=True)
-        wk = watch_key(self.node)
+            self._flush_script = self._client.register_script(lua("flush_watch"))
+        exps = list(ages.items())
+        args: list[object] = [NODE_TTL_SECONDS, EXP_TTL_SECONDS, repr(total) if count else "", count, len(buckets)]
         for le, n in buckets.items():
-            pipe.hincrby(wk, le, n)
-        if count:
-            pipe.hincrbyfloat(wk, "sum", total)
-            pipe.hincrby(wk, "count", count)
-            pipe.expire(wk, NODE_TTL_SECONDS)
-        for exp_id, (age, at) in ages.items():
-            key = exp_metrics_key(self.node, exp_id)
-            pipe.hincrby(key, "log_bytes", sizes.get(exp_id, 0))
-            pipe.hset(key, mapping={"age": repr(age), "at": repr(at)})
-            pipe.expire(key, EXP_TTL_SECONDS)
-            pipe.zadd(exps_key(self.node), {exp_id: at})
-        pipe.expire(exps_key(self.node), NODE_TTL_SECONDS)
-        pipe.execute()
+            args += [le, n]
+        for exp_id, (age, at) in exps:
+            args += [exp_id, sizes.get(exp_id, 0), repr(age), repr(at)]
+        self._flush_script(keys=[watch_key(self.node), exps_key(self.node),
+                                 *(exp_metrics_key(self.node, exp_id) for exp_id, _ in exps)], args=args)
 
 
 def watch_reporter(store: Store, node: str) -> WatchReporter:
