@@ -20,13 +20,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from resultdir.flag import FLAG_NAME
+from resultdir.names import LOGS_DIR, PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 
 PREVIOUS_DIR = "previous"
 RUNNER_NAMES = (
-    FLAG_NAME, "experiment_report.md", "results.json", "reward_plot.png", "repair_log.md", "logs",
+    FLAG_NAME, REPORT_NAME, RESULTS_NAME, PLOT_NAME, REPAIR_LOG_NAME, LOGS_DIR,
     "config.original.yaml", "config.patched.yaml", "saved_val_result", "saved_train_result",
 )
-_MARKERS = (FLAG_NAME, "experiment_report.md", "results.json", "repair_log.md")
+_MARKERS = (FLAG_NAME, REPORT_NAME, RESULTS_NAME, REPAIR_LOG_NAME)
 
 
 def _stamp(result_dir: Path) -> str:

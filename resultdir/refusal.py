@@ -15,9 +15,8 @@ from pathlib import Path
 
 from resultdir.archive import archive_previous_run
 from resultdir.flag import atomic_write_text, iso_utc, write_finish_flag
+from resultdir.names import REPORT_NAME
 from statemachine.models import Problem
-
-REPORT_NAME = "experiment_report.md"
 
 
 def _cell(text: str) -> str:

@@ -54,6 +54,11 @@ def cancel_channel(exp_id: str) -> str:
     return f"{PREFIX}:exp:{exp_id}:cancel"
 
 
+def published_key(exp_id: str) -> str:
+    """Per writer, the sequence number of the last event it published (a hash; see publish_once.lua)."""
+    return f"{PREFIX}:exp:{exp_id}:published"
+
+
 def node_key(node: str) -> str:
     """A node's heartbeat record (a hash with a TTL)."""
     return f"{PREFIX}:node:{node}"

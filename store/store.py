@@ -34,6 +34,7 @@ from store.keys import (
     node_active_key,
     node_index_key,
     node_key,
+    published_key,
     state_index_key,
     stats_key,
     stream_key,
@@ -131,6 +132,7 @@ class Store:
         self._set_if_exists = client.register_script(lua("hset_if_exists"))
         self._poll_run = client.register_script(lua("poll_run"))
         self._append_tail = client.register_script(lua("append_tail"))
+        self._publish_once = client.register_script(lua("publish_once"))
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -242,10 +244,19 @@ class Store:
         if fields:
             self.r.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(fields))] * 2, strict=True)))
 
-    def publish(self, exp_id: str, event: Mapping[str, Any]) -> str:
-        """An event that is not a transition (progress, repair note, log excerpt)."""
+    def publish(self, exp_id: str, event: Mapping[str, Any], *, once: tuple[str, int] | None = None) -> str:
+        """An event that is not a transition (progress, repair note, log excerpt).
+
+        `once=(writer, seq)` makes a retried send harmless: Redis adds the event only if that
+        writer's `seq` is new (returns "" otherwise)."""
         payload = json.dumps({"at": time.time(), **event}, default=str)
-        entry = {"id": exp_id, "type": str(event.get("type", "info")), "data": payload}
+        kind = str(event.get("type", "info"))
+        if once is not None:
+            got = self._publish_once(
+                keys=[stream_key(exp_id), GLOBAL_STREAM, published_key(exp_id)],
+                args=[once[0], once[1], STREAM_MAXLEN, GLOBAL_STREAM_MAXLEN, exp_id, kind, payload])
+            return got.decode() if isinstance(got, bytes) else str(got)
+        entry = {"id": exp_id, "type": kind, "data": payload}
         pipe = self.r.pipeline(transaction=False)
         pipe.xadd(stream_key(exp_id), entry, maxlen=STREAM_MAXLEN, approximate=True)
         pipe.xadd(GLOBAL_STREAM, entry, maxlen=GLOBAL_STREAM_MAXLEN, approximate=True)
@@ -282,7 +293,7 @@ class Store:
     def delete(self, exp_id: str) -> None:
         nodes = {n.decode() for n in self.r.hmget(exp_key(exp_id), "node", "target_node") if n}
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(exp_key(exp_id), stream_key(exp_id), log_tail_key(exp_id))
+        pipe.delete(exp_key(exp_id), stream_key(exp_id), published_key(exp_id), log_tail_key(exp_id))
         self._unindex(pipe, [exp_id], nodes)
         pipe.execute()
 

@@ -13,9 +13,11 @@ has accepted it, because launching on an unconfirmed claim could launch twice.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -55,6 +57,8 @@ class Journal:
         self._ops: deque[tuple[int, Callable[[], Any], bool]] = deque()  # (seq, op, droppable)
         self.dropped = 0
         self._seq = 0
+        self._writer = uuid.uuid4().hex  # events carry (writer, n): a resend is never a second copy
+        self._event_numbers = itertools.count(1)
         self._done = 0
         self._error: BaseException | None = None
         self._cancel = False
@@ -97,7 +101,9 @@ class Journal:
 
     def publish(self, event: Mapping[str, Any]) -> None:
         event = {"at": time.time(), **event}  # when it happened, not when Redis got it
-        self._put(lambda: self.store.publish(self.exp_id, event), droppable=True)
+        with self._cv:  # numbered in queue order, which is the order they are sent in
+            once = (self._writer, next(self._event_numbers))
+            self._put(lambda: self.store.publish(self.exp_id, event, once=once), droppable=True)
 
     def update(self, fields: Mapping[str, Any]) -> None:
         fields = dict(fields)

@@ -1,8 +1,8 @@
 """What the console shows, read the way the API reads it: records from Redis, a few named files of the result dir.
 
 Files: only the report, repair log, plot and results.json, and only when their real path is inside the
-record's result dir (the rule the API's /log route follows for attempt logs). Names match the worker's
-report writer (workers/report.py); they are repeated here because the API side must not import workers.
+record's result dir (the rule the API's /log route follows for attempt logs). The names come from
+resultdir/names.py, which the worker's report writer uses too.
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 from service.api_models import SUMMARY_FIELDS, summary_dict
 from store.store import Store, decode, exp_key
 
-REPORT_NAME = "experiment_report.md"
-REPAIR_LOG_NAME = "repair_log.md"
-PLOT_NAME = "reward_plot.png"
-RESULTS_NAME = "results.json"
 SERVED_FILES = {REPORT_NAME: "text/markdown; charset=utf-8", REPAIR_LOG_NAME: "text/markdown; charset=utf-8",
                 PLOT_NAME: "image/png", RESULTS_NAME: "application/json"}
 MAX_FILE_BYTES = 5_000_000

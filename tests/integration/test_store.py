@@ -21,6 +21,19 @@ def test_create_publishes_submitted_event_and_indexes(store: Store) -> None:
     assert store.ids() == ["e1"] and store.count() == 1
 
 
+def test_an_event_resent_by_its_writer_is_stored_once(store: Store) -> None:
+    """A resend after a lost reply (or a copy still in Redis's input buffer) adds nothing."""
+    store.create("e1", {"state": "running"}, {})
+    first = store.publish("e1", {"type": "progress", "n": 1}, once=("w", 1))
+    assert first and store.publish("e1", {"type": "progress", "n": 1}, once=("w", 1)) == ""
+    store.publish("e1", {"type": "progress", "n": 2}, once=("w", 2))
+    store.publish("e1", {"type": "progress", "n": 1}, once=("w", 1))  # a stale copy arriving late
+    store.publish("e1", {"type": "progress", "n": 9}, once=("other", 1))  # another writer counts alone
+    assert [e.get("n") for e in store.events("e1")[1:]] == [1, 2, 9]
+    store.delete("e1")
+    assert store.r.exists("ajet:exp:e1:published") == 0
+
+
 def test_compare_and_set_lets_exactly_one_of_many_claimers_win(store: Store) -> None:
     store.create("e1", {"state": "queued"}, {})
     winners: list[str] = []

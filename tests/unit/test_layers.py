@@ -121,7 +121,7 @@ def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
 def test_the_api_never_loads_the_driver_tmux_or_psutil() -> None:
     code = (
         "import json, sys\n"
-        "import service.api, service.submit, service.stop, service.api_experiments, service.metrics\n"
+        "import service.api, service.submit, service.stop, service.api_experiments, service.metrics, service.ui.pages\n"
         "service.api.create_app\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('workers', 'libtmux', 'psutil'))))\n"
     )

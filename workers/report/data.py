@@ -7,13 +7,10 @@ from typing import Any
 
 from pydantic import field_validator
 
+from resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 from store.records import Attempt, Loose, RepairRecord, plain
 
 REPORT_VERSION = 1
-REPORT_NAME = "experiment_report.md"
-RESULTS_NAME = "results.json"
-PLOT_NAME = "reward_plot.png"
-REPAIR_LOG_NAME = "repair_log.md"
 NA = "n/a"
 LOG_TAIL_LINES = 200
 CELL_CHARS = 300
@@ -76,3 +73,6 @@ class ReportData(_Input):
             return []
         value = plain(value)
         return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else value
+
+__all__ = ["CELL_CHARS", "COUNT_METRICS", "DELTA_METRICS", "LOG_TAIL_LINES", "NA", "PLOT_NAME", "REPAIR_LOG_NAME",
+           "REPORT_NAME", "REPORT_VERSION", "RESULTS_NAME", "AttemptInfo", "RepairRecord", "ReportData"]

@@ -66,9 +66,9 @@ def _result_write_failed(d: ExperimentDriver, exc: OSError, metrics: Any) -> Non
     why = write_error_reason(exc)
     code = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
     d.journal.publish({"type": "result_write_failed", "errno": code, "path": str(exc.filename or ""),
-                          "message": f"could not write the result files: {why}"})
+                       "message": f"could not write the result files: {why}"})
     d.fire("write_failed", f"result files not written: {why}", fields={"latest_metrics": metrics},
-              write_failure=code, previous_outcome=d.lc.outcome)
+           write_failure=code, previous_outcome=d.lc.outcome)
 
 
 def _tidy_config_copy(d: ExperimentDriver) -> None:

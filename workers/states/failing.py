@@ -62,7 +62,7 @@ def handle(d: ExperimentDriver) -> bool:
     if verdict.trigger == "repair":
         assert resolved is not None
         d.ctx.pending_repair = PendingRepair.model_validate({**pending,
-                                                                "resolved": resolved.model_dump(mode="json")})
+                                                             "resolved": resolved.model_dump(mode="json")})
         d.fire("repair", verdict.reason, repair_stat=stat, signature=sig_id)
     else:
         d.fire("give_up", verdict.reason, repair_stat=stat)

@@ -54,7 +54,7 @@ def handle(d: ExperimentDriver) -> bool:
     else:
         d.handle = adopted
     d.fire("launched", f"attempt {d.lc.attempt} running in tmux session {session}",
-              fields={"handle": d.handle.to_dict(), "tmux_session": session})
+           fields={"handle": d.handle.to_dict(), "tmux_session": session})
     return True
 
 

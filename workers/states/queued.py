@@ -39,7 +39,7 @@ def handle(d: ExperimentDriver) -> bool:
     errors = [p for p in problems if p.level == Level.error]
     d.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
     d.ctx.preflight_env = {"environment": plan.environment,
-                              "decisions": [d.model_dump(mode="json") for d in plan.env_decisions]}
+                           "decisions": [x.model_dump(mode="json") for x in plan.env_decisions]}
     if errors:
         _claim_and_fire(d, "reject", "; ".join(str(p) for p in errors))
         return True
@@ -85,8 +85,8 @@ def _move_earlier_run(d: ExperimentDriver, problems: list[Problem]) -> None:
 def _claim_and_fire(d: ExperimentDriver, trigger: str, reason: str, fields: dict[str, Any] | None = None) -> None:
     lease = d.store.server_time() + d.settings.lease_seconds
     d.fire(trigger, reason, fields={"owner": d.owner, "lease_until": lease, "node": d.node.name,
-                                       **driver_identity(),
-                                       **(fields or {})}, ack=True)  # a conflict: another worker won
+                                    **driver_identity(),
+                                    **(fields or {})}, ack=True)  # a conflict: another worker won
     d._renew()
 
 
