@@ -118,6 +118,8 @@ def decode(raw: Mapping[bytes | str, bytes | str]) -> dict[str, Any]:
 class Store:
     """The experiment records, their events, node heartbeats and GPU slots."""
 
+    retention_seconds: int = 0  # a finished record expires after this (0: never); set from the settings
+
     def __init__(self, client: redis.Redis, retention_seconds: float | None = None) -> None:
         self.r = client
         if retention_seconds is None:

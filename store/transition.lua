@@ -12,7 +12,13 @@
 -- KEYS[9]  counters: repairs               (keys.stats_key("repairs"))
 -- KEYS[10] counters: advised               (keys.stats_key("advised"))
 -- KEYS[11] counters: result write failures (keys.stats_key("result_write_failures"))
--- KEYS[12..18] per-state indexes, zsets id -> created_at, in the order ARGV[7] names the states
+-- KEYS[12] per-state index, zset id -> created_at: the 1st state ARGV[7] names (keys.state_index_key)
+-- KEYS[13] per-state index, zset id -> created_at: the 2nd state ARGV[7] names (keys.state_index_key)
+-- KEYS[14] per-state index, zset id -> created_at: the 3rd state ARGV[7] names (keys.state_index_key)
+-- KEYS[15] per-state index, zset id -> created_at: the 4th state ARGV[7] names (keys.state_index_key)
+-- KEYS[16] per-state index, zset id -> created_at: the 5th state ARGV[7] names (keys.state_index_key)
+-- KEYS[17] per-state index, zset id -> created_at: the 6th state ARGV[7] names (keys.state_index_key)
+-- KEYS[18] per-state index, zset id -> created_at: the 7th state ARGV[7] names (keys.state_index_key)
 -- KEYS[19] the node's set of active (launched, unfinished) ids (keys.node_active_key(ARGV[8]))
 -- KEYS[20] the node's index of every experiment on or for it, zset id -> created_at (keys.node_index_key)
 -- KEYS[21] the experiment's log tail list (keys.log_tail_key): expires with the record
@@ -22,7 +28,7 @@
 -- ARGV[4]  stats JSON {"transition", "outcome", "duration", "buckets", "repair", "advised", "write_failure"}
 -- ARGV[5]  MAXLEN of the experiment stream (approximate)
 -- ARGV[6]  MAXLEN of the global stream (approximate)
--- ARGV[7]  the state names of KEYS[12..18], comma-separated
+-- ARGV[7]  the state names of KEYS[12] to KEYS[18], in that order, comma-separated
 -- ARGV[8]  the node KEYS[19] and KEYS[20] belong to ("" = none: node indexes untouched)
 -- ARGV[9]  seconds a finished record is kept (its hash, stream and tail expire; 0 = for ever)
 -- ARGV[10..] field, value, field, value, ... to set on the hash
@@ -55,9 +61,11 @@ if state == 'finished' then
 else
   redis.call('SADD', KEYS[4], id)
 end
-local k = 12
+local state_keys = {KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]}
+local k = 1
 for name in string.gmatch(ARGV[7], '[^,]+') do
-  if name == state then redis.call('ZADD', KEYS[k], created, id) else redis.call('ZREM', KEYS[k], id) end
+  local index = state_keys[k]
+  if name == state then redis.call('ZADD', index, created, id) else redis.call('ZREM', index, id) end
   k = k + 1
 end
 if ARGV[8] ~= '' then
