@@ -17,6 +17,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 Poll = Callable[[str], tuple[dict[str, Any] | None, list[dict[str, Any]], str]]
 
 
+def headline(metrics: dict[str, Any]) -> str:
+    """The progress bar's metric: mean_reward, else a swarm client's task_pass_rate@1 (its pass@1)."""
+    for key in ("mean_reward", "task_pass_rate@1"):
+        value = metrics.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return f"{key} {value:.4f}"
+    return "mean_reward n/a"
+
+
 def describe(event: dict[str, Any]) -> str | None:
     kind = event.get("type")
     if kind == "transition":
@@ -59,10 +68,10 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
     rec: dict[str, Any] = {}
     interrupted = False
     columns = (TextColumn("[bold]{task.fields[state]}[/]"), BarColumn(), TextColumn("{task.fields[clock]}"),
-               TextColumn("attempt {task.fields[attempt]}"), TextColumn("mean_reward {task.fields[reward]}"),
+               TextColumn("attempt {task.fields[attempt]}"), TextColumn("{task.fields[reward]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False, disable=quiet) as progress:
-        task = progress.add_task("run", total=1.0, state="queued", clock="", attempt="-", reward="n/a")
+        task = progress.add_task("run", total=1.0, state="queued", clock="", attempt="-", reward="mean_reward n/a")
         while True:
             try:
                 got, events, after = poll(after)
@@ -74,11 +83,11 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                         progress.console.print(f"  {line}")
                 max_s = float(rec.get("max_seconds") or 0)
                 elapsed = elapsed_of(rec)
-                reward = (rec.get("latest_metrics") or {}).get("mean_reward")
+                reward = headline(rec.get("latest_metrics") or {})
                 progress.update(
                     task, completed=fraction(rec), state=rec.get("state", "?"),
                     clock=f"{elapsed:,.0f}s / {max_s:,.0f}s" if max_s else f"{elapsed:,.0f}s",
-                    attempt=rec.get("attempt") or "-", reward=f"{reward:.4f}" if isinstance(reward, float) else "n/a",
+                    attempt=rec.get("attempt") or "-", reward=reward,
                 )
                 if rec.get("state") == "finished":
                     return rec

@@ -31,6 +31,7 @@ from statemachine.results import (
     _parse_dict_line,
     _to_float,
     normalize_key,
+    pass_rate_aliases,
     summarize,
 )
 
@@ -47,7 +48,6 @@ _PROGRESS_RE = re.compile(r"Training Progress:.*?\|\s*(\d{1,9})/(\d{1,9})\b")
 _TOTAL_RE = re.compile(r"Total training steps:\s*(\d{1,9})\b")
 _STEP_LINE_RE = re.compile(r"^step:(\d{1,9}) - ")
 _RESUME_RE = re.compile(r"(?:Resuming from|Setting) global step (?:to )?(\d{1,9})\b")
-_TGC_RE = re.compile(r"(?:^|/)TGC@(\d+)$")
 _REWARD_MEAN_RE = re.compile(r"^val-core/[^/]+/reward/mean@\d+$")
 _QUOTED_RE = re.compile(r"""^[(]?\s*[bru]*(?P<q>'|")(?P<body>.*)(?P=q)\s*[),]?$""", re.S)
 
@@ -73,15 +73,12 @@ def _unescape(m: re.Match[str]) -> str:
 
 
 def _aliases(metrics: dict[str, float]) -> dict[str, float]:
-    """Add `task_pass_rate@k` for `.../TGC@k` and `mean_reward` for `val-core/<src>/reward/mean@k`,
-    keeping the original keys; an alias never replaces a key the record already has."""
-    out = dict(metrics)
+    """Add `task_pass_rate@k` for `.../TGC@k` and `pass@k` / `pass_at_k` (see `pass_rate_aliases`) and
+    `mean_reward` for `val-core/<src>/reward/mean@k`, keeping the original keys; an alias never
+    replaces a key the record already has."""
+    out = dict(pass_rate_aliases(metrics))
     for key, value in metrics.items():
-        if "TGC@" in key:
-            m = _TGC_RE.search(key)
-            if m:
-                out.setdefault(f"task_pass_rate@{m.group(1)}", value)
-        elif "/reward/mean@" in key and _REWARD_MEAN_RE.match(key):
+        if "/reward/mean@" in key and _REWARD_MEAN_RE.match(key):
             out.setdefault("mean_reward", value)
     return out
 

@@ -523,6 +523,13 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
     plan.problems = merge_problems(problems, plan.problems)
     spec = swarm_spec(bp, yaml_text)  # `ajet.enable_swarm_mode: true` in the YAML
     if spec is not None:
+        # The swarm server reads this YAML as written and the launch command is the client (no
+        # launcher): no config or command change is made, so none is planned or warned about.
+        dropped = {c.key for c in plan.changes}
+        plan.changes, plan.command_changes, plan.command = [], [], bp.exp_launch_command
+        plan.val_result_path = plan.train_result_path = ""
+        plan.problems = [p for p in plan.problems if p.field not in dropped and not (
+            p.field == "exp_launch_command" and "does not mention the YAML" in p.message)]
         plan.swarm = spec.public()
         plan.problems = merge_problems(plan.problems, swarm_problems(bp, spec))
     return plan

@@ -34,7 +34,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -90,6 +90,9 @@ _NUMBER_RE = re.compile(
     re.IGNORECASE,
 )
 _KEY_SUFFIX_RE = re.compile(r"\s*\([^()]*\)\s*$")
+# Swarm clients write `pass@k` / `pass_at_k` (percentages); verl logs `.../TGC@k`: all are the
+# share of tasks solved in k tries, which the runner reports as `task_pass_rate@k`.
+_PASS_AT_RE = re.compile(r"^(?:.*/)?(?:pass(?:@|_at_?|_)|tgc@)(\d+)$", re.IGNORECASE)
 _HIGHER_IS_BETTER_RE = re.compile(
     r"^(?:mean_reward|num_pass_n_tasks|task_pass_rate@.*|num_.*success.*"
     r"|val-core/.+/(?:reward|acc|score)/(?:mean@\d+|(?:best|maj)@\d+/mean))$"
@@ -135,6 +138,21 @@ class TrainSummary(BaseModel):
 def higher_is_better(metric: str) -> bool:
     """Metrics where a larger value means a better model (the ones `best` tracks)."""
     return bool(_HIGHER_IS_BETTER_RE.match(metric))
+
+
+def pass_rate_aliases(metrics: dict[str, float]) -> dict[str, float]:
+    """Add `task_pass_rate@k` for `pass@k`, `pass_at_k` and `TGC@k` keys, keeping the originals;
+    an alias never replaces a key the record already has (its own `task_pass_rate@k` wins)."""
+    out = metrics
+    for key, value in metrics.items():
+        if key.startswith("task_pass_rate@"):
+            continue
+        m = _PASS_AT_RE.match(key)
+        if m is not None:
+            if out is metrics:
+                out = dict(metrics)
+            out.setdefault(f"task_pass_rate@{m.group(1)}", value)
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
@@ -470,6 +488,7 @@ class _ValParser:
         self.shape_counts[shape] += 1
         self.proper_prefixes.update(block.chain[:-1])
         self.formats.add("swarm")
+        block.metrics = pass_rate_aliases(block.metrics)
         dataset = block.dataset or block.label
         if dataset:
             self._end_run()
@@ -618,20 +637,23 @@ def parse_val_file(path: str | os.PathLike[str], start: int = 0) -> ResultSummar
 
 
 def parse_val_files(
-    paths: Iterable[str | os.PathLike[str]], root: str | os.PathLike[str] = ""
+    paths: Iterable[str | os.PathLike[str]], root: str | os.PathLike[str] = "",
+    starts: Mapping[str, int] | None = None,
 ) -> ResultSummary:
     """Merge several validation files. With more than one file, each dataset name is
     qualified by the file's path relative to `root` (`saved_val_result/a.md:main_val_dataset`)
-    so that two files never overwrite each other's evaluations."""
+    so that two files never overwrite each other's evaluations. `starts` maps a path to the
+    byte offset its own part begins at (what earlier runs wrote before is not read)."""
     paths = [Path(p) for p in paths]
+    offsets = {str(k): int(v) for k, v in (starts or {}).items()}
     if len(paths) == 1:
-        return parse_val_file(paths[0])
+        return parse_val_file(paths[0], start=offsets.get(str(paths[0]), 0))
     evaluations: list[Evaluation] = []
     order: dict[str, int] = {}
     skipped = 0
     formats: set[str] = set()
     for path in paths:
-        part = parse_val_file(path)
+        part = parse_val_file(path, start=offsets.get(str(path), 0))
         skipped += part.skipped
         if part.format:
             formats.add(part.format)

@@ -14,13 +14,17 @@ import re
 import shlex
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 
-from statemachine.models import Blueprint, Level, Problem
+from statemachine.models import Blueprint, Finding, Level, Problem
+from statemachine.signatures import signature
 
-__all__ = ["DEFAULT_PORT", "SwarmSpec", "swarm_spec", "swarm_problems", "yaml_placeholder", "val_result_abspath"]
+__all__ = ["DEFAULT_PORT", "SERVER_DIED", "SwarmSpec", "server_failure_finding", "swarm_spec", "swarm_problems",
+           "yaml_placeholder", "val_result_abspath"]
 
 DEFAULT_PORT = 10086
+SERVER_DIED = "swarm_server_died"
 _YAML_PLACEHOLDERS = {"", "na", "n/a", "无", "none", "null", "-"}
 _PORT_FLAG = re.compile(r"(?:^|\s)--(?:swarm-port|swarm_port|port)(?:=|\s+)(\S+)")
 _SWARM_URL = re.compile(r"AJET_SWARM_URL=['\"]?(\S+?)['\"]?(?:\s|$)")
@@ -52,7 +56,6 @@ def yaml_placeholder(value: str) -> bool:
 def _yaml_enables_swarm(yaml_text: str | None) -> bool:
     if not yaml_text:
         return False
-    import yaml
 
     try:
         data = yaml.safe_load(yaml_text)
@@ -123,3 +126,19 @@ def val_result_abspath(bp: Blueprint) -> str:
     if not vr:
         return ""
     return os.path.normpath(vr if os.path.isabs(vr) else os.path.join(bp.exp_codebase_dir, vr))
+
+
+def server_failure_finding(server_cause: Finding | None, last_line: str = "", what: str = "died") -> Finding:
+    """The diagnosis of a swarm server that died (or never came up), from the server's own log.
+
+    A swarm signature in that log (`swarm_mode_disabled`, `swarm_engine_state`, ...) is the
+    diagnosis as it stands, with its own plan; anything else (another signature, or none) is
+    `swarm_server_died`, whose plan restarts the server, awaits it and relaunches the client, and
+    whose explanation quotes what the server's log said last.
+    """
+    if server_cause is not None and server_cause.signature.startswith("swarm_"):
+        return server_cause
+    quote = server_cause.text if server_cause is not None else last_line.strip()
+    seen = f" (its log shows {server_cause.signature})" if server_cause is not None else ""
+    note = f"The server {what}{seen}" + (f"; its log said: {quote}" if quote else "; its log said nothing") + "."
+    return signature(SERVER_DIED).finding(server_cause.line if server_cause else 0, quote, note=note)

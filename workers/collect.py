@@ -14,6 +14,7 @@ from statemachine.results import ResultSummary, find_result_files, parse_train_f
 from store.records import ExperimentRecord
 from workers.context import Context
 from workers.report import ReportData
+from workers.swarm_results import swarm_results_source
 from workers.tmux import session_name
 from workers.watch import AttemptWatch, attempt_evaluations, own_offset, parse_own_results
 
@@ -38,16 +39,21 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
     """
     sources: list[str] = []
     file_summary: ResultSummary | None = None
-    if ctx.val_path and Path(ctx.val_path).exists():
+    discovered = swarm_results_source(bp, ctx.swarm) if not ctx.val_path else None
+    if discovered is not None:
+        file_summary, where = discovered.summary()
+        sources.append(where)
+    elif ctx.val_path and Path(ctx.val_path).exists():
         offset = own_offset(ctx.val_path, ctx.val_start)
         file_summary = parse_own_results(ctx.val_path, ctx.val_start)
+        what = "the blueprint's `[exp_val_result_path]`" if ctx.swarm else "the YAML's results file"
         if ctx.val_chosen:
             where = f"the runner's own results file `{ctx.val_path}`"
         elif offset:
-            where = (f"`{ctx.val_path}` (the YAML's results file), only the lines written after launch: "
+            where = (f"`{ctx.val_path}` ({what}), only the lines written after launch: "
                      f"its first {offset} bytes were already there and belong to earlier runs")
         else:
-            where = f"`{ctx.val_path}` (the YAML's results file, new or emptied since launch)"
+            where = f"`{ctx.val_path}` ({what}, new or emptied since launch)"
         sources.append(f"{where}: {len(file_summary.evaluations)} evaluation(s)")
     elif not ctx.val_path and Path(bp.exp_result_dir).exists():
         files = find_result_files(bp.exp_result_dir)  # previous/ (earlier runs) is never searched
@@ -94,6 +100,7 @@ def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle
         final=summary.final if summary else {}, best=summary.best if summary else {},
         train_steps=train_steps, log_tail=tail, history=lc.history,
         results_source=source if ctx.attempts else "", previous_run=ctx.previous_run,
+        swarm={k: ctx.swarm[k] for k in ("spec", "reused", "history") if k in ctx.swarm},
     )
 
 

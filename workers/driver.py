@@ -20,6 +20,7 @@ from statemachine.lifecycle import Lifecycle, RepairBudget, State
 from statemachine.models import Blueprint, Level, Problem
 from statemachine.policies import parse_backoff
 from statemachine.rules import default_rules
+from statemachine.swarm import SwarmSpec
 from store.settings import Settings
 from store.stats import TransitionStats
 from store.store import Store, TransitionConflict
@@ -31,6 +32,7 @@ from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
 from workers.states import HANDLERS
 from workers.swarm_run import swarm_plan
+from workers.swarm_watch import ServerWatch
 from workers.tmux import RunHandle, TmuxRunner
 from workers.watch import AttemptWatch
 
@@ -60,6 +62,7 @@ class ExperimentDriver:
         self.started_at = rec.started_at or None
         self.handle = RunHandle.from_dict(rec.handle) if rec.handle else None
         self.watch: AttemptWatch | None = None
+        self.server_watch: ServerWatch | None = None  # swarm mode: the server, watched beside the client
         self.rules = default_rules(
             time_limit_grace=settings.time_limit_grace_seconds,
             stall_seconds=settings.stall_seconds,
@@ -137,6 +140,8 @@ class ExperimentDriver:
 
     # -- helpers several state handlers use (the handlers are in workers/states/) ------------------
     def _swarm_port(self) -> int | None:
+        if self.ctx.swarm.get("spec"):
+            return SwarmSpec.model_validate(self.ctx.swarm["spec"]).port
         spec, _ = swarm_plan(self.bp)
         return spec.port if spec else None
 

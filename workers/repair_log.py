@@ -30,6 +30,7 @@ from workers.report import (
     repair_next,
     repair_summary,
 )
+from workers.swarm_log import swarm_server_section
 
 SOURCES = {
     "catalogue": "the runner's catalogue of known failures",
@@ -157,6 +158,7 @@ def render_repair_log(data: ReportData) -> str:
         "",
     ]
     lines += _guarded(lambda: _preflight(data), "## Before the first launch (preflight)")
+    lines += _guarded(lambda: swarm_server_section(data), "## Swarm server")
     lines += ["## Failures", ""]
     records = sorted(data.repairs, key=lambda r: (finite(r.at) or 0.0, r.attempt))
     if not records:

@@ -117,6 +117,7 @@ class NodeSupervisor:
                                            "message": "driver lease expired: re-adopting the run"})
             adopted.append(rec["id"])
         self._release_stale_gpus()
+        self._release_stale_swarm_ports()
         return adopted
 
     def _requeue_lost_jobs(self, unfinished: list[dict], now: float) -> list[str]:
@@ -150,17 +151,27 @@ class NodeSupervisor:
         own index, so the scan costs the same whatever the other nodes run."""
         return self.store.node_active(self.node.name, SCAN_FIELDS)
 
+    def _holder_is_stale(self, exp_id: str) -> bool:
+        """A GPU or swarm port holder that finished, vanished, or now runs on another node."""
+        rec = self.store.get(exp_id)
+        return rec is None or rec.get("state") == "finished" or (
+            rec.get("state") != "queued" and rec.get("node") not in ("", self.node.name))
+
     def _release_stale_gpus(self) -> None:
         """GPUs held by experiments that finished or vanished while their driver was dead."""
         if not self.node.manages_gpus:
             return
         for gpu, exp_id in self.store.gpu_owners(self.node.name).items():
-            rec = self.store.get(exp_id)
-            if rec is None or rec.get("state") == "finished" or (
-                rec.get("state") != "queued" and rec.get("node") not in ("", self.node.name)
-            ):
+            if self._holder_is_stale(exp_id):
                 released = self.store.release_gpus(self.node.name, exp_id)
                 log.info("released GPU(s) %s of %s (gpu %d was stale)", released, exp_id, gpu)
+
+    def _release_stale_swarm_ports(self) -> None:
+        """Swarm ports held by experiments that finished or vanished while their driver was dead:
+        otherwise every later swarm experiment on that port would wait queued for ever."""
+        for port, exp_id in self.store.swarm_port_owners(self.node.name).items():
+            if self._holder_is_stale(exp_id) and self.store.release_swarm_port(self.node.name, exp_id, port):
+                log.info("released swarm port %d of %s (stale)", port, exp_id)
 
     def _undrain_on_start(self) -> None:
         """A node comes back by itself: the drain its previous worker's preStop hook set ends now;

@@ -111,6 +111,7 @@ class AttemptWatch:
     val_path: Path | None
     val_start: dict[str, int] | None = None  # shared with the driver's context, updated in place
     earlier_log: list[Evaluation] = field(default_factory=list)  # earlier attempts' console evaluations
+    val_source: Any = None  # several discovered files instead of `val_path` (workers.swarm_results)
     log_metrics: LogMetrics = field(default_factory=LogMetrics)
     scanner: LogScanner = field(default=None)  # type: ignore[assignment]
     offset: int = 0
@@ -120,7 +121,7 @@ class AttemptWatch:
     behind: bool = False  # the last read stopped at its budget: more bytes are waiting
     skipped_bytes: int = 0  # a backlog left unread when the attempt ended (see finish_log)
     resumed_from: int | None = None  # the offset a checkpoint let us start at
-    _val_stamp: tuple[int, int, int] | None = None
+    _val_stamp: tuple[Any, ...] | None = None
     summary: ResultSummary = field(default_factory=ResultSummary)
     file_summary: ResultSummary | None = None
     last_eval_at: float | None = None
@@ -233,7 +234,13 @@ class AttemptWatch:
         """Merge the validation file (re-parsed when its size or mtime changed) with the console
         evaluations seen so far; return the evaluations that are new or changed."""
         changed = False
-        if self.val_path is not None:
+        if self.val_source is not None:
+            stamp = self.val_source.stamp()
+            if stamp != self._val_stamp:
+                self._val_stamp = stamp
+                self.file_summary, _ = self.val_source.summary()
+                changed = True
+        elif self.val_path is not None:
             try:
                 st = os.stat(self.val_path)
             except OSError:

@@ -15,11 +15,12 @@ from statemachine.rules.first_step import FirstStepRule
 from statemachine.rules.plateau import PlateauRule
 from statemachine.rules.process_exit import ProcessExitRule
 from statemachine.rules.stall import StallRule
+from statemachine.rules.swarm_server import SwarmServerRule
 from statemachine.rules.time_limit import TimeLimitRule
 
 __all__ = [
     "CancelRule", "DiagnosisRule", "FirstStepRule", "Observation", "PlateauRule", "ProcessExitRule", "Proposal", "Rule",
-    "StallRule", "TimeLimitRule", "decide", "default_rules",
+    "StallRule", "SwarmServerRule", "TimeLimitRule", "decide", "default_rules",
 ]
 
 
@@ -35,6 +36,7 @@ def default_rules(
 ) -> list[Rule]:
     return [
         CancelRule(),
+        SwarmServerRule(),  # before the client's exit: a client that lost its server died of that
         ProcessExitRule(),
         TimeLimitRule(grace=time_limit_grace),
         DiagnosisRule(settle_seconds=diagnosis_settle),

@@ -56,3 +56,75 @@ def test_two_swarm_runs_on_one_port_take_turns(client, redis_url, tmux_socket, t
             data = sc.results_json()
             assert len(data["evaluations"]) >= 3
             assert "Swarm server stopped." in (sc.results / "logs" / "server-1.log").read_text()
+
+
+def test_stale_swarm_port_reservations_are_freed_when_a_worker_starts(client, redis_url, tmux_socket,
+                                                                       tmp_path) -> None:
+    """A worker that died left ports held by experiments that then finished or vanished: the next
+    worker frees them (a live holder keeps its own), so a swarm run on that port is not queued for ever."""
+    from store.store import Store
+
+    store = Store.from_url(redis_url)
+    port, live_port = _free_port(), _free_port()
+    store.create("swarm-done", {"state": "finished", "node": "portnode"}, {})
+    store.create("swarm-live", {"state": "running", "node": "portnode",
+                                "lease_until": store.server_time() + 600}, {})
+    assert store.reserve_swarm_port("portnode", "swarm-done", port)
+    assert store.reserve_swarm_port("portnode", "swarm-vanished", port + 1 if port < 65535 else port - 1)
+    assert store.reserve_swarm_port("portnode", "swarm-live", live_port)
+    sc = Scenario(tmp_path / "next", materialize("swarm", tmp_path / "next", swarm_port=port))
+    env = worker_env(redis_url, tmux_socket, AJET_RUNNER_CAPACITY_WAIT_SECONDS="1")
+    with running_worker(env, "portnode"):
+        wait_for(lambda: set(store.swarm_port_owners("portnode").values()) == {"swarm-live"},
+                 30, "the stale swarm port reservations to be freed")
+        assert store.swarm_port_owners("portnode").get(live_port) == "swarm-live"
+        exp_id = client.submit_file(sc.blueprint)["id"]
+        wait_for(lambda: state_of(client, exp_id) == "finished", 120, "the swarm run on the freed port")
+        assert json.loads((sc.results / "finish.flag").read_text())["outcome"] == "completed"
+        assert store.swarm_port_owners("portnode") == {live_port: "swarm-live"}
+
+
+def test_a_server_dying_mid_run_is_restarted_through_a_worker(client, redis_url, tmux_socket, tmp_path) -> None:
+    port = _free_port()
+    sc = Scenario(tmp_path / "dies", materialize("swarm_server_dies", tmp_path / "dies", swarm_port=port))
+    env = worker_env(redis_url, tmux_socket)
+    with running_worker(env, "swarmdies"):
+        wait_nodes(client, {"swarmdies"})
+        exp_id = client.submit_file(sc.blueprint)["id"]
+        wait_for(lambda: state_of(client, exp_id) == "finished", 120, "the swarm run to finish")
+    assert json.loads((sc.results / "finish.flag").read_text())["outcome"] == "completed"
+    data = sc.results_json()
+    assert len(data["attempts"]) == 2 and [r["signature"] for r in data["repairs"]] == ["swarm_server_died"]
+    assert "swarm server restarted" in (sc.results / "repair_log.md").read_text()
+    assert "Swarm server stopped." in (sc.results / "logs" / "server-2.log").read_text()
+
+
+def test_a_killed_worker_leaves_a_swarm_run_the_next_worker_finishes(redis_url, tmux_socket, tmp_path) -> None:
+    """SIGKILL the worker mid-run: server and client live on in tmux; the next worker re-adopts both
+    (watches the server again, finds the results from the launch offsets), then stops the server."""
+    from service.submit import submit
+    from store.store import Store
+    from tests.integration.workers import kill_group, start_worker
+
+    port = _free_port()
+    sc = Scenario(tmp_path / "adopt", materialize("swarm_found_results", tmp_path / "adopt", swarm_port=port))
+    sc.blueprint.write_text(sc.blueprint.read_text().replace("SWARM_STEP_SECONDS=0.5", "SWARM_STEP_SECONDS=1"))
+    store = Store.from_url(redis_url)
+    env = worker_env(redis_url, tmux_socket)
+    first = start_worker(env, "adoptnode")
+    try:
+        wait_for(lambda: store.nodes(), 30, "the first worker to register")
+        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="adoptnode")["id"]
+        wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
+    finally:
+        kill_group(first)
+    assert (store.get(exp_id) or {})["state"] == "running"
+    with running_worker(env, "adoptnode"):
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    data = sc.results_json()
+    assert data["outcome"] == "completed" and len(data["attempts"]) == 1 and data["repairs"] == []
+    assert [e["step"] for e in data["evaluations"]] == [0, 2, 4, 6]
+    assert [h["what"] for h in data["swarm"]["history"]] == ["started", "stopped"]
+    assert "Swarm server stopped." in (sc.results / "logs" / "server-1.log").read_text()
+    assert not (sc.results / "logs" / "server-2.log").exists()
+    assert store.swarm_port_owners("adoptnode") == {}

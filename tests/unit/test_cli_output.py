@@ -9,7 +9,7 @@ import pytest
 from service.client_models import Experiment, Node
 from service.commands.client import _node_columns, status_word
 from service.commands.output import cell, print_table
-from service.follow import fraction
+from service.follow import fraction, headline
 
 
 def test_cells_are_whole_and_on_one_line() -> None:
@@ -58,3 +58,9 @@ def test_terminal_table_cuts_only_free_text(monkeypatch: pytest.MonkeyPatch) -> 
                        console=console, shrink=("purpose",))
     text = console.export_text()
     assert "d19419bb1e5a" in text and "queued (stopping)" in text and "…" in text
+
+
+def test_progress_headline_falls_back_to_the_pass_rate() -> None:
+    assert headline({"mean_reward": 0.5, "task_pass_rate@1": 0.8}) == "mean_reward 0.5000"
+    assert headline({"task_pass_rate@1": 0.8, "pass@1": 0.8}) == "task_pass_rate@1 0.8000"  # a swarm client's
+    assert headline({}) == "mean_reward n/a"

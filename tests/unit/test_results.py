@@ -160,6 +160,19 @@ def test_swarm_block_percentages_become_fractions() -> None:
     }
 
 
+def test_swarm_pass_at_k_keys_are_reported_as_task_pass_rate() -> None:
+    text = ("## Step 2\n- dataset: appworld_dev\n- pass@1: 40.00%\n- pass_at_4: 55%\n- pass_n: 4\n\n"
+            "## Step 4\n- dataset: appworld_dev\n- pass@1: 50%\n- task_pass_rate@1: 0.7\n\n")
+    s = parse_val_text(text)
+    first, second = s.evaluations
+    assert first.metrics["task_pass_rate@1"] == 0.4 and first.metrics["pass@1"] == 0.4
+    assert first.metrics["task_pass_rate@4"] == 0.55 and first.metrics["pass_at_4"] == 0.55
+    assert "task_pass_rate@n" not in first.metrics and first.metrics["pass_n"] == 4.0
+    assert second.metrics["task_pass_rate@1"] == 0.7  # a key the block writes itself is never replaced
+    assert s.best["task_pass_rate@1"] == {"value": 0.7, "step": 4}
+    assert latest_metrics(s)["task_pass_rate@1"] == 0.7
+
+
 def test_swarm_blocks_named_by_label_or_dataset_line() -> None:
     text = block(0, 0.1, label="AIME-2025") + block(0, 0.4, dataset="dapo")
     text += block(10, 0.2, label="AIME-2025")

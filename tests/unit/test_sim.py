@@ -102,8 +102,11 @@ def test_templates_materialise_with_placeholders_filled(tmp_path: Path) -> None:
         text = blueprint.read_text(encoding="utf-8")
         assert "{{" not in text, name
         assert str(tmp_path / name / "codebase") in text and str(tmp_path / name / "results") in text
-        if name.startswith("swarm"):  # swarm blueprints have no YAML; the client is a module of the codebase
-            assert "tutorial.example_swarm.agent_roll" in text and "[exp_swarm_server]" in text, name
+        if name.startswith("swarm"):  # the client is a module of the codebase; a server part or a swarm YAML
+            assert "tutorial.example_swarm.agent_roll" in text, name
+            swarm_yaml = tmp_path / name / "codebase" / "tutorial/example_swarm/swarm.yaml"
+            assert "## [exp_swarm_server]" in text or ("tutorial/example_swarm/swarm.yaml" in text
+                                                      and "enable_swarm_mode: true" in swarm_yaml.read_text()), name
             continue
         yaml_rel = re.search(r"tests/bench/\w+/\w+\.yaml", text)
         assert yaml_rel and (tmp_path / name / "codebase" / yaml_rel.group(0)).is_file(), name

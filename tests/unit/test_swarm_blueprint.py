@@ -96,3 +96,21 @@ def test_check_json_shows_swarm(tmp_path: Path) -> None:
     classic.write_text(_bp(tmp_path))
     proc = run_cli("check", str(classic), "--json")
     assert json.loads(proc.stdout)["swarm"] is None and proc.returncode == 1
+
+
+def test_yaml_declared_swarm_plans_no_config_change(tmp_path: Path) -> None:
+    """The server reads the YAML as written; the launch command is the client, not a launcher."""
+    from statemachine.preflight import preflight
+
+    (tmp_path / "swarm.yaml").write_text(
+        "ajet:\n  enable_swarm_mode: true\n  project_name: p\n"
+        "hydra:\n  searchpath:\n    - file://ajet/default_config\ndefaults:\n  - ajet_default\n  - _self_\n")
+    bp = parse_blueprint(_bp(tmp_path, yaml="swarm.yaml",
+                             launch="AJET_SWARM_URL=http://localhost:10444 python -m tutorial.agent_roll"))
+    plan = preflight(bp, env={}, environment="test")
+    assert plan.swarm == {"server_command": f"ajet-swarm start --swarm-port=10444 --conf {tmp_path}/swarm.yaml",
+                          "port": 10444}
+    assert plan.changes == [] and plan.command_changes == [] and plan.command == bp.exp_launch_command
+    assert not [p for p in plan.problems if p.level.value == "error"], plan.problems
+    assert not any("does not mention the YAML" in p.message for p in plan.problems)
+    assert not any(p.field == "ajet.trainer_common.logger" for p in plan.problems)

@@ -59,6 +59,7 @@ class ReportData(_Input):
     preflight_env: dict[str, Any] = {}  # {"environment", "decisions": [{"variable", "is_set", "decision"}]}
     results_source: str = ""  # where the evaluations came from (file, bytes after launch, console log)
     previous_run: str = ""  # an earlier run's files, moved aside (relative to the result dir)
+    swarm: dict[str, Any] = {}  # swarm mode: {"spec", "reused", "history"} of the swarm server
 
     @field_validator("final", "best", mode="before")
     @classmethod

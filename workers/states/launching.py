@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workers.attempt import attempt_env, attempt_paths
-from workers.context import Attempt
+from workers.context import Attempt, PendingRepair
 from workers.swarm_run import SwarmServerFailed, start_or_reuse
+from workers.swarm_watch import server_failure_pending
 from workers.tmux import RunHandle, session_name
 
 if TYPE_CHECKING:
@@ -36,8 +37,10 @@ def handle(d: ExperimentDriver) -> bool:
                 env = start_or_reuse(d.runner, d.ctx.swarm, d.bp, exp_id=d.id, env=env,
                                      attempt=d.lc.attempt, publish=d.journal.publish,
                                      boot_timeout=d.settings.swarm_boot_timeout_seconds)
-            except SwarmServerFailed as exc:
-                d.fire("anomaly", f"swarm server: {exc.reason}")
+            except SwarmServerFailed as exc:  # diagnosed from the server's log
+                d.ctx.pending_repair = PendingRepair.model_validate(server_failure_pending(exc))
+                d.fire("anomaly", f"swarm server: {exc.reason}",
+                       signature=(d.ctx.pending_repair.cause or {}).get("signature", ""))
                 return True
         try:
             d.handle = d.runner.start(

@@ -18,7 +18,8 @@ from workers.finish import (
 )
 from workers.identity import driver_identity
 from workers.reserve import take_reserve
-from workers.swarm_run import is_swarm, swarm_plan, swarm_results_path
+from workers.swarm_results import snapshot
+from workers.swarm_run import port_problems, swarm_plan, swarm_results_path
 from workers.tmux import session_name
 from workers.watch import file_start
 
@@ -31,9 +32,10 @@ def handle(d: ExperimentDriver) -> bool:
         _claim_and_fire(d, "cancel", "stop requested before launch")
         return True
     # The same preflight `ajet-runner check` runs, on this node's environment (swarm: no YAML).
-    swarm = is_swarm(d.bp)
+    spec, _ = swarm_plan(d.bp)  # [exp_swarm_server], or `ajet.enable_swarm_mode: true` in the YAML
+    swarm = spec is not None
     plan = preflight(d.bp, env=os.environ, environment=f"node {d.node.name} (the worker's environment)")
-    problems = list(plan.problems)
+    problems = list(plan.problems) + (port_problems(spec) if spec is not None else [])
     _move_earlier_run(d, problems)
     problems += d._root_problems()
     errors = [p for p in problems if p.level == Level.error]
@@ -156,7 +158,8 @@ def _share_node_gpus(d: ExperimentDriver) -> None:
 
 
 def _apply_swarm(d: ExperimentDriver) -> None:
-    """Swarm mode: the launch command is the client; its results file is found by swarm_run."""
+    """Swarm mode: the launch command is the client; its results file is named, or discovered
+    (workers/swarm_results.py) from the sizes the candidate files have now."""
     spec, _ = swarm_plan(d.bp)
     # An earlier run's files were moved to previous/ already (_move_earlier_run); keep room for the report.
     result_dir = Path(d.bp.exp_result_dir)
@@ -164,4 +167,7 @@ def _apply_swarm(d: ExperimentDriver) -> None:
     take_reserve(result_dir, d.settings.result_reserve_bytes)
     d.ctx.command = d.bp.exp_launch_command
     d.ctx.val_path = swarm_results_path(d.bp)
+    d.ctx.val_start = file_start(d.ctx.val_path)  # blocks already there are earlier runs'
     d.ctx.swarm = {"spec": spec.model_dump() if spec else None}
+    if not d.ctx.val_path:  # no [exp_val_result_path]: discover, counting only what grows after now
+        d.ctx.swarm["result_starts"] = snapshot(d.bp)

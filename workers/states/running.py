@@ -16,11 +16,13 @@ from statemachine.first_step import first_step_timeout_from_text
 from statemachine.models import Finding
 from statemachine.policies import report_due_at
 from statemachine.results import latest_metrics
-from statemachine.rules import Observation, Proposal, decide
+from statemachine.rules import Observation, Proposal, SwarmServerRule, decide
 from workers.context import PendingRepair
 from workers.exit_wait import ExitWaiter
 from workers.plot_preload import preload_plotting
 from workers.scan_checkpoint import remove as remove_checkpoint
+from workers.swarm_results import swarm_results_source
+from workers.swarm_watch import ServerWatch
 from workers.watch import CONSOLE_KEY, AttemptWatch, attempt_evaluations
 
 if TYPE_CHECKING:
@@ -117,10 +119,12 @@ def handle(d: ExperimentDriver) -> bool:
     assert d.handle is not None
     earlier = [a for a in d.ctx.attempts if a.number != d.lc.attempt]
     watch = d.watch = AttemptWatch(d.handle, Path(d.ctx.val_path) if d.ctx.val_path else None,
-                                   val_start=d.ctx.val_start, earlier_log=attempt_evaluations(earlier))
+                                   val_start=d.ctx.val_start, earlier_log=attempt_evaluations(earlier),
+                                   val_source=swarm_results_source(d.bp, d.ctx.swarm))
     watch.last_output_at = d.handle.started_at
     if watch.resume():  # an adopted run: go on where the last watcher saved, not from byte 0
         log.info("%s: log scan resumed at byte %d", d.id, watch.offset)
+    d.server_watch = ServerWatch.of(d.runner, d.ctx.swarm)  # swarm mode: the server, beside the client
     preload_plotting()  # in the background: the plot at the end must not pay the import
     waiter = ExitWaiter()
     d.journal.on_cancel = waiter.wake
@@ -169,6 +173,7 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
             evaluations=_primary_evaluations(d),
             first_step_seen=watch.first_step_seen,
             first_step_timeout=first_step_timeout_from_text(d.bp.exp_max_time_text),
+            **_server_fields(d),
         )
         for o in hooks:
             o.after_tick(d, tick)
@@ -181,6 +186,16 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
             return True
         if not watch.behind:
             waiter.wait(d.settings.poll_interval)
+
+
+def _server_fields(d: ExperimentDriver) -> dict[str, Any]:
+    """Swarm mode: the server's state for the Observation (the `swarm_server` rule decides)."""
+    server = d.server_watch
+    if server is None:
+        return {}
+    server.look()
+    return {"server_alive": server.alive, "server_cause": server.cause,
+            "server_last_line": "" if server.alive else server.last_line()}
 
 
 def _primary_evaluations(d: ExperimentDriver) -> list[Any]:
@@ -240,7 +255,8 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
         d.ctx.pending_repair = PendingRepair(
             cause=cause.model_dump() if cause else None,
             reason=proposal.reason,
-            log_excerpt=_excerpt(d, cause),
+            log_excerpt=d.server_watch.excerpt() if proposal.rule == SwarmServerRule.name and d.server_watch
+            else _excerpt(d, cause),
             log_tail=d.watch.scanner.tail(80),
         )
     detail = {"rule": proposal.rule}

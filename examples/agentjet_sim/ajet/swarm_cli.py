@@ -4,7 +4,9 @@ Like the real one it logs `Starting swarm server on port N` once it listens, the
 (serving clients) until stopped; it keeps running after a client finishes. Failure modes
 for tests: a `--conf` YAML without `ajet.enable_swarm_mode: true` is refused; with
 `AJET_SIM_SWARM_DIE_AFTER=<steps>` the server dies after serving that many training steps
-(once per codebase: a marker in `.sim_state/` keeps the restarted server alive).
+(once per codebase: a marker in `.sim_state/` keeps the restarted server alive); with
+`AJET_SIM_SWARM_ENGINE_STUCK=1` the first server's engine cannot start: it logs the engine-state
+error and answers the client's job configuration with a bare HTTP 500 (once per codebase too).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class _Engine:
         self.die_after = die_after
         self.marker = marker
         self.lock = threading.Lock()
+        self.stuck = os.environ.get("AJET_SIM_SWARM_ENGINE_STUCK") == "1"
 
 
 def _handler(engine: _Engine) -> type[BaseHTTPRequestHandler]:
@@ -58,6 +61,15 @@ def _handler(engine: _Engine) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             req = json.loads(self.rfile.read(length) or b"{}")
             if self.path == "/sync_train_config":
+                if engine.stuck and not engine.marker.with_name(engine.marker.name + "_stuck").exists():
+                    stuck = engine.marker.with_name(engine.marker.name + "_stuck")
+                    stuck.parent.mkdir(parents=True, exist_ok=True)
+                    stuck.write_text("stuck once\n")
+                    engine.status = "ENGINE.CANNOT_CONNECT"
+                    _log("ERROR", "Cannot sync train config or start engine when engine is in status: "
+                         f"{engine.status}")
+                    self._reply(500, {"error": "Internal Server Error"})
+                    return
                 if req.get("val_before_train") or req.get("val_only"):
                     _log("ERROR", "swarm_mode is not compatible with val_before_train and val_only")
                     self._reply(400, {"error": "swarm_mode is not compatible with val_before_train and val_only"})
