@@ -1,10 +1,14 @@
 """`make chaos`: many short simulated experiments on 2 hosts while things are killed (issue 18, §8).
 
 Redis and two worker hosts live in network namespaces (the hosts of
-tests/integration/test_multihost.py). While the experiments run, a seeded random schedule
-does, one at a time: kill -9 of a supervisor (restarted a moment later), of a slot, of a
-work-horse; once a Redis restart (SIGKILL, restarted on its AOF); once a host cut off from
-the network and restored. Then it waits for every experiment to finish and prints:
+tests/integration/test_multihost.py); each host's tmux server is a session host
+(`ajet-runner session-host`), which owns the experiments and outlives its workers. While the
+experiments run, a seeded random schedule does, one at a time: kill -9 of a supervisor
+(restarted a moment later), of a slot, of a work-horse; once a Redis restart (SIGKILL,
+restarted on its AOF); once a host cut off from the network and restored; once a worker
+upgrade (the worker stopped with SIGTERM as `systemctl restart` does, a new worker process
+started, while the runs go on in the session host, which must not restart: the new worker
+re-adopts them). Then it waits for every experiment to finish and prints:
 
   submitted / finished / duplicate launches / lost / orphans / flags / time to recover
 
@@ -15,13 +19,9 @@ the network and restored. Then it waits for every experiment to finish and print
   with ppid 1, or any process still carrying an experiment's marker;
 - flags: experiments with exactly one finish.flag naming their id and outcome;
 - time to recover: per disruption, seconds until both nodes heartbeat again (a killed
-  supervisor: from its replacement's pid) and one more experiment has finished; worst and median.
+  supervisor: from its replacement's pid) and one more experiment has finished (runs under 50
+  experiments: the heartbeats only); worst and median.
 Exit 0 only when duplicates = lost = orphans = 0 and every experiment has its flag.
-
-TODO(session-host): "a worker upgrade with the session host" (issue 18 §8) is another helper's
-work (the session host that keeps tmux outside the worker). When it lands, add it as one more
-disruption in `DISRUPTIONS` below: replace a host's worker by the new version while its runs stay
-in the session host, and count it like the others. It is NOT exercised yet.
 
 Usage: python bench/chaos.py [--experiments 200] [--seed 1] [--slots 4] [--timeout 1800]
 Needs root and iproute2 (network namespaces); exits 77 with the reason when that is not possible.
@@ -59,7 +59,7 @@ from tests.integration.workers import kill_group  # noqa: E402
 
 SKIP = 77
 HOSTS = ("a", "b")
-DISRUPTIONS = ("supervisor", "slot", "horse")  # plus one redis restart and one host cut, scheduled apart
+DISRUPTIONS = ("supervisor", "slot", "horse")  # plus one redis restart, one host cut, one upgrade, scheduled apart
 FINAL_LINE = "Final validation metrics"
 
 
@@ -79,6 +79,7 @@ class Figures:
     disruptions: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     wall_seconds: float = 0.0
+    kept_through_upgrade: int = 0  # runs alive in the session host before and after a worker upgrade
 
     @property
     def passed(self) -> bool:
@@ -96,6 +97,7 @@ class Figures:
             f"orphans            {self.orphans}",
             f"one finish.flag    {self.flags_ok}/{self.submitted}",
             f"disruptions        {', '.join(f'{k} {v}' for k, v in sorted(self.disruptions.items()))}",
+            f"upgrade            {self.kept_through_upgrade} running experiment(s) kept in the session host",
             f"time to recover    worst {worst:.1f} s, median {median:.1f} s",
             f"wall time          {self.wall_seconds:.0f} s",
             "RESULT             " + ("PASS" if self.passed else "FAIL"),
@@ -111,6 +113,8 @@ class Cluster:
         self.url = f"redis://{self.redis_ip}:6379/0"
         self.sockets = {h: str(work / f"tmux-{h}.sock") for h in HOSTS}
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.session_hosts: dict[str, subprocess.Popen[bytes]] = {}
+        self.generation = dict.fromkeys(HOSTS, 1)  # worker "versions" started on each host
         self.redis: subprocess.Popen[bytes] | None = None
 
     def start_redis(self) -> None:
@@ -118,10 +122,23 @@ class Cluster:
                                             "--save", "", "--appendonly", "yes", "--appendfsync", "always",
                                             "--protected-mode", "no", "--dir", str(self.work)], dict(os.environ))
 
+    def start_session_host(self, host: str) -> None:
+        """The host's tmux server (`tmux -D`), started once: workers come and go, it stays."""
+        env = {k: v for k, v in os.environ.items() if k != "AJET_RUNNER_CHAOS_RUN"}
+        self.session_hosts[host] = self.net.run(host, [sys.executable, "-m", "cli", "session-host", "--socket",
+                                                       self.sockets[host]], env)
+
+    def sessions(self, host: str) -> set[str]:
+        """The experiments' tmux sessions alive in the host's session host."""
+        proc = subprocess.run(["tmux", "-S", self.sockets[host], "list-sessions", "-F", "#{session_name}"],
+                              capture_output=True, text=True, check=False, timeout=10)
+        return {ln for ln in proc.stdout.split() if ln.startswith("ajet_")}
+
     def start_worker(self, host: str) -> None:
         env = {**os.environ, "REDIS_URL": self.url, "AJET_RUNNER_TMUX_SOCKET": self.sockets[host],
                "AJET_RUNNER_LEASE_SECONDS": "3", "AJET_RUNNER_POLL_INTERVAL": "0.2",
-               "AJET_RUNNER_STOP_GRACE_SECONDS": "5", "AJET_RUNNER_CHAOS_RUN": self.url}
+               "AJET_RUNNER_STOP_GRACE_SECONDS": "5", "AJET_RUNNER_CHAOS_RUN": self.url,
+               "AJET_RUNNER_CHAOS_GENERATION": str(self.generation[host])}
         self.workers[host] = self.net.run(host, [sys.executable, "-m", "cli", "worker", "--node",
                                                  f"host-{host}", "--gpus", "0", "--slots", str(self.slots)], env)
 
@@ -182,8 +199,39 @@ def _both_alive(store: Store, cluster: Cluster | None = None) -> bool:
     return True
 
 
-def _disrupt(cluster: Cluster, kind: str, rng: random.Random, store: Store) -> str:
+class ChaosBroken(RuntimeError):
+    """The set-up itself failed (e.g. the session host restarted): the figures would mean nothing."""
+
+
+def _upgrade(cluster: Cluster, host: str, figures: Figures, store: Store) -> str:
+    """Replace the host's worker by a new process, as an upgrade does (`systemctl restart` sends
+    SIGTERM: slots finish or are stopped after 10 s, the runs stay in the session host)."""
+    session_host = cluster.session_hosts[host]
+    running = {str(r.get("tmux_session")) for r in store.unfinished()
+               if r.get("node") == f"host-{host}" and r.get("state") == "running"}  # not lingering panes
+    hosted = running & cluster.sessions(host)
+    if not hosted:
+        return ""  # an upgrade under no running experiment proves nothing: later
+    proc = cluster.workers[host]
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+    cluster.generation[host] += 1
+    cluster.start_worker(host)
+    kept = hosted & cluster.sessions(host)
+    figures.kept_through_upgrade += len(kept)
+    if session_host.poll() is not None:
+        raise ChaosBroken(f"the session host of {host} exited during the upgrade ({session_host.returncode})")
+    return f"upgrade@{host} ({len(kept)}/{len(hosted)} running experiments kept in the session host)"
+
+
+def _disrupt(cluster: Cluster, kind: str, rng: random.Random, store: Store, figures: Figures) -> str:
     host = rng.choice(HOSTS)
+    if kind == "upgrade":
+        return _upgrade(cluster, host, figures, store)
     if kind == "supervisor":
         proc = cluster.workers[host]
         with contextlib.suppress(ProcessLookupError):
@@ -282,6 +330,10 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
         if not _wait(lambda: _ping(store), 30):
             raise RuntimeError("redis did not start in its namespace")
         for host in HOSTS:
+            cluster.start_session_host(host)
+        if not _wait(lambda: all(os.path.exists(cluster.sockets[h]) for h in HOSTS), 30):
+            raise RuntimeError("the session hosts did not start")
+        for host in HOSTS:
             cluster.start_worker(host)
         if not _wait(lambda: _both_alive(store), 60):
             raise RuntimeError("the workers did not register")
@@ -289,9 +341,10 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
         t0 = time.monotonic()
         ids = [submit(store, store.r, sc.blueprint.read_text())["id"] for sc in scenarios]
         out(f"submitted {n} experiments; chaos begins")
-        # Redis restart and the host cut happen once each, at a third and two thirds of the way (a short
-        # run is over too soon for that: there they follow the first round of kills at once).
-        special = {max(1, n // 3): "redis", max(2, 2 * n // 3): "cut"} if n >= 50 else {0: "redis", 0.5: "cut"}
+        # Redis restart, worker upgrade and host cut happen once each, at a third, a half and two thirds of
+        # the way (a short run is over too soon for that: there they follow the first round of kills at once).
+        special = ({max(1, n // 3): "redis", max(2, n // 2): "upgrade", max(3, 2 * n // 3): "cut"} if n >= 50
+                   else {0: "upgrade", 0.25: "redis", 0.5: "cut"})
         done_special: set[str] = set()
         first = rng.sample(DISRUPTIONS, len(DISRUPTIONS))  # each kind at least once, early
         deadline = time.monotonic() + timeout
@@ -308,16 +361,19 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
                 from_first = bool(first)
                 kind = first.pop() if first else rng.choice(DISRUPTIONS)
             before = finished
-            what = _disrupt(cluster, kind, rng, store)
+            what = _disrupt(cluster, kind, rng, store, figures)
             if not what:  # nothing of that kind alive right now (e.g. no work-horse): try it again later
                 if from_first:
                     first.insert(0, kind)
+                done_special.discard(kind)
                 time.sleep(0.5)
                 continue
             at = time.monotonic()
             figures.disruptions[kind] += 1
-            ok = _wait(lambda b=before: _both_alive(store, cluster) and (_finished_count(store, ids) > b  # type: ignore[misc]
-                                                                or _finished_count(store, ids) >= n), 120)
+            # A short run (the one in `make test`) cannot wait for a finish after each of its six disruptions
+            # (its runs end in two or three bursts): there, recovered = both nodes heartbeat again.
+            ok = _wait(lambda b=before: _both_alive(store, cluster) and (  # type: ignore[misc]
+                n < 50 or _finished_count(store, ids) > b or _finished_count(store, ids) >= n), 120)
             figures.recover_seconds.append(time.monotonic() - at if ok else float("inf"))
             out(f"  {what:<16} recovered in {figures.recover_seconds[-1]:.1f} s "
                 f"({_wait_count(store, ids)}/{n} finished)")
@@ -334,7 +390,9 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
         time.sleep(1.0)
         figures.orphans = _orphans(cluster.url, set(ids))
         _judge(store, ids, scenarios, figures)
-        for sock in cluster.sockets.values():
+        for host, sock in cluster.sockets.items():
+            if cluster.session_hosts[host].poll() is not None:
+                raise ChaosBroken(f"the session host of {host} exited during the run")
             subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, check=False)
     finally:
         for proc in net.procs:

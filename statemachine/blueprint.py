@@ -15,9 +15,9 @@ Text in no part (and the optional notes part) is kept verbatim as `notes`.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +135,25 @@ _PLACEHOLDERS = {"", "n/a", "na", "none", "null", "nil", "tbd", "todo", "-", "--
 _TOKEN_SPLIT = re.compile(r"[\s，。；、（）()<>「」\"“”'‘’]+")
 _PROSE_LINE = re.compile(r"^(?:note|notes|注意|注|说明|备注|remark|ps|tip|提示)\s*[:：]", re.IGNORECASE)
 _PYTHON_NAME = re.compile(r"^python[\d.]*$", re.IGNORECASE)
+_SPACES_DASHES = re.compile(r"[\s\-]+")
+_PAREN_NOTE = re.compile(r"^\s*[(（][^)）\n]{0,60}[)）]")  # "(absolute path)" after a label
+_COLON_NEXT = re.compile(r"^[\s*_`]*[:：]")
+_RULE_LINE = re.compile(r"\s*([-*_=])\1{2,}\s*")
+_BACKTICK_SPAN = re.compile(r"`([^`\n]+)`")
+_FENCE_CLOSE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*$")
+_FENCE_STARTS = ("```", "~~~")
+# A line with none of these holds no token that `_path_score` rates above 0 (a `/`, `~` or `$`,
+# a YAML suffix, a python name): its tokens need not be cut and scored one by one.
+_MAY_SCORE = re.compile(r"[/~$]|ya?ml|python", re.IGNORECASE)
+# Only the first lines of a blueprint are read (a longer one is refused): parsing costs ~1-2 us a
+# line, and no input may take over 100 ms. Real blueprints have tens to hundreds of lines.
+BLUEPRINT_MAX_LINES = 10_000
+# A path part's value is looked for in its first lines; a part longer than that is prose.
+PATH_PART_LINES = 200
+_UNWRAP_DEPTH = 3  # ```markdown fences inside ```markdown fences: nobody writes more; each level re-reads all
+_INDENTED = re.compile(r"^[ \t]", re.MULTILINE)
+_WHITESPACE_ONLY = re.compile(r"^[ \t]+$", re.MULTILINE)
+_LEADING_WHITESPACE = re.compile(r"(^[ \t]*)(?:[^ \t\n])", re.MULTILINE)
 
 
 @dataclass
@@ -157,32 +176,58 @@ class _Section:
 
     def text(self) -> str:
         """The inline rest of the marker line plus the following lines, dedented."""
-        body = textwrap.dedent("\n".join(self.lines))
+        body = _dedent("\n".join(self.lines))
         return f"{self.marker.inline}\n{body}".strip("\n") if self.marker.inline else body.strip("\n")
 
 
 # ---------------------------------------------------------------------------- structure
 
 
+def _dedent(text: str) -> str:
+    """`textwrap.dedent` (same result) without its per-line Python loop: 50,000 lines in a few ms."""
+    if _INDENTED.search(text) is None:
+        return text
+    text = _WHITESPACE_ONLY.sub("", text)
+    margin = os.path.commonprefix(_LEADING_WHITESPACE.findall(text))
+    return re.sub(r"(?m)^" + margin, "", text) if margin else text
+
+
 def _fence_blocks(lines: list[str]) -> list[tuple[int, int]]:
-    """(opening, closing) line indexes of closed fenced blocks; an unclosed fence is text."""
+    """(opening, closing) line indexes of closed fenced blocks; an unclosed fence is text.
+
+    Linear: only fence-like lines are looked at, and an opener is known to have no closer
+    below it (from the largest closer run further down) without scanning for one.
+    """
+    opens: list[tuple[int, str, int]] = []  # (line, fence char, run length)
+    closers: dict[str, list[tuple[int, int]]] = {"`": [], "~": []}  # char -> [(line, run length)]
+    for i, line in enumerate(lines):
+        if line.lstrip(" \t")[:3] not in _FENCE_STARTS or (m := _FENCE_OPEN.match(line)) is None:
+            continue
+        opens.append((i, m.group(1)[0], len(m.group(1))))
+        if (c := _FENCE_CLOSE.match(line)) is not None:
+            closers[c.group(1)[0]].append((i, len(c.group(1))))
+    if not opens:
+        return []
+    lines_of = {ch: [j for j, _ in found] for ch, found in closers.items()}
+    largest_below: dict[str, list[int]] = {}  # char -> largest closer run at or after each closer
+    for ch, found in closers.items():
+        runs = [0] * (len(found) + 1)
+        for k in range(len(found) - 1, -1, -1):
+            runs[k] = max(runs[k + 1], found[k][1])
+        largest_below[ch] = runs
     blocks: list[tuple[int, int]] = []
-    unclosable: dict[str, int] = {}  # fence char -> smallest size known to have no closer below
-    i = 0
-    while i < len(lines):
-        m = _FENCE_OPEN.match(lines[i])
-        if m is None or len(m.group(1)) >= unclosable.get(m.group(1)[0], 1 << 30):
-            i += 1
+    after = 0  # the first line not inside a found block
+    for i, char, size in opens:
+        if i < after:
             continue
-        char, size = m.group(1)[0], len(m.group(1))
-        closer = re.compile(rf"^[ \t]*{re.escape(char)}{{{size},}}[ \t]*$")
-        end = next((j for j in range(i + 1, len(lines)) if closer.match(lines[j])), None)
-        if end is None:
-            unclosable[char] = size
-            i += 1
-            continue
+        k = bisect.bisect_right(lines_of[char], i)
+        if largest_below[char][k] < size:
+            continue  # no closer this long below: an unclosed fence is text
+        while closers[char][k][1] < size:
+            k += 1
+        end = closers[char][k][0]
         blocks.append((i, end))
-        i = end + 1
+        after = end + 1
     return blocks
 
 
@@ -191,26 +236,42 @@ def _fence_lines(lines: list[str]) -> set[int]:
     return {k for start, end in _fence_blocks(lines) for k in range(start, end + 1)}
 
 
+def _head(rest: str) -> str:
+    """`rest` without leading markup and a number prefix ("**1. ", "## (2) "): where a tag or label starts."""
+    s = rest.lstrip(_LEAD_MARKUP)
+    if s[:1] == "(" or s[:1].isdigit():
+        s = _NUMBER_PREFIX.sub("", s, count=1).lstrip(_LEAD_MARKUP)
+    return s
+
+
 def _match_tag(rest: str, *, strict: bool = False) -> tuple[str, str] | None:
     """(field, text after the tag) when `rest` starts with a tag, bracketed or not.
 
     `strict` (plain lines): a bare tag must be followed by a separator, so that
     "exp_result_dir will hold the report" stays prose.
     """
-    s = rest.lstrip(_LEAD_MARKUP)
-    s = _NUMBER_PREFIX.sub("", s, count=1).lstrip(_LEAD_MARKUP)
-    if s[:1] in _OPEN_BRACKETS:
-        close = min((s.find(c, 1) for c in _CLOSE_BRACKETS if s.find(c, 1) > 0), default=-1)
-        if close < 0 or close > 60:
+    return _tag_at(_head(rest), strict=strict)
+
+
+def _tag_at(s: str, *, strict: bool = False) -> tuple[str, str] | None:
+    """`_match_tag` on a line's `_head`; most lines are rejected on their first characters."""
+    if not s:
+        return None
+    if s[0] in _OPEN_BRACKETS:
+        window = s[:61]  # the closing bracket must come within 60 characters
+        close = min((k for c in _CLOSE_BRACKETS if (k := window.find(c, 1)) > 0), default=-1)
+        if close < 0:
             return None
         name = s[1:close].strip(" \t*_`")
-        found = _BRACKET_TAG_OF.get(re.sub(r"[\s\-]+", "_", name.lower()))
+        found = _BRACKET_TAG_OF.get(_SPACES_DASHES.sub("_", name.lower()))
         after = s[close + 1 :]
     else:
+        if s[:3].lower() != "exp":  # every unbracketed tag starts with exp_
+            return None
         m = _IDENT.match(s)
         if m is None:
             return None
-        found = _TAG_OF.get(re.sub(r"[\s\-]+", "_", m.group(0).lower()))
+        found = _TAG_OF.get(_SPACES_DASHES.sub("_", m.group(0).lower()))
         after = s[m.end() :]
         if strict and not _BARE_TAG_FOLLOW.match(after):
             return None
@@ -235,7 +296,13 @@ def _match_label(rest: str, *, colon: bool = False) -> tuple[str, str] | None:
     `colon` (plain lines): only "Label: value" counts, so prose that happens to start
     with a label word is left alone.
     """
-    s = _NUMBER_PREFIX.sub("", rest.lstrip(_LEAD_MARKUP), count=1).lstrip(_LEAD_MARKUP)
+    return _label_at(_head(rest), colon=colon)
+
+
+def _label_at(s: str, *, colon: bool = False) -> tuple[str, str] | None:
+    """`_match_label` on a line's `_head`."""
+    if colon and ":" not in s and "：" not in s:
+        return None
     low = s[:_LONGEST_LABEL + 1].lower()
     best: tuple[int, str] | None = None
     for label, fld in _LABELS_BY_FIRST_CHAR.get(low[:1], ()):  # the first that fits is the longest
@@ -247,25 +314,43 @@ def _match_label(rest: str, *, colon: bool = False) -> tuple[str, str] | None:
     if best is None:
         return None
     after = s[best[0] :]
-    after = re.sub(r"^\s*[(（][^)）\n]{0,60}[)）]", "", after)  # "(absolute path)"
-    if colon and not re.match(r"^[\s*_`]*[:：]", after):
+    after = _PAREN_NOTE.sub("", after, count=1)  # "(absolute path)"
+    if colon and not _COLON_NEXT.match(after):
         return None
     return best[1], _SEPARATOR.sub("", after, count=1).strip()
 
 
-def _find_markers(lines: list[str], fenced: set[int]) -> list[_Marker]:
+def _heading(line: str) -> re.Match[str] | None:
+    return _HEADING.match(line) if "#" in line[:4] else None
+
+
+def _list_item(line: str) -> re.Match[str] | None:
+    first = line.lstrip(" \t")[:1]
+    return _LIST.match(line) if first and (first in "-*+•" or first.isdigit()) else None
+
+
+def _setext(line: str) -> re.Match[str] | None:
+    return _SETEXT.match(line) if line.lstrip(" ")[:1] in ("=", "-") else None
+
+
+def _find_markers(lines: list[str], fenced: set[int], *, first_tag: bool = False) -> list[_Marker]:
+    """Each line is first rejected on cheap checks (a few characters), so that 50,000 short
+    lines cost tens of milliseconds, not hundreds. `first_tag`: only the first tagged part
+    other than notes (or none), found without reading further."""
     markers: list[_Marker] = []
+    last = len(lines) - 1
     for i, line in enumerate(lines):
         if i in fenced or not line.strip():
             continue
         style, level, indent, numbered, skip = "plain", 0, 0, False, 1
         rest = line.strip()
-        setext = _SETEXT.match(lines[i + 1]) if i + 1 < len(lines) and i + 1 not in fenced else None
-        if (h := _HEADING.match(line)) is not None:
+        setext = _setext(lines[i + 1]) if i < last and i + 1 not in fenced else None
+        li = _list_item(line)
+        if (h := _heading(line)) is not None:
             style, level, rest = "heading", len(h.group(1)), h.group(2).strip().rstrip("#").strip()
-        elif setext is not None and not _LIST.match(line) and not rest.startswith("|") and not _SETEXT.match(line):
+        elif setext is not None and li is None and not rest.startswith("|") and not _setext(line):
             style, level, skip = "heading", 1 if setext.group(1)[0] == "=" else 2, 2  # "Purpose\n-------"
-        elif (li := _LIST.match(line)) is not None:
+        elif li is not None:
             style, indent, rest = "list", len(li.group(1).expandtabs(4)), li.group(3)
             numbered = li.group(2)[0].isdigit()
         elif rest.startswith("|"):
@@ -276,14 +361,19 @@ def _find_markers(lines: list[str], fenced: set[int]) -> list[_Marker]:
                 markers.append(_Marker(i, hit[0], "table", inline=value))
             continue
         structural = style == "heading" or numbered or rest.startswith(("**", "__"))
-        hit = _match_tag(rest, strict=style == "plain" and rest[:1] not in "*_`")
+        head = _head(rest)
+        hit = _tag_at(head, strict=style == "plain" and rest[:1] not in "*_`")
         if hit is None and structural and (late := _LATE_TAG.search(rest)) is not None:
             hit = _match_tag(rest[late.start() :])  # "## 1. 实验目的 [exp_purpose]"
         by_tag = hit is not None
         if hit is None:
-            hit = _match_label(rest, colon=not structural)
+            hit = _label_at(head, colon=not structural)
         if hit is not None:
             markers.append(_Marker(i, hit[0], style, level, indent, numbered, hit[1], by_tag, skip))
+            if first_tag and by_tag and hit[0] != NOTES:
+                return markers[-1:]
+    if first_tag:
+        return [m for m in markers if m.by_tag and m.field != NOTES]
     tagged = {m.field for m in markers if m.by_tag}
     return [m for m in markers if m.by_tag or m.field not in tagged]
 
@@ -302,41 +392,53 @@ def _section_end(lines: list[str], fenced: set[int], m: _Marker, stop: int, last
         if not line.strip():
             blank_seen = True
             continue
-        h = _HEADING.match(line)
+        h = _heading(line)
         if h is not None and (m.style != "heading" or len(h.group(1)) <= m.level):
             return j
-        li = _LIST.match(line)
         if (
             m.style == "list"
-            and li is not None
+            and (li := _list_item(line)) is not None
             and len(li.group(1).expandtabs(4)) <= m.indent
             and li.group(2)[0].isdigit() == m.numbered
         ):
             return j
-        indent = len(line) - len(line.lstrip())
-        if last and m.style != "heading" and blank_seen and has_content and indent <= m.indent:
+        if (last and m.style != "heading" and blank_seen and has_content
+                and len(line) - len(line.lstrip()) <= m.indent):
             return j  # text after the last inline part, past a blank line, is not part of it
         has_content, blank_seen = True, False
     return stop
 
 
-def _unwrap(text: str) -> str:
-    """The blueprint inside a ```markdown fence when the tags are only inside it; dedented."""
+def _unwrap(text: str, depth: int = 0) -> str:
+    """The blueprint inside a ```markdown fence when the tags are only inside it; dedented.
+
+    At most `_UNWRAP_DEPTH` fences deep: each level reads the whole text again, and 400
+    nested fences took 1.5 s.
+    """
+    low = text.lower()
+    if depth >= _UNWRAP_DEPTH or ("markdown" not in low and "md" not in low):
+        return _dedent(text)
     lines = text.split("\n")
-    wrappers = [(i, m) for i, line in enumerate(lines) if (m := _WRAPPER.match(line))]
-    for i, m in wrappers[:3]:
+    wrappers: list[tuple[int, re.Match[str]]] = []
+    for i, line in enumerate(lines):
+        if line.lstrip(" \t")[:3] in _FENCE_STARTS and (m := _WRAPPER.match(line)) is not None:
+            wrappers.append((i, m))
+            if len(wrappers) == 3:
+                break
+    for i, m in wrappers:
         indent, char, size = len(m.group(1)), m.group(2)[0], len(m.group(2))
         closer = re.compile(rf"^[ \t]{{0,{indent}}}{re.escape(char)}{{{size},}}[ \t]*$")
-        ends = [j for j in range(i + 1, len(lines)) if closer.match(lines[j])]
-        end = ends[-1] if ends else len(lines)
-        inner = textwrap.dedent("\n".join(lines[i + 1 : end])).split("\n")
+        end = next((j for j in range(len(lines) - 1, i, -1)
+                    if lines[j].lstrip(" \t")[:3] in _FENCE_STARTS and closer.match(lines[j])), len(lines))
+        inner = _dedent("\n".join(lines[i + 1 : end])).split("\n")
         if _has_tags(inner) and not _has_tags(lines[:i] + lines[end + 1 :]):
-            return _unwrap("\n".join(inner))
-    return textwrap.dedent(text)
+            return _unwrap("\n".join(inner), depth + 1)
+    return _dedent(text)
 
 
 def _has_tags(lines: list[str]) -> bool:
-    return any(m.by_tag and m.field != NOTES for m in _find_markers(lines, _fence_lines(lines)))
+    """Whether any part other than notes is opened by a tag (stops at the first)."""
+    return bool(_find_markers(lines, _fence_lines(lines), first_tag=True))
 
 
 # ------------------------------------------------------------------------------ cleaners
@@ -411,19 +513,22 @@ def _line_candidates(line: str) -> list[str]:
     whole = _whole_path(line)
     if whole:
         return [whole]
-    spans = [s.strip() for s in re.findall(r"`([^`\n]+)`", line)]
-    tokens = [_clean_token(t) for t in _TOKEN_SPLIT.split(re.sub(r"`[^`\n]+`", " ", line))]
+    spans = [s.strip() for s in _BACKTICK_SPAN.findall(line)]
+    tokens = [_clean_token(t) for t in _TOKEN_SPLIT.split(_BACKTICK_SPAN.sub(" ", line))]
     return [s for s in spans if s] + [t for t in tokens if t]
 
 
 def _extract_path(text: str, fld: str) -> tuple[str, bool]:
     """(the first path-like token, whether it is only an example), preferring typical names."""
     text = _strip_label(text, fld)
-    lines = [ln for ln in text.split("\n") if ln.strip() and not _FENCE_OPEN.match(ln)]
-    hints = [ln for ln in lines if _HINT_LINE.search(ln)]
-    ordered = [ln for ln in lines if ln not in hints] + hints
+    lines = [ln for ln in text.split("\n")[:PATH_PART_LINES] if ln.strip() and not _FENCE_OPEN.match(ln)]
+    hint_lines = [ln for ln in lines if _HINT_LINE.search(ln)]
+    hints = set(hint_lines)  # `ln in` a list of them made this quadratic
+    ordered = [ln for ln in lines if ln not in hints] + hint_lines
     best, best_score, best_line = "", 0, ""
     for ln in ordered:
+        if _MAY_SCORE.search(ln) is None:
+            continue
         for cand in _line_candidates(ln):
             score = _path_score(cand, fld)
             if score > best_score:
@@ -442,19 +547,22 @@ def _extract_path(text: str, fld: str) -> tuple[str, bool]:
 
 def _notes_under_path(text: str, fld: str) -> str:
     """Prose written under a path part besides its value (a line without any path-like token,
-    e.g. "Note: this YAML needs 4 GPUs"): kept in the blueprint's notes, not dropped."""
-    text = _strip_label(text, fld)
+    e.g. "Note: this YAML needs 4 GPUs"): kept in the blueprint's notes, not dropped.
+    Lines past the first `PATH_PART_LINES` are not read for a path: all kept as notes."""
+    lines = _strip_label(text, fld).split("\n")
     kept: list[str] = []
-    for ln in text.split("\n"):
+    for ln in lines[:PATH_PART_LINES]:
         body = ln.strip()
         if not body or _FENCE_OPEN.match(ln) or _HINT_LINE.search(ln):
             continue
-        if any(_path_score(c, fld) for c in _line_candidates(ln)) and not _PROSE_LINE.match(body):
+        if (_MAY_SCORE.search(ln) is not None and any(_path_score(c, fld) for c in _line_candidates(ln))
+                and not _PROSE_LINE.match(body)):
             continue
         if (len(body) <= 80 and _LABEL_KEYWORDS[fld].search(body) and body.endswith((":", "："))
                 and not _PROSE_LINE.match(body)):
             continue  # a label on its own line
         kept.append(body)
+    kept.extend(body for ln in lines[PATH_PART_LINES:] if (body := ln.strip()))
     return "\n".join(kept)
 
 
@@ -476,7 +584,7 @@ def _join_shell_lines(lines: list[str]) -> str:
 
     Never chains lines with `&&`: that turned heredoc bodies into commands and broke `if`/`fi`.
     """
-    block = textwrap.dedent("\n".join(ln.rstrip() for ln in lines)).split("\n")
+    block = _dedent("\n".join(ln.rstrip() for ln in lines)).split("\n")
     while block and not block[0].strip():
         block.pop(0)
     while block and not block[-1].strip():
@@ -487,14 +595,18 @@ def _join_shell_lines(lines: list[str]) -> str:
         block = [ln.lstrip()[2:] if ln.lstrip().startswith("$ ") else ln for ln in block]
     code = [ln for ln in block if ln.strip() and not ln.lstrip().startswith("#")]
     if code and "<<" not in "\n".join(code) and all(_continues(ln) for ln in code[:-1]):
-        parts = [ln.strip() for ln in code]
-        joined = ""
-        for part in parts:
-            if joined.endswith("\\"):
-                joined = joined[:-1].rstrip() + " " + part
+        pieces: list[str] = []  # joined at the end: adding to one string made 25,000 lines quadratic
+        for part in (ln.strip() for ln in code):
+            if pieces and pieces[-1].endswith("\\"):
+                pieces[-1] = pieces[-1][:-1]
+                while pieces and not pieces[-1].rstrip():
+                    pieces.pop()
+                if pieces:
+                    pieces[-1] = pieces[-1].rstrip()
+                pieces += [" ", part]
             else:
-                joined = f"{joined} {part}" if joined else part
-        return joined.rstrip("\\").rstrip()
+                pieces += [" ", part] if pieces else [part]
+        return "".join(pieces).rstrip("\\").rstrip()
     return "\n".join(block)
 
 
@@ -514,7 +626,7 @@ def _extract_command(text: str, fld: str = "exp_launch_command") -> str:
             continue
         if para and not continued and _PROSE_LINE.match(s):
             break
-        spans = re.findall(r"`([^`\n]+)`", s)
+        spans = _BACKTICK_SPAN.findall(s)
         if spans and not (s.startswith("`") and s.endswith("`")):
             span = max(spans, key=len)
             if " " in span:
@@ -545,6 +657,9 @@ def parse_blueprint(text: str) -> Blueprint:
     if not isinstance(text, str):
         return Blueprint()
     text = text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
+    source_lines = text.count("\n") + 1
+    if source_lines > BLUEPRINT_MAX_LINES:
+        text = "\n".join(text.split("\n", BLUEPRINT_MAX_LINES)[:BLUEPRINT_MAX_LINES])
     lines = _unwrap(text).split("\n")
     fenced = _fence_lines(lines)
     markers = _find_markers(lines, fenced)
@@ -600,7 +715,7 @@ def parse_blueprint(text: str) -> Blueprint:
         values[fld] = values.get(fld) or value
 
     for start, chunk in untagged:
-        chunk = textwrap.dedent(chunk).strip("\n")
+        chunk = _dedent(chunk).strip("\n")
         if not chunk.strip():
             continue
         if start == 0 and markers and _only_headings(chunk):
@@ -622,6 +737,7 @@ def parse_blueprint(text: str) -> Blueprint:
         exp_swarm_server=values.get("exp_swarm_server", ""),
         exp_val_result_path=values.get("exp_val_result_path", ""),
         exp_swarm_declared=any(sec.marker.field == "exp_swarm_server" for sec in sections),
+        source_lines=source_lines,
     )
 
 
@@ -630,7 +746,7 @@ def _only_headings(chunk: str) -> bool:
     lines = chunk.split("\n")
     return all(
         not ln.strip() or _HEADING.match(ln) or ln.lstrip().startswith("|") or _SETEXT.match(ln)
-        or re.fullmatch(r"\s*([-*_=])\1{2,}\s*", ln)
+        or _RULE_LINE.fullmatch(ln)
         or (k + 1 < len(lines) and _SETEXT.match(lines[k + 1]))
         for k, ln in enumerate(lines)
     )
@@ -821,6 +937,9 @@ def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Proble
     With `check_disk`, paths are checked on this machine; nothing is created.
     """
     problems = _Problems()
+    if bp.source_lines > BLUEPRINT_MAX_LINES:
+        problems.error("blueprint", f"the blueprint has {bp.source_lines:,} lines; at most {BLUEPRINT_MAX_LINES:,} "
+                       "are read (put long notes in a file and name it)")
     _check_lengths(bp, problems)
     _check_missing(bp, problems)
     if _check_placeholders(bp, problems):

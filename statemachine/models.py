@@ -55,6 +55,7 @@ class Blueprint(BaseModel):
     exp_swarm_server: str = ""
     exp_val_result_path: str = ""
     exp_swarm_declared: bool = False  # the [exp_swarm_server] part is present, even if empty
+    source_lines: int = Field(default=0, exclude=True)  # lines in the text parsed (only the first are read)
 
     def yaml_abspath(self) -> str:
         """The YAML as an absolute path (relative paths are relative to the codebase)."""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import redis
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
+from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
 from store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
@@ -37,6 +38,18 @@ SCAN_FIELDS = ("lease_until", "adopt_enqueued_at", "max_seconds", "owner", "driv
 QUEUED_FIELDS = ("job_id", "owner", "queue", "max_seconds", "target_node", "created_at", REPORTED_FIELD)
 DEAD_JOB = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
 LOST_JOB_SECONDS = 60.0  # a started job whose record is still unclaimed this long after: its horse is gone
+
+
+def _popped_and_dropped(job: Job, status: JobStatus | None) -> bool:
+    """A job still "queued" but in no queue, long after it was enqueued: a slot listening on several
+    queues pops the id (BLPOP, no intermediate list) and was killed before marking it started, so
+    RQ itself would never run or fail it (seen in `make chaos`: one of 200 stayed queued for ever)."""
+    if status != JobStatus.QUEUED or job.enqueued_at is None:
+        return False
+    if time.time() - job.enqueued_at.timestamp() <= LOST_JOB_SECONDS:
+        return False
+    queue = Queue(job.origin, connection=job.connection)
+    return queue.get_job_position(job.id) is None and job.id not in queue.intermediate_queue.get_job_ids()
 
 
 class NodeSupervisor:
@@ -132,9 +145,10 @@ class NodeSupervisor:
                 job = Job.fetch(job_id, connection=self.store.r, serializer=JSONSerializer)
                 status = job.get_status(refresh=False)
                 started = job.started_at.timestamp() if job.started_at else None
+                stuck = (status == JobStatus.STARTED and started is not None
+                         and time.time() - started > LOST_JOB_SECONDS) or _popped_and_dropped(job, status)
             except NoSuchJobError:
-                status, started = None, None
-            stuck = status == JobStatus.STARTED and started is not None and time.time() - started > LOST_JOB_SECONDS
+                status, stuck = None, False
             if status is not None and status not in DEAD_JOB and not stuck:
                 continue
             if not self.store.set_once(rec["id"], f"requeued:{job_id}", now):

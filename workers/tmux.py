@@ -46,6 +46,7 @@ from typing import Any
 import libtmux
 import psutil
 
+from resultdir.roots import open_dir
 from store.naming import SESSION_PREFIX as PREFIX
 from store.naming import session_name
 from workers.procs import is_gone, kill_marked, signal_all, wait_gone
@@ -80,12 +81,29 @@ class ProcessesSurvived(TmuxRunnerError):
 
 
 def _read_int(path: Path) -> int | None:
-    """The number in a one-line file, or None while it is missing or not completely written."""
+    """The number on the first line of a file, or None while it is missing or not completely written.
+
+    An rc file may hold a second line, `record-error: <why>` (see `exit_record_note`)."""
     try:
         text = path.read_text()
-        return int(text) if text.endswith("\n") else None
+        return int(text.split("\n", 1)[0]) if text.endswith("\n") else None
     except (FileNotFoundError, ValueError):
         return None
+
+
+RECORD_ERROR = "record-error: "
+
+
+def exit_record_note(rc_path: Path) -> str:
+    """What the wrapper met writing the rc file the first time (e.g. "No space left on device"), or "".
+
+    It then released the result dir's reserve and wrote the code with this note."""
+    try:
+        lines = rc_path.read_text().split("\n")
+    except OSError:
+        return ""
+    return next((ln[len(RECORD_ERROR):].strip() or "write error" for ln in lines[1:] if ln.startswith(RECORD_ERROR)),
+                "")
 
 
 @dataclass
@@ -171,15 +189,29 @@ _WRAPPER = """\
 # to the log (tee -a); writes the command's pid, then its exit code (128+N when killed by
 # signal N): tmux loses exit codes on this platform, so the rc file is the truth.
 # Ctrl-C, SIGTERM and SIGHUP sent to this wrapper are forwarded to the command's group.
+# Its files live in logs_dir, held as the wrapper's working directory from the start: the log
+# and the rc file are written there by relative name (a directory fd, in effect), so a result
+# dir swapped for a symlink mid-run is never written through. logs_id is the device:inode of the
+# directory the runner checked; the rc is written only while logs_dir still leads to it.
+logs_dir={logs_dir}
+logs_id={logs_id}
 log={log}
 rc_file={rc}
 pid_file={pid}
+reserve={reserve}
 linger={linger}
 COMMAND_FILE={command_file}
 
-_ajet_put() {{  # atomic: temp file, then rename
-    printf '%s\\n' "$2" > "$1.tmp.$$" && {mv} -f -- "$1.tmp.$$" "$1" || {rm} -f -- "$1.tmp.$$"  # full disk: no litter
+_ajet_err=
+_ajet_put() {{  # atomic: temp file, then rename; a failed write leaves no litter and its error in _ajet_err
+    _ajet_err=$( {{ printf '%s\\n' "$2" > "$1.tmp.$$"; }} 2>&1 ) && {mv} -f -- "$1.tmp.$$" "$1" && return 0
+    {rm} -f -- "$1.tmp.$$"
+    return 1
 }}
+if ! cd -- "$logs_dir" 2>/dev/null || [ "$({stat} -c %d:%i .)" != "$logs_id" ]; then
+    echo "[ajet-runner] refused to start: $logs_dir is no longer the directory that was checked"
+    exit 1  # nothing written: the runner names the cause (a result dir outside the allowed roots)
+fi
 # Traps first: a signal that comes before the command starts is remembered and forwarded
 # to it as soon as it exists, and never kills the wrapper before it records the code.
 _ajet_pid=
@@ -196,7 +228,7 @@ trap '_ajet_forward HUP' HUP
 exec 3>&1  # the pane, for the wrapper's own last words
 exec > >(trap '' INT TERM HUP; exec {tee} -a -- "$log") 2>&1
 _ajet_tee=$!
-if ! cd -- {cwd}; then
+if ! ( cd -- {cwd} ); then
     echo "[ajet-runner] cannot cd to "{cwd}
     _ajet_put "$rc_file" 1
     exit 1
@@ -211,7 +243,9 @@ fi
 _ajet_job='printf "%s\\n" "$$" > "$1" && exec "$2" -- "$3"'
 (
 {exports}
-    exec {setsid} {env} --default-signal=INT,QUIT {bash} -c "$_ajet_job" ajet-job "$pid_file" {bash} "$COMMAND_FILE"
+    cd -- {cwd} || exit 1
+    exec {setsid} {env} --default-signal=INT,QUIT {bash} -c "$_ajet_job" ajet-job "$logs_dir/$pid_file" {bash} \\
+        "$logs_dir/$COMMAND_FILE"
 ) < /dev/null &
 _ajet_pid=$!
 [ -n "$_ajet_sig" ] && _ajet_forward "$_ajet_sig"
@@ -228,7 +262,17 @@ for ((_i = 0; _i < {tee_steps}; _i++)); do
     [ -e "/proc/$_ajet_tee" ] || break
     {sleep} 0.025
 done
-_ajet_put "$rc_file" "$rc"
+# A full disk: the reserve kept in the result dir for the final files makes room for the code,
+# which then carries the first error, so the run ends failed naming it (never "no exit code").
+if [ "$({stat} -L -c %d:%i -- "$logs_dir" 2>/dev/null)" != "$logs_id" ]; then
+    echo "[ajet-runner] $logs_dir was moved or swapped while the command ran: exit code $rc not written"
+elif ! _ajet_put "$rc_file" "$rc"; then
+    _ajet_why=${{_ajet_err##*: }}
+    _ajet_why=${{_ajet_why:-write error}}
+    [ -n "$reserve" ] && {rm} -f -- "$reserve"
+    _ajet_put "$rc_file" "$rc
+{record_error}$_ajet_why" || echo "[ajet-runner] exit code $rc not written: $_ajet_why"
+fi
 trap - INT TERM HUP
 printf '\\n[ajet-runner] %(%F %T)T command exited with code %s; this pane closes in %ss\\n' -1 "$rc" "$linger"
 [ -z "$_ajet_hangup" ] && [ "$linger" -gt 0 ] && {sleep} "$linger"
@@ -250,6 +294,19 @@ def _command_script(command: str) -> str:
     return header + command + ("" if command.endswith("\n") else "\n")
 
 
+def _write_at(dfd: int, name: str, data: bytes, *, truncate: bool = True, mode: int = 0o644) -> None:
+    """Write `name` in the directory `dfd`, never through a symlink (O_NOFOLLOW)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_TRUNC if truncate else os.O_APPEND)
+    fd = os.open(name, flags, mode, dir_fd=dfd)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def _tool(name: str) -> str:
     """Absolute path of a tool the wrapper needs, resolved now: the job's PATH may not have it."""
     path = shutil.which(name)
@@ -259,8 +316,13 @@ def _tool(name: str) -> str:
 
 
 def _wrapper_text(
-    session: str, command_file: Path, cwd: str, env: Mapping[str, str], log: Path, rc: Path, pid: Path, linger: int
+    session: str, command_file: Path, cwd: str, env: Mapping[str, str], log: Path, rc: Path, pid: Path, linger: int,
+    *, logs_id: str, reserve: str = "",
 ) -> str:
+    """The wrapper script. Log, rc, pid and command file share one directory, named relative to it
+    here; `logs_id` is that directory's `st_dev:st_ino` as checked (a path may be seen differently
+    by a session host in another mount namespace; the inode is the same); `reserve` is the reserve
+    file relative to it, or ""."""
     for key in env:
         if not _ENV_NAME.match(key):
             raise ValueError(f"not a valid environment variable name: {key!r}")
@@ -268,11 +330,16 @@ def _wrapper_text(
     return _WRAPPER.format(
         generated=time.strftime("%Y-%m-%d %H:%M:%S"),
         session=session,
-        log=q(str(log)),
-        rc=q(str(rc)),
-        pid=q(str(pid)),
+        logs_dir=q(os.path.abspath(log.parent)),
+        logs_id=q(logs_id),
+        stat=q(_tool("stat")),
+        log=q(log.name),
+        rc=q(rc.name),
+        pid=q(pid.name),
+        reserve=q(reserve),
+        record_error=RECORD_ERROR,
         linger=int(linger),
-        command_file=q(str(command_file)),
+        command_file=q(command_file.name),
         cwd=q(cwd),
         exports="\n".join(f"    export {k}={q(v)}" for k, v in env.items()),
         mv=q(_tool("mv")),
@@ -358,29 +425,42 @@ class TmuxRunner:
         rc_path: Path,
         pid_path: Path,
         pid_timeout: float = 10.0,
+        reserve_path: Path | None = None,
     ) -> RunHandle:
         """Start `command` detached in a new session; returns once its pid is known.
 
         If the command could not start (e.g. `cwd` vanished) the handle has no pid and
-        `exit_code()` tells why it ended; the log says more.
+        `exit_code()` tells why it ended; the log says more. The files go into the log's
+        directory through a directory fd, confined to the allowed roots when `resultdir.roots.
+        confined` is active (OutsideRoots, a PermissionError, when it is not where it should be).
+        `reserve_path` (in the result dir): the wrapper frees it if the disk is full when the
+        command ends, to record the exit code.
         """
         if not Path(cwd).is_dir():
             raise NotADirectoryError(cwd)
         if self.exists(session):
             raise SessionExists(session)
         log_path, rc_path, pid_path = Path(log_path), Path(rc_path), Path(pid_path)
-        for path in (log_path, rc_path, pid_path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in (rc_path, pid_path):  # a previous attempt's files must not be read as ours
-            stale.unlink(missing_ok=True)
-        log_path.touch()  # exists before start() returns, though tee opens it a moment later
+        if rc_path.parent != log_path.parent or pid_path.parent != log_path.parent:
+            raise ValueError("the log, rc and pid files must share one directory")
         wrapper = log_path.with_name(log_path.stem + ".sh")
         command_file = command_path(log_path)
-        command_file.write_text(_command_script(command))
-        wrapper.write_text(
-            _wrapper_text(session, command_file, cwd, env, log_path, rc_path, pid_path, round(self.linger))
-        )
-        wrapper.chmod(0o755)
+        dfd = open_dir(log_path.parent)
+        try:
+            st = os.fstat(dfd)
+            logs_id = f"{st.st_dev}:{st.st_ino}"  # the directory that was opened and checked
+            for stale in (rc_path, pid_path):  # a previous attempt's files must not be read as ours
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(stale.name, dir_fd=dfd)
+            _write_at(dfd, log_path.name, b"", truncate=False)  # exists before start() returns; tee appends
+            _write_at(dfd, command_file.name, _command_script(command).encode())
+            reserve = os.path.relpath(os.path.abspath(reserve_path), os.path.abspath(log_path.parent)) \
+                if reserve_path is not None else ""
+            _write_at(dfd, wrapper.name, _wrapper_text(
+                session, command_file, cwd, env, log_path, rc_path, pid_path, round(self.linger),
+                logs_id=logs_id, reserve=reserve).encode(), mode=0o755)
+        finally:
+            os.close(dfd)
         handle = RunHandle(
             session=session,
             log_path=log_path,

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from statemachine.rules.base import Observation, Proposal, Rule
 from statemachine.rules.cancel import CancelRule
 from statemachine.rules.diagnosis import DEFAULT_SETTLE_SECONDS, DiagnosisRule
+from statemachine.rules.exit_record import EXIT_NOT_RECORDED, ExitRecordRule
 from statemachine.rules.first_step import FirstStepRule
 from statemachine.rules.plateau import PlateauRule
 from statemachine.rules.process_exit import ProcessExitRule
@@ -19,8 +20,9 @@ from statemachine.rules.swarm_server import SwarmServerRule
 from statemachine.rules.time_limit import TimeLimitRule
 
 __all__ = [
-    "CancelRule", "DiagnosisRule", "FirstStepRule", "Observation", "PlateauRule", "ProcessExitRule", "Proposal", "Rule",
-    "StallRule", "SwarmServerRule", "TimeLimitRule", "decide", "default_rules",
+    "EXIT_NOT_RECORDED", "CancelRule", "DiagnosisRule", "ExitRecordRule", "FirstStepRule", "Observation",
+    "PlateauRule", "ProcessExitRule", "Proposal", "Rule", "StallRule", "SwarmServerRule", "TimeLimitRule", "decide",
+    "default_rules",
 ]
 
 
@@ -36,6 +38,7 @@ def default_rules(
 ) -> list[Rule]:
     return [
         CancelRule(),
+        ExitRecordRule(),  # a command whose exit code could not be recorded (full disk, roots): failed with that
         SwarmServerRule(),  # before the client's exit: a client that lost its server died of that
         ProcessExitRule(),
         TimeLimitRule(grace=time_limit_grace),

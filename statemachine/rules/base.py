@@ -29,6 +29,7 @@ class Observation:
     evaluations: Sequence[Evaluation] = field(default_factory=tuple)
     first_step_seen: bool = True  # a training step showed in this attempt's log (default: not watched)
     first_step_timeout: float | None = None  # the blueprint's own first-step timeout, seconds
+    exit_record_error: str = ""  # why the ended command's exit code could not be recorded (ENOSPC, roots)
     server_alive: bool = True  # swarm mode: the swarm server still runs (True when there is none)
     server_cause: Finding | None = None  # swarm mode: the first fatal finding of the server's log
     server_last_line: str = ""  # swarm mode: the server log's last line (quoted when nothing matched)

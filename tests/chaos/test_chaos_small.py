@@ -1,5 +1,6 @@
 """The small chaos run of `make test`: 12 short experiments on 2 network-namespace hosts with a
-supervisor, a slot and a work-horse killed, a Redis restart and a host cut off (bench/chaos.py)."""
+supervisor, a slot and a work-horse killed, a Redis restart, a host cut off and a worker upgraded
+while its runs stay in the session host (bench/chaos.py)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ def _chaos_module():  # type: ignore[no-untyped-def]
 def test_small_chaos_run_loses_nothing_and_launches_nothing_twice(tmp_path: Path) -> None:
     chaos = _chaos_module()
     try:
-        figures = chaos.run_chaos(12, seed=7, slots=3, timeout=300, work=tmp_path, steps=10, step_seconds=1.0)
+        figures = chaos.run_chaos(12, seed=7, slots=3, timeout=300, work=tmp_path, steps=16, step_seconds=1.0)
     except chaos.CannotRun as exc:
         pytest.skip(str(exc))
     report = "\n".join(figures.lines())
     assert figures.duplicate_launches == 0 and figures.lost == 0 and figures.orphans == 0, report
     assert figures.finished == figures.flags_ok == 12, report
-    assert {"supervisor", "slot", "horse", "redis", "cut"} <= set(figures.disruptions), report
+    assert {"supervisor", "slot", "horse", "redis", "cut", "upgrade"} <= set(figures.disruptions), report
+    assert figures.kept_through_upgrade > 0, report  # the upgrade happened under running experiments

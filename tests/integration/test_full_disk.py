@@ -5,7 +5,9 @@ holds the result dir. The test fills it while the run is going:
 - without a reserve, the final files cannot be written: the outcome is `failed`, its reason names
   ENOSPC and the path, an event and the `result_write_failures` counter record it;
 - with the reserve taken at launch (the default), releasing it at collecting leaves room for the
-  report and `finish.flag`.
+  report and `finish.flag`;
+- the disk is already full when the command ends, so the wrapper's rc write fails: it frees the
+  reserve and records the code with the error; the run ends failed naming ENOSPC and the rc file.
 """
 
 from __future__ import annotations
@@ -99,7 +101,15 @@ def test_full_disk_without_reserve_ends_failed_naming_enospc(
     assert _temp_files(results) == []
     events = store.events(rec["id"])
     assert any(e.get("type") == "result_write_failed" and e.get("errno") == "ENOSPC" for e in events)
-    assert store.stats()["result_write_failures"] == {"ENOSPC": 1.0}
+    assert store.stats()["result_write_failures"] == {"ENOSPC": 1.0}  # one run, counted once
+    # The command ended on the full disk: no reserve to free, so no rc file; the full filesystem is
+    # the named cause (not "ended without recording an exit code"), and it is not relaunched.
+    rc_file = results / "logs" / "attempt-1.rc"
+    assert not rc_file.exists()
+    reasons = [h.get("reason", "") for h in rec["lifecycle"]["history"]]
+    assert any("ENOSPC" in r and str(rc_file) in r for r in reasons), reasons
+    assert not any("without recording" in r for r in reasons), reasons
+    assert [h["trigger"] for h in rec["lifecycle"]["history"]].count("launched") == 1
 
 
 def test_full_disk_with_the_reserve_still_gets_report_and_flag(
@@ -111,4 +121,28 @@ def test_full_disk_with_the_reserve_still_gets_report_and_flag(
     assert (results / "experiment_report.md").exists() and (results / "results.json").exists()
     assert not (results / RESERVE_NAME).exists()
     assert _temp_files(results) == []
-    assert "result_write_failures" not in store.stats() or not store.stats()["result_write_failures"]
+
+
+def test_disk_full_when_the_command_ends_fails_naming_enospc_and_the_rc_file(
+        small_disk: Path, tmp_path: Path, redis_url: str, tmux_socket: str) -> None:
+    """The repro: the disk is already full when the job exits, so the wrapper's rc write fails. The
+    wrapper frees the reserve, records the code with the error; the run ends failed naming ENOSPC and
+    the rc file, with its report and finish.flag (never "ended without recording an exit code")."""
+    rec, results, store = _run_filling_the_disk(tmp_path, small_disk, redis_url, tmux_socket, str(512 * 1024))
+    rc_file = results / "logs" / "attempt-1.rc"
+    assert "record-error: No space left on device" in rc_file.read_text(), rc_file.read_text()
+    assert rec["outcome"] == "failed", rec
+    assert "ENOSPC" in rec["reason"] and str(rc_file) in rec["reason"], rec["reason"]
+    assert "without recording" not in rec["reason"]
+    flag = results / "finish.flag"
+    assert flag.exists() and json.loads(flag.read_text())["outcome"] == "failed"
+    assert (results / "experiment_report.md").exists()
+    assert not (results / RESERVE_NAME).exists()
+    assert _temp_files(results) == []
+    history = [h["trigger"] for h in rec["lifecycle"]["history"]]
+    assert history.count("launched") == 1 and "repair" not in history, history  # not relaunched onto a full disk
+    events = store.events(rec["id"])
+    assert any(e.get("type") == "result_write_failed" and e.get("errno") == "ENOSPC"
+               and e.get("path") == str(rc_file) for e in events)
+    assert store.stats()["result_write_failures"] == {"ENOSPC": 1.0}
+

@@ -2,12 +2,15 @@
 
 The repro: a blueprint accepted inside the roots, then its result dir swapped for a symlink to a
 directory outside them. Neither the API (stopping the queued run finishes it inline) nor a worker
-(preflight, report, finish.flag) may write there; both refuse and record why.
+(preflight, report, finish.flag) may write there; both refuse and record why. Swapped while the
+command runs (the result dir or its logs/ dir), the wrapper's log and rc file are not written
+through the symlink either: the run ends failed naming the roots.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -110,3 +113,59 @@ def test_a_worker_refuses_to_launch_or_write_through_a_swapped_result_dir(
     history = [h["trigger"] for h in rec["lifecycle"]["history"]]
     assert "launched" not in history and history[-1] == "write_failed", history
     assert _everything_under(outside) == []
+
+
+def _swap_mid_run(redis_url: str, tmux_socket: str, tmp_path: Path, swap: str,
+                  command: str | None) -> tuple[dict, Path]:
+    """Start a run inside the roots; while its command runs, move `swap` (the result dir or its
+    logs/ dir) aside, still inside the roots, and put a symlink to a dir outside the roots in its place."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    sc = make("demo", root)
+    text = sc.blueprint.read_text()
+    if command is not None:  # a command that writes nothing itself: every write would be the runner's
+        text = re.sub(r"```bash\n.*?```", f"```bash\n{command}\n```", text, count=1, flags=re.S)
+    store = Store.from_url(redis_url)
+    roots = f"{root}:{VENV}"
+    exp_id = submit(store, store.r, text, allowed_roots=parse_roots(roots))["id"]
+    target = sc.results / "logs" if swap == "logs" else sc.results
+    with running_worker(worker_env(redis_url, tmux_socket, AJET_RUNNER_ALLOWED_ROOTS=roots), "n1", "--gpus", "0"):
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
+        wait_for(lambda: (target / "attempt-1.log").exists() if swap == "logs" else (target / "logs").exists(),
+                 10, "the wrapper's files")
+        target.rename(target.with_name(target.name + ".moved"))
+        outside.mkdir()
+        target.symlink_to(outside, target_is_directory=True)
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    rec = store.get(exp_id)
+    assert rec is not None
+    return rec, outside
+
+
+@pytest.mark.slow
+def test_logs_dir_swapped_for_a_symlink_mid_run_is_never_written_through(
+        redis_url: str, tmux_socket: str, tmp_path: Path) -> None:
+    rec, outside = _swap_mid_run(redis_url, tmux_socket, tmp_path, "logs", None)
+    assert _everything_under(outside) == []  # no rc, no log, nothing from the runner or its wrapper
+    moved = tmp_path / "root" / "demo" / "results" / "logs.moved"
+    assert (moved / "attempt-1.log").stat().st_size > 0  # the log went on into the file opened at start
+    assert not (moved / "attempt-1.rc").exists()  # not written once its dir had moved
+    assert rec["outcome"] == "failed", rec
+    reasons = " | ".join(h.get("reason", "") for h in rec["lifecycle"]["history"])
+    assert "outside the allowed roots" in reasons and str(outside) in reasons, reasons
+    assert [h["trigger"] for h in rec["lifecycle"]["history"]].count("launched") == 1
+    events = Store.from_url(redis_url).events(rec["id"])
+    assert any(e.get("type") == "result_write_failed" and e.get("errno") == "EACCES" for e in events)
+
+
+@pytest.mark.slow
+def test_result_dir_swapped_for_a_symlink_mid_run_is_never_written_through(
+        redis_url: str, tmux_socket: str, tmp_path: Path) -> None:
+    rec, outside = _swap_mid_run(redis_url, tmux_socket, tmp_path, "results", "sleep 4\necho finished sleeping")
+    assert _everything_under(outside) == []  # no rc, no report, no finish.flag
+    moved = tmp_path / "root" / "demo" / "results.moved"
+    assert "finished sleeping" in (moved / "logs" / "attempt-1.log").read_text()
+    assert not (moved / "logs" / "attempt-1.rc").exists()
+    assert rec["outcome"] == "failed", rec
+    assert "outside the allowed roots" in rec["reason"] and str(outside) in rec["reason"], rec["reason"]
+    events = Store.from_url(redis_url).events(rec["id"])
+    assert any(e.get("type") == "result_write_failed" and e.get("errno") == "EACCES" for e in events)

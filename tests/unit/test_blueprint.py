@@ -783,3 +783,37 @@ def test_field_length_caps() -> None:
                 if "characters long" in p.message}
     assert problems == {("exp_max_time", "exp_max_time is 8,000"), ("exp_purpose", "exp_purpose is 2,001")}
     assert bp.exp_max_time_seconds is None
+
+
+def test_a_blueprint_longer_than_the_line_cap_is_refused_naming_its_length() -> None:
+    """Only the first BLUEPRINT_MAX_LINES are read (bounded parse time); the rest is not ignored quietly."""
+    from statemachine.blueprint import BLUEPRINT_MAX_LINES
+
+    head = "[exp_purpose] test\n[exp_max_time] 1h\n\n"
+    bp = parse_blueprint(head + "x\n" * BLUEPRINT_MAX_LINES)
+    assert bp.exp_purpose == "test" and bp.exp_max_time_seconds == 3600
+    errors = [p for p in validate_blueprint(bp, check_disk=False) if p.field == "blueprint"]
+    assert len(errors) == 1 and errors[0].level == Level.error
+    assert f"{BLUEPRINT_MAX_LINES + 4:,} lines" in errors[0].message
+    short = parse_blueprint(head + "x\n" * (BLUEPRINT_MAX_LINES - 4))
+    assert not [p for p in validate_blueprint(short, check_disk=False) if p.field == "blueprint"]
+    assert "source_lines" not in short.public()
+
+
+def test_a_long_path_part_is_read_for_its_path_at_the_top_and_keeps_the_rest_as_notes() -> None:
+    from statemachine.blueprint import PATH_PART_LINES
+
+    prose = "".join(f"line {i} of prose\n" for i in range(PATH_PART_LINES + 50))
+    bp = parse_blueprint(f"[exp_codebase_dir]\n/srv/code\n{prose}\n[exp_purpose] p\n")
+    assert bp.exp_codebase_dir == "/srv/code"
+    assert f"line {PATH_PART_LINES + 49} of prose" in bp.notes and "line 0 of prose" in bp.notes
+    late = parse_blueprint(f"[exp_codebase_dir]\n{prose}/srv/late\n")
+    assert late.exp_codebase_dir == ""  # past the first PATH_PART_LINES: prose, not the value
+    assert "/srv/late" in late.notes
+
+
+def test_nested_markdown_fences_are_unwrapped_up_to_three_deep() -> None:
+    inner = "[exp_purpose] deep\n[exp_max_time] 2h\n"
+    for depth in (1, 2, 3):
+        text = "".join("`" * (3 + k) + "markdown\n" for k in range(depth)) + inner + "```\n"
+        assert parse_blueprint(text).exp_purpose == "deep", depth

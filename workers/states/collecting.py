@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statemachine.results import latest_metrics
+from statemachine.rules import EXIT_NOT_RECORDED
 from workers.advice_learning import learn_from_advice
 from workers.collect import link_repair_outcomes, report_data
 from workers.config_patch import remove_patched_copy
@@ -67,8 +68,9 @@ def _result_write_failed(d: ExperimentDriver, exc: OSError, metrics: Any) -> Non
     code = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
     d.journal.publish({"type": "result_write_failed", "errno": code, "path": str(exc.filename or ""),
                        "message": f"could not write the result files: {why}"})
+    counted = any(r.signature == EXIT_NOT_RECORDED for r in d.ctx.repairs)  # one count a run
     d.fire("write_failed", f"result files not written: {why}", fields={"latest_metrics": metrics},
-           write_failure=code, previous_outcome=d.lc.outcome)
+           write_failure="" if counted else code, previous_outcome=d.lc.outcome)
 
 
 def _tidy_config_copy(d: ExperimentDriver) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import shutil
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from statemachine.diagnose import decisive_line
 from statemachine.failure import RepairResult, judge_failure
 from statemachine.models import Finding
 from statemachine.repairs import resolve_repair
+from statemachine.rules import EXIT_NOT_RECORDED
 from workers.adviser import advice_fields, advice_source
 from workers.config_patch import read_yaml_data
 from workers.context import PendingRepair, RepairRecord
@@ -30,6 +32,9 @@ def handle(d: ExperimentDriver) -> bool:
     record = RepairRecord(at=time.time(), attempt=d.lc.attempt, signature=sig_id,
                           explanation=explanation, log_excerpt=str(pending.get("log_excerpt", "")),
                           changes=[], diff="", source="none", result="", next="")
+    if cause is not None and cause.signature == EXIT_NOT_RECORDED:
+        _exit_not_recorded(d, record, cause)
+        return True
     launched = d.lc.attempt > 0 and bool(d.ctx.command)
     actions: list[Any] = []
     resolved = None
@@ -67,3 +72,16 @@ def handle(d: ExperimentDriver) -> bool:
     else:
         d.fire("give_up", verdict.reason, repair_stat=stat)
     return True
+
+
+def _exit_not_recorded(d: ExperimentDriver, record: RepairRecord, cause: Finding) -> None:
+    """A full disk or a swapped result dir at the command's end: failed, counted as a result write
+    failure, not repaired (a relaunch would meet the same disk or refusal)."""
+    code = cause.text.split(" ", 1)[0]  # the finding's text starts with the errno name
+    code = code if code in errno.errorcode.values() else "EIO"
+    record.result = RepairResult.not_repairable
+    d.ctx.repairs.append(record)
+    path = str(d.handle.rc_path) if d.handle is not None else ""
+    d.journal.publish({"type": "result_write_failed", "errno": code, "path": path, "message": cause.explanation})
+    d.fire("give_up", cause.explanation, write_failure=code,
+           repair_stat=(EXIT_NOT_RECORDED, RepairResult.not_repairable.value))

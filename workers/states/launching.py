@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from workers.attempt import attempt_env, attempt_paths
 from workers.context import Attempt, PendingRepair
+from workers.reserve import RESERVE_NAME
 from workers.swarm_run import SwarmServerFailed, start_or_reuse
 from workers.swarm_watch import server_failure_pending
 from workers.tmux import RunHandle, session_name
@@ -46,6 +47,7 @@ def handle(d: ExperimentDriver) -> bool:
             d.handle = d.runner.start(
                 session, d.ctx.command, cwd=d.bp.exp_codebase_dir, env=env,
                 log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
+                reserve_path=Path(d.bp.exp_result_dir) / RESERVE_NAME,
             )
         except (OSError, RuntimeError) as exc:
             d.fire("anomaly", f"could not start the tmux session: {exc}")

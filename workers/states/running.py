@@ -18,6 +18,7 @@ from statemachine.policies import report_due_at
 from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, SwarmServerRule, decide
 from workers.context import PendingRepair
+from workers.exit_record import exit_record_problem
 from workers.exit_wait import ExitWaiter
 from workers.plot_preload import preload_plotting
 from workers.scan_checkpoint import remove as remove_checkpoint
@@ -159,9 +160,11 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
             for o in hooks:
                 o.on_evaluations(d, tick, new_evals)
         exit_code = None
+        record = None
         if not alive:
             exit_code = watch.exit_code(d.runner)
             watch.finish_log(time.time())
+            record = exit_record_problem(d.handle.rc_path, d.bp.exp_result_dir, d.roots)
         obs = Observation(
             now=tick.now, started_at=started, attempt_started_at=attempt_started,
             max_seconds=d.bp.exp_max_time_seconds, process_alive=alive, exit_code=exit_code,
@@ -173,6 +176,7 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
             evaluations=_primary_evaluations(d),
             first_step_seen=watch.first_step_seen,
             first_step_timeout=first_step_timeout_from_text(d.bp.exp_max_time_text),
+            exit_record_error=record.reason if record is not None else "",
             **_server_fields(d),
         )
         for o in hooks:
