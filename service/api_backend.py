@@ -32,7 +32,9 @@ class Backend:
             if self._store is None:
                 client = redis.Redis.from_url(self._url(), socket_timeout=15, socket_connect_timeout=5,
                                               health_check_interval=10)
-                self._store = Store(client)
+                store = Store(client)
+                store.ensure_indexes()  # records from before the per-state/per-node indexes: once per cluster
+                self._store = store
             return self._store
 
     @property

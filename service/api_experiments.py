@@ -27,6 +27,8 @@ from service.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from statemachine.lifecycle import Outcome, State
 from store.store import decode, exp_key
 
+FINISHED = State.finished.value
+
 router = APIRouter(prefix="/v1", tags=["experiments"], responses=error_responses(*V1_ERRORS))
 NOT_FOUND = error_responses(404)
 MAX_LOG_CHUNK = 1_000_000
@@ -132,16 +134,17 @@ def list_experiments(
     if not (st or node or oc):
         return {"items": _summaries(be, store.ids(offset, limit)), "total": store.count(), "limit": limit,
                 "offset": offset}
-    ids = store.ids(0, 10_000_000)
-    keys = ("state", "node", "target_node", "outcome")
-    pipe = store.r.pipeline(transaction=False)
-    for i in ids:
-        pipe.hmget(exp_key(i), keys)
-    matching = []
-    for exp_id, values in zip(ids, pipe.execute(), strict=True):
-        rec = {k: (v.decode() if v is not None else "") for k, v in zip(keys, values, strict=True)}
-        if _matches(rec, st, node, oc):
-            matching.append(exp_id)
+    if bool(st) + bool(node) + bool(oc) == 1 and not oc:
+        # One state or one node: a page of its index (the transition script keeps them): O(page).
+        page, total = store.ids_in(state=st, node=node, offset=offset, limit=limit)
+        items = _summaries(be, page)
+        if len(items) < len(page):
+            store.prune(page)  # records that expired after the retention time leave the indexes
+        return {"items": items, "total": total, "limit": limit, "offset": offset}
+    # Combined filters (or an outcome): the candidates of the narrowest index, checked one field each.
+    candidates = store.index_ids(state=st or (FINISHED if oc else None), node=node if not st and not oc else None)
+    recs = store.fields_of(candidates, ("state", "node", "target_node", "outcome"))
+    matching = [r["id"] for r in recs if _matches(r, st, node, oc)]
     return {"items": _summaries(be, matching[offset:offset + limit]), "total": len(matching), "limit": limit,
             "offset": offset}
 
@@ -254,7 +257,7 @@ def log(
         except OSError:
             text = None
     if text is None:
-        lines = list(rec.get("log_tail") or [])
+        lines = be.store.log_tail(exp_id, max(1, tail))
         text = "\n".join(lines[-tail:])
         headers.update({"X-Log-Source": "redis", "X-Log-Offset": ""})
     elif not raw and text:

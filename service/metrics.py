@@ -11,6 +11,7 @@ cost stay bounded on a store with years of finished runs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -45,6 +46,7 @@ PURPOSE_MAX_CHARS = 60
 # (adoptions, high priority) sit newest-first before the FIFO part, so the oldest job is at the
 # boundary, which is near the head unless dozens of jobs were pushed to the front.
 QUEUE_HEAD_SCAN = 32
+BULK_DETAILS = 1000  # above this many experiments with gauges, their fields come from one SORT … GET
 # `purpose` is free text (CJK, backticks, up to 60 chars): it rides on one info series per experiment,
 # `ajet_runner_experiment_info`, and dashboards join it in (`* on (experiment) group_left (purpose)`),
 # so a long label value is stored once and not on every gauge.
@@ -133,10 +135,16 @@ def read_snapshot(store: Store, finished_ttl: float, now: float) -> Snapshot:
         if state != FINISHED or (_num(finished_at) or 0.0) >= now - finished_ttl:
             ids_with_gauges.append(_text(exp_id))
 
-    # 2: details of the experiments that get gauges, node hashes, queue lengths and heads.
+    # 2: details of the experiments that get gauges, node hashes, queue lengths and heads. Many of them:
+    #    one SORT … GET of every record's fields (Redis walks the hashes in C; packing and parsing
+    #    thousands of HMGETs in redis-py cost ~300 ms at 10,000), filtered here; a few: their HMGETs.
+    bulk = len(ids_with_gauges) > BULK_DETAILS
     pipe = r.pipeline(transaction=False)
-    for i in ids_with_gauges:
-        pipe.hmget(exp_key(i), *DETAIL_FIELDS)
+    if bulk:
+        pipe.sort(INDEX, by="nosort", get=["#", *(exp_key("*") + "->" + f for f in DETAIL_FIELDS)])
+    else:
+        for i in ids_with_gauges:
+            pipe.hmget(exp_key(i), *DETAIL_FIELDS)
     for n in node_names:
         pipe.hgetall(node_key(n))
     for key in queue_keys:
@@ -145,7 +153,18 @@ def read_snapshot(store: Store, finished_ttl: float, now: float) -> Snapshot:
     for o in extra_outcomes:
         pipe.hgetall(duration_bucket_key(o))
     res = pipe.execute()
-    for exp_id, values in zip(ids_with_gauges, res[: len(ids_with_gauges)], strict=True):
+    if bulk:
+        width = len(DETAIL_FIELDS) + 1
+        wanted = set(ids_with_gauges)
+        rows = res[0]
+        by_id = {_text(rows[k]): rows[k + 1: k + width] for k in range(0, len(rows), width)}
+        details = [(i, by_id[i]) for i in ids_with_gauges if i in by_id and i in wanted]
+        res = [None, *res[1:]]
+        first = 1
+    else:
+        details = list(zip(ids_with_gauges, res[: len(ids_with_gauges)], strict=True))
+        first = len(ids_with_gauges)
+    for exp_id, values in details:
         if values[0] is None:
             continue  # deleted between the two reads
         rec = {k: _text(v) for k, v in zip(DETAIL_FIELDS, values, strict=True)}
@@ -155,7 +174,7 @@ def read_snapshot(store: Store, finished_ttl: float, now: float) -> Snapshot:
         except json.JSONDecodeError:
             rec["latest_metrics"] = {}
         snap.experiments.append(rec)
-    pos = len(ids_with_gauges)
+    pos = first
     for n in node_names:
         snap.nodes[n] = _node_info(res[pos]) if res[pos] else None
         pos += 1
@@ -405,9 +424,73 @@ class WithoutCreated(Collector):
             yield family
 
 
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(doc: str) -> str:
+    return doc.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def experiment_text(snap: Snapshot) -> str:
+    """`experiment_families(snap)` in the text format, written directly: byte for byte what
+    generate_latest makes of them, ~5x faster at 10,000 live experiments (100,000 series), because
+    no Metric/Sample object is built per series and each experiment's labels are escaped once."""
+    out: list[str] = []
+    families = list(experiment_families(dataclasses.replace(snap, experiments=[])))  # headers and state counts
+    for family in families[:1]:  # the per-state counts: a handful of samples, the generic path
+        out.append(generate_latest(_One(family)).decode())
+    docs = {f.name: f.documentation for f in families[1:]}
+    lines: dict[str, list[str]] = {name: [] for name in docs}
+    go = floatToGoString
+    for rec in snap.experiments:
+        eid, node = f'experiment="{_escape_label(rec["id"])}"', f'node="{_escape_label(rec.get("node") or "")}"'
+        exp = f"{eid},{node}"  # labels go out sorted by name, as generate_latest writes them
+        purpose = _escape_label(purpose_label(rec.get("purpose") or ""))
+        lines["ajet_runner_experiment_info"].append(f'ajet_runner_experiment_info{{{exp},purpose="{purpose}"}} 1.0')
+        lines["ajet_runner_experiment_elapsed_seconds"].append(
+            f"ajet_runner_experiment_elapsed_seconds{{{exp}}} {go(_elapsed(rec, snap.now))}")
+        lines["ajet_runner_experiment_max_seconds"].append(
+            f"ajet_runner_experiment_max_seconds{{{exp}}} {go(_num(rec.get('max_seconds')) or 0.0)}")
+        lines["ajet_runner_experiment_state"].append(
+            f'ajet_runner_experiment_state{{{exp},state="{_escape_label(rec.get("state") or "")}"}} 1.0')
+        lines["ajet_runner_experiment_attempt"].append(
+            f"ajet_runner_experiment_attempt{{{exp}}} {go(_num(rec.get('attempt')) or 0.0)}")
+        metrics = rec.get("latest_metrics") or {}
+        if not isinstance(metrics, dict):
+            continue
+        if (value := _num(metrics.get("mean_reward"))) is not None:
+            lines["ajet_runner_experiment_mean_reward"].append(
+                f"ajet_runner_experiment_mean_reward{{{exp}}} {go(value)}")
+        if (value := _num(metrics.get("step"))) is not None:
+            lines["ajet_runner_experiment_val_step"].append(f"ajet_runner_experiment_val_step{{{exp}}} {go(value)}")
+        for key, raw in sorted(metrics.items()):
+            match = PASS_RATE_KEY.match(key)
+            if match and (value := _num(raw)) is not None:
+                lines["ajet_runner_experiment_task_pass_rate"].append(
+                    f'ajet_runner_experiment_task_pass_rate{{{eid},k="{match[1]}",{node}}} {go(value)}')
+    for name, doc in docs.items():
+        out.append(f"# HELP {name} {_escape_help(doc)}\n# TYPE {name} gauge\n")
+        if lines[name]:
+            out.append("\n".join(lines[name]) + "\n")
+    return "".join(out)
+
+
+class _One(Collector):
+    def __init__(self, *families: Metric) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+
 def metrics_response(store: Store) -> tuple[bytes, str]:
     """The /metrics body (Prometheus text format 0.0.4) and its content type."""
-    body = generate_latest(ClusterCollector(store))
+    collector = ClusterCollector(store)
+    snap = read_snapshot(store, collector.finished_ttl, collector.clock())
+    body = experiment_text(snap).encode()
+    body += generate_latest(_One(*counter_families(snap), *queue_families(snap), *node_families(snap),
+                                 absent_node_family(snap, collector.absent_after)))
     registry = _http_registry()
     if registry is not None:
         body += generate_latest(WithoutCreated(registry))

@@ -91,18 +91,19 @@ def submit(
         except (OSError, ValueError):
             needed, nodes, per_node = 1, 1, 1
     try:
+        live = live_nodes(store)  # read once for every check
         for name in [node, *named[1:]] if node and not wait_for_node else []:
-            _check_node_served(store, name)
+            _check_node_served(live, name)
         if named and len(named) < nodes:
             raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
                 f"names {len(named)} node(s) but the run needs {nodes} (ajet.trainer_common.nnodes)"))])
         if nodes > 1:
-            _check_gang_capacity(store, nodes, per_node, node, named)
+            _check_gang_capacity(live, nodes, per_node, node, named)
         else:
-            _check_capacity(store, needed, node)
+            _check_capacity(live, needed, node)
     except SubmissionRejected as exc:
         raise _refused(bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status) from None
-    _check_result_dir_free(store, bp.exp_result_dir)
+    dir_key = _check_result_dir_free(store, bp.exp_result_dir)
     previous = ""
     if check_disk:  # a stale finish.flag must be gone before anyone can wait for this run's
         try:
@@ -123,7 +124,8 @@ def submit(
         "tmux_session": session_name(bp.exp_purpose, exp_id),
         "problems": [p.model_dump(mode="json") for p in problems], "previous_run": previous,
     }
-    store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose})
+    store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose},
+                 result_dir_key=dir_key)
     enqueue_drive(conn, store, exp_id, queue_name, at_front=priority == "high",
                   max_seconds=bp.exp_max_time_seconds)
     rec = store.get(exp_id)
@@ -141,22 +143,24 @@ def _refused(bp: Any, exp_id: str, problems: Sequence[Problem], blueprint_path: 
     return SubmissionRejected(errors, status=status, report_dir=bp.exp_result_dir if written else "")
 
 
-def _check_result_dir_free(store: Store, result_dir: str) -> None:
+def _check_result_dir_free(store: Store, result_dir: str) -> str:
     """Two live experiments must never share a result dir: archiving it for the new one would move
-    the running one's files away. Refused without writing anything there (409)."""
+    the running one's files away. Refused without writing anything there (409). Looked up in the
+    result-dir index (one field), not by reading every unfinished record; returns the index key."""
     mine = os.path.realpath(result_dir)
-    for rec in store.unfinished():
-        other = str(rec.get("result_dir") or "")
-        if other and os.path.realpath(other) == mine:
-            raise SubmissionRejected([Problem(
-                level=Level.error, field="exp_result_dir",
-                message=f"{result_dir} is the result dir of experiment {rec.get('id', '?')}, which is still "
-                        f"{rec.get('state', 'unfinished')}: wait for it to finish or choose another dir",
-            )], status=409)
+    holder = store.result_dir_holder(mine)
+    if holder is not None:
+        other, state = holder
+        raise SubmissionRejected([Problem(
+            level=Level.error, field="exp_result_dir",
+            message=f"{result_dir} is the result dir of experiment {other}, which is still "
+                    f"{state}: wait for it to finish or choose another dir",
+        )], status=409)
+    return mine
 
 
-def _check_node_served(store: Store, node: str) -> None:
-    live = sorted(n["name"] for n in live_nodes(store))
+def _check_node_served(nodes: list[dict[str, Any]], node: str) -> None:
+    live = sorted(n["name"] for n in nodes)
     if node in live:
         return
     raise SubmissionRejected([Problem(
@@ -166,9 +170,8 @@ def _check_node_served(store: Store, node: str) -> None:
     )])
 
 
-def _check_capacity(store: Store, needed: int, node: str | None) -> None:
+def _check_capacity(nodes: list[dict[str, Any]], needed: int, node: str | None) -> None:
     """Refuse what no live node could ever run; what fits somewhere later simply waits queued."""
-    nodes = live_nodes(store)
     if node:
         nodes = [n for n in nodes if n["name"] == node]
     managed = [n for n in nodes if int(n.get("gpus", 0)) > 0]
@@ -183,12 +186,12 @@ def _check_capacity(store: Store, needed: int, node: str | None) -> None:
         )], status=409)
 
 
-def _check_gang_capacity(store: Store, nodes: int, per_node: int, head: str | None,
+def _check_gang_capacity(live_now: list[dict[str, Any]], nodes: int, per_node: int, head: str | None,
                          named: Sequence[str] = ()) -> None:
     """A multi-node run needs `nodes` distinct live nodes with `per_node` GPUs each (the head, if named,
     among them; only the `named` ones, if any). Refused only when the live nodes could never hold it;
     busy ones just make it wait."""
-    live = [n for n in live_nodes(store) if not named or n["name"] in named]
+    live = [n for n in live_now if not named or n["name"] in named]
     if not live:
         return  # none alive yet: nothing to judge
     # A node that manages no GPUs (gpus 0) runs a rank without a GPU reservation: it counts as fitting.

@@ -831,6 +831,8 @@ def _check_venv_exe(exe: str, problems: _Problems) -> None:
 def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
     import yaml
 
+    from statemachine.yamlload import load_yaml_file
+
     fld = "exp_yaml_path"
     path = bp.yaml_abspath()
     codebase = os.path.normpath(bp.exp_codebase_dir) if os.path.isabs(bp.exp_codebase_dir) else ""
@@ -847,8 +849,7 @@ def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
         problems.error(fld, f"the YAML {path} is not a file")
         return
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+        data = load_yaml_file(path)
     except OSError as exc:
         problems.error(fld, f"cannot read the YAML {path}: {exc.strerror}")
         return

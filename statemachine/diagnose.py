@@ -10,10 +10,12 @@ import codecs
 import re
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from pydantic import Field
 
+from statemachine.first_step import shows_training_step
 from statemachine.logmetrics import METRIC_MARKERS, LogMetrics
 from statemachine.logtext import clean_line, clean_lines
 from statemachine.models import Diagnosis, Finding
@@ -33,6 +35,7 @@ __all__ = [
 
 MAX_LINE_CHARS = 64 * 1024  # longer lines are cut: no real log line needs more to be recognised
 DEFAULT_TAIL = 200
+CHECKPOINT_VERSION = 1
 _BATCH_LINES = 1024  # diagnose_lines scans this many lines per block
 _TRACEBACK_FOREIGN_LIMIT = 20  # interleaved lines tolerated before a traceback's exception line
 
@@ -111,6 +114,7 @@ class LogScanner:
         self._completed_line: int | None = None
         self._last_fatal_match = 0  # line of the latest fatal match, deduped or not
         self._traceback: _OpenTraceback | None = None
+        self._last_step_line = 0  # latest line showing a training step (kl_loss, progress bar, global_step)
 
     # ---- input -------------------------------------------------------------------------
 
@@ -157,6 +161,18 @@ class LogScanner:
         return self._line_no
 
     @property
+    def last_step_line(self) -> int:
+        """The latest line that showed a training step (0: none yet): training going on after a
+        fatal-looking line means that line did not kill the run."""
+        return self._last_step_line
+
+    @property
+    def progress_after_cause(self) -> bool:
+        """Training steps were logged after the live cause's line."""
+        cause = self.live_cause
+        return cause is not None and self._last_step_line > cause.line
+
+    @property
     def counts(self) -> dict[str, int]:
         """How many lines matched each signature (findings keep only the first)."""
         return dict(self._counts)
@@ -194,6 +210,59 @@ class LogScanner:
             line_count=self._line_no,
             completed_line=self._completed_line,
         )
+
+    # ---- checkpoint ----------------------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Everything needed to go on scanning from here (JSON-able): an adopting worker resumes
+        from it instead of re-reading a multi-GB log. The console metrics are saved with it."""
+        pending, flag = self._decoder.getstate()
+        return {
+            "v": CHECKPOINT_VERSION,
+            "decoder": [pending.hex(), flag],
+            "partial": "".join(self._parts), "discarding": self._discarding,
+            "line_no": self._line_no, "tail": list(self._tail), "tail_len": self._tail.maxlen,
+            "findings": [f.model_dump(mode="json") for f in self._findings],
+            "counts": dict(self._counts), "completed_line": self._completed_line,
+            "last_fatal_match": self._last_fatal_match, "last_step_line": self._last_step_line,
+            "traceback": asdict(self._traceback) if self._traceback is not None else None,
+            "metrics": self.metrics.checkpoint() if self.metrics is not None else None,
+        }
+
+    @classmethod
+    def resume(cls, state: dict[str, Any]) -> LogScanner:
+        """A scanner in the state `checkpoint()` saved; ValueError for a state it cannot use."""
+        if not isinstance(state, dict) or state.get("v") != CHECKPOINT_VERSION:
+            raise ValueError("not a LogScanner checkpoint of this version")
+        try:
+            metrics = LogMetrics.resume(state["metrics"]) if state.get("metrics") is not None else None
+            scanner = cls(tail_lines=int(state["tail_len"] or DEFAULT_TAIL), metrics=metrics)
+            pending, flag = state["decoder"]
+            scanner._decoder.setstate((bytes.fromhex(pending), int(flag)))
+            partial = str(state["partial"])
+            scanner._parts, scanner._parts_len = ([partial], len(partial)) if partial else ([], 0)
+            scanner._discarding = bool(state["discarding"])
+            scanner._line_no = int(state["line_no"])
+            scanner._tail.extend(str(t) for t in state["tail"])
+            scanner._findings = [Finding.model_validate(f) for f in state["findings"]]
+            scanner._counts = {str(k): int(v) for k, v in state["counts"].items()}
+            scanner._completed_line = state["completed_line"]
+            scanner._last_fatal_match = int(state["last_fatal_match"])
+            scanner._last_step_line = int(state["last_step_line"])
+            tb = state.get("traceback")
+            scanner._traceback = _OpenTraceback(**tb) if tb else None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"unusable LogScanner checkpoint: {exc}") from exc
+        return scanner
+
+    def skip_gap(self) -> None:
+        """The bytes from here to a later offset will not be read (a backlog too big to scan before
+        acting): drop the partial line and any open traceback, so nothing spans the gap."""
+        self._decoder.reset()
+        self._parts, self._parts_len, self._discarding = [], 0, False
+        self._traceback = None
+        if self.metrics is not None:
+            self.metrics.drop_pending()
 
     # ---- line splitting ----------------------------------------------------------------
 
@@ -236,6 +305,7 @@ class LogScanner:
         among = candidates(block)  # usually empty: no per-line matching at all
         if self.metrics is not None and (self.metrics.pending or any(m in block for m in METRIC_MARKERS)):
             self.metrics.feed_lines(texts)
+        steps = shows_training_step(block)  # one search per block; per line only when it matched
         for text in texts:
             self._line_no += 1
             number = self._line_no
@@ -248,6 +318,8 @@ class LogScanner:
                     self._record(sig, number, text, out)
             if self._completed_line is None and _is_completion(text):
                 self._completed_line = number
+            if steps and shows_training_step(text):
+                self._last_step_line = number
 
     def _record(self, sig: Signature, number: int, text: str, out: list[Finding]) -> None:
         if sig.fatal:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from statemachine.logtext import clean_lines
 from statemachine.models import Evaluation
@@ -251,6 +252,28 @@ class LogMetrics:
         self._max_step = max(self._max_step, step)
         self.records += 1
         return step
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The streaming state as JSON-able data (steps become string keys)."""
+        return {"last_progress_step": self.last_progress_step, "total_steps": self.total_steps,
+                "by_step": [[k, v] for k, v in self.by_step.items()], "records": self.records,
+                "skipped": self.skipped, "pending": self._pending, "max_step": self._max_step,
+                "pending_which": self._pending_which, "pending_chars": self._pending_chars}
+
+    @classmethod
+    def resume(cls, state: dict[str, Any]) -> LogMetrics:
+        """The LogMetrics `checkpoint()` described."""
+        return cls(last_progress_step=state["last_progress_step"], total_steps=state["total_steps"],
+                   by_step={int(k): {str(n): float(x) for n, x in v.items()} for k, v in state["by_step"]},
+                   records=int(state["records"]), skipped=int(state["skipped"]), _pending=state["pending"],
+                   _max_step=int(state["max_step"]), _pending_which=str(state["pending_which"]),
+                   _pending_chars=int(state["pending_chars"]))
+
+    def drop_pending(self) -> None:
+        """Forget a record cut by a gap in the input."""
+        if self._pending is not None:
+            self._pending = None
+            self.skipped += 1
 
     def summary(self, earlier: Iterable[Evaluation] = ()) -> ResultSummary:
         """The evaluations so far; `earlier` (previous attempts' logs) are overridden by this log."""

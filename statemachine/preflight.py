@@ -29,6 +29,7 @@ from statemachine.models import Blueprint, ConfigChange, Level, Problem
 from statemachine.repairs import MISSING, get_dotted
 from statemachine.shell_ast import unquote
 from statemachine.swarm import swarm_problems, swarm_spec
+from statemachine.yamlload import load_yaml_file
 
 __all__ = [
     "EnvDecision",
@@ -118,7 +119,7 @@ def read_yaml_data(path: Path | str) -> dict[str, Any]:
 
     A YAML syntax error propagates as `yaml.YAMLError`.
     """
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    data = load_yaml_file(path)
     return data if isinstance(data, dict) else {}
 
 

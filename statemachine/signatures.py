@@ -31,6 +31,7 @@ class SignatureSpec(BaseModel):
     explanation: str
     repairable: bool
     repair: list[RepairAction] = Field(default_factory=list)
+    settle_seconds: float | None = Field(default=None, ge=0, le=600)
 
     @model_validator(mode="after")
     def _plan_matches_repairable(self) -> SignatureSpec:
@@ -50,6 +51,7 @@ class Signature:
     explanation: str
     repairable: bool
     repair: tuple[RepairAction, ...]
+    settle_seconds: float | None = None  # a live process may linger this long after the line (None: default)
 
     def matches(self, line: str) -> bool:
         """True when any pattern is found in the (cleaned) line."""
@@ -90,6 +92,7 @@ def _compile(specs: list[SignatureSpec], path: Path, taken: set[str] | None = No
                 explanation=" ".join(spec.explanation.split()),
                 repairable=spec.repairable,
                 repair=tuple(spec.repair),
+                settle_seconds=spec.settle_seconds,
             )
         )
     return result

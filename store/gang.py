@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from store.keys import gang_key, gpu_key, node_ranks_key
+from store.keys import GANGS, gang_key, gpu_key, node_ranks_key
 from store.scripts import lua
 
 RELEASED_TTL = 7 * 86400
@@ -82,7 +82,15 @@ class GangStore:
         got = self._reserve(keys=[gang_key(exp_id), *[gpu_key(name) for name, _ in members]], args=args)
         if not got:
             return None
+        self.r.sadd(GANGS, exp_id)  # listed for member nodes' re-adoption (again on an idempotent retry)
         return self.get(exp_id)
+
+    def ids(self) -> list[str]:
+        """Every listed gang (a multi-node run between its reservation and its release)."""
+        return sorted(i.decode() if isinstance(i, bytes) else str(i) for i in self.r.smembers(GANGS))
+
+    def forget(self, exp_id: str) -> None:
+        self.r.srem(GANGS, exp_id)
 
     def get(self, exp_id: str) -> Gang | None:
         raw = self.r.hgetall(gang_key(exp_id))
@@ -95,6 +103,7 @@ class GangStore:
             return {}
         freed = self._release(keys=[gang_key(exp_id), *[gpu_key(n) for n in gang.nodes]],
                               args=[exp_id, RELEASED_TTL])
+        self.forget(exp_id)
         return {n: [int(g) for g in json.loads(_text(f))] for n, f in zip(gang.nodes, freed, strict=True)}
 
     def set_launch(self, exp_id: str, launch: dict[str, Any]) -> bool:

@@ -12,6 +12,7 @@ GLOBAL_STREAM = f"{PREFIX}:events"  # every event of every experiment
 INDEX = f"{PREFIX}:experiments"  # zset id -> created_at
 NODES = f"{PREFIX}:nodes"  # set of node names
 UNFINISHED = f"{PREFIX}:unfinished"  # set of ids not yet finished, kept by the transition script
+RESULT_DIRS = f"{PREFIX}:result_dirs"  # hash: real path of a result dir -> the last experiment submitted to it
 
 # Counters behind /metrics, kept by the transition script (hashes: label -> count).
 STATS_NAMES = ("transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures")
@@ -25,6 +26,32 @@ def exp_key(exp_id: str) -> str:
 def stream_key(exp_id: str) -> str:
     """The experiment's own event stream."""
     return f"{PREFIX}:exp:{exp_id}:events"
+
+
+def state_index_key(state: str) -> str:
+    """Experiments in one lifecycle state (zset id -> created_at), kept by the transition script."""
+    return f"{PREFIX}:state:{state}"
+
+
+def node_active_key(node: str) -> str:
+    """A node's launched, unfinished experiments (a set, kept by the transition script): what its
+    supervisor scans, without reading the rest of the cluster."""
+    return f"{PREFIX}:node:{node}:active"
+
+
+def node_index_key(node: str) -> str:
+    """Every experiment on (or submitted to) a node (zset id -> created_at): `?node=` lists."""
+    return f"{PREFIX}:node:{node}:experiments"
+
+
+def log_tail_key(exp_id: str) -> str:
+    """The experiment's last log lines (a capped list, appended by its watcher)."""
+    return f"{PREFIX}:exp:{exp_id}:tail"
+
+
+def cancel_channel(exp_id: str) -> str:
+    """Pub/sub channel on which a stop request is announced to the experiment's watcher."""
+    return f"{PREFIX}:exp:{exp_id}:cancel"
 
 
 def published_key(exp_id: str) -> str:
@@ -45,6 +72,9 @@ def drain_key(node: str) -> str:
 def gpu_key(node: str) -> str:
     """GPU index -> experiment id holding it, on one node (a hash)."""
     return f"{PREFIX}:node:{node}:gpus"
+
+
+GANGS = f"{PREFIX}:gangs"  # ids of multi-node runs that hold a gang (store/gang.py keeps it)
 
 
 def gang_key(exp_id: str) -> str:

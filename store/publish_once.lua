@@ -16,6 +16,8 @@
 local last = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
 if last >= tonumber(ARGV[2]) then return '' end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+local ttl = redis.call('TTL', KEYS[1])
+if ttl > 0 then redis.call('EXPIRE', KEYS[3], ttl) end  -- a finished record's: expire together
 local entry = {'id', ARGV[5], 'type', ARGV[6], 'data', ARGV[7]}
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(entry))
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(entry))

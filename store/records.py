@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from statemachine.failure import RepairResult
 
@@ -50,6 +50,16 @@ class Attempt(Loose):
     command: str = ""
     log_path: str = ""
     end_reason: str = ""
+    # The console evaluations the watcher read from this attempt's log, kept when it ended so that
+    # collecting and relaunching never parse a multi-GB log again (None: an older record).
+    console_evaluations: list[dict[str, Any]] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_evaluations(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("console_evaluations") is None:
+            data.pop("console_evaluations", None)  # an older record keeps its shape
+        return data
 
 
 class RepairRecord(Loose):

@@ -35,7 +35,10 @@ class Settings(BaseSettings):
     first_step_seconds: float = Field(default=1200.0, description="no training step within this long = "
                                       "first_step_timeout (a blueprint's [exp_max_time] text may set its own)")
     swarm_boot_timeout_seconds: float = Field(default=900.0, description="a swarm server must listen within this")
-    diagnosis_settle_seconds: float = 60.0
+    diagnosis_settle_seconds: float = 8.0  # per signature: catalogue.yaml settle_seconds
+    finished_retention_days: float = Field(default=30.0, ge=0, description="a finished record (hash, events, "
+                                           "log tail) expires from Redis this long after it finished; 0 = never "
+                                           "(the result dir keeps the report for ever)")
     capacity_wait_seconds: float = 5.0
     # Multi-node runs (nnodes > 1)
     node_address: str = Field(default="", description="MASTER_ADDR when this node is a gang's head (worker "

@@ -16,19 +16,26 @@ from typing import Any
 
 import redis
 
+from statemachine.lifecycle import State
 from store.keys import (
     GLOBAL_STREAM,
     INDEX,
     NODES,
     PREFIX,
+    RESULT_DIRS,
     STATS_NAMES,
     UNFINISHED,
+    cancel_channel,
     drain_key,
     duration_bucket_key,
     exp_key,
     gpu_key,
+    log_tail_key,
+    node_active_key,
+    node_index_key,
     node_key,
     published_key,
+    state_index_key,
     stats_key,
     stream_key,
     swarm_port_key,
@@ -41,8 +48,12 @@ __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "Store", "
            "drain_key", "exp_key", "gpu_key", "new_id", "node_key", "stream_key", "swarm_port_key"]
 
 STREAM_MAXLEN = 10_000
+LOG_TAIL_CAP = 200  # lines of log kept in Redis, so the API can show a log without the node's disk
 NODE_RECORD_TTL = 3600
 GLOBAL_STREAM_MAXLEN = 100_000
+STATE_NAMES = tuple(s.value for s in State)  # the order of the per-state index keys given to the script
+ACTIVE_STATE_NAMES = frozenset(STATE_NAMES) - {State.queued.value, State.finished.value}
+INDEX_VERSION = 1  # bump when the indexes the transition script keeps change: they are rebuilt once
 DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, float("inf"))
 
 # JSON-encoded hash fields (everything else is a plain string).
@@ -107,13 +118,22 @@ def decode(raw: Mapping[bytes | str, bytes | str]) -> dict[str, Any]:
 class Store:
     """The experiment records, their events, node heartbeats and GPU slots."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    retention_seconds: int = 0  # a finished record expires after this (0: never); set from the settings
+
+    def __init__(self, client: redis.Redis, retention_seconds: float | None = None) -> None:
         self.r = client
+        if retention_seconds is None:
+            from store.settings import get_settings
+
+            retention_seconds = get_settings().finished_retention_days * 86400
+        self.retention_seconds = int(retention_seconds)  # a finished record expires after this (0: never)
         self._transition = client.register_script(lua("transition"))
         self._reserve = client.register_script(lua("reserve_gpus"))
         self._release_if_owner = client.register_script(lua("hdel_if_owner"))
         self._renew = client.register_script(lua("renew_lease"))
         self._set_if_exists = client.register_script(lua("hset_if_exists"))
+        self._poll_run = client.register_script(lua("poll_run"))
+        self._append_tail = client.register_script(lua("append_tail"))
         self._publish_once = client.register_script(lua("publish_once"))
 
     @classmethod
@@ -121,14 +141,32 @@ class Store:
         return cls(redis.Redis.from_url(url, health_check_interval=10))
 
     # -- experiments ---------------------------------------------------------------------
-    def create(self, exp_id: str, fields: Mapping[str, Any], event: Mapping[str, Any]) -> None:
+    def create(self, exp_id: str, fields: Mapping[str, Any], event: Mapping[str, Any], *,
+               result_dir_key: str = "") -> None:
+        """A new record (version 0), indexed; `result_dir_key` (a real path) records that this experiment
+        holds that result dir (see `result_dir_holder`). The `submitted` transition follows."""
         now = time.time()
         record = {"id": exp_id, "version": 0, "created_at": now, **fields}
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(record))] * 2, strict=True)))
         pipe.zadd(INDEX, {exp_id: now})
+        if result_dir_key:
+            pipe.hset(RESULT_DIRS, result_dir_key, exp_id)
         pipe.execute()
-        self.transition(exp_id, expected_version=0, fields={}, event={"type": "submitted", **event})
+        self.transition(exp_id, expected_version=0, fields={}, event={"type": "submitted", **event},
+                        node=str(fields.get("target_node") or ""))
+
+    def result_dir_holder(self, result_dir_key: str) -> tuple[str, str] | None:
+        """(id, state) of the unfinished experiment last submitted to this result dir (a real path), if
+        any: two round trips of one field each, however many experiments are unfinished."""
+        holder = self.r.hget(RESULT_DIRS, result_dir_key)
+        if holder is None:
+            return None
+        exp_id = holder.decode()
+        state = self.r.hget(exp_key(exp_id), "state")
+        if state is None or state == b"finished":
+            return None
+        return exp_id, state.decode()
 
     def get(self, exp_id: str) -> dict[str, Any] | None:
         raw = self.r.hgetall(exp_key(exp_id))
@@ -170,8 +208,12 @@ class Store:
         event: Mapping[str, Any],
         owner: str = "",
         stats: TransitionStats | Mapping[str, Any] | None = None,
+        node: str = "",
     ) -> int:
-        """Compare-and-set `fields` and publish `event` atomically; returns the new version."""
+        """Compare-and-set `fields` and publish `event` atomically; returns the new version.
+
+        The script also keeps the indexes: per state, and (given the `node` the caller acts for) the
+        node's active set and experiment index; a finished record starts to expire."""
         counted = TransitionStats.of(stats)
         packed = counted.packed(["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS])
         payload = {"at": time.time(), **event}
@@ -179,7 +221,9 @@ class Store:
             keys=[exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED,
                   stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
                   duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
-                  stats_key("result_write_failures")],
+                  stats_key("result_write_failures"), *(state_index_key(n) for n in STATE_NAMES),
+                  node_active_key(node or "-"), node_index_key(node or "-"), log_tail_key(exp_id),
+                  published_key(exp_id)],
             args=[
                 "" if expected_version is None else str(expected_version),
                 owner,
@@ -187,6 +231,9 @@ class Store:
                 json.dumps(packed),
                 STREAM_MAXLEN,
                 GLOBAL_STREAM_MAXLEN,
+                ",".join(STATE_NAMES),
+                node,
+                self.retention_seconds,
                 *_encode(fields),
             ],
         )
@@ -231,16 +278,145 @@ class Store:
                 out.append(event)
         return out
 
+    def append_log_tail(self, exp_id: str, lines: list[str], log_bytes: int | None = None, *,
+                        replace: bool = False, cap: int = LOG_TAIL_CAP) -> int:
+        """Add the watcher's new log lines to the capped tail (one round trip); -1 once the record is gone."""
+        return int(self._append_tail(keys=[log_tail_key(exp_id), exp_key(exp_id)],
+                                     args=[cap, "" if log_bytes is None else str(log_bytes),
+                                           "1" if replace else "0", *lines[-cap:]]))
+
+    def log_tail(self, exp_id: str, lines: int = LOG_TAIL_CAP) -> list[str]:
+        """The last `lines` lines the watcher sent (an older record's JSON `log_tail` field as fallback)."""
+        got = [x.decode("utf-8", errors="replace") for x in self.r.lrange(log_tail_key(exp_id), -max(1, lines), -1)]
+        if got:
+            return got
+        old = decode({"log_tail": self.r.hget(exp_key(exp_id), "log_tail") or b""}).get("log_tail") or []
+        return [str(x) for x in old][-lines:]
+
     def delete(self, exp_id: str) -> None:
+        nodes = {n.decode() for n in self.r.hmget(exp_key(exp_id), "node", "target_node") if n}
         pipe = self.r.pipeline(transaction=True)
-        pipe.delete(exp_key(exp_id), stream_key(exp_id), published_key(exp_id))
-        pipe.zrem(INDEX, exp_id)
-        pipe.srem(UNFINISHED, exp_id)
+        pipe.delete(exp_key(exp_id), stream_key(exp_id), published_key(exp_id), log_tail_key(exp_id))
+        self._unindex(pipe, [exp_id], nodes)
         pipe.execute()
+
+    def _unindex(self, pipe: Any, ids: list[str], nodes: Iterable[str] = ()) -> None:
+        pipe.zrem(INDEX, *ids)
+        pipe.srem(UNFINISHED, *ids)
+        for name in STATE_NAMES:
+            pipe.zrem(state_index_key(name), *ids)
+        for node in nodes:
+            pipe.zrem(node_index_key(node), *ids)
+            pipe.srem(node_active_key(node), *ids)
+
+    # -- indexes: what a filtered list or a node's scan reads instead of every record ----------
+    def ids_in(self, state: str | None = None, node: str | None = None, offset: int = 0, limit: int = 100
+               ) -> tuple[list[str], int]:
+        """Newest first, one page of the experiments in `state` (or on `node`), and how many there are."""
+        key = state_index_key(state) if state else node_index_key(node or "")
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zrevrange(key, offset, offset + limit - 1)
+        pipe.zcard(key)
+        page, total = pipe.execute()
+        return [i.decode() for i in page], int(total)
+
+    def index_ids(self, state: str | None = None, node: str | None = None) -> list[str]:
+        """Every id of one index (newest first): the candidates a combined filter checks."""
+        key = state_index_key(state) if state else node_index_key(node or "") if node else INDEX
+        return [i.decode() for i in self.r.zrevrange(key, 0, -1)]
+
+    def fields_of(self, ids: list[str], names: Iterable[str]) -> list[dict[str, str]]:
+        """Only `names` of each record (one pipeline); records that are gone are left out."""
+        names = list(names)
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hmget(exp_key(i), names)
+        out = []
+        for exp_id, values in zip(ids, pipe.execute(), strict=True):
+            if all(v is None for v in values):
+                continue
+            rec = {k: (v.decode() if v is not None else "") for k, v in zip(names, values, strict=True)}
+            rec["id"] = exp_id
+            out.append(rec)
+        return out
+
+    def node_active(self, node: str, names: Iterable[str]) -> list[dict[str, str]]:
+        """The node's launched, unfinished experiments with only the fields asked for: the scan reads
+        its own node's index, never the cluster's. Entries that moved on (finished, adopted by another
+        node, expired) are dropped from the index as they are met."""
+        names = list(dict.fromkeys(["state", "node", *names]))
+        recs = self._sort_fields(node_active_key(node), names)
+        live = [r for r in recs if r["node"] == node and r["state"] in ACTIVE_STATE_NAMES]
+        stale = {r["id"] for r in recs} - {r["id"] for r in live}
+        if stale:
+            self.r.srem(node_active_key(node), *stale)
+        return sorted(live, key=lambda r: r["id"])
+
+    def _sort_fields(self, key: str, names: list[str]) -> list[dict[str, str]]:
+        """`names` of every record whose id is in the set or zset `key`, in one command (SORT … GET:
+        Redis reads the hashes itself), whatever the number of records."""
+        flat = self.r.sort(key, by="nosort", get=["#", *(exp_key("*") + "->" + n for n in names)])
+        width = len(names) + 1
+        out = []
+        for k in range(0, len(flat), width):
+            exp_id, values = flat[k].decode(), flat[k + 1:k + width]
+            rec = {n: (v.decode() if v is not None else "") for n, v in zip(names, values, strict=True)}
+            rec["id"] = exp_id
+            out.append(rec)
+        return out
+
+    def queued(self, names: Iterable[str]) -> list[dict[str, str]]:
+        """Queued experiments (the whole queue, not every record) with only the fields asked for."""
+        names = list(dict.fromkeys(["state", *names]))
+        recs = self._sort_fields(state_index_key(State.queued.value), names)
+        return [r for r in recs if r["state"] == State.queued.value]
+
+    def prune(self, ids: Iterable[str]) -> int:
+        """Drop ids whose record is gone (expired after the retention time, deleted) from the indexes."""
+        ids = list(ids)
+        if not ids:
+            return 0
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.exists(exp_key(i))
+        gone = [i for i, alive in zip(ids, pipe.execute(), strict=True) if not alive]
+        if gone:
+            pipe = self.r.pipeline(transaction=False)
+            self._unindex(pipe, gone)
+            pipe.execute()
+        return len(gone)
+
+    def ensure_indexes(self) -> bool:
+        """Build the per-state and per-node indexes once for records written before they existed
+        (idempotent; a marker key says it was done). True when it built them now."""
+        marker = f"{PREFIX}:index_version"
+        if int(self.r.get(marker) or 0) >= INDEX_VERSION:
+            return False
+        fields = ("state", "created_at", "node", "target_node")
+        flat = self.r.sort(INDEX, by="nosort", get=["#", *(exp_key("*") + "->" + f for f in fields)])
+        pipe = self.r.pipeline(transaction=False)
+        for k in range(0, len(flat), len(fields) + 1):
+            exp_id, state, created, node, target = (x.decode() if x is not None else "" for x in flat[k:k + 5])
+            if not state:
+                continue
+            score = float(created or 0)
+            pipe.zadd(state_index_key(state), {exp_id: score})
+            if node or target:
+                pipe.zadd(node_index_key(node or target), {exp_id: score})
+            if node and state in ACTIVE_STATE_NAMES:
+                pipe.sadd(node_active_key(node), exp_id)
+        pipe.set(marker, INDEX_VERSION)
+        pipe.execute()
+        return True
 
     # -- ownership -----------------------------------------------------------------------
     def renew_lease(self, exp_id: str, owner: str, seconds: float) -> bool:
         return bool(self._renew(keys=[exp_key(exp_id)], args=[owner, seconds]))
+
+    def poll_run(self, exp_id: str, owner: str, renew_seconds: float = 0.0) -> tuple[bool, bool]:
+        """(still ours, stop requested), renewing the lease when `renew_seconds` > 0: one round trip."""
+        owned, cancel = self._poll_run(keys=[exp_key(exp_id)], args=[owner, renew_seconds or 0])
+        return bool(owned), bool(cancel)
 
     def request_cancel(self, exp_id: str) -> bool:
         """Set the cancel flag; False (and nothing written) when the record does not exist."""
@@ -249,9 +425,17 @@ class Store:
     def request_stop(self, exp_id: str, *, delete: bool = False) -> bool:
         """Ask the experiment's driver to stop it (and with `delete`, to drop the record once finished):
         the owner carries it out in whatever state it is. Atomic, on an existing record only (never
-        resurrects a deleted one); False when there is none."""
+        resurrects a deleted one); False when there is none. The driver is told at once (pub/sub);
+        its periodic look is the fallback."""
         flags = ["cancel_requested", "1", *(["delete_requested", "1"] if delete else [])]
-        return bool(self._set_if_exists(keys=[exp_key(exp_id)], args=flags))
+        done = bool(self._set_if_exists(keys=[exp_key(exp_id)], args=flags))
+        if done:
+            self.announce_cancel(exp_id)
+        return done
+
+    def announce_cancel(self, exp_id: str) -> None:
+        """Tell the experiment's watcher now (pub/sub) that the cancel flag is set."""
+        self.r.publish(cancel_channel(exp_id), "1")
 
     def cancel_requested(self, exp_id: str) -> bool:
         return self.flag_set(exp_id, "cancel_requested")

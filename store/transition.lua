@@ -12,13 +12,27 @@
 -- KEYS[9]  counters: repairs               (keys.stats_key("repairs"))
 -- KEYS[10] counters: advised               (keys.stats_key("advised"))
 -- KEYS[11] counters: result write failures (keys.stats_key("result_write_failures"))
+-- KEYS[12] per-state index, zset id -> created_at: the 1st state ARGV[7] names (keys.state_index_key)
+-- KEYS[13] per-state index, zset id -> created_at: the 2nd state ARGV[7] names (keys.state_index_key)
+-- KEYS[14] per-state index, zset id -> created_at: the 3rd state ARGV[7] names (keys.state_index_key)
+-- KEYS[15] per-state index, zset id -> created_at: the 4th state ARGV[7] names (keys.state_index_key)
+-- KEYS[16] per-state index, zset id -> created_at: the 5th state ARGV[7] names (keys.state_index_key)
+-- KEYS[17] per-state index, zset id -> created_at: the 6th state ARGV[7] names (keys.state_index_key)
+-- KEYS[18] per-state index, zset id -> created_at: the 7th state ARGV[7] names (keys.state_index_key)
+-- KEYS[19] the node's set of active (launched, unfinished) ids (keys.node_active_key(ARGV[8]))
+-- KEYS[20] the node's index of every experiment on or for it, zset id -> created_at (keys.node_index_key)
+-- KEYS[21] the experiment's log tail list (keys.log_tail_key): expires with the record
+-- KEYS[22] the experiment's last event number per writer (keys.published_key): expires with the record
 -- ARGV[1]  expected version ("" = any)
 -- ARGV[2]  owner that must hold the record ("" = none required)
 -- ARGV[3]  event JSON
 -- ARGV[4]  stats JSON {"transition", "outcome", "duration", "buckets", "repair", "advised", "write_failure"}
 -- ARGV[5]  MAXLEN of the experiment stream (approximate)
 -- ARGV[6]  MAXLEN of the global stream (approximate)
--- ARGV[7..] field, value, field, value, ... to set on the hash
+-- ARGV[7]  the state names of KEYS[12] to KEYS[18], in that order, comma-separated
+-- ARGV[8]  the node KEYS[19] and KEYS[20] belong to ("" = none: node indexes untouched)
+-- ARGV[9]  seconds a finished record is kept (its hash, stream and tail expire; 0 = for ever)
+-- ARGV[10..] field, value, field, value, ... to set on the hash
 -- Returns {1, new version} or {0, "missing" | "version" | "owner"}.
 local cur = redis.call('HGET', KEYS[1], 'version')
 if not cur then return {0, 'missing'} end
@@ -32,7 +46,7 @@ if ARGV[2] ~= '' then
   end
 end
 local fields = {}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
 if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local event = cjson.decode(ARGV[3])
@@ -41,10 +55,38 @@ local payload = {'id', id, 'type', event['type'] or 'transition',
                  'version', tostring(version), 'data', ARGV[3]}
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', unpack(payload))
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*', unpack(payload))
-if redis.call('HGET', KEYS[1], 'state') == 'finished' then
+local state = redis.call('HGET', KEYS[1], 'state') or ''
+local created = tonumber(redis.call('HGET', KEYS[1], 'created_at') or '0') or 0
+if state == 'finished' then
   redis.call('SREM', KEYS[4], id)
 else
   redis.call('SADD', KEYS[4], id)
+end
+local state_keys = {KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]}
+local k = 1
+for name in string.gmatch(ARGV[7], '[^,]+') do
+  local index = state_keys[k]
+  if name == state then redis.call('ZADD', index, created, id) else redis.call('ZREM', index, id) end
+  k = k + 1
+end
+if ARGV[8] ~= '' then
+  local node = redis.call('HGET', KEYS[1], 'node') or ''
+  local target = redis.call('HGET', KEYS[1], 'target_node') or ''
+  if node == ARGV[8] or (node == '' and target == ARGV[8]) then
+    redis.call('ZADD', KEYS[20], created, id)
+  end
+  if node == ARGV[8] and state ~= 'finished' and state ~= 'queued' then
+    redis.call('SADD', KEYS[19], id)
+  else
+    redis.call('SREM', KEYS[19], id)
+  end
+end
+local keep = tonumber(ARGV[9]) or 0
+if state == 'finished' and keep > 0 then
+  redis.call('EXPIRE', KEYS[1], keep)
+  redis.call('EXPIRE', KEYS[2], keep)
+  redis.call('EXPIRE', KEYS[21], keep)
+  redis.call('EXPIRE', KEYS[22], keep)
 end
 local stats = cjson.decode(ARGV[4])
 if stats['transition'] then redis.call('HINCRBY', KEYS[5], stats['transition'], 1) end

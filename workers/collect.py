@@ -16,7 +16,7 @@ from workers.context import Context
 from workers.report import ReportData
 from workers.swarm_results import swarm_results_source
 from workers.tmux import session_name
-from workers.watch import AttemptWatch, log_evaluations, own_offset, parse_own_results
+from workers.watch import AttemptWatch, attempt_evaluations, own_offset, parse_own_results
 
 
 def link_repair_outcomes(ctx: Context, outcome: str) -> None:
@@ -61,8 +61,7 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
             file_summary = parse_val_files(files)
             sources.append("results files found in the result dir: "
                            + ", ".join(f"`{f}`" for f in files))
-    logs = [a.log_path for a in ctx.attempts if a.log_path]
-    console = log_evaluations(logs)
+    console = attempt_evaluations(ctx.attempts)  # kept by the watcher: no log is parsed again here
     log_summary = summarize(console) if console else None
     summary = merge_file_and_log(file_summary, log_summary)
     if console:

@@ -59,7 +59,7 @@ class ExperimentDriver:
         self.lc = Lifecycle.from_dict(rec.lifecycle or {"id": exp_id})
         self.lc.budget = RepairBudget(settings.repair_budget, settings.repair_budget_per_signature)
         self.ctx = rec.ctx
-        self.journal = Journal(store, exp_id, owner, rec.version)
+        self.journal = Journal(store, exp_id, owner, rec.version, node=node.name)
         self.started_at = rec.started_at or None
         self.handle = RunHandle.from_dict(rec.handle) if rec.handle else None
         self.watch: AttemptWatch | None = None

@@ -21,22 +21,27 @@ log = logging.getLogger(__name__)
 ACTIVE = {s.value for s in ACTIVE_STATES}
 
 
-def adopt_ranks(gangs: GangStore, unfinished: list[dict[str, Any]], node: str, now: float,
+def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
                 lease_seconds: float) -> list[tuple[str, int]]:
-    """(experiment, rank) pairs whose rank job was enqueued on this node's queue now."""
+    """(experiment, rank) pairs whose rank job was enqueued on this node's queue now. Reads only the
+    cluster's live gangs (few), never every unfinished record."""
     sent = []
-    for rec in unfinished:
-        if int(rec.get("nnodes") or 1) <= 1 or rec.get("state") not in ACTIVE or rec.get("node") == node:
+    for exp_id in gangs.ids():
+        gang = gangs.get(exp_id)
+        if gang is None:
+            gangs.forget(exp_id)  # released (or expired) since it was listed
             continue
-        gang = gangs.get(str(rec["id"]))
-        if gang is None or node not in gang.nodes[1:] or not gang.launch:
-            continue  # not placed yet, or no launch asked yet: the head dispatches the first rank jobs
+        if node not in gang.nodes[1:] or not gang.launch:
+            continue  # not a member here, or no launch asked yet: the head dispatches the first rank jobs
+        rec = store.get(exp_id)
+        if rec is None or int(rec.get("nnodes") or 1) <= 1 or rec.get("state") not in ACTIVE or rec.get("node") == node:
+            continue
         rank = gang.nodes.index(node)
         if gang.rank_lease(rank) > now or now - gang.rank_enqueued_at(rank) < 2 * lease_seconds:
             continue
-        gangs.mark_enqueued(str(rec["id"]), rank, now)
-        enqueue_rank(gangs.r, str(rec["id"]), rank, node)
-        sent.append((str(rec["id"]), rank))
+        gangs.mark_enqueued(exp_id, rank, now)
+        enqueue_rank(gangs.r, exp_id, rank, node)
+        sent.append((exp_id, rank))
     return sent
 
 

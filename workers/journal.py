@@ -24,11 +24,14 @@ from typing import Any
 
 import redis
 
+from store.keys import cancel_channel
 from store.stats import TransitionStats
 from store.store import Store, TransitionConflict
 
 log = logging.getLogger(__name__)
 MAX_BUFFERED = 100_000
+POLL_SECONDS = 0.5  # the ownership/cancel look without a live cancel subscription ...
+SUBSCRIBED_POLL_SECONDS = 2.0  # ... and with one (a stop request is pushed; the poll is the fallback)
 REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
 
@@ -41,8 +44,10 @@ class RedisUnavailable(RuntimeError):
 
 
 class Journal:
-    def __init__(self, store: Store, exp_id: str, owner: str, version: int, retry_seconds: float = 1.0) -> None:
+    def __init__(self, store: Store, exp_id: str, owner: str, version: int, retry_seconds: float = 1.0,
+                 node: str = "") -> None:
         self.store = store
+        self.node = node  # the node this driver runs on: the transition script keeps its indexes
         self.exp_id = exp_id
         self.owner = owner
         self.version = version
@@ -57,12 +62,16 @@ class Journal:
         self._done = 0
         self._error: BaseException | None = None
         self._cancel = False
+        self.on_cancel: Callable[[], None] | None = None  # called (journal thread) when a stop request appears
         self._lease_seconds = 0.0
         self._renew_due = 0.0
         self._cv = threading.Condition()
         self._stop = False
+        self._subscribed = False
         self._thread = threading.Thread(target=self._run, name=f"journal-{exp_id}", daemon=True)
         self._thread.start()
+        self._listener = threading.Thread(target=self._listen, name=f"cancel-{exp_id}", daemon=True)
+        self._listener.start()
 
     # -- what the driver calls --------------------------------------------------------------
     @property
@@ -81,7 +90,7 @@ class Journal:
         def op() -> None:
             try:
                 self.store.transition(self.exp_id, expected_version=expected, owner=self.owner,
-                                      fields=fields, event=event, stats=counted)
+                                      fields=fields, event=event, stats=counted, node=self.node)
             except TransitionConflict:
                 if not self._already_applied(expected):
                     raise
@@ -99,6 +108,12 @@ class Journal:
     def update(self, fields: Mapping[str, Any]) -> None:
         fields = dict(fields)
         self._put(lambda: self.store.update(self.exp_id, fields), droppable=True)
+
+    def append_tail(self, lines: list[str], log_bytes: int, replace: bool) -> None:
+        """New log lines for the capped tail in Redis (one round trip; never the whole tail again)."""
+        lines = list(lines)
+        self._put(lambda: self.store.append_log_tail(self.exp_id, lines, log_bytes, replace=replace),
+                  droppable=True)
 
     def call(self, fn: Callable[[], Any]) -> None:
         """Any other write that must happen in order with the rest (e.g. releasing GPUs)."""
@@ -127,6 +142,7 @@ class Journal:
             self._stop = True
             self._cv.notify_all()
         self._thread.join(5)
+        self._listener.join(2)
         return done
 
     def check(self) -> None:
@@ -184,7 +200,7 @@ class Journal:
                 self._send_queued()
                 if time.monotonic() >= next_poll:
                     self._poll()
-                    next_poll = time.monotonic() + 0.5
+                    next_poll = time.monotonic() + self._poll_every()
                 self._set_online(True)
             except REDIS_ERRORS as exc:
                 if self.online:
@@ -216,13 +232,43 @@ class Journal:
         rec = self.store.get(self.exp_id) or {}
         return rec.get("owner") == self.owner and int(rec.get("version") or 0) > expected
 
+    def _poll_every(self) -> float:
+        every = SUBSCRIBED_POLL_SECONDS if self._subscribed else POLL_SECONDS
+        return min(every, self._lease_seconds / 3) if self._lease_seconds else every
+
     def _poll(self) -> None:
-        self._cancel = self.store.cancel_requested(self.exp_id)
+        """Ownership, the cancel flag and (when due) the lease, in one round trip."""
         now = time.monotonic()
-        if self._lease_seconds and now >= self._renew_due:
-            if not self.store.renew_lease(self.exp_id, self.owner, self._lease_seconds):
+        renew = self._lease_seconds if self._lease_seconds and now >= self._renew_due else 0.0
+        owned, cancel = self.store.poll_run(self.exp_id, self.owner, renew)
+        if renew:
+            if not owned:
                 raise LostOwnership(f"{self.exp_id} is owned by another worker now")
             self._renew_due = now + self._lease_seconds / 3
+        if cancel:
+            self._cancel_seen()
+
+    def _cancel_seen(self) -> None:
+        was, self._cancel = self._cancel, True
+        if not was and (wake := self.on_cancel) is not None:
+            wake()  # the watch loop is asleep until its next pass: act on the stop now
+
+    def _listen(self) -> None:
+        """Wait for the stop announcement on the experiment's channel (no Redis command while idle)."""
+        while not self._stop:
+            pubsub = self.store.r.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(cancel_channel(self.exp_id))
+                self._subscribed = True
+                while not self._stop:
+                    if pubsub.get_message(timeout=1.0) is not None:
+                        self._cancel_seen()
+            except (*REDIS_ERRORS, OSError, ValueError):
+                self._subscribed = False  # the poll covers it meanwhile
+                time.sleep(self.retry_seconds)
+            finally:
+                self._subscribed = False
+                pubsub.close()
 
     def _set_online(self, online: bool) -> None:
         with self._cv:

@@ -1,9 +1,11 @@
 """A worker's own Prometheus endpoint: watch-loop latency, log bytes, stall signal, heartbeat, CPU, memory.
 
 The watch loop runs in RQ work-horses, forked per job and gone when the job ends, so it cannot
-own in-process metrics (multiprocess mode leaves files per fork; docs/background.md#prometheus-multiprocess). Instead
-`watch_reporter` batches its numbers and flushes them at most once a second into this node's
-keys in Redis; the supervisor, the one long-lived process of a node, serves them at scrape time.
+own in-process metrics (multiprocess mode leaves files per fork; docs/background.md#prometheus-multiprocess).
+Instead `watch_reporter` batches its numbers and flushes them at scrape granularity (the first pass
+at once, then every FLUSH_SECONDS: a Prometheus scrape is every 15 s or more, so flushing each
+second cost ~12 Redis commands/s per run for nothing) into this node's keys in Redis; the
+supervisor, the one long-lived process of a node, serves them at scrape time.
 
 Redis keys (all under `ajet:wm:<node>:`):
 - `watch`: hash, one field per histogram bucket upper bound (non-cumulative counts), `sum`, `count`;
@@ -37,6 +39,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from store.keys import node_key, watch_exp_key, watch_exps_key, watch_metrics_key
+from store.scripts import lua
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, math.inf)
-FLUSH_SECONDS = 1.0
+FLUSH_SECONDS = 15.0
 EXP_TTL_SECONDS = 60
 NODE_TTL_SECONDS = 7 * 86400
 REPORTER_TIMEOUT_SECONDS = 2.0
@@ -72,13 +75,14 @@ def _short_timeout_client(client: redis.Redis) -> redis.Redis:
 
 
 class WatchReporter:
-    """The driver's `on_watch`: accumulate in memory, flush to Redis at most once a second."""
+    """The driver's `on_watch`: accumulate in memory, flush to Redis every FLUSH_SECONDS."""
 
     def __init__(self, store: Store, node: str, clock: Callable[[], float] = time.time) -> None:
         self.node = node
         self.clock = clock
         self._source = store.r
         self._client: redis.Redis | None = None
+        self._flush_script: Any = None
         self._last_flush = -math.inf
         self._buckets: dict[str, int] = {}
         self._sum = 0.0
@@ -112,7 +116,7 @@ class WatchReporter:
             log.warning("watch metrics: last flush failed: %s", exc)
 
     def flush(self) -> None:
-        """One pipeline with everything since the last flush. A failed batch is dropped, not retried:
+        """One script call with everything since the last flush. A failed batch is dropped, not retried:
         after a connection error we cannot know whether it landed, and counting twice is worse."""
         now = self.clock()
         self._last_flush = now
@@ -122,27 +126,20 @@ class WatchReporter:
             return
         if self._client is None:
             self._client = _short_timeout_client(self._source)
-        pipe = self._client.pipeline(transaction=True)
-        wk = watch_key(self.node)
+            self._flush_script = self._client.register_script(lua("flush_watch"))
+        exps = list(ages.items())
+        args: list[object] = [NODE_TTL_SECONDS, EXP_TTL_SECONDS, repr(total) if count else "", count, len(buckets)]
         for le, n in buckets.items():
-            pipe.hincrby(wk, le, n)
-        if count:
-            pipe.hincrbyfloat(wk, "sum", total)
-            pipe.hincrby(wk, "count", count)
-            pipe.expire(wk, NODE_TTL_SECONDS)
-        for exp_id, (age, at) in ages.items():
-            key = exp_metrics_key(self.node, exp_id)
-            pipe.hincrby(key, "log_bytes", sizes.get(exp_id, 0))
-            pipe.hset(key, mapping={"age": repr(age), "at": repr(at)})
-            pipe.expire(key, EXP_TTL_SECONDS)
-            pipe.zadd(exps_key(self.node), {exp_id: at})
-        pipe.expire(exps_key(self.node), NODE_TTL_SECONDS)
-        pipe.execute()
+            args += [le, n]
+        for exp_id, (age, at) in exps:
+            args += [exp_id, sizes.get(exp_id, 0), repr(age), repr(at)]
+        self._flush_script(keys=[watch_key(self.node), exps_key(self.node),
+                                 *(exp_metrics_key(self.node, exp_id) for exp_id, _ in exps)], args=args)
 
 
 def watch_reporter(store: Store, node: str) -> WatchReporter:
     """The callable to pass as the driver's `on_watch` in a work-horse (call its `close()` when the job ends
-    to send the last second's numbers too)."""
+    to send the last numbers too)."""
     return WatchReporter(store, node)
 
 

@@ -22,12 +22,11 @@ from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from statemachine.lifecycle import ACTIVE_STATES
 from store.gang import GangStore
 from store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
 from store.settings import Settings
 from store.store import Store
-from workers.absent_nodes import report_absent_nodes
+from workers.absent_nodes import REPORTED_FIELD, report_absent_nodes
 from workers.gang_adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from workers.identity import driver_alive
 from workers.lifeline import PARENT_ENV
@@ -37,7 +36,9 @@ from workers.tmux import TmuxRunner
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
 ADOPT_SCAN_SECONDS = 3.0
-ACTIVE = {s.value for s in ACTIVE_STATES}
+SCAN_FIELDS = ("lease_until", "adopt_enqueued_at", "max_seconds", "owner", "driver_pid", "driver_pidns",
+               "driver_started")
+QUEUED_FIELDS = ("job_id", "owner", "queue", "max_seconds", "target_node", "created_at", REPORTED_FIELD)
 DEAD_JOB = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
 LOST_JOB_SECONDS = 60.0  # a started job whose record is still unclaimed this long after: its horse is gone
 
@@ -63,6 +64,7 @@ class NodeSupervisor:
         self.gangs = GangStore(self.store.r)
         self._runner: TmuxRunner | None = None  # for sweeping ranks left on this node (workers/gang_adopt.py)
         self.slots: dict[int, subprocess.Popen[bytes]] = {}
+        self._indexed = False  # ensure_indexes() runs at the first scan
         self.stopping = threading.Event()
         self.started_at = time.time()
         self.running: list[str] = []
@@ -113,12 +115,15 @@ class NodeSupervisor:
         """Enqueue a drive job for each of this node's unfinished experiments that nobody drives."""
         now = self.store.server_time()
         adopted = []
-        unfinished = self.store.unfinished()
-        report_absent_nodes(self.store, unfinished, now, self.settings.node_absent_report_seconds)
-        self._requeue_lost_jobs(unfinished, now)
-        adopt_ranks(self.gangs, unfinished, self.node.name, now, self.settings.lease_seconds)
+        if not self._indexed:
+            self._indexed = True
+            self.store.ensure_indexes()  # records from before the indexes existed: once per cluster
+        queued = self.store.queued(QUEUED_FIELDS)  # the queue, not every record of the cluster
+        report_absent_nodes(self.store, queued, now, self.settings.node_absent_report_seconds)
+        self._requeue_lost_jobs(queued, now)
+        adopt_ranks(self.store, self.gangs, self.node.name, now, self.settings.lease_seconds)
         sweep_left_ranks(self.store, self.gangs, self._tmux(), self.node.name)
-        mine = self._unfinished_here(unfinished)
+        mine = self._unfinished_here()
         self.running = [rec["id"] for rec in mine]
         for rec in mine:
             lease = float(rec.get("lease_until") or 0)
@@ -167,9 +172,10 @@ class NodeSupervisor:
             self._runner = TmuxRunner(self.settings.tmux_socket or None)
         return self._runner
 
-    def _unfinished_here(self, unfinished: list[dict] | None = None) -> list[dict]:
-        records = self.store.unfinished() if unfinished is None else unfinished
-        return [r for r in records if r.get("node") == self.node.name and r.get("state") in ACTIVE]
+    def _unfinished_here(self) -> list[dict]:
+        """This node's launched, unfinished experiments, only the fields the scan needs: from the node's
+        own index, so the scan costs the same whatever the other nodes run."""
+        return self.store.node_active(self.node.name, SCAN_FIELDS)
 
     def _holder_is_stale(self, exp_id: str) -> bool:
         """A GPU or swarm port holder that finished, vanished, or now runs on another node."""

@@ -543,9 +543,10 @@ class TmuxRunner:
 
     def wait_for_exit(self, handle: RunHandle, timeout: float) -> int | None:
         """Wait until the wrapper has recorded the exit code, at most `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while (rc := self.exit_code(handle)) is None and time.monotonic() < deadline:
-            time.sleep(POLL * 4)
+        start = time.monotonic()
+        deadline = start + timeout
+        while (rc := self.exit_code(handle)) is None and (now := time.monotonic()) < deadline:
+            time.sleep(POLL if now - start < 0.5 else POLL * 4)  # the wrapper writes it within ms
         return rc
 
     def stop(self, handle: RunHandle, grace: float) -> int | None:

@@ -1,7 +1,9 @@
 """Observes one running attempt: the process, new log bytes, the validation file.
 
 Cheap enough to call every half second: the log is read incrementally from the last offset
-(constant memory on a multi-GB log) and the validation file is parsed only when it changed.
+(constant memory on a multi-GB log), at most one bounded slice per call so the rules are never
+starved by a fast writer, and the validation file is parsed only when it changed. The scanner's
+state is checkpointed beside the log, so a worker adopting the run goes on from there.
 
 Only this run's results count: a validation file that already held an earlier run's lines
 at launch is read from the size it had then (`FileStart`); a file replaced or truncated
@@ -12,20 +14,31 @@ an AgentJet that writes no results file still has evaluations (and can plateau).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from statemachine.diagnose import LogScanner
-from statemachine.first_step import shows_training_step
 from statemachine.logmetrics import LogMetrics, merge_file_and_log, parse_log_lines
 from statemachine.models import Evaluation, Finding
 from statemachine.results import ResultSummary, parse_val_file
+from workers import scan_checkpoint
 from workers.tmux import RunHandle, TmuxRunner
 
+log = logging.getLogger(__name__)
 CHUNK = 1 << 20
+SLICE_BYTES = 4 << 20  # one pass reads at most this much, then the rules run
+SLICE_SECONDS = 0.25  # ... or for at most this long
+FINISH_BYTES = 4 << 20  # an ended attempt: read at most this much more before jumping ...
+FINISH_SECONDS = 0.15
+FINISH_TAIL = 1 << 20  # ... to its last MiB (~10k lines: where the failure is)
+CONSOLE_KEY = "console_evaluations"  # in each ctx.attempts entry: what the watcher read from that log
+MAX_LAG = 512 << 20  # a live log further ahead than this (a writer faster than the scanner) is skipped
 
 
 def file_start(path: str | os.PathLike[str] | None) -> dict[str, int]:
@@ -76,6 +89,22 @@ def log_evaluations(paths: list[str]) -> list[Evaluation]:
     return [by_step[k] for k in sorted(by_step)]
 
 
+def attempt_evaluations(attempts: Sequence[Any]) -> list[Evaluation]:
+    """Console evaluations of these attempts, in order (a later attempt's step wins): the ones the
+    watcher kept when each attempt ended (`CONSOLE_KEY`), so a multi-GB log is never parsed again
+    at collecting or relaunch; an attempt without them (an older record) is parsed from its log."""
+    by_step: dict[int, Evaluation] = {}
+    for attempt in attempts:
+        get = attempt.get if isinstance(attempt, dict) else lambda k, a=attempt: getattr(a, k, None)
+        saved = get(CONSOLE_KEY)
+        if isinstance(saved, list):
+            evals = [Evaluation.model_validate(e) for e in saved]
+        else:
+            evals = log_evaluations([str(get("log_path"))]) if get("log_path") else []
+        by_step.update((e.step, e) for e in evals)
+    return [by_step[k] for k in sorted(by_step)]
+
+
 @dataclass
 class AttemptWatch:
     handle: RunHandle
@@ -89,39 +118,117 @@ class AttemptWatch:
     last_output_at: float = 0.0
     bytes_read: int = 0
     cause_seen_at: float | None = None
+    behind: bool = False  # the last read stopped at its budget: more bytes are waiting
+    skipped_bytes: int = 0  # a backlog left unread when the attempt ended (see finish_log)
+    resumed_from: int | None = None  # the offset a checkpoint let us start at
     _val_stamp: tuple[Any, ...] | None = None
     summary: ResultSummary = field(default_factory=ResultSummary)
     file_summary: ResultSummary | None = None
     last_eval_at: float | None = None
-    first_step_seen: bool = False
     _log_records: int = -1
+    _saved_bytes: int = -1
+    _next_save: float = 0.0
 
     def __post_init__(self) -> None:
         if self.scanner is None:
             self.scanner = LogScanner(metrics=self.log_metrics)
 
-    def read_log(self, now: float) -> list[Finding]:
-        """Feed the bytes appended since the last call to the scanner."""
+    @property
+    def first_step_seen(self) -> bool:
+        return self.scanner.last_step_line > 0
+
+    def read_log(self, now: float, max_bytes: int = SLICE_BYTES, max_seconds: float = SLICE_SECONDS) -> list[Finding]:
+        """Feed at most one slice of the bytes appended since the last call to the scanner.
+
+        The slice is bounded in bytes and time so the rules run between slices whatever the log
+        rate: a command writing 50 MB/s must not keep a stop request waiting. `behind` says
+        whether more is waiting (the caller then loops again without sleeping)."""
         found: list[Finding] = []
+        deadline = time.monotonic() + max_seconds
+        budget = max_bytes
         try:
             with open(self.handle.log_path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size - self.offset > MAX_LAG:  # never minutes behind: lose the middle, keep up
+                    self._jump(size - max_bytes)
                 f.seek(self.offset)
-                while chunk := f.read(CHUNK):
+                while budget > 0 and (chunk := f.read(min(CHUNK, budget))):
                     self.offset += len(chunk)
                     self.bytes_read += len(chunk)
+                    budget -= len(chunk)
                     self.last_output_at = now
                     found += self.scanner.feed(chunk)
-                    if not self.first_step_seen:
-                        self.first_step_seen = shows_training_step(chunk.decode("utf-8", errors="replace"))
+                    if time.monotonic() >= deadline:
+                        break
+                self.behind = os.fstat(f.fileno()).st_size > self.offset
         except FileNotFoundError:
+            self.behind = False
             return found
         if self.scanner.live_cause is not None and self.cause_seen_at is None:
             self.cause_seen_at = now
         return found
 
     def finish_log(self, now: float) -> None:
-        self.read_log(now)
+        """Read what the ended attempt left: a bounded amount, then its last FINISH_TAIL bytes.
+
+        A backlog of gigabytes is not read before acting (a stop must stay quick); the end of
+        the log, where the failure is, always is. The gap is counted in `skipped_bytes`."""
+        self.read_log(now, FINISH_BYTES, FINISH_SECONDS)
+        if self.behind:
+            with contextlib.suppress(OSError):
+                self._jump(os.stat(self.handle.log_path).st_size - FINISH_TAIL)
+            self.read_log(now, FINISH_TAIL + CHUNK, FINISH_SECONDS * 3)
         self.scanner.close()
+
+    def _jump(self, offset: int) -> None:
+        """Leave the bytes up to `offset` unread (counted in `skipped_bytes`)."""
+        if offset <= self.offset:
+            return
+        log.warning("%s: %d bytes behind; skipping to the last part of the log", self.handle.log_path,
+                    offset - self.offset)
+        self.skipped_bytes += offset - self.offset
+        self.scanner.skip_gap()
+        self.offset = offset
+
+    # -- checkpoint: an adopting worker goes on from here -------------------------------------
+    def console_evaluations(self) -> list[dict[str, Any]]:
+        """This attempt's console evaluations as JSON-able dicts (kept in ctx when it ends)."""
+        return [e.model_dump(mode="json") for e in self.log_metrics.evaluations.values()]
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {"offset": self.offset, "bytes_read": self.bytes_read, "last_output_at": self.last_output_at,
+                "cause_seen_at": self.cause_seen_at, "last_eval_at": self.last_eval_at,
+                "skipped_bytes": self.skipped_bytes, "scanner": self.scanner.checkpoint()}
+
+    def maybe_save(self, mono: float, force: bool = False) -> bool:
+        """Save the checkpoint every SAVE_EVERY seconds while the log grows."""
+        if self.bytes_read == self._saved_bytes or (mono < self._next_save and not force):
+            return False
+        self._next_save = mono + scan_checkpoint.SAVE_EVERY
+        self._saved_bytes = self.bytes_read
+        return scan_checkpoint.save(self.handle.log_path, self.checkpoint())
+
+    def resume(self) -> bool:
+        """Go on from the checkpoint saved beside this log, if it still fits the file."""
+        state = scan_checkpoint.load(self.handle.log_path)
+        if state is None:
+            return False
+        try:
+            scanner = LogScanner.resume(state["scanner"])
+            offset, read = int(state["offset"]), int(state["bytes_read"])
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("%s: ignoring the scan checkpoint: %s", self.handle.log_path, exc)
+            return False
+        self.scanner = scanner
+        self.log_metrics = scanner.metrics or LogMetrics()
+        self.scanner.metrics = self.log_metrics
+        self.offset, self.bytes_read, self.resumed_from = offset, read, offset
+        self._saved_bytes = read
+        self.last_output_at = float(state.get("last_output_at") or self.last_output_at)
+        self.cause_seen_at = state.get("cause_seen_at")
+        self.last_eval_at = state.get("last_eval_at")
+        self.skipped_bytes = int(state.get("skipped_bytes") or 0)
+        return True
 
     def read_results(self, now: float) -> list[Evaluation]:
         """Merge the validation file (re-parsed when its size or mtime changed) with the console

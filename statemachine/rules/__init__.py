@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from statemachine.rules.base import Observation, Proposal, Rule
 from statemachine.rules.cancel import CancelRule
-from statemachine.rules.diagnosis import DiagnosisRule
+from statemachine.rules.diagnosis import DEFAULT_SETTLE_SECONDS, DiagnosisRule
 from statemachine.rules.exit_record import EXIT_NOT_RECORDED, ExitRecordRule
 from statemachine.rules.first_step import FirstStepRule
 from statemachine.rules.gang import GangRule
@@ -31,7 +31,7 @@ def default_rules(
     *,
     time_limit_grace: float = 60.0,
     stall_seconds: float = 1800.0,
-    diagnosis_settle: float = 60.0,
+    diagnosis_settle: float = DEFAULT_SETTLE_SECONDS,
     plateau_after_fraction: float = 0.5,
     plateau_window: int = 4,
     plateau_epsilon: float = 0.005,

@@ -25,6 +25,7 @@ class Observation:
     completed_run: bool = False  # the log showed a successful end
     cause: Finding | None = None  # first fatal finding of this attempt's log
     cause_seen_at: float | None = None
+    progress_after_cause: bool = False  # training steps were logged after the cause's line
     evaluations: Sequence[Evaluation] = field(default_factory=tuple)
     first_step_seen: bool = True  # a training step showed in this attempt's log (default: not watched)
     first_step_timeout: float | None = None  # the blueprint's own first-step timeout, seconds

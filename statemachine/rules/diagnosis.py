@@ -1,7 +1,10 @@
 """A fatal log signature while the process still lives: give it a moment to exit on its own.
 
 Real launchers print the failure, then tear Ray down and exit 1; acting on the exit keeps the
-exit code. If the process lingers past `settle_seconds`, we call it an anomaly ourselves.
+exit code. If the process lingers past the signature's `settle_seconds` (catalogue.yaml; else
+the rule's default) we call it an anomaly ourselves — an OOM in one Ray actor while the driver
+hangs must not wait for the stall rule. Training steps logged after the line mean it did not
+kill the run (a dead actor that Ray replaced): no proposal then.
 """
 
 from __future__ import annotations
@@ -9,17 +12,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from statemachine.rules.base import Observation, Proposal
+from statemachine.signatures import signature
+
+DEFAULT_SETTLE_SECONDS = 8.0
 
 
 @dataclass(frozen=True)
 class DiagnosisRule:
-    settle_seconds: float = 60.0
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
     name: str = "diagnosis"
 
+    def settle_for(self, sig_id: str) -> float:
+        try:
+            own = signature(sig_id).settle_seconds
+        except KeyError:
+            own = None
+        return self.settle_seconds if own is None else own
+
     def check(self, obs: Observation) -> Proposal | None:
-        if not obs.process_alive or obs.cause is None or obs.completed_run:
+        if not obs.process_alive or obs.cause is None or obs.completed_run or obs.progress_after_cause:
             return None
         seen = obs.cause_seen_at if obs.cause_seen_at is not None else obs.now
-        if obs.now - seen < self.settle_seconds:
+        if obs.now - seen < self.settle_for(obs.cause.signature):
             return None
         return Proposal("anomaly", f"fatal log signature {obs.cause.signature}", self.name, obs.cause)

@@ -209,5 +209,5 @@ def test_the_watch_loop_calls_its_observers_and_the_log_tail_reaches_the_record(
     outcome, rec = drive(store, exp_id, InMemoryRunner(Script(["hello", "world"], exit_code=0)))
     assert outcome == "completed" and seen[0] == "before" and seen[-1].startswith("after:")
     assert any(s != "after:0" for s in seen if s.startswith("after:"))  # the tick that read the log
-    assert rec.log_tail[-2:] == ["hello", "world"]  # LogTail
+    assert store.log_tail(exp_id)[-2:] == ["hello", "world"]  # LogTail: appended to the capped list
     assert [type(o).__name__ for o in defaults()] == ["Lease", "Evaluations", "Progress", "LogTail", "WatchMetrics"]

@@ -262,9 +262,10 @@ def test_worker_collector_exports_every_worker_name_from_reported_watch_passes(s
     assert 0 < store.r.ttl(wm.exp_metrics_key("n1", "e1")) <= wm.EXP_TTL_SECONDS
 
 
-def test_reporter_flushes_at_most_once_a_second(store: Store) -> None:
+def test_reporter_flushes_at_scrape_granularity(store: Store) -> None:
     clock = Clock()
     report = wm.WatchReporter(store, "n1", clock=clock)
+    step = wm.FLUSH_SECONDS / 10
 
     def flushed_count() -> int:
         return int(store.r.hget(wm.watch_key("n1"), "count") or 0)
@@ -272,10 +273,10 @@ def test_reporter_flushes_at_most_once_a_second(store: Store) -> None:
     report("e1", 0.01, 10, 0.0)  # the first pass flushes at once
     assert flushed_count() == 1
     for _ in range(9):
-        clock.t += 0.1
+        clock.t += step
         report("e1", 0.01, 10, 0.0)
     assert flushed_count() == 1
-    clock.t += 0.11
+    clock.t += step * 1.1
     report("e1", 0.01, 10, 0.0)
     assert flushed_count() == 11
     assert int(store.r.hget(wm.exp_metrics_key("n1", "e1"), "log_bytes")) == 110

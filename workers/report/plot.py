@@ -23,7 +23,7 @@ def write_plot(path: Path, evals: list[Eval], title: str) -> str:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    fig = Figure(figsize=(12, 4.8), dpi=100, layout="constrained")
+    fig = Figure(figsize=(12, 4.8), dpi=100)  # fixed margins: "constrained" layout cost ~60 ms per plot
     FigureCanvasAgg(fig)
     ax_reward, ax_rate = fig.subplots(1, 2)
     colors = [f"C{i % 10}" for i in range(len(datasets))]
@@ -57,6 +57,7 @@ def write_plot(path: Path, evals: list[Eval], title: str) -> str:
         else:
             ax.text(0.5, 0.5, f"no {name} recorded", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle(title)
+    fig.subplots_adjust(left=0.05, right=0.985, top=0.85, bottom=0.11, wspace=0.14)
     buf = BytesIO()
     fig.savefig(buf, format="png")
     atomic_write_bytes(path, buf.getvalue())

@@ -6,6 +6,7 @@ watch metrics — are observers (`OBSERVERS`), called at fixed points of each ti
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +19,19 @@ from statemachine.results import latest_metrics
 from statemachine.rules import Observation, Proposal, SwarmServerRule, decide
 from workers.context import PendingRepair
 from workers.exit_record import exit_record_problem
+from workers.exit_wait import ExitWaiter
+from workers.plot_preload import preload_plotting
+from workers.scan_checkpoint import remove as remove_checkpoint
 from workers.states import gang
 from workers.swarm_results import swarm_results_source
 from workers.swarm_watch import ServerWatch
-from workers.watch import AttemptWatch, log_evaluations
+from workers.watch import CONSOLE_KEY, AttemptWatch, attempt_evaluations
 
 if TYPE_CHECKING:
     from workers.driver import ExperimentDriver
 
 
+log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 200  # kept in Redis so the API can show a log without the node's filesystem
 LOG_TAIL_EVERY = 1.0  # seconds between log-tail updates, at most
 
@@ -77,15 +82,25 @@ class Progress(WatchObserver):
 
 
 class LogTail(WatchObserver):
-    """The log's last lines on the record (at most once a second, only when the log grew)."""
+    """The log lines scanned since the last send, appended to the capped tail list in Redis (at most
+    once a second, only when the log grew): never the whole tail again."""
 
     def __init__(self) -> None:
         self.next_at = 0.0
+        self.sent = -1  # lines of this watch already in the list (-1: none: the first send replaces the list)
 
     def after_tick(self, d: ExperimentDriver, tick: Tick) -> None:
         if tick.watch.bytes_read != tick.read_before and tick.t0 >= self.next_at:
-            d.journal.update({"log_tail": tick.watch.scanner.tail(LOG_TAIL_LINES), "log_bytes": tick.watch.bytes_read})
+            self.send(d, tick.watch)
             self.next_at = tick.t0 + LOG_TAIL_EVERY
+
+    def send(self, d: ExperimentDriver, watch: AttemptWatch) -> None:
+        total = watch.scanner.line_count
+        new = total - self.sent if self.sent >= 0 else LOG_TAIL_LINES
+        if new > 0:
+            d.journal.append_tail(watch.scanner.tail(min(new, LOG_TAIL_LINES)), watch.bytes_read,
+                                  replace=self.sent < 0 or new > LOG_TAIL_LINES)
+        self.sent = total
 
 
 class WatchMetrics(WatchObserver):
@@ -104,22 +119,43 @@ def observers() -> list[WatchObserver]:
 
 def handle(d: ExperimentDriver) -> bool:
     assert d.handle is not None
-    earlier = [a.log_path for a in d.ctx.attempts if a.number != d.lc.attempt]
+    earlier = [a for a in d.ctx.attempts if a.number != d.lc.attempt]
     watch = d.watch = AttemptWatch(d.handle, Path(d.ctx.val_path) if d.ctx.val_path else None,
-                                   val_start=d.ctx.val_start, earlier_log=log_evaluations(earlier),
+                                   val_start=d.ctx.val_start, earlier_log=attempt_evaluations(earlier),
                                    val_source=swarm_results_source(d.bp, d.ctx.swarm))
     watch.last_output_at = d.handle.started_at
+    if watch.resume():  # an adopted run: go on where the last watcher saved, not from byte 0
+        log.info("%s: log scan resumed at byte %d", d.id, watch.offset)
     d.server_watch = ServerWatch.of(d.runner, d.ctx.swarm)  # swarm mode: the server, beside the client
+    preload_plotting()  # in the background: the plot at the end must not pay the import
+    waiter = ExitWaiter()
+    d.journal.on_cancel = waiter.wake
+    try:
+        return _watch(d, watch, waiter)
+    finally:
+        d.journal.on_cancel = None
+        waiter.close()
+
+
+def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
+    """One tick: one bounded slice of the log, the results file, then every rule. Ticks follow each
+    other at once while the log has a backlog, else every poll interval — or at once when the
+    command's process ends (pidfd) or a stop is announced."""
+    assert d.handle is not None
     attempt_started = d.handle.started_at
     started = d.started_at or attempt_started
     hooks = observers()
+    local = not d.runner.remote()
     while True:
         tick = Tick(t0=time.monotonic(), now=time.time(), started=started, watch=watch, read_before=0)
         for o in hooks:
             o.before_tick(d, tick)
         alive = watch.alive(d.runner)
+        if alive and local:
+            waiter.watch(d.handle.pid, d.handle.pid_create_time)
         tick.read_before = watch.bytes_read
         watch.read_log(tick.now)
+        watch.maybe_save(tick.t0)
         new_evals = watch.read_results(tick.now)
         if new_evals:
             for o in hooks:
@@ -137,6 +173,7 @@ def handle(d: ExperimentDriver) -> bool:
             last_eval_at=watch.last_eval_at, completed_run=watch.scanner.completed_run,
             # While it runs, only a specific signature counts (a caught, logged traceback does not).
             cause=watch.scanner.live_cause if alive else watch.scanner.cause, cause_seen_at=watch.cause_seen_at,
+            progress_after_cause=watch.scanner.progress_after_cause,
             evaluations=_primary_evaluations(d),
             first_step_seen=watch.first_step_seen,
             first_step_timeout=first_step_timeout_from_text(d.bp.exp_max_time_text),
@@ -149,8 +186,12 @@ def handle(d: ExperimentDriver) -> bool:
         proposal = decide(d.rules, obs, d.lc.can)
         if proposal is not None:
             _end_attempt(d, proposal, alive)
+            for o in hooks:
+                if isinstance(o, LogTail):
+                    o.send(d, watch)  # the last lines, read after the process ended
             return True
-        time.sleep(d.settings.poll_interval)
+        if not watch.behind:
+            waiter.wait(d.settings.poll_interval)
 
 
 def _server_fields(d: ExperimentDriver) -> dict[str, Any]:
@@ -207,11 +248,16 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
         d.watch.finish_log(time.time())
     else:
         exit_code = d.runner.exit_code(d.handle)
+    if d.watch.skipped_bytes:
+        d.journal.publish({"type": "warning", "message": f"{d.watch.skipped_bytes} bytes of the log were not "
+                           "scanned: it grew faster than it could be read; its end was"})
+    remove_checkpoint(d.handle.log_path)
     d._cleanup_processes()
     gang.stop_members(d)  # a multi-node run: every other rank too
     attempt = d.ctx.attempts[-1] if d.ctx.attempts else None
     if attempt is not None:
         attempt.ended_at, attempt.exit_code, attempt.end_reason = time.time(), exit_code, proposal.reason
+        setattr(attempt, CONSOLE_KEY, d.watch.console_evaluations())
     if proposal.trigger == "anomaly":
         d.ctx.pending_repair = PendingRepair(
             cause=cause.model_dump() if cause else None,

@@ -1,0 +1,200 @@
+"""The watch loop against its floors, end to end (embedded Redis, a real worker, real tmux).
+
+    python bench/bench_watch.py stop   [runs]   stop → finished while the command writes 50 MB/s
+    python bench/bench_watch.py exit   [runs]   command exit → collecting and → finish.flag
+    python bench/bench_watch.py adopt  [GB]     worker restart → watching again, with a big log
+    python bench/bench_watch.py fatal  [runs]   a CUDA OOM line in a process that hangs → failing
+
+Floors, measured in the same run: `stop` — the same command in the same tmux wrapper stopped
+directly (TmuxRunner.stop, no worker); `exit` — the wrapper's own exit → rc-file time;
+`adopt` — the same adoption with a 1 MB log; `fatal` — the signature's settle time from the
+catalogue (what the policy itself waits). BENCH_WRITE_MBPS sets the writer's rate (50).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import blueprint, cluster, line, wait  # noqa: E402
+from service.submit import submit  # noqa: E402
+from workers.tmux import TmuxRunner  # noqa: E402
+
+PY = sys.executable
+RATE = float(os.environ.get("BENCH_WRITE_MBPS", "50"))
+WRITER = f"""{PY} -c '
+import sys, time
+line = b"(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns " + b"x" * 40 + b"\\n"
+block = line * (1048576 // len(line))
+rate, t0, sent, out = {RATE} * 1e6, time.monotonic(), 0, sys.stdout.buffer
+while True:
+    out.write(block); out.flush(); sent += len(block)
+    ahead = sent / rate - (time.monotonic() - t0)
+    if ahead > 0: time.sleep(ahead)
+'"""
+
+
+def _mbps(log: Path, seconds: float = 2.0) -> float:
+    a = log.stat().st_size
+    time.sleep(seconds)
+    return (log.stat().st_size - a) / seconds / 1e6
+
+
+def bench_stop(runs: int) -> None:
+    ours, floor, rates = [], [], []
+    with cluster() as c:
+        c.worker()
+        wait(lambda: c.store.nodes(), 30, "the worker")
+        runner = TmuxRunner(c.sock)
+        for i in range(runs):
+            # floor: the same command in the same wrapper, stopped directly
+            logs = c.work / f"floor{i}"
+            h = runner.start(f"ajet_floor_{i}", WRITER, cwd=str(c.work), env={"PYTHONUNBUFFERED": "1"},
+                             log_path=logs / "a.log", rc_path=logs / "a.rc", pid_path=logs / "a.pid")
+            time.sleep(3)
+            t0 = time.monotonic()
+            runner.stop(h, 5.0)
+            floor.append(time.monotonic() - t0)
+            # ours: submitted, watched by the worker, stopped through the cancel flag
+            bp = blueprint(c.work / f"run{i}", WRITER)
+            exp_id = submit(c.store, c.store.r, bp.read_text(), node="bench")["id"]
+            wait(lambda e=exp_id: c.state(e) == "running", 60, "running")
+            log = c.work / f"run{i}/results/logs/attempt-1.log"
+            wait(log.exists, 10, "the log")
+            rates.append(_mbps(log, 1.0))
+            time.sleep(2)
+            t0 = time.monotonic()
+            c.store.request_cancel(exp_id)
+            wait(lambda e=exp_id: c.state(e) == "finished", 60, "finished", interval=0.005)
+            ours.append(time.monotonic() - t0)
+            log.unlink(missing_ok=True)
+    print(f"stop under a writer: {runs} runs, target {RATE:.0f} MB/s, measured "
+          f"{min(rates):.0f}-{max(rates):.0f} MB/s into the log; default poll interval")
+    print(line("stop -> finished", ours, floor))
+
+
+def bench_exit(runs: int) -> None:
+    to_collect, to_flag, floor = [], [], []
+    with cluster() as c:
+        c.worker()
+        wait(lambda: c.store.nodes(), 30, "the worker")
+        for i in range(runs):
+            wd = c.work / f"run{i}"
+            script = (f"{PY} -m ajet.launcher --conf tests/bench/benchmark_math/benchmark_math.yaml --backbone verl\n"
+                      f"{PY} -c 'import os, sys, time; sys.stdout.write(\"BENCH_EXIT_AT %r\\n\" % time.time()); "
+                      "sys.stdout.flush(); os._exit(0)'")
+            bp = blueprint(wd, script)
+            y = wd / "codebase/tests/bench/benchmark_math/benchmark_math.yaml"
+            y.write_text(y.read_text().replace("step_seconds: 1.0", "step_seconds: 0.05")
+                         .replace("total_training_steps: 10", "total_training_steps: 2"))
+            exp_id = submit(c.store, c.store.r, bp.read_text(), node="bench")["id"]
+            wait(lambda e=exp_id: c.state(e) == "finished", 90, "finished")
+            results = wd / "results"
+            assert json.loads((results / "finish.flag").read_text())["outcome"] == "completed"
+            text = (results / "logs/attempt-1.log").read_text()
+            exit_at = float(text.rsplit("BENCH_EXIT_AT ", 1)[1].split()[0])
+            rc_at = (results / "logs/attempt-1.rc").stat().st_mtime
+            collecting = next(e for e in c.store.events(exp_id)
+                              if e.get("type") == "transition" and e.get("to") == "collecting")
+            redis_at = int(collecting["event_id"].split("-")[0]) / 1000  # when Redis stored it
+            floor.append(rc_at - exit_at)
+            to_collect.append(redis_at - exit_at)
+            to_flag.append((results / "finish.flag").stat().st_mtime - exit_at)
+    print(f"exit: {runs} runs of the simulated AgentJet (2 steps, evaluations plotted); default poll interval")
+    print(line("exit -> collecting (in Redis)", to_collect, floor))
+    print(line("exit -> finish.flag", to_flag, floor))
+
+
+def _adopt_once(c, name: str, size: int) -> tuple[float, float, float]:
+    """Start a run whose log reaches `size` bytes, then idles; kill its worker once the log is
+    complete and checkpointed, let the lease run out, and time a new worker's start → adopted and
+    adopted → a stop honoured. A big log's middle is a sparse hole made with `truncate` (writing
+    5 GB through tee takes minutes here); its first and last 32 MiB are real lines."""
+    log = c.work / f"{name}/results/logs/attempt-1.log"
+    filler = "(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns xxxxxxxxxx"
+    real = min(size, 32 << 20)
+    script = f"yes '{filler}' | head -c {real}\n"
+    if size > 2 * real:
+        script += f"truncate -s +{size - 2 * real} {log}\nyes '{filler}' | head -c {real}\n"
+    bp = blueprint(c.work / name, script + "exec sleep 600")
+    first = c.worker()
+    wait(lambda: c.store.nodes(), 30, "the worker")
+    exp_id = submit(c.store, c.store.r, bp.read_text(), node="bench")["id"]
+    wait(lambda: c.state(exp_id) == "running", 60, "running")
+    wait(lambda: log.exists() and log.stat().st_size >= size - 4096, 120, "the log to be written", interval=0.1)
+    ckpt = log.with_name("attempt-1.scan.json")
+    wait(lambda: ckpt.exists() and json.loads(ckpt.read_text())["offset"] >= log.stat().st_size, 120,
+         "the watcher to checkpoint at the end", interval=0.1)
+    c.kill(first)
+    wait(lambda: float((c.store.get(exp_id) or {}).get("lease_until") or 0) < c.store.server_time(), 60,
+         "the dead worker's lease to run out", interval=0.05)
+    t0 = time.time()
+    second = c.worker()
+    adopted = wait(lambda: next((e["at"] for e in c.store.events(exp_id) if e.get("type") == "adopted"), None),
+                   120, "adopted", interval=0.005)
+    c.store.request_cancel(exp_id)
+    wait(lambda: c.state(exp_id) == "finished", 120, "finished", interval=0.005)
+    done = time.time()
+    c.kill(second)
+    log.unlink(missing_ok=True)
+    return adopted - t0, done - adopted, size
+
+
+def bench_adopt(gigabytes: float) -> None:
+    with cluster(AJET_RUNNER_LEASE_SECONDS="3") as c:  # the dead worker's lease runs out quickly
+        small = _adopt_once(c, "small", 1 << 20)
+        big = _adopt_once(c, "big", int(gigabytes * (1 << 30)))
+    print(f"adoption: a run whose log is {big[2] / 2**30:.1f} GiB vs one of 1 MiB; worker killed with SIGKILL; "
+          "the new worker starts once the dead one's lease ran out")
+    print(line("new worker start -> adopted", [big[0]], [small[0]]))
+    print(line("adopted -> stop honoured (finished)", [big[1]], [small[1]]))
+    print(line("new worker start -> finished", [big[0] + big[1]], [small[0] + small[1]]))
+
+
+def bench_fatal(runs: int) -> None:
+    from statemachine.signatures import signature
+
+    oom = Path(__file__).resolve().parent.parent / "tests/corpus/logs/cuda_oom_ray.log"
+    settle = signature("cuda_oom").settle_seconds or 0.0
+    ours = []
+    with cluster() as c:
+        c.worker()
+        wait(lambda: c.store.nodes(), 30, "the worker")
+        for i in range(runs):
+            script = (f"{PY} -c 'import time; print(\"BENCH_FATAL_AT %r\" % time.time(), flush=True)'\n"
+                      f"cat {oom}\nexec sleep 600")
+            wd = c.work / f"run{i}"
+            exp_id = submit(c.store, c.store.r, blueprint(wd, script).read_text(), node="bench")["id"]
+            failing = wait(lambda e=exp_id: next((x for x in c.store.events(e) if x.get("type") == "transition"
+                                                  and x.get("to") == "failing"), None), 120, "failing")
+            text = (wd / "results/logs/attempt-1.log").read_text()
+            at = float(text.split("BENCH_FATAL_AT ", 1)[1].split()[0])
+            ours.append(int(failing["event_id"].split("-")[0]) / 1000 - at)
+            c.store.request_cancel(exp_id)
+            wait(lambda e=exp_id: c.state(e) == "finished", 120, "finished")
+    print(f"fatal line in a live, hanging process: {runs} runs (cuda_oom, catalogue settle {settle:.0f} s)")
+    print(line("fatal line -> failing (in Redis)", ours, [settle], unit="s", scale=1.0))
+
+
+def main(argv: list[str]) -> None:
+    what = argv[1] if len(argv) > 1 else "stop"
+    arg = argv[2] if len(argv) > 2 else None
+    if what == "stop":
+        bench_stop(int(arg or 6))
+    elif what == "exit":
+        bench_exit(int(arg or 8))
+    elif what == "fatal":
+        bench_fatal(int(arg or 5))
+    elif what == "adopt":
+        bench_adopt(float(arg or 5))
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,75 @@
+"""Where a watcher is in its log, saved beside the log so an adopting worker resumes from there.
+
+A restarted worker re-adopting a run with a 5 GB log must not read it again from byte 0 (minutes
+blind): `save` writes the scanner's state (offset, open findings, partial line, log tail,
+console metrics, the rule clocks) to `<log stem>.scan.json` atomically every few seconds, and
+`load` gives it back if it still describes the same log file (same inode and first bytes, not truncated).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+SAVE_EVERY = 2.0  # seconds between checkpoints while the log grows
+
+
+def checkpoint_path(log_path: str | os.PathLike[str]) -> Path:
+    path = Path(log_path)
+    return path.with_name(path.stem + ".scan.json")
+
+
+HEAD_BYTES = 4096
+
+
+def _head(log_path: str | os.PathLike[str], upto: int) -> str:
+    """A fingerprint of the log's first bytes: an inode number can be reused by a new file."""
+    with open(log_path, "rb") as f:
+        return hashlib.sha1(f.read(min(HEAD_BYTES, upto))).hexdigest()
+
+
+def save(log_path: str | os.PathLike[str], state: dict[str, Any]) -> bool:
+    """Write `state` (with the log's inode) atomically; False (logged) when the disk refuses."""
+    target = checkpoint_path(log_path)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        state = {**state, "inode": os.stat(log_path).st_ino, "head": _head(log_path, int(state["offset"]))}
+        tmp.write_text(json.dumps(state, separators=(",", ":")), encoding="utf-8")
+        os.replace(tmp, target)
+        return True
+    except OSError as exc:  # a full disk must not stop the watch; the next worker re-reads more
+        log.warning("could not save the scan checkpoint %s: %s", target, exc)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+
+
+def load(log_path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The saved state if it belongs to this log as it is now, else None."""
+    try:
+        state = json.loads(checkpoint_path(log_path).read_text(encoding="utf-8"))
+        st = os.stat(log_path)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("inode") != st.st_ino:
+        return None
+    offset = state.get("offset")
+    if not isinstance(offset, int) or offset < 0 or offset > st.st_size:
+        return None  # truncated or replaced since: start over
+    try:
+        if state.get("head") != _head(log_path, offset):
+            return None
+    except OSError:
+        return None
+    return state
+
+
+def remove(log_path: str | os.PathLike[str]) -> None:
+    with contextlib.suppress(OSError):
+        checkpoint_path(log_path).unlink()
