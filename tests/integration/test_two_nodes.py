@@ -52,7 +52,9 @@ def test_node_targeting_stop_and_delete_of_running_experiments(client, redis_url
                  15, "nodeB's heartbeat to list its running experiments")
 
         # Stop a running one once it has reported an evaluation: 202, then a graceful stop and collection.
-        wait_for(lambda: client.get(la)["latest_metrics"], 30, "a first evaluation of the long run")
+        # (both long runs: a stop is acted on at once, so one without an evaluation yet would have none)
+        wait_for(lambda: client.get(la)["latest_metrics"] and client.get(lb)["latest_metrics"], 30,
+                 "a first evaluation of both long runs")
         stopping = client.stop(la)
         assert stopping["state"] != "finished" and stopping["cancel_requested"] is True
         # Delete a running one: it is stopped first, and its record dropped once it is finished.
