@@ -456,6 +456,8 @@ def experiment_text(snap: Snapshot) -> str:
             f'ajet_runner_experiment_state{{{exp},state="{_escape_label(rec.get("state") or "")}"}} 1.0')
         lines["ajet_runner_experiment_attempt"].append(
             f"ajet_runner_experiment_attempt{{{exp}}} {go(_num(rec.get('attempt')) or 0.0)}")
+        lines["ajet_runner_experiment_nodes"].append(
+            f"ajet_runner_experiment_nodes{{{exp}}} {go(_num(rec.get('nnodes')) or 1.0)}")
         metrics = rec.get("latest_metrics") or {}
         if not isinstance(metrics, dict):
             continue
