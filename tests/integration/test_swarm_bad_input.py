@@ -14,16 +14,11 @@ import pytest
 
 from service.demo import materialize
 from tests.integration.scenario import Scenario, env_for, run_cli
+from tests.integration.swarm_helpers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SERVER_PART = re.compile(r"## \[exp_swarm_server\]\n```bash\n.*?\n```\n", re.S)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _swarm(tmp_path: Path, port: int, server_part: str | None = None) -> Scenario:
@@ -57,13 +52,13 @@ def _assert_rejected_and_nothing_launched(sc: Scenario, proc: subprocess.Complet
 
 
 def test_empty_server_command_is_rejected(tmp_path: Path, tmux_socket: str) -> None:
-    sc = _swarm(tmp_path, _free_port(), "## [exp_swarm_server]\n\n")
+    sc = _swarm(tmp_path, free_port(), "## [exp_swarm_server]\n\n")
     proc = run_cli(sc, env_for(tmux_socket))
     _assert_rejected_and_nothing_launched(sc, proc, "exp_swarm_server", "server command is empty", tmux_socket)
 
 
 def test_port_that_is_no_number_is_rejected(tmp_path: Path, tmux_socket: str) -> None:
-    sc = _swarm(tmp_path, _free_port(), "## [exp_swarm_server]\n```bash\najet-swarm start --swarm-port=abc\n```\n")
+    sc = _swarm(tmp_path, free_port(), "## [exp_swarm_server]\n```bash\najet-swarm start --swarm-port=abc\n```\n")
     proc = run_cli(sc, env_for(tmux_socket))
     _assert_rejected_and_nothing_launched(sc, proc, "exp_swarm_server", "'abc' is not a port number", tmux_socket)
 

@@ -5,43 +5,23 @@ alone (`ajet.enable_swarm_mode: true`, no `[exp_swarm_server]` part)."""
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import psutil
 import pytest
 
-from service.demo import materialize
-from tests.integration.scenario import Scenario, env_for, marked_processes, run_cli
+from tests.integration.scenario import env_for, marked_processes, run_cli
+from tests.integration.swarm_helpers import free_port, listening, make_swarm
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EARLIER = "".join(f"## Step {s}\n- dataset: appworld_dev\n- pass@1: 99.00%\n- pass@4: 99.50%\n\n" for s in (0, 2, 8))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _make(template: str, tmp_path: Path, port: int) -> Scenario:
-    workdir = tmp_path / template
-    return Scenario(workdir, materialize(template, workdir, swarm_port=port))
-
-
 def test_results_found_without_a_named_file_count_only_what_grew_after_launch(tmp_path: Path,
                                                                             tmux_socket: str) -> None:
-    port = _free_port()
-    sc = _make("swarm_found_results", tmp_path, port)
+    port = free_port()
+    sc = make_swarm("swarm_found_results", tmp_path, port)
     folder = sc.codebase / "appworld_swarm_results"
     folder.mkdir()
     (folder / "val_results.md").write_text(EARLIER)  # an earlier run's blocks: the client appends after them
@@ -60,8 +40,8 @@ def test_results_found_without_a_named_file_count_only_what_grew_after_launch(tm
 
 
 def test_results_written_under_the_result_dir_are_found(tmp_path: Path, tmux_socket: str) -> None:
-    port = _free_port()
-    sc = _make("swarm_found_results", tmp_path, port)
+    port = free_port()
+    sc = make_swarm("swarm_found_results", tmp_path, port)
     out = sc.results / "client_out"
     text = sc.blueprint.read_text().replace("SWARM_STEPS=6", f"APPWORLD_RESULT_DIR={out} SWARM_STEPS=6")
     sc.blueprint.write_text(text)
@@ -74,8 +54,8 @@ def test_results_written_under_the_result_dir_are_found(tmp_path: Path, tmux_soc
 
 
 def test_yaml_enable_swarm_mode_alone_runs_as_a_swarm_experiment(tmp_path: Path, tmux_socket: str) -> None:
-    port = _free_port()
-    sc = _make("swarm_yaml", tmp_path, port)
+    port = free_port()
+    sc = make_swarm("swarm_yaml", tmp_path, port)
     # The defaulted server command calls `ajet-swarm`: the simulated one lives in the codebase's bin/.
     env = env_for(tmux_socket, PATH=f"{sc.codebase / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = run_cli(sc, env)
@@ -87,5 +67,5 @@ def test_yaml_enable_swarm_mode_alone_runs_as_a_swarm_experiment(tmp_path: Path,
     assert f"Starting swarm server on port {port}" in server_log and "Swarm server stopped." in server_log
     assert not (sc.results / "config.patched.yaml").exists()  # the server reads the YAML as written
     assert not psutil.pid_exists(int((sc.results / "logs" / "server-1.pid").read_text()))
-    assert not _listening(port)
+    assert not listening(port)
     assert marked_processes(sc.flag()["id"]) == []

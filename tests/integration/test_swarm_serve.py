@@ -4,7 +4,6 @@ experiment on the same port waits queued), each completing with its server stopp
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from service.client import AjetRunnerClient
 from service.demo import materialize
 from tests.integration.scenario import Scenario, wait_for
+from tests.integration.swarm_helpers import free_port
 from tests.integration.test_api import running_server
 from tests.integration.test_two_nodes import state_of, wait_nodes
 from tests.integration.workers import running_worker, worker_env
@@ -27,14 +27,8 @@ def client(redis_url: str, tmp_path: Path) -> Iterator[AjetRunnerClient]:
         yield c
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_two_swarm_runs_on_one_port_take_turns(client, redis_url, tmux_socket, tmp_path) -> None:
-    port = _free_port()
+    port = free_port()
     first, second = (Scenario(tmp_path / n, materialize("swarm", tmp_path / n, swarm_port=port)) for n in ("a", "b"))
     env = worker_env(redis_url, tmux_socket, AJET_RUNNER_SLOTS="2", AJET_RUNNER_CAPACITY_WAIT_SECONDS="1")
     with running_worker(env, "swarmnode"):
@@ -65,7 +59,7 @@ def test_stale_swarm_port_reservations_are_freed_when_a_worker_starts(client, re
     from store.store import Store
 
     store = Store.from_url(redis_url)
-    port, live_port = _free_port(), _free_port()
+    port, live_port = free_port(), free_port()
     store.create("swarm-done", {"state": "finished", "node": "portnode"}, {})
     store.create("swarm-live", {"state": "running", "node": "portnode",
                                 "lease_until": store.server_time() + 600}, {})
@@ -85,7 +79,7 @@ def test_stale_swarm_port_reservations_are_freed_when_a_worker_starts(client, re
 
 
 def test_a_server_dying_mid_run_is_restarted_through_a_worker(client, redis_url, tmux_socket, tmp_path) -> None:
-    port = _free_port()
+    port = free_port()
     sc = Scenario(tmp_path / "dies", materialize("swarm_server_dies", tmp_path / "dies", swarm_port=port))
     env = worker_env(redis_url, tmux_socket)
     with running_worker(env, "swarmdies"):
@@ -106,7 +100,7 @@ def test_a_killed_worker_leaves_a_swarm_run_the_next_worker_finishes(redis_url, 
     from store.store import Store
     from tests.integration.workers import kill_group, start_worker
 
-    port = _free_port()
+    port = free_port()
     sc = Scenario(tmp_path / "adopt", materialize("swarm_found_results", tmp_path / "adopt", swarm_port=port))
     sc.blueprint.write_text(sc.blueprint.read_text().replace("SWARM_STEP_SECONDS=0.5", "SWARM_STEP_SECONDS=1"))
     store = Store.from_url(redis_url)

@@ -13,6 +13,7 @@ import pytest
 from service.demo import materialize
 from statemachine.blueprint import parse_blueprint
 from statemachine.swarm import swarm_spec
+from tests.integration.swarm_helpers import free_port
 from workers.swarm_server import (
     SwarmServerFailed,
     client_env,
@@ -21,12 +22,6 @@ from workers.swarm_server import (
     server_session,
 )
 from workers.tmux import TmuxRunner
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture()
@@ -39,7 +34,7 @@ def _env() -> dict[str, str]:
 
 
 def test_start_await_client_and_stop(runner: TmuxRunner, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     bp = parse_blueprint(materialize("swarm", tmp_path, python=sys.executable, swarm_port=port).read_text())
     spec = swarm_spec(bp)
     assert spec is not None and spec.port == port
@@ -67,7 +62,7 @@ def test_start_await_client_and_stop(runner: TmuxRunner, tmp_path: Path) -> None
 
 
 def test_listening_server_is_reused_and_left_running(runner: TmuxRunner, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     bp = parse_blueprint(materialize("swarm", tmp_path, python=sys.executable, swarm_port=port).read_text())
     spec = swarm_spec(bp)
     assert spec is not None
@@ -82,7 +77,7 @@ def test_listening_server_is_reused_and_left_running(runner: TmuxRunner, tmp_pat
 
 
 def test_server_that_exits_before_listening_is_a_failure(runner: TmuxRunner, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     bp = parse_blueprint(materialize("swarm", tmp_path, python=sys.executable, swarm_port=port).read_text())
     (tmp_path / "no_swarm.yaml").write_text("ajet:\n  x: 1\n")
     spec = swarm_spec(bp)
