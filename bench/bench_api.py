@@ -8,6 +8,7 @@ reads its YAML from disk, like a real one. Prints requests/s and p50/p95/p99 in 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +33,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving_api(redis_url: str) -> Iterator[str]:
+    """A real `ajet-runner serve` on a free port (token TOKEN), answering /healthz; yields its URL."""
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": redis_url, "AJET_RUNNER_TOKEN": TOKEN}
+    server = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--port", str(port), "--log-level", "warning"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        limit = time.monotonic() + 30
+        while time.monotonic() < limit:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(15)
 
 
 def percentiles(ms: list[float]) -> str:
@@ -66,20 +89,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp, EmbeddedRedis() as redis_server:
         blueprint = materialize("demo", Path(tmp) / "demo").read_text()
-        port = free_port()
-        env = {**os.environ, "REDIS_URL": redis_server.url, "AJET_RUNNER_TOKEN": TOKEN}
-        server = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--port", str(port),
-                                   "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            limit = time.monotonic() + 30
-            while time.monotonic() < limit:
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
+        with serving_api(redis_server.url) as url:
             clients = [AjetRunnerClient(url, TOKEN) for _ in range(args.threads)]
             ids: list[str] = []
 
@@ -107,9 +117,6 @@ def main() -> None:
             print(f"experiments recorded: {clients[0].list_experiments(limit=1)['total']}")
             for c in clients:
                 c.close()
-        finally:
-            server.terminate()
-            server.wait(15)
 
 
 if __name__ == "__main__":

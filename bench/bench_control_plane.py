@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 import redis  # noqa: E402
 
-from bench.bench_api import TOKEN, free_port  # noqa: E402
+from bench.bench_api import TOKEN, serving_api  # noqa: E402
 from service.embedded import EmbeddedRedis  # noqa: E402
 from store.store import Store  # noqa: E402
 from workers.supervisor import QUEUED_FIELDS, SCAN_FIELDS  # noqa: E402
@@ -91,31 +90,15 @@ def main(argv: list[str]) -> None:
         store.r.flushall()
         fill(store, nodes, runs, queued, finished)
         (many_ms, many_b), (old_ms, old_b) = scan_costs(store, "node0")
-        port = free_port()
-        env = {**os.environ, "REDIS_URL": srv.url, "AJET_RUNNER_TOKEN": TOKEN}
-        server = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--port", str(port), "--log-level",
-                                   "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
         lists = {}
-        try:
-            with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    try:
-                        if c.get("/healthz").status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        time.sleep(0.1)
-                for name, path in (("healthz", "/healthz"), ("state=running", "/v1/experiments?state=running"),
-                                   ("state=queued", "/v1/experiments?state=queued"),
-                                   ("node=node0", "/v1/experiments?node=node0"),
-                                   ("state=finished&limit=100", "/v1/experiments?state=finished&limit=100")):
-                    c.get(path).raise_for_status()
-                    lists[name] = timed(lambda p=path: c.get(p).raise_for_status() and None)[0]
-        finally:
-            server.terminate()
-            server.wait(15)
+        with serving_api(srv.url) as url, httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
+            for name, path in (("healthz", "/healthz"), ("state=running", "/v1/experiments?state=running"),
+                               ("state=queued", "/v1/experiments?state=queued"),
+                               ("node=node0", "/v1/experiments?node=node0"),
+                               ("state=finished&limit=100", "/v1/experiments?state=finished&limit=100")):
+                c.get(path).raise_for_status()
+                lists[name] = timed(lambda p=path: c.get(p).raise_for_status() and None)[0]
     total = nodes * runs + queued + finished
     print(f"control plane: {nodes} nodes x {runs} runs, {queued} queued, {finished:,} finished ({total:,} records)")
     print(f"node scan (queue + own active set, needed fields): {many_ms:7.2f} ms {many_b / 1000:8.1f} kB"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -25,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 import redis  # noqa: E402
 
-from bench.bench_api import TOKEN, free_port  # noqa: E402
+from bench.bench_api import TOKEN, serving_api  # noqa: E402
 from bench.bench_redis_traffic import redis_cpu  # noqa: E402
 from service.embedded import EmbeddedRedis  # noqa: E402
 from store.store import Store  # noqa: E402
@@ -103,34 +102,21 @@ def main(argv: list[str]) -> None:
             r = redis.Redis.from_url(srv.url)
             setup(Store(r, retention_seconds=0), nodes, runs)
             idle = redis_cpu(r, 3)
-            port = free_port()
-            env = {**os.environ, "REDIS_URL": srv.url, "AJET_RUNNER_TOKEN": TOKEN}
-            api = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--port", str(port), "--log-level",
-                                    "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            stop = threading.Event()
-            lat: dict[str, list[float]] = {"list": [], "metrics": []}
-            threads = [threading.Thread(target=node_loop, args=(srv.url, n, runs, stop), daemon=True)
-                       for n in range(nodes)]
-            threads.append(threading.Thread(target=api_p95, args=(url, stop, lat), daemon=True))
-            for t in threads:
-                t.start()
-            time.sleep(3)  # past the first flushes
-            c0, b0 = int(r.info("stats")["total_commands_processed"]), net(r)
-            busy = redis_cpu(r, seconds)
-            c1, b1 = int(r.info("stats")["total_commands_processed"]), net(r)
-            stop.set()
-            for t in threads:
-                t.join(10)
-            api.terminate()
-            api.wait(15)
+            with serving_api(srv.url) as url:
+                stop = threading.Event()
+                lat: dict[str, list[float]] = {"list": [], "metrics": []}
+                threads = [threading.Thread(target=node_loop, args=(srv.url, n, runs, stop), daemon=True)
+                           for n in range(nodes)]
+                threads.append(threading.Thread(target=api_p95, args=(url, stop, lat), daemon=True))
+                for t in threads:
+                    t.start()
+                time.sleep(3)  # past the first flushes
+                c0, b0 = int(r.info("stats")["total_commands_processed"]), net(r)
+                busy = redis_cpu(r, seconds)
+                c1, b1 = int(r.info("stats")["total_commands_processed"]), net(r)
+                stop.set()
+                for t in threads:
+                    t.join(10)
 
         def p95(xs: list[float]) -> float:
             return statistics.quantiles(xs, n=20)[-1] * 1000 if len(xs) > 1 else (xs[0] * 1000 if xs else 0.0)

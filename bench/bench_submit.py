@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,12 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
 import redis  # noqa: E402
 from rq import Queue  # noqa: E402
 from rq.serializers import JSONSerializer  # noqa: E402
 
-from bench.bench_api import TOKEN, free_port, timed_calls  # noqa: E402
+from bench.bench_api import TOKEN, serving_api, timed_calls  # noqa: E402
 from service.client import AjetRunnerClient  # noqa: E402
 from service.demo import materialize  # noqa: E402
 from service.embedded import EmbeddedRedis  # noqa: E402
@@ -41,20 +39,7 @@ def main(argv: list[str]) -> None:
         base = materialize("demo", Path(tmp) / "demo").read_text()
         texts = [re.sub(r"## \[exp_result_dir\]\n.*?\n", f"## [exp_result_dir]\n{tmp}/results/{i}\n", base)
                  for i in range(2 * count)]
-        port = free_port()
-        env = {**os.environ, "REDIS_URL": srv.url, "AJET_RUNNER_TOKEN": TOKEN}
-        server = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--port", str(port), "--log-level",
-                                   "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
+        with serving_api(srv.url) as url:
             clients = [AjetRunnerClient(url, TOKEN) for _ in range(threads)]
             rates: dict[str, float] = {}
             p50: dict[str, float] = {}
@@ -72,9 +57,6 @@ def main(argv: list[str]) -> None:
             phase("rq", lambda i: q.enqueue("workers.jobs.drive", f"x{i}", job_timeout=-1), count, threads)
             for c in clients:
                 c.close()
-        finally:
-            server.terminate()
-            server.wait(15)
     health = (rates["healthz"] + rates["healthz again"]) / 2
     print(f"submit: {count} submissions, {threads} client threads, one API process, embedded Redis, no worker")
     print(f"submit      {rates['submit']:8.1f} req/s  p50 {p50['submit']:6.1f} ms | floor /healthz "
