@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -88,13 +90,17 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=60.0, help="stop each phase after this long")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp, EmbeddedRedis() as redis_server:
-        blueprint = materialize("demo", Path(tmp) / "demo").read_text()
+        base = materialize("demo", Path(tmp) / "demo").read_text()
+        # each submission its own result dir (one in use by a queued run is refused with 409)
+        texts = [re.sub(r"## \[exp_result_dir\]\n.*?\n", f"## [exp_result_dir]\n{tmp}/results/{i}\n", base)
+                 for i in range(args.submissions)]
         with serving_api(redis_server.url) as url:
             clients = [AjetRunnerClient(url, TOKEN) for _ in range(args.threads)]
             ids: list[str] = []
+            numbers = itertools.count()
 
             def submit(i: int) -> None:
-                ids.append(clients[i % args.threads].submit(blueprint)["id"])
+                ids.append(clients[i % args.threads].submit(texts[next(numbers)])["id"])
 
             def phase(name: str, fn: Callable[[int], object], count: int, threads: int) -> None:
                 samples, wall = timed_calls(fn, count, threads, time.monotonic() + args.max_seconds)
