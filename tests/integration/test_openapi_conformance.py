@@ -9,6 +9,7 @@ The only setting is in tests/fuzz/schemathesis.toml (a schema-valid blueprint ma
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,4 +37,4 @@ def test_every_operation_behaves_as_documented(redis_url, tmp_path) -> None:
             cwd=tmp_path, capture_output=True, text=True, timeout=1800, check=False)
         tail = "\n".join(proc.stdout.splitlines()[-60:])
         assert proc.returncode == 0, tail + proc.stderr[-2000:]
-        assert " passed" in tail and "0 generated" not in tail, tail
+        assert " passed" in tail and not re.search(r"(?<!\d)0 generated", tail), tail  # "7120 generated" is fine
