@@ -33,7 +33,8 @@ def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
             continue
         if node not in gang.nodes[1:] or not gang.launch:
             continue  # not a member here, or no launch asked yet: the head dispatches the first rank jobs
-        rec = store.get(exp_id)
+        found = store.fields_of([exp_id], ("state", "node", "nnodes"))  # the scan's few fields, not the record
+        rec = found[0] if found else None
         if rec is None or int(rec.get("nnodes") or 1) <= 1 or rec.get("state") not in ACTIVE or rec.get("node") == node:
             continue
         rank = gang.nodes.index(node)
