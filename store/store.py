@@ -131,6 +131,7 @@ class Store:
         self._reserve = client.register_script(lua("reserve_gpus"))
         self._release_if_owner = client.register_script(lua("hdel_if_owner"))
         self._renew = client.register_script(lua("renew_lease"))
+        self._hand_back = client.register_script(lua("hand_back"))
         self._set_if_exists = client.register_script(lua("hset_if_exists"))
         self._poll_run = client.register_script(lua("poll_run"))
         self._append_tail = client.register_script(lua("append_tail"))
@@ -412,6 +413,10 @@ class Store:
     # -- ownership -----------------------------------------------------------------------
     def renew_lease(self, exp_id: str, owner: str, seconds: float) -> bool:
         return bool(self._renew(keys=[exp_key(exp_id)], args=[owner, seconds]))
+
+    def hand_back(self, exp_id: str, owner: str) -> bool:
+        """End our lease now (only while we own it): the node's supervisor re-adopts the run at its next scan."""
+        return bool(self._hand_back(keys=[exp_key(exp_id)], args=[owner]))
 
     def poll_run(self, exp_id: str, owner: str, renew_seconds: float = 0.0) -> tuple[bool, bool]:
         """(still ours, stop requested), renewing the lease when `renew_seconds` > 0: one round trip."""

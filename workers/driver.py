@@ -10,6 +10,7 @@ alive in tmux is re-adopted and watched, never launched twice.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,8 @@ log = logging.getLogger(__name__)
 class ExperimentDriver:
     def __init__(self, store: Store, exp_id: str, settings: Settings, node: NodeInfo, owner: str,
                  runner: TmuxRunner | None = None,
-                 on_watch: Callable[[str, float, int, float], None] | None = None) -> None:
+                 on_watch: Callable[[str, float, int, float], None] | None = None,
+                 handback: threading.Event | None = None) -> None:
         self.store = store
         self.id = exp_id
         self.settings = settings
@@ -51,6 +53,7 @@ class ExperimentDriver:
         self.owner = owner
         self.runner = runner or TmuxRunner(settings.tmux_socket or None)
         self.on_watch = on_watch
+        self.handback = handback  # set once the hosting process stops: the watch gives the run back
         rec = store.record(exp_id)
         if rec is None:
             raise LookupError(f"experiment {exp_id} does not exist")

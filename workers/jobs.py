@@ -19,9 +19,8 @@ from store.queue import DEFAULT_QUEUE, enqueue_drive, job_timeout, node_queue, q
 from store.settings import get_settings
 from store.store import Store, TransitionConflict
 from workers.driver import ExperimentDriver
-from workers.journal import LostOwnership, RedisUnavailable
-from workers.lifeline import PARENT_ENV, die_with_parent, expected_parent_from_env
-from workers.metrics import watch_reporter
+from workers.hosting import HOST
+from workers.journal import HandedBack, LostOwnership, RedisUnavailable
 from workers.node import NodeInfo
 
 log = logging.getLogger(__name__)
@@ -34,8 +33,6 @@ def drive_rank(exp_id: str, rank: int) -> str:
     from store.gang import GangStore
     from workers.gang_rank import RankDriver
 
-    if os.environ.get(PARENT_ENV):
-        die_with_parent(expected_parent_from_env())
     job = get_current_job()
     settings = get_settings()
     url = settings.redis_url or _connection_url(job.connection)  # type: ignore[union-attr]
@@ -54,8 +51,6 @@ def _connection_url(conn: redis.Redis) -> str:
 
 def drive(exp_id: str) -> str:
     """RQ job: drive one experiment until it is finished, handed back, or owned by someone else."""
-    if os.environ.get(PARENT_ENV):  # forked by a slot: die with it, the run lives on in tmux
-        die_with_parent(expected_parent_from_env())
     job = get_current_job()
     settings = get_settings()
     # Our own connection, with timeouts: a node cut off from Redis must keep watching, not hang.
@@ -64,24 +59,46 @@ def drive(exp_id: str) -> str:
     store = Store(conn)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
-    reporter = watch_reporter(store, node.name)
+    reporter, own_reporter = HOST.reporter(store, node.name)
     try:
-        driver = ExperimentDriver(store, exp_id, settings, node, owner, on_watch=reporter)
-    except LookupError:
-        reporter.close()
-        return "deleted"
-    try:
-        outcome = driver.run()
-    except (LostOwnership, TransitionConflict, RedisUnavailable) as exc:
-        log.info("%s: not ours (%s)", exp_id, exc)
-        return "not-owner"
+        try:
+            driver = ExperimentDriver(store, exp_id, settings, node, owner, on_watch=reporter,
+                                      handback=HOST.handback())
+        except LookupError:
+            return "deleted"
+        try:
+            outcome = driver.run()
+        except HandedBack:
+            _hand_back(store, exp_id, owner)
+            return "handed-back"
+        except (LostOwnership, TransitionConflict, RedisUnavailable) as exc:
+            log.info("%s: not ours (%s)", exp_id, exc)
+            return "not-owner"
+        except Exception:
+            # A driver's own failure: its process lives on (other runs' threads), so say so, or the
+            # supervisor would see a live driver and never re-adopt the run. RQ records the traceback.
+            _hand_back(store, exp_id, owner)
+            raise
+        if outcome:
+            return outcome
+        rec = store.record(exp_id)
+        if rec is not None and rec.state == State.queued.value:  # no GPUs free here: back to the queue it came from
+            origin = job.origin if job is not None else target_queue(None)
+            enqueue_drive(conn, store, exp_id, origin, max_seconds=driver.bp.exp_max_time_seconds)
+            return "requeued"
+        return driver.lc.state
     finally:
-        reporter.close()
-    if outcome:
-        return outcome
-    rec = store.record(exp_id)
-    if rec is not None and rec.state == State.queued.value:  # no GPUs free here: back to the queue it came from
-        origin = job.origin if job is not None else target_queue(None)
-        enqueue_drive(conn, store, exp_id, origin, max_seconds=driver.bp.exp_max_time_seconds)
-        return "requeued"
-    return driver.lc.state
+        if own_reporter:
+            reporter.close()
+        else:
+            reporter.flush_quietly()
+        conn.close()
+
+
+def _hand_back(store: Store, exp_id: str, owner: str) -> None:
+    """End our lease now (CAS on the owner); if Redis is unreachable it simply runs out."""
+    try:
+        if store.hand_back(exp_id, owner):
+            log.info("%s: handed back (lease ended) for the node's supervisor to re-adopt", exp_id)
+    except redis.RedisError as exc:
+        log.warning("%s: could not hand back (%s): its lease will run out", exp_id, exc)

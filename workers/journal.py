@@ -39,6 +39,10 @@ class LostOwnership(RuntimeError):
     """Another worker took the experiment over: stop driving it, touch nothing."""
 
 
+class HandedBack(RuntimeError):
+    """The process that hosts this driver is stopping: give the run back (it lives on in tmux)."""
+
+
 class RedisUnavailable(RuntimeError):
     """A write that must be acknowledged could not reach Redis in time."""
 

@@ -1,11 +1,11 @@
 """A worker's own Prometheus endpoint: watch-loop latency, log bytes, stall signal, heartbeat, CPU, memory.
 
-The watch loop runs in RQ work-horses, forked per job and gone when the job ends, so it cannot
-own in-process metrics (multiprocess mode leaves files per fork; docs/background.md#prometheus-multiprocess).
-Instead `watch_reporter` batches its numbers and flushes them at scrape granularity (the first pass
-at once, then every FLUSH_SECONDS: a Prometheus scrape is every 15 s or more, so flushing each
-second cost ~12 Redis commands/s per run for nothing) into this node's keys in Redis; the
-supervisor, the one long-lived process of a node, serves them at scrape time.
+The watch loops run as threads of the node's watcher process (workers/watcher.py), which the
+supervisor restarts when it dies; the supervisor serves the node's endpoint. So one
+`WatchReporter` per watcher batches the numbers and flushes them at scrape granularity (the
+first pass at once, then every FLUSH_SECONDS: a Prometheus scrape is every 15 s or more, so
+flushing each second cost ~12 Redis commands/s per run for nothing) into this node's keys in
+Redis; the supervisor serves them at scrape time.
 
 Redis keys (all under `ajet:wm:<node>:`):
 - `watch`: hash, one field per histogram bucket upper bound (non-cumulative counts), `sum`, `count`;
@@ -14,8 +14,8 @@ Redis keys (all under `ajet:wm:<node>:`):
   expires EXP_TTL_SECONDS after the last flush, so finished experiments leave the endpoint.
 
 Process CPU and memory (`ajet_runner_worker_tree_*`) cover the supervisor's whole process tree (the
-supervisor, its RQ slot processes and their work-horses): one process alone would hide where the
-watching happens. The training runs live in tmux, outside that tree, and are not counted.
+supervisor and its watcher): one process alone would hide where the watching happens. The
+training runs live in tmux, outside that tree, and are not counted.
 """
 
 from __future__ import annotations
@@ -90,8 +90,13 @@ class WatchReporter:
         self._bytes: dict[str, int] = {}
         self._age: dict[str, tuple[float, float]] = {}  # exp -> (age, observed at)
         self.errors = 0
+        self._lock = threading.RLock()  # one reporter serves every driver thread of a watcher process
 
     def __call__(self, exp_id: str, loop_seconds: float, new_log_bytes: int, last_output_age: float) -> None:
+        with self._lock:
+            self._observe(exp_id, loop_seconds, new_log_bytes, last_output_age)
+
+    def _observe(self, exp_id: str, loop_seconds: float, new_log_bytes: int, last_output_age: float) -> None:
         try:
             now = self.clock()
             le = _bucket_of(max(0.0, loop_seconds))
@@ -109,15 +114,22 @@ class WatchReporter:
 
     def close(self) -> None:
         """Flush what the last passes (under a second) left in memory; for the end of a job. Never raises."""
+        self.flush_quietly()
+
+    def flush_quietly(self) -> None:
         try:
             self.flush()
         except Exception as exc:
             self.errors += 1
-            log.warning("watch metrics: last flush failed: %s", exc)
+            log.warning("watch metrics: flush failed: %s", exc)
 
     def flush(self) -> None:
         """One script call with everything since the last flush. A failed batch is dropped, not retried:
         after a connection error we cannot know whether it landed, and counting twice is worse."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
         now = self.clock()
         self._last_flush = now
         buckets, total, count, sizes, ages = self._buckets, self._sum, self._count, self._bytes, self._age
@@ -137,12 +149,6 @@ class WatchReporter:
                                  *(exp_metrics_key(self.node, exp_id) for exp_id, _ in exps)], args=args)
 
 
-def watch_reporter(store: Store, node: str) -> WatchReporter:
-    """The callable to pass as the driver's `on_watch` in a work-horse (call its `close()` when the job ends
-    to send the last numbers too)."""
-    return WatchReporter(store, node)
-
-
 def _num(value: Any) -> float | None:
     try:
         return float(value.decode() if isinstance(value, bytes) else value)
@@ -151,7 +157,7 @@ def _num(value: Any) -> float | None:
 
 
 class WorkerCollector(Collector):
-    """This node's watch metrics (from Redis, written by its work-horses) and its running experiments."""
+    """This node's watch metrics (from Redis, written by its watcher) and its running experiments."""
 
     def __init__(self, store: Store, node: str, running: Callable[[], list[str]],
                  clock: Callable[[], float] = time.time) -> None:
@@ -221,7 +227,7 @@ class ProcessTreeCollector(Collector):
     a tree under the same name would mislead every query that mixes the two.
 
     CPU counts each live process's own time plus the time of the children it has reaped (Linux
-    folds those into the reaper's `children_*`), so a work-horse's CPU stays counted after it exits.
+    folds those into the reaper's `children_*`), so a restarted watcher's CPU stays counted after it exits.
     """
 
     def __init__(self, root_pid: int) -> None:
@@ -242,7 +248,7 @@ class ProcessTreeCollector(Collector):
             except psutil.Error:
                 continue
         yield CounterMetricFamily("ajet_runner_worker_tree_cpu_seconds",
-                                  "CPU seconds of the worker's process tree (supervisor, slots, work-horses).",
+                                  "CPU seconds of the worker's process tree (supervisor, watcher).",
                                   value=cpu)
         yield GaugeMetricFamily("ajet_runner_worker_tree_resident_memory_bytes",
                                 "Resident memory of the worker's process tree.", value=rss)

@@ -1,8 +1,9 @@
-"""The node process behind `ajet-runner worker`: slots, heartbeat, re-adoption, drain.
+"""The node process behind `ajet-runner worker`: the watcher, heartbeat, re-adoption, drain.
 
-It runs no experiment itself. It keeps `slots` RQ worker processes alive (one experiment
-each), tells Redis the node is up and what it has, and hands every unfinished experiment of
-this node whose driver died (its lease ran out) to a slot, which re-adopts the tmux session.
+It runs no experiment itself. It keeps the node's watcher process alive (workers/watcher.py:
+`slots` experiments at once, a thread each), tells Redis the node is up and what it has, and
+hands every unfinished experiment of this node whose driver died or gave it back (its lease
+ended) to the watcher, which re-adopts the tmux session.
 """
 
 from __future__ import annotations
@@ -63,45 +64,43 @@ class NodeSupervisor:
         self.store = Store(redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5))
         self.gangs = GangStore(self.store.r)
         self._runner: TmuxRunner | None = None  # for sweeping ranks left on this node (workers/gang_adopt.py)
-        self.slots: dict[int, subprocess.Popen[bytes]] = {}
+        self.watcher: subprocess.Popen[bytes] | None = None
         self._indexed = False  # ensure_indexes() runs at the first scan
         self.stopping = threading.Event()
         self.started_at = time.time()
         self.running: list[str] = []
         self.on_tick: Callable[[NodeSupervisor], None] | None = None
 
-    # -- slots -----------------------------------------------------------------------------
-    def _spawn(self, index: int) -> None:
+    # -- the watcher -------------------------------------------------------------------------
+    def _spawn(self) -> None:
         env = {**os.environ, "AJET_RUNNER_NODE": self.node.name, "AJET_RUNNER_GPUS": str(self.node.gpus),
                "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url,
-               PARENT_ENV: str(os.getpid())}  # the slot dies with this process (PR_SET_PDEATHSIG)
-        self.slots[index] = subprocess.Popen(
-            [sys.executable, "-m", "workers.slot", self.url, self.node.name, str(index)], env=env,
+               PARENT_ENV: str(os.getpid())}  # the watcher dies with this process (PR_SET_PDEATHSIG)
+        self.watcher = subprocess.Popen(
+            [sys.executable, "-m", "workers.watcher", self.url, self.node.name, str(self.node.slots)], env=env,
         )
 
-    def _keep_slots(self, draining: bool) -> None:
-        for i in range(self.node.slots):
-            proc = self.slots.get(i)
-            if proc is not None and proc.poll() is None:
-                continue
-            if draining:
-                continue
-            if proc is not None:
-                log.warning("slot %d exited with %s: restarting it", i, proc.returncode)
-            self._spawn(i)
+    def _keep_watcher(self) -> None:
+        """Restart the watcher if it died (a drain does not stop it: it takes no new job then, and
+        keeps watching the runs it has)."""
+        proc = self.watcher
+        if proc is not None and proc.poll() is None:
+            return
+        if proc is not None:
+            log.warning("the watcher exited with %s: restarting it", proc.returncode)
+        self._spawn()
 
-    def _stop_slots(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-        """Warm shutdown: RQ finishes the current job first; the experiment itself lives on in tmux."""
-        for proc in self.slots.values():
-            if proc.poll() is None:
-                proc.send_signal(sig)
-        deadline = time.monotonic() + timeout
-        for proc in self.slots.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+    def _stop_watcher(self, timeout: float = 10.0) -> None:
+        """SIGTERM: it takes no new job and its drivers hand their runs back (they live on in tmux)."""
+        proc = self.watcher
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
     # -- node state ---------------------------------------------------------------------------
     def heartbeat(self, draining: bool) -> None:
@@ -245,15 +244,12 @@ class NodeSupervisor:
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     log.warning("redis unreachable: %s", exc)
                     draining = False
-                if draining and any(p.poll() is None for p in self.slots.values()):
-                    log.info("node %s draining: slots finish their current job and take no new one", self.node.name)
-                    self._stop_slots(timeout=0.5)
-                self._keep_slots(draining)
+                self._keep_watcher()
                 if self.on_tick:
                     self.on_tick(self)
                 self.stopping.wait(0.5)
         finally:
-            self._stop_slots()
+            self._stop_watcher()
             self._leave()
 
     def _leave(self) -> None:

@@ -64,11 +64,11 @@ def test_worker_json_lines_carry_experiment_node_state_and_no_transitions_chatte
     assert proc.returncode == 0, proc.stdout + proc.stderr
     exp_id = re.search(r"Job submitted: (\S+)", proc.stdout).group(1)  # type: ignore[union-attr]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    docs = [json.loads(line) for line in lines]  # the worker's and its slots' lines: every one JSON
+    docs = [json.loads(line) for line in lines]  # the worker's and its watcher's lines: every one JSON
     assert docs, "the worker logged nothing"
     assert all(STAMP.match(d["ts"] + " ") for d in docs)
     assert not [d for d in docs if d["logger"].startswith("transitions")]
     moves = [d for d in docs if d["logger"] == "workers.driver" and " -> " in d["msg"]]
     assert moves and all(d["experiment"] == exp_id and d["node"] == "log-node" for d in moves)
     assert moves[-1]["state"] == "finished"
-    assert {d["component"] for d in docs} >= {"worker"} and any(d["component"].startswith("slot") for d in docs)
+    assert {d["component"] for d in docs} >= {"worker"} and any(d["component"] == "watcher" for d in docs)

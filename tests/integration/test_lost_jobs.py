@@ -1,6 +1,6 @@
 """A queued experiment whose RQ job was popped and then dropped is queued again (found by `make chaos`).
 
-A slot that listens on several queues pops a job id with BLPOP (no intermediate list); killed
+A watcher that listens on several queues pops a job id with BLPOP (no intermediate list); killed
 before it marks the job started, it leaves the job "queued" in no queue: RQ would never run or
 fail it, and the experiment stayed queued for ever (1 of 200 in a chaos run). Real Redis, real RQ.
 """

@@ -165,7 +165,7 @@ def test_api_metrics_move_as_a_run_progresses(store: Store, api_scrape: Scrape, 
         wait_for(lambda: (value(wscrape(), "ajet_runner_worker_heartbeat_timestamp_seconds", node="n1") or 0) > beat,
                  15, "a newer heartbeat")
         tree_rss = value(wbody, "ajet_runner_worker_tree_resident_memory_bytes") or 0
-        assert tree_rss > 50_000_000  # supervisor + 2 slots + horse
+        assert tree_rss > 50_000_000  # supervisor + watcher
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
             assert resp.status == 200
 

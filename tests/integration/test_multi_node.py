@@ -59,7 +59,7 @@ class Hosts:
                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=log)
 
     def kill(self, node: str) -> None:
-        """SIGKILL the node's worker and its slots; tmux and the commands in it live on."""
+        """SIGKILL the node's worker and its watcher; tmux and the commands in it live on."""
         kill_group(self.procs.pop(node))
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, step_seconds: str, until: str):
-    """Run the demo on node n1, SIGKILL the worker (supervisor, slots, work-horse) once `until` holds."""
+    """Run the demo on node n1, SIGKILL the worker (supervisor and watcher) once `until` holds."""
     sc = make("demo", tmp_path)
     yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
     yaml_path.write_text(yaml_path.read_text().replace("step_seconds: 1.0", f"step_seconds: {step_seconds}"))

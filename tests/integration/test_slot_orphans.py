@@ -1,5 +1,5 @@
-"""Slots die with their supervisor (issue 18): SIGKILL of the supervisor alone leaves no slot or
-work-horse behind with ppid 1, while the experiment lives on in tmux and is re-adopted, launched once.
+"""The watcher dies with its supervisor (issue 18): SIGKILL of the supervisor alone leaves no watcher
+behind with ppid 1, while the experiment lives on in tmux and is re-adopted, launched once.
 And queued work for a node that is gone is reported (event once, gauge)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_sigkilled_supervisor_leaves_no_orphan_slot_and_the_run_is_readopted(tmp_path, redis_url, tmux_socket):
+def test_sigkilled_supervisor_leaves_no_orphan_watcher_and_the_run_is_readopted(tmp_path, redis_url, tmux_socket):
     sc = make("demo", tmp_path)
     yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
     yaml_path.write_text(yaml_path.read_text().replace("step_seconds: 1.0", "step_seconds: 0.5"))
@@ -41,14 +41,15 @@ def test_sigkilled_supervisor_leaves_no_orphan_slot_and_the_run_is_readopted(tmp
         exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
         supervisor = psutil.Process(first.pid)
-        # Two slots, plus the work-horse driving the run.
-        tree = wait_for(lambda: (lambda t: t if len(t) >= 3 else None)(supervisor.children(recursive=True)),
-                        30, "slots and the work-horse")
+        # The watcher, whose thread drives the run (two slots: still one process).
+        tree = wait_for(lambda: [p for p in supervisor.children(recursive=True) if "workers.watcher" in p.cmdline()],
+                        30, "the watcher")
         pids = [p.pid for p in tree]  # type: ignore[union-attr]
-        os.kill(first.pid, signal.SIGKILL)  # the supervisor only: nobody stops its slots for it
+        assert len(supervisor.children(recursive=True)) == 1, "one watcher process, not a process per slot or run"
+        os.kill(first.pid, signal.SIGKILL)  # the supervisor only: nobody stops its watcher for it
         first.wait(10)
         with contextlib.suppress(AssertionError):  # bounded wait; the assertion below says what is left
-            wait_for(lambda: not any(_alive(p) for p in pids), 15, "the slots to die with it", interval=0.2)
+            wait_for(lambda: not any(_alive(p) for p in pids), 15, "the watcher to die with it", interval=0.2)
         orphans = [(p, psutil.Process(p).ppid()) for p in pids if _alive(p)]
         assert orphans == [], f"left behind (pid, ppid): {orphans}"
     finally:

@@ -29,8 +29,8 @@ def start_worker(env: dict[str, str], node: str, *args: str) -> subprocess.Popen
 
 
 def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    """Kill the worker and everything under it: RQ slots and their work-horses (which RQ puts in
-    process groups of their own). tmux and the experiments it runs are not descendants: they live on."""
+    """Kill the worker and everything under it (its watcher). tmux and the experiments it runs are not
+    descendants: they live on."""
     try:
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.NoSuchProcess:

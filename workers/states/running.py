@@ -20,6 +20,7 @@ from statemachine.rules import Observation, Proposal, SwarmServerRule, decide
 from workers.context import PendingRepair
 from workers.exit_record import exit_record_problem
 from workers.exit_wait import ExitWaiter
+from workers.journal import HandedBack
 from workers.plot_preload import preload_plotting
 from workers.scan_checkpoint import remove as remove_checkpoint
 from workers.states import gang
@@ -61,9 +62,12 @@ class WatchObserver:
 
 
 class Lease(WatchObserver):
-    """Keep the owner's lease alive (raises LostOwnership once it is gone)."""
+    """Keep the owner's lease alive (raises LostOwnership once it is gone), or give the run back
+    (HandedBack) once the hosting process is stopping."""
 
     def before_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+        if d.handback is not None and d.handback.is_set():
+            raise HandedBack(f"{d.id}: the worker process is stopping")
         d._renew()
 
 

@@ -1,0 +1,37 @@
+"""What the drivers hosted by one process share: the stop signal, and one watch-metrics reporter.
+
+The node's watcher (workers/watcher.py) runs every experiment's driver as a thread of one
+process; these are the few things they have in common. Outside a watcher (a driver run in the
+API's process to finish a cancelled run, a test) each job gets its own reporter and no stop
+signal, as before.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from store.store import Store
+from workers.metrics import WatchReporter
+
+
+class DriverHost:
+    def __init__(self) -> None:
+        self.active = False  # True in a watcher process (set by workers/watcher.py)
+        self.stopping = threading.Event()  # the process is stopping: drivers hand their runs back
+        self._reporter: WatchReporter | None = None
+        self._lock = threading.Lock()
+
+    def reporter(self, store: Store, node: str) -> tuple[WatchReporter, bool]:
+        """(the reporter to give a driver, whether the caller owns it and must close it)."""
+        if not self.active:
+            return WatchReporter(store, node), True
+        with self._lock:
+            if self._reporter is None:
+                self._reporter = WatchReporter(store, node)
+            return self._reporter, False
+
+    def handback(self) -> threading.Event | None:
+        return self.stopping if self.active else None
+
+
+HOST = DriverHost()
