@@ -1,8 +1,8 @@
 """CPU and memory per watched run: a real worker's process tree against a minimal watcher.
 
-K runs print 5 lines/s each; over a window, the worker's tree (supervisor, RQ slots, work-horses)
+K runs print 5 lines/s each; over a window, the worker's tree (supervisor and its watcher)
 is measured — CPU seconds per second per run and PSS per run — next to a minimal watcher of the
-same K logs (one Python process: read new bytes every 0.5 s, search them for "Error"), the floor.
+same K logs (one Python process: read new bytes at our poll interval, search them for "Error"), the floor.
 Target (issue 17): ≤ 5 MB and ≤ 0.05 % of a core per watched run.
 
     python bench/bench_per_run.py [runs] [seconds]
@@ -23,10 +23,11 @@ import psutil  # noqa: E402
 from bench._harness import blueprint, cluster, wait  # noqa: E402
 from bench.bench_redis_traffic import SCRIPT  # noqa: E402
 from service.submit import submit  # noqa: E402
+from store.settings import get_settings  # noqa: E402
 
 MINIMAL = """
 import os, re, sys, time
-paths, offsets, pat = sys.argv[1:], {}, re.compile(rb"Error")
+every, paths, offsets, pat = float(sys.argv[1]), sys.argv[2:], {}, re.compile(rb"Error")
 while True:
     for p in paths:
         try:
@@ -35,7 +36,7 @@ while True:
             pat.search(data)
         except OSError:
             pass
-    time.sleep(0.5)
+    time.sleep(every)
 """
 
 
@@ -84,7 +85,7 @@ def main(argv: list[str]) -> None:
         time.sleep(5)
         busy_cpu, busy_pss = measure(lambda: tree(worker.pid), seconds)
         logs = [str(c.work / f"run{i}/results/logs/attempt-1.log") for i in range(runs)]
-        minimal = subprocess.Popen([sys.executable, "-c", MINIMAL, *logs])
+        minimal = subprocess.Popen([sys.executable, "-c", MINIMAL, str(get_settings().poll_interval), *logs])
         time.sleep(1)
         min_cpu, min_pss = measure(lambda: tree(minimal.pid), seconds)
         minimal.kill()
@@ -94,10 +95,11 @@ def main(argv: list[str]) -> None:
         wait(lambda: all(c.state(e) == "finished" for e in ids), 120, "all stopped")
     per_cpu = (busy_cpu - idle_cpu) / runs * 100
     per_pss = (busy_pss - idle_pss) / runs / 1e6
-    print(f"per watched run: {runs} runs printing 5 lines/s, {seconds:.0f} s window; worker with {runs} slots")
+    print(f"per watched run: {runs} runs printing 5 lines/s, {seconds:.0f} s window; worker with {runs} slots; "
+          f"poll interval {get_settings().poll_interval:g} s (ours and the minimal watcher's)")
     print(f"CPU  ours {per_cpu:7.3f} % of a core | minimal watcher {min_cpu / runs * 100:7.4f} % | ratio "
           f"{per_cpu / max(min_cpu / runs * 100, 1e-9):6.1f}x (target ≤ 0.05 %)")
-    print(f"PSS  ours {per_pss:7.1f} MB per run (the work-horse) | minimal watcher {min_pss / runs / 1e6:6.2f} MB | "
+    print(f"PSS  ours {per_pss:7.1f} MB per run | minimal watcher {min_pss / runs / 1e6:6.2f} MB | "
           f"idle worker with {runs} slots {idle_pss / 1e6:6.1f} MB (target ≤ 5 MB per run)")
 
 

@@ -4,7 +4,8 @@ Redis and two worker hosts live in network namespaces (the hosts of
 tests/integration/test_multihost.py); each host's tmux server is a session host
 (`ajet-runner session-host`), which owns the experiments and outlives its workers. While the
 experiments run, a seeded random schedule does, one at a time: kill -9 of a supervisor
-(restarted a moment later), of a slot, of a work-horse; once a Redis restart (SIGKILL,
+(restarted a moment later), of a watcher (the process whose threads drive a node's runs; its
+supervisor restarts it); once a Redis restart (SIGKILL,
 restarted on its AOF); once a host cut off from the network and restored; once a worker
 upgrade (the worker stopped with SIGTERM as `systemctl restart` does, a new worker process
 started, while the runs go on in the session host, which must not restart: the new worker
@@ -15,7 +16,7 @@ re-adopts them). Then it waits for every experiment to finish and prints:
 - duplicate launches: an attempt's log with the final validation printed more than once, or
   more attempt logs than attempts (a second copy of a run);
 - lost: not finished by the deadline (or its record gone);
-- orphans: once the workers are stopped cleanly, any slot / work-horse of this run left alive
+- orphans: once the workers are stopped cleanly, any watcher of this run left alive
   with ppid 1, or any process still carrying an experiment's marker;
 - flags: experiments with exactly one finish.flag naming their id and outcome;
 - time to recover: per disruption, seconds until both nodes heartbeat again (a killed
@@ -59,7 +60,7 @@ from tests.integration.workers import kill_group  # noqa: E402
 
 SKIP = 77
 HOSTS = ("a", "b")
-DISRUPTIONS = ("supervisor", "slot", "horse")  # plus one redis restart, one host cut, one upgrade, scheduled apart
+DISRUPTIONS = ("supervisor", "watcher")  # plus one redis restart, one host cut, one upgrade, scheduled apart
 FINAL_LINE = "Final validation metrics"
 
 
@@ -205,7 +206,7 @@ class ChaosBroken(RuntimeError):
 
 def _upgrade(cluster: Cluster, host: str, figures: Figures, store: Store) -> str:
     """Replace the host's worker by a new process, as an upgrade does (`systemctl restart` sends
-    SIGTERM: slots finish or are stopped after 10 s, the runs stay in the session host)."""
+    SIGTERM: the drivers hand their runs back, the runs stay in the session host)."""
     session_host = cluster.session_hosts[host]
     running = {str(r.get("tmux_session")) for r in store.unfinished()
                if r.get("node") == f"host-{host}" and r.get("state") == "running"}  # not lingering panes
@@ -235,15 +236,13 @@ def _disrupt(cluster: Cluster, kind: str, rng: random.Random, store: Store, figu
     if kind == "supervisor":
         proc = cluster.workers[host]
         with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)  # the supervisor only: its slots must die with it
+            os.kill(proc.pid, signal.SIGKILL)  # the supervisor only: its watcher must die with it
         proc.wait(10)
         time.sleep(rng.uniform(0.5, 3.0))
         cluster.start_worker(host)
         return f"supervisor@{host}"
-    if kind in ("slot", "horse"):
-        tree = cluster.tree(host)
-        sup = cluster.workers[host].pid
-        pool = [p for p in tree if (p.ppid() == sup) == (kind == "slot")]
+    if kind == "watcher":
+        pool = [p for p in cluster.tree(host) if "workers.watcher" in " ".join(p.cmdline())]
         if not pool:
             return ""
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -272,9 +271,9 @@ def _orphans(url: str, ids: set[str]) -> int:
             env = proc.environ()
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            orphan_slot = (env.get("AJET_RUNNER_CHAOS_RUN") == url and proc.ppid() == 1
-                           and "workers.slot" in " ".join(proc.cmdline()))
-            if orphan_slot or env.get("AJET_RUNNER_EXPERIMENT") in ids:
+            orphan_watcher = (env.get("AJET_RUNNER_CHAOS_RUN") == url and proc.ppid() == 1
+                              and "workers.watcher" in " ".join(proc.cmdline()))
+            if orphan_watcher or env.get("AJET_RUNNER_EXPERIMENT") in ids:
                 count += 1
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -362,7 +361,7 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
                 kind = first.pop() if first else rng.choice(DISRUPTIONS)
             before = finished
             what = _disrupt(cluster, kind, rng, store, figures)
-            if not what:  # nothing of that kind alive right now (e.g. no work-horse): try it again later
+            if not what:  # nothing of that kind alive right now (e.g. no watcher between restarts): try it again later
                 if from_first:
                     first.insert(0, kind)
                 done_special.discard(kind)
@@ -380,7 +379,7 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
             time.sleep(rng.uniform(1.0, 4.0))
         _wait(lambda: _finished_count(store, ids) >= n, max(0.0, deadline - time.monotonic()), interval=1.0)
         figures.wall_seconds = time.monotonic() - t0
-        # A clean stop: SIGTERM to the supervisors (they stop their slots), then count what is left.
+        # A clean stop: SIGTERM to the supervisors (they stop their watchers), then count what is left.
         for proc in cluster.workers.values():
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)

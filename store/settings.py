@@ -28,7 +28,7 @@ class Settings(BaseSettings):
                                     "(turn off when the API does not see the nodes' storage)")
     ui_session_seconds: int = Field(default=43200, description="web console login lifetime (seconds)")
     # Watching and repairs
-    poll_interval: float = 0.5
+    poll_interval: float = 1.0  # the exit, a stop, a hand-back and the time limit wake the loop at once
     stop_grace_seconds: float = 30.0
     time_limit_grace_seconds: float = 60.0
     stall_seconds: float = 1800.0

@@ -49,6 +49,17 @@ class ExitWaiter:
         self._close_pidfd()
         self._pidfd, self._pid = fd, pid
 
+    def process_alive(self) -> bool | None:
+        """Whether the watched process still runs, from its pidfd (no /proc reads); None when no
+        pidfd is held (the caller asks psutil instead)."""
+        if self._pidfd is None:
+            return None
+        try:
+            ready, _, _ = select.select([self._pidfd], [], [], 0)
+        except (OSError, ValueError):
+            return None
+        return not ready
+
     def wait(self, timeout: float) -> bool:
         """Sleep up to `timeout` seconds; True when woken early (process ended or `wake()`)."""
         fds = [self._r] if self._pidfd is None else [self._r, self._pidfd]

@@ -92,7 +92,6 @@ def drive(exp_id: str) -> str:
             reporter.close()
         else:
             reporter.flush_quietly()
-        conn.close()
 
 
 def _hand_back(store: Store, exp_id: str, owner: str) -> None:

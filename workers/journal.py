@@ -31,7 +31,9 @@ from store.store import Store, TransitionConflict
 log = logging.getLogger(__name__)
 MAX_BUFFERED = 100_000
 POLL_SECONDS = 0.5  # the ownership/cancel look without a live cancel subscription ...
-SUBSCRIBED_POLL_SECONDS = 2.0  # ... and with one (a stop request is pushed; the poll is the fallback)
+SUBSCRIBED_POLL_SECONDS = 5.0  # ... and with one (a stop request is pushed; the poll is the fallback)
+IDLE_WAKE_SECONDS = 5.0  # the sender thread's longest sleep with nothing to send (new ops and close() notify it)
+LISTEN_WAKE_SECONDS = 5.0  # the cancel listener's wait per look; close() does not wait for it
 REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
 
@@ -125,9 +127,10 @@ class Journal:
 
     def renew(self, seconds: float) -> None:
         """Keep our lease alive (done by the thread); raises LostOwnership once Redis says it is gone."""
-        with self._cv:
-            self._lease_seconds = seconds
-            self._cv.notify_all()
+        if seconds != self._lease_seconds:  # called every tick: wake the thread only for a change
+            with self._cv:
+                self._lease_seconds = seconds
+                self._cv.notify_all()
         self.check()
 
     def cancel_requested(self) -> bool:
@@ -198,7 +201,8 @@ class Journal:
                 if self._stop:
                     return
                 if not self._ops and time.monotonic() < next_poll:
-                    self._cv.wait(min(0.2, max(0.0, next_poll - time.monotonic())))
+                    # Until the next poll: a new op, a lease change or close() notifies sooner.
+                    self._cv.wait(min(IDLE_WAKE_SECONDS, max(0.0, next_poll - time.monotonic())))
                     continue
             try:
                 self._send_queued()
@@ -265,7 +269,7 @@ class Journal:
                 pubsub.subscribe(cancel_channel(self.exp_id))
                 self._subscribed = True
                 while not self._stop:
-                    if pubsub.get_message(timeout=1.0) is not None:
+                    if pubsub.get_message(timeout=LISTEN_WAKE_SECONDS) is not None:
                         self._cancel_seen()
             except (*REDIS_ERRORS, OSError, ValueError):
                 self._subscribed = False  # the poll covers it meanwhile

@@ -1,9 +1,9 @@
-"""Import matplotlib in the background while a run is watched, so the report's plot is quick.
+"""Import matplotlib in the background, once per process, so the report's plot is quick.
 
 A fresh RQ work-horse paid ~300 ms importing matplotlib between the command's exit and
-`finish.flag`. Importing it in the idle slot before the fork would make every idle slot carry
-it (tens of MB each); importing it in a daemon thread when watching starts costs nothing on the
-exit → report path and nothing while a slot waits for work.
+`finish.flag`. The node's watcher (one process for all its runs) starts the import when it starts;
+a driver run elsewhere (e.g. in the API's process) starts it when watching starts. Either way the
+exit → report path never pays it.
 """
 
 from __future__ import annotations

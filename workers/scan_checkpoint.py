@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
-SAVE_EVERY = 2.0  # seconds between checkpoints while the log grows
+SAVE_EVERY = 10.0  # seconds between checkpoints while the log grows (an adopter reads at most that much again)
 
 
 def checkpoint_path(log_path: str | os.PathLike[str]) -> Path:

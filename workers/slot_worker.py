@@ -31,6 +31,7 @@ from rq.worker import SimpleWorker, WorkerStatus
 log = logging.getLogger(__name__)
 
 DEQUEUE_SECONDS = 2  # BLPOP timeout: how soon an idle worker sees a drain or a stop
+HEARTBEAT_SECONDS = 10.0  # RQ's worker key lives worker_ttl + 60 s after each beat
 RQ_TTL_MARGIN = 15  # RQ's dequeue timeout is worker_ttl - 15
 
 
@@ -75,9 +76,13 @@ class SlotWorker(SimpleWorker):
     def dequeue_job_and_maintain_ttl(self, timeout: int | None,
                                      max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
         """Pop a job once a slot is free and the node takes work; StopRequested once a stop was asked."""
-        wait_s = 1.0
+        wait_s, beat_at = 1.0, 0.0
         while True:
-            self.heartbeat()
+            if time.monotonic() >= beat_at:
+                with self.connection.pipeline() as pipe:
+                    self.heartbeat(pipeline=pipe)
+                    pipe.execute()
+                beat_at = time.monotonic() + HEARTBEAT_SECONDS
             if self._stop_requested:
                 raise StopRequested
             if self.should_run_maintenance_tasks:

@@ -128,6 +128,8 @@ class AttemptWatch:
     _log_records: int = -1
     _saved_bytes: int = -1
     _next_save: float = 0.0
+    _log: Any = None  # the log file, held open between ticks (see _log_fd)
+    _log_ino: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.scanner is None:
@@ -147,26 +149,50 @@ class AttemptWatch:
         deadline = time.monotonic() + max_seconds
         budget = max_bytes
         try:
-            with open(self.handle.log_path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size - self.offset > MAX_LAG:  # never minutes behind: lose the middle, keep up
-                    self._jump(size - max_bytes)
-                f.seek(self.offset)
-                while budget > 0 and (chunk := f.read(min(CHUNK, budget))):
-                    self.offset += len(chunk)
-                    self.bytes_read += len(chunk)
-                    budget -= len(chunk)
-                    self.last_output_at = now
-                    found += self.scanner.feed(chunk)
-                    if time.monotonic() >= deadline:
-                        break
-                self.behind = os.fstat(f.fileno()).st_size > self.offset
+            st = os.stat(self.handle.log_path)
         except FileNotFoundError:
             self.behind = False
             return found
+        if st.st_size == self.offset:  # nothing new: one stat, no read
+            self.behind = False
+            return found
+        fd = self._log_fd(st)
+        if fd is None:
+            self.behind = False
+            return found
+        if st.st_size - self.offset > MAX_LAG:  # never minutes behind: lose the middle, keep up
+            self._jump(st.st_size - max_bytes)
+        while budget > 0 and (chunk := os.pread(fd, min(CHUNK, budget), self.offset)):
+            self.offset += len(chunk)
+            self.bytes_read += len(chunk)
+            budget -= len(chunk)
+            self.last_output_at = now
+            found += self.scanner.feed(chunk)
+            if time.monotonic() >= deadline:
+                break
+        self.behind = os.fstat(fd).st_size > self.offset
         if self.scanner.live_cause is not None and self.cause_seen_at is None:
             self.cause_seen_at = now
         return found
+
+    def _log_fd(self, st: os.stat_result) -> int | None:
+        """The log, kept open between ticks (a tick is a stat and a pread, not an open and a close);
+        opened again when the path now names another file."""
+        if self._log is not None and (self._log_ino != (st.st_dev, st.st_ino) or self._log.closed):
+            self.close()
+        if self._log is None:
+            try:
+                self._log = open(self.handle.log_path, "rb", buffering=0)  # noqa: SIM115 - kept open on purpose
+            except FileNotFoundError:
+                return None
+            held = os.fstat(self._log.fileno())
+            self._log_ino = (held.st_dev, held.st_ino)
+        return self._log.fileno()
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def finish_log(self, now: float) -> None:
         """Read what the ended attempt left: a bounded amount, then its last FINISH_TAIL bytes.

@@ -29,6 +29,7 @@ from store.settings import get_settings
 from store.store import Store
 from workers.hosting import HOST
 from workers.lifeline import die_with_parent, expected_parent_from_env
+from workers.plot_preload import preload_plotting
 from workers.slot_worker import SlotWorker
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ def main(argv: list[str]) -> int:
     if settings.catalogue_extra:
         use_extension(settings.catalogue_extra)  # checked by `ajet-runner worker` before it started us
     HOST.active = True
+    preload_plotting()  # once per node, in the background: no report's plot pays matplotlib's import
     conn = redis.Redis.from_url(url, health_check_interval=30)
     store = Store(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5))
     worker = SlotWorker([queue(conn, name) for name in queue_names(node)], slots=slots,

@@ -1,5 +1,5 @@
 """The small chaos run of `make test`: 12 short experiments on 2 network-namespace hosts with a
-supervisor, a slot and a work-horse killed, a Redis restart, a host cut off and a worker upgraded
+supervisor and a watcher killed, a Redis restart, a host cut off and a worker upgraded
 while its runs stay in the session host (bench/chaos.py)."""
 
 from __future__ import annotations
@@ -33,5 +33,5 @@ def test_small_chaos_run_loses_nothing_and_launches_nothing_twice(tmp_path: Path
     report = "\n".join(figures.lines())
     assert figures.duplicate_launches == 0 and figures.lost == 0 and figures.orphans == 0, report
     assert figures.finished == figures.flags_ok == 12, report
-    assert {"supervisor", "slot", "horse", "redis", "cut", "upgrade"} <= set(figures.disruptions), report
+    assert {"supervisor", "watcher", "redis", "cut", "upgrade"} <= set(figures.disruptions), report
     assert figures.kept_through_upgrade > 0, report  # the upgrade happened under running experiments

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 200  # kept in Redis so the API can show a log without the node's filesystem
-LOG_TAIL_EVERY = 1.0  # seconds between log-tail updates, at most
+RESULTS_EVERY = 2.0  # seconds between looks at the results file while the command runs
+LOG_TAIL_EVERY = 5.0  # seconds between log-tail updates, at most
 
 
 @dataclass
@@ -67,6 +68,7 @@ class Lease(WatchObserver):
 
     def before_tick(self, d: ExperimentDriver, tick: Tick) -> None:
         if d.handback is not None and d.handback.is_set():
+            tick.watch.maybe_save(tick.t0, force=True)  # the adopter goes on from exactly here
             raise HandedBack(f"{d.id}: the worker process is stopping")
         d._renew()
 
@@ -87,7 +89,7 @@ class Progress(WatchObserver):
 
 class LogTail(WatchObserver):
     """The log lines scanned since the last send, appended to the capped tail list in Redis (at most
-    once a second, only when the log grew): never the whole tail again."""
+    every LOG_TAIL_EVERY seconds, only when the log grew): never the whole tail again."""
 
     def __init__(self) -> None:
         self.next_at = 0.0
@@ -139,6 +141,7 @@ def handle(d: ExperimentDriver) -> bool:
     finally:
         d.journal.on_cancel = None
         waiter.close()
+        watch.close()
 
 
 def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
@@ -150,17 +153,27 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
     started = d.started_at or attempt_started
     hooks = observers()
     local = not d.runner.remote()
+    first_step_timeout = first_step_timeout_from_text(d.bp.exp_max_time_text)
+    next_results = 0.0
     while True:
         tick = Tick(t0=time.monotonic(), now=time.time(), started=started, watch=watch, read_before=0)
         for o in hooks:
             o.before_tick(d, tick)
-        alive = watch.alive(d.runner)
-        if alive and local:
-            waiter.watch(d.handle.pid, d.handle.pid_create_time)
+        # The pidfd says whether the process runs (checked against its start time when opened); psutil
+        # and the rc file only without one. The wrapper writes the rc only after the process ended.
+        alive = waiter.process_alive()
+        if alive is None:
+            alive = watch.alive(d.runner)
+            if alive and local:
+                waiter.watch(d.handle.pid, d.handle.pid_create_time)
         tick.read_before = watch.bytes_read
         watch.read_log(tick.now)
         watch.maybe_save(tick.t0)
-        new_evals = watch.read_results(tick.now)
+        # New evaluations feed slow rules (plateau, progress): looked for every RESULTS_EVERY s, and at the end.
+        new_evals = []
+        if not alive or tick.t0 >= next_results:
+            new_evals = watch.read_results(tick.now)
+            next_results = tick.t0 + RESULTS_EVERY
         if new_evals:
             for o in hooks:
                 o.on_evaluations(d, tick, new_evals)
@@ -180,7 +193,7 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
             progress_after_cause=watch.scanner.progress_after_cause,
             evaluations=_primary_evaluations(d),
             first_step_seen=watch.first_step_seen,
-            first_step_timeout=first_step_timeout_from_text(d.bp.exp_max_time_text),
+            first_step_timeout=first_step_timeout,
             gang_problem=gang.problem(d),
             exit_record_error=record.reason if record is not None else "",
             **_server_fields(d),
@@ -195,7 +208,19 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
                     o.send(d, watch)  # the last lines, read after the process ended
             return True
         if not watch.behind:
-            waiter.wait(d.settings.poll_interval)
+            waiter.wait(_until_next_look(d, started, time.time()))
+
+
+def _until_next_look(d: ExperimentDriver, started: float, now: float) -> float:
+    """The poll interval, cut short to wake right at the time limit (and at its grace's end): the
+    exit, a stop request and a hand-back wake the loop by themselves (pidfd, pipe)."""
+    wait = d.settings.poll_interval
+    limit = d.bp.exp_max_time_seconds
+    if limit and limit > 0:
+        for at in (started + limit, started + limit + d.settings.time_limit_grace_seconds):
+            if at > now:
+                return min(wait, at - now + 0.01)
+    return wait
 
 
 def _server_fields(d: ExperimentDriver) -> dict[str, Any]:
