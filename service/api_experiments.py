@@ -36,7 +36,7 @@ FINISHED = State.finished.value
 router = APIRouter(prefix="/v1", tags=["experiments"], responses=error_responses(*V1_ERRORS))
 NOT_FOUND = error_responses(404)
 MAX_LOG_CHUNK = 1_000_000
-SUBMIT_THREADS = 8  # submissions in progress at once (the rest wait for a thread; the GIL runs one anyway)
+SUBMIT_THREADS = 4  # submissions in progress at once (the rest wait for a thread; the GIL runs one anyway)
 
 
 def not_found(exp_id: str) -> HTTPException:

@@ -148,6 +148,7 @@ class Store:
         self._poll_run = client.register_script(lua("poll_run"))
         self._append_tail = client.register_script(lua("append_tail"))
         self._publish_once = client.register_script(lua("publish_once"))
+        self._submit_view = client.register_script(lua("submit_view"))
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -184,8 +185,8 @@ class Store:
 
     def submission_view(self, result_dir_key: str) -> tuple[tuple[str, str] | None, list[dict[str, Any]]]:
         """What a submission checks, in one round trip: `result_dir_holder(result_dir_key)` and `nodes()`."""
-        flat = self.r.eval(lua("submit_view"), 2, NODES, RESULT_DIRS, result_dir_key, node_key(""),
-                           drain_key("").removeprefix(node_key("")), exp_key(""))
+        flat = self._submit_view(keys=[NODES, RESULT_DIRS], args=[
+            result_dir_key, node_key(""), drain_key("").removeprefix(node_key("")), exp_key("")])
         holder, state = flat[0], flat[1]
         rows = sorted((_text(flat[k]), flat[k + 1], flat[k + 2]) for k in range(2, len(flat), 3))
         nodes = [_node_info(name, dict(zip(raw[0::2], raw[1::2], strict=True)), drain)
