@@ -3,7 +3,7 @@
 A submission used to parse the same YAML twice with PyYAML's pure-Python loader (~9 ms each for
 an AgentJet config): once to validate it, once to count its GPUs. `load_yaml_file` parses with
 `yaml.CSafeLoader` (the same safe subset, ~10x faster) and remembers the last few files by
-(path, inode, size, mtime), handing out deep copies so no caller can change another's data (a plain
+(device, inode, size, mtime), handing out deep copies so no caller can change another's data (a plain
 walk over dicts and lists: `copy.deepcopy`'s memo made the copy cost as much as a cached load's rest).
 A YAML error is re-raised from the pure-Python loader, whose messages name line and column the
 way users have always seen them.
@@ -22,7 +22,7 @@ import yaml
 
 SafeLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CACHE_SIZE = 16
-_cache: OrderedDict[tuple[str, int, int, int], Any] = OrderedDict()
+_cache: OrderedDict[tuple[int, int, int, int], Any] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -39,7 +39,7 @@ def load_yaml_text(text: str) -> Any:
 def load_yaml_file(path: str | os.PathLike[str]) -> Any:
     """The parsed file (a private copy); OSError, UnicodeDecodeError and yaml.YAMLError propagate."""
     st = os.stat(path)
-    key = (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)  # the file itself, whatever path names it
     with _lock:
         if key in _cache:
             _cache.move_to_end(key)
