@@ -56,5 +56,6 @@ class Backend:
             self._store.r.close()
 
 
-def backend(request: Request) -> Backend:
+async def backend(request: Request) -> Backend:
+    """The dependency (async: a sync one would cost a threadpool hop on every request)."""
     return request.app.state.backend  # type: ignore[no-any-return]

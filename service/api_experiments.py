@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
@@ -32,6 +36,7 @@ FINISHED = State.finished.value
 router = APIRouter(prefix="/v1", tags=["experiments"], responses=error_responses(*V1_ERRORS))
 NOT_FOUND = error_responses(404)
 MAX_LOG_CHUNK = 1_000_000
+SUBMIT_THREADS = 4  # submissions in progress at once (the rest wait for a thread; the GIL runs one anyway)
 
 
 def not_found(exp_id: str) -> HTTPException:
@@ -51,7 +56,7 @@ def _record(be: Backend, exp_id: str) -> dict[str, Any]:
         409: "needs more GPUs than any live node has, its result dir belongs to an unfinished experiment, "
             "or an Idempotency-Key was reused for another blueprint",
         422: "blueprint problems, each naming its field"})})
-def create_experiment(
+async def create_experiment(
     body: SubmitRequest,
     response: Response,
     idempotency_key: str | None = Header(None, pattern=IDEMPOTENCY_KEY_PATTERN, description=(
@@ -60,6 +65,21 @@ def create_experiment(
     be: Backend = Depends(backend),
 ) -> Any:
     """Validate, record and enqueue a blueprint. Problems come back as a list, each naming its field."""
+    # Off the event loop (it reads files and Redis), on the submissions' own threads: a plain executor
+    # hop costs a fraction of the generic threadpool's, which was a tenth of a submission's CPU.
+    call = contextvars.copy_context().run
+    return await asyncio.get_running_loop().run_in_executor(
+        _submit_pool(), call, submit_blocking, body, response, idempotency_key, be)
+
+
+@functools.cache
+def _submit_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="submit")
+
+
+def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: str | None, be: Backend) -> Any:
+    """POST /v1/experiments, blocking (the web console's submit page calls it too): the record's view,
+    or a JSONResponse with the problems."""
     from service.idempotency import IdempotencyConflict, claim, first_record, release
     from service.submit import SubmissionRejected, submit
     from store.store import new_id

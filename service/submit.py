@@ -13,11 +13,11 @@ import redis
 from resultdir.archive import archive_previous_run
 from resultdir.refusal import write_refusal
 from statemachine.blueprint import parse_blueprint, validate_blueprint
-from statemachine.lifecycle import Lifecycle
+from statemachine.lifecycle import Lifecycle, State
 from statemachine.models import Level, Problem
 from statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
 from store.naming import session_name
-from store.queue import enqueue_drive, target_queue
+from store.queue import drive_job_id, enqueue_drive, target_queue
 from store.store import Store, new_id
 
 NODE_ALIVE_SECONDS = 30.0
@@ -39,9 +39,12 @@ def _inside(path: str, roots: Sequence[str]) -> bool:
                for r in roots)
 
 
-def live_nodes(store: Store, now: float | None = None) -> list[dict[str, Any]]:
+def live_nodes(store: Store, now: float | None = None, nodes: list[dict[str, Any]] | None = None
+               ) -> list[dict[str, Any]]:
+    """The nodes that sent a heartbeat recently (of `nodes`, if already read)."""
     now = now or time.time()
-    return [n for n in store.nodes() if now - float(n.get("last_seen", 0)) < NODE_ALIVE_SECONDS]
+    return [n for n in (store.nodes() if nodes is None else nodes)
+            if now - float(n.get("last_seen", 0)) < NODE_ALIVE_SECONDS]
 
 
 def submit(
@@ -90,8 +93,10 @@ def submit(
             needed, (nodes, per_node) = gpus_needed(data), gang_shape(data)
         except (OSError, ValueError):
             needed, nodes, per_node = 1, 1, 1
+    dir_key = os.path.realpath(bp.exp_result_dir)
+    holder, nodes_seen = store.submission_view(dir_key)  # one round trip for every check below
     try:
-        live = live_nodes(store)  # read once for every check
+        live = live_nodes(store, nodes=nodes_seen)
         for name in [node, *named[1:]] if node and not wait_for_node else []:
             _check_node_served(live, name)
         if named and len(named) < nodes:
@@ -103,7 +108,7 @@ def submit(
             _check_capacity(live, needed, node)
     except SubmissionRejected as exc:
         raise _refused(bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status) from None
-    dir_key = _check_result_dir_free(store, bp.exp_result_dir)
+    _check_result_dir_free(holder, bp.exp_result_dir)
     previous = ""
     if check_disk:  # a stale finish.flag must be gone before anyone can wait for this run's
         try:
@@ -113,24 +118,23 @@ def submit(
                 level=Level.error, field="exp_result_dir",
                 message=f"an earlier run's files could not be moved to previous/: {exc}")],
                 blueprint_path, False) from None
-    lc = Lifecycle(id=exp_id)
     queue_name = target_queue(node)
+    job_id = drive_job_id(exp_id)
     record = {
-        "state": lc.state, "lifecycle": lc.to_dict(), "purpose": bp.exp_purpose, "result_dir": bp.exp_result_dir,
-        "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text, "blueprint_json": bp.stored(),
-        "blueprint_path": blueprint_path, "target_node": node or "", "node": "", "gpus_needed": needed,
-        "nnodes": nodes, "gpus_per_node": per_node, "target_nodes": ",".join(named),
-        "priority": priority or "normal", "queue": queue_name, "attempt": 0, "outcome": "",
+        "state": State.queued.value, "lifecycle": Lifecycle.initial_dict(exp_id), "purpose": bp.exp_purpose,
+        "result_dir": bp.exp_result_dir, "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text,
+        "blueprint_json": bp.stored(), "blueprint_path": blueprint_path, "target_node": node or "", "node": "",
+        "gpus_needed": needed, "nnodes": nodes, "gpus_per_node": per_node, "target_nodes": ",".join(named),
+        "priority": priority or "normal", "queue": queue_name, "job_id": job_id, "attempt": 0, "outcome": "",
         "tmux_session": session_name(bp.exp_purpose, exp_id),
         "problems": [p.model_dump(mode="json") for p in problems], "previous_run": previous,
     }
-    store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose},
-                 result_dir_key=dir_key)
-    enqueue_drive(conn, store, exp_id, queue_name, at_front=priority == "high",
-                  max_seconds=bp.exp_max_time_seconds)
-    rec = store.get(exp_id)
-    assert rec is not None
-    return rec
+    # The record, its indexes, its `submitted` event and its RQ job in one transaction: a worker never
+    # pops a job whose record is not there yet, and a failure leaves nothing behind.
+    return store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose},
+                        result_dir_key=dir_key, also=lambda pipe: enqueue_drive(
+                            conn, store, exp_id, queue_name, at_front=priority == "high",
+                            max_seconds=bp.exp_max_time_seconds, job_id=job_id, pipeline=pipe))
 
 
 def _refused(bp: Any, exp_id: str, problems: Sequence[Problem], blueprint_path: str, check_disk: bool,
@@ -143,12 +147,10 @@ def _refused(bp: Any, exp_id: str, problems: Sequence[Problem], blueprint_path: 
     return SubmissionRejected(errors, status=status, report_dir=bp.exp_result_dir if written else "")
 
 
-def _check_result_dir_free(store: Store, result_dir: str) -> str:
+def _check_result_dir_free(holder: tuple[str, str] | None, result_dir: str) -> None:
     """Two live experiments must never share a result dir: archiving it for the new one would move
-    the running one's files away. Refused without writing anything there (409). Looked up in the
-    result-dir index (one field), not by reading every unfinished record; returns the index key."""
-    mine = os.path.realpath(result_dir)
-    holder = store.result_dir_holder(mine)
+    the running one's files away. Refused without writing anything there (409). `holder` is what the
+    result-dir index says (`Store.submission_view`: one field, not every unfinished record)."""
     if holder is not None:
         other, state = holder
         raise SubmissionRejected([Problem(
@@ -156,7 +158,6 @@ def _check_result_dir_free(store: Store, result_dir: str) -> str:
             message=f"{result_dir} is the result dir of experiment {other}, which is still "
                     f"{state}: wait for it to finish or choose another dir",
         )], status=409)
-    return mine
 
 
 def _check_node_served(nodes: list[dict[str, Any]], node: str) -> None:

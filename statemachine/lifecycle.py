@@ -175,6 +175,14 @@ class Lifecycle:
             "budget": {"total": self.budget.total, "per_signature": self.budget.per_signature},
         }
 
+    @staticmethod
+    def initial_dict(exp_id: str) -> dict[str, Any]:
+        """`Lifecycle(id=exp_id).to_dict()` without building the machine (a submission stores only this;
+        building the `transitions` machine costs more than the rest of the record)."""
+        budget = RepairBudget()
+        return {"id": exp_id, "state": State.queued.value, "outcome": "", "reason": "", "attempt": 0, "repairs": {},
+                "history": [], "budget": {"total": budget.total, "per_signature": budget.per_signature}}
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Lifecycle:
         budget = data.get("budget") or {}

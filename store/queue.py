@@ -10,6 +10,7 @@ import contextlib
 import uuid
 
 import redis
+from redis.client import Pipeline
 from rq import Queue
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
@@ -19,8 +20,8 @@ from store.naming import DEFAULT_QUEUE, node_queue, queue_names, target_queue
 from store.settings import get_settings
 from store.store import Store
 
-__all__ = ["DEFAULT_QUEUE", "DRIVE_JOB", "JOB_MARGIN_SECONDS", "RANK_JOB", "enqueue_drive", "enqueue_rank",
-           "job_timeout", "node_queue", "queue", "queue_names", "remove_queued", "target_queue"]
+__all__ = ["DEFAULT_QUEUE", "DRIVE_JOB", "JOB_MARGIN_SECONDS", "RANK_JOB", "drive_job_id", "enqueue_drive",
+           "enqueue_rank", "job_timeout", "node_queue", "queue", "queue_names", "remove_queued", "target_queue"]
 
 DRIVE_JOB = "workers.jobs.drive"  # the consumer: drives one experiment (see workers/jobs.py)
 RANK_JOB = "workers.jobs.drive_rank"  # a multi-node run's non-head rank on its node (workers/gang_rank.py)
@@ -39,13 +40,24 @@ def job_timeout(max_seconds: float | None) -> int:
     return int(max_seconds + s.time_limit_grace_seconds + s.stop_grace_seconds + JOB_MARGIN_SECONDS)
 
 
+def drive_job_id(exp_id: str) -> str:
+    """A fresh RQ job id for the experiment's drive job (a relaunch or re-queue gets a new one)."""
+    return f"drive-{exp_id}-{uuid.uuid4().hex[:6]}"
+
+
 def enqueue_drive(conn: redis.Redis, store: Store, exp_id: str, queue_name: str, *, at_front: bool = False,
-                  max_seconds: float | None = None) -> str:
-    job_id = f"drive-{exp_id}-{uuid.uuid4().hex[:6]}"
-    store.update(exp_id, {"job_id": job_id, "queue": queue_name})
+                  max_seconds: float | None = None, job_id: str = "", pipeline: Pipeline | None = None) -> str:
+    """Put the experiment's drive job on `queue_name` and note its job id in the record.
+
+    With `pipeline` (a MULTI the caller executes), only the job is added to it: the caller writes `job_id`
+    (and `queue`) into the record in the same transaction, so a record and its job appear together."""
+    job_id = job_id or drive_job_id(exp_id)
+    if pipeline is None:
+        store.update(exp_id, {"job_id": job_id, "queue": queue_name})
     queue(conn, queue_name).enqueue(
         DRIVE_JOB, exp_id, job_id=job_id, job_timeout=job_timeout(max_seconds),
         result_ttl=86400, failure_ttl=7 * 86400, at_front=at_front, description=f"drive {exp_id}",
+        pipeline=pipeline,
     )
     return job_id
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import redis
+from redis.client import Pipeline
 
 from statemachine.lifecycle import State
 from store.keys import (
@@ -77,6 +78,18 @@ def _drain_record(raw: bytes | str | None) -> dict[str, Any] | None:
             "sticky": bool(data.get("sticky")), "at": data.get("at")}
 
 
+def _node_info(name: str, raw: Mapping[bytes, bytes], drain: bytes | None) -> dict[str, Any]:
+    """A node's heartbeat hash (JSON values), named, with its drain record."""
+    info = {k.decode(): json.loads(v) for k, v in raw.items()}
+    info["name"] = name
+    info["drain"] = _drain_record(drain)
+    return info
+
+
+def _text(value: bytes | str | int) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def new_id() -> str:
     """12 random hex digits: unique enough, short to type, and its head names the tmux session."""
     return uuid.uuid4().hex[:12]
@@ -136,6 +149,7 @@ class Store:
         self._poll_run = client.register_script(lua("poll_run"))
         self._append_tail = client.register_script(lua("append_tail"))
         self._publish_once = client.register_script(lua("publish_once"))
+        self._submit_view = client.register_script(lua("submit_view"))
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -143,19 +157,44 @@ class Store:
 
     # -- experiments ---------------------------------------------------------------------
     def create(self, exp_id: str, fields: Mapping[str, Any], event: Mapping[str, Any], *,
-               result_dir_key: str = "") -> None:
-        """A new record (version 0), indexed; `result_dir_key` (a real path) records that this experiment
-        holds that result dir (see `result_dir_holder`). The `submitted` transition follows."""
+               result_dir_key: str = "", also: Callable[[Pipeline], object] | None = None) -> dict[str, Any]:
+        """A new record, indexed, with its `submitted` transition; returns the record as stored.
+
+        One MULTI, so nothing is half-written: the record (version 0), its index entries, the result-dir
+        index entry (`result_dir_key`, a real path: see `result_dir_holder`), the transition script
+        (sent whole with EVAL: a script-cache miss cannot split the transaction), whatever `also` adds to
+        the transaction (the RQ job), and the read-back of the record."""
         now = time.time()
         record = {"id": exp_id, "version": 0, "created_at": now, **fields}
+        keys, args = self._transition_call(exp_id, expected_version=0, fields={}, event={"type": "submitted", **event},
+                                           node=str(fields.get("target_node") or ""))
         pipe = self.r.pipeline(transaction=True)
+        pipe.multi()  # explicit: what `also` adds (RQ's enqueue with a pipeline) expects a MULTI under way
         pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(record))] * 2, strict=True)))
         pipe.zadd(INDEX, {exp_id: now})
         if result_dir_key:
             pipe.hset(RESULT_DIRS, result_dir_key, exp_id)
-        pipe.execute()
-        self.transition(exp_id, expected_version=0, fields={}, event={"type": "submitted", **event},
-                        node=str(fields.get("target_node") or ""))
+        pipe.eval(lua("transition"), len(keys), *keys, *args)
+        if also is not None:
+            also(pipe)
+        pipe.hgetall(exp_key(exp_id))
+        replies = pipe.execute()
+        ok, detail = replies[3 if result_dir_key else 2]
+        if not ok:  # cannot happen for a record written in the same transaction; kept as the script's contract
+            raise TransitionConflict(f"experiment {exp_id}: {_text(detail)} check failed")
+        return decode(replies[-1])
+
+    def submission_view(self, result_dir_key: str) -> tuple[tuple[str, str] | None, list[dict[str, Any]]]:
+        """What a submission checks, in one round trip: `result_dir_holder(result_dir_key)` and `nodes()`."""
+        flat = self._submit_view(keys=[NODES, RESULT_DIRS], args=[
+            result_dir_key, node_key(""), drain_key("").removeprefix(node_key("")), exp_key("")])
+        holder, state = flat[0], flat[1]
+        rows = sorted((_text(flat[k]), flat[k + 1], flat[k + 2]) for k in range(2, len(flat), 3))
+        nodes = [_node_info(name, dict(zip(raw[0::2], raw[1::2], strict=True)), drain)
+                 for name, raw, drain in rows if raw]
+        if holder is None or state is None or state == b"finished":
+            return None, nodes
+        return (_text(holder), _text(state)), nodes
 
     def result_dir_holder(self, result_dir_key: str) -> tuple[str, str] | None:
         """(id, state) of the unfinished experiment last submitted to this result dir (a real path), if
@@ -215,33 +254,40 @@ class Store:
 
         The script also keeps the indexes: per state, and (given the `node` the caller acts for) the
         node's active set and experiment index; a finished record starts to expire."""
+        keys, args = self._transition_call(exp_id, expected_version=expected_version, fields=fields, event=event,
+                                           owner=owner, stats=stats, node=node)
+        ok, detail = self._transition(keys=keys, args=args)
+        if not ok:
+            raise TransitionConflict(f"experiment {exp_id}: {_text(detail)} check failed")
+        return int(_text(detail))
+
+    def _transition_call(self, exp_id: str, *, expected_version: int | None, fields: Mapping[str, Any],
+                         event: Mapping[str, Any], owner: str = "",
+                         stats: TransitionStats | Mapping[str, Any] | None = None,
+                         node: str = "") -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of the transition script (store/transition.lua documents them)."""
         counted = TransitionStats.of(stats)
         packed = counted.packed(["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS])
         payload = {"at": time.time(), **event}
-        ok, detail = self._transition(
-            keys=[exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED,
-                  stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
-                  duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
-                  stats_key("result_write_failures"), *(state_index_key(n) for n in STATE_NAMES),
-                  node_active_key(node or "-"), node_index_key(node or "-"), log_tail_key(exp_id),
-                  published_key(exp_id)],
-            args=[
-                "" if expected_version is None else str(expected_version),
-                owner,
-                json.dumps(payload, default=str),
-                json.dumps(packed),
-                STREAM_MAXLEN,
-                GLOBAL_STREAM_MAXLEN,
-                ",".join(STATE_NAMES),
-                node,
-                self.retention_seconds,
-                *_encode(fields),
-            ],
-        )
-        detail = detail.decode() if isinstance(detail, bytes) else str(detail)
-        if not ok:
-            raise TransitionConflict(f"experiment {exp_id}: {detail} check failed")
-        return int(detail)
+        keys = [exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED,
+                stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
+                duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
+                stats_key("result_write_failures"), *(state_index_key(n) for n in STATE_NAMES),
+                node_active_key(node or "-"), node_index_key(node or "-"), log_tail_key(exp_id),
+                published_key(exp_id)]
+        args = [
+            "" if expected_version is None else str(expected_version),
+            owner,
+            json.dumps(payload, default=str),
+            json.dumps(packed),
+            STREAM_MAXLEN,
+            GLOBAL_STREAM_MAXLEN,
+            ",".join(STATE_NAMES),
+            node,
+            self.retention_seconds,
+            *_encode(fields),
+        ]
+        return keys, args
 
     def update(self, exp_id: str, fields: Mapping[str, Any]) -> None:
         """Fields that are not state (latest metrics, lease, handle): no version bump, no event."""
@@ -477,15 +523,8 @@ class Store:
             pipe.hgetall(node_key(n))
             pipe.get(drain_key(n))
         replies = pipe.execute()
-        out = []
-        for name, raw, drain in zip(names, replies[0::2], replies[1::2], strict=True):
-            if not raw:
-                continue
-            info = {k.decode(): json.loads(v) for k, v in raw.items()}
-            info["name"] = name
-            info["drain"] = _drain_record(drain)
-            out.append(info)
-        return out
+        return [_node_info(name, raw, drain)
+                for name, raw, drain in zip(names, replies[0::2], replies[1::2], strict=True) if raw]
 
     def forget_node(self, node: str) -> None:
         """A node that left on purpose (clean shutdown): no longer listed, so never reported down."""

@@ -307,7 +307,7 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
         return page("submit.html", request, who, checked=checked, **ctx)
     from pydantic import ValidationError
 
-    from service.api_experiments import create_experiment
+    from service.api_experiments import submit_blocking
     from service.api_models import SubmitRequest
 
     try:
@@ -317,7 +317,7 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
                     for e in exc.errors()]
         return page("submit.html", request, who, status_code=422, checked=checked,
                     **{**ctx, "rejected": {"detail": "invalid submission", "problems": problems}})
-    result = await run_in_threadpool(lambda: create_experiment(body, Response(), idempotency_key=None, be=be))
+    result = await run_in_threadpool(submit_blocking, body, Response(), None, be)
     if isinstance(result, JSONResponse):
         import json
 

@@ -96,3 +96,8 @@ def test_every_design_transition_is_defined() -> None:
         ("repairing", "relaunch", "launching"), ("collecting", "collected", "finished"),
     }
     assert expected <= pairs
+
+
+def test_initial_dict_is_what_a_new_lifecycle_stores() -> None:
+    assert Lifecycle.initial_dict("e1") == Lifecycle(id="e1").to_dict()
+    assert Lifecycle.from_dict(Lifecycle.initial_dict("e2")).state == State.queued.value
