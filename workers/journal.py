@@ -149,7 +149,7 @@ class Journal:
             self._stop = True
             self._cv.notify_all()
         self._thread.join(5)
-        self._listener.join(2)
+        self._listener.join(0.2)  # wakes every LISTEN_WAKE_SECONDS to see _stop; a daemon: not waited for
         return done
 
     def check(self) -> None:

@@ -49,10 +49,11 @@ class SlotWorker(SimpleWorker):
     death_penalty_class = NoDeathPenalty
 
     def __init__(self, queues: Sequence[Queue], *, slots: int, paused: Callable[[], bool] = lambda: False,
-                 **kwargs: Any) -> None:
+                 on_stop: Callable[[], None] = lambda: None, **kwargs: Any) -> None:
         super().__init__(queues, worker_ttl=DEQUEUE_SECONDS + RQ_TTL_MARGIN, **kwargs)
         self.slots = slots
         self.paused = paused
+        self.on_stop = on_stop  # told at once, so running jobs can wind down while the loop ends
         self._free = threading.BoundedSemaphore(slots)
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
@@ -138,6 +139,7 @@ class SlotWorker(SimpleWorker):
         """A stop (SIGTERM/SIGINT in the main thread): busy or not, the dequeue loop ends; the owner
         (workers/watcher.py) has the running drivers hand their runs back."""
         self._stop_requested = True
+        self.on_stop()
         if not self.running():
             raise StopRequested
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import uuid
 
@@ -33,7 +34,7 @@ from workers.plot_preload import preload_plotting
 from workers.slot_worker import SlotWorker
 
 log = logging.getLogger(__name__)
-HAND_BACK_SECONDS = 8.0  # the supervisor waits 10 s before SIGKILL
+HAND_BACK_SECONDS = 7.0  # the supervisor waits 10 s before SIGKILL
 
 
 def _draining(store: Store, node: str) -> bool:
@@ -41,6 +42,10 @@ def _draining(store: Store, node: str) -> bool:
         return store.draining(node)
     except redis.RedisError:
         return False  # the dequeue fails the same way and retries
+
+
+def _handing_back(signum: int, frame: object) -> None:
+    log.info("signal %d while the drivers hand their runs back: already stopping", signum)
 
 
 def main(argv: list[str]) -> int:
@@ -57,12 +62,15 @@ def main(argv: list[str]) -> int:
     conn = redis.Redis.from_url(url, health_check_interval=30)
     store = Store(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5))
     worker = SlotWorker([queue(conn, name) for name in queue_names(node)], slots=slots,
-                        paused=lambda: _draining(store, node), connection=conn, serializer=JSONSerializer,
+                        paused=lambda: _draining(store, node), on_stop=HOST.stopping.set,
+                        connection=conn, serializer=JSONSerializer,
                         name=f"{node}.watcher.{uuid.uuid4().hex[:6]}")
     try:
         worker.work(logging_level="WARNING", with_scheduler=False)
     finally:
         HOST.stopping.set()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # the supervisor's own SIGTERM must not cut the hand-back
+            signal.signal(sig, _handing_back)
         left = worker.join(HAND_BACK_SECONDS)
         if left:
             log.warning("stopping with %d driver(s) still busy (their leases run out): %s", len(left), left)

@@ -239,3 +239,43 @@ def test_console_evaluations_kept_at_an_attempts_end_are_used_instead_of_its_log
     log.write_bytes(b"rotated away\n")  # the kept list is used, the log is not read again
     again = attempt_evaluations([{"number": 1, "log_path": str(log), CONSOLE_KEY: json.loads(json.dumps(kept))}])
     assert [e.model_dump(mode="json") for e in again] == kept
+
+
+def test_the_pidfd_says_whether_the_process_runs_without_asking_proc() -> None:
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    waiter = ExitWaiter()
+    try:
+        assert waiter.process_alive() is None  # nothing watched: the caller asks psutil
+        waiter.watch(proc.pid, psutil.Process(proc.pid).create_time())
+        assert waiter.process_alive() is True
+        proc.kill()
+        proc.wait(10)  # reaped; a zombie reads the same (the pidfd is readable once it exits)
+        assert waiter.process_alive() is False
+    finally:
+        waiter.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_the_log_stays_open_between_reads_and_a_replaced_log_is_opened_again(tmp_path: Path) -> None:
+    log = tmp_path / "attempt-1.log"
+    log.write_bytes(b"first line\n")
+    watch = AttemptWatch(handle_for(log), None)
+    watch.read_log(time.time())
+    held = watch._log
+    assert held is not None and not held.closed and watch.scanner.tail(5) == ["first line"]
+    with log.open("ab") as f:
+        f.write(b"second line\n")
+    watch.read_log(time.time())
+    assert watch._log is held and watch.scanner.tail(5) == ["first line", "second line"]
+    replaced = tmp_path / "new.log"
+    replaced.write_bytes(b"0123456789012345678901\nthird line\n")  # longer than what was read
+    replaced.rename(log)  # another inode under the same name
+    watch.read_log(time.time())
+    assert held.closed and watch._log is not held
+    assert watch.scanner.tail(1) == ["third line"]  # read on from the offset, in the new file
+    watch.close()
+    assert watch._log is None

@@ -1,0 +1,105 @@
+"""The node's watcher: one process whose threads run RQ jobs, never more at once than its slots; a
+failing job frees its slot; a drained node takes no new job; SIGTERM hands runs back at once so the
+next worker re-adopts them without waiting for the lease to run out. Real Redis, RQ, processes, tmux."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+
+from service.submit import submit
+from store.queue import node_queue, queue
+from store.store import Store
+from tests.integration.scenario import make, wait_for
+from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+HOLD = "tests.integration.watcher_jobs.hold"
+
+
+def _watcher(redis_url: str, node: str, slots: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "REDIS_URL": redis_url, "AJET_RUNNER_NODE": node}
+    return subprocess.Popen([sys.executable, "-m", "workers.watcher", redis_url, node, str(slots)], env=env,
+                            cwd=Path(__file__).resolve().parents[2])
+
+
+def _started(work: Path) -> dict[str, str]:
+    return {p.name.removeprefix("started-"): p.read_text() for p in work.glob("started-*")}
+
+
+def test_one_process_runs_as_many_jobs_as_it_has_slots_and_a_failed_job_frees_its_slot(tmp_path, redis_url):
+    conn = redis.Redis.from_url(redis_url)
+    q = queue(conn, node_queue("w1"))
+    failing = q.enqueue("tests.integration.watcher_jobs.fail", "f1", job_timeout=-1)
+    held = [q.enqueue(HOLD, str(tmp_path), name, job_timeout=-1) for name in ("a", "b", "c")]
+    proc = _watcher(redis_url, "w1", 2)
+    try:
+        wait_for(lambda: failing.get_status(refresh=True) == JobStatus.FAILED, 30, "the failing job to fail")
+        assert "failed on purpose" in (failing.latest_result().exc_string or "")
+        wait_for(lambda: len(_started(tmp_path)) == 2, 30, "two jobs to start")
+        with pytest.raises(AssertionError):  # both slots are held: the third must wait for one
+            wait_for(lambda: len(_started(tmp_path)) > 2, 3, "a third job (it must not start)")
+        (tmp_path / "release").touch()
+        wait_for(lambda: all(j.get_status(refresh=True) == JobStatus.FINISHED for j in held), 30, "all three")
+        who = _started(tmp_path)
+        assert sorted(who) == ["a", "b", "c"]
+        assert {v.split()[0] for v in who.values()} == {str(proc.pid)}  # one process: no fork per job
+        assert len({v.split()[1] for v in who.values()}) >= 2  # run side by side, in threads
+        assert [Job.fetch(j.id, connection=conn, serializer=JSONSerializer).return_value() for j in held] == \
+            ["a", "b", "c"]
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    assert proc.returncode == 0
+
+
+def test_a_drained_node_takes_no_new_job_until_the_drain_ends(tmp_path, redis_url):
+    store = Store.from_url(redis_url)
+    store.set_drain("w2", True, by="test", reason="maintenance")
+    proc = _watcher(redis_url, "w2", 2)
+    try:
+        job = queue(store.r, node_queue("w2")).enqueue(HOLD, str(tmp_path), "x", job_timeout=-1)
+        (tmp_path / "release").touch()
+        with pytest.raises(AssertionError):
+            wait_for(lambda: _started(tmp_path), 5, "a job on a drained node (it must not start)")
+        store.set_drain("w2", False)
+        wait_for(lambda: job.get_status(refresh=True) == JobStatus.FINISHED, 30, "the job after the drain")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_a_stopped_worker_hands_its_run_back_and_the_next_one_adopts_it_at_once(tmp_path, redis_url, tmux_socket):
+    sc = make("demo", tmp_path)
+    store = Store.from_url(redis_url)
+    env = worker_env(redis_url, tmux_socket, AJET_RUNNER_LEASE_SECONDS="60")  # far longer than the test waits
+    first = start_worker(env, "n1", "--gpus", "0")
+    try:
+        wait_for(store.nodes, 30, "the worker to register")
+        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
+        kill_group(first, signal.SIGTERM)  # a restart or an upgrade
+        assert first.returncode is not None
+    finally:
+        kill_group(first)
+    rec = store.get(exp_id) or {}
+    assert rec["state"] == "running" and float(rec["lease_until"]) == 0.0 and not rec.get("driver_pid"), rec
+    t0 = time.monotonic()
+    with running_worker(env, "n1", "--gpus", "0"):
+        wait_for(lambda: any(e["type"] == "adopted" for e in store.events(exp_id)), 30, "the adoption")
+        adopted_after = time.monotonic() - t0
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    assert adopted_after < 30  # the 60 s lease was not waited for
+    rec = store.get(exp_id) or {}
+    assert rec["outcome"] == "completed", rec
+    assert len([e for e in store.events(exp_id) if e.get("trigger") == "launched"]) == 1
+    assert sc.flag()["outcome"] == "completed"
