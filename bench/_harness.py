@@ -95,7 +95,7 @@ class Cluster:
         return proc
 
     def kill(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-        """The worker and its slots and work-horses; the runs in tmux live on."""
+        """The worker and its watcher; the runs in tmux live on."""
         try:
             tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
         except psutil.NoSuchProcess:

@@ -32,12 +32,12 @@ def register(app: typer.Typer) -> None:
         address: str = typer.Option("", help="MASTER_ADDR of the multi-node runs this node heads (default: "
                                     "$AJET_RUNNER_NODE_ADDRESS or its hostname); for names that do not resolve"),
     ) -> None:
-        """Run this node's worker: RQ slots, heartbeat, re-adoption of running experiments."""
+        """Run this node's worker: the watcher (a thread per run), heartbeat, re-adoption of running experiments."""
         from logsetup import LogSetupError, configure
         from workers.node import NodeInfo
         from workers.supervisor import NodeSupervisor
 
-        if address:  # the slots (separate processes) read it from the environment
+        if address:  # the watcher (a separate process) reads it from the environment
             import os
 
             os.environ["AJET_RUNNER_NODE_ADDRESS"] = address

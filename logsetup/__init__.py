@@ -8,7 +8,7 @@ chatter is demoted to DEBUG.
 
 Settings: `--log-level` / AJET_RUNNER_LOG_LEVEL (debug, info, warning, error, critical; default
 info) and `--log-format` / AJET_RUNNER_LOG_FORMAT (text or json; default text). `configure`
-exports the chosen values to the environment so child processes (RQ slots) log the same way.
+exports the chosen values to the environment so child processes (the watcher) log the same way.
 """
 
 from __future__ import annotations

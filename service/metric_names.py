@@ -43,7 +43,7 @@ WORKER_METRICS = (
     "ajet_runner_worker_last_output_age_seconds",  # {experiment}: the stall signal
     "ajet_runner_worker_heartbeat_timestamp_seconds",  # {node}
     "ajet_runner_worker_running_experiments",  # {node}
-    # The worker's whole process tree (supervisor, RQ slots, work-horses), hence not the standard process_* names.
+    # The worker's whole process tree (supervisor and its watcher), hence not the standard process_* names.
     "ajet_runner_worker_tree_cpu_seconds_total",
     "ajet_runner_worker_tree_resident_memory_bytes",
 )

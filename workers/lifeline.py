@@ -1,11 +1,10 @@
-"""Processes that must not outlive their parent: RQ slots (children of the node supervisor) and the
-work-horses RQ forks from them.
+"""A process that must not outlive its parent: the node's watcher (a child of the node supervisor).
 
-A supervisor killed with SIGKILL cannot stop its slots, and a slot killed so cannot stop its
-work-horse: left alone they live on with ppid 1, keep taking jobs with a stale configuration and
-race the new supervisor's slots. `PR_SET_PDEATHSIG` has the kernel send SIGKILL to the child when
-its parent dies. The experiments themselves run in tmux (not descendants), so they live on and
-are re-adopted by the next supervisor once their driver's lease runs out.
+A supervisor killed with SIGKILL cannot stop its watcher: left alone it would live on with ppid 1,
+keep taking jobs with a stale configuration and race the new supervisor's watcher.
+`PR_SET_PDEATHSIG` has the kernel send SIGKILL to the child when its parent dies. The experiments
+themselves run in tmux (not descendants), so they live on and are re-adopted by the next
+supervisor once their driver's lease runs out.
 """
 
 from __future__ import annotations
