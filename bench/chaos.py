@@ -295,6 +295,13 @@ def _judge(store: Store, ids: list[str], scenarios: list, figures: Figures) -> N
         if len(logs) > attempts or finals > 1:
             figures.duplicate_launches += 1
             print(f"  duplicate: {exp_id} ({len(logs)} logs for {attempts} attempt(s), {finals} final lines)")
+            for e in store.events(exp_id):  # what happened, for the diagnosis
+                print("    " + " ".join(f"{k}={e[k]}" for k in ("at", "type", "trigger", "owner", "state", "node",
+                                                                  "attempt", "message") if e.get(k) is not None)[:300])
+            for p in logs:
+                text = p.read_text(errors="replace").splitlines()
+                print(f"    {p.name}: {len(text)} lines; " + " | ".join(t[:80] for t in text if FINAL_LINE in t
+                                                                         or "ajet-runner" in t)[:600])
         flags = list(sc.results.glob("finish.flag*"))
         try:
             flag = json.loads((sc.results / "finish.flag").read_text())

@@ -71,14 +71,21 @@ def handle(d: ExperimentDriver) -> bool:
 
 
 def _find_running_attempt(d: ExperimentDriver, session: str, paths: dict[str, Path]) -> RunHandle | None:
-    """After a crash between starting tmux and recording it: find that attempt, never relaunch it."""
+    """After a crash between starting tmux and recording it (or a Redis restart that lost the record
+    of it): find that attempt, never relaunch it. Its wrapper wrote the pid file: the attempt started.
+    Still running, it is watched; already ended (its rc file written), the running state sees the exit
+    and collects it — a second launch would run the command again into the same log."""
     if d.handle is not None and Path(d.handle.log_path) == paths["log"]:
         return d.handle
-    if d.runner.exists(session) and paths["pid"].exists() and not paths["rc"].exists():
-        handle = RunHandle(
-            session=session, log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
-            wrapper_path=paths["log"].with_suffix(".sh"), socket_path=d.runner.socket_path,
-        )
+    if not paths["pid"].exists():
+        return None
+    ended = paths["rc"].exists()
+    if not ended and not d.runner.exists(session):
+        return None  # started, then its session vanished with no exit code (the tmux server died)
+    handle = RunHandle(
+        session=session, log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
+        wrapper_path=paths["log"].with_suffix(".sh"), socket_path=d.runner.socket_path,
+    )
+    if not ended:
         handle.wait_for_pid(1.0, local=not d.runner.remote())
-        return handle
-    return None
+    return handle
