@@ -3,7 +3,8 @@
 A fresh RQ work-horse paid ~300 ms importing matplotlib between the command's exit and
 `finish.flag`. Importing it in the idle slot before the fork would make every idle slot carry
 it (tens of MB each); importing it in a daemon thread when watching starts costs nothing on the
-exit → report path and nothing while a slot waits for work.
+exit → report path and nothing while a slot waits for work. The warm-up draws on the reused
+figure of `workers/report/plot.py`, so the first real plot does not build it either.
 """
 
 from __future__ import annotations
@@ -16,16 +17,12 @@ _thread: threading.Thread | None = None
 
 def _load() -> None:
     try:
-        from io import BytesIO
+        from workers.report.evaluations import Eval
+        from workers.report.plot import render_png
 
-        from matplotlib import ticker  # noqa: F401 - what workers/report.py uses
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(2, 1), dpi=50)  # one tiny render loads the fonts and the Agg renderer
-        FigureCanvasAgg(fig)
-        fig.subplots().set_title("warm-up")
-        fig.savefig(BytesIO(), format="png")
+        # One drawing on the process's reused figure: imports matplotlib and PIL, loads the fonts,
+        # creates the panels' ticks; the report's plot then only draws.
+        render_png([Eval(step=0, dataset="", metrics={"mean_reward": 0.0, "task_pass_rate@1": 0.0})], "warm-up")
     except Exception:  # noqa: BLE001 - a broken matplotlib is reported when the plot is drawn
         return
 
