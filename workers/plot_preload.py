@@ -5,11 +5,19 @@ A fresh RQ work-horse paid ~300 ms importing matplotlib between the command's ex
 it (tens of MB each); importing it in a daemon thread when watching starts costs nothing on the
 exit → report path and nothing while a slot waits for work. The warm-up draws on the reused
 figure of `workers/report/plot.py`, so the first real plot does not build it either.
+
+`PlotAhead` goes further: it draws the plot while the run is watched, each time the evaluations
+change, so that collecting only adds the title to that drawing (~20 ms instead of ~60) — or draws
+in full, as before, when the evaluations changed after the last drawing.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
+
+from workers.report import normalize_evaluations
+from workers.report.plot import Background, draw_background, plot_points
 
 _started = threading.Lock()
 _thread: threading.Thread | None = None
@@ -35,3 +43,48 @@ def preload_plotting() -> threading.Thread:
             _thread = threading.Thread(target=_load, name="plot-preload", daemon=True)
             _thread.start()
         return _thread
+
+
+class PlotAhead:
+    """The report's plot of one run, drawn (without its title) in a daemon thread whenever its
+    evaluations change: one drawing at a time, then the newest evaluations if more came meanwhile."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next: list[Any] | None = None
+        self._thread: threading.Thread | None = None
+        self._background: Background | None = None
+
+    def update(self, evaluations: list[Any]) -> None:
+        """`evaluations` as the report gets them (each an `Evaluation`, as `model_dump()` gives it)."""
+        points = plot_points(normalize_evaluations([e.model_dump() for e in evaluations]))
+        if not points:
+            return
+        with self._lock:
+            self._next = points
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="plot-ahead", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                points, self._next = self._next, None
+                if points is None:
+                    self._thread = None
+                    return
+            try:
+                background: Background | None = draw_background(points)
+            except Exception:  # noqa: BLE001 - the full drawing at the end says what is wrong
+                background = None
+            with self._lock:
+                self._background = background
+
+    def background(self, timeout: float = 5.0) -> Background | None:
+        """The latest drawing, once the one under way (if any) is done."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        with self._lock:
+            return self._background

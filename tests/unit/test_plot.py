@@ -9,7 +9,7 @@ import pytest
 
 from workers.report import normalize_evaluations
 from workers.report.evaluations import Eval
-from workers.report.plot import PlotCanvas, render_png
+from workers.report.plot import PlotCanvas, draw_background, render_png
 
 
 def _evals(steps: int, datasets: tuple[str, ...] = ("main",), rates: tuple[int, ...] = (1, 4),
@@ -42,6 +42,20 @@ def test_reused_figure_draws_what_a_fresh_figure_draws() -> None:
     for i, (what, points) in enumerate(SHAPES):
         title = f"exp{i}: {'completed' if i % 2 else 'failed'}"
         assert render_png(points, title) == PlotCanvas().draw(points, title), what
+
+
+def test_a_background_drawn_earlier_gives_the_full_drawing_with_its_title() -> None:
+    backgrounds = [draw_background(points) for _, points in SHAPES]  # as a watched run draws them, in turn
+    for i, ((what, points), background) in enumerate(zip(SHAPES, backgrounds, strict=True)):
+        title = f"exp{i}: {'completed' if i % 2 else 'timed_out'}"
+        assert render_png(points, title, background) == PlotCanvas().draw(points, title), what
+
+
+def test_a_background_of_other_evaluations_is_not_used() -> None:
+    early, final = SHAPES[0][1], [*SHAPES[0][1], *_evals(1, start=30)]
+    stale = draw_background(early)
+    assert render_png(final, "e: completed", stale) == PlotCanvas().draw(final, "e: completed")
+    assert render_png(final, "e: completed", stale) != render_png(early, "e: completed", stale)
 
 
 def test_a_failed_drawing_leaves_no_broken_figure(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,11 +7,19 @@ process draws on one reused figure (under a lock: drivers may share a process), 
 what a fresh figure is — no lines, legends or notes, default limits, autoscale on — so the picture
 is pixel for pixel the fresh one's (tests/unit/test_plot.py checks it across odd sequences), and
 the opaque canvas is encoded as RGB at zlib level 1 (lossless either way; ~10 ms instead of ~18).
+
+While a run is watched, `draw_background` draws its evaluations so far without the title (the
+title carries the outcome, known only at the end), kept zlib-compressed (a few hundred KB instead
+of 2.3 MB of pixels). At the end `render_png` given that background only pastes it and draws the
+title when the evaluations are still exactly the ones drawn — the same pixels as a full drawing,
+which is what it does otherwise (tests/unit/test_plot.py).
 """
 
 from __future__ import annotations
 
 import threading
+import zlib
+from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -27,6 +35,15 @@ PNG_COMPRESS_LEVEL = 1  # of zlib's 0-9: ~8 ms less than the default 6 at 1200x4
 
 _lock = threading.Lock()
 _canvas: PlotCanvas | None = None
+
+
+@dataclass(frozen=True)
+class Background:
+    """The plot of `points` without its title: the canvas's RGBA pixels, zlib-compressed."""
+
+    points: tuple[Eval, ...]
+    size: tuple[int, int]
+    pixels: bytes
 
 
 class PlotCanvas:
@@ -65,6 +82,33 @@ class PlotCanvas:
 
     def draw(self, points: list[Eval], title: str) -> bytes:
         """The PNG of `points` (every one has a step) under `title`."""
+        self._plot(points)
+        self.fig.suptitle(title).set_visible(True)
+        self.canvas.draw()
+        return _png(self.canvas)
+
+    def background(self, points: list[Eval]) -> Background:
+        """`points` drawn without the title (the figure's title is drawn last, over the panels, so
+        pasting this and drawing the title gives the full drawing's pixels)."""
+        self._plot(points)
+        self.fig.suptitle("").set_visible(False)
+        self.canvas.draw()
+        return Background(tuple(points), self.canvas.get_width_height(),
+                          zlib.compress(bytes(self.canvas.buffer_rgba()), 1))
+
+    def paste(self, background: Background, title: str) -> bytes:
+        """The PNG of `background` with `title` drawn on it."""
+        import numpy as np
+
+        renderer = self.canvas.get_renderer()
+        np.asarray(self.canvas.buffer_rgba())[...] = np.frombuffer(
+            zlib.decompress(background.pixels), dtype=np.uint8).reshape(background.size[1], background.size[0], 4)
+        text = self.fig.suptitle(title)
+        text.set_visible(True)
+        text.draw(renderer)
+        return _png(self.canvas)
+
+    def _plot(self, points: list[Eval]) -> None:
         self._reset()
         ax_reward, ax_rate = self.axes
         rates = rate_metrics(points)
@@ -94,9 +138,6 @@ class PlotCanvas:
                 ax.legend(fontsize="small")
             else:
                 ax.text(0.5, 0.5, f"no {name} recorded", ha="center", va="center", transform=ax.transAxes)
-        self.fig.suptitle(title)
-        self.canvas.draw()
-        return _png(self.canvas)
 
 
 def _png(canvas: Any) -> bytes:
@@ -109,26 +150,49 @@ def _png(canvas: Any) -> bytes:
     return buf.getvalue()
 
 
-def render_png(points: list[Eval], title: str) -> bytes:
-    """Draw on this process's reused figure; a drawing that fails leaves no half-reset figure behind."""
+def _on_canvas(draw: Any) -> Any:
+    """`draw(canvas)` on this process's reused figure; a drawing that fails leaves no half-reset
+    figure behind (the next one starts from a fresh figure)."""
     global _canvas
     with _lock:
         try:
             if _canvas is None:
                 _canvas = PlotCanvas()
-            return _canvas.draw(points, title)
+            return draw(_canvas)
         except BaseException:
-            _canvas = None  # the next plot starts from a fresh figure
+            _canvas = None
             raise
 
 
-def write_plot(path: Path, evals: list[Eval], title: str) -> str:
-    """Draw mean_reward and task_pass_rate@k over steps; return "" or why nothing was drawn."""
-    points = [e for e in evals if e.step is not None]
+def render_png(points: list[Eval], title: str, background: Background | None = None) -> bytes:
+    """The plot's PNG: `background` with the title when it shows exactly `points`, else drawn in full."""
+    def draw(canvas: PlotCanvas) -> bytes:
+        if (background is not None and background.points == tuple(points)
+                and background.size == canvas.canvas.get_width_height()):
+            return canvas.paste(background, title)
+        return canvas.draw(points, title)
+
+    return _on_canvas(draw)
+
+
+def draw_background(points: list[Eval]) -> Background:
+    """`points` (every one with a step) drawn without the title, for `render_png` later."""
+    return _on_canvas(lambda canvas: canvas.background(points))
+
+
+def plot_points(evals: list[Eval]) -> list[Eval]:
+    """The evaluations the plot shows: those with a step."""
+    return [e for e in evals if e.step is not None]
+
+
+def write_plot(path: Path, evals: list[Eval], title: str, background: Background | None = None) -> str:
+    """Draw mean_reward and task_pass_rate@k over steps; return "" or why nothing was drawn.
+    `background`: the same plot drawn while the run was watched (used only if still exact)."""
+    points = plot_points(evals)
     if not points:
         return "no evaluation with a step was recorded"
     rates = rate_metrics(points)
     if not any(e.get(m) is not None for e in points for m in ("mean_reward", *rates)):
         return "no finite mean_reward or task_pass_rate value was recorded"
-    atomic_write_bytes(path, render_png(points, title))
+    atomic_write_bytes(path, render_png(points, title, background))
     return ""

@@ -45,6 +45,7 @@ class Tick:
     started: float  # when the experiment started (wall clock)
     watch: AttemptWatch
     read_before: int  # the log bytes read before this tick
+    alive: bool = True  # the command's process was alive at the start of the tick
 
 
 class WatchObserver:
@@ -72,6 +73,8 @@ class Evaluations(WatchObserver):
 
     def on_evaluations(self, d: ExperimentDriver, tick: Tick, new: list[Any]) -> None:
         _publish_evaluations(d, new)
+        if tick.alive:  # the report's plot, drawn ahead in a thread (once the run ended, collecting draws it)
+            d.plot_ahead.update(tick.watch.summary.evaluations)
 
 
 class Progress(WatchObserver):
@@ -150,7 +153,7 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
         tick = Tick(t0=time.monotonic(), now=time.time(), started=started, watch=watch, read_before=0)
         for o in hooks:
             o.before_tick(d, tick)
-        alive = watch.alive(d.runner)
+        alive = tick.alive = watch.alive(d.runner)
         if alive and local:
             waiter.watch(d.handle.pid, d.handle.pid_create_time)
         tick.read_before = watch.bytes_read
