@@ -80,6 +80,32 @@ def _num(value: Any) -> float | None:
         return None
 
 
+_MEMO_MAX = 4096
+_GO: dict[float, str] = {}
+_PASS_K: dict[str, str] = {}  # metric key -> its k ("" when not a task_pass_rate@k key)
+
+
+def _go(value: float) -> str:
+    """floatToGoString, remembered for the values that recur (limits, attempts, 0.5, ...). Zero
+    (0.0 == -0.0) and NaN are not remembered."""
+    text = _GO.get(value)
+    if text is None:
+        text = floatToGoString(value)
+        if value and value == value and len(_GO) < _MEMO_MAX:
+            _GO[value] = text
+    return text
+
+
+def _pass_k(key: str) -> str:
+    k = _PASS_K.get(key)
+    if k is None:
+        match = PASS_RATE_KEY.match(key)
+        k = match[1] if match else ""
+        if len(_PASS_K) < _MEMO_MAX:
+            _PASS_K[key] = k
+    return k
+
+
 def _hash(raw: dict[bytes, bytes]) -> dict[str, float]:
     out = {}
     for k, v in raw.items():
@@ -137,7 +163,8 @@ def _row(exp_id: Any, values: Any, cached: Row | None) -> Row:
     raw = tuple(values)
     if cached is not None and cached.raw == raw:
         return cached
-    rec = {k: _text(v) for k, v in zip(DETAIL_FIELDS, raw, strict=True)}
+    rec = {k: v.decode("utf-8", "replace") if type(v) is bytes else _text(v)
+           for k, v in zip(DETAIL_FIELDS, raw, strict=True)}
     rec["id"] = _text(exp_id)
     try:
         rec["latest_metrics"] = json.loads(rec["latest_metrics"]) if rec["latest_metrics"] else {}
@@ -487,7 +514,7 @@ def _escape_help(doc: str) -> str:
 def _experiment_lines(rec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     """The experiment's series lines but the elapsed one, (family, line) in family order; first
     ("", its escaped `experiment`/`node` labels), which the elapsed line is written with."""
-    go = floatToGoString
+    go = _go
     eid, node = f'experiment="{_escape_label(rec["id"])}"', f'node="{_escape_label(rec.get("node") or "")}"'
     exp = f"{eid},{node}"  # labels go out sorted by name, as generate_latest writes them
     purpose = _escape_label(purpose_label(rec.get("purpose") or ""))
@@ -509,10 +536,10 @@ def _experiment_lines(rec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         if (value := _num(metrics.get("step"))) is not None:
             out.append(("ajet_runner_experiment_val_step", f"ajet_runner_experiment_val_step{{{exp}}} {go(value)}"))
         for key, raw in sorted(metrics.items()):
-            match = PASS_RATE_KEY.match(key)
-            if match and (value := _num(raw)) is not None:
+            k = _pass_k(key) if isinstance(key, str) else ""
+            if k and (value := _num(raw)) is not None:
                 out.append(("ajet_runner_experiment_task_pass_rate",
-                            f'ajet_runner_experiment_task_pass_rate{{{eid},k="{match[1]}",{node}}} {go(value)}'))
+                            f'ajet_runner_experiment_task_pass_rate{{{eid},k="{k}",{node}}} {go(value)}'))
     return tuple(out)
 
 
