@@ -25,6 +25,8 @@ def test_fast_text_equals_generate_latest() -> None:
         {"id": 'e"2', "node": "", "purpose": "", "state": "finished", "started_at": "", "finished_at": "900",
          "max_seconds": "", "attempt": "", "latest_metrics": {"mean_reward": math.inf}},
         {"id": "e3", "node": "n\\2", "purpose": "p", "state": "queued", "latest_metrics": ["not", "a", "dict"]},
+        {"id": "e4", "state": "running", "latest_metrics": {"mean_reward": 0.0, "task_pass_rate@2": -0.0}},
+        {"id": "e5", "state": "running", "latest_metrics": {"mean_reward": -0.0, "task_pass_rate@2": 0.0}},
     ])
     assert experiment_text(snap) == generate_latest(_One(*experiment_families(snap))).decode()
 
