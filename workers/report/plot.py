@@ -9,7 +9,7 @@ is pixel for pixel the fresh one's (tests/unit/test_plot.py checks it across odd
 the opaque canvas is encoded as RGB at zlib level 1 (lossless either way; ~10 ms instead of ~18).
 
 While a run is watched, `draw_background` draws its evaluations so far without the title (the
-title carries the outcome, known only at the end), kept zlib-compressed (a few hundred KB instead
+title carries the outcome, known only at the end), kept zlib-compressed (~70 KB instead
 of 2.3 MB of pixels). At the end `render_png` given that background only pastes it and draws the
 title when the evaluations are still exactly the ones drawn — the same pixels as a full drawing,
 which is what it does otherwise (tests/unit/test_plot.py).
