@@ -9,7 +9,8 @@ ones, and finished ones younger than `finished_metrics_ttl`), so label cardinali
 cost stay bounded on a store with years of finished runs. Each record's fields are decoded and its
 series written once and kept (`Row`, per process) until its fields change: at 10,000 live
 experiments a scrape where nothing changed costs the Redis reads and the elapsed times, not the
-parsing and formatting of 100,000 series (bench/bench_metrics.py: cold / warm / churn).
+parsing and formatting of 100,000 series (bench/bench_metrics.py: cold / warm / churn), for ~5 KB
+of memory per experiment with gauges (51 MB at 10,000).
 """
 
 from __future__ import annotations
