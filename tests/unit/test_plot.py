@@ -76,3 +76,20 @@ def test_png_is_opaque_rgb_of_the_figure_size() -> None:
 
     image = Image.open(BytesIO(render_png(SHAPES[0][1], "x")))
     assert image.format == "PNG" and image.mode == "RGB" and image.size == (1200, 480)
+
+
+def test_plot_ahead_draws_the_latest_evaluations_and_never_raises() -> None:
+    from statemachine.models import Evaluation
+    from workers.plot_preload import PlotAhead
+
+    ahead = PlotAhead()
+    assert ahead.background() is None
+    evaluations = [Evaluation(step=s, dataset="", metrics={"mean_reward": 0.1 * s}) for s in range(3)]
+    ahead.update(evaluations[:1])
+    ahead.update(evaluations)  # while the first drawing may be under way: the newest wins
+    background = ahead.background()
+    points = normalize_evaluations([e.model_dump() for e in evaluations])
+    assert background is not None and background.points == tuple(points)
+    assert render_png(points, "e: completed", background) == PlotCanvas().draw(points, "e: completed")
+    ahead.update([object()])  # not an evaluation: ignored, the last drawing stays
+    assert ahead.background() is background
