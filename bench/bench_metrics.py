@@ -1,7 +1,11 @@
 """How long one /metrics scrape takes with 1,000 and 10,000 experiments in Redis.
 
 Fills a private redis-server with realistic records (blueprint text, parsed blueprint, lifecycle,
-log tail: the big fields a scrape must not fetch) and times `metrics_response`.
+log tail: the big fields a scrape must not fetch) and times `metrics_response` three ways: `cold`,
+every scrape with an empty row cache (the API's first scrape after it starts); `warm`, nothing
+changed since the last scrape; `churn`, a new `latest_metrics` on 10 % of the experiments with
+gauges before each scrape (a new evaluation on one run in ten between two scrapes is far more than
+a 15 s scrape interval sees).
 
     .venv/bin/python bench/bench_metrics.py [--repeat 15]
 """
@@ -12,11 +16,12 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 
 import redis
 
 from service.embedded import EmbeddedRedis
-from service.metrics import metrics_response
+from service.metrics import ROWS, metrics_response
 from store.queue import queue
 from store.store import INDEX, Store, exp_key
 
@@ -66,19 +71,37 @@ def fill(r: redis.Redis, total: int, unfinished: int, recent: int) -> None:
     assert s is not None
 
 
-def bench(store: Store, repeat: int) -> tuple[float, float, float, int, int]:
-    """Median and worst ms per scrape, Redis's own busy ms per scrape (INFO commandstats), body bytes, series."""
-    metrics_response(store)  # warm: connections
-    store.r.config_resetstat()
+def _timed(store: Store, repeat: int, before: Callable[[int], None]) -> tuple[list[float], int, int]:
     times, size, series = [], 0, 0
-    for _ in range(repeat):
+    for n in range(repeat):
+        before(n)
         t0 = time.perf_counter()
         body, _ = metrics_response(store)
         times.append((time.perf_counter() - t0) * 1000)
         size = len(body)
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+    return times, size, series
+
+
+def bench(store: Store, repeat: int, live: int) -> dict[str, float]:
+    """Median ms per scrape cold / warm / churn, the worst of all, Redis's own busy ms per scrape
+    (INFO commandstats, warm), body bytes, series."""
+    metrics_response(store)  # warm: connections
+    cold, _, _ = _timed(store, repeat, lambda _n: ROWS.rows.clear())
+    metrics_response(store)
+    store.r.config_resetstat()
+    warm, size, series = _timed(store, repeat, lambda _n: None)
     busy_us = sum(v["usec"] for k, v in store.r.info("commandstats").items() if k != "cmdstat_config")
-    return statistics.median(times), max(times), busy_us / 1000 / repeat, size, series
+
+    def churn(n: int) -> None:
+        pipe = store.r.pipeline(transaction=False)
+        for i in range(n % 10, live, 10):
+            pipe.hset(exp_key(f"exp-{i:06d}"), "latest_metrics", json.dumps({**METRICS, "step": 41.0 + n}))
+        pipe.execute()
+
+    churned, _, _ = _timed(store, repeat, churn)
+    return {"cold": statistics.median(cold), "warm": statistics.median(warm), "churn": statistics.median(churned),
+            "max": max(cold + warm + churned), "redis": busy_us / 1000 / repeat, "bytes": size, "series": series}
 
 
 def main() -> None:
@@ -94,11 +117,13 @@ def main() -> None:
     with EmbeddedRedis() as server:
         r = redis.Redis.from_url(server.url)
         store = Store(r)
-        print(f"{'case':62} {'median ms':>9} {'max ms':>8} {'redis ms':>8} {'bytes':>10} {'series':>7}")
+        print(f"{'case':58} {'cold ms':>8} {'warm ms':>8} {'churn ms':>8} {'max ms':>8} {'redis ms':>8} "
+              f"{'bytes':>10} {'series':>7}")
         for label, total, unfinished, recent in cases:
             fill(r, total, unfinished, recent)
-            median, worst, busy, size, series = bench(store, args.repeat)
-            print(f"{label:62} {median:9.1f} {worst:8.1f} {busy:8.1f} {size:10,d} {series:7,d}")
+            b = bench(store, args.repeat, unfinished + recent)
+            print(f"{label:58} {b['cold']:8.1f} {b['warm']:8.1f} {b['churn']:8.1f} {b['max']:8.1f} {b['redis']:8.1f} "
+                  f"{b['bytes']:10,.0f} {b['series']:7,.0f}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@
 Floors, measured in the same run: `stop` — the same command in the same tmux wrapper stopped
 directly (TmuxRunner.stop, no worker); `exit` — the wrapper's own exit → rc-file time;
 `adopt` — the same adoption with a 1 MB log; `fatal` — the signature's settle time from the
-catalogue (what the policy itself waits). BENCH_WRITE_MBPS sets the writer's rate (50).
+catalogue (what the policy itself waits). BENCH_WRITE_MBPS sets the writer's rate (50);
+BENCH_TEARDOWN_SECONDS (0) a pause between the simulated AgentJet's end and the exit, as a real
+run's teardown after its final validation (the report's plot is then drawn before the exit).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from workers.tmux import TmuxRunner  # noqa: E402
 
 PY = sys.executable
 RATE = float(os.environ.get("BENCH_WRITE_MBPS", "50"))
+TEARDOWN = float(os.environ.get("BENCH_TEARDOWN_SECONDS", "0"))  # `exit`: seconds from the last evaluation to the exit
 WRITER = f"""{PY} -c '
 import sys, time
 line = b"(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns " + b"x" * 40 + b"\\n"
@@ -86,7 +89,8 @@ def bench_exit(runs: int) -> None:
         for i in range(runs):
             wd = c.work / f"run{i}"
             script = (f"{PY} -m ajet.launcher --conf tests/bench/benchmark_math/benchmark_math.yaml --backbone verl\n"
-                      f"{PY} -c 'import os, sys, time; sys.stdout.write(\"BENCH_EXIT_AT %r\\n\" % time.time()); "
+                      + (f"sleep {TEARDOWN}\n" if TEARDOWN else "")
+                      + f"{PY} -c 'import os, sys, time; sys.stdout.write(\"BENCH_EXIT_AT %r\\n\" % time.time()); "
                       "sys.stdout.flush(); os._exit(0)'")
             bp = blueprint(wd, script)
             y = wd / "codebase/tests/bench/benchmark_math/benchmark_math.yaml"
@@ -105,7 +109,9 @@ def bench_exit(runs: int) -> None:
             floor.append(rc_at - exit_at)
             to_collect.append(redis_at - exit_at)
             to_flag.append((results / "finish.flag").stat().st_mtime - exit_at)
-    print(f"exit: {runs} runs of the simulated AgentJet (2 steps, evaluations plotted); default poll interval")
+    print(f"exit: {runs} runs of the simulated AgentJet (2 steps, evaluations plotted); default poll interval; "
+          + (f"{TEARDOWN:g} s between the last evaluation and the exit (a real run's teardown)" if TEARDOWN
+             else "the exit right after the last evaluation"))
     print(line("exit -> collecting (in Redis)", to_collect, floor))
     print(line("exit -> finish.flag", to_flag, floor))
 

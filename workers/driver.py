@@ -32,6 +32,7 @@ from workers.gang_head import GangHead, gang_head
 from workers.identity import driver_identity
 from workers.journal import REDIS_ERRORS, Journal, LostOwnership
 from workers.node import NodeInfo
+from workers.plot_preload import PlotAhead
 from workers.states import HANDLERS
 from workers.swarm_run import swarm_plan
 from workers.swarm_watch import ServerWatch
@@ -67,6 +68,7 @@ class ExperimentDriver:
         self.handle = RunHandle.from_dict(rec.handle) if rec.handle else None
         self.watch: AttemptWatch | None = None
         self.server_watch: ServerWatch | None = None  # swarm mode: the server, watched beside the client
+        self.plot_ahead = PlotAhead()  # the report's plot, drawn while the run is watched
         self.rules = default_rules(
             time_limit_grace=settings.time_limit_grace_seconds,
             stall_seconds=settings.stall_seconds,

@@ -13,6 +13,7 @@ from pathlib import Path
 from workers.finish import write_finish_flag
 from workers.repair_log import write_repair_log
 from workers.report import ReportData, write_report
+from workers.report.plot import Background
 
 
 def write_result_files(data: ReportData, *, flag: bool = True) -> dict[str, Path]:
@@ -24,15 +25,15 @@ def write_result_files(data: ReportData, *, flag: bool = True) -> dict[str, Path
     return written
 
 
-def finish_result_dir(result_dir: str, exp_id: str, outcome: str,
-                      make_data: Callable[[], ReportData]) -> OSError | None:
+def finish_result_dir(result_dir: str, exp_id: str, outcome: str, make_data: Callable[[], ReportData],
+                      plot_background: Background | None = None) -> OSError | None:
     """The driver's end of a run: `make_data` (which may itself write, e.g. keep the patched config),
     the report files, then `finish.flag` — "failed" when anything before it failed. Returns the first
-    OSError (None when everything was written); never raises one."""
+    OSError (None when everything was written); never raises one. `plot_background`: see write_report."""
     failure: OSError | None = None
     try:
         data = make_data()
-        write_report(data)
+        write_report(data, plot_background)
         write_repair_log(result_dir, data)
     except OSError as exc:
         failure = exc

@@ -3,11 +3,17 @@ would write for the same families (labels with quotes, newlines and CJK, NaN and
 
 from __future__ import annotations
 
+import json
 import math
+import time
+from collections.abc import Iterator
 
+import pytest
 from prometheus_client.exposition import generate_latest
 
-from service.metrics import Snapshot, _One, experiment_families, experiment_text
+from service.metrics import RowCache, Snapshot, _One, experiment_families, experiment_text, read_snapshot
+from store.keys import exp_key
+from store.store import Store
 
 
 def test_fast_text_equals_generate_latest() -> None:
@@ -19,5 +25,41 @@ def test_fast_text_equals_generate_latest() -> None:
         {"id": 'e"2', "node": "", "purpose": "", "state": "finished", "started_at": "", "finished_at": "900",
          "max_seconds": "", "attempt": "", "latest_metrics": {"mean_reward": math.inf}},
         {"id": "e3", "node": "n\\2", "purpose": "p", "state": "queued", "latest_metrics": ["not", "a", "dict"]},
+        {"id": "e4", "state": "running", "latest_metrics": {"mean_reward": 0.0, "task_pass_rate@2": -0.0}},
+        {"id": "e5", "state": "running", "latest_metrics": {"mean_reward": -0.0, "task_pass_rate@2": 0.0}},
     ])
     assert experiment_text(snap) == generate_latest(_One(*experiment_families(snap))).decode()
+
+
+@pytest.fixture()
+def store(redis_url: str) -> Iterator[Store]:
+    s = Store.from_url(redis_url)
+    yield s
+    s.r.close()
+
+
+def test_rows_reused_between_scrapes_give_the_text_of_a_fresh_read(store: Store) -> None:
+    """A scrape reuses the previous scrape's decoded rows and series text only while a record's fields
+    are the same bytes: a changed, a new and a deleted experiment all show at once, the elapsed time
+    moves with the clock, and the text is what a scrape without the cache writes."""
+    now = time.time()
+    for i, state in enumerate(["running", "queued", "finished"]):
+        store.create(f"e{i}", {"state": state, "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
+                               "finished_at": now - 10 if state == "finished" else "",
+                               "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
+    cache = RowCache()
+
+    def text(at: float, rows: RowCache | None) -> str:
+        return experiment_text(read_snapshot(store, 600, at, rows))
+
+    assert text(now, cache) == text(now, None)
+    store.r.hset(exp_key("e0"), "latest_metrics", json.dumps({"mean_reward": 0.75, "step": 4}))
+    store.create("e3", {"state": "running", "purpose": "new", "node": "n2", "started_at": now - 5}, {})
+    store.delete("e1")
+    later = text(now + 30, cache)
+    assert later == text(now + 30, None)
+    assert 'ajet_runner_experiment_mean_reward{experiment="e0",node="n1"} 0.75' in later
+    assert 'ajet_runner_experiment_elapsed_seconds{experiment="e0",node="n1"} 130.0' in later
+    assert 'ajet_runner_experiment_elapsed_seconds{experiment="e2",node="n1"} 90.0' in later  # frozen at finish
+    assert 'experiment="e3"' in later and 'experiment="e1"' not in later
+    assert sorted(cache.rows) == [b"e0", b"e2", b"e3"]  # a deleted experiment's row is dropped

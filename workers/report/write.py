@@ -12,13 +12,15 @@ from workers.finish import atomic_write_text, remove_file
 from workers.report.data import PLOT_NAME, REPORT_NAME, RESULTS_NAME, ReportData
 from workers.report.evaluations import normalize_evaluations
 from workers.report.markdown import clean
-from workers.report.plot import write_plot
+from workers.report.plot import Background, write_plot
 from workers.report.render import render_report
 from workers.report.results_json import results_document
 
 
-def write_report(data: ReportData) -> dict[str, Path]:
+def write_report(data: ReportData, plot_background: Background | None = None) -> dict[str, Path]:
     """Write the plot (when there is something to draw), `results.json`, then `experiment_report.md`.
+    `plot_background`: the plot drawn while the run was watched (used only if it shows exactly
+    these evaluations).
 
     Returns the paths written, keyed "plot" (if drawn), "results", "report".
     """
@@ -29,7 +31,7 @@ def write_report(data: ReportData) -> dict[str, Path]:
     written: dict[str, Path] = {}
     plot_path = out_dir / PLOT_NAME
     try:
-        plot_note = write_plot(plot_path, evals, f"{data.id}: {data.outcome or 'unknown'}")
+        plot_note = write_plot(plot_path, evals, f"{data.id}: {data.outcome or 'unknown'}", plot_background)
     except Exception as exc:  # matplotlib trouble must not cost the report
         plot_note = f"the plot could not be drawn ({type(exc).__name__}: {clean(exc)[:200]})"
     if plot_note:

@@ -48,7 +48,8 @@ def handle(d: ExperimentDriver) -> bool:
         return report_data(d.id, d.bp, d.rec, d.lc, d.ctx, node=d.node.name,
                            watch=d.watch, started_at=d.started_at)
 
-    failure = finish_result_dir(result_dir, d.id, d.lc.outcome, make_data)
+    # The plot drawn while the run was watched: pasted with its title if still exact, else drawn again.
+    failure = finish_result_dir(result_dir, d.id, d.lc.outcome, make_data, d.plot_ahead.background())
     if d.gang is not None:
         d.journal.call(d.gang.release)  # every node's GPUs of the gang at once
     elif d.node.manages_gpus:

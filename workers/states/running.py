@@ -47,6 +47,7 @@ class Tick:
     started: float  # when the experiment started (wall clock)
     watch: AttemptWatch
     read_before: int  # the log bytes read before this tick
+    alive: bool = True  # the command's process was alive at the start of the tick
 
 
 class WatchObserver:
@@ -78,6 +79,8 @@ class Evaluations(WatchObserver):
 
     def on_evaluations(self, d: ExperimentDriver, tick: Tick, new: list[Any]) -> None:
         _publish_evaluations(d, new)
+        if tick.alive:  # the report's plot, drawn ahead in a thread (once the run ended, collecting draws it)
+            d.plot_ahead.update(tick.watch.summary.evaluations)
 
 
 class Progress(WatchObserver):
@@ -166,6 +169,7 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
             alive = watch.alive(d.runner)
             if alive and local:
                 waiter.watch(d.handle.pid, d.handle.pid_create_time)
+        tick.alive = alive
         tick.read_before = watch.bytes_read
         watch.read_log(tick.now)
         watch.maybe_save(tick.t0)
