@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.submit import submit
+from store.keys import exp_key
 from store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
@@ -63,4 +64,31 @@ def test_a_run_that_ended_while_no_worker_watched_is_judged_from_its_log_and_exi
     rec = store.get(exp_id)
     assert rec is not None and rec["outcome"] == "completed" and rec["attempt"] == "1"
     assert sc.results_json()["attempts"][0]["exit_code"] == 0
+    assert sc.flag()["outcome"] == "completed"
+
+
+def test_an_attempt_that_ended_before_its_launch_was_recorded_is_collected_not_run_again(
+        tmp_path, redis_url, tmux_socket) -> None:
+    """A worker died between starting the attempt in tmux and recording `launched` (or a Redis restart
+    lost that record), and the command ran to its end before the next worker came: that worker must
+    collect the ended attempt from its rc file, not start the command again into the same log."""
+    import json
+
+    sc, store, env, exp_id, _ = start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, "0.3", "running")
+    rc_file = sc.results / "logs" / "attempt-1.rc"
+    wait_for(rc_file.exists, 90, "the run to end on its own, unwatched")
+    rec = store.get(exp_id) or {}
+    lifecycle = json.loads(rec["lifecycle"]) if isinstance(rec["lifecycle"], str) else dict(rec["lifecycle"])
+    lifecycle["state"] = "launching"
+    key = exp_key(exp_id)
+    assert store.r.exists(key)
+    store.r.hset(key, mapping={"state": "launching", "lifecycle": json.dumps(lifecycle)})
+    store.r.hdel(key, "handle", "tmux_session")  # as before `launched` was recorded
+    with running_worker(env, "n1", "--gpus", "0"):
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the run to be collected")
+    rec = store.get(exp_id) or {}
+    assert rec["outcome"] == "completed" and rec["attempt"] == "1", rec.get("reason")
+    log = (sc.results / "logs" / "attempt-1.log").read_text()
+    assert log.count("Final validation metrics") == 1, "the command ran a second time"
+    assert not (sc.results / "logs" / "attempt-2.log").exists()
     assert sc.flag()["outcome"] == "completed"
