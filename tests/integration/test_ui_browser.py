@@ -40,6 +40,17 @@ def _click(driver, element_id: str) -> bool:
     return True
 
 
+def _value(driver, element_id: str) -> str | None:
+    """The element's value now; None (try again) when a live re-render replaced it meanwhile."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        return driver.find_element(By.ID, element_id).get_attribute("value")
+    except StaleElementReferenceException:
+        return None
+
+
 def test_console_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -110,7 +121,7 @@ def test_console_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
         assert visible == [SCRIPT_LINE, IMG_LINE]
         driver.find_element(By.ID, "log-search").clear()
         driver.find_element(By.ID, "log-search").send_keys(" ")  # an input event: every line again
-        attach = driver.find_element(By.ID, "attach-cmd").get_attribute("value")
+        attach = wait.until(lambda d: _value(d, "attach-cmd"))
         assert attach == f"tmux -S {tmux_socket} attach -t {api.get(slow_id)['tmux_session']}"
         _no_xss(driver)
 
