@@ -149,7 +149,8 @@ class Journal:
             self._stop = True
             self._cv.notify_all()
         self._thread.join(5)
-        self._listener.join(0.2)  # wakes every LISTEN_WAKE_SECONDS to see _stop; a daemon: not waited for
+        # The cancel listener sees _stop within LISTEN_WAKE_SECONDS and ends by itself (a daemon): waiting
+        # for it would hold the driver's slot that long after the run is done.
         return done
 
     def check(self) -> None:

@@ -14,6 +14,7 @@ out); the runs themselves live on in tmux.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -25,7 +26,7 @@ from rq.serializers import JSONSerializer
 
 from logsetup import configure
 from statemachine.signatures import use_extension
-from store.queue import queue, queue_names
+from store.queue import DRIVE_JOB, queue, queue_names
 from store.settings import get_settings
 from store.store import Store
 from workers.hosting import HOST
@@ -59,6 +60,7 @@ def main(argv: list[str]) -> int:
         use_extension(settings.catalogue_extra)  # checked by `ajet-runner worker` before it started us
     HOST.active = True
     preload_plotting()  # once per node, in the background: no report's plot pays matplotlib's import
+    importlib.import_module(DRIVE_JOB.rpartition(".")[0])  # the driver's code, before the first job needs it
     conn = redis.Redis.from_url(url, health_check_interval=30)
     store = Store(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5))
     worker = SlotWorker([queue(conn, name) for name in queue_names(node)], slots=slots,
