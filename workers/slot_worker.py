@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 DEQUEUE_SECONDS = 2  # BLPOP timeout: how soon an idle worker sees a drain or a stop
 HEARTBEAT_SECONDS = 10.0  # RQ's worker key lives worker_ttl + 60 s after each beat
+MAX_RETRY_SECONDS = 5.0  # longest wait between tries while Redis is unreachable (a stop is seen after it)
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 RQ_TTL_MARGIN = 15  # RQ's dequeue timeout is worker_ttl - 15
 
 
@@ -79,13 +81,11 @@ class SlotWorker(SimpleWorker):
         """Pop a job once a slot is free and the node takes work; StopRequested once a stop was asked."""
         wait_s, beat_at = 1.0, 0.0
         while True:
-            if time.monotonic() >= beat_at:
-                with self.connection.pipeline() as pipe:
-                    self.heartbeat(pipeline=pipe)
-                    pipe.execute()
-                beat_at = time.monotonic() + HEARTBEAT_SECONDS
             if self._stop_requested:
                 raise StopRequested
+            if time.monotonic() >= beat_at:
+                self.heartbeat()
+                beat_at = time.monotonic() + HEARTBEAT_SECONDS
             if self.should_run_maintenance_tasks:
                 self.run_maintenance_tasks()
             if not self._free.acquire(timeout=DEQUEUE_SECONDS):
@@ -102,10 +102,10 @@ class SlotWorker(SimpleWorker):
                 wait_s = 1.0
             except DequeueTimeout:
                 continue
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except REDIS_DOWN as exc:
                 log.warning("redis unreachable while waiting for a job (retrying in %.0f s): %s", wait_s, exc)
                 time.sleep(wait_s)
-                wait_s = min(wait_s * 2, 30.0)
+                wait_s = min(wait_s * 2, MAX_RETRY_SECONDS)
                 continue
             finally:
                 if popped is None:
@@ -118,7 +118,12 @@ class SlotWorker(SimpleWorker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         """Mark it started here (before the next pop), then perform it in a thread of its own."""
-        execution = self.prepare_execution(job)
+        try:
+            execution = self.prepare_execution(job)
+        except REDIS_DOWN as exc:  # popped, never started: the node's supervisor queues it again
+            log.warning("job %s popped but not started (redis unreachable: %s)", job.id, exc)
+            self._free.release()
+            return
         thread = threading.Thread(target=self._perform, args=(job, queue, execution), daemon=True,
                                   name=f"job-{job.id}")
         with self._lock:
@@ -142,6 +147,26 @@ class SlotWorker(SimpleWorker):
         self.on_stop()
         if not self.running():
             raise StopRequested
+
+    # A Redis outage must not end the worker loop (RQ quits on any error there): every run of this
+    # node is driven by this process, and its drivers ride the outage out (workers/journal.py).
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        try:
+            super().heartbeat(timeout, pipeline)
+        except REDIS_DOWN as exc:
+            log.debug("heartbeat not sent: %s", exc)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        try:
+            super().check_for_suspension(burst)
+        except REDIS_DOWN as exc:
+            log.debug("suspension not checked: %s", exc)
+
+    def run_maintenance_tasks(self) -> None:
+        try:
+            super().run_maintenance_tasks()
+        except REDIS_DOWN as exc:
+            log.debug("maintenance skipped: %s", exc)
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is threading.main_thread():

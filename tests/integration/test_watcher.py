@@ -103,3 +103,26 @@ def test_a_stopped_worker_hands_its_run_back_and_the_next_one_adopts_it_at_once(
     assert rec["outcome"] == "completed", rec
     assert len([e for e in store.events(exp_id) if e.get("trigger") == "launched"]) == 1
     assert sc.flag()["outcome"] == "completed"
+
+
+def test_a_redis_outage_does_not_end_the_worker_loop() -> None:
+    """RQ's loop quits on any error; the watcher holds every run of its node, so the calls its loop
+    makes between jobs ride a Redis outage out (a real client against a port nobody listens on)."""
+    import socket
+
+    from workers.slot_worker import SlotWorker
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    dead = redis.Redis(port=port, socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    worker = SlotWorker([queue(dead, "nowhere")], slots=1, connection=dead, serializer=JSONSerializer,
+                        prepare_for_work=False, name="outage-test")
+    worker.heartbeat()
+    worker.check_for_suspension(False)
+    worker.run_maintenance_tasks()
+    with pytest.raises(redis.ConnectionError):  # the test's client really is cut off
+        dead.ping()
