@@ -21,14 +21,15 @@ class DriverHost:
         self._reporter: WatchReporter | None = None
         self._lock = threading.Lock()
 
-    def reporter(self, store: Store, node: str) -> tuple[WatchReporter, bool]:
-        """(the reporter to give a driver, whether the caller owns it and must close it)."""
+    def reporter(self, store: Store, node: str) -> WatchReporter:
+        """The reporter to give a driver: the process's one in a watcher, else a new one (its `close()`
+        at the end of a job sends what is left either way)."""
         if not self.active:
-            return WatchReporter(store, node), True
+            return WatchReporter(store, node)
         with self._lock:
             if self._reporter is None:
                 self._reporter = WatchReporter(store, node)
-            return self._reporter, False
+            return self._reporter
 
     def handback(self) -> threading.Event | None:
         return self.stopping if self.active else None

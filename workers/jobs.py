@@ -59,7 +59,7 @@ def drive(exp_id: str) -> str:
     store = Store(conn)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
-    reporter, own_reporter = HOST.reporter(store, node.name)
+    reporter = HOST.reporter(store, node.name)
     try:
         try:
             driver = ExperimentDriver(store, exp_id, settings, node, owner, on_watch=reporter,
@@ -88,10 +88,7 @@ def drive(exp_id: str) -> str:
             return "requeued"
         return driver.lc.state
     finally:
-        if own_reporter:
-            reporter.close()
-        else:
-            reporter.flush_quietly()
+        reporter.close()
 
 
 def _hand_back(store: Store, exp_id: str, owner: str) -> None:

@@ -113,10 +113,7 @@ class WatchReporter:
                 log.warning("watch metrics not reported (%d errors so far): %s", self.errors, exc)
 
     def close(self) -> None:
-        """Flush what the last passes (under a second) left in memory; for the end of a job. Never raises."""
-        self.flush_quietly()
-
-    def flush_quietly(self) -> None:
+        """Flush what the last passes left in memory; for the end of a job. Never raises."""
         try:
             self.flush()
         except Exception as exc:

@@ -95,7 +95,8 @@ class SlotWorker(SimpleWorker):
                 if self.paused():
                     time.sleep(DEQUEUE_SECONDS)
                     continue
-                self.set_state(WorkerStatus.IDLE if not self.running() else WorkerStatus.BUSY)
+                if not self.running() and self.get_state() != WorkerStatus.IDLE:
+                    self.set_state(WorkerStatus.IDLE)  # BUSY is set by prepare_execution
                 popped = self.queue_class.dequeue_any(
                     self._ordered_queues, DEQUEUE_SECONDS, connection=self.connection, job_class=self.job_class,
                     serializer=self.serializer, death_penalty_class=self.death_penalty_class)

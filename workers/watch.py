@@ -178,7 +178,7 @@ class AttemptWatch:
     def _log_fd(self, st: os.stat_result) -> int | None:
         """The log, kept open between ticks (a tick is a stat and a pread, not an open and a close);
         opened again when the path now names another file."""
-        if self._log is not None and (self._log_ino != (st.st_dev, st.st_ino) or self._log.closed):
+        if self._log is not None and self._log_ino != (st.st_dev, st.st_ino):
             self.close()
         if self._log is None:
             try:
