@@ -171,8 +171,7 @@ def _row(exp_id: Any, values: Any, cached: Row | None) -> Row:
         rec["latest_metrics"] = json.loads(rec["latest_metrics"]) if rec["latest_metrics"] else {}
     except json.JSONDecodeError:
         rec["latest_metrics"] = {}
-    started = _num(rec.get("started_at")) or 0.0
-    end = (_num(rec.get("finished_at")) or None) if rec.get("state") == FINISHED else None
+    started, end = _run_times(rec)
     return Row(raw=raw, rec=rec, started=started, end=end)
 
 
@@ -300,13 +299,20 @@ def _enqueued_at(raw: Any) -> float | None:
         return None
 
 
-def _elapsed(rec: dict[str, Any], now: float) -> float:
-    """Run time so far (frozen at finish); 0 for a run that never started."""
+def _run_times(rec: dict[str, Any]) -> tuple[float, float | None]:
+    """(started, end): `end` is a finished run's finish time (its elapsed time is frozen), else None."""
     started = _num(rec.get("started_at")) or 0.0
-    if not started:
-        return 0.0
-    end = (_num(rec.get("finished_at")) or now) if rec.get("state") == FINISHED else now
-    return max(0.0, end - started)
+    end = (_num(rec.get("finished_at")) or None) if rec.get("state") == FINISHED else None
+    return started, end
+
+
+def _elapsed_between(started: float, end: float | None, now: float) -> float:
+    """Run time so far (frozen at finish); 0 for a run that never started."""
+    return max(0.0, (end if end is not None else now) - started) if started else 0.0
+
+
+def _elapsed(rec: dict[str, Any], now: float) -> float:
+    return _elapsed_between(*_run_times(rec), now)
 
 
 class ClusterCollector(Collector):
@@ -560,14 +566,14 @@ def experiment_text(snap: Snapshot) -> str:
     for i, rec in enumerate(snap.experiments):
         row = rows[i] if i < len(rows) else None
         if row is None or row.rec is not rec:  # a snapshot made without rows (tests)
-            row = Row(raw=(), rec=rec, started=_num(rec.get("started_at")) or 0.0,
-                      end=(_num(rec.get("finished_at")) or None) if rec.get("state") == FINISHED else None)
+            started, end = _run_times(rec)
+            row = Row(raw=(), rec=rec, started=started, end=end)
         if row.lines is None:
             row.lines = _experiment_lines(rec)
         exp = row.lines[0][1]
         for name, text in row.lines[1:]:
             lines[name].append(text)
-        seconds = max(0.0, (row.end if row.end is not None else snap.now) - row.started) if row.started else 0.0
+        seconds = _elapsed_between(row.started, row.end, snap.now)
         elapsed.append(f"ajet_runner_experiment_elapsed_seconds{{{exp}}} {go(seconds)}")
     for name, doc in docs.items():
         out.append(f"# HELP {name} {_escape_help(doc)}\n# TYPE {name} gauge\n")
