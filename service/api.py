@@ -9,6 +9,7 @@ Prometheus scrapes). Request latency per route template and the API's own `proce
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -59,6 +60,17 @@ def _install_probes(app: FastAPI, be: Backend, metrics_guard: list[Any]) -> None
         return Response(body, media_type=content_type)
 
 
+def _warm_metrics(be: Backend) -> None:
+    from service.metrics import warm_up
+
+    try:
+        store = be.store
+    except Exception as exc:  # noqa: BLE001 - Redis not reachable yet: the first scrape pays instead
+        log.debug("metrics warm-up skipped: %s", exc)
+        return
+    warm_up(store)
+
+
 def create_app(settings: Settings | None = None, *, insecure: bool = False) -> FastAPI:
     """The API app. Without any token configured, /v1 answers 401 unless `insecure` (loopback only: `serve`
     checks that)."""
@@ -74,6 +86,8 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if settings.redis_url:
+            threading.Thread(target=_warm_metrics, args=(be,), name="metrics-warm-up", daemon=True).start()
         yield
         await be.close()
 

@@ -63,3 +63,28 @@ def test_rows_reused_between_scrapes_give_the_text_of_a_fresh_read(store: Store)
     assert 'ajet_runner_experiment_elapsed_seconds{experiment="e2",node="n1"} 90.0' in later  # frozen at finish
     assert 'experiment="e3"' in later and 'experiment="e1"' not in later
     assert sorted(cache.rows) == [b"e0", b"e2", b"e3"]  # a deleted experiment's row is dropped
+
+
+def test_the_api_fills_the_row_cache_before_the_first_scrape(store: Store, redis_url: str) -> None:
+    """The API decodes and formats every record once at start, so its first scrape finds them cached
+    (at 10,000 live experiments a cold scrape costs ~3x a warm one) and writes the same text."""
+    from fastapi.testclient import TestClient
+
+    from service.api import create_app
+    from service.metrics import ROWS
+    from store.settings import Settings
+    from tests.integration.scenario import wait_for
+
+    now = time.time()
+    ids = [f"warm{i}" for i in range(3)]
+    for i, exp_id in enumerate(ids):
+        store.create(exp_id, {"state": "running", "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
+                              "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
+    ROWS.rows.clear()
+    with TestClient(create_app(Settings(redis_url=redis_url), insecure=True)) as client:
+        wait_for(lambda: all((row := ROWS.rows.get(i.encode())) is not None and row.lines for i in ids),
+                 10, "the warm-up to fill the row cache")
+        warmed = {i: ROWS.rows[i.encode()] for i in ids}
+        body = client.get("/metrics").text
+    assert all(ROWS.rows[i.encode()] is row for i, row in warmed.items())  # reused, not decoded again
+    assert 'ajet_runner_experiment_mean_reward{experiment="warm1",node="n1"} 0.5' in body
