@@ -66,6 +66,7 @@ class GangStore:
         self._reserve = client.register_script(lua("reserve_gang"))
         self._release = client.register_script(lua("release_gang"))
         self._claim = client.register_script(lua("claim_rank"))
+        self._hand_back = client.register_script(lua("hand_back_rank"))
         self._set_rank = client.register_script(lua("set_rank"))
         self._set_if_exists = client.register_script(lua("hset_if_exists"))
         self._set_phase = client.register_script(lua("set_launch_phase"))
@@ -131,6 +132,10 @@ class GangStore:
         if not self._replace(keys=keys, args=args):
             return None
         return self.get(exp_id)
+
+    def hand_back_rank(self, exp_id: str, rank: int, owner: str) -> bool:
+        """End `owner`'s hold on the rank now, for a new rank job to take it at the next scan."""
+        return bool(self._hand_back(keys=[gang_key(exp_id)], args=[rank, owner]))
 
     def set_rank(self, exp_id: str, rank: int, owner: str, state: dict[str, Any]) -> bool:
         return bool(self._set_rank(keys=[gang_key(exp_id)], args=[rank, owner, json.dumps(state, default=str)]))

@@ -5,13 +5,16 @@ done); this job makes its node's rank follow: it starts the rank's command in it
 session (before the head starts: the head waits until every rank reports "running"), reports
 an early exit, stops the command when asked, and ends when the experiment is done. It holds a
 per-rank lease; when it dies, the node's supervisor enqueues a new one, which re-adopts the
-rank's running session (never starts it twice for one attempt).
+rank's running session (never starts it twice for one attempt). When its process is stopping (a
+worker restart) or it fails, it hands the rank back at once, so that the new one does not wait
+for the lease to run out; the command runs on in tmux meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from typing import Any
 
@@ -31,7 +34,8 @@ log = logging.getLogger(__name__)
 
 class RankDriver:
     def __init__(self, store: Store, gangs: GangStore, exp_id: str, rank: int, settings: Settings,
-                 node: NodeInfo, owner: str, runner: TmuxRunner | None = None) -> None:
+                 node: NodeInfo, owner: str, runner: TmuxRunner | None = None,
+                 handback: threading.Event | None = None) -> None:
         self.store = store
         self.gangs = gangs
         self.id = exp_id
@@ -41,23 +45,38 @@ class RankDriver:
         self.owner = owner
         self.runner = runner or TmuxRunner(settings.tmux_socket or None)
         self.handle: RunHandle | None = None
+        self.handback = handback  # set when the hosting process is stopping
 
     def run(self) -> str:
         """Follow the head until the experiment is done; "not-owner" when another job holds this rank."""
         if not self.gangs.claim_rank(self.id, self.rank, self.owner, self.settings.lease_seconds, self.node.name):
             return "not-owner"
+        stopping = self.handback or threading.Event()
         while True:
             try:
                 outcome = self._step()
             except REDIS_ERRORS as exc:  # cut off from Redis: the command goes on; try again
                 log.warning("%s rank %d: redis unreachable: %s", self.id, self.rank, exc)
                 outcome = None
+            except Exception:
+                self._hand_back()  # our own failure: the process (other runs' threads) lives on
+                raise
             if outcome:
                 if outcome != "not-owner":  # stopped here: nothing left to sweep (another job's rank is not ours)
                     with contextlib.suppress(*REDIS_ERRORS):
                         self.gangs.forget_rank_here(self.node.name, self.id, self.rank)
                 return outcome
-            time.sleep(self.settings.poll_interval)
+            if stopping.wait(self.settings.poll_interval):
+                self._hand_back()
+                return "handed-back"
+
+    def _hand_back(self) -> None:
+        """End our lease now (CAS on the owner); if Redis is unreachable it simply runs out."""
+        try:
+            if self.gangs.hand_back_rank(self.id, self.rank, self.owner):
+                log.info("%s rank %d: handed back for the node's supervisor to re-adopt", self.id, self.rank)
+        except REDIS_ERRORS as exc:
+            log.warning("%s rank %d: could not hand back (%s): its lease will run out", self.id, self.rank, exc)
 
     def _step(self) -> str | None:
         rec = self.store.get(self.id)

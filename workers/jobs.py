@@ -39,7 +39,8 @@ def drive_rank(exp_id: str, rank: int) -> str:
     conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
-    return RankDriver(Store(conn), GangStore(conn), exp_id, int(rank), settings, node, owner).run()
+    return RankDriver(Store(conn), GangStore(conn), exp_id, int(rank), settings, node, owner,
+                      handback=HOST.handback()).run()
 
 
 def _connection_url(conn: redis.Redis) -> str:

@@ -113,6 +113,10 @@ class SlotWorker(SimpleWorker):
                     self._free.release()
             if popped is not None:
                 job, queue = popped
+                if self._stop_requested:  # the stop came while BLPOP waited: the job is the next worker's
+                    queue.push_job_id(job.id, at_front=True)
+                    self._free.release()
+                    raise StopRequested
                 self.reorder_queues(reference_queue=queue)
                 log.info("%s: %s from %s", self.name, job.id, queue.name)
                 return popped

@@ -49,9 +49,9 @@ class Hosts:
         self.sockets = {node: str(tmp_path / f"tmux-{node}.sock") for node in {**HOSTS, **SPARE}}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, node: str) -> None:
+    def start(self, node: str, **extra: str) -> None:
         env = worker_env(self.redis_url, self.sockets[node], AJET_SIM_GPUS="8", AJET_RUNNER_CAPACITY_WAIT_SECONDS="1",
-                         AJET_RUNNER_GANG_MEMBER_GRACE_SECONDS="20")
+                         AJET_RUNNER_GANG_MEMBER_GRACE_SECONDS="20", **extra)
         worker = " ".join([*CLI, "worker", "--node", node, "--gpus", "8"])
         with open(self.tmp_path / f"worker-{node}.log", "ab") as log:
             self.procs[node] = subprocess.Popen(
@@ -259,6 +259,42 @@ def test_restarted_workers_re_adopt_their_ranks_and_cancel_stops_every_node(host
     wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
     assert sorted(p.name for p in logs.glob("attempt-*.log")) == ["attempt-1-rank0.log", "attempt-1-rank1.log"]
+
+
+def test_a_stopped_member_worker_hands_its_rank_back_and_the_next_one_adopts_it_at_once(
+        hosts, client, redis_url, tmp_path) -> None:
+    """SIGTERM (a restart, an upgrade) on a member node: its rank job ends its lease at once, so the next
+    worker's rank job takes the rank without waiting out a 60 s lease; the command itself runs on."""
+    from store.gang import GangStore
+
+    store = Store.from_url(redis_url)
+    gangs = GangStore(store.r)
+    hosts.kill("nodeB")
+    hosts.start("nodeB", AJET_RUNNER_LEASE_SECONDS="60")  # far longer than the test waits
+    wait_for(lambda: {n["name"] for n in client.nodes() if n["alive"]} == set(HOSTS), 30, "both hosts")
+    sc = demo(tmp_path, "gang", nnodes=2, steps=200)
+    gang = client.submit_file(sc.blueprint, node="nodeA")["id"]
+    logs = sc.results / "logs"
+    wait_for(lambda: (g := gangs.get(gang)) is not None and g.rank_state(1).get("state") == "running", 60,
+             "rank 1 to run")
+    rank1_pid = int((logs / "attempt-1-rank1.pid").read_text())
+    first_owner = gangs.get(gang).rank_owner(1)  # type: ignore[union-attr]
+
+    kill_group(hosts.procs.pop("nodeB"), signal.SIGTERM)
+    after = gangs.get(gang)
+    assert after is not None and after.rank_lease(1) == 0.0 and after.rank_owner(1) == first_owner
+    assert os.path.exists(f"/proc/{rank1_pid}")
+    t0 = time.monotonic()
+    hosts.start("nodeB", AJET_RUNNER_LEASE_SECONDS="60")
+    wait_for(lambda: (g := gangs.get(gang)) is not None and g.rank_owner(1) not in ("", first_owner)
+             and g.rank_lease(1) > store.server_time(), 40, "a new rank job to take rank 1")
+    assert time.monotonic() - t0 < 40  # the 60 s lease was not waited for
+    assert os.path.exists(f"/proc/{rank1_pid}") and not (logs / "attempt-2-rank1.log").exists()
+    wait_for(lambda: state(client, gang) == "running", 60, "the gang to run (the head starts once every rank runs)")
+
+    client.stop(gang)
+    wait_for(lambda: state(client, gang) == "finished", 60, "the cancelled gang to be collected")
+    wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
 
 
 def test_the_heads_gpu_count_failure_relaunches_the_whole_gang(hosts, client, redis_url, tmp_path) -> None:

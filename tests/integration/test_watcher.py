@@ -78,6 +78,30 @@ def test_a_drained_node_takes_no_new_job_until_the_drain_ends(tmp_path, redis_ur
         proc.wait(20)
 
 
+def test_a_job_that_arrives_while_the_watcher_stops_stays_queued_for_the_next_one(tmp_path, redis_url):
+    """A SIGTERM lands while a busy watcher waits for its next job (BLPOP, up to 2 s: only an idle one
+    stops at once) and a job comes in that window: the stopping watcher puts it back at the head of
+    its queue instead of starting it."""
+    conn = redis.Redis.from_url(redis_url)
+    q = queue(conn, node_queue("w4"))
+    busy = q.enqueue(HOLD, str(tmp_path), "busy", job_timeout=-1)
+    proc = _watcher(redis_url, "w4", 2)
+    try:
+        wait_for(lambda: "busy" in _started(tmp_path), 30, "the first job to start")
+        proc.send_signal(signal.SIGTERM)
+        job = q.enqueue(HOLD, str(tmp_path), "late", job_timeout=-1)
+        with pytest.raises(AssertionError):  # past the BLPOP the stop landed in
+            wait_for(lambda: "late" in _started(tmp_path), 3, "the late job (it must not start)")
+        (tmp_path / "release").touch()
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert sorted(_started(tmp_path)) == ["busy"] and busy.get_status(refresh=True) == JobStatus.FINISHED
+    assert q.job_ids == [job.id] and job.get_status(refresh=True) == JobStatus.QUEUED
+
+
 def test_a_stopped_worker_hands_its_run_back_and_the_next_one_adopts_it_at_once(tmp_path, redis_url, tmux_socket):
     sc = make("demo", tmp_path)
     store = Store.from_url(redis_url)
