@@ -348,9 +348,10 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
         ids = [submit(store, store.r, sc.blueprint.read_text())["id"] for sc in scenarios]
         out(f"submitted {n} experiments; chaos begins")
         # Redis restart, worker upgrade and host cut happen once each, at a third, a half and two thirds of
-        # the way (a short run is over too soon for that: there they follow the first round of kills at once).
-        special = ({max(1, n // 3): "redis", max(2, n // 2): "upgrade", max(3, 2 * n // 3): "cut"} if n >= 50
-                   else {0: "upgrade", 0.25: "redis", 0.5: "cut"})
+        # the way (a short run is over too soon for that: there they follow the first round of kills at once,
+        # one after the other, so that each lands while runs are in flight however fast they finish).
+        special = ([(max(1, n // 3), "redis"), (max(2, n // 2), "upgrade"), (max(3, 2 * n // 3), "cut")] if n >= 50
+                   else [(0, "upgrade"), (0, "redis"), (0, "cut")])
         done_special: set[str] = set()
         first = rng.sample(DISRUPTIONS, len(DISRUPTIONS))  # each kind at least once, early
         deadline = time.monotonic() + timeout
@@ -358,7 +359,7 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
             finished = _wait_count(store, ids)
             if finished >= n:
                 break
-            kind = "" if first else next((k for at, k in special.items()
+            kind = "" if first else next((k for at, k in special
                                           if finished >= at and k not in done_special), "")
             from_first = False
             if kind:
