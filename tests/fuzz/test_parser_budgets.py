@@ -4,9 +4,12 @@ Inputs are small random pieces (parser-shaped: tags, numerals, quotes, operators
 to 100 KB, the shape that makes a backtracking regex quadratic, plus named adversarial shapes
 (tens of thousands of two-character lines, one giant line, nested fences, headings, CJK
 numerals, ...) that once took 0.1-1.5 s in the blueprint parser. Time is the thread's CPU time,
-so a busy machine does not fail the budget. `make test` runs a few examples per parser;
-`make fuzz` runs `AJET_FUZZ_EXAMPLES` (default there: 400) of each, and every parser on every
-adversarial shape (`make test`: the blueprint parser).
+the best of three runs, so a busy machine does not fail the budget. `make fuzz` runs
+`AJET_FUZZ_EXAMPLES` (default there: 400) examples of each parser, and every parser on every
+adversarial shape, against the 100 ms target; `make test` runs a few examples per parser (and the
+blueprint parser on every shape) as a guard against a parser turning quadratic, with twice the
+budget: in a shared machine's slow minute a 24 ms parse took 156 ms of CPU once (`## ` headings),
+and a guard that fails on that is noise.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from statemachine.models import Blueprint
 from statemachine.results import parse_train_lines, parse_val_lines
 from statemachine.swarm import swarm_problems, swarm_spec
 
-BUDGET_SECONDS = 0.100
 MAX_BYTES = 100_000
 EXAMPLES = int(os.environ.get("AJET_FUZZ_EXAMPLES", "25"))
 FULL = "AJET_FUZZ_EXAMPLES" in os.environ  # `make fuzz`: every parser on every adversarial shape
+BUDGET_SECONDS = 0.100 if FULL else 0.200
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                              HealthCheck.data_too_large])
 
@@ -66,12 +69,12 @@ def _within_budget(fn: Callable[[str], Any], text: str) -> None:
 
 
 def _spent(fn: Callable[[str], Any], text: str) -> float:
-    """CPU seconds of `fn(text)`: the better of two runs, as a one-off garbage collection of
+    """CPU seconds of `fn(text)`: the best of three runs, as a one-off garbage collection of
     hypothesis' objects is not ours."""
     _warm_up()
     gc.collect()
     spent = float("inf")
-    for _ in range(2):
+    for _ in range(3):
         started = time.thread_time()
         fn(text)
         spent = min(spent, time.thread_time() - started)
