@@ -25,7 +25,7 @@ demo: install
 
 test: install-test
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 4 -q
 
 # Hypothesis on every parser, the command lexer and rewrites (bash-executed), with time budgets.
 # AJET_FUZZ_EXAMPLES: examples per property (make test runs a few). An API schemathesis suite

@@ -3,13 +3,14 @@
 Inputs are small random pieces (parser-shaped: tags, numerals, quotes, operators) repeated up
 to 100 KB, the shape that makes a backtracking regex quadratic, plus named adversarial shapes
 (tens of thousands of two-character lines, one giant line, nested fences, headings, CJK
-numerals, ...) that once took 0.1-1.5 s in the blueprint parser. Time is the thread's CPU time,
-the best of three runs, so a busy machine does not fail the budget. `make fuzz` runs
-`AJET_FUZZ_EXAMPLES` (default there: 400) examples of each parser, and every parser on every
-adversarial shape, against the 100 ms target; `make test` runs a few examples per parser (and the
-blueprint parser on every shape) as a guard against a parser turning quadratic, with twice the
-budget: in a shared machine's slow minute a 24 ms parse took 156 ms of CPU once (`## ` headings),
-and a guard that fails on that is noise.
+numerals, ...) that once took 0.1-1.5 s in the blueprint parser. Time is the thread's CPU time
+with the cyclic GC paused (best of three runs), so neither other processes nor a collection of the
+whole test process's heap are charged to a parser; a shared host's slow minute still stretched a
+24 ms parse to 389 ms of CPU once. `make test`
+runs a few examples per parser; `make fuzz` runs `AJET_FUZZ_EXAMPLES` (default there: 400) of
+each, and every parser on every adversarial shape (`make test`: the blueprint parser). Under
+`make test` a parse over the budget passes only if its time grows linearly with the input (a tenth
+of it measured beside it); `make fuzz` holds every parse to the budget itself.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from statemachine.models import Blueprint
 from statemachine.results import parse_train_lines, parse_val_lines
 from statemachine.swarm import swarm_problems, swarm_spec
 
+BUDGET_SECONDS = 0.100
 MAX_BYTES = 100_000
 EXAMPLES = int(os.environ.get("AJET_FUZZ_EXAMPLES", "25"))
 FULL = "AJET_FUZZ_EXAMPLES" in os.environ  # `make fuzz`: every parser on every adversarial shape
-BUDGET_SECONDS = 0.100 if FULL else 0.200
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                              HealthCheck.data_too_large])
 
@@ -63,21 +64,36 @@ def big_text(draw: st.DrawFn, max_bytes: int = MAX_BYTES) -> str:
     return text + draw(st.text(max_size=20)) if len((text + "x" * 80).encode("utf-8")) <= max_bytes else text
 
 
+LINEAR_RATIO_MAX = 30  # 10x the input: ~10x the time when linear, ~100x when quadratic
+
+
 def _within_budget(fn: Callable[[str], Any], text: str) -> None:
     spent = _spent(fn, text)
+    if spent > BUDGET_SECONDS and not FULL and len(text) >= 10_000:
+        # `make test` on a shared machine: a slow minute (a busy host stretches even CPU time) is told
+        # from a parser gone quadratic by how the time grows with the input, measured side by side.
+        small, spent = _spent(fn, text[: len(text) // 10]), min(spent, _spent(fn, text))
+        assert spent <= max(BUDGET_SECONDS, LINEAR_RATIO_MAX * small), (
+            f"{fn.__name__} took {spent * 1000:.0f} ms on {len(text):,} chars, {small * 1000:.1f} ms on a tenth "
+            f"of them (not linear): {text[:80]!r}")
+        return
     assert spent <= BUDGET_SECONDS, f"{fn.__name__} took {spent * 1000:.0f} ms on {len(text):,} chars: {text[:80]!r}"
 
 
 def _spent(fn: Callable[[str], Any], text: str) -> float:
-    """CPU seconds of `fn(text)`: the best of three runs, as a one-off garbage collection of
-    hypothesis' objects is not ours."""
+    """CPU seconds of `fn(text)`, the best of three runs, the cyclic GC paused: a collection walks
+    the whole process's heap (hypothesis', the other tests'), which is not the parser's cost."""
     _warm_up()
     gc.collect()
     spent = float("inf")
-    for _ in range(3):
-        started = time.thread_time()
-        fn(text)
-        spent = min(spent, time.thread_time() - started)
+    gc.disable()
+    try:
+        for _ in range(3):
+            started = time.thread_time()
+            fn(text)
+            spent = min(spent, time.thread_time() - started)
+    finally:
+        gc.enable()
     return spent
 
 
@@ -176,9 +192,8 @@ def test_adversarial_shapes_within_budget(shape: str) -> None:
     text = ADVERSARIAL[shape]
     assert len(text.encode("utf-8")) <= MAX_BYTES, shape
     parsers = PARSERS if FULL else {"blueprint": PARSERS["blueprint"]}
-    spent = {name: _spent(fn, text) for name, fn in parsers.items()}
-    slow = {name: f"{s * 1000:.0f} ms" for name, s in spent.items() if s > BUDGET_SECONDS}
-    assert not slow, f"over {BUDGET_SECONDS * 1000:.0f} ms on {shape!r} ({len(text):,} chars): {slow}"
+    for fn in parsers.values():
+        _within_budget(fn, text)
 
 
 def _rewrite_conf(text: str) -> str:
