@@ -88,3 +88,37 @@ def test_the_api_fills_the_row_cache_before_the_first_scrape(store: Store, redis
         body = client.get("/metrics").text
     assert all(ROWS.rows[i.encode()] is row for i, row in warmed.items())  # reused, not decoded again
     assert 'ajet_runner_experiment_mean_reward{experiment="warm1",node="n1"} 0.5' in body
+
+
+def test_a_scrape_that_waits_for_another_answers_with_its_body(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scrapes run one at a time; one that arrives while another computes (an HA Prometheus pair, a
+    scrape racing the start's warm-up) waits and answers with that one's body: one computation."""
+    import sys
+    import threading
+
+    import service.metrics as metrics
+    from tests.integration.scenario import wait_for
+
+    store.create("sf1", {"state": "running", "purpose": "p", "node": "n1", "started_at": time.time()}, {})
+    computing, release, made = threading.Event(), threading.Event(), []
+    real = metrics._metrics_response
+
+    def slow(s: Store) -> tuple[bytes, str]:
+        computing.set()
+        release.wait(10)
+        made.append(real(s))
+        return made[-1]
+
+    monkeypatch.setattr(metrics, "_metrics_response", slow)
+    got: dict[str, bytes] = {}
+    first = threading.Thread(target=lambda: got.__setitem__("first", metrics.metrics_response(store)[0]))
+    second = threading.Thread(target=lambda: got.__setitem__("second", metrics.metrics_response(store)[0]))
+    first.start()
+    wait_for(computing.is_set, 10, "the first scrape to compute")
+    second.start()
+    wait_for(lambda: (frame := sys._current_frames().get(second.ident or -1)) is not None
+             and frame.f_code.co_name == "_one_scrape", 10, "the second scrape to wait for the first")
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert len(made) == 1 and got["second"] is got["first"] and b'experiment="sf1"' in got["first"]
