@@ -18,13 +18,10 @@ from typing import Any
 import redis
 
 from store.keys import GANGS, gang_key, gpu_key, node_ranks_key
+from store.records import text
 from store.scripts import lua
 
 RELEASED_TTL = 7 * 86400
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
 
 @dataclass
 class Gang:
@@ -40,7 +37,7 @@ class Gang:
 
     @classmethod
     def decode(cls, exp_id: str, raw: dict[Any, Any]) -> Gang:
-        data = {_text(k): _text(v) for k, v in raw.items()}
+        data = {text(k): text(v) for k, v in raw.items()}
         return cls(id=exp_id, nodes=list(json.loads(data.get("nodes") or "[]")),
                    gpus={k: [int(g) for g in v] for k, v in json.loads(data.get("gpus") or "{}").items()},
                    per_node=int(data.get("per_node") or 0), launch=json.loads(data.get("launch") or "{}"),
@@ -105,7 +102,7 @@ class GangStore:
         freed = self._release(keys=[gang_key(exp_id), *[gpu_key(n) for n in gang.nodes]],
                               args=[exp_id, RELEASED_TTL])
         self.forget(exp_id)
-        return {n: [int(g) for g in json.loads(_text(f))] for n, f in zip(gang.nodes, freed, strict=True)}
+        return {n: [int(g) for g in json.loads(text(f))] for n, f in zip(gang.nodes, freed, strict=True)}
 
     def set_launch(self, exp_id: str, launch: dict[str, Any]) -> bool:
         return bool(self._set_if_exists(keys=[gang_key(exp_id)], args=["launch", json.dumps(launch)]))
@@ -153,7 +150,7 @@ class GangStore:
     def ranks_here(self, node: str) -> list[tuple[str, int]]:
         out = []
         for raw in self.r.smembers(node_ranks_key(node)):
-            exp_id, _, rank = _text(raw).rpartition(":")
+            exp_id, _, rank = text(raw).rpartition(":")
             if exp_id and rank.isdigit():
                 out.append((exp_id, int(rank)))
         return sorted(out)

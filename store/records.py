@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 from statemachine.failure import RepairResult
 
 
+def text(value: Any) -> str:
+    """A Redis reply (bytes) or an already decoded value, as a str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def plain(value: Any) -> Any:
     """Enums → values, models → dicts, so callers may pass statemachine objects as they are."""
     if isinstance(value, Enum):

@@ -41,7 +41,7 @@ from store.keys import (
     stream_key,
     swarm_port_key,
 )
-from store.records import ExperimentRecord
+from store.records import ExperimentRecord, text
 from store.scripts import lua
 from store.stats import TransitionStats
 
@@ -84,10 +84,6 @@ def _node_info(name: str, raw: Mapping[bytes, bytes], drain: bytes | None) -> di
     info["name"] = name
     info["drain"] = _drain_record(drain)
     return info
-
-
-def _text(value: bytes | str | int) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def new_id() -> str:
@@ -181,7 +177,7 @@ class Store:
         replies = pipe.execute()
         ok, detail = replies[3 if result_dir_key else 2]
         if not ok:  # cannot happen for a record written in the same transaction; kept as the script's contract
-            raise TransitionConflict(f"experiment {exp_id}: {_text(detail)} check failed")
+            raise TransitionConflict(f"experiment {exp_id}: {text(detail)} check failed")
         return decode(replies[-1])
 
     def submission_view(self, result_dir_key: str) -> tuple[tuple[str, str] | None, list[dict[str, Any]]]:
@@ -189,12 +185,12 @@ class Store:
         flat = self._submit_view(keys=[NODES, RESULT_DIRS], args=[
             result_dir_key, node_key(""), drain_key("").removeprefix(node_key("")), exp_key("")])
         holder, state = flat[0], flat[1]
-        rows = sorted((_text(flat[k]), flat[k + 1], flat[k + 2]) for k in range(2, len(flat), 3))
+        rows = sorted((text(flat[k]), flat[k + 1], flat[k + 2]) for k in range(2, len(flat), 3))
         nodes = [_node_info(name, dict(zip(raw[0::2], raw[1::2], strict=True)), drain)
                  for name, raw, drain in rows if raw]
         if holder is None or state is None or state == b"finished":
             return None, nodes
-        return (_text(holder), _text(state)), nodes
+        return (text(holder), text(state)), nodes
 
     def result_dir_holder(self, result_dir_key: str) -> tuple[str, str] | None:
         """(id, state) of the unfinished experiment last submitted to this result dir (a real path), if
@@ -258,8 +254,8 @@ class Store:
                                            owner=owner, stats=stats, node=node)
         ok, detail = self._transition(keys=keys, args=args)
         if not ok:
-            raise TransitionConflict(f"experiment {exp_id}: {_text(detail)} check failed")
-        return int(_text(detail))
+            raise TransitionConflict(f"experiment {exp_id}: {text(detail)} check failed")
+        return int(text(detail))
 
     def _transition_call(self, exp_id: str, *, expected_version: int | None, fields: Mapping[str, Any],
                          event: Mapping[str, Any], owner: str = "",
