@@ -645,19 +645,21 @@ def _one_scrape() -> Iterator[None]:
                 gc.enable()
 
 
-_LAST: list[tuple[float, bytes]] = [(0.0, b"")]  # (monotonic time it was done, body) of the last scrape
+# (the store's client, monotonic time it was done, body) of the last scrape
+_LAST: list[tuple[Any, float, bytes]] = [(None, 0.0, b"")]
 
 
 def metrics_response(store: Store) -> tuple[bytes, str]:
     """The /metrics body (Prometheus text format 0.0.4) and its content type. A scrape that had to wait
-    for another one (or for the start's warm-up) answers with the body that one made meanwhile."""
+    for another one of the same store (or for the start's warm-up) answers with the body that one made
+    meanwhile: read at most one scrape's time before it came, as fresh as a monitoring answer needs."""
     arrived = time.monotonic()
     with _one_scrape():
-        done_at, body = _LAST[0]
-        if done_at > arrived:
+        client, done_at, body = _LAST[0]
+        if client is store.r and done_at > arrived:
             return body, CONTENT_TYPE_PLAIN_0_0_4
         body, content_type = _metrics_response(store)
-        _LAST[0] = (time.monotonic(), body)
+        _LAST[0] = (store.r, time.monotonic(), body)
         return body, content_type
 
 

@@ -23,6 +23,7 @@ from store.scripts import lua
 
 RELEASED_TTL = 7 * 86400
 
+
 @dataclass
 class Gang:
     """One gang as stored."""
