@@ -150,6 +150,9 @@ _MAY_SCORE = re.compile(r"[/~$]|ya?ml|python", re.IGNORECASE)
 BLUEPRINT_MAX_LINES = 10_000
 # A path part's value is looked for in its first lines; a part longer than that is prose.
 PATH_PART_LINES = 200
+# Sections of one path part read for its value before the rest count as notes: nobody writes a part
+# twenty times, and 2,000 repeats of "[exp_yaml_path] <no path>" took 120 ms, each read for a path.
+PATH_PART_SECTIONS = 16
 _UNWRAP_DEPTH = 3  # ```markdown fences inside ```markdown fences: nobody writes more; each level re-reads all
 _INDENTED = re.compile(r"^[ \t]", re.MULTILINE)
 _WHITESPACE_ONLY = re.compile(r"^[ \t]+$", re.MULTILINE)
@@ -681,6 +684,7 @@ def parse_blueprint(text: str) -> Blueprint:
     examples: dict[str, str] = {}  # values seen only on "e.g." lines, used when nothing better
     max_time_text = ""
     notes: list[tuple[int, str]] = []
+    path_sections: dict[str, int] = {}
     for sec in sections:
         fld = sec.marker.field
         if fld == NOTES:
@@ -690,6 +694,11 @@ def parse_blueprint(text: str) -> Blueprint:
             continue
         raw = sec.text()
         if fld in ("exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_result_dir", "exp_val_result_path"):
+            path_sections[fld] = seen = path_sections.get(fld, 0) + 1
+            if seen > PATH_PART_SECTIONS:
+                if raw.strip():
+                    notes.append((sec.marker.line, f"(under [{fld}]) {raw.strip()}"))
+                continue
             value, example_only = _extract_path(raw, fld)
             if example_only:
                 examples.setdefault(fld, value)
