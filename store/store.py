@@ -157,7 +157,7 @@ class Store:
         """A new record, indexed, with its `submitted` transition; returns the record as stored.
 
         One MULTI, so nothing is half-written: the record (version 0), its index entries, the result-dir
-        index entry (`result_dir_key`, a real path: see `result_dir_holder`), the transition script
+        index entry (`result_dir_key`, a real path: see `submission_view`), the transition script
         (sent whole with EVAL: a script-cache miss cannot split the transaction), whatever `also` adds to
         the transaction (the RQ job), and the read-back of the record."""
         now = time.time()
@@ -181,7 +181,8 @@ class Store:
         return decode(replies[-1])
 
     def submission_view(self, result_dir_key: str) -> tuple[tuple[str, str] | None, list[dict[str, Any]]]:
-        """What a submission checks, in one round trip: `result_dir_holder(result_dir_key)` and `nodes()`."""
+        """What a submission checks, in one round trip: (id, state) of the unfinished experiment last
+        submitted to this result dir (a real path), if any, and `nodes()`."""
         flat = self._submit_view(keys=[NODES, RESULT_DIRS], args=[
             result_dir_key, node_key(""), drain_key("").removeprefix(node_key("")), exp_key("")])
         holder, state = flat[0], flat[1]
@@ -191,18 +192,6 @@ class Store:
         if holder is None or state is None or state == b"finished":
             return None, nodes
         return (text(holder), text(state)), nodes
-
-    def result_dir_holder(self, result_dir_key: str) -> tuple[str, str] | None:
-        """(id, state) of the unfinished experiment last submitted to this result dir (a real path), if
-        any: two round trips of one field each, however many experiments are unfinished."""
-        holder = self.r.hget(RESULT_DIRS, result_dir_key)
-        if holder is None:
-            return None
-        exp_id = holder.decode()
-        state = self.r.hget(exp_key(exp_id), "state")
-        if state is None or state == b"finished":
-            return None
-        return exp_id, state.decode()
 
     def get(self, exp_id: str) -> dict[str, Any] | None:
         raw = self.r.hgetall(exp_key(exp_id))
