@@ -16,9 +16,9 @@ import redis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from service.submit import submit
-from store.queue import node_queue, queue
-from store.store import Store
+from ajet_runner.service.submit import submit
+from ajet_runner.store.queue import node_queue, queue
+from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 
@@ -28,7 +28,8 @@ HOLD = "tests.integration.watcher_jobs.hold"
 
 def _watcher(redis_url: str, node: str, slots: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "REDIS_URL": redis_url, "AJET_RUNNER_NODE": node}
-    return subprocess.Popen([sys.executable, "-m", "workers.watcher", redis_url, node, str(slots)], env=env,
+    return subprocess.Popen([sys.executable, "-m", "ajet_runner.workers.node.watcher", redis_url, node, str(slots)],
+                            env=env,
                             cwd=Path(__file__).resolve().parents[2])
 
 
@@ -134,7 +135,7 @@ def test_a_redis_outage_does_not_end_the_worker_loop() -> None:
     makes between jobs ride a Redis outage out (a real client against a port nobody listens on)."""
     import socket
 
-    from workers.slot_worker import SlotWorker
+    from ajet_runner.workers.node.slot_worker import SlotWorker
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
