@@ -151,3 +151,26 @@ def test_a_redis_outage_does_not_end_the_worker_loop() -> None:
     worker.run_maintenance_tasks()
     with pytest.raises(redis.ConnectionError):  # the test's client really is cut off
         dead.ping()
+
+
+def test_a_job_queued_under_its_name_from_before_the_package_rename_still_runs(tmp_path, redis_url, tmux_socket):
+    """A queue outlives an upgrade: a drive job queued as `workers.jobs.drive` (the name before everything moved
+    into `ajet_runner`) is run by the new worker as the driver it names now."""
+    sc = make("demo", tmp_path)
+    store = Store.from_url(redis_url)
+    exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1", wait_for_node=True)["id"]
+    conn = redis.Redis.from_url(redis_url)
+    (job_id,) = queue(conn, node_queue("n1")).job_ids
+    old = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
+    func, instance, args, kwargs = JSONSerializer.loads(old.data)
+    assert func == "ajet_runner.workers.drive.jobs.drive"
+    old.data = JSONSerializer.dumps(("workers.jobs.drive", instance, args, kwargs))
+    old.save()
+    assert Job.fetch(job_id, connection=conn, serializer=JSONSerializer).func_name == "workers.jobs.drive"
+    status = Job.fetch(job_id, connection=conn, serializer=JSONSerializer).get_status
+    with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
+        # the old job itself runs to its end (not a job the supervisor re-enqueues after the old one failed)
+        wait_for(lambda: status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED), 120, "the old job to end")
+        assert status(refresh=True) == JobStatus.FINISHED
+    assert (store.get(exp_id) or {})["outcome"] == "completed"
+    assert sc.flag()["outcome"] == "completed"
