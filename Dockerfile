@@ -14,7 +14,9 @@ COPY workers ./workers
 COPY service ./service
 COPY cli ./cli
 COPY resultdir ./resultdir
-# The samples ship in the wheel (package ajet_runner_examples) so `ajet-runner demo` works in the image.
+# ajet_runner/ links the folders above into one import package
+COPY ajet_runner ./ajet_runner
+# The samples ship in the wheel (package ajet_runner.examples) so `ajet-runner demo` works in the image.
 COPY examples ./examples
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 

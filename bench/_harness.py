@@ -19,9 +19,9 @@ from typing import Any
 
 import psutil
 
-from service.demo import materialize
-from service.embedded import EmbeddedRedis
-from store.store import Store
+from ajet_runner.service.demo import materialize
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.store.store import Store
 
 with contextlib.suppress(OSError):
     os.nice(10)  # the machine is shared: benches never outrank real work

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import httpx
 
-from service.client import AjetRunnerClient
-from service.demo import materialize
-from service.embedded import EmbeddedRedis
+from ajet_runner.service.client.api_client import AjetRunnerClient
+from ajet_runner.service.demo import materialize
+from ajet_runner.service.embedded import EmbeddedRedis
 
 TOKEN = "bench-token"
 

@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from service.demo import materialize
-from service.embedded import EmbeddedRedis
-from service.submit import submit
-from store.store import Store
+from ajet_runner.service.demo import materialize
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.service.submit import submit
+from ajet_runner.store.store import Store
 
 N = int(os.environ.get("BENCH_RUNS", "6"))
 
@@ -39,7 +39,7 @@ def main() -> None:
     with EmbeddedRedis() as redis_server:
         env = {**os.environ, "REDIS_URL": redis_server.url, "AJET_RUNNER_TMUX_SOCKET": sock,
                "AJET_RUNNER_POLL_INTERVAL": "0.1"}
-        worker = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--node", "bench", "--gpus", "0",
+        worker = subprocess.Popen([sys.executable, "-m", "ajet_runner", "worker", "--node", "bench", "--gpus", "0",
                                    "--slots", "1"], env=env, start_new_session=True,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         store = Store.from_url(redis_server.url)

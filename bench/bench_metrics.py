@@ -27,11 +27,11 @@ import httpx
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ajet_runner.service.cluster_metrics import ROWS, metrics_response
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.store.queue import queue
+from ajet_runner.store.store import INDEX, Store, exp_key
 from bench.bench_api import serving_api  # noqa: E402
-from service.embedded import EmbeddedRedis
-from service.metrics import ROWS, metrics_response
-from store.queue import queue
-from store.store import INDEX, Store, exp_key
 
 STATES = ("queued", "launching", "running", "failing", "repairing", "collecting")
 BLUEPRINT = "## [exp_purpose]\nCompare GRPO and PPO on gsm8k.\n" + "notes " * 300
@@ -74,7 +74,7 @@ def fill(r: redis.Redis, total: int, unfinished: int, recent: int) -> None:
         store.heartbeat(f"node{n}", {"gpus": 8, "gpus_busy": 3, "slots": 8, "running": []}, ttl=2)
     q = queue(r, "default")
     for i in range(min(unfinished, 50)):
-        q.enqueue("workers.jobs.drive", f"exp-{i:06d}", job_id=f"drive-{i}")
+        q.enqueue("ajet_runner.workers.drive.jobs.drive", f"exp-{i:06d}", job_id=f"drive-{i}")
     s = store.stats()
     assert s is not None
 

@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil  # noqa: E402
 
+from ajet_runner.service.submit import submit  # noqa: E402
+from ajet_runner.store.settings import get_settings  # noqa: E402
 from bench._harness import blueprint, cluster, wait  # noqa: E402
 from bench.bench_redis_traffic import SCRIPT  # noqa: E402
-from service.submit import submit  # noqa: E402
-from store.settings import get_settings  # noqa: E402
 
 MINIMAL = """
 import os, re, sys, time

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ajet_runner.service.submit import submit  # noqa: E402
 from bench._harness import blueprint, cluster, wait  # noqa: E402
-from service.submit import submit  # noqa: E402
 
 PY = sys.executable
 SCRIPT = f"""{PY} -c '

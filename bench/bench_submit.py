@@ -23,10 +23,10 @@ import redis  # noqa: E402
 from rq import Queue  # noqa: E402
 from rq.serializers import JSONSerializer  # noqa: E402
 
+from ajet_runner.service.client.api_client import AjetRunnerClient  # noqa: E402
+from ajet_runner.service.demo import materialize  # noqa: E402
+from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
 from bench.bench_api import TOKEN, serving_api, timed_calls  # noqa: E402
-from service.client import AjetRunnerClient  # noqa: E402
-from service.demo import materialize  # noqa: E402
-from service.embedded import EmbeddedRedis  # noqa: E402
 
 with __import__("contextlib").suppress(OSError):
     os.nice(10)
@@ -54,7 +54,8 @@ def main(argv: list[str]) -> None:
             phase("healthz again", lambda i: clients[i % threads].healthy(), count, threads)
             conn = redis.Redis.from_url(srv.url)
             q = Queue("bench-raw", connection=conn, serializer=JSONSerializer)
-            phase("rq", lambda i: q.enqueue("workers.jobs.drive", f"x{i}", job_timeout=-1), count, threads)
+            phase("rq", lambda i: q.enqueue("ajet_runner.workers.drive.jobs.drive", f"x{i}", job_timeout=-1),
+                  count, threads)
             for c in clients:
                 c.close()
     health = (rates["healthz"] + rates["healthz again"]) / 2

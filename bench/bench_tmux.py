@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from workers.procs import processes_with_marker
-from workers.tmux import RunHandle, TmuxRunner
+from ajet_runner.workers.process.procs import processes_with_marker
+from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
 
 T = TypeVar("T")
 MARKER = "AJET_RUNNER_EXPERIMENT"

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ajet_runner.service.submit import submit  # noqa: E402
+from ajet_runner.workers.process.tmux import TmuxRunner  # noqa: E402
 from bench._harness import blueprint, cluster, line, wait  # noqa: E402
-from service.submit import submit  # noqa: E402
-from workers.tmux import TmuxRunner  # noqa: E402
 
 PY = sys.executable
 RATE = float(os.environ.get("BENCH_WRITE_MBPS", "50"))
@@ -163,7 +163,7 @@ def bench_adopt(gigabytes: float) -> None:
 
 
 def bench_fatal(runs: int) -> None:
-    from statemachine.signatures import signature
+    from ajet_runner.statemachine.signatures import signature
 
     oom = Path(__file__).resolve().parent.parent / "tests/corpus/logs/cuda_oom_ray.log"
     settle = signature("cuda_oom").settle_seconds or 0.0

@@ -51,9 +51,9 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from service.embedded import find_redis_server  # noqa: E402
-from service.submit import submit  # noqa: E402
-from store.store import Store, exp_key  # noqa: E402
+from ajet_runner.service.embedded import find_redis_server  # noqa: E402
+from ajet_runner.service.submit import submit  # noqa: E402
+from ajet_runner.store.store import Store, exp_key  # noqa: E402
 from tests.integration.scenario import make  # noqa: E402
 from tests.integration.test_multihost import Net  # noqa: E402
 from tests.integration.workers import kill_group  # noqa: E402
@@ -242,7 +242,7 @@ def _disrupt(cluster: Cluster, kind: str, rng: random.Random, store: Store, figu
         cluster.start_worker(host)
         return f"supervisor@{host}"
     if kind == "watcher":
-        pool = [p for p in cluster.tree(host) if "workers.watcher" in " ".join(p.cmdline())]
+        pool = [p for p in cluster.tree(host) if "ajet_runner.workers.node.watcher" in " ".join(p.cmdline())]
         if not pool:
             return ""
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -272,7 +272,7 @@ def _orphans(url: str, ids: set[str]) -> int:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             orphan_watcher = (env.get("AJET_RUNNER_CHAOS_RUN") == url and proc.ppid() == 1
-                              and "workers.watcher" in " ".join(proc.cmdline()))
+                              and "ajet_runner.workers.node.watcher" in " ".join(proc.cmdline()))
             if orphan_watcher or env.get("AJET_RUNNER_EXPERIMENT") in ids:
                 count += 1
         except (psutil.NoSuchProcess, psutil.AccessDenied):

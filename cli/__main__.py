@@ -1,5 +1,5 @@
-"""`python -m cli ...` is `ajet-runner ...`."""
+"""`python -m ajet_runner.cli ...` is `ajet-runner ...`."""
 
-from cli.app import main
+from ajet_runner.cli.app import main
 
 main()

@@ -1,11 +1,34 @@
-"""`ajet-runner` command line: one typer app; command groups live in service/commands/ and cli/worker.py."""
+"""`ajet-runner` command line: one typer app; its command groups live in cli/commands/."""
 
 from __future__ import annotations
 
 import typer
 
-from cli import worker
-from service.commands import catalogue, check, client, diagnose, results, run, serve, session_host
+from ajet_runner.cli.commands import (
+    catalogue_command as catalogue,
+)
+from ajet_runner.cli.commands import (
+    check_command as check,
+)
+from ajet_runner.cli.commands import (
+    client_commands as client,
+)
+from ajet_runner.cli.commands import (
+    diagnose_command as diagnose,
+)
+from ajet_runner.cli.commands import (
+    results_command as results,
+)
+from ajet_runner.cli.commands import (
+    run_command as run,
+)
+from ajet_runner.cli.commands import (
+    serve_command as serve,
+)
+from ajet_runner.cli.commands import (
+    session_host_command as session_host,
+)
+from ajet_runner.cli.commands import worker_command as worker
 
 app = typer.Typer(
     name="ajet-runner",

@@ -1,2 +1,2 @@
-"""Installed as `ajet_runner_examples`: the simulated AgentJet codebase and the sample blueprints that
+"""Installed as `ajet_runner.examples`: the simulated AgentJet codebase and the sample blueprints that
 `ajet-runner demo` copies (this folder, `examples/`, stays their source in the repository)."""

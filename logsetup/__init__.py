@@ -98,7 +98,7 @@ def _timestamp(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """`2026-12-01T01:02:03.456+00:00 INFO worker workers.driver [exp node state] message`."""
+    """`2026-12-01T01:02:03.456+00:00 INFO worker ajet_runner.workers.drive.driver [exp node state] message`."""
 
     def format(self, record: logging.LogRecord) -> str:
         where = " ".join(str(getattr(record, k)) for k in CONTEXT_FIELDS if getattr(record, k, None))

@@ -19,8 +19,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from resultdir.flag import FLAG_NAME
-from resultdir.names import LOGS_DIR, PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
+from ajet_runner.resultdir.flag import FLAG_NAME
+from ajet_runner.resultdir.names import LOGS_DIR, PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 
 PREVIOUS_DIR = "previous"
 RUNNER_NAMES = (

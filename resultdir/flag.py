@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from resultdir.roots import open_dir
+from ajet_runner.resultdir.roots import open_dir
 
 FLAG_NAME = "finish.flag"
 TEMP_PREFIX = ".ajet-tmp-"
@@ -35,7 +35,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | No
     """Write `data` to `path` so readers see the old file or the whole new one, never a part.
 
     openat-style: the directory is opened once (confined to the allowed roots when a
-    :func:`resultdir.roots.confined` block is active), the temp file is created in it with
+    :func:`ajet_runner.resultdir.roots.confined` block is active), the temp file is created in it with
     O_EXCL|O_NOFOLLOW and renamed relative to that fd, so no symlink is followed out of it.
     On any error (e.g. ENOSPC) the temp file is removed before the error propagates.
     """

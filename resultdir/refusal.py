@@ -13,10 +13,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from resultdir.archive import archive_previous_run
-from resultdir.flag import atomic_write_text, iso_utc, write_finish_flag
-from resultdir.names import REPORT_NAME
-from statemachine.models import Problem
+from ajet_runner.resultdir.archive import archive_previous_run
+from ajet_runner.resultdir.flag import atomic_write_text, iso_utc, write_finish_flag
+from ajet_runner.resultdir.names import REPORT_NAME
+from ajet_runner.statemachine.models import Problem
 
 
 def _cell(text: str) -> str:

@@ -7,7 +7,6 @@ another run.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import sys
 from pathlib import Path
@@ -19,20 +18,15 @@ _RUNTIME_DIRS = ("__pycache__", ".sim_state", "checkpoints", "saved_experiments"
 
 
 def examples_dir() -> Path:
-    """The samples: the checkout's `examples/` next to this package, else the installed
-    `ajet_runner_examples` package (a wheel, the Docker image), so it works from any cwd."""
-    candidates = [Path(__file__).resolve().parent.parent / "examples"]
-    with contextlib.suppress(ImportError):
-        import ajet_runner_examples
+    """The samples: the package `ajet_runner.examples` (the checkout's `examples/`, or a wheel's copy),
+    so it works from any cwd."""
+    import ajet_runner.examples
 
-        candidates.append(Path(ajet_runner_examples.__file__).resolve().parent)
-    for path in candidates:
-        if (path / SIM_DIRNAME).is_dir() and (path / BLUEPRINTS_DIRNAME).is_dir():
-            return path
-    raise FileNotFoundError(
-        f"examples not found at {' or '.join(str(p) for p in candidates)} "
-        f"(expected {SIM_DIRNAME}/ and {BLUEPRINTS_DIRNAME}/): reinstall ajet-runner"
-    )
+    path = Path(ajet_runner.examples.__file__).resolve().parent
+    if not ((path / SIM_DIRNAME).is_dir() and (path / BLUEPRINTS_DIRNAME).is_dir()):
+        raise FileNotFoundError(f"examples not found at {path} (expected {SIM_DIRNAME}/ and {BLUEPRINTS_DIRNAME}/): "
+                                "reinstall ajet-runner")
+    return path
 
 
 def list_templates() -> list[str]:

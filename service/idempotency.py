@@ -18,9 +18,9 @@ from typing import Any
 
 import redis
 
-from store.keys import idempotency_key
-from store.scripts import lua
-from store.store import Store
+from ajet_runner.store.keys import idempotency_key
+from ajet_runner.store.scripts import lua
+from ajet_runner.store.store import Store
 
 TTL_SECONDS = 7 * 24 * 3600
 KEY_PATTERN = r"^[\x21-\x7e]{1,200}$"  # printable ASCII, no spaces

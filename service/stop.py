@@ -1,7 +1,8 @@
 """Stopping and deleting experiments, shared by the HTTP API (and anything else that steers runs).
 
 A queued experiment is taken out of its RQ queue and finished as cancelled right away, by the
-real driver in a child process (`python -m workers.cancel`; the API never imports `workers/`): it
+real driver in a child process (`python -m ajet_runner.workers.drive.cancel_queued`; the API never imports
+`workers/`): it
 sees the cancel flag in `queued`, claims the record with a compare-and-set, writes the report and
 `finish.flag`. If a worker claimed it first, the claim fails and the
 worker, which honours the cancel flag in every state, finishes it instead. A running
@@ -20,10 +21,10 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from statemachine.lifecycle import State
-from store.queue import remove_queued
-from store.settings import Settings
-from store.store import Store
+from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.store.queue import remove_queued
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store
 
 log = logging.getLogger(__name__)
 FINISH_TIMEOUT_SECONDS = 120.0
@@ -85,9 +86,11 @@ def _settings_json(settings: Settings) -> str:
 
 
 def _finish_inline(store: Store, exp_id: str, settings: Settings, rec: dict[str, Any]) -> None:
-    """Run the worker's cancel-finish in a child process (`python -m workers.cancel`): the API never loads
-    the driver. Raises StopFailed when the child could not write the result dir (or failed otherwise)."""
-    cmd = [sys.executable, "-m", "workers.cancel", exp_id, str(rec.get("target_node") or "api")]
+    """Run the worker's cancel-finish in a child process (`python -m ajet_runner.workers.drive.cancel_queued`): the
+    API never loads the driver. Raises StopFailed when the child could not write the result dir (or failed
+    otherwise)."""
+    cmd = [sys.executable, "-m", "ajet_runner.workers.drive.cancel_queued", exp_id,
+           str(rec.get("target_node") or "api")]
     try:
         done = subprocess.run(cmd, input=_settings_json(settings), capture_output=True, text=True,
                               timeout=FINISH_TIMEOUT_SECONDS, check=False)

@@ -10,15 +10,15 @@ from typing import Any
 
 import redis
 
-from resultdir.archive import archive_previous_run
-from resultdir.refusal import write_refusal
-from statemachine.blueprint import parse_blueprint, validate_blueprint
-from statemachine.lifecycle import Lifecycle, State
-from statemachine.models import Level, Problem
-from statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
-from store.naming import session_name
-from store.queue import drive_job_id, enqueue_drive, target_queue
-from store.store import Store, new_id
+from ajet_runner.resultdir.archive import archive_previous_run
+from ajet_runner.resultdir.refusal import write_refusal
+from ajet_runner.statemachine.blueprint import parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.lifecycle import Lifecycle, State
+from ajet_runner.statemachine.models import Level, Problem
+from ajet_runner.statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
+from ajet_runner.store.naming import session_name
+from ajet_runner.store.queue import drive_job_id, enqueue_drive, target_queue
+from ajet_runner.store.store import Store, new_id
 
 NODE_ALIVE_SECONDS = 30.0
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from statemachine.models import RepairAction
-from statemachine.repairs import MISSING, get_dotted
+from ajet_runner.statemachine.models import RepairAction
+from ajet_runner.statemachine.repairs import MISSING, get_dotted
 
 __all__ = [
     "ADVICE_KINDS",

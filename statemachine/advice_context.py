@@ -12,10 +12,17 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from statemachine import command as cmdlib
-from statemachine.advice import ADVICE_KINDS, ANSWER_SCHEMA, BOOLEAN_FLAGS, REMOVABLE_FLAGS, AdviceChange, to_actions
-from statemachine.logtext import clean_lines
-from statemachine.redact import Redactor
+from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.advice import (
+    ADVICE_KINDS,
+    ANSWER_SCHEMA,
+    BOOLEAN_FLAGS,
+    REMOVABLE_FLAGS,
+    AdviceChange,
+    to_actions,
+)
+from ajet_runner.statemachine.logtext import clean_lines
+from ajet_runner.statemachine.redact import Redactor
 
 __all__ = ["LOG_WINDOW", "error_window", "launcher_flags", "build_messages", "suggested_entry",
            "signature_pattern"]

@@ -21,11 +21,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from statemachine.command import LAUNCH_COMMAND_MAX_CHARS
-from statemachine.durations import DURATION_MAX_CHARS, format_duration, parse_duration
-from statemachine.first_step import first_step_clause, without_first_step_clause
-from statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
-from statemachine.swarm import swarm_problems, swarm_spec
+from ajet_runner.statemachine.command import LAUNCH_COMMAND_MAX_CHARS
+from ajet_runner.statemachine.durations import DURATION_MAX_CHARS, format_duration, parse_duration
+from ajet_runner.statemachine.first_step import first_step_clause, without_first_step_clause
+from ajet_runner.statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
+from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
 
 __all__ = ["parse_blueprint", "validate_blueprint", "load_blueprint"]
 
@@ -840,7 +840,7 @@ def _check_venv_exe(exe: str, problems: _Problems) -> None:
 def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
     import yaml
 
-    from statemachine.yamlload import load_yaml_file
+    from ajet_runner.statemachine.yamlload import load_yaml_file
 
     fld = "exp_yaml_path"
     path = bp.yaml_abspath()

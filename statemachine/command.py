@@ -6,7 +6,7 @@ or put `proxychains4 -q` in front of the launcher. It does that for EVERY launch
 the command: after `&&` / `;` / newlines, in subshells, `$(...)`, functions, `if`/loops, in
 `bash -c` / `sh -c` strings (any quoting, any depth), `eval`, and heredocs fed to a shell.
 
-The structure comes from a real bash parser (`statemachine.shell_ast`, bashlex). Each
+The structure comes from a real bash parser (`ajet_runner.statemachine.shell_ast`, bashlex). Each
 edit splices the original text, so everything outside the edited words stays byte-identical;
 a rewritten `bash -c` string is re-quoted as a whole. `--autokill` is recognised however
 argparse would accept it: any unique prefix (`--a`, `--auto`, `--autok`), `--autokill=...`.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from statemachine.shell_ast import Command, ShellSyntaxError, Word, parse_with_substitutions, unquote
+from ajet_runner.statemachine.shell_ast import Command, ShellSyntaxError, Word, parse_with_substitutions, unquote
 
 __all__ = [
     "LAUNCH_COMMAND_MAX_CHARS",

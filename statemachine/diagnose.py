@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import Field
 
-from statemachine.first_step import shows_training_step
-from statemachine.logmetrics import METRIC_MARKERS, LogMetrics
-from statemachine.logtext import clean_line, clean_lines
-from statemachine.models import Diagnosis, Finding
-from statemachine.signatures import CATALOGUE, TRACEBACK_ID, Signature, candidates, match_line, signature
+from ajet_runner.statemachine.first_step import shows_training_step
+from ajet_runner.statemachine.logmetrics import METRIC_MARKERS, LogMetrics
+from ajet_runner.statemachine.logtext import clean_line, clean_lines
+from ajet_runner.statemachine.models import Diagnosis, Finding
+from ajet_runner.statemachine.signatures import CATALOGUE, TRACEBACK_ID, Signature, candidates, match_line, signature
 
 __all__ = [
     "CATALOGUE",

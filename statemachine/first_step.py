@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from statemachine.durations import parse_duration
+from ajet_runner.statemachine.durations import parse_duration
 
 __all__ = ["DEFAULT_FIRST_STEP_SECONDS", "shows_training_step", "first_step_timeout_from_text",
            "without_first_step_clause", "first_step_clause"]

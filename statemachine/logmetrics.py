@@ -9,7 +9,7 @@ keys are `val-core/<source>/TGC@k` (task goal completion: the same idea as
 `task_pass_rate@k`, reported under that name too, the original key kept), `val-core/<source>/
 reward/mean@k` (also reported as `mean_reward`), `val-aux/...` and classic keys.
 
-Lines must be cleaned first (`statemachine.logtext.clean_line`: ANSI, `\\r` redraws, Ray
+Lines must be cleaned first (`ajet_runner.statemachine.logtext.clean_line`: ANSI, `\\r` redraws, Ray
 prefixes). The parser never raises and holds at most one pending multi-line record of
 bounded size, so it can follow a multi-GB log.
 """
@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from statemachine.logtext import clean_lines
-from statemachine.models import Evaluation
-from statemachine.results import (
+from ajet_runner.statemachine.logtext import clean_lines
+from ajet_runner.statemachine.models import Evaluation
+from ajet_runner.statemachine.results import (
     _EVAL_FIELDS,
     STEP_KEYS,
     ResultSummary,

@@ -23,13 +23,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
-from statemachine import command as cmdlib
-from statemachine.blueprint import validate_blueprint
-from statemachine.models import Blueprint, ConfigChange, Level, Problem
-from statemachine.repairs import MISSING, get_dotted
-from statemachine.shell_ast import unquote
-from statemachine.swarm import swarm_problems, swarm_spec
-from statemachine.yamlload import load_yaml_file
+from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.blueprint import validate_blueprint
+from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
+from ajet_runner.statemachine.repairs import MISSING, get_dotted
+from ajet_runner.statemachine.shell_ast import unquote
+from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
+from ajet_runner.statemachine.yamlload import load_yaml_file
 
 __all__ = [
     "EnvDecision",

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from statemachine import command as cmdlib
-from statemachine.models import ConfigChange, RepairAction
+from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.models import ConfigChange, RepairAction
 
 __all__ = ["CLEANUP_TARGETS", "MISSING", "ResolvedRepair", "del_dotted", "get_dotted", "resolve_repair",
            "set_dotted"]

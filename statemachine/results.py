@@ -42,7 +42,7 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from statemachine.models import Evaluation
+from ajet_runner.statemachine.models import Evaluation
 
 MAX_LINE_CHARS = 4 * 1024 * 1024  # a real result line is < 100 KB; longer ones are garbage
 SNIFF_CHARS = 256 * 1024

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from statemachine.models import Finding, RepairAction
+from ajet_runner.statemachine.models import Finding, RepairAction
 
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 TRACEBACK_ID = "python_traceback"

@@ -74,11 +74,11 @@ def gpu_key(node: str) -> str:
     return f"{PREFIX}:node:{node}:gpus"
 
 
-GANGS = f"{PREFIX}:gangs"  # ids of multi-node runs that hold a gang (store/gang.py keeps it)
+GANGS = f"{PREFIX}:gangs"  # ids of multi-node runs that hold a gang (store/gangs.py keeps it)
 
 
 def gang_key(exp_id: str) -> str:
-    """A multi-node run's gang: its nodes, GPUs, launch and per-rank state (a hash; see store/gang.py)."""
+    """A multi-node run's gang: its nodes, GPUs, launch and per-rank state (a hash; see store/gangs.py)."""
     return f"{PREFIX}:gang:{exp_id}"
 
 

@@ -16,15 +16,20 @@ from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from store.naming import DEFAULT_QUEUE, node_queue, queue_names, target_queue
-from store.settings import get_settings
-from store.store import Store
+from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue, queue_names, target_queue
+from ajet_runner.store.settings import get_settings
+from ajet_runner.store.store import Store
 
-__all__ = ["DEFAULT_QUEUE", "DRIVE_JOB", "JOB_MARGIN_SECONDS", "RANK_JOB", "drive_job_id", "enqueue_drive",
-           "enqueue_rank", "job_timeout", "node_queue", "queue", "queue_names", "remove_queued", "target_queue"]
+__all__ = ["DEFAULT_QUEUE", "DRIVE_JOB", "JOB_MARGIN_SECONDS", "LEGACY_JOB_NAMES", "RANK_JOB", "drive_job_id",
+           "enqueue_drive", "enqueue_rank", "job_timeout", "node_queue", "queue", "queue_names", "remove_queued",
+           "target_queue"]
 
-DRIVE_JOB = "workers.jobs.drive"  # the consumer: drives one experiment (see workers/jobs.py)
-RANK_JOB = "workers.jobs.drive_rank"  # a multi-node run's non-head rank on its node (workers/gang_rank.py)
+DRIVE_JOB = "ajet_runner.workers.drive.jobs.drive"  # the consumer: drives one experiment (see workers/drive/jobs.py)
+# a multi-node run's non-head rank on its node (workers/gang/rank.py)
+RANK_JOB = "ajet_runner.workers.drive.jobs.drive_rank"
+# The same jobs as queued before the package was one import package: a queue that outlives an upgrade still
+# holds them, and the consumer runs them under their new names (workers/node/slot_worker.py).
+LEGACY_JOB_NAMES = {"workers.jobs.drive": DRIVE_JOB, "workers.jobs.drive_rank": RANK_JOB}
 JOB_MARGIN_SECONDS = 3600
 
 

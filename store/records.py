@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
-from statemachine.failure import RepairResult
+from ajet_runner.statemachine.failure import RepairResult
 
 
 def text(value: Any) -> str:
@@ -108,12 +108,12 @@ class RepairRecord(Loose):
 class PendingRepair(Loose):
     """A failure between `running` and `repairing`: what was seen, and (once planned) the fix to apply."""
 
-    cause: dict[str, Any] | None = None  # a statemachine.models.Finding, dumped
+    cause: dict[str, Any] | None = None  # a ajet_runner.statemachine.models.Finding, dumped
     reason: str = ""
     log_excerpt: str = ""
     log_tail: list[str] = []
-    resolved: dict[str, Any] | None = None  # a statemachine.repairs resolution, dumped
-    advice: dict[str, Any] | None = None  # what the adviser answered (workers/adviser.py)
+    resolved: dict[str, Any] | None = None  # a ajet_runner.statemachine.repairs resolution, dumped
+    advice: dict[str, Any] | None = None  # what the adviser answered (workers/repair/adviser.py)
 
     def as_dict(self) -> dict[str, Any]:
         """The shape the repair planners and the adviser read (absent keys left out)."""

@@ -2,7 +2,7 @@
 
 Callers say what happened (`TransitionStats`: which transition, which repair result, ...). How a pair
 of labels is packed into one field of a Redis counter hash (`a>b`, `a|b`) is this module's business
-only: `Store.transition` packs, `service/metrics.py` unpacks with `split_*`.
+only: `Store.transition` packs, `service/cluster_metrics.py` unpacks with `split_*`.
 """
 
 from __future__ import annotations

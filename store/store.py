@@ -17,8 +17,8 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
-from statemachine.lifecycle import State
-from store.keys import (
+from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.store.keys import (
     GLOBAL_STREAM,
     INDEX,
     NODES,
@@ -41,9 +41,9 @@ from store.keys import (
     stream_key,
     swarm_port_key,
 )
-from store.records import ExperimentRecord, text
-from store.scripts import lua
-from store.stats import TransitionStats
+from ajet_runner.store.records import ExperimentRecord, text
+from ajet_runner.store.scripts import lua
+from ajet_runner.store.stats import TransitionStats
 
 __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "Store", "TransitionConflict", "decode",
            "drain_key", "exp_key", "gpu_key", "new_id", "node_key", "stream_key", "swarm_port_key"]
@@ -132,7 +132,7 @@ class Store:
     def __init__(self, client: redis.Redis, retention_seconds: float | None = None) -> None:
         self.r = client
         if retention_seconds is None:
-            from store.settings import get_settings
+            from ajet_runner.store.settings import get_settings
 
             retention_seconds = get_settings().finished_retention_days * 86400
         self.retention_seconds = int(retention_seconds)  # a finished record expires after this (0: never)

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from service.embedded import EmbeddedRedis
+from ajet_runner.service.embedded import EmbeddedRedis
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 CORPUS = Path(__file__).resolve().parent / "corpus"
 # The `ajet-runner` command as this interpreter runs it from this checkout: no venv layout assumed.
-CLI = [sys.executable, "-m", "cli"]
+CLI = [sys.executable, "-m", "ajet_runner"]
 
 
 def run_cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess[str]:

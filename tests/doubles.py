@@ -1,6 +1,6 @@
 """Test doubles for driving an experiment without tmux: an in-memory runner and seeded records.
 
-`InMemoryRunner` stands in for `workers.tmux.TmuxRunner`: `start()` "runs" the next scripted attempt
+`InMemoryRunner` stands in for `ajet_runner.workers.process.tmux.TmuxRunner`: `start()` "runs" the next scripted attempt
 at once (writes its log lines, and its exit code unless it is to keep running until stopped). The
 store stays real (the tests' throwaway redis-server), so every transition still goes through the
 compare-and-set script.
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statemachine.blueprint import parse_blueprint
-from statemachine.lifecycle import Lifecycle
-from store.records import Context
-from store.settings import Settings
-from store.store import Store
-from workers.tmux import RunHandle
+from ajet_runner.statemachine.blueprint import parse_blueprint
+from ajet_runner.statemachine.lifecycle import Lifecycle
+from ajet_runner.store.records import Context
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store
+from ajet_runner.workers.process.tmux import RunHandle
 
 SIGINT_EXIT = 130
 

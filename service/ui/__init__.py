@@ -12,10 +12,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api_middleware import ASGIApp, Receive, Scope, Send
-from service.auth import BEARER, TokenSet
-from service.ui.session import CsrfRefused, LoginRequired, Sessions
-from store.settings import Settings
+from ajet_runner.service.api.auth import BEARER, TokenSet
+from ajet_runner.service.api.middleware import ASGIApp, Receive, Scope, Send
+from ajet_runner.service.ui.session import CsrfRefused, LoginRequired, Sessions
+from ajet_runner.store.settings import Settings
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
@@ -48,7 +48,7 @@ def _wants_page(request: Request) -> bool:
 
 def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: bool = False) -> None:
     """Mount the console on the API app: routes under /ui, `/` redirecting there, its error pages."""
-    from service.ui.pages import env, router
+    from ajet_runner.service.ui.pages import env, router
 
     app.state.ui_sessions = Sessions(tokens, insecure, max(60, int(settings.ui_session_seconds)))
     app.include_router(router)

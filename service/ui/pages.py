@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -14,21 +15,22 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from service.api_backend import Backend, backend
-from service.api_models import node_dict, view_dict
-from service.ui import data, render
-from service.ui.session import COOKIE, Sessions, Viewer, check_origin, safe_next
-from service.ui.streams import follow, last_id
-from statemachine.lifecycle import Outcome, State
-from store.store import GLOBAL_STREAM, exp_key, stream_key
+from ajet_runner.service.api.backend import Backend, backend
+from ajet_runner.service.api.schemas import node_dict, view_dict
+from ajet_runner.service.ui import console_data as data
+from ajet_runner.service.ui import html as render
+from ajet_runner.service.ui.session import COOKIE, Sessions, Viewer, check_origin, safe_next
+from ajet_runner.service.ui.streams import follow, last_id
+from ajet_runner.statemachine.lifecycle import Outcome, State
+from ajet_runner.store.store import GLOBAL_STREAM, exp_key, stream_key
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]?")
-NODE_ALIVE_SECONDS = 30.0  # as service.submit.NODE_ALIVE_SECONDS (not imported: it loads the worker side)
+NODE_ALIVE_SECONDS = 30.0  # as ajet_runner.service.submit.NODE_ALIVE_SECONDS (not imported: it loads the worker side)
 
-env = Environment(loader=PackageLoader("service.ui", "templates"), autoescape=select_autoescape(default=True),
-                  trim_blocks=True, lstrip_blocks=True)
+env = Environment(loader=PackageLoader("ajet_runner.service.ui", "templates"),
+                  autoescape=select_autoescape(default=True), trim_blocks=True, lstrip_blocks=True)
 env.globals.update(states=[s.value for s in State], outcomes=[o.value for o in Outcome], render=render,
                    quote=lambda s: quote(str(s), safe=""))
 env.filters.update(duration=render.duration, age=render.age, clock=render.clock, number=render.number)
@@ -102,7 +104,7 @@ async def logout(request: Request, who: Viewer = Depends(viewer)) -> Response:
 @router.get("/login.css")
 def login_css() -> Response:
     """The login page's own small stylesheet: part of the login page, so readable without a session."""
-    body = resources.files("service.ui").joinpath("static", "login.css").read_bytes()
+    body = resources.files("ajet_runner.service.ui").joinpath("static", "login.css").read_bytes()
     return Response(body, media_type="text/css; charset=utf-8", headers={"Cache-Control": "public, max-age=300"})
 
 
@@ -110,7 +112,7 @@ def login_css() -> Response:
 def static(name: str, _: Viewer = Depends(viewer)) -> Response:
     if name not in STATIC:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "no such file")
-    body = resources.files("service.ui").joinpath("static", name).read_bytes()
+    body = resources.files("ajet_runner.service.ui").joinpath("static", name).read_bytes()
     return Response(body, media_type=STATIC[name], headers={"Cache-Control": "private, max-age=300"})
 
 
@@ -208,7 +210,7 @@ async def experiment_stream(exp_id: str, after: str = "0-0", _: Viewer = Depends
 def experiment_log(exp_id: str, tail: int = 500, since: int | None = None, _: Viewer = Depends(viewer),
                    be: Backend = Depends(backend)) -> JSONResponse:
     """The API's /log (same files, same rules), as JSON for the log panel; colour codes stripped."""
-    from service.api_experiments import log as api_log
+    from ajet_runner.service.api.experiments import log as api_log
 
     resp = api_log(exp_id, tail=max(1, min(tail, 100_000)), since=since if since is None else max(0, since),
                    raw=False, be=be)
@@ -235,7 +237,7 @@ def experiment_file(exp_id: str, name: str, _: Viewer = Depends(viewer), be: Bac
 async def stop(exp_id: str, request: Request, who: Viewer = Depends(viewer),
                be: Backend = Depends(backend)) -> Response:
     sessions(request).check_csrf(request, who, (await form(request)).get("csrf", ""))
-    from service.api_experiments import stop as api_stop
+    from ajet_runner.service.api.experiments import stop as api_stop
 
     resp = Response()
     try:
@@ -252,7 +254,7 @@ async def stop(exp_id: str, request: Request, who: Viewer = Depends(viewer),
 async def delete(exp_id: str, request: Request, who: Viewer = Depends(viewer),
                  be: Backend = Depends(backend)) -> Response:
     sessions(request).check_csrf(request, who, (await form(request)).get("csrf", ""))
-    from service.api_experiments import delete as api_delete
+    from ajet_runner.service.api.experiments import delete as api_delete
 
     result = await run_in_threadpool(api_delete, exp_id, Response(), be)
     if result["deleted"]:
@@ -276,9 +278,9 @@ async def submit_form(request: Request, who: Viewer = Depends(viewer), be: Backe
 
 
 def _check(be: Backend, text: str) -> tuple[dict[str, Any], bool]:
-    from service.commands.check import check_text
+    from ajet_runner.statemachine.check_document import check_text
 
-    doc, runnable = check_text(text, check_disk=be.settings.submit_check_disk)
+    doc, runnable = check_text(text, env=os.environ, check_disk=be.settings.submit_check_disk)
     bp = doc["blueprint"]
     for fld in ("exp_codebase_dir", "exp_result_dir"):  # what submit adds: the allowed roots
         value = bp.get(fld) or ""
@@ -307,8 +309,8 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
         return page("submit.html", request, who, checked=checked, **ctx)
     from pydantic import ValidationError
 
-    from service.api_experiments import submit_blocking
-    from service.api_models import SubmitRequest
+    from ajet_runner.service.api.experiments import submit_blocking
+    from ajet_runner.service.api.schemas import SubmitRequest
 
     try:
         body = SubmitRequest(blueprint=text, node=node, priority=priority)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
-from service.auth import TokenSet, bearer_of
+from ajet_runner.service.api.auth import TokenSet, bearer_of
 
 COOKIE = "ajet_session"
 _SESSION_SALT = b"ajet-runner ui session v1"

@@ -14,9 +14,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from service.api_events import is_final
-from statemachine.lifecycle import State
-from store.store import GLOBAL_STREAM, exp_key, stream_key
+from ajet_runner.service.api.events import is_final
+from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.store.store import GLOBAL_STREAM, exp_key, stream_key
 
 KEEPALIVE_MS = 15_000
 FINISHED = State.finished.value.encode()

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from statemachine.rules.base import Observation, Proposal, Rule
-from statemachine.rules.cancel import CancelRule
-from statemachine.rules.diagnosis import DEFAULT_SETTLE_SECONDS, DiagnosisRule
-from statemachine.rules.exit_record import EXIT_NOT_RECORDED, ExitRecordRule
-from statemachine.rules.first_step import FirstStepRule
-from statemachine.rules.gang import GangRule
-from statemachine.rules.plateau import PlateauRule
-from statemachine.rules.process_exit import ProcessExitRule
-from statemachine.rules.stall import StallRule
-from statemachine.rules.swarm_server import SwarmServerRule
-from statemachine.rules.time_limit import TimeLimitRule
+from ajet_runner.statemachine.rules.base import Observation, Proposal, Rule
+from ajet_runner.statemachine.rules.cancel import CancelRule
+from ajet_runner.statemachine.rules.diagnosis import DEFAULT_SETTLE_SECONDS, DiagnosisRule
+from ajet_runner.statemachine.rules.exit_record import EXIT_NOT_RECORDED, ExitRecordRule
+from ajet_runner.statemachine.rules.first_step_watchdog import FirstStepRule
+from ajet_runner.statemachine.rules.gang_members import GangRule
+from ajet_runner.statemachine.rules.plateau import PlateauRule
+from ajet_runner.statemachine.rules.process_exit import ProcessExitRule
+from ajet_runner.statemachine.rules.stall import StallRule
+from ajet_runner.statemachine.rules.swarm_server import SwarmServerRule
+from ajet_runner.statemachine.rules.time_limit import TimeLimitRule
 
 __all__ = [
     "EXIT_NOT_RECORDED", "CancelRule", "DiagnosisRule", "ExitRecordRule", "FirstStepRule", "GangRule",

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from statemachine.models import Evaluation, Finding
+from ajet_runner.statemachine.models import Evaluation, Finding
 
 
 @dataclass(frozen=True)

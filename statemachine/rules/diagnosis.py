@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from statemachine.rules.base import Observation, Proposal
-from statemachine.signatures import signature
+from ajet_runner.statemachine.rules.base import Observation, Proposal
+from ajet_runner.statemachine.signatures import signature
 
 DEFAULT_SETTLE_SECONDS = 8.0
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from statemachine.models import Finding
-from statemachine.rules.base import Observation, Proposal
+from ajet_runner.statemachine.models import Finding
+from ajet_runner.statemachine.rules.base import Observation, Proposal
 
 EXIT_NOT_RECORDED = "exit_not_recorded"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from statemachine.policies import plateaued
-from statemachine.rules.base import Observation, Proposal
+from ajet_runner.statemachine.policies import plateaued
+from ajet_runner.statemachine.rules.base import Observation, Proposal
 
 
 @dataclass(frozen=True)

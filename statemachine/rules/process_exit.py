@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from statemachine.rules.base import Observation, Proposal
+from ajet_runner.statemachine.rules.base import Observation, Proposal
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from statemachine.policies import stalled
-from statemachine.rules.base import Observation, Proposal
+from ajet_runner.statemachine.policies import stalled
+from ajet_runner.statemachine.rules.base import Observation, Proposal
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from statemachine.policies import time_limit_phase
-from statemachine.rules.base import Observation, Proposal
+from ajet_runner.statemachine.policies import time_limit_phase
+from ajet_runner.statemachine.rules.base import Observation, Proposal
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import psutil
 
-from service.demo import materialize
+from ajet_runner.service.demo import materialize
 
-CLI = [sys.executable, "-m", "cli"]
+CLI = [sys.executable, "-m", "ajet_runner"]
 
 
 @dataclass

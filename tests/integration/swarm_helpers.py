@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from service.demo import materialize
+from ajet_runner.service.demo import materialize
 from tests.integration.scenario import Scenario
 
 

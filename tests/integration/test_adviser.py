@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from statemachine.advice import parse_answer
-from store.store import Store
+from ajet_runner.statemachine.advice import parse_answer
+from ajet_runner.store.store import Store
+from ajet_runner.workers.repair.adviser import AdviserConfig, AdviserUnavailable, chat
 from tests.integration.fake_llm import Reply, advice, fake_llm
 from tests.integration.scenario import CLI, Scenario, env_for, make, run_cli
-from workers.adviser import AdviserConfig, AdviserUnavailable, chat
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

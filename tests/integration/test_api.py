@@ -25,10 +25,10 @@ from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 from rq.serializers import JSONSerializer
 
-from service.api import HTTP_REGISTRY, create_app
-from service.client import AjetRunnerClient, ApiError
-from store.settings import Settings
-from store.store import Store
+from ajet_runner.service.api.application import HTTP_REGISTRY, create_app
+from ajet_runner.service.client.api_client import AjetRunnerClient, ApiError
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.workers import kill_group
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api import create_app
-from store.settings import Settings
+from ajet_runner.service.api.application import create_app
+from ajet_runner.store.settings import Settings
 from tests.integration.scenario import CLI, wait_for
 from tests.integration.test_api import free_port
 from tests.integration.workers import kill_group

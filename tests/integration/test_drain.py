@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.client import AjetRunnerClient
+from ajet_runner.service.client.api_client import AjetRunnerClient
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.test_api import running_server
 from tests.integration.workers import kill_group, running_worker, worker_env

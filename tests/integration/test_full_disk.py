@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from service.submit import submit
-from store.store import Store
+from ajet_runner.service.submit import submit
+from ajet_runner.store.store import Store
+from ajet_runner.workers.report.reserve import RESERVE_NAME
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
-from workers.reserve import RESERVE_NAME
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

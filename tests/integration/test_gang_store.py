@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from store.gang import GangStore
-from store.keys import gang_key
-from store.store import Store
+from ajet_runner.store.gangs import GangStore
+from ajet_runner.store.keys import gang_key
+from ajet_runner.store.store import Store
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +84,7 @@ def test_a_rank_is_driven_by_one_job_at_a_time(stores) -> None:
 
 
 def test_submission_refuses_only_what_no_set_of_live_nodes_could_hold(redis_url: str, tmp_path) -> None:
-    from service.submit import SubmissionRejected, submit
+    from ajet_runner.service.submit import SubmissionRejected, submit
     from tests.integration.scenario import make
 
     store = Store.from_url(redis_url)
@@ -114,11 +114,11 @@ def test_submission_refuses_only_what_no_set_of_live_nodes_could_hold(redis_url:
 
 
 def test_a_submission_may_name_the_gangs_nodes(redis_url: str, tmp_path) -> None:
-    from service.submit import SubmissionRejected, submit
-    from store.settings import Settings
+    from ajet_runner.service.submit import SubmissionRejected, submit
+    from ajet_runner.store.settings import Settings
+    from ajet_runner.workers.gang.head import gang_head
+    from ajet_runner.workers.node.this_node import NodeInfo
     from tests.integration.scenario import make
-    from workers.gang_head import gang_head
-    from workers.node import NodeInfo
 
     store = Store.from_url(redis_url)
     sc = make("demo", tmp_path / "g")
@@ -152,7 +152,7 @@ def test_nodes_without_managed_gpus_take_part_without_a_reservation(stores) -> N
 
 
 def test_a_single_cpu_node_cannot_hold_a_two_node_run(redis_url: str, tmp_path) -> None:
-    from service.submit import SubmissionRejected, submit
+    from ajet_runner.service.submit import SubmissionRejected, submit
     from tests.integration.scenario import make
 
     store = Store.from_url(redis_url)
@@ -165,9 +165,9 @@ def test_a_single_cpu_node_cannot_hold_a_two_node_run(redis_url: str, tmp_path) 
 
 
 def test_a_member_keeps_a_running_gangs_gpus_and_frees_a_finished_ones(redis_url: str) -> None:
-    from store.settings import Settings
-    from workers.node import NodeInfo
-    from workers.supervisor import NodeSupervisor
+    from ajet_runner.store.settings import Settings
+    from ajet_runner.workers.node.supervisor import NodeSupervisor
+    from ajet_runner.workers.node.this_node import NodeInfo
 
     store = Store.from_url(redis_url)
     gangs = GangStore(store.r)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.submit import submit
-from store.store import Store
+from ajet_runner.service.submit import submit
+from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
 
@@ -45,9 +45,9 @@ def test_two_four_gpu_runs_share_an_eight_gpu_node(tmp_path, redis_url, tmux_soc
 
 
 def test_gpus_of_experiments_that_ended_or_vanished_during_a_crash_are_recovered(redis_url) -> None:
-    from store.settings import Settings
-    from workers.node import NodeInfo
-    from workers.supervisor import NodeSupervisor
+    from ajet_runner.store.settings import Settings
+    from ajet_runner.workers.node.supervisor import NodeSupervisor
+    from ajet_runner.workers.node.this_node import NodeInfo
 
     store = Store.from_url(redis_url)
     store.create("done", {"state": "finished", "node": "gpu8"}, {})

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from store.keys import INDEX, exp_key, node_active_key, state_index_key
-from store.store import Store
+from ajet_runner.store.keys import INDEX, exp_key, node_active_key, state_index_key
+from ajet_runner.store.store import Store
 
 
 @pytest.fixture()

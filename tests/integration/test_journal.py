@@ -9,11 +9,11 @@ import time
 import pytest
 import redis
 
-from service.embedded import EmbeddedRedis
-from store.store import Store
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.store.store import Store
+from ajet_runner.workers.drive import journal as journal_mod
+from ajet_runner.workers.drive.journal import Journal, LostOwnership, RedisUnavailable
 from tests.integration.scenario import wait_for
-from workers import journal as journal_mod
-from workers.journal import Journal, LostOwnership, RedisUnavailable
 
 
 @pytest.fixture()

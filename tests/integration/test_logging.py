@@ -68,7 +68,7 @@ def test_worker_json_lines_carry_experiment_node_state_and_no_transitions_chatte
     assert docs, "the worker logged nothing"
     assert all(STAMP.match(d["ts"] + " ") for d in docs)
     assert not [d for d in docs if d["logger"].startswith("transitions")]
-    moves = [d for d in docs if d["logger"] == "workers.driver" and " -> " in d["msg"]]
+    moves = [d for d in docs if d["logger"] == "ajet_runner.workers.drive.driver" and " -> " in d["msg"]]
     assert moves and all(d["experiment"] == exp_id and d["node"] == "log-node" for d in moves)
     assert moves[-1]["state"] == "finished"
     assert {d["component"] for d in docs} >= {"worker"} and any(d["component"] == "watcher" for d in docs)

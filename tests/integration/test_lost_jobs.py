@@ -15,12 +15,12 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.utils import now, utcformat
 
-from service.submit import submit
-from store.settings import Settings
-from store.store import Store
+from ajet_runner.service.submit import submit
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store
+from ajet_runner.workers.node.supervisor import LOST_JOB_SECONDS, NodeSupervisor
+from ajet_runner.workers.node.this_node import NodeInfo
 from tests.integration.scenario import make
-from workers.node import NodeInfo
-from workers.supervisor import LOST_JOB_SECONDS, NodeSupervisor
 
 pytestmark = [pytest.mark.integration]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.embedded import free_port
-from service.metric_names import WORKER_METRICS
-from service.metrics import metrics_response
-from service.submit import submit
-from store.settings import Settings
-from store.store import Store
+from ajet_runner.service.cluster_metrics import metrics_response
+from ajet_runner.service.embedded import free_port
+from ajet_runner.service.metric_names import WORKER_METRICS
+from ajet_runner.service.submit import submit
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
 
@@ -49,7 +49,7 @@ def api_scrape(store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch) ->
     try:
         from fastapi.testclient import TestClient
 
-        from service.api import create_app
+        from ajet_runner.service.api.application import create_app
     except ImportError:
         yield lambda: metrics_response(store)[0]
         return

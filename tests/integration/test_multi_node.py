@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from service.client import AjetRunnerClient
-from store.store import Store
+from ajet_runner.service.client.api_client import AjetRunnerClient
+from ajet_runner.store.store import Store
 from tests.integration.scenario import CLI, Scenario, make, marked_processes, wait_for
 from tests.integration.test_api import running_server
 from tests.integration.workers import kill_group, worker_env
@@ -221,7 +221,7 @@ def test_a_non_head_killed_mid_run_is_diagnosed_and_the_gang_relaunched(hosts, c
 
 def test_restarted_workers_re_adopt_their_ranks_and_cancel_stops_every_node(hosts, client, redis_url,
                                                                                   tmp_path) -> None:
-    from store.gang import GangStore
+    from ajet_runner.store.gangs import GangStore
 
     store = Store.from_url(redis_url)
     gangs = GangStore(store.r)
@@ -265,7 +265,7 @@ def test_a_stopped_member_worker_hands_its_rank_back_and_the_next_one_adopts_it_
         hosts, client, redis_url, tmp_path) -> None:
     """SIGTERM (a restart, an upgrade) on a member node: its rank job ends its lease at once, so the next
     worker's rank job takes the rank without waiting out a 60 s lease; the command itself runs on."""
-    from store.gang import GangStore
+    from ajet_runner.store.gangs import GangStore
 
     store = Store.from_url(redis_url)
     gangs = GangStore(store.r)
@@ -322,7 +322,7 @@ def test_the_heads_gpu_count_failure_relaunches_the_whole_gang(hosts, client, re
 
 
 def test_a_member_node_that_disappears_is_replaced_on_the_relaunch(hosts, client, redis_url, tmp_path) -> None:
-    from store.gang import GangStore
+    from ajet_runner.store.gangs import GangStore
 
     store = Store.from_url(redis_url)
     hosts.start("nodeC")

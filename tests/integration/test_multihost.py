@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from service.embedded import find_redis_server
-from service.submit import submit
-from store.store import Store
+from ajet_runner.service.embedded import find_redis_server
+from ajet_runner.service.submit import submit
+from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group
 
@@ -120,7 +120,7 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
     for host in ("a", "b"):
         env = {**os.environ, "REDIS_URL": url, "AJET_RUNNER_TMUX_SOCKET": sockets[host],
                "AJET_RUNNER_LEASE_SECONDS": "3", "AJET_RUNNER_POLL_INTERVAL": "0.2"}
-        net.run(host, [sys.executable, "-m", "cli", "worker", "--node", f"host-{host}", "--gpus", "0",
+        net.run(host, [sys.executable, "-m", "ajet_runner", "worker", "--node", f"host-{host}", "--gpus", "0",
                        "--slots", "2"], env)
     wait_for(lambda: len(store.nodes()) == 2, 30, "both hosts' workers to register")
 

@@ -9,9 +9,15 @@ import time
 
 import pytest
 
-from service.client import AjetRunnerClient, ApiError, ApiUnavailable, AsyncAjetRunnerClient, Reconnect
-from service.client_models import Event, Experiment, Node
-from store.store import Store
+from ajet_runner.service.client.answers import Event, Experiment, Node
+from ajet_runner.service.client.api_client import (
+    AjetRunnerClient,
+    ApiError,
+    ApiUnavailable,
+    AsyncAjetRunnerClient,
+    Reconnect,
+)
+from ajet_runner.store.store import Store
 from tests.integration.scenario import make
 from tests.integration.test_api import free_port, running_server
 

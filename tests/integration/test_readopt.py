@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from service.submit import submit
-from store.keys import exp_key
-from store.store import Store
+from ajet_runner.service.submit import submit
+from ajet_runner.store.keys import exp_key
+from ajet_runner.store.store import Store
+from ajet_runner.workers.process.tmux import TmuxRunner
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
-from workers.tmux import TmuxRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

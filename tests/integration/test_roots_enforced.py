@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from resultdir.roots import OutsideRoots, confined, parse_roots
-from service.api import create_app
-from service.submit import SubmissionRejected, submit
-from store.settings import Settings
-from store.store import Store
+from ajet_runner.resultdir.flag import atomic_write_text
+from ajet_runner.resultdir.roots import OutsideRoots, confined, parse_roots
+from ajet_runner.service.api.application import create_app
+from ajet_runner.service.submit import SubmissionRejected, submit
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
-from workers.finish import atomic_write_text
 
 pytestmark = [pytest.mark.integration]
 

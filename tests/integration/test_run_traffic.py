@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from store.keys import log_tail_key
-from store.store import Store
+from ajet_runner.store.keys import log_tail_key
+from ajet_runner.store.store import Store
+from ajet_runner.workers.drive import journal as journal_mod
+from ajet_runner.workers.drive.journal import Journal, LostOwnership
 from tests.integration.scenario import wait_for
-from workers import journal as journal_mod
-from workers.journal import Journal, LostOwnership
 
 
 @pytest.fixture()

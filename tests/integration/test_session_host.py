@@ -18,12 +18,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.submit import submit
-from store.store import Store
+from ajet_runner.service.submit import submit
+from ajet_runner.store.store import Store
+from ajet_runner.workers.process.session_host import SessionHost
+from ajet_runner.workers.process.tmux import TmuxRunner
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.workers import worker_env
-from workers.session_host import SessionHost
-from workers.tmux import TmuxRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -12,12 +12,12 @@ import psutil
 import pytest
 from prometheus_client import generate_latest
 
-from service.metrics import ClusterCollector
-from service.submit import SubmissionRejected, submit
-from store.store import Store
+from ajet_runner.service.cluster_metrics import ClusterCollector
+from ajet_runner.service.submit import SubmissionRejected, submit
+from ajet_runner.store.store import Store
+from ajet_runner.workers.process.tmux import RunHandle
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
-from workers.tmux import RunHandle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,8 +42,8 @@ def test_sigkilled_supervisor_leaves_no_orphan_watcher_and_the_run_is_readopted(
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
         supervisor = psutil.Process(first.pid)
         # The watcher, whose thread drives the run (two slots: still one process).
-        tree = wait_for(lambda: [p for p in supervisor.children(recursive=True) if "workers.watcher" in p.cmdline()],
-                        30, "the watcher")
+        tree = wait_for(lambda: [p for p in supervisor.children(recursive=True)
+                                 if "ajet_runner.workers.node.watcher" in p.cmdline()], 30, "the watcher")
         pids = [p.pid for p in tree]  # type: ignore[union-attr]
         assert len(supervisor.children(recursive=True)) == 1, "one watcher process, not a process per slot or run"
         os.kill(first.pid, signal.SIGKILL)  # the supervisor only: nobody stops its watcher for it

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from store.store import Store, TransitionConflict
+from ajet_runner.store.store import Store, TransitionConflict
 
 
 @pytest.fixture()

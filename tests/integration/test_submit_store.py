@@ -11,10 +11,10 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from service.submit import SubmissionRejected, submit
-from store.keys import INDEX, RESULT_DIRS, state_index_key
-from store.queue import DRIVE_JOB, queue
-from store.store import Store
+from ajet_runner.service.submit import SubmissionRejected, submit
+from ajet_runner.store.keys import INDEX, RESULT_DIRS, state_index_key
+from ajet_runner.store.queue import DRIVE_JOB, queue
+from ajet_runner.store.store import Store
 from tests.integration.scenario import make
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.demo import materialize
+from ajet_runner.service.demo import materialize
 from tests.integration.scenario import Scenario, env_for, run_cli
 from tests.integration.swarm_helpers import free_port
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from service.client import AjetRunnerClient
-from service.demo import materialize
+from ajet_runner.service.client.api_client import AjetRunnerClient
+from ajet_runner.service.demo import materialize
 from tests.integration.scenario import Scenario, wait_for
 from tests.integration.swarm_helpers import free_port
 from tests.integration.test_api import running_server
@@ -56,7 +56,7 @@ def test_stale_swarm_port_reservations_are_freed_when_a_worker_starts(client, re
                                                                        tmp_path) -> None:
     """A worker that died left ports held by experiments that then finished or vanished: the next
     worker frees them (a live holder keeps its own), so a swarm run on that port is not queued for ever."""
-    from store.store import Store
+    from ajet_runner.store.store import Store
 
     store = Store.from_url(redis_url)
     port, live_port = free_port(), free_port()
@@ -96,8 +96,8 @@ def test_a_server_dying_mid_run_is_restarted_through_a_worker(client, redis_url,
 def test_a_killed_worker_leaves_a_swarm_run_the_next_worker_finishes(redis_url, tmux_socket, tmp_path) -> None:
     """SIGKILL the worker mid-run: server and client live on in tmux; the next worker re-adopts both
     (watches the server again, finds the results from the launch offsets), then stops the server."""
-    from service.submit import submit
-    from store.store import Store
+    from ajet_runner.service.submit import submit
+    from ajet_runner.store.store import Store
     from tests.integration.workers import kill_group, start_worker
 
     port = free_port()

@@ -10,18 +10,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from service.demo import materialize
-from statemachine.blueprint import parse_blueprint
-from statemachine.swarm import swarm_spec
-from tests.integration.swarm_helpers import free_port
-from workers.swarm_server import (
+from ajet_runner.service.demo import materialize
+from ajet_runner.statemachine.blueprint import parse_blueprint
+from ajet_runner.statemachine.swarm_blueprint import swarm_spec
+from ajet_runner.workers.process.tmux import TmuxRunner
+from ajet_runner.workers.swarm.server import (
     SwarmServerFailed,
     client_env,
     ensure_server,
     port_listening,
     server_session,
 )
-from workers.tmux import TmuxRunner
+from tests.integration.swarm_helpers import free_port
 
 
 @pytest.fixture()

@@ -79,8 +79,8 @@ def test_reused_result_dir_moves_the_earlier_run_to_previous_and_links_it(tmp_pa
 
 
 def test_stale_flag_is_gone_right_after_submission(redis_url, tmp_path) -> None:
-    from service.submit import submit
-    from store.store import Store
+    from ajet_runner.service.submit import submit
+    from ajet_runner.store.store import Store
 
     sc = make("console_only", tmp_path)
     sc.results.mkdir(parents=True)
@@ -154,8 +154,8 @@ def test_an_unrepairable_new_signature_fails_with_the_log_line_quoted(tmp_path, 
 
 
 def test_a_result_dir_in_use_by_a_live_experiment_is_refused_and_left_alone(redis_url, tmp_path) -> None:
-    from service.submit import SubmissionRejected, submit
-    from store.store import Store
+    from ajet_runner.service.submit import SubmissionRejected, submit
+    from ajet_runner.store.store import Store
 
     sc = make("console_only", tmp_path)
     store = Store.from_url(redis_url)

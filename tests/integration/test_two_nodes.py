@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.client import AjetRunnerClient, ApiError
+from ajet_runner.service.client.api_client import AjetRunnerClient, ApiError
 from tests.integration.scenario import Scenario, make, marked_processes, wait_for
 from tests.integration.test_api import running_server
 from tests.integration.workers import running_worker, worker_env

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from service.demo import materialize
-from service.submit import submit
-from store.store import Store
+from ajet_runner.service.demo import materialize
+from ajet_runner.service.submit import submit
+from ajet_runner.store.store import Store
 from tests.integration.scenario import wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 

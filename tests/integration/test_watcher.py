@@ -16,9 +16,9 @@ import redis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from service.submit import submit
-from store.queue import node_queue, queue
-from store.store import Store
+from ajet_runner.service.submit import submit
+from ajet_runner.store.queue import node_queue, queue
+from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 
@@ -28,7 +28,8 @@ HOLD = "tests.integration.watcher_jobs.hold"
 
 def _watcher(redis_url: str, node: str, slots: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "REDIS_URL": redis_url, "AJET_RUNNER_NODE": node}
-    return subprocess.Popen([sys.executable, "-m", "workers.watcher", redis_url, node, str(slots)], env=env,
+    return subprocess.Popen([sys.executable, "-m", "ajet_runner.workers.node.watcher", redis_url, node, str(slots)],
+                            env=env,
                             cwd=Path(__file__).resolve().parents[2])
 
 
@@ -134,7 +135,7 @@ def test_a_redis_outage_does_not_end_the_worker_loop() -> None:
     makes between jobs ride a Redis outage out (a real client against a port nobody listens on)."""
     import socket
 
-    from workers.slot_worker import SlotWorker
+    from ajet_runner.workers.node.slot_worker import SlotWorker
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -150,3 +151,26 @@ def test_a_redis_outage_does_not_end_the_worker_loop() -> None:
     worker.run_maintenance_tasks()
     with pytest.raises(redis.ConnectionError):  # the test's client really is cut off
         dead.ping()
+
+
+def test_a_job_queued_under_its_name_from_before_the_package_rename_still_runs(tmp_path, redis_url, tmux_socket):
+    """A queue outlives an upgrade: a drive job queued as `workers.jobs.drive` (the name before everything moved
+    into `ajet_runner`) is run by the new worker as the driver it names now."""
+    sc = make("demo", tmp_path)
+    store = Store.from_url(redis_url)
+    exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1", wait_for_node=True)["id"]
+    conn = redis.Redis.from_url(redis_url)
+    (job_id,) = queue(conn, node_queue("n1")).job_ids
+    old = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
+    func, instance, args, kwargs = JSONSerializer.loads(old.data)
+    assert func == "ajet_runner.workers.drive.jobs.drive"
+    old.data = JSONSerializer.dumps(("workers.jobs.drive", instance, args, kwargs))
+    old.save()
+    assert Job.fetch(job_id, connection=conn, serializer=JSONSerializer).func_name == "workers.jobs.drive"
+    status = Job.fetch(job_id, connection=conn, serializer=JSONSerializer).get_status
+    with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
+        # the old job itself runs to its end (not a job the supervisor re-enqueues after the old one failed)
+        wait_for(lambda: status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED), 120, "the old job to end")
+        assert status(refresh=True) == JobStatus.FINISHED
+    assert (store.get(exp_id) or {})["outcome"] == "completed"
+    assert sc.flag()["outcome"] == "completed"

@@ -1,5 +1,7 @@
 """`pip install ajet-runner && ajet-runner demo` works anywhere: the wheel carries the sample codebase and
-blueprints. Builds the wheel, installs it into a fresh venv outside the checkout, runs `demo` there."""
+blueprints, under one import package. Builds the wheel, installs it into a fresh venv outside the checkout
+beside PyPI's `python-statemachine` (whose import name, `statemachine`, we once shipped too), imports both
+and runs `demo` there."""
 
 from __future__ import annotations
 
@@ -26,12 +28,20 @@ def test_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path: Path) -> None:
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)], cwd=tmp_path)
     wheel = next(dist.glob("ajet_runner-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert "ajet_runner_examples/blueprints/demo.md" in names
-    assert "ajet_runner_examples/agentjet_sim/ajet/launcher.py" in names
+    assert {name.split("/")[0] for name in names} == {"ajet_runner", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert "ajet_runner/examples/blueprints/demo.md" in names
+    assert "ajet_runner/examples/agentjet_sim/ajet/launcher.py" in names
+    assert "ajet_runner/py.typed" in names and "ajet_runner/store/transition.lua" in names
 
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
-    run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], cwd=tmp_path, timeout=900)
+    run([str(venv / "bin" / "pip"), "install", "-q", "python-statemachine", str(wheel)], cwd=tmp_path, timeout=900)
+    both = ("from statemachine import StateMachine\n"
+            "from ajet_runner.client import AjetRunnerClient\n"
+            "import ajet_runner.statemachine.lifecycle\n"
+            "print(StateMachine.__module__, AjetRunnerClient.__module__)")
+    assert run([str(venv / "bin" / "python"), "-c", both], cwd=tmp_path).split() == [
+        "statemachine.statemachine", "ajet_runner.service.client.api_client"]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "PYTHONPATH", "VIRTUAL_ENV")}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.submit import submit
-from store.store import Store
+from ajet_runner.service.submit import submit
+from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env
 

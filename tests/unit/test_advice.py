@@ -9,13 +9,26 @@ from pathlib import Path
 import pytest
 import yaml
 
-from statemachine import signatures
-from statemachine.advice import AdviceChange, AdviceError, AdviceRules, parse_answer, to_actions, validate_changes
-from statemachine.advice_context import build_messages, error_window, launcher_flags, signature_pattern, suggested_entry
-from statemachine.diagnose import diagnose_text
-from statemachine.redact import REDACTED, Redactor
-from statemachine.repairs import resolve_repair
-from workers.config_patch import patch_yaml_text
+from ajet_runner.statemachine import signatures
+from ajet_runner.statemachine.advice import (
+    AdviceChange,
+    AdviceError,
+    AdviceRules,
+    parse_answer,
+    to_actions,
+    validate_changes,
+)
+from ajet_runner.statemachine.advice_context import (
+    build_messages,
+    error_window,
+    launcher_flags,
+    signature_pattern,
+    suggested_entry,
+)
+from ajet_runner.statemachine.diagnose import diagnose_text
+from ajet_runner.statemachine.redact import REDACTED, Redactor
+from ajet_runner.statemachine.repairs import resolve_repair
+from ajet_runner.workers.repair.config_patch import patch_yaml_text
 
 YAML = {"ajet": {"rollout": {"tensor_model_parallel_size": 3, "temperature": 1.0, "max_model_len": 16000,
                              "user_workflow": "a.b->C", "stop": ["</s>"]},
@@ -224,7 +237,7 @@ def test_a_bad_site_catalogue_is_a_clear_error(tmp_path: Path, content: str, why
 
 
 def test_suggestions_are_appended_once_per_id_under_a_lock(tmp_path: Path) -> None:
-    from workers.advice_learning import append_suggestion
+    from ajet_runner.workers.repair.advice_learning import append_suggestion
 
     path = tmp_path / "site" / "suggestions.yaml"
     entry = {"id": "advised_x_1", "patterns": ["boom"], "fatal": True, "explanation": "e", "repairable": False}

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine.blueprint import load_blueprint, parse_blueprint, validate_blueprint
-from statemachine.models import Blueprint, Level, Problem
+from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.models import Blueprint, Level, Problem
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "blueprints"
 EXPECTED = json.loads((CORPUS / "expected.json").read_text(encoding="utf-8"))
@@ -787,7 +787,7 @@ def test_field_length_caps() -> None:
 
 def test_a_blueprint_longer_than_the_line_cap_is_refused_naming_its_length() -> None:
     """Only the first BLUEPRINT_MAX_LINES are read (bounded parse time); the rest is not ignored quietly."""
-    from statemachine.blueprint import BLUEPRINT_MAX_LINES
+    from ajet_runner.statemachine.blueprint import BLUEPRINT_MAX_LINES
 
     head = "[exp_purpose] test\n[exp_max_time] 1h\n\n"
     bp = parse_blueprint(head + "x\n" * BLUEPRINT_MAX_LINES)
@@ -801,7 +801,7 @@ def test_a_blueprint_longer_than_the_line_cap_is_refused_naming_its_length() -> 
 
 
 def test_a_long_path_part_is_read_for_its_path_at_the_top_and_keeps_the_rest_as_notes() -> None:
-    from statemachine.blueprint import PATH_PART_LINES
+    from ajet_runner.statemachine.blueprint import PATH_PART_LINES
 
     prose = "".join(f"line {i} of prose\n" for i in range(PATH_PART_LINES + 50))
     bp = parse_blueprint(f"[exp_codebase_dir]\n/srv/code\n{prose}\n[exp_purpose] p\n")

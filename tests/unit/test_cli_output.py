@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from service.client_models import Experiment, Node
-from service.commands.client import _node_columns, status_word
-from service.commands.output import cell, print_table
-from service.follow import fraction, headline
+from ajet_runner.cli.commands.client_commands import _node_columns, status_word
+from ajet_runner.cli.commands.follow import fraction, headline
+from ajet_runner.cli.commands.output import cell, print_table
+from ajet_runner.service.client.answers import Experiment, Node
 
 
 def test_cells_are_whole_and_on_one_line() -> None:
@@ -50,7 +50,7 @@ def test_finished_bars_are_full_and_status_words() -> None:
 def test_terminal_table_cuts_only_free_text(monkeypatch: pytest.MonkeyPatch) -> None:
     from rich.console import Console
 
-    from service.commands import output
+    from ajet_runner.cli.commands import output
 
     monkeypatch.setattr(output, "is_terminal", lambda: True)
     console = Console(width=50, force_terminal=True, no_color=True, record=True)

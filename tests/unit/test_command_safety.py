@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statemachine.command import (
+from ajet_runner.statemachine.command import (
     LAUNCH_COMMAND_MAX_CHARS,
     add_flag,
     analyze_command,
@@ -32,8 +32,8 @@ from statemachine.command import (
     remove_hazards,
     replace_conf,
 )
-from statemachine.models import Blueprint
-from statemachine.preflight import plan_preflight
+from ajet_runner.statemachine.models import Blueprint
+from ajet_runner.statemachine.preflight import plan_preflight
 
 YAML = "ajet:\n  execute_test: false\nhydra:\n  searchpath: [file://x]\ndefaults:\n  - _self_\n"
 LAUNCH = "python -m ajet.launcher --conf a.yaml"

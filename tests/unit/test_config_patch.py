@@ -11,10 +11,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statemachine.models import Blueprint, ConfigChange
-from statemachine.preflight import plan_preflight
-from statemachine.repairs import set_dotted
-from workers.config_patch import (
+from ajet_runner.statemachine.models import Blueprint, ConfigChange
+from ajet_runner.statemachine.preflight import plan_preflight
+from ajet_runner.statemachine.repairs import set_dotted
+from ajet_runner.workers.repair.config_patch import (
     PatchError,
     patch_yaml_text,
     patched_config_path,

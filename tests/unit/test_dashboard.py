@@ -16,8 +16,8 @@ import promql_parser
 import pytest
 import yaml
 
-from service import metric_names as metric_names_module
-from service.metric_names import EXPORTED_METRICS
+from ajet_runner.service import metric_names as metric_names_module
+from ajet_runner.service.metric_names import EXPORTED_METRICS
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "ajet-runner"
 DASHBOARD = CHART_DIR / "dashboards" / "ajet-runner.json"

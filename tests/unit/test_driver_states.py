@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from store.records import Context, ExperimentRecord, PendingRepair, RepairResult
-from store.store import Store
+from ajet_runner.store.records import Context, ExperimentRecord, PendingRepair, RepairResult
+from ajet_runner.store.store import Store
+from ajet_runner.workers.drive.driver import ExperimentDriver
+from ajet_runner.workers.node.this_node import NodeInfo
 from tests.doubles import InMemoryRunner, Script, seed, settings_for
-from workers.driver import ExperimentDriver
-from workers.node import NodeInfo
 
 NODE = NodeInfo(name="test-node", gpus=0, slots=1)
 COMMAND = "python -m ajet.launcher --conf conf.yaml --backbone verl"
@@ -36,7 +36,7 @@ def new_id() -> str:
 
 
 def hook(answer: dict[str, Any]) -> str:
-    """A repair hook command that answers `answer` (workers/repair_hook.py)."""
+    """A repair hook command that answers `answer` (workers/repair/site_hook.py)."""
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(f'print({json.dumps(json.dumps(answer))})')}"
 
 
@@ -191,7 +191,7 @@ def test_the_same_fix_twice_is_no_applicable_change(store: Store, tmp_path: Path
 # -- running: the observers ------------------------------------------------------------------------------
 def test_the_watch_loop_calls_its_observers_and_the_log_tail_reaches_the_record(
         store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers.states import running
+    from ajet_runner.workers.drive.states import running
 
     seen: list[str] = []
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine.durations import format_duration, parse_duration
+from ajet_runner.statemachine.durations import format_duration, parse_duration
 
 H, M = 3600.0, 60.0
 

@@ -1,6 +1,6 @@
 import redis
 
-from service.embedded import EmbeddedRedis, find_redis_server
+from ajet_runner.service.embedded import EmbeddedRedis, find_redis_server
 
 
 def test_embedded_redis_starts_answers_and_stops() -> None:

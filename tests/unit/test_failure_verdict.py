@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statemachine.failure import RepairResult, Verdict, judge_failure
+from ajet_runner.statemachine.failure import RepairResult, Verdict, judge_failure
 
 LAUNCHED = {"launched": True, "signature": "cuda_oom", "why": "lower the batch", "quote": "CUDA out of memory"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from statemachine.first_step import first_step_timeout_from_text, shows_training_step
-from statemachine.rules import FirstStepRule, Observation, default_rules
+from ajet_runner.statemachine.first_step import first_step_timeout_from_text, shows_training_step
+from ajet_runner.statemachine.rules import FirstStepRule, Observation, default_rules
 
 
 @pytest.mark.parametrize("text, shown", [
@@ -60,7 +60,7 @@ def test_default_rules_hold_the_watchdog_with_twenty_minutes() -> None:
     ("12 小时，首步超时 20 分钟", 12 * 3600.0),
 ])
 def test_max_time_ignores_the_first_step_clause(text: str, seconds: float) -> None:
-    from statemachine.blueprint import parse_blueprint
+    from ajet_runner.statemachine.blueprint import parse_blueprint
 
     bp = parse_blueprint(f"[exp_purpose] x\n[exp_max_time] {text}\n")
     assert bp.exp_max_time_seconds == seconds

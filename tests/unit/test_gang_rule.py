@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from statemachine.lifecycle import Lifecycle
-from statemachine.rules import GangRule, Observation, decide, default_rules
+from ajet_runner.statemachine.lifecycle import Lifecycle
+from ajet_runner.statemachine.rules import GangRule, Observation, decide, default_rules
 
 
 def obs(**kw: object) -> Observation:

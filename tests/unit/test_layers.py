@@ -1,8 +1,9 @@
-"""The direction of dependencies: statemachine (pure) <- store <- workers, service <- cli.
+"""The package's layout and the direction of its dependencies.
 
-`workers/` and `service/` never import each other (not even inside a function), nothing imports
-`cli/`, and there is no import cycle between modules. The API process never loads the driver's
-machinery (libtmux, psutil, `workers`).
+One import package, `ajet_runner`, whose sub-packages are the repository's top-level folders. Dependencies
+point one way: statemachine (pure) <- store <- workers, service <- cli. `workers` and `service` never import
+each other (not even inside a function), nothing imports `cli`, and there is no import cycle between
+modules. The API process never loads the driver's machinery (libtmux, psutil, `workers`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import ast
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+TOP = "ajet_runner"
 PACKAGES = ("statemachine", "store", "workers", "service", "cli", "resultdir", "logsetup")
-# What each top-level package may import from the project (besides itself).
+# What each layer may import from the project (besides itself).
 ALLOWED = {
     "statemachine": set(),
     "logsetup": set(),
@@ -25,13 +28,25 @@ ALLOWED = {
     "service": {"statemachine", "store", "resultdir", "logsetup"},
     "cli": {"statemachine", "store", "resultdir", "logsetup", "service", "workers"},
 }
+# One home per feature: these folders hold sub-packages, and (besides `__init__.py`) only the modules named.
+LAYOUT = {
+    "workers": ({"drive", "process", "node", "repair", "gang", "swarm", "report"}, set()),
+    "service": ({"api", "client", "ui"},
+                {"cluster_metrics", "demo", "embedded", "idempotency", "metric_names", "stop", "submit"}),
+    "cli": ({"commands"}, {"app", "__main__"}),
+}
+
+
+def _layer(module: str) -> str:
+    """`ajet_runner.workers.drive.driver` -> `workers`."""
+    return module.split(".")[1] if module.startswith(TOP + ".") and module.count(".") else ""
 
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join([TOP, *parts])
 
 
 def _imports(path: Path, module: str) -> set[str]:
@@ -53,7 +68,7 @@ def _imports(path: Path, module: str) -> set[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             out.add(base)
             out.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
-    return {name for name in out if name.split(".")[0] in PACKAGES}
+    return {name for name in out if name.split(".")[0] == TOP}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -66,14 +81,14 @@ def _graph() -> dict[str, set[str]]:
 
 def test_each_package_imports_only_the_layers_below_it() -> None:
     bad = sorted(f"{mod} -> {dep}" for mod, deps in _graph().items() for dep in deps
-                 if dep.split(".")[0] != mod.split(".")[0] and dep.split(".")[0] not in ALLOWED[mod.split(".")[0]])
+                 if _layer(dep) and _layer(dep) != _layer(mod) and _layer(dep) not in ALLOWED[_layer(mod)])
     assert bad == [], "imports against the layering:\n" + "\n".join(bad)
 
 
 def test_workers_and_service_never_import_each_other() -> None:
     graph = _graph()
     crossing = sorted(f"{mod} -> {dep}" for mod, deps in graph.items() for dep in deps
-                      if {mod.split(".")[0], dep.split(".")[0]} == {"workers", "service"})
+                      if {_layer(mod), _layer(dep)} == {"workers", "service"})
     assert crossing == []
 
 
@@ -113,17 +128,23 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
-    src.write_text("def f():\n    from workers.driver import ExperimentDriver\n    import service.api\n"
-                   "if TYPE_CHECKING:\n    import workers.jobs\n")
-    assert _imports(src, "x.m") == {"workers.driver", "workers.driver.ExperimentDriver", "service.api"}
+    src.write_text("def f():\n    from ajet_runner.workers.drive.driver import ExperimentDriver\n"
+                   "    import ajet_runner.service.api.application\n"
+                   "if TYPE_CHECKING:\n    import ajet_runner.workers.drive.jobs\n")
+    assert _imports(src, "x.m") == {"ajet_runner.workers.drive.driver",
+                                    "ajet_runner.workers.drive.driver.ExperimentDriver",
+                                    "ajet_runner.service.api.application"}
 
 
 def test_the_api_never_loads_the_driver_tmux_or_psutil() -> None:
     code = (
         "import json, sys\n"
-        "import service.api, service.submit, service.stop, service.api_experiments, service.metrics, service.ui.pages\n"
-        "service.api.create_app\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('workers', 'libtmux', 'psutil'))))\n"
+        "import ajet_runner.service.api.application, ajet_runner.service.submit, ajet_runner.service.stop\n"
+        "import ajet_runner.service.api.experiments, ajet_runner.service.cluster_metrics\n"
+        "import ajet_runner.service.ui.pages\n"
+        "ajet_runner.service.api.application.create_app\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('libtmux', 'psutil')\n"
+        "                        or m.startswith('ajet_runner.workers'))))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=True)
@@ -131,8 +152,36 @@ def test_the_api_never_loads_the_driver_tmux_or_psutil() -> None:
 
 
 def test_the_sys_modules_check_would_see_a_driver_import() -> None:
-    code = ("import json, sys\nimport workers.jobs\n"
+    code = ("import json, sys\nimport ajet_runner.workers.drive.jobs\n"
             "print(json.dumps('libtmux' in sys.modules and 'psutil' in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=True)
     assert json.loads(done.stdout.strip().splitlines()[-1]) is True
+
+
+def test_the_folders_hold_one_sub_package_per_feature() -> None:
+    for folder, (subpackages, modules) in LAYOUT.items():
+        here = ROOT / folder
+        found_packages = {p.name for p in here.iterdir() if (p / "__init__.py").is_file()}
+        found_modules = {p.stem for p in here.glob("*.py")} - {"__init__"}
+        assert (found_packages, found_modules) == (subpackages, modules), folder
+
+
+def test_no_module_name_names_two_things() -> None:
+    """A module's last name is unique across the package (`metrics` once, not in workers and in service)."""
+    names = Counter(_module_name(p).rsplit(".", 1)[-1] for top in PACKAGES for p in (ROOT / top).rglob("*.py")
+                    if p.name != "__init__.py")
+    names.update(p.name for top in PACKAGES for p in (ROOT / top).rglob("*") if (p / "__init__.py").is_file())
+    assert [name for name, n in names.items() if n > 1 and name != "__main__"] == []
+
+
+def test_every_import_of_the_project_goes_through_ajet_runner() -> None:
+    """No file imports a folder by its bare name (`import workers...`): installed, only `ajet_runner` exists."""
+    files = [p for top in (*PACKAGES, "tests", "bench", "scripts", "ajet_runner") for p in (ROOT / top).rglob("*.py")]
+    bare = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bare += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in PACKAGES]
+    assert bare == []

@@ -1,6 +1,6 @@
 import pytest
 
-from statemachine.lifecycle import TRANSITIONS, Lifecycle, RepairBudget, State, TransitionRefused
+from ajet_runner.statemachine.lifecycle import TRANSITIONS, Lifecycle, RepairBudget, State, TransitionRefused
 
 
 def walk(lc: Lifecycle, *triggers: str, **detail: object) -> Lifecycle:

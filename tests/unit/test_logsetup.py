@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-import logsetup
-from logsetup import FORMAT_ENV, LEVEL_ENV, LogSetupError, bind, configure
+import ajet_runner.logsetup as logsetup
+from ajet_runner.logsetup import FORMAT_ENV, LEVEL_ENV, LogSetupError, bind, configure
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00 ")
 
@@ -38,12 +38,13 @@ def lines(stream: io.StringIO) -> list[str]:
 
 def test_text_lines_have_a_timestamp_level_component_and_context(stream: io.StringIO) -> None:
     configure("worker", "info", "text", node="gpu-1", stream=stream)
-    logging.getLogger("workers.driver").info("plain")
+    logging.getLogger("ajet_runner.workers.drive.driver").info("plain")
     bind(experiment="exp-1", state="running")
-    logging.getLogger("workers.driver").warning("with context")
+    logging.getLogger("ajet_runner.workers.drive.driver").warning("with context")
     first, second = lines(stream)
-    assert ISO.match(first) and first.endswith("INFO worker workers.driver [gpu-1] plain")
-    assert ISO.match(second) and second.endswith("WARNING worker workers.driver [exp-1 gpu-1 running] with context")
+    assert ISO.match(first) and first.endswith("INFO worker ajet_runner.workers.drive.driver [gpu-1] plain")
+    assert ISO.match(second)
+    assert second.endswith("WARNING worker ajet_runner.workers.drive.driver [exp-1 gpu-1 running] with context")
 
 
 def test_json_is_one_object_per_line_with_experiment_node_state(stream: io.StringIO) -> None:
@@ -52,11 +53,11 @@ def test_json_is_one_object_per_line_with_experiment_node_state(stream: io.Strin
     try:
         raise RuntimeError("boom\nsecond line")
     except RuntimeError:
-        logging.getLogger("workers.driver").exception("failed: %s", "x")
+        logging.getLogger("ajet_runner.workers.drive.driver").exception("failed: %s", "x")
     out = lines(stream)
     assert len(out) == 1  # the traceback stays inside the object
     doc = json.loads(out[0])
-    assert doc["level"] == "error" and doc["msg"] == "failed: x" and doc["logger"] == "workers.driver"
+    assert doc["level"] == "error" and doc["msg"] == "failed: x" and doc["logger"] == "ajet_runner.workers.drive.driver"
     assert (doc["experiment"], doc["node"], doc["state"], doc["component"]) == ("exp-2", "gpu-1", "launching", "worker")
     assert "RuntimeError: boom" in doc["exc"]
     assert re.match(r"^\d{4}-\d\d-\d\dT", doc["ts"])
@@ -80,8 +81,8 @@ def test_level_and_format_come_from_the_environment_and_are_exported(
     monkeypatch.setenv(LEVEL_ENV, "WARNING")
     monkeypatch.setenv(FORMAT_ENV, "json")
     assert configure("serve", stream=stream) == "warning"
-    logging.getLogger("service.api").info("hidden")
-    logging.getLogger("service.api").warning("shown")
+    logging.getLogger("ajet_runner.service.api.application").info("hidden")
+    logging.getLogger("ajet_runner.service.api.application").warning("shown")
     assert [json.loads(x)["msg"] for x in lines(stream)] == ["shown"]
     configure("serve", "debug", "text", stream=stream)  # an explicit option wins and is exported for children
     assert (logsetup.os.environ[LEVEL_ENV], logsetup.os.environ[FORMAT_ENV]) == ("debug", "text")

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from store.keys import PREFIX
-from store.store import Store
+from ajet_runner.store.keys import PREFIX
+from ajet_runner.store.store import Store
 
-SCRIPTS = sorted(p for p in resources.files("store").iterdir() if p.name.endswith(".lua"))
+SCRIPTS = sorted(p for p in resources.files("ajet_runner.store").iterdir() if p.name.endswith(".lua"))
 
 
 def _documented(text: str, kind: str) -> set[int]:
@@ -34,7 +34,7 @@ def test_each_script_documents_the_keys_it_uses_and_spells_none(script: Any) -> 
 
 
 def test_limits_are_arguments_not_literals() -> None:
-    text = _code(resources.files("store").joinpath("transition.lua").read_text(encoding="utf-8"))
+    text = _code(resources.files("ajet_runner.store").joinpath("transition.lua").read_text(encoding="utf-8"))
     assert "10000" not in text and "100000" not in text  # stream MAXLENs come as ARGV
 
 
@@ -53,7 +53,7 @@ def test_the_store_passes_every_documented_key_to_the_transition_script() -> Non
     store._transition = recorder = _Recorder()  # type: ignore[attr-defined]
     store.transition("e1", expected_version=1, fields={"state": "finished"}, event={"type": "transition"},
                      stats={"transition": "collecting>finished", "outcome": "completed", "duration": 3.0})
-    text = resources.files("store").joinpath("transition.lua").read_text(encoding="utf-8")
+    text = resources.files("ajet_runner.store").joinpath("transition.lua").read_text(encoding="utf-8")
     # 11 + 7 state indexes, the node's set and index, the log tail, the event numbers
     assert len(recorder.keys) == len(_documented(text, "KEYS")) == 22
     assert all(k.startswith(f"{PREFIX}:") for k in recorder.keys)

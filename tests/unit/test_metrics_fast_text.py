@@ -11,9 +11,16 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from service.metrics import RowCache, Snapshot, _One, experiment_families, experiment_text, read_snapshot
-from store.keys import exp_key
-from store.store import Store
+from ajet_runner.service.cluster_metrics import (
+    RowCache,
+    Snapshot,
+    _One,
+    experiment_families,
+    experiment_text,
+    read_snapshot,
+)
+from ajet_runner.store.keys import exp_key
+from ajet_runner.store.store import Store
 
 
 def test_fast_text_equals_generate_latest() -> None:
@@ -70,9 +77,9 @@ def test_the_api_fills_the_row_cache_before_the_first_scrape(store: Store, redis
     (at 10,000 live experiments a cold scrape costs ~3x a warm one) and writes the same text."""
     from fastapi.testclient import TestClient
 
-    from service.api import create_app
-    from service.metrics import ROWS
-    from store.settings import Settings
+    from ajet_runner.service.api.application import create_app
+    from ajet_runner.service.cluster_metrics import ROWS
+    from ajet_runner.store.settings import Settings
     from tests.integration.scenario import wait_for
 
     now = time.time()
@@ -96,7 +103,7 @@ def test_a_scrape_that_waits_for_another_answers_with_its_body(store: Store, mon
     import sys
     import threading
 
-    import service.metrics as metrics
+    import ajet_runner.service.cluster_metrics as metrics
     from tests.integration.scenario import wait_for
 
     store.create("sf1", {"state": "running", "purpose": "p", "node": "n1", "started_at": time.time()}, {})

@@ -19,15 +19,15 @@ import redis
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import workers.metrics as wm
-from service import metric_names as metric_names_module
-from service.embedded import free_port
-from service.metric_names import API_METRICS, WORKER_METRICS
-from service.metrics import ClusterCollector, _http_registry, metrics_response, purpose_label
-from store.queue import queue
-from store.settings import Settings
-from store.store import Store
-from workers.node import NodeInfo
+import ajet_runner.workers.node.worker_metrics as wm
+from ajet_runner.service import metric_names as metric_names_module
+from ajet_runner.service.cluster_metrics import ClusterCollector, _http_registry, metrics_response, purpose_label
+from ajet_runner.service.embedded import free_port
+from ajet_runner.service.metric_names import API_METRICS, WORKER_METRICS
+from ajet_runner.store.queue import queue
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store
+from ajet_runner.workers.node.this_node import NodeInfo
 
 HISTOGRAMS = set(re.findall(r'"(\w+)",\s*#\s*histogram', Path(metric_names_module.__file__).read_text()))
 HTTP_METRIC = "ajet_runner_http_request_duration_seconds"
@@ -85,7 +85,7 @@ def fill(store: Store, now: float) -> None:
     store.transition("done-old", expected_version=None, fields={}, event={"type": "test"},
                      stats={"transition": "failing>collecting", "outcome": "failed", "duration": 10_000})
     store.heartbeat("n1", {"gpus": 4, "gpus_busy": 1, "slots": 4, "running": ["r1", "f1"]}, ttl=2)
-    queue(store.r, "default").enqueue("workers.jobs.drive", "q1", job_id="drive-q1")
+    queue(store.r, "default").enqueue("ajet_runner.workers.drive.jobs.drive", "q1", job_id="drive-q1")
 
 
 @pytest.fixture()
@@ -166,7 +166,7 @@ def test_api_metrics_endpoint_serves_every_api_name(store: Store, redis_url: str
     try:
         from fastapi.testclient import TestClient
 
-        from service.api import create_app
+        from ajet_runner.service.api.application import create_app
     except ImportError as exc:
         pytest.skip(f"the HTTP API is not importable: {exc}")
     fill(store, time.time())
@@ -325,7 +325,7 @@ def test_process_tree_metrics_include_child_processes() -> None:
 
 
 def test_worker_http_server_answers_metrics_and_healthz(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers.supervisor import NodeSupervisor
+    from ajet_runner.workers.node.supervisor import NodeSupervisor
 
     sup = NodeSupervisor(Settings(), NodeInfo("n1", 0, 2), redis_url)
     ticks: list[int] = []

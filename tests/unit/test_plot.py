@@ -7,9 +7,9 @@ from io import BytesIO
 
 import pytest
 
-from workers.report import normalize_evaluations
-from workers.report.evaluations import Eval
-from workers.report.plot import PlotCanvas, draw_background, render_png
+from ajet_runner.workers.report import normalize_evaluations
+from ajet_runner.workers.report.evaluations import Eval
+from ajet_runner.workers.report.plot import PlotCanvas, draw_background, render_png
 
 
 def _evals(steps: int, datasets: tuple[str, ...] = ("main",), rates: tuple[int, ...] = (1, 4),
@@ -79,8 +79,8 @@ def test_png_is_opaque_rgb_of_the_figure_size() -> None:
 
 
 def test_plot_ahead_draws_the_latest_evaluations_and_never_raises() -> None:
-    from statemachine.models import Evaluation
-    from workers.plot_preload import PlotAhead
+    from ajet_runner.statemachine.models import Evaluation
+    from ajet_runner.workers.report.plot_preload import PlotAhead
 
     ahead = PlotAhead()
     assert ahead.background() is None

@@ -1,9 +1,9 @@
 import math
 
-from statemachine.lifecycle import Lifecycle
-from statemachine.models import Evaluation, Finding
-from statemachine.policies import parse_backoff, plateaued, report_due_at, stalled, time_limit_phase
-from statemachine.rules import Observation, decide, default_rules
+from ajet_runner.statemachine.lifecycle import Lifecycle
+from ajet_runner.statemachine.models import Evaluation, Finding
+from ajet_runner.statemachine.policies import parse_backoff, plateaued, report_due_at, stalled, time_limit_phase
+from ajet_runner.statemachine.rules import Observation, decide, default_rules
 
 
 def evals(*values: float, key: str = "mean_reward") -> list[Evaluation]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from store.records import Attempt, Context, ExperimentRecord, PendingRepair, RepairRecord, RepairResult
-from store.stats import TransitionStats, split_pair, split_transition
-from store.store import Store
+from ajet_runner.store.records import Attempt, Context, ExperimentRecord, PendingRepair, RepairRecord, RepairResult
+from ajet_runner.store.stats import TransitionStats, split_pair, split_transition
+from ajet_runner.store.store import Store
 
 OLD_CTX = {  # a `ctx` as the dict-based driver stored it
     "command": "python -m ajet.launcher --conf a.yaml", "env": {"A": "1"}, "gpus": [0, 1],

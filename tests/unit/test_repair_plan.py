@@ -7,9 +7,9 @@ import json
 import shlex
 import sys
 
-from statemachine.diagnose import diagnose_text
-from statemachine.models import Blueprint, RepairAction
-from workers.repair_plan import plan_repair
+from ajet_runner.statemachine.diagnose import diagnose_text
+from ajet_runner.statemachine.models import Blueprint, RepairAction
+from ajet_runner.workers.repair.plan import plan_repair
 
 BP = Blueprint(exp_purpose="p", exp_codebase_dir="/c", exp_yaml_path="x.yaml")
 ADVICE = [RepairAction(kind="set_yaml", key="ajet.rollout.tensor_model_parallel_size", value=4)]

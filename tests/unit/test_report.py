@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from statemachine.lifecycle import Outcome
-from statemachine.models import ConfigChange, Evaluation
-from workers.finish import (
+from ajet_runner.resultdir.flag import (
     FLAG_NAME,
     TEMP_PREFIX,
     atomic_write_text,
@@ -20,8 +18,9 @@ from workers.finish import (
     read_finish_flag,
     write_finish_flag,
 )
-from workers.repair_log import write_repair_log
-from workers.report import (
+from ajet_runner.statemachine.lifecycle import Outcome
+from ajet_runner.statemachine.models import ConfigChange, Evaluation
+from ajet_runner.workers.report import (
     PLOT_NAME,
     REPORT_NAME,
     RESULTS_NAME,
@@ -30,7 +29,8 @@ from workers.report import (
     ReportData,
     write_report,
 )
-from workers.result_files import write_result_files
+from ajet_runner.workers.report.repair_log import write_repair_log
+from ajet_runner.workers.report.result_files import write_result_files
 
 T0 = 1_735_000_000.0  # 2024-12-24 00:26:40 UTC
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

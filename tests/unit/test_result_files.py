@@ -6,8 +6,8 @@ import errno
 import json
 from pathlib import Path
 
-from workers.report import REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME, ReportData
-from workers.result_files import finish_result_dir
+from ajet_runner.workers.report import REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME, ReportData
+from ajet_runner.workers.report.result_files import finish_result_dir
 
 
 def _flag(result_dir: Path) -> dict:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from resultdir.archive import archive_previous_run, earlier_run_files
-from resultdir.refusal import write_refusal
-from statemachine.models import Level, Problem
+from ajet_runner.resultdir.archive import archive_previous_run, earlier_run_files
+from ajet_runner.resultdir.refusal import write_refusal
+from ajet_runner.statemachine.models import Level, Problem
 
 
 def earlier_run(d: Path, finished_at: str = "2026-11-30T10:20:30Z") -> None:

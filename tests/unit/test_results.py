@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statemachine.models import Evaluation
-from statemachine.results import (
+from ajet_runner.statemachine.models import Evaluation
+from ajet_runner.statemachine.results import (
     MAX_LINE_CHARS,
     ResultSummary,
     classify_file,

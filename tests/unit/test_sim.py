@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from service.demo import examples_dir, list_templates, materialize
+from ajet_runner.service.demo import examples_dir, list_templates, materialize
 
 FAST = {"step_seconds": 0.03, "val_seconds": 0.01, "startup_seconds": 0.02}
 YAMLS = {

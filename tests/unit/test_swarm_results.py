@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from statemachine.models import Blueprint
-from workers.swarm_results import SwarmResults, candidate_files, snapshot
+from ajet_runner.statemachine.models import Blueprint
+from ajet_runner.workers.swarm.found_results import SwarmResults, candidate_files, snapshot
 
 
 def block(step: int, rate: float) -> str:

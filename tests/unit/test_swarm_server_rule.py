@@ -3,11 +3,11 @@ diagnosed from the server's log; a client that already finished decides by its o
 
 from __future__ import annotations
 
-from statemachine.diagnose import diagnose_text
-from statemachine.lifecycle import Lifecycle
-from statemachine.models import Finding
-from statemachine.rules import Observation, SwarmServerRule, decide, default_rules
-from statemachine.swarm import SERVER_DIED, server_failure_finding
+from ajet_runner.statemachine.diagnose import diagnose_text
+from ajet_runner.statemachine.lifecycle import Lifecycle
+from ajet_runner.statemachine.models import Finding
+from ajet_runner.statemachine.rules import Observation, SwarmServerRule, decide, default_rules
+from ajet_runner.statemachine.swarm_blueprint import SERVER_DIED, server_failure_finding
 
 
 def obs(**kw: object) -> Observation:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from service.auth import TokenSet
-from service.ui import render
-from service.ui.session import Sessions, safe_next
+from ajet_runner.service.api.auth import TokenSet
+from ajet_runner.service.ui import html as render
+from ajet_runner.service.ui.session import Sessions, safe_next
 
 
 def test_markdown_keeps_no_raw_html_and_no_script_links() -> None:

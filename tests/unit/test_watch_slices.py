@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from statemachine.diagnose import LogScanner
-from statemachine.logmetrics import LogMetrics
-from statemachine.models import Finding
-from statemachine.rules import DiagnosisRule, Observation
-from workers import scan_checkpoint
-from workers.exit_wait import ExitWaiter
-from workers.tmux import RunHandle
-from workers.watch import SLICE_BYTES, AttemptWatch
+from ajet_runner.statemachine.diagnose import LogScanner
+from ajet_runner.statemachine.logmetrics import LogMetrics
+from ajet_runner.statemachine.models import Finding
+from ajet_runner.statemachine.rules import DiagnosisRule, Observation
+from ajet_runner.workers.drive import scan_checkpoint
+from ajet_runner.workers.drive.watch import SLICE_BYTES, AttemptWatch
+from ajet_runner.workers.process.exit_wait import ExitWaiter
+from ajet_runner.workers.process.tmux import RunHandle
 
 CORPUS = Path(__file__).parents[1] / "corpus" / "logs"
 FILLER = ("(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns ü\n" * 50).encode()
@@ -208,7 +208,7 @@ def test_the_waiter_ignores_a_pid_that_is_not_the_process_started_then() -> None
 
 
 def test_a_live_log_far_ahead_of_the_scanner_is_skipped_not_read_for_minutes(tmp_path: Path, monkeypatch) -> None:
-    import workers.watch as watch_module
+    import ajet_runner.workers.drive.watch as watch_module
 
     monkeypatch.setattr(watch_module, "MAX_LAG", 8 << 20)
     log = tmp_path / "attempt-1.log"
@@ -225,7 +225,7 @@ def test_a_live_log_far_ahead_of_the_scanner_is_skipped_not_read_for_minutes(tmp
 
 
 def test_console_evaluations_kept_at_an_attempts_end_are_used_instead_of_its_log(tmp_path: Path) -> None:
-    from workers.watch import CONSOLE_KEY, attempt_evaluations
+    from ajet_runner.workers.drive.watch import CONSOLE_KEY, attempt_evaluations
 
     log = tmp_path / "attempt-1.log"
     log.write_bytes((CORPUS / "success_actor_died.log").read_bytes())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from statemachine.yamlload import load_yaml_file
+from ajet_runner.statemachine.yamlload import load_yaml_file
 
 DOC = """\
 trainer:

@@ -11,7 +11,7 @@ unwritable result dir) do propagate.
 
 from __future__ import annotations
 
-from workers.report.data import (
+from ajet_runner.workers.report.data import (
     NA,
     PLOT_NAME,
     REPAIR_LOG_NAME,
@@ -22,8 +22,8 @@ from workers.report.data import (
     RepairRecord,
     ReportData,
 )
-from workers.report.evaluations import Eval, changes_since_baseline, normalize_evaluations
-from workers.report.markdown import (
+from ajet_runner.workers.report.evaluations import Eval, changes_since_baseline, normalize_evaluations
+from ajet_runner.workers.report.markdown import (
     clean,
     code_span,
     fenced,
@@ -36,10 +36,10 @@ from workers.report.markdown import (
     path_link,
     table,
 )
-from workers.report.plot import write_plot
-from workers.report.render import render_report, repair_next, repair_summary
-from workers.report.results_json import json_safe, results_document
-from workers.report.write import write_report
+from ajet_runner.workers.report.plot import write_plot
+from ajet_runner.workers.report.results_json import json_safe, results_document
+from ajet_runner.workers.report.sections import render_report, repair_next, repair_summary
+from ajet_runner.workers.report.write import write_report
 
 __all__ = [
     "NA", "PLOT_NAME", "REPAIR_LOG_NAME", "REPORT_NAME", "REPORT_VERSION", "RESULTS_NAME", "AttemptInfo", "Eval",

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import field_validator
 
-from resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
-from store.records import Attempt, Loose, RepairRecord, plain
+from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
+from ajet_runner.store.records import Attempt, Loose, RepairRecord, plain
 
 REPORT_VERSION = 1
 NA = "n/a"

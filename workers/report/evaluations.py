@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from statemachine.results import normalize_key
-from store.records import plain
-from workers.report.data import COUNT_METRICS, DELTA_METRICS, RATE_RE
-from workers.report.markdown import finite, number
+from ajet_runner.statemachine.results import normalize_key
+from ajet_runner.store.records import plain
+from ajet_runner.workers.report.data import COUNT_METRICS, DELTA_METRICS, RATE_RE
+from ajet_runner.workers.report.markdown import finite, number
 
 
 @dataclass

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from workers.report.data import CELL_CHARS, CONTROL_RE, COUNT_METRICS, NA, PIPE_RE
+from ajet_runner.workers.report.data import CELL_CHARS, CONTROL_RE, COUNT_METRICS, NA, PIPE_RE
 
 
 def number(value: Any) -> float | None:

@@ -24,8 +24,8 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from workers.finish import atomic_write_bytes
-from workers.report.evaluations import Eval, rate_metrics
+from ajet_runner.resultdir.flag import atomic_write_bytes
+from ajet_runner.workers.report.evaluations import Eval, rate_metrics
 
 SIZE_INCHES = (12, 4.8)
 DPI = 100

@@ -6,11 +6,18 @@ import math
 from enum import Enum
 from typing import Any
 
-from workers.finish import iso_utc
-from workers.report.data import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, REPORT_VERSION, RESULTS_NAME, ReportData
-from workers.report.evaluations import Eval, changes_since_baseline
-from workers.report.markdown import finite
-from workers.report.render import ReportContext
+from ajet_runner.resultdir.flag import iso_utc
+from ajet_runner.workers.report.data import (
+    PLOT_NAME,
+    REPAIR_LOG_NAME,
+    REPORT_NAME,
+    REPORT_VERSION,
+    RESULTS_NAME,
+    ReportData,
+)
+from ajet_runner.workers.report.evaluations import Eval, changes_since_baseline
+from ajet_runner.workers.report.markdown import finite
+from ajet_runner.workers.report.sections import ReportContext
 
 
 def json_safe(value: Any) -> Any:

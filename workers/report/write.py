@@ -7,14 +7,14 @@ import os
 import time
 from pathlib import Path
 
-from resultdir.roots import open_dir
-from workers.finish import atomic_write_text, remove_file
-from workers.report.data import PLOT_NAME, REPORT_NAME, RESULTS_NAME, ReportData
-from workers.report.evaluations import normalize_evaluations
-from workers.report.markdown import clean
-from workers.report.plot import Background, write_plot
-from workers.report.render import render_report
-from workers.report.results_json import results_document
+from ajet_runner.resultdir.flag import atomic_write_text, remove_file
+from ajet_runner.resultdir.roots import open_dir
+from ajet_runner.workers.report.data import PLOT_NAME, REPORT_NAME, RESULTS_NAME, ReportData
+from ajet_runner.workers.report.evaluations import normalize_evaluations
+from ajet_runner.workers.report.markdown import clean
+from ajet_runner.workers.report.plot import Background, write_plot
+from ajet_runner.workers.report.results_json import results_document
+from ajet_runner.workers.report.sections import render_report
 
 
 def write_report(data: ReportData, plot_background: Background | None = None) -> dict[str, Path]:

@@ -1,0 +1,100 @@
+"""`ajet-runner check BLUEPRINT [--json]`: can this blueprint run here, and what would change?
+
+JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seconds},
+"problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new",
+"reason"}], "environment": "<whose environment was read>", "env_decisions": [{"variable",
+"is_set", "decision"}], "swarm": {"server_command", "port"} or null for a classic experiment}.
+Exit code 0 when the blueprint is runnable (no error), 1 when it has errors, 2 when
+it cannot be read. `-` reads the blueprint from stdin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint
+from ajet_runner.statemachine.check_document import check_document
+from ajet_runner.statemachine.durations import format_duration
+from ajet_runner.statemachine.models import Problem
+
+SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
+
+
+def _load(path: Path) -> tuple[Any, list[Problem]]:
+    """`load_blueprint`, or for `-` the blueprint text on stdin."""
+    if str(path) != "-":
+        return load_blueprint(path)
+    return parse_blueprint(sys.stdin.read()), []  # the preflight validates it
+
+
+def check_report(path: Path) -> tuple[dict[str, Any], bool]:
+    """The `check --json` document for a blueprint file, and whether it is runnable.
+
+    It runs the very preflight a worker runs before launching (`ajet_runner.statemachine.preflight.preflight`),
+    on this shell's environment; `env_decisions` lists every decision that read a variable.
+    """
+    bp, problems = _load(path)
+    return check_document(bp, problems, env=os.environ, environment=SUBMITTING_ENV)
+
+
+def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -> None:
+    bp = doc["blueprint"]
+    unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
+    table = Table(title=f"Blueprint {path}", title_justify="left", show_header=False, expand=False)
+    table.add_column("part", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in bp.items():
+        if key == "exp_max_time_seconds":
+            shown = f"{format_duration(value)} ({value:g} s)" if value is not None else ""
+            table.add_row("exp_max_time", shown or "[red]missing[/red]")
+        elif key == "notes":
+            first = value.strip().splitlines()
+            table.add_row("notes", (first[0] + (" …" if len(first) > 1 else "")) if first else "-")
+        else:
+            table.add_row(key, value or "[red]missing[/red]")
+    if not unreadable:
+        console.print(table)
+    if doc["problems"]:
+        console.print("[bold]Problems[/bold]")
+        for p in doc["problems"]:
+            colour = "red" if p["level"] == "error" else "yellow"
+            line = f"  [{colour}]{p['level']}[/{colour}] {p['field']}: {p['message']}"
+            console.print(line, highlight=False)
+    if doc["config_changes"]:
+        console.print("[bold]Changes the runner will make before launching[/bold]")
+        for c in doc["config_changes"]:
+            console.print(f"  [cyan]{c['key']}[/cyan]: {json.dumps(c['old'], ensure_ascii=False)} -> "
+                          f"{json.dumps(c['new'], ensure_ascii=False)}", highlight=False)
+            console.print(f"    [dim]{c['reason']}[/dim]", highlight=False)
+    if doc.get("env_decisions"):
+        console.print(f"[bold]Decisions that read the environment[/bold] ({doc['environment']})")
+        for d in doc["env_decisions"]:
+            console.print(f"  {d['variable']} {'set' if d['is_set'] else 'not set'}: {d['decision']}", highlight=False)
+    verdict = "[green]runnable[/green]" if runnable else "[red]not runnable: fix the errors above[/red]"
+    console.print(f"Verdict: {verdict}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `check` to the CLI."""
+
+    @app.command("check")
+    def check(
+        blueprint: Path = typer.Argument(..., help="The blueprint markdown file (- reads it from stdin)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report."),
+    ) -> None:
+        """Parse and validate a blueprint; list its problems and the config changes planned."""
+        doc, runnable = check_report(blueprint)
+        if as_json:
+            typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+        else:
+            _render(doc, runnable, blueprint, Console())
+        unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
+        raise typer.Exit(2 if unreadable else 0 if runnable else 1)  # 2: missing input, as for every command

@@ -1,0 +1,564 @@
+"""CLI commands that talk to `ajet-runner serve` over HTTP (AJET_RUNNER_URL, AJET_RUNNER_TOKEN, or flags).
+
+`submit`, `scan`, `status`, `stop`, `logs`, `events`, `watch`, `nodes`; and drop-ins for the
+AgentJet research workflow: `submit --blueprint=PATH`, `scan-jobs` and `stop-jobs --stop-job-id=ID`.
+Exit codes (ajet_runner.cli.commands.output): 0 done, 1 refused or failed, 2 usage or missing input
+(also a missing or refused token), 3 the API cannot be reached or cannot serve; 130 Ctrl-C.
+Every API error is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pydantic
+import typer
+from rich.console import Console
+
+from ajet_runner.cli.commands import output
+from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, UNREACHABLE, USAGE, echo_json, err, print_table
+from ajet_runner.service.client.answers import Experiment
+from ajet_runner.service.client.api_client import (
+    DEFAULT_URL,
+    RECONNECT_LIMIT,
+    AjetRunnerClient,
+    ApiError,
+    ApiUnavailable,
+    Reconnect,
+    token_from_env,
+)
+
+URL_OPTION = typer.Option(DEFAULT_URL, "--url", envvar="AJET_RUNNER_URL", help="the API's base URL")
+TOKEN_OPTION = typer.Option("", "--token", envvar="AJET_RUNNER_TOKEN", show_default=False,
+                            help="bearer token (default: $AJET_RUNNER_TOKEN, or $AJET_RUNNER_TOKEN_FILE's first line)")
+JSON_OPTION = typer.Option(False, "--json", help="print JSON")
+RECONNECT_OPTION = typer.Option(RECONNECT_LIMIT, "--reconnect-limit", envvar="AJET_RUNNER_RECONNECT_LIMIT",
+                                min=0.0, help="give up (exit 3) after this many seconds without contact with the API")
+
+# The research workflow's status words; `timed_out` counts as Failed (its run did not end by itself).
+STATUS_WORDS = {"completed": "Succeeded", "early_stopped": "Succeeded", "failed": "Failed", "timed_out": "Failed",
+                "cancelled": "Stopped"}
+
+
+def status_word(rec: Any) -> str:
+    """queued → Queuing; launching/running/failing/repairing/collecting → Running; finished → by outcome."""
+    state = rec.get("state")
+    if state == "queued":
+        return "Queuing"
+    if state == "finished":
+        return STATUS_WORDS.get(str(rec.get("outcome")), "Failed")
+    return "Running"
+
+
+def exit_code_of(exc: ApiError) -> int:
+    if isinstance(exc, ApiUnavailable) or exc.status == 0 or exc.status >= 500:
+        return UNREACHABLE
+    if exc.status in (401, 403):
+        return USAGE
+    return FAILED
+
+
+def error_line(exc: ApiError) -> str:
+    if isinstance(exc, ApiUnavailable) or exc.status == 0:
+        return f"error: {exc.detail}"
+    if exc.status in (401, 403):
+        return f"error: the server refused the token ({exc.detail}); set AJET_RUNNER_TOKEN or --token"
+    if exc.status >= 500:
+        return f"error: the API cannot serve now (HTTP {exc.status}): {exc.detail}"
+    return f"error: {exc.detail}" if exc.status == 404 else f"error: HTTP {exc.status}: {exc.detail}"
+
+
+@contextmanager
+def connect(url: str, token: str) -> Iterator[AjetRunnerClient]:
+    """A client; any API error, outage or Ctrl-C ends the command with one line and its exit code."""
+    try:
+        client = AjetRunnerClient(url, token.split(",")[0].strip() or token_from_env() or None)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        err(f"error: bad API URL {url!r}: {exc}")
+        raise typer.Exit(USAGE) from None
+    try:
+        yield client
+    except ApiError as exc:
+        err(error_line(exc))
+        raise typer.Exit(exit_code_of(exc)) from None
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        err(f"error: bad API URL {url!r}: {exc}")
+        raise typer.Exit(USAGE) from None
+    except pydantic.ValidationError as exc:
+        err(f"error: the API at {url} answered something unexpected ({exc.error_count()} field errors); "
+            "is it an ajet-runner server of this version?")
+        raise typer.Exit(FAILED) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(INTERRUPTED) from None
+    finally:
+        client.close()
+
+
+def _elapsed(rec: Any) -> str:
+    secs = rec.get("elapsed_seconds")
+    if secs is None:
+        return "-"
+    secs = int(secs)
+    return f"{secs // 3600}h{secs % 3600 // 60:02d}m" if secs >= 3600 else f"{secs // 60}m{secs % 60:02d}s"
+
+
+def _reward(rec: Any) -> str:
+    value = (rec.get("latest_metrics") or {}).get("mean_reward")
+    return f"{value:.4f}" if isinstance(value, int | float) else "-"
+
+
+def _state_or_outcome(rec: Any) -> str:
+    if rec.get("state") == "finished":
+        return str(rec.get("outcome") or "finished")
+    return str(rec.get("state")) + (" (stopping)" if rec.get("cancel_requested") else "")
+
+
+def _when(at: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(at)).strftime("%H:%M:%S")
+    except (TypeError, ValueError):
+        return "--:--:--"
+
+
+def create_time(at: Any) -> str:
+    """scan-jobs' `create_time`: local time `YYYY-MM-DD HH:MM:SS`, or '' when unknown."""
+    try:
+        return datetime.fromtimestamp(float(at)).strftime("%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError):
+        return ""
+
+
+def _purpose(rec: Any) -> str:
+    lines = (rec.get("purpose") or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def event_line(event: Any) -> str:
+    from ajet_runner.cli.commands.follow import describe
+
+    data = event.to_dict() if hasattr(event, "to_dict") else dict(event)
+    text = describe(data)
+    if text is None:
+        extra = {k: v for k, v in data.items() if k not in ("at", "event_id", "type", "id")}
+        text = str(extra.get("message") or json.dumps(extra, default=str)[:300])
+    return f"{_when(data.get('at'))} {data.get('type', '?'):<11} {text}"
+
+
+def _dump(value: Any) -> Any:
+    return value.to_dict() if hasattr(value, "to_dict") else value
+
+
+# -- submit ------------------------------------------------------------------------------------------
+def read_blueprints(paths: list[str]) -> list[tuple[str, str]]:
+    """(name, text) of every blueprint, `-` = stdin; any unreadable one → one line each and exit 2, nothing sent."""
+    out, missing = [], False
+    for name in paths:
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            missing = True
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            err(f"error: cannot read blueprint {name}: {why}")
+            continue
+        out.append((name, text))
+    if missing:
+        raise typer.Exit(USAGE)
+    return out
+
+
+def _submit_all(client: AjetRunnerClient, blueprints: list[tuple[str, str]], node: str | None,
+                priority: str | None, as_json: bool, idempotency_key: str | None, wait_for_node: bool = False,
+                nodes: list[str] | None = None) -> int:
+    failed = False
+    for name, text in blueprints:
+        try:
+            rec = client.submit(text, node=node, priority=priority,
+                                blueprint_path=None if name == "-" else str(Path(name).resolve()),
+                                idempotency_key=idempotency_key, wait_for_node=wait_for_node, nodes=nodes)
+        except ApiError as exc:
+            if exit_code_of(exc) != FAILED:
+                raise
+            failed = True
+            if as_json:
+                echo_json({"blueprint": name, "status": exc.status, "detail": exc.detail, "problems": exc.problems},
+                          lines=True)
+            err(f"Rejected: {name} (HTTP {exc.status})")
+            for p in exc.problems or [{"level": "error", "field": "-", "message": exc.detail}]:
+                err(f"  {p.get('level', 'error')} {p.get('field', '-')}: {p.get('message', '')}")
+            continue
+        if as_json:
+            echo_json({"blueprint": name, **rec.to_dict()}, lines=True)
+        else:
+            typer.echo(f"Job submitted: {rec.id}")
+            for w in rec.warnings:
+                err(f"  warning {w.get('field')}: {w.get('message')}")
+    return FAILED if failed else OK
+
+
+# -- stop ------------------------------------------------------------------------------------------
+def _stop_one(client: AjetRunnerClient, exp_id: str, delete: bool) -> dict[str, Any]:
+    """{"id", "result": stopped|stopping|deleted|deleting|already_finished, "record"?}."""
+    if delete:
+        res = client.delete(exp_id)
+        return {"id": exp_id, "result": "deleted" if res.deleted else "deleting", "state": res.state,
+                "outcome": res.outcome}
+    try:
+        rec = client.stop(exp_id)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        return {"id": exp_id, "result": "already_finished", "detail": exc.detail}
+    return {"id": exp_id, "result": "stopped" if rec.finished else "stopping", "state": rec.state,
+            "outcome": rec.outcome}
+
+
+def _stop_all(client: AjetRunnerClient, ids: list[str], delete: bool, as_json: bool) -> int:
+    failed = False
+    for exp_id in ids:
+        try:
+            res = _stop_one(client, exp_id, delete)
+        except ApiError as exc:
+            if exit_code_of(exc) != FAILED:
+                raise
+            failed = True
+            if as_json:
+                echo_json({"id": exp_id, "result": "error", "status": exc.status, "detail": exc.detail}, lines=True)
+            err(f"error: {exp_id}: {exc.detail}")
+            continue
+        if as_json:
+            echo_json(res, lines=True)
+            continue
+        typer.echo({
+            "deleted": f"Deleted: {exp_id}",
+            "deleting": f"Deleting: {exp_id} (stopping it first; the record is dropped once it is finished)",
+            "already_finished": f"Already finished: {exp_id}",
+            "stopped": f"Stopped: {exp_id} ({res.get('outcome')})",
+            "stopping": f"Stopping: {exp_id} (was {res.get('state')}; it is stopped gracefully, collected, and "
+                        "finish.flag is written)",
+        }[res["result"]])
+    return FAILED if failed else OK
+
+
+def stop_jobs_lines(client: AjetRunnerClient, ids: list[str], delete: bool) -> Iterator[str]:
+    """The research workflow's `stop_jobs` lines: `Stopping job <id> ...`, then `Deleted job <id>`, or
+    `Failed to stop <id>: <why>` — one failure never stops the others."""
+    for exp_id in ids:
+        yield f"Stopping job {exp_id} ..."
+        try:
+            res = _stop_one(client, exp_id, delete)
+        except ApiError as exc:
+            why = exc.detail if exc.status in (0, 404) else f"HTTP {exc.status}: {exc.detail}"
+            yield f"Failed to stop {exp_id}: {why}"
+            continue
+        if res["result"] in ("deleted", "deleting"):
+            yield f"Deleted job {exp_id}"
+
+
+# -- logs ------------------------------------------------------------------------------------------
+def _overlap(old: list[str], new: list[str]) -> int:
+    """How many leading lines of `new` are the trailing lines of `old` (for the Redis log tail)."""
+    for k in range(min(len(old), len(new)), 0, -1):
+        if old[-k:] == new[:k]:
+            return k
+    return 0
+
+
+def _follow_log(client: AjetRunnerClient, exp_id: str, tail: int, follow: bool, raw: bool, as_json: bool,
+                reconnect_limit: float, interval: float = 1.0) -> None:
+    backoff = Reconnect(client.url, reconnect_limit)
+
+    def show(text: str, chunk: Any) -> None:
+        if as_json:
+            echo_json({"text": text, "source": chunk.source, "path": chunk.path, "offset": chunk.offset,
+                       "state": chunk.state}, lines=True)
+        elif text:
+            typer.echo(text, nl=not text.endswith("\n"))
+
+    chunk = backoff.call(lambda: client.log(exp_id, tail=tail, raw=raw)) if follow else client.log(
+        exp_id, tail=tail, raw=raw)
+    show(chunk.text, chunk)
+    lines = chunk.text.splitlines()
+    while follow and not (chunk.state == "finished" and chunk.source == "redis"):
+        if chunk.state == "finished" and not chunk.text:
+            return
+        time.sleep(interval)
+        if chunk.source == "file" and chunk.offset is not None:
+            nxt = backoff.call(lambda c=chunk: client.log(exp_id, since=c.offset, raw=raw))
+            if nxt.path != chunk.path:  # a new attempt: its log from the start
+                nxt = backoff.call(lambda: client.log(exp_id, since=0, raw=raw))
+            show(nxt.text, nxt)
+        else:
+            nxt = backoff.call(lambda: client.log(exp_id, tail=200, raw=raw))
+            if nxt.source == "file" and nxt.offset is not None and not lines:
+                nxt = backoff.call(lambda: client.log(exp_id, since=0, raw=raw))  # the file appeared: from its start
+                show(nxt.text, nxt)
+            else:
+                new = nxt.text.splitlines()
+                fresh = new[_overlap(lines, new):]
+                if fresh:
+                    show("\n".join(fresh) + "\n", nxt)
+            lines = nxt.text.splitlines()
+        chunk = nxt
+
+
+def _node_columns(nodes: list[dict[str, Any]]) -> list[str]:
+    """Every field any node has, in the server's order (name first): new fields show up by themselves."""
+    columns: list[str] = ["name"]
+    for n in nodes:
+        columns += [k for k in n if k not in columns]
+    return columns
+
+
+def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
+    @app.command()
+    def submit(
+        blueprints: list[str] = typer.Argument(None, help="blueprint markdown files; - reads one from stdin",
+                                               show_default=False, metavar="[BLUEPRINT]..."),
+        blueprint: list[str] = typer.Option(None, "--blueprint", help="a blueprint file (repeatable; same as a "
+                                            "positional; - = stdin)", show_default=False),
+        node: str = typer.Option(None, "--node", help="run on this node only"),
+        nodes: str = typer.Option(None, "--nodes", help="a multi-node run: comma-separated nodes it may use, the "
+                                  "first is the head"),
+        priority: str = typer.Option(None, "--priority", help="normal or high (front of the queue)"),
+        idempotency_key: str = typer.Option(None, "--idempotency-key", help="names this submission: submitting "
+                                            "again with the same key returns the first experiment"),
+        runner: str = typer.Option(None, "--runner", help="accepted for the research workflow (ssh|pai); ignored: "
+                                   "ajet-runner places work on its own workers", show_default=False),
+        acknowledge: int = typer.Option(None, "--acknowledge-max-parallel-capacity", help="accepted for the research "
+                                        "workflow; ignored: capacity is enforced by the workers' GPU slots",
+                                        show_default=False),
+        wait_for_node: bool = typer.Option(False, "--wait-for-node",
+                                           help="queue it even if no live worker serves --node yet"),
+        as_json: bool = JSON_OPTION,
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """Submit blueprints: prints `Job submitted: <id>` for each (exit 1 if any was rejected)."""
+        paths = [*(blueprints or []), *(blueprint or [])]
+        if not paths:
+            err("error: give at least one blueprint file (positional or --blueprint=PATH, - for stdin)")
+            raise typer.Exit(USAGE)
+        if priority not in (None, "normal", "high"):
+            err("error: --priority must be normal or high")
+            raise typer.Exit(USAGE)
+        if idempotency_key and len(paths) > 1:
+            err("error: --idempotency-key names one submission: give one blueprint")
+            raise typer.Exit(USAGE)
+        if paths.count("-") > 1:
+            err("error: stdin (-) can be read only once")
+            raise typer.Exit(USAGE)
+        if runner is not None:
+            err(f"note: --runner={runner} is ignored: ajet-runner places the job on its own workers")
+        if acknowledge is not None:
+            err(f"note: --acknowledge-max-parallel-capacity={acknowledge} is ignored: the workers' GPU slots bound "
+                "parallel runs")
+        texts = read_blueprints(paths)
+        with connect(url, token) as client:
+            named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
+            code = _submit_all(client, texts, node, priority, as_json, idempotency_key, wait_for_node, named)
+        raise typer.Exit(code)
+
+    @app.command()
+    def scan(
+        state: str = typer.Option(None, help="only this state (queued, running, finished, ...)"),
+        node: str = typer.Option(None, help="only this node"),
+        outcome: str = typer.Option(None, help="only this outcome (completed, failed, cancelled, ...)"),
+        limit: int = typer.Option(200, help="at most this many (newest first)"),
+        as_json: bool = JSON_OPTION,
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """Experiments: id, purpose, state or outcome, node, elapsed, latest mean_reward (tab-separated when piped)."""
+        with connect(url, token) as client:
+            items: list[Experiment] = []
+            for rec in client.iter_experiments(state=state, node=node, outcome=outcome):
+                items.append(rec)
+                if len(items) >= limit:
+                    break
+        if as_json:
+            echo_json([r.to_dict() for r in items])
+            return
+        print_table(("id", "purpose", "state", "node", "elapsed", "mean_reward"), (
+            (r.id, _purpose(r), _state_or_outcome(r), r.node or r.target_node, _elapsed(r), _reward(r))
+            for r in items), shrink=("purpose",))
+
+    @app.command()
+    def status(
+        exp_id: str = typer.Argument(..., metavar="ID"),
+        as_json: bool = JSON_OPTION,
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """One experiment: state, outcome, node, tmux session, timings, latest metrics, history."""
+        with connect(url, token) as client:
+            rec = client.get(exp_id)
+        if as_json:
+            echo_json(rec.to_dict())
+            return
+        for key in ("id", "purpose", "state", "outcome", "reason", "node", "tmux_session", "attempt", "result_dir"):
+            value = rec.get(key)
+            if value not in (None, ""):
+                typer.echo(f"{key:<13} {value}")
+        typer.echo(f"{'elapsed':<13} {_elapsed(rec)}" + (f" of {rec.max_seconds:.0f}s" if rec.max_seconds else ""))
+        for k, v in sorted(rec.latest_metrics.items()):
+            if isinstance(v, int | float):
+                typer.echo(f"  {k} = {v:.4g}")
+        for h in rec.history:
+            typer.echo(f"{_when(h.get('at'))} {h.get('from')} → {h.get('to')} ({h.get('trigger')}) "
+                       f"{h.get('reason') or ''}".rstrip())
+
+    @app.command()
+    def stop(
+        exp_ids: list[str] = typer.Argument(..., metavar="ID...", help="experiment ids"),
+        delete: bool = typer.Option(False, "--delete", help="also drop the record (result files are kept)"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object per id"),
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """Stop experiments: queued ones are cancelled at once; running ones stop gracefully and get collected."""
+        with connect(url, token) as client:
+            code = _stop_all(client, exp_ids, delete, as_json)
+        raise typer.Exit(code)
+
+    @app.command()
+    def logs(
+        exp_id: str = typer.Argument(..., metavar="ID"),
+        follow: bool = typer.Option(False, "-f", "--follow", help="keep printing new lines until it finishes"),
+        tail: int = typer.Option(200, "--tail", help="start with the last N lines"),
+        raw: bool = typer.Option(False, "--raw", help="keep colour codes and Ray prefixes"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object per chunk: text, source, path, offset, "
+                                     "state"),
+        reconnect_limit: float = RECONNECT_OPTION,
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """The latest attempt's log."""
+        with connect(url, token) as client:
+            _follow_log(client, exp_id, tail, follow, raw, as_json, reconnect_limit)
+
+    @app.command()
+    def events(
+        exp_id: str = typer.Argument(..., metavar="ID"),
+        follow: bool = typer.Option(False, "-f", "--follow", help="follow live (server-sent events) until finished"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object per line"),
+        reconnect_limit: float = RECONNECT_OPTION,
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """Transitions, evaluations, progress reports and repairs of one experiment."""
+        show: Callable[[Any], None] = ((lambda e: echo_json(e.to_dict(), lines=True)) if as_json
+                                       else (lambda e: typer.echo(event_line(e))))
+        with connect(url, token) as client:
+            if follow:
+                for event in client.follow(exp_id, reconnect_limit=reconnect_limit):
+                    show(event)
+                return
+            after = "0-0"
+            while True:
+                page = client.events(exp_id, after=after)
+                for event in page.events:
+                    show(event)
+                if not page.events:
+                    return
+                after = page.next_after
+
+    @app.command()
+    def watch(
+        exp_id: str = typer.Argument(..., metavar="ID"),
+        as_json: bool = typer.Option(False, "--json", help="no bar: print the final record as JSON"),
+        reconnect_limit: float = RECONNECT_OPTION,
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """A live progress bar until it finishes; Ctrl-C stops the experiment. Exit 0 / 1 / 130 like `run`."""
+        from ajet_runner.cli.commands.follow import follow
+        from ajet_runner.cli.commands.run_command import EXIT_CODES
+
+        console = Console(stderr=as_json)
+        with connect(url, token) as client:
+            backoff = Reconnect(client.url, reconnect_limit)
+
+            def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
+                page = backoff.call(lambda: client.events(exp_id, after=after, wait_ms=1000))
+                rec = backoff.call(lambda: client.get(exp_id))
+                return rec.to_dict(), [e.to_dict() for e in page.events], page.next_after
+
+            def interrupt() -> None:
+                try:
+                    client.stop(exp_id)
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+
+            final = follow(poll, console, on_interrupt=interrupt, quiet=as_json)
+        outcome = str(final.get("outcome") or "")
+        if as_json:
+            echo_json(final)
+        else:
+            console.print(f"[bold]{outcome}[/]: {final.get('reason', '')}", soft_wrap=True)
+            output.copyable(f"report: {Path(final.get('result_dir') or '.') / 'experiment_report.md'}")
+        raise typer.Exit(EXIT_CODES.get(outcome, FAILED))
+
+    @app.command()
+    def nodes(
+        as_json: bool = JSON_OPTION,
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """The workers' nodes: every field the API reports (alive, GPUs, slots, running, draining, ...)."""
+        with connect(url, token) as client:
+            found = [n.to_dict() for n in client.nodes()]
+        if as_json:
+            echo_json(found)
+            return
+        columns = _node_columns(found)
+        print_table(columns, ([n.get(c) for c in columns] for n in found))
+
+    @app.command("scan-jobs")
+    def scan_jobs(
+        as_json: bool = typer.Option(False, "--json", help="a JSON list of the same dicts"),
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """One Python dict per job: job_id, display_name, status (Queuing|Running|Succeeded|Failed|Stopped),
+        create_time (research-workflow drop-in for `scan_jobs`)."""
+        with connect(url, token) as client:
+            jobs = [{"job_id": r.id, "display_name": _purpose(r), "status": status_word(r),
+                     "create_time": create_time(r.created_at)} for r in client.iter_experiments()]
+        if as_json:
+            echo_json(jobs)
+            return
+        for job in jobs:
+            typer.echo(repr(job))
+
+    @app.command("stop-jobs")
+    def stop_jobs(
+        stop_job_id: list[str] = typer.Option(..., "--stop-job-id", help="an experiment id (repeatable)"),
+        delete: bool = typer.Option(False, "--delete", help="also drop the records (result files are kept)"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object per id instead of the workflow's lines"),
+        url: str = URL_OPTION,
+        token: str = TOKEN_OPTION,
+    ) -> None:
+        """Stop jobs by id: `Stopping job <id> ...`, `Deleted job <id>` or `Failed to stop <id>: <why>`; always
+        exit 0 (research-workflow drop-in for `stop_jobs --stop-job-id=ID [--delete]`)."""
+        if as_json:
+            with connect(url, token) as client:
+                raise typer.Exit(_stop_all(client, stop_job_id, delete, as_json=True))
+        try:
+            client = AjetRunnerClient(url, token.split(",")[0].strip() or token_from_env() or None)
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+            for exp_id in stop_job_id:
+                typer.echo(f"Stopping job {exp_id} ...")
+                typer.echo(f"Failed to stop {exp_id}: bad API URL {url!r}: {exc}")
+            return
+        with client:
+            for line in stop_jobs_lines(client, stop_job_id, delete):
+                typer.echo(line)

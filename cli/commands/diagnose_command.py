@@ -1,0 +1,109 @@
+"""`ajet-runner diagnose LOGFILE`: name the failure in an AgentJet log and the repair plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ajet_runner.cli.commands.catalogue_command import install_site_catalogue
+from ajet_runner.statemachine.diagnose import LogDiagnosis, LogScanner
+from ajet_runner.statemachine.models import Finding
+
+CHUNK = 1 << 20
+
+
+def scan_file(path: Path) -> LogDiagnosis:
+    """Stream the file through a LogScanner: constant memory for multi-GB logs."""
+    scanner = LogScanner(tail_lines=1)
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            scanner.feed(chunk)
+    scanner.close()
+    return scanner.diagnosis()
+
+
+def to_json(diagnosis: LogDiagnosis, log: Path) -> dict[str, Any]:
+    """The pinned JSON shape: findings in log order, completed_run, and the cause's id."""
+    cause = diagnosis.cause
+    return {
+        "log": str(log),
+        "completed_run": diagnosis.completed_run,
+        "cause": cause.signature if cause else None,
+        "line_count": diagnosis.line_count,
+        "findings": [
+            {**f.model_dump(mode="json"), "count": diagnosis.counts.get(f.signature, 1)}
+            for f in diagnosis.findings
+        ],
+    }
+
+
+def _describe_action(action: dict[str, Any]) -> str:
+    kind, key, value = action["kind"], action.get("key"), action.get("value")
+    minimum, requires = action.get("minimum"), action.get("requires")
+    if kind == "set_yaml" and action.get("factor") is not None:
+        change = f"{key} x {action['factor']}" + (f" (min {minimum:g})" if minimum else "")
+    elif kind in ("set_yaml", "set_env"):
+        change = f"{key} = {value}"
+    elif kind == "prefix_command":
+        change = f"prefix the command with {value!r}" + (f" if {requires} is installed" if requires else "")
+    elif kind == "cleanup":
+        change = f"clean up {value}"
+    else:
+        change = f"{value}"
+    note = action.get("description") or ""
+    return f"{kind}: {change}" + (f" — {note}" if note else "")
+
+
+def _print(diagnosis: LogDiagnosis, log: Path, console: Console) -> None:
+    cause: Finding | None = diagnosis.cause
+    console.print(f"[bold]{log}[/bold]: {diagnosis.line_count} lines")
+    if diagnosis.completed_run:
+        console.print(f"[green]The run completed[/green] (line {diagnosis.completed_line}).")
+    if cause is None:
+        if not diagnosis.completed_run:
+            console.print("[yellow]No known failure signature and no successful end: still running, hung, "
+                          "or killed from outside.[/yellow]")
+    else:
+        console.print(f"[bold red]Cause: {cause.signature}[/bold red] at line {cause.line}")
+        console.print(f"  {cause.text}", markup=False, highlight=False)
+        console.print(f"  {cause.explanation}", markup=False, highlight=False)
+        if cause.repairable:
+            console.print("[bold]Repair plan:[/bold]")
+            for i, action in enumerate(cause.repair, 1):
+                line = f"  {i}. {_describe_action(action.model_dump())}"
+                console.print(line, markup=False, highlight=False)
+        else:
+            console.print("[bold]Not repairable by the runner[/bold]: a person has to act.")
+    if diagnosis.findings:
+        table = Table(title="Findings (log order)", show_lines=False)
+        for column in ("line", "signature", "fatal", "seen", "text"):
+            table.add_column(column, overflow="fold")
+        for f in diagnosis.findings:
+            table.add_row(str(f.line), f.signature, "yes" if f.fatal else "no",
+                          str(diagnosis.counts.get(f.signature, 1)), f.text[:160])
+        console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the CLI."""
+
+    @app.command("diagnose")
+    def diagnose(
+        logfile: Annotated[Path, typer.Argument(help="An AgentJet log (tmux pipe-pane or launcher output).")],
+        as_json: Annotated[bool, typer.Option("--json", help="Print the diagnosis as JSON.")] = False,
+    ) -> None:
+        """Name the failure in a log (first fatal signature) and the plan to repair it."""
+        if not logfile.is_file():
+            typer.echo(f"ajet-runner diagnose: no such log file: {logfile}", err=True)
+            raise typer.Exit(code=2)
+        install_site_catalogue("diagnose")
+        diagnosis = scan_file(logfile)
+        if as_json:
+            typer.echo(json.dumps(to_json(diagnosis, logfile), ensure_ascii=False, indent=2))
+        else:
+            _print(diagnosis, logfile, Console())

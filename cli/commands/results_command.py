@@ -1,0 +1,178 @@
+"""`ajet-runner results PATH [--json]`: what a validation file (or a result dir) says.
+
+JSON contract: {"evaluations": [{"step", "dataset", "metrics"}], "final", "best", "skipped",
+plus "baseline", "primary_dataset", "datasets", "format", "files"}. Non-finite metric values
+(nan, inf) are written as null so the output stays strict JSON.
+Exit codes: 0 with results, 1 when the path holds no validation result, 2 when it does not exist.
+
+PATH may also be a console log (or a result dir with `logs/attempt-N.log`): AgentJet versions
+that write no results file print `Initial/Final validation metrics: {...}` and verl's
+`step:N - val-core/...` lines, which the same parser the worker uses reads (`format`:
+`console`). A results file and the logs together: the file wins, the log fills missing steps.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ajet_runner.statemachine.logmetrics import merge_file_and_log, parse_log_lines
+from ajet_runner.statemachine.results import ResultSummary, find_result_files, parse_val_files
+
+_RATE_RE = re.compile(r"^task_pass_rate@(\d+)$")
+_PREFERRED = ("mean_reward", "std_reward")
+_COUNTS = ("num_pass_n_tasks",)
+
+
+def _columns(summary: ResultSummary) -> list[str]:
+    """The metrics worth a column: reward, pass rates by k, then task counts; otherwise the first few."""
+    present: dict[str, None] = {}
+    for ev in summary.evaluations:
+        present.update(dict.fromkeys(ev.metrics))
+    rates = sorted((name for name in present if _RATE_RE.match(name)), key=lambda n: int(n.split("@")[1]))
+    cols = [n for n in _PREFERRED if n in present] + rates + [n for n in _COUNTS if n in present]
+    return cols or list(present)[:6]
+
+
+_SHORT = {
+    "mean_reward": "reward",
+    "std_reward": "std",
+    "num_pass_n_tasks": "solved",
+    "num_all_success_tasks": "all-pass",
+    "total_tasks": "tasks",
+}
+
+
+def _header(metric: str) -> str:
+    """Short column titles so a 10-column table fits 80 characters; the legend names them."""
+    m = _RATE_RE.match(metric)
+    return f"pass@{m.group(1)}" if m else _SHORT.get(metric, metric)
+
+
+def _delta(new: float, old: float) -> str:
+    diff = new - old
+    if not math.isfinite(diff):
+        return str(diff)
+    return f"{int(diff):+d}" if new.is_integer() and old.is_integer() else f"{diff:+.4f}"
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    if value.is_integer() and abs(value) >= 1:
+        return str(int(value))
+    return f"{value:.4f}"
+
+
+def _render(summary: ResultSummary, console: Console) -> None:
+    cols = _columns(summary)
+    several = len(summary.datasets) > 1
+    legend = ", ".join(f"{_header(c)} = {c}" for c in cols if _header(c) != c)
+    table = Table(title="Validation results", title_justify="left", caption=legend or None)
+    table.caption_justify = "left"
+    table.add_column("step", justify="right", no_wrap=True)
+    if several:
+        table.add_column("dataset", overflow="fold")
+    for col in cols:
+        table.add_column(_header(col), justify="right", no_wrap=True)
+    for ev in summary.evaluations:
+        row = [str(ev.step)] + ([ev.dataset or "-"] if several else [])
+        table.add_row(*row, *(_fmt(ev.metrics.get(c)) for c in cols))
+    console.print(table)
+    if summary.final:
+        where = f" ({summary.primary_dataset})" if summary.primary_dataset else ""
+        console.print(f"[bold]final[/bold] step {summary.final['step']}{where}")
+        base = summary.baseline.get("metrics", {}) if summary.baseline else {}
+        for col in cols + [c for c in ("num_all_success_tasks", "total_tasks") if c not in cols]:
+            value = summary.final["metrics"].get(col)
+            if value is None:
+                continue
+            change = ""
+            if col in base and summary.baseline.get("step") != summary.final["step"]:
+                change = f"  ({_delta(value, base[col])} since step {summary.baseline['step']})"
+            console.print(f"  {col}: {_fmt(value)}{change}")
+    if summary.best:
+        console.print("[bold]best[/bold]")
+        for name, best in summary.best.items():
+            console.print(f"  {name}: {_fmt(best['value'])} at step {best['step']}")
+    if summary.skipped:
+        console.print(f"[yellow]{summary.skipped} truncated or unreadable record(s) skipped[/yellow]")
+
+
+def results(
+    path: Path = typer.Argument(..., help="A validation result file, or a result dir to search."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Show the validation results of a run: every evaluation, the final and the best values."""
+    if not path.exists():
+        typer.echo(f"error: {path}: no such file or directory", err=True)
+        raise typer.Exit(2)
+    files = find_result_files(path)
+    logs = sorted(_head_logs(path), key=_attempt_number) if path.is_dir() else [path]
+    file_summary = parse_val_files(files, root=path if path.is_dir() else "") if files else None
+    if file_summary is not None and path.is_file() and not file_summary.evaluations:
+        file_summary = None  # a log, not a results file
+    log_summary = _console(logs)
+    summary = merge_file_and_log(file_summary, log_summary)
+    if not summary.evaluations:
+        typer.echo(f"error: {path}: no validation result file (classic dict lines, '## Step N' blocks) and no "
+                   "console 'Initial/Final validation metrics' lines", err=True)
+        raise typer.Exit(1)
+    if log_summary is not None and log_summary.evaluations:
+        files = [*(files if file_summary is not None else []), *(p for p in logs if p not in files)]
+        summary.files = [str(f) for f in files]
+    if as_json:
+        typer.echo(summary.model_dump_json(indent=2))
+        return
+    console = Console()
+    if len(files) > 1 or path.is_dir():
+        console.print("files: " + ", ".join(str(f) for f in files))
+    _render(summary, console)
+
+
+def _attempt_number(path: Path) -> int:
+    """N of `attempt-N.log`, and of a multi-node run's `attempt-N-rank0.log`."""
+    match = re.match(r"attempt-(\d+)", path.name)
+    return int(match.group(1)) if match else 0
+
+
+def _head_logs(result_dir: Path) -> list[Path]:
+    """Every attempt's log; of a multi-node run only the head's (rank 0): the other ranks do not train."""
+    return [p for p in result_dir.glob("logs/attempt-*.log") if not re.search(r"-rank[1-9]\d*\.log$", p.name)]
+
+
+def _console(logs: list[Path]) -> ResultSummary | None:
+    """Console evaluations of the logs in order (a later attempt's step wins); None when there are none."""
+    merged: dict[int, object] = {}
+    last: ResultSummary | None = None
+    for log in logs:
+        try:
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                part = parse_log_lines(fh)
+        except OSError:
+            continue
+        merged.update((e.step, e) for e in part.evaluations)
+        last = part
+    if last is None or not merged:
+        return None
+    from ajet_runner.statemachine.results import summarize
+
+    return summarize([merged[k] for k in sorted(merged)], fmt="console")  # type: ignore[misc]
+
+
+def _group() -> None:
+    """Keeps `ajet-runner results PATH` a subcommand even while it is the only command."""
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the CLI."""
+    if app.registered_callback is None:  # a lone typer command would otherwise become the root
+        app.callback()(_group)
+    app.command("results")(results)

@@ -1,0 +1,155 @@
+"""`ajet-runner run BLUEPRINT`: the whole job on one machine.
+
+Without REDIS_URL it starts a private redis-server, runs this node's worker, submits the
+blueprint, follows it live and exits 0 (completed / early_stopped), 1 (failed / timed_out)
+or 130 (cancelled with Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+from ajet_runner.store.settings import get_settings
+
+EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
+
+
+def _wait_for_node(store: Any, node: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with code {proc.returncode} before it started")
+        if any(n["name"] == node for n in store.nodes()):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the worker did not register within {timeout:.0f}s")
+
+
+def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "",
+                  show_worker_log: bool = False) -> int:
+    from ajet_runner.cli.commands.follow import follow
+    from ajet_runner.service.embedded import EmbeddedRedis
+    from ajet_runner.service.submit import SubmissionRejected, submit
+    from ajet_runner.store.store import Store
+
+    settings = get_settings()
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    except OSError as exc:
+        console.print(f"[red]error: cannot read blueprint {path}: {exc}")
+        return 2
+    embedded = None
+    url = redis_url or settings.redis_url
+    if not url:
+        embedded = EmbeddedRedis().start()
+        url = embedded.url
+        console.print(f"embedded Redis at {url}")
+    node = node or settings.node
+    env = {**os.environ, "REDIS_URL": url, "AJET_RUNNER_NODE": node}
+    worker = subprocess.Popen([sys.executable, "-m", "ajet_runner", "worker", "--node", node], env=env,
+                              start_new_session=True,  # Ctrl-C here must not reach the worker
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL if embedded and not show_worker_log else None)
+    store = Store.from_url(url)
+    try:
+        _wait_for_node(store, node, worker)
+        try:
+            rec = submit(store, store.r, text, blueprint_path="" if str(path) == "-" else str(path.resolve()),
+                         node=node)
+        except SubmissionRejected as exc:
+            console.print(f"[red]blueprint rejected: {path}")
+            for p in exc.problems:
+                console.print(f"  [red]{p.level.value}[/] {p.field}: {p.message}")
+            if exc.report_dir:
+                console.print(f"report: {Path(exc.report_dir) / 'experiment_report.md'} (finish.flag: failed)")
+            return 2
+        exp_id = rec["id"]
+        console.print(f"Job submitted: {exp_id}")
+        # lines to copy: never wrapped, never styled
+        console.print(f"  watch it in tmux: tmux{_socket_flag(settings)} attach -t {rec['tmux_session']}",
+                      soft_wrap=True, highlight=False, markup=False)
+        console.print(f"  result dir: {rec['result_dir']}", soft_wrap=True, highlight=False, markup=False)
+
+        def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
+            events = store.events(exp_id, after=after, block_ms=500)
+            return store.get(exp_id), events, events[-1]["event_id"] if events else after
+
+        final = follow(poll, console, on_interrupt=lambda: store.request_cancel(exp_id))
+        outcome = final.get("outcome", "")
+        console.print(f"[bold]{outcome}[/]: {final.get('reason', '')}")
+        console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}", soft_wrap=True,
+                      highlight=False, markup=False)
+        return EXIT_CODES.get(outcome, 1)
+    finally:
+        worker.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.wait(20)
+        if worker.poll() is None:
+            worker.kill()
+        store.r.close()
+        if embedded:
+            embedded.stop()
+
+
+def _socket_flag(settings: Any) -> str:
+    return f" -S {settings.tmux_socket}" if settings.tmux_socket else ""
+
+
+def _setup_logs(log_level: str, log_format: str) -> bool:
+    """Configure this process's logs (exported to the local worker); True when its log is to be shown."""
+    from ajet_runner.logsetup import LEVEL_ENV, LogSetupError, configure
+
+    shown = bool(log_level or os.environ.get(LEVEL_ENV))
+    try:
+        configure("run", log_level, log_format)
+    except LogSetupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    return shown
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def run(
+        blueprint: Path = typer.Argument(..., help="the blueprint markdown file (- reads it from stdin)"),
+        node: str = typer.Option("", help="node name for the local worker (default: hostname)"),
+        log_level: str = typer.Option("", help="show the local worker's log at this level "
+                                      "(debug, info, ...; default $AJET_RUNNER_LOG_LEVEL, log hidden)"),
+        log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
+    ) -> None:
+        """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
+        shown = _setup_logs(log_level, log_format)
+        check_adviser("run")
+        install_site_catalogue("run")  # a bad site catalogue is reported here, not by the hidden worker
+        code = run_blueprint(blueprint, Console(), node=node, show_worker_log=shown)
+        raise typer.Exit(code)
+
+    @app.command()
+    def demo(
+        template: str = typer.Argument("demo", help="a sample blueprint from examples/blueprints"),
+        workdir: Path = typer.Option(None, "--dir", help="where to put the copy (default ./runs/<template>-<time>)"),
+        log_level: str = typer.Option("", help="show the local worker's log at this level (as for `run`)"),
+        log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
+    ) -> None:
+        """Copy the simulated AgentJet and a sample blueprint into a fresh dir, then `run` it."""
+        from ajet_runner.service.demo import list_templates, materialize
+
+        shown = _setup_logs(log_level, log_format)
+
+        if template not in list_templates():
+            typer.echo(f"error: no sample blueprint {template!r}; choose from {', '.join(list_templates())}", err=True)
+            raise typer.Exit(2)
+        target = workdir or Path("runs") / f"{template}-{time.strftime('%Y%m%d-%H%M%S')}"
+        blueprint = materialize(template, target.resolve())
+        Console().print(f"blueprint: {blueprint}")
+        raise typer.Exit(run_blueprint(blueprint, Console(), show_worker_log=shown))

@@ -1,0 +1,75 @@
+"""`ajet-runner serve`: the HTTP API under uvicorn.
+
+It refuses to start without a token, unless bound to a loopback address with `--insecure`
+(then anyone on this machine may use it, and nobody else can reach it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+import typer
+
+from ajet_runner.store.settings import get_settings
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def serve(
+        host: str = typer.Option("127.0.0.1", help="address to bind (0.0.0.0 for every interface)"),
+        port: int = typer.Option(8080, help="TCP port"),
+        insecure: bool = typer.Option(False, "--insecure",
+                                      help="allow no token (only with a loopback --host)"),
+        log_level: str = typer.Option("", help="debug, info, warning, error (default $AJET_RUNNER_LOG_LEVEL or info)"),
+        log_format: str = typer.Option("", help="text or json, one object per line (default $AJET_RUNNER_LOG_FORMAT)"),
+    ) -> None:
+        """Serve the HTTP API (submit, list, stop, events, logs, nodes, /metrics) on REDIS_URL."""
+        import uvicorn
+
+        from ajet_runner.logsetup import LogSetupError, configure
+        from ajet_runner.service.api.application import create_app
+        from ajet_runner.service.api.auth import TokenFileError, TokenSet
+
+        try:
+            level = configure("serve", log_level, log_format)
+        except LogSetupError as exc:
+            raise _fail(str(exc)) from exc
+        settings = get_settings()
+        if not settings.redis_url:
+            raise _fail("REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0)")
+        try:
+            token_set = TokenSet.from_settings(settings)
+            tokens = token_set.current()
+        except TokenFileError as exc:
+            raise _fail(str(exc)) from exc
+        if not tokens and token_set.configured:
+            # --insecure never opens an API whose token source is configured but empty.
+            raise _fail("the configured token source (AJET_RUNNER_TOKEN / AJET_RUNNER_TOKEN_FILE) holds no token")
+        if not tokens:
+            if not insecure:
+                raise _fail("refusing to start without a token: set AJET_RUNNER_TOKEN (or AJET_RUNNER_TOKEN_FILE), "
+                            "or bind to a loopback address with --insecure")
+            if not is_loopback(host):
+                raise _fail(f"--insecure is only allowed on a loopback address, not {host}; set AJET_RUNNER_TOKEN")
+        if not tokens:
+            logging.getLogger("ajet_runner.serve").warning("no token: the API is open to every user of this machine")
+        api = create_app(settings, insecure=insecure and not token_set.configured)
+        # uvicorn's access log shows the method, path and status: tokens travel in a header, never logged.
+        # log_config=None: uvicorn's records go through our handler (timestamps, json).
+        uvicorn.run(api, host=host, port=port, log_level=level, log_config=None, timeout_graceful_shutdown=5,
+                    server_header=False)

@@ -1,0 +1,103 @@
+"""`ajet-runner worker` (one per GPU node) and `ajet-runner drain`."""
+
+from __future__ import annotations
+
+import json
+import signal
+from typing import Any
+
+import typer
+
+from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+from ajet_runner.store.settings import get_settings
+
+
+def _need_redis_url() -> str:
+    url = get_settings().redis_url
+    if not url:
+        typer.echo("error: REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0)", err=True)
+        raise typer.Exit(2)
+    return url
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def worker(
+        node: str = typer.Option("", help="this node's name (default: $AJET_RUNNER_NODE or the hostname)"),
+        gpus: int = typer.Option(-1, help="GPUs on this node (default: $AJET_RUNNER_GPUS or nvidia-smi; 0 = none)"),
+        slots: int = typer.Option(0, help="experiments at once (default: the GPU count, or 2)"),
+        metrics_port: int = typer.Option(-1, help="Prometheus port for this worker (0 = off)"),
+        log_level: str = typer.Option("", help="debug, info, warning, error (default $AJET_RUNNER_LOG_LEVEL or info)"),
+        log_format: str = typer.Option("", help="text or json, one object per line (default $AJET_RUNNER_LOG_FORMAT)"),
+        address: str = typer.Option("", help="MASTER_ADDR of the multi-node runs this node heads (default: "
+                                    "$AJET_RUNNER_NODE_ADDRESS or its hostname); for names that do not resolve"),
+    ) -> None:
+        """Run this node's worker: the watcher (a thread per run), heartbeat, re-adoption of running experiments."""
+        from ajet_runner.logsetup import LogSetupError, configure
+        from ajet_runner.workers.node.supervisor import NodeSupervisor
+        from ajet_runner.workers.node.this_node import NodeInfo
+
+        if address:  # the watcher (a separate process) reads it from the environment
+            import os
+
+            os.environ["AJET_RUNNER_NODE_ADDRESS"] = address
+            get_settings.cache_clear()
+        url = _need_redis_url()
+        settings = get_settings()
+        try:  # first, so every line has the format; exported: the slot processes log the same way
+            configure("worker", log_level, log_format, node=node or settings.node)
+        except LogSetupError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        check_adviser("worker")
+        install_site_catalogue("worker")  # validated here; each slot loads it again
+        info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
+                                      slots or settings.slots)
+        sup = NodeSupervisor(settings, info, url)
+        port = settings.metrics_port if metrics_port < 0 else metrics_port
+        if port:
+            from ajet_runner.workers.node.worker_metrics import serve_worker_metrics
+
+            serve_worker_metrics(sup, port)
+
+        def stop(*_: Any) -> None:
+            sup.stopping.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        sup.run()
+
+    @app.command()
+    def drain(
+        node: str = typer.Option("", help="the node to drain (default: this node)"),
+        undo: bool = typer.Option(False, "--undo", help="take work again"),
+        as_json: bool = typer.Option(False, "--json", help='print {"node", "draining"} as JSON'),
+        sticky: bool = typer.Option(False, "--sticky",
+                                    help="keep the drain when a worker (re)starts on the node (an operator's drain)"),
+        reason: str = typer.Option("", help="why, shown in /v1/nodes"),
+        by: str = typer.Option("", help="who drains (default: user@hostname; in a pod, the pod's name)"),
+    ) -> None:
+        """Stop a node taking new work; its running experiments go on in tmux (used by preStop).
+
+        Without --sticky the node's next worker undoes the drain when it starts (a pod's preStop
+        hook drains; its replacement takes work again)."""
+        import getpass
+        import socket
+
+        from ajet_runner.store.store import Store
+
+        store = Store.from_url(_need_redis_url())
+        name = node or get_settings().node
+        store.set_drain(name, not undo)
+        if as_json:
+            typer.echo(json.dumps({"node": name, "draining": not undo}))
+        else:
+            typer.echo(f"node {name}: {'taking work again' if undo else 'draining'}")
+        if undo:
+            store.set_drain(name, False)
+            typer.echo(f"node {name}: taking work again")
+            return
+        who = by or f"{getpass.getuser()}@{socket.gethostname()}"
+        store.set_drain(name, True, by=who, reason=reason, sticky=sticky)
+        kept = "kept across worker restarts (--undo to end it)" if sticky else "until its next worker starts"
+        typer.echo(f"node {name}: draining, by {who}{f' ({reason})' if reason else ''}; {kept}")

@@ -1,0 +1,61 @@
+"""What the API's handlers share: settings, the Redis store (sync) and an async Redis for blocking reads."""
+
+from __future__ import annotations
+
+import threading
+
+import redis
+import redis.asyncio as aioredis
+from fastapi import HTTPException, Request, status
+
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store
+
+
+class Backend:
+    """Redis clients are made on first use, so /healthz and the OpenAPI document need no Redis."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._store: Store | None = None
+        self._aio: aioredis.Redis | None = None
+        self._lock = threading.Lock()
+
+    def _url(self) -> str:
+        if not self.settings.redis_url:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "REDIS_URL is not configured on this server")
+        return self.settings.redis_url
+
+    @property
+    def store(self) -> Store:
+        with self._lock:
+            if self._store is None:
+                client = redis.Redis.from_url(self._url(), socket_timeout=15, socket_connect_timeout=5,
+                                              health_check_interval=10)
+                store = Store(client)
+                store.ensure_indexes()  # records from before the per-state/per-node indexes: once per cluster
+                self._store = store
+            return self._store
+
+    @property
+    def aio(self) -> aioredis.Redis:
+        """For XREAD BLOCK: no socket timeout, or a long block would be cut off as a timeout."""
+        if self._aio is None:
+            self._aio = aioredis.Redis.from_url(self._url(), socket_timeout=None, socket_connect_timeout=5,
+                                                health_check_interval=10)
+        return self._aio
+
+    @property
+    def allowed_roots(self) -> list[str]:
+        return [r for r in self.settings.allowed_roots.split(":") if r.strip()]
+
+    async def close(self) -> None:
+        if self._aio is not None:
+            await self._aio.aclose()
+        if self._store is not None:
+            self._store.r.close()
+
+
+async def backend(request: Request) -> Backend:
+    """The dependency (async: a sync one would cost a threadpool hop on every request)."""
+    return request.app.state.backend  # type: ignore[no-any-return]

@@ -1,0 +1,111 @@
+"""GET /v1/experiments/{id}/events: a JSON page, or server-sent events to follow live.
+
+Each SSE event carries its Redis stream id as `id:`, so a client that reconnects with
+`Last-Event-ID` resumes exactly after the last event it saw. The stream ends after the
+`finished` transition (or at once when resuming past it). Reads are async (`XREAD BLOCK` on an
+async client without a socket timeout), so a follower holds no worker thread while it waits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
+from fastapi.responses import StreamingResponse
+
+from ajet_runner.service.api.backend import Backend, backend
+from ajet_runner.service.api.errors import V1_ERRORS, error_responses
+from ajet_runner.service.api.experiments import NOT_FOUND, not_found
+from ajet_runner.service.api.schemas import STREAM_ID_PATTERN, EventPage
+from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.store.store import exp_key, stream_key
+
+router = APIRouter(prefix="/v1", tags=["events"], responses=error_responses(*V1_ERRORS))
+KEEPALIVE_SECONDS = 15.0
+FINISHED = State.finished.value.encode()
+
+
+def _parse(resp: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for _stream, entries in resp or []:
+        for entry_id, data in entries:
+            try:
+                event = json.loads(data[b"data"])
+            except (KeyError, ValueError):
+                event = {}
+            event["event_id"] = entry_id.decode()
+            event["type"] = data.get(b"type", b"info").decode()
+            out.append(event)
+    return out
+
+
+def is_final(event: dict[str, Any]) -> bool:
+    return event.get("type") == "transition" and event.get("to") == State.finished.value
+
+
+def _sse(event: dict[str, Any]) -> str:
+    return f"id: {event['event_id']}\nevent: {event['type']}\ndata: {json.dumps(event, default=str)}\n\n"
+
+
+async def _follow(r: aioredis.Redis, exp_id: str, after: str, keepalive: float) -> AsyncIterator[str]:
+    yield "retry: 2000\n\n"
+    key = stream_key(exp_id)
+    finished = await r.hget(exp_key(exp_id), "state") == FINISHED
+    last = after
+    while True:
+        resp = await r.xread({key: last}, count=200, block=None if finished else int(keepalive * 1000))
+        events = _parse(resp)
+        for event in events:
+            last = event["event_id"]
+            yield _sse(event)
+            if is_final(event):
+                return
+        if events:
+            continue
+        if finished:
+            return
+        state = await r.hget(exp_key(exp_id), "state")
+        if state is None:
+            yield f"event: deleted\ndata: {json.dumps({'id': exp_id, 'type': 'deleted'})}\n\n"
+            return
+        if state == FINISHED:
+            finished = True  # drain what is left without blocking, then end
+            continue
+        yield ": keepalive\n\n"
+
+
+@router.get("/experiments/{exp_id}/events", response_model=EventPage, responses={
+    **NOT_FOUND, 200: {"description": "a JSON page, or with `Accept: text/event-stream` a live event stream",
+                       "content": {"text/event-stream": {}}}})
+async def events(
+    exp_id: str,
+    request: Request,
+    after: str = Query("0-0", pattern=STREAM_ID_PATTERN, description="stream id: events after it"),
+    limit: int = Query(1000, ge=1, le=10_000),
+    wait_ms: int = Query(0, ge=0, le=30_000, description="long poll: wait this long for a first event"),
+    last_event_id: str | None = Header(None, description="SSE resume point (sent by EventSource on reconnect)"),
+    be: Backend = Depends(backend),
+) -> Any:
+    """Transitions, evaluations, progress reports, repairs: everything the experiment published."""
+    import re
+
+    r = be.aio
+    if not await r.exists(exp_key(exp_id)):
+        raise not_found(exp_id)
+    if "text/event-stream" in request.headers.get("accept", ""):
+        start = last_event_id or after
+        if not re.fullmatch(STREAM_ID_PATTERN, start):
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                "Last-Event-ID must be a stream id such as 1700000000000-0")
+        return StreamingResponse(_follow(r, exp_id, start, KEEPALIVE_SECONDS), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    state = await r.hget(exp_key(exp_id), "state")
+    block = None if state == FINISHED or not wait_ms else wait_ms  # nothing more will come once finished
+    page = _parse(await r.xread({stream_key(exp_id): after}, count=limit, block=block))
+    if block and page:
+        state = await r.hget(exp_key(exp_id), "state")
+    return {"id": exp_id, "events": page, "next_after": page[-1]["event_id"] if page else after,
+            "finished": state == FINISHED and len(page) < limit}

@@ -1,0 +1,171 @@
+"""What the HTTP API accepts and answers (the OpenAPI document is generated from these).
+
+Records are stored in Redis as flat strings; `summary_of` / `view_of` turn one into typed JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, StringConstraints
+
+from ajet_runner.statemachine.models import Problem
+
+NODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+STREAM_ID_PATTERN = r"^\d+(-\d+)?$"
+
+# The hash fields a summary needs: everything but the blueprint text, ctx and lifecycle.
+SUMMARY_FIELDS = (
+    "id", "state", "outcome", "reason", "purpose", "node", "target_node", "queue", "priority", "tmux_session",
+    "attempt", "created_at", "started_at", "finished_at", "max_seconds", "latest_metrics", "result_dir", "gpus",
+    "gpus_needed", "blueprint_path", "cancel_requested", "delete_requested", "problems",
+)
+
+
+class SubmitRequest(BaseModel):
+    blueprint: str = Field(..., min_length=1, description="the blueprint's markdown text")
+    node: str | None = Field(None, pattern=NODE_PATTERN, description="run on this node only (its own queue)")
+    nodes: list[Annotated[str, StringConstraints(pattern=NODE_PATTERN)]] | None = Field(
+        None, min_length=1, max_length=64, description="a multi-node run (nnodes > 1): the nodes it may use; the "
+        "first is the head (as `node`)")
+    priority: Literal["normal", "high"] | None = Field(None, description="high = front of its queue")
+    blueprint_path: str | None = Field(None, max_length=4096, description="where the blueprint came from (shown in "
+                                                                         "the report)")
+    wait_for_node: bool = Field(False, description="queue it even if no live worker serves `node` yet "
+                                                   "(else 422: it would wait for ever)")
+
+
+class ExperimentSummary(BaseModel):
+    id: str
+    state: str
+    outcome: str | None = Field(None, description="set once finished: completed, early_stopped, timed_out, "
+                                                  "failed, cancelled")
+    reason: str = ""
+    purpose: str = ""
+    node: str | None = Field(None, description="the node that runs (or ran) it")
+    target_node: str | None = Field(None, description="the node it was submitted to, if any")
+    queue: str = ""
+    priority: str = "normal"
+    tmux_session: str | None = None
+    attempt: int = 0
+    created_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    elapsed_seconds: float | None = Field(None, description="since the first launch, until finished")
+    max_seconds: float | None = None
+    latest_metrics: dict[str, Any] = Field(default_factory=dict)
+    result_dir: str = ""
+    gpus: list[int] | None = Field(None, description="GPU indices reserved on its node")
+    gpus_needed: int = 1
+    blueprint_path: str = ""
+    cancel_requested: bool = False
+    delete_requested: bool = False
+    warnings: list[Problem] = Field(default_factory=list, description="non-fatal findings at submission")
+
+
+class ExperimentView(ExperimentSummary):
+    history: list[dict[str, Any]] = Field(default_factory=list, description="every transition, oldest first")
+
+
+class ExperimentPage(BaseModel):
+    items: list[ExperimentSummary]
+    total: int
+    limit: int
+    offset: int
+
+
+class DeleteResult(BaseModel):
+    id: str
+    deleted: bool = Field(..., description="true: the record is gone; false: it is being stopped and will be "
+                                           "dropped once finished")
+    state: str | None = None
+    outcome: str | None = None
+
+
+class EventPage(BaseModel):
+    id: str
+    events: list[dict[str, Any]]
+    next_after: str = Field(..., description="pass as `after` (or Last-Event-ID) to get the events that follow")
+    finished: bool = Field(..., description="the experiment is finished and every event was returned")
+
+
+class NodeView(BaseModel):
+    name: str
+    alive: bool
+    heartbeat_age_seconds: float | None = None
+    gpus: int = 0
+    gpus_busy: int = 0
+    slots: int = 0
+    running: list[str] = Field(default_factory=list)
+    draining: bool = False
+    drained_by: str | None = Field(None, description="who drained it (user@host; a pod's preStop: the pod)")
+    drain_reason: str | None = None
+    drain_sticky: bool = Field(False, description="an operator's drain: kept when a worker starts")
+    drained_at: float | None = None
+    pid: int | None = None
+    started_at: float | None = None
+    last_seen: float | None = None
+
+
+class ErrorBody(BaseModel):
+    detail: str
+    problems: list[Problem] = Field(default_factory=list)
+
+
+def _float(value: Any) -> float | None:
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _int(value: Any, default: int = 0) -> int:
+    number = _float(value)
+    return default if number is None else int(number)
+
+
+def _flag(value: Any) -> bool:
+    return str(value) in ("1", "true", "True")
+
+
+def summary_dict(rec: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    started, finished = _float(rec.get("started_at")), _float(rec.get("finished_at"))
+    elapsed = None
+    if started:
+        elapsed = round(max(0.0, (finished or now or time.time()) - started), 3)
+    warnings = [p for p in rec.get("problems") or [] if isinstance(p, dict) and p.get("level") == "warning"]
+    return {
+        "id": rec.get("id", ""), "state": rec.get("state", ""), "outcome": rec.get("outcome") or None,
+        "reason": rec.get("reason") or "", "purpose": rec.get("purpose") or "", "node": rec.get("node") or None,
+        "target_node": rec.get("target_node") or None, "queue": rec.get("queue") or "",
+        "priority": rec.get("priority") or "normal", "tmux_session": rec.get("tmux_session") or None,
+        "attempt": _int(rec.get("attempt")), "created_at": _float(rec.get("created_at")), "started_at": started,
+        "finished_at": finished, "elapsed_seconds": elapsed, "max_seconds": _float(rec.get("max_seconds")),
+        "latest_metrics": rec.get("latest_metrics") or {}, "result_dir": rec.get("result_dir") or "",
+        "gpus": rec.get("gpus") or None, "gpus_needed": _int(rec.get("gpus_needed"), 1),
+        "blueprint_path": rec.get("blueprint_path") or "", "cancel_requested": _flag(rec.get("cancel_requested")),
+        "delete_requested": _flag(rec.get("delete_requested")), "warnings": warnings,
+    }
+
+
+def view_dict(rec: dict[str, Any]) -> dict[str, Any]:
+    history = (rec.get("lifecycle") or {}).get("history") or []
+    return {**summary_dict(rec), "history": history}
+
+
+def node_dict(info: dict[str, Any], now: float, alive_seconds: float) -> dict[str, Any]:
+    last_seen = _float(info.get("last_seen"))
+    drain = info.get("drain") if isinstance(info.get("drain"), dict) else None
+    age = round(max(0.0, now - last_seen), 3) if last_seen else None
+    return {
+        "name": info.get("name", ""), "alive": age is not None and age < alive_seconds,
+        "heartbeat_age_seconds": age, "gpus": _int(info.get("gpus")), "gpus_busy": _int(info.get("gpus_busy")),
+        "slots": _int(info.get("slots")), "running": list(info.get("running") or []),
+        "draining": bool(info.get("draining")) or bool(drain), "drained_by": drain.get("by") if drain else None,
+        "drain_reason": drain.get("reason") if drain else None, "drain_sticky": bool(drain and drain.get("sticky")),
+        "drained_at": _float(drain.get("at")) if drain else None,
+        "pid": info.get("pid"), "started_at": _float(info.get("started_at")), "last_seen": last_seen,
+    }

@@ -1,0 +1,515 @@
+"""Python client for the ajet-runner HTTP API (the CLI's client commands are built on it).
+
+    from ajet_runner.service.client.api_client import AjetRunnerClient
+
+    with AjetRunnerClient("http://gpu-head:8080", token="s3cret") as api:
+        exp = api.submit_file("blueprint_1.md", idempotency_key="bp1-v3")  # ApiError(422) with .problems
+        for event in api.follow(exp.id):                     # server-sent events, until finished
+            print(event.type, event.get("to", ""))
+        print(api.wait(exp.id, timeout=3600).outcome)
+
+Answers are typed (ajet_runner.service.client.answers: Experiment, Event, Node, ...), and still read like
+dicts. `AsyncAjetRunnerClient` has the same methods as coroutines (and `follow` as an async
+iterator), for asyncio programs that tail several experiments at once.
+
+`AjetRunnerClient.from_env()` reads AJET_RUNNER_URL and AJET_RUNNER_TOKEN (or the first line
+of AJET_RUNNER_TOKEN_FILE). Every method raises `ApiError` for an HTTP error answer (with the
+status, the server's message and, for rejected blueprints, the problems list) and
+`ApiUnavailable` when the server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+import httpx
+from httpx_sse import EventSource, ServerSentEvent
+
+from ajet_runner.service.client.answers import DeleteResult, Event, EventPage, Experiment, ExperimentPage, Node
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+FINISHED = "finished"
+RECONNECT_LIMIT = 30.0  # seconds without any contact with the API before a follower gives up
+SSE_READ_TIMEOUT = 45.0  # the server sends a keep-alive every 15 s: three missed ones = a dead connection
+T = TypeVar("T")
+
+
+class ApiError(RuntimeError):
+    """The server answered with an error status."""
+
+    def __init__(self, status: int, detail: str, problems: list[dict[str, Any]] | None = None) -> None:
+        self.status = status
+        self.detail = detail
+        self.problems = problems or []
+        super().__init__(f"HTTP {status}: {detail}")
+
+
+class ApiUnavailable(ApiError):
+    """No answer at all: connection refused, DNS failure, timeout."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(0, f"cannot reach the ajet-runner API at {url}: {reason}")
+
+
+def retryable(exc: BaseException) -> bool:
+    """Worth another try later: no answer at all, or the server (or a proxy) says it cannot serve now."""
+    return isinstance(exc, ApiError) and (exc.status == 0 or exc.status >= 500)
+
+
+class Reconnect:
+    """Bounded exponential reconnect for followers.
+
+    Delays double from `initial` (the server's SSE `retry:` value when it sent one) up to `cap`;
+    once there has been no contact with the API for `limit` seconds, `wait` raises
+    ApiUnavailable instead of sleeping again.
+    """
+
+    def __init__(self, url: str, limit: float = RECONNECT_LIMIT, initial: float = 0.5, cap: float = 8.0) -> None:
+        self.url, self.limit, self.initial, self.cap = url, limit, initial, cap
+        self.delay = initial
+        self.last_contact = time.monotonic()
+
+    def contact(self) -> None:
+        self.last_contact = time.monotonic()
+        self.delay = self.initial
+
+    def server_retry(self, millis: int) -> None:
+        """The SSE `retry:` field: the server's wish for the first reconnect delay."""
+        self.initial = self.delay = max(0.05, millis / 1000)
+
+    def pause(self, exc: BaseException) -> float:
+        """Seconds to sleep before the next try; raises ApiUnavailable when the limit is reached."""
+        silent = time.monotonic() - self.last_contact
+        if silent >= self.limit:
+            if isinstance(exc, ApiUnavailable):
+                why = exc.reason
+            elif isinstance(exc, ApiError):
+                why = f"HTTP {exc.status}: {exc.detail}"
+            else:
+                why = str(exc) or type(exc).__name__
+            raise ApiUnavailable(self.url, f"no usable answer for {silent:.0f}s (limit {self.limit:g}s); last: "
+                                           f"{why}") from exc
+        delay = min(self.delay, self.limit - silent)
+        self.delay = min(self.delay * 2, self.cap)
+        return delay
+
+    def wait(self, exc: BaseException) -> None:
+        time.sleep(self.pause(exc))
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """`fn()`, retried through outages and 5xx answers until the limit."""
+        while True:
+            try:
+                result = fn()
+            except ApiError as exc:
+                if not retryable(exc):
+                    raise
+                self.wait(exc)
+                continue
+            self.contact()
+            return result
+
+
+@dataclass
+class LogChunk:
+    """A piece of an experiment's log; pass `offset` as `since` to get what follows (file source only)."""
+
+    text: str
+    source: str  # "file": read from the log file; "redis": the last lines kept in Redis
+    path: str
+    offset: int | None
+    state: str
+
+
+def token_from_env() -> str:
+    token = os.environ.get("AJET_RUNNER_TOKEN", "").split(",")[0].strip()
+    path = os.environ.get("AJET_RUNNER_TOKEN_FILE", "")
+    if not token and path:
+        try:
+            lines = [ln.strip() for ln in Path(path).read_text(encoding="utf-8").splitlines()]
+        except OSError:
+            lines = []
+        token = next((ln for ln in lines if ln and not ln.startswith("#")), "")
+    return token
+
+
+def _submit_body(blueprint: str, node: str | None, priority: str | None, blueprint_path: str | None,
+                 wait_for_node: bool = False, nodes: list[str] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"blueprint": blueprint}
+    for key, value in (("node", node), ("priority", priority), ("blueprint_path", blueprint_path),
+                       ("wait_for_node", wait_for_node), ("nodes", nodes)):
+        if value:
+            body[key] = value
+    return body
+
+
+def _idempotency(key: str | None) -> dict[str, str]:
+    return {"Idempotency-Key": key} if key else {}
+
+
+def _list_params(state: str | None, node: str | None, outcome: str | None, limit: int, offset: int
+                 ) -> dict[str, Any]:
+    params: dict[str, Any] = {k: v for k, v in {"state": state, "node": node, "outcome": outcome}.items() if v}
+    return {**params, "limit": limit, "offset": offset}
+
+
+def _log_params(tail: int, since: int | None, raw: bool) -> dict[str, Any]:
+    params: dict[str, Any] = {"tail": tail, "raw": raw}
+    if since is not None:
+        params["since"] = since
+    return params
+
+
+def _log_chunk(resp: httpx.Response) -> LogChunk:
+    offset = resp.headers.get("X-Log-Offset", "")
+    return LogChunk(text=resp.text, source=resp.headers.get("X-Log-Source", ""),
+                    path=unquote(resp.headers.get("X-Log-Path", "")), offset=int(offset) if offset else None,
+                    state=resp.headers.get("X-Experiment-State", ""))
+
+
+def _sse_headers(last: str | None) -> dict[str, str]:
+    return {"Accept": "text/event-stream", "Cache-Control": "no-store", **({"Last-Event-ID": last} if last else {})}
+
+
+def _event_of(sse: ServerSentEvent) -> Event | None:
+    """An SSE message as an Event; None for a message without data (e.g. a lone `retry:`)."""
+    if not sse.data:
+        return None
+    try:
+        body = json.loads(sse.data)
+    except ValueError:
+        body = {"data": sse.data}
+    if not isinstance(body, dict):
+        body = {"data": body}
+    body.setdefault("event_id", sse.id or "")
+    body.setdefault("type", sse.event or "message")
+    return Event.model_validate(body)
+
+
+def _sse_timeout(limit: float) -> httpx.Timeout:
+    return httpx.Timeout(30.0, connect=max(1.0, min(10.0, limit)), read=SSE_READ_TIMEOUT)
+
+
+class AjetRunnerClient:
+    """A synchronous client; one instance keeps one HTTP connection pool (close it, or use `with`)."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    @classmethod
+    def from_env(cls, url: str | None = None, token: str | None = None) -> AjetRunnerClient:
+        return cls(url or os.environ.get("AJET_RUNNER_URL") or DEFAULT_URL, token or token_from_env() or None)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> AjetRunnerClient:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            resp = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ApiUnavailable(self.url, str(exc) or type(exc).__name__) from exc
+        if resp.status_code >= 400:
+            raise _error(resp)
+        return resp
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return _body(self._request(method, path, **kwargs))
+
+    # -- experiments --------------------------------------------------------------------------
+    def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
+               blueprint_path: str | None = None, idempotency_key: str | None = None,
+               wait_for_node: bool = False, nodes: list[str] | None = None) -> Experiment:
+        """Submit blueprint text; returns the new record (`id`, `state` "queued", ...).
+
+        `nodes`: a multi-node run (nnodes > 1) uses only these nodes, the first as its head.
+
+        With `idempotency_key`, submitting again with the same key (a retry after a lost answer)
+        returns the first experiment instead of starting a second one. Raises ApiError 422
+        (problems, each with `field` and `message`), 409 (needs more GPUs than any live node has,
+        or the key was used for another blueprint), 413 (too large).
+        """
+        return Experiment.model_validate(self._json(
+            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node,
+                                                         nodes),
+            headers=_idempotency(idempotency_key)))
+
+    def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None, priority: str | None = None,
+                    idempotency_key: str | None = None, wait_for_node: bool = False,
+                    nodes: list[str] | None = None) -> Experiment:
+        """Submit a blueprint file (its absolute path is recorded in the report)."""
+        p = Path(path)
+        return self.submit(p.read_text(encoding="utf-8"), node=node, priority=priority,
+                           blueprint_path=str(p.resolve()), idempotency_key=idempotency_key,
+                           wait_for_node=wait_for_node, nodes=nodes)
+
+    def list_experiments(self, *, state: str | None = None, node: str | None = None, outcome: str | None = None,
+                         limit: int = 100, offset: int = 0) -> ExperimentPage:
+        """One page, newest first: `items`, `total`, `limit`, `offset`."""
+        return ExperimentPage.model_validate(self._json(
+            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset)))
+
+    def iter_experiments(self, *, state: str | None = None, node: str | None = None,
+                         outcome: str | None = None, page_size: int = 500) -> Iterator[Experiment]:
+        """Every matching experiment, newest first, page after page."""
+        offset = 0
+        while True:
+            page = self.list_experiments(state=state, node=node, outcome=outcome, limit=page_size, offset=offset)
+            yield from page.items
+            offset += len(page.items)
+            if not page.items or offset >= page.total:
+                return
+
+    def get(self, exp_id: str) -> Experiment:
+        """The record: state, outcome, node, tmux_session, attempt, timings, latest_metrics, history, ..."""
+        return Experiment.model_validate(self._json("GET", f"/v1/experiments/{exp_id}"))
+
+    def stop(self, exp_id: str) -> Experiment:
+        """Stop it. A queued one comes back finished (cancelled); a running one with `cancel_requested`
+        (its worker stops it gracefully, collects it and writes finish.flag). ApiError 409 if already finished."""
+        return Experiment.model_validate(self._json("POST", f"/v1/experiments/{exp_id}/stop"))
+
+    def delete(self, exp_id: str) -> DeleteResult:
+        """Drop the record, stopping it first if needed (`deleted` false = dropped once finished).
+        Result files are never deleted."""
+        return DeleteResult.model_validate(self._json("DELETE", f"/v1/experiments/{exp_id}"))
+
+    def events(self, exp_id: str, *, after: str = "0-0", limit: int = 1000, wait_ms: int = 0) -> EventPage:
+        """A page of events after stream id `after`: `events`, `next_after`, `finished`; `wait_ms` long-polls."""
+        timeout = self._http.timeout.read or 30.0
+        return EventPage.model_validate(self._json(
+            "GET", f"/v1/experiments/{exp_id}/events", params={"after": after, "limit": limit, "wait_ms": wait_ms},
+            timeout=httpx.Timeout(timeout + wait_ms / 1000)))
+
+    def follow(self, exp_id: str, *, last_event_id: str | None = None, reconnect: bool = True,
+               reconnect_limit: float = RECONNECT_LIMIT) -> Iterator[Event]:
+        """Server-sent events until the experiment is finished (or deleted).
+
+        A cut connection, or a 5xx answer, is retried with exponential delays (starting at the server's
+        `retry:`), resuming with `Last-Event-ID`; after `reconnect_limit` seconds without contact it
+        raises ApiUnavailable. 4xx answers (404, 401) raise ApiError at once.
+        """
+        last = last_event_id
+        backoff = Reconnect(self.url, reconnect_limit)
+        while True:
+            try:
+                with self._http.stream("GET", f"/v1/experiments/{exp_id}/events", headers=_sse_headers(last),
+                                       timeout=_sse_timeout(reconnect_limit)) as resp:
+                    if resp.status_code >= 400:
+                        resp.read()
+                        raise _error(resp)
+                    backoff.contact()
+                    for sse in EventSource(resp).iter_sse():
+                        backoff.contact()
+                        if sse.retry is not None:
+                            backoff.server_retry(sse.retry)
+                        event = _event_of(sse)
+                        if event is None:
+                            continue
+                        last = event.event_id or last
+                        yield event
+                return  # the server ended the stream: finished (or deleted)
+            except httpx.TransportError as exc:
+                if not reconnect:
+                    raise ApiUnavailable(self.url, str(exc) or type(exc).__name__) from exc
+                backoff.wait(ApiUnavailable(self.url, str(exc) or type(exc).__name__))
+            except ApiError as exc:
+                if not (reconnect and retryable(exc)):
+                    raise
+                backoff.wait(exc)
+
+    def log(self, exp_id: str, *, tail: int = 200, since: int | None = None, raw: bool = False) -> LogChunk:
+        """The latest attempt's log: the last `tail` lines, or what came after byte offset `since`."""
+        return _log_chunk(self._request("GET", f"/v1/experiments/{exp_id}/log", params=_log_params(tail, since, raw)))
+
+    def wait(self, exp_id: str, timeout: float | None = None, *, interval: float = 2.0,
+             reconnect_limit: float = RECONNECT_LIMIT) -> Experiment:
+        """Block until the experiment is finished; returns its final record.
+
+        TimeoutError after `timeout` seconds; outages shorter than `reconnect_limit` are ridden out.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Reconnect(self.url, reconnect_limit)
+        while True:
+            rec = backoff.call(lambda: self.get(exp_id))
+            if rec.finished:
+                return rec
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{exp_id} is still {rec.state} after {timeout}s")
+            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+
+    # -- cluster ----------------------------------------------------------------------------------
+    def nodes(self) -> list[Node]:
+        """Workers that sent a heartbeat: name, alive, heartbeat_age_seconds, gpus, gpus_busy, running, ..."""
+        return [Node.model_validate(n) for n in self._json("GET", "/v1/nodes")]
+
+    def healthy(self) -> bool:
+        try:
+            return self._http.get("/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def ready(self) -> bool:
+        """The server is up and reaches Redis."""
+        try:
+            return self._http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+
+class AsyncAjetRunnerClient:
+    """The same API for asyncio: every method is a coroutine, `follow` an async iterator."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    @classmethod
+    def from_env(cls, url: str | None = None, token: str | None = None) -> AsyncAjetRunnerClient:
+        return cls(url or os.environ.get("AJET_RUNNER_URL") or DEFAULT_URL, token or token_from_env() or None)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncAjetRunnerClient:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            resp = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ApiUnavailable(self.url, str(exc) or type(exc).__name__) from exc
+        if resp.status_code >= 400:
+            raise _error(resp)
+        return resp
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return _body(await self._request(method, path, **kwargs))
+
+    async def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
+                     blueprint_path: str | None = None, idempotency_key: str | None = None,
+                     wait_for_node: bool = False) -> Experiment:
+        return Experiment.model_validate(await self._json(
+            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node),
+            headers=_idempotency(idempotency_key)))
+
+    async def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None,
+                          priority: str | None = None, idempotency_key: str | None = None) -> Experiment:
+        p = Path(path)
+        return await self.submit(p.read_text(encoding="utf-8"), node=node, priority=priority,
+                                 blueprint_path=str(p.resolve()), idempotency_key=idempotency_key)
+
+    async def list_experiments(self, *, state: str | None = None, node: str | None = None,
+                               outcome: str | None = None, limit: int = 100, offset: int = 0) -> ExperimentPage:
+        return ExperimentPage.model_validate(await self._json(
+            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset)))
+
+    async def get(self, exp_id: str) -> Experiment:
+        return Experiment.model_validate(await self._json("GET", f"/v1/experiments/{exp_id}"))
+
+    async def stop(self, exp_id: str) -> Experiment:
+        return Experiment.model_validate(await self._json("POST", f"/v1/experiments/{exp_id}/stop"))
+
+    async def delete(self, exp_id: str) -> DeleteResult:
+        return DeleteResult.model_validate(await self._json("DELETE", f"/v1/experiments/{exp_id}"))
+
+    async def events(self, exp_id: str, *, after: str = "0-0", limit: int = 1000, wait_ms: int = 0) -> EventPage:
+        timeout = self._http.timeout.read or 30.0
+        return EventPage.model_validate(await self._json(
+            "GET", f"/v1/experiments/{exp_id}/events", params={"after": after, "limit": limit, "wait_ms": wait_ms},
+            timeout=httpx.Timeout(timeout + wait_ms / 1000)))
+
+    async def follow(self, exp_id: str, *, last_event_id: str | None = None,
+                     reconnect_limit: float = RECONNECT_LIMIT) -> AsyncIterator[Event]:
+        """Server-sent events until finished, with the same bounded reconnect as the sync client."""
+        last = last_event_id
+        backoff = Reconnect(self.url, reconnect_limit)
+        while True:
+            try:
+                async with self._http.stream("GET", f"/v1/experiments/{exp_id}/events", headers=_sse_headers(last),
+                                             timeout=_sse_timeout(reconnect_limit)) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        raise _error(resp)
+                    backoff.contact()
+                    async for sse in EventSource(resp).aiter_sse():
+                        backoff.contact()
+                        if sse.retry is not None:
+                            backoff.server_retry(sse.retry)
+                        event = _event_of(sse)
+                        if event is None:
+                            continue
+                        last = event.event_id or last
+                        yield event
+                return
+            except httpx.TransportError as exc:
+                await asyncio.sleep(backoff.pause(ApiUnavailable(self.url, str(exc) or type(exc).__name__)))
+            except ApiError as exc:
+                if not retryable(exc):
+                    raise
+                await asyncio.sleep(backoff.pause(exc))
+
+    async def log(self, exp_id: str, *, tail: int = 200, since: int | None = None, raw: bool = False) -> LogChunk:
+        return _log_chunk(await self._request("GET", f"/v1/experiments/{exp_id}/log",
+                                              params=_log_params(tail, since, raw)))
+
+    async def wait(self, exp_id: str, timeout: float | None = None, *, interval: float = 2.0) -> Experiment:
+        """The final record once finished; TimeoutError after `timeout` seconds."""
+        async def until_finished() -> Experiment:
+            while True:
+                rec = await self.get(exp_id)
+                if rec.finished:
+                    return rec
+                await asyncio.sleep(interval)
+
+        try:
+            return await asyncio.wait_for(until_finished(), timeout)
+        except asyncio.TimeoutError as exc:
+            raise TimeoutError(f"{exp_id} is not finished after {timeout}s") from exc
+
+    async def nodes(self) -> list[Node]:
+        return [Node.model_validate(n) for n in await self._json("GET", "/v1/nodes")]
+
+
+def _body(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError as exc:
+        raise ApiError(resp.status_code, f"the API answered {resp.headers.get('content-type', '?')}, not JSON"
+                       ) from exc
+
+
+def _error(resp: httpx.Response) -> ApiError:
+    try:
+        body = resp.json()
+    except ValueError:
+        text = resp.text.strip().splitlines()
+        return ApiError(resp.status_code, (text[0][:300] if text else "") or resp.reason_phrase)
+    if not isinstance(body, dict):
+        return ApiError(resp.status_code, str(body))
+    return ApiError(resp.status_code, str(body.get("detail", resp.reason_phrase)), body.get("problems") or [])

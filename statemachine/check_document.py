@@ -1,0 +1,43 @@
+"""The `check` document: what a blueprint means, its problems and the preflight's changes, as JSON.
+
+One builder for `ajet-runner check --json` and the web console's submit page, so both show the same.
+JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seconds},
+"problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new", "reason"}],
+"environment": "<whose environment was read>", "env_decisions": [{"variable", "is_set", "decision"}],
+"swarm": {"server_command", "port"} or null for a classic experiment}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ajet_runner.statemachine.blueprint import parse_blueprint
+from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
+from ajet_runner.statemachine.preflight import preflight
+
+
+def check_text(text: str, *, env: Mapping[str, str], check_disk: bool = True,
+               environment: str = "the API server's environment") -> tuple[dict[str, Any], bool]:
+    """The document for blueprint text (the web console's submit page)."""
+    return check_document(parse_blueprint(text), [], env=env, environment=environment, check_disk=check_disk)
+
+
+def check_document(bp: Blueprint, problems: list[Problem], *, env: Mapping[str, str], environment: str,
+                   check_disk: bool = True) -> tuple[dict[str, Any], bool]:
+    """The document and whether the blueprint is runnable: the very preflight a worker runs, on `env`."""
+    plan = None
+    if not any(p.field == "blueprint" for p in problems):
+        plan = preflight(bp, env=env, environment=environment, check_disk=check_disk)
+        problems = plan.problems
+    changes: list[ConfigChange] = [*plan.command_changes, *plan.changes] if plan else []
+    runnable = not any(p.level == Level.error for p in problems)
+    doc = {
+        "blueprint": bp.public(),
+        "problems": [p.model_dump(mode="json") for p in problems],
+        "config_changes": [c.model_dump(mode="json") for c in changes],
+        "environment": plan.environment if plan else environment,
+        "env_decisions": [d.model_dump(mode="json") for d in plan.env_decisions] if plan else [],
+        "swarm": plan.swarm if plan else None,
+    }
+    return doc, runnable

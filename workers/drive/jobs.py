@@ -1,0 +1,101 @@
+"""The consumer side of the queue: the job function a worker runs (enqueueing is in store/queue.py).
+
+RQ only carries the experiment id (JSON serializer, never pickle) and gives us a process to run
+in; our own state in Redis decides what happens, so jobs have no RQ retries and a timeout
+above the experiment's max time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+
+import redis
+from rq import get_current_job
+
+from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, job_timeout, node_queue, queue, target_queue
+from ajet_runner.store.settings import get_settings
+from ajet_runner.store.store import Store, TransitionConflict
+from ajet_runner.workers.drive.driver import ExperimentDriver
+from ajet_runner.workers.drive.hosting import HOST
+from ajet_runner.workers.drive.journal import HandedBack, LostOwnership, RedisUnavailable
+from ajet_runner.workers.node.this_node import NodeInfo
+
+log = logging.getLogger(__name__)
+__all__ = ["DEFAULT_QUEUE", "drive", "drive_rank", "enqueue_drive", "job_timeout", "node_queue", "queue",
+           "target_queue"]
+
+
+def drive_rank(exp_id: str, rank: int) -> str:
+    """RQ job: run and watch rank `rank` of a multi-node experiment on this node (ajet_runner.workers.gang.rank)."""
+    from ajet_runner.store.gangs import GangStore
+    from ajet_runner.workers.gang.rank import RankDriver
+
+    job = get_current_job()
+    settings = get_settings()
+    url = settings.redis_url or _connection_url(job.connection)  # type: ignore[union-attr]
+    conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
+    node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
+    owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    return RankDriver(Store(conn), GangStore(conn), exp_id, int(rank), settings, node, owner,
+                      handback=HOST.handback()).run()
+
+
+def _connection_url(conn: redis.Redis) -> str:
+    kw = conn.connection_pool.connection_kwargs
+    if "path" in kw:
+        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
+    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+def drive(exp_id: str) -> str:
+    """RQ job: drive one experiment until it is finished, handed back, or owned by someone else."""
+    job = get_current_job()
+    settings = get_settings()
+    # Our own connection, with timeouts: a node cut off from Redis must keep watching, not hang.
+    url = settings.redis_url or _connection_url(job.connection)  # type: ignore[union-attr]
+    conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
+    store = Store(conn)
+    node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
+    owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    reporter = HOST.reporter(store, node.name)
+    try:
+        try:
+            driver = ExperimentDriver(store, exp_id, settings, node, owner, on_watch=reporter,
+                                      handback=HOST.handback())
+        except LookupError:
+            return "deleted"
+        try:
+            outcome = driver.run()
+        except HandedBack:
+            _hand_back(store, exp_id, owner)
+            return "handed-back"
+        except (LostOwnership, TransitionConflict, RedisUnavailable) as exc:
+            log.info("%s: not ours (%s)", exp_id, exc)
+            return "not-owner"
+        except Exception:
+            # A driver's own failure: its process lives on (other runs' threads), so say so, or the
+            # supervisor would see a live driver and never re-adopt the run. RQ records the traceback.
+            _hand_back(store, exp_id, owner)
+            raise
+        if outcome:
+            return outcome
+        rec = store.record(exp_id)
+        if rec is not None and rec.state == State.queued.value:  # no GPUs free here: back to the queue it came from
+            origin = job.origin if job is not None else target_queue(None)
+            enqueue_drive(conn, store, exp_id, origin, max_seconds=driver.bp.exp_max_time_seconds)
+            return "requeued"
+        return driver.lc.state
+    finally:
+        reporter.close()
+
+
+def _hand_back(store: Store, exp_id: str, owner: str) -> None:
+    """End our lease now (CAS on the owner); if Redis is unreachable it simply runs out."""
+    try:
+        if store.hand_back(exp_id, owner):
+            log.info("%s: handed back (lease ended) for the node's supervisor to re-adopt", exp_id)
+    except redis.RedisError as exc:
+        log.warning("%s: could not hand back (%s): its lease will run out", exp_id, exc)

@@ -1,0 +1,290 @@
+"""The driver's writes to Redis, sent by a background thread and buffered while Redis is away.
+
+A node cut off from Redis must keep watching its experiment at full speed: the watch loop only
+queues transitions, events and field updates here and reads the cancel flag from a cached
+value; this thread sends them in order, renews the lease and refreshes the cancel flag. When
+Redis answers again the queue drains in order. Versions are counted locally, so replayed
+transitions still compare-and-set against what this owner last wrote; a conflict (someone else
+took the experiment over) is raised in the driver at its next call.
+
+The claim of an experiment is the exception: `transition(..., ack=True)` waits until Redis
+has accepted it, because launching on an unconfirmed claim could launch twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import redis
+
+from ajet_runner.store.keys import cancel_channel
+from ajet_runner.store.stats import TransitionStats
+from ajet_runner.store.store import Store, TransitionConflict
+
+log = logging.getLogger(__name__)
+MAX_BUFFERED = 100_000
+POLL_SECONDS = 0.5  # the ownership/cancel look without a live cancel subscription ...
+SUBSCRIBED_POLL_SECONDS = 5.0  # ... and with one (a stop request is pushed; the poll is the fallback)
+IDLE_WAKE_SECONDS = 5.0  # the sender thread's longest sleep with nothing to send (new ops and close() notify it)
+LISTEN_WAKE_SECONDS = 5.0  # the cancel listener's wait per look; close() does not wait for it
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+
+class LostOwnership(RuntimeError):
+    """Another worker took the experiment over: stop driving it, touch nothing."""
+
+
+class HandedBack(RuntimeError):
+    """The process that hosts this driver is stopping: give the run back (it lives on in tmux)."""
+
+
+class RedisUnavailable(RuntimeError):
+    """A write that must be acknowledged could not reach Redis in time."""
+
+
+class Journal:
+    def __init__(self, store: Store, exp_id: str, owner: str, version: int, retry_seconds: float = 1.0,
+                 node: str = "") -> None:
+        self.store = store
+        self.node = node  # the node this driver runs on: the transition script keeps its indexes
+        self.exp_id = exp_id
+        self.owner = owner
+        self.version = version
+        self.retry_seconds = retry_seconds
+        self.online = True
+        self.buffered_total = 0
+        self._ops: deque[tuple[int, Callable[[], Any], bool]] = deque()  # (seq, op, droppable)
+        self.dropped = 0
+        self._seq = 0
+        self._writer = uuid.uuid4().hex  # events carry (writer, n): a resend is never a second copy
+        self._event_numbers = itertools.count(1)
+        self._done = 0
+        self._error: BaseException | None = None
+        self._cancel = False
+        self.on_cancel: Callable[[], None] | None = None  # called (journal thread) when a stop request appears
+        self._lease_seconds = 0.0
+        self._renew_due = 0.0
+        self._cv = threading.Condition()
+        self._stop = False
+        self._subscribed = False
+        self._thread = threading.Thread(target=self._run, name=f"journal-{exp_id}", daemon=True)
+        self._thread.start()
+        self._listener = threading.Thread(target=self._listen, name=f"cancel-{exp_id}", daemon=True)
+        self._listener.start()
+
+    # -- what the driver calls --------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._ops)
+
+    def transition(self, fields: Mapping[str, Any], event: Mapping[str, Any],
+                   stats: TransitionStats | Mapping[str, Any] | None = None, *, ack: bool = False,
+                   wait: float = 2.0) -> None:
+        """Queue a compare-and-set transition; with `ack`, return only once Redis accepted it."""
+        expected = self.version
+        self.version += 1
+        fields, event, counted = dict(fields), dict(event), TransitionStats.of(stats)
+
+        def op() -> None:
+            try:
+                self.store.transition(self.exp_id, expected_version=expected, owner=self.owner,
+                                      fields=fields, event=event, stats=counted, node=self.node)
+            except TransitionConflict:
+                if not self._already_applied(expected):
+                    raise
+
+
+        seq = self._put(op, droppable=False)
+        self._wait_for(seq, timeout=60.0 if ack else wait, required=ack)
+
+    def publish(self, event: Mapping[str, Any]) -> None:
+        event = {"at": time.time(), **event}  # when it happened, not when Redis got it
+        with self._cv:  # numbered in queue order, which is the order they are sent in
+            once = (self._writer, next(self._event_numbers))
+            self._put(lambda: self.store.publish(self.exp_id, event, once=once), droppable=True)
+
+    def update(self, fields: Mapping[str, Any]) -> None:
+        fields = dict(fields)
+        self._put(lambda: self.store.update(self.exp_id, fields), droppable=True)
+
+    def append_tail(self, lines: list[str], log_bytes: int, replace: bool) -> None:
+        """New log lines for the capped tail in Redis (one round trip; never the whole tail again)."""
+        lines = list(lines)
+        self._put(lambda: self.store.append_log_tail(self.exp_id, lines, log_bytes, replace=replace),
+                  droppable=True)
+
+    def call(self, fn: Callable[[], Any]) -> None:
+        """Any other write that must happen in order with the rest (e.g. releasing GPUs)."""
+        self._put(fn, droppable=False)
+
+    def renew(self, seconds: float) -> None:
+        """Keep our lease alive (done by the thread); raises LostOwnership once Redis says it is gone."""
+        if seconds != self._lease_seconds:  # called every tick: wake the thread only for a change
+            with self._cv:
+                self._lease_seconds = seconds
+                self._cv.notify_all()
+        self.check()
+
+    def cancel_requested(self) -> bool:
+        self.check()
+        return self._cancel
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything queued has reached Redis; False if it could not in time."""
+        with self._cv:
+            target = self._seq
+        return self._wait_for(target, timeout=timeout, required=False, through_outage=True)
+
+    def close(self, timeout: float = 30.0) -> bool:
+        done = self.flush(timeout)
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        self._thread.join(5)
+        # The cancel listener sees _stop within LISTEN_WAKE_SECONDS and ends by itself (a daemon): waiting
+        # for it would hold the driver's slot that long after the run is done.
+        return done
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    # -- internals ---------------------------------------------------------------------------
+    def _put(self, op: Callable[[], Any], *, droppable: bool) -> int:
+        self.check()
+        with self._cv:
+            if len(self._ops) >= MAX_BUFFERED:
+                self._drop_oldest_droppable()
+            self._seq += 1
+            self._ops.append((self._seq, op, droppable))
+            if not self.online:
+                self.buffered_total += 1
+            self._cv.notify_all()
+            return self._seq
+
+    def _drop_oldest_droppable(self) -> None:
+        """Out of room after a very long outage: lose the oldest event or field update, never a
+        transition (the version chain) nor an ordered call."""
+        for i, (_, _, droppable) in enumerate(self._ops):
+            if droppable:
+                del self._ops[i]
+                self.dropped += 1
+                return
+
+    def _wait_for(self, seq: int, timeout: float, required: bool, through_outage: bool = False) -> bool:
+        """Wait until op `seq` reached Redis. A plain write stops waiting when Redis is away (the
+        watch loop must go on); a required one or a flush keeps waiting until `timeout`."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._done < seq and self._error is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or (not required and not through_outage and not self.online):
+                    break
+                self._cv.wait(min(left, 0.2))
+            reached = self._done >= seq
+        self.check()
+        if required and not reached:
+            raise RedisUnavailable(f"{self.exp_id}: Redis did not acknowledge a required write in {timeout:.0f}s")
+        return reached
+
+    def _run(self) -> None:
+        next_poll = 0.0
+        while True:
+            with self._cv:
+                if self._stop:
+                    return
+                if not self._ops and time.monotonic() < next_poll:
+                    # Until the next poll: a new op, a lease change or close() notifies sooner.
+                    self._cv.wait(min(IDLE_WAKE_SECONDS, max(0.0, next_poll - time.monotonic())))
+                    continue
+            try:
+                self._send_queued()
+                if time.monotonic() >= next_poll:
+                    self._poll()
+                    next_poll = time.monotonic() + self._poll_every()
+                self._set_online(True)
+            except REDIS_ERRORS as exc:
+                if self.online:
+                    log.warning("%s: Redis unreachable (%s); buffering writes", self.exp_id, exc)
+                self._set_online(False)
+                time.sleep(self.retry_seconds)
+            except (TransitionConflict, LostOwnership) as exc:
+                with self._cv:
+                    self._error = exc if isinstance(exc, LostOwnership) else LostOwnership(str(exc))
+                    self._ops.clear()
+                    self._cv.notify_all()
+                return
+
+    def _send_queued(self) -> None:
+        while True:
+            with self._cv:
+                if not self._ops:
+                    return
+                seq, op, _ = self._ops[0]
+            op()
+            with self._cv:
+                if self._ops and self._ops[0][0] == seq:
+                    self._ops.popleft()
+                self._done = max(self._done, seq)
+                self._cv.notify_all()
+
+    def _already_applied(self, expected: int) -> bool:
+        """A retried write whose first try did reach Redis (only the reply was lost)."""
+        rec = self.store.get(self.exp_id) or {}
+        return rec.get("owner") == self.owner and int(rec.get("version") or 0) > expected
+
+    def _poll_every(self) -> float:
+        every = SUBSCRIBED_POLL_SECONDS if self._subscribed else POLL_SECONDS
+        return min(every, self._lease_seconds / 3) if self._lease_seconds else every
+
+    def _poll(self) -> None:
+        """Ownership, the cancel flag and (when due) the lease, in one round trip."""
+        now = time.monotonic()
+        renew = self._lease_seconds if self._lease_seconds and now >= self._renew_due else 0.0
+        owned, cancel = self.store.poll_run(self.exp_id, self.owner, renew)
+        if renew:
+            if not owned:
+                raise LostOwnership(f"{self.exp_id} is owned by another worker now")
+            self._renew_due = now + self._lease_seconds / 3
+        if cancel:
+            self._cancel_seen()
+
+    def _cancel_seen(self) -> None:
+        was, self._cancel = self._cancel, True
+        if not was and (wake := self.on_cancel) is not None:
+            wake()  # the watch loop is asleep until its next pass: act on the stop now
+
+    def _listen(self) -> None:
+        """Wait for the stop announcement on the experiment's channel (no Redis command while idle)."""
+        while not self._stop:
+            pubsub = self.store.r.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(cancel_channel(self.exp_id))
+                self._subscribed = True
+                while not self._stop:
+                    if pubsub.get_message(timeout=LISTEN_WAKE_SECONDS) is not None:
+                        self._cancel_seen()
+            except (*REDIS_ERRORS, OSError, ValueError):
+                self._subscribed = False  # the poll covers it meanwhile
+                time.sleep(self.retry_seconds)
+            finally:
+                self._subscribed = False
+                pubsub.close()
+
+    def _set_online(self, online: bool) -> None:
+        with self._cv:
+            if online and not self.online:
+                log.warning("%s: Redis is back; %d buffered write(s) delivered", self.exp_id, self.buffered_total)
+            self.online = online
+            self._cv.notify_all()
+
+
+__all__ = ["Journal", "LostOwnership", "RedisUnavailable", "TransitionConflict"]

@@ -1,0 +1,310 @@
+"""Running: watch the attempt, let the rules propose, the machine decides.
+
+What the loop does besides deciding — the lease, evaluations, progress reports, the log tail, the
+watch metrics — are observers (`OBSERVERS`), called at fixed points of each tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ajet_runner.statemachine.first_step import first_step_timeout_from_text
+from ajet_runner.statemachine.models import Finding
+from ajet_runner.statemachine.policies import report_due_at
+from ajet_runner.statemachine.results import latest_metrics
+from ajet_runner.statemachine.rules import Observation, Proposal, SwarmServerRule, decide
+from ajet_runner.store.records import PendingRepair
+from ajet_runner.workers.drive.journal import HandedBack
+from ajet_runner.workers.drive.scan_checkpoint import remove as remove_checkpoint
+from ajet_runner.workers.drive.watch import CONSOLE_KEY, AttemptWatch, attempt_evaluations
+from ajet_runner.workers.gang import steps as gang
+from ajet_runner.workers.process.exit_cause import exit_record_problem
+from ajet_runner.workers.process.exit_wait import ExitWaiter
+from ajet_runner.workers.report.plot_preload import preload_plotting
+from ajet_runner.workers.swarm.found_results import swarm_results_source
+from ajet_runner.workers.swarm.server_watch import ServerWatch
+
+if TYPE_CHECKING:
+    from ajet_runner.workers.drive.driver import ExperimentDriver
+
+
+log = logging.getLogger(__name__)
+LOG_TAIL_LINES = 200  # kept in Redis so the API can show a log without the node's filesystem
+RESULTS_EVERY = 2.0  # seconds between looks at the results file while the command runs
+LOG_TAIL_EVERY = 5.0  # seconds between log-tail updates, at most
+
+
+@dataclass
+class Tick:
+    """One pass of the watch loop, as observers see it."""
+
+    t0: float  # monotonic, at the start of the tick
+    now: float  # wall clock, at the start of the tick
+    started: float  # when the experiment started (wall clock)
+    watch: AttemptWatch
+    read_before: int  # the log bytes read before this tick
+    alive: bool = True  # the command's process was alive at the start of the tick
+
+
+class WatchObserver:
+    """Hooks of the watch loop (dramatiq-middleware style); each does one cross-cutting job."""
+
+    def before_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+        """At the start of every tick, before anything is read."""
+
+    def on_evaluations(self, d: ExperimentDriver, tick: Tick, new: list[Any]) -> None:
+        """New evaluations were read from the results file (or the log)."""
+
+    def after_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+        """After the tick's observation is made, before the rules decide."""
+
+
+class Lease(WatchObserver):
+    """Keep the owner's lease alive (raises LostOwnership once it is gone), or give the run back
+    (HandedBack) once the hosting process is stopping."""
+
+    def before_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+        if d.handback is not None and d.handback.is_set():
+            tick.watch.maybe_save(tick.t0, force=True)  # the adopter goes on from exactly here
+            raise HandedBack(f"{d.id}: the worker process is stopping")
+        d._renew()
+
+
+class Evaluations(WatchObserver):
+    """Latest metrics on the record, one event per evaluation."""
+
+    def on_evaluations(self, d: ExperimentDriver, tick: Tick, new: list[Any]) -> None:
+        _publish_evaluations(d, new)
+        if tick.alive:  # the report's plot, drawn ahead in a thread (once the run ended, collecting draws it)
+            d.plot_ahead.update(tick.watch.summary.evaluations)
+
+
+class Progress(WatchObserver):
+    """Progress events on a person's backoff cadence (docs/background.md#manual-workflow)."""
+
+    def after_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+        _maybe_report(d, tick.now - tick.started)
+
+
+class LogTail(WatchObserver):
+    """The log lines scanned since the last send, appended to the capped tail list in Redis (at most
+    every LOG_TAIL_EVERY seconds, only when the log grew): never the whole tail again."""
+
+    def __init__(self) -> None:
+        self.next_at = 0.0
+        self.sent = -1  # lines of this watch already in the list (-1: none: the first send replaces the list)
+
+    def after_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+        if tick.watch.bytes_read != tick.read_before and tick.t0 >= self.next_at:
+            self.send(d, tick.watch)
+            self.next_at = tick.t0 + LOG_TAIL_EVERY
+
+    def send(self, d: ExperimentDriver, watch: AttemptWatch) -> None:
+        total = watch.scanner.line_count
+        new = total - self.sent if self.sent >= 0 else LOG_TAIL_LINES
+        if new > 0:
+            d.journal.append_tail(watch.scanner.tail(min(new, LOG_TAIL_LINES)), watch.bytes_read,
+                                  replace=self.sent < 0 or new > LOG_TAIL_LINES)
+        self.sent = total
+
+
+class WatchMetrics(WatchObserver):
+    """The worker's watch-loop metrics (workers/node/worker_metrics.py), through the driver's `on_watch` callback."""
+
+    def after_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+        if d.on_watch:
+            w = tick.watch
+            d.on_watch(d.id, time.monotonic() - tick.t0, w.bytes_read - tick.read_before, tick.now - w.last_output_at)
+
+
+def observers() -> list[WatchObserver]:
+    """A fresh set per attempt (LogTail keeps its own clock); called in this order at each hook."""
+    return [Lease(), Evaluations(), Progress(), LogTail(), WatchMetrics()]
+
+
+def handle(d: ExperimentDriver) -> bool:
+    assert d.handle is not None
+    earlier = [a for a in d.ctx.attempts if a.number != d.lc.attempt]
+    watch = d.watch = AttemptWatch(d.handle, Path(d.ctx.val_path) if d.ctx.val_path else None,
+                                   val_start=d.ctx.val_start, earlier_log=attempt_evaluations(earlier),
+                                   val_source=swarm_results_source(d.bp, d.ctx.swarm))
+    watch.last_output_at = d.handle.started_at
+    if watch.resume():  # an adopted run: go on where the last watcher saved, not from byte 0
+        log.info("%s: log scan resumed at byte %d", d.id, watch.offset)
+    d.server_watch = ServerWatch.of(d.runner, d.ctx.swarm)  # swarm mode: the server, beside the client
+    preload_plotting()  # in the background: the plot at the end must not pay the import
+    waiter = ExitWaiter()
+    d.journal.on_cancel = waiter.wake
+    try:
+        return _watch(d, watch, waiter)
+    finally:
+        d.journal.on_cancel = None
+        waiter.close()
+        watch.close()
+
+
+def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
+    """One tick: one bounded slice of the log, the results file, then every rule. Ticks follow each
+    other at once while the log has a backlog, else every poll interval — or at once when the
+    command's process ends (pidfd) or a stop is announced."""
+    assert d.handle is not None
+    attempt_started = d.handle.started_at
+    started = d.started_at or attempt_started
+    hooks = observers()
+    local = not d.runner.remote()
+    first_step_timeout = first_step_timeout_from_text(d.bp.exp_max_time_text)
+    next_results = 0.0
+    while True:
+        tick = Tick(t0=time.monotonic(), now=time.time(), started=started, watch=watch, read_before=0)
+        for o in hooks:
+            o.before_tick(d, tick)
+        # The pidfd says whether the process runs (checked against its start time when opened); psutil
+        # and the rc file only without one. The wrapper writes the rc only after the process ended.
+        alive = waiter.process_alive()
+        if alive is None:
+            alive = watch.alive(d.runner)
+            if alive and local:
+                waiter.watch(d.handle.pid, d.handle.pid_create_time)
+        tick.alive = alive
+        tick.read_before = watch.bytes_read
+        watch.read_log(tick.now)
+        watch.maybe_save(tick.t0)
+        # New evaluations feed slow rules (plateau, progress): looked for every RESULTS_EVERY s, and at the end.
+        new_evals = []
+        if not alive or tick.t0 >= next_results:
+            new_evals = watch.read_results(tick.now)
+            next_results = tick.t0 + RESULTS_EVERY
+        if new_evals:
+            for o in hooks:
+                o.on_evaluations(d, tick, new_evals)
+        exit_code = None
+        record = None
+        if not alive:
+            exit_code = watch.exit_code(d.runner)
+            watch.finish_log(time.time())
+            record = exit_record_problem(d.handle.rc_path, d.bp.exp_result_dir, d.roots)
+        obs = Observation(
+            now=tick.now, started_at=started, attempt_started_at=attempt_started,
+            max_seconds=d.bp.exp_max_time_seconds, process_alive=alive, exit_code=exit_code,
+            cancel_requested=d.journal.cancel_requested(), last_output_at=watch.last_output_at,
+            last_eval_at=watch.last_eval_at, completed_run=watch.scanner.completed_run,
+            # While it runs, only a specific signature counts (a caught, logged traceback does not).
+            cause=watch.scanner.live_cause if alive else watch.scanner.cause, cause_seen_at=watch.cause_seen_at,
+            progress_after_cause=watch.scanner.progress_after_cause,
+            evaluations=_primary_evaluations(d),
+            first_step_seen=watch.first_step_seen,
+            first_step_timeout=first_step_timeout,
+            gang_problem=gang.problem(d),
+            exit_record_error=record.reason if record is not None else "",
+            **_server_fields(d),
+        )
+        for o in hooks:
+            o.after_tick(d, tick)
+        proposal = decide(d.rules, obs, d.lc.can)
+        if proposal is not None:
+            _end_attempt(d, proposal, alive)
+            for o in hooks:
+                if isinstance(o, LogTail):
+                    o.send(d, watch)  # the last lines, read after the process ended
+            return True
+        if not watch.behind:
+            waiter.wait(_until_next_look(d, started, time.time()))
+
+
+def _until_next_look(d: ExperimentDriver, started: float, now: float) -> float:
+    """The poll interval, cut short to wake right at the time limit (and at its grace's end): the
+    exit, a stop request and a hand-back wake the loop by themselves (pidfd, pipe)."""
+    wait = d.settings.poll_interval
+    limit = d.bp.exp_max_time_seconds
+    if limit and limit > 0:
+        for at in (started + limit, started + limit + d.settings.time_limit_grace_seconds):
+            if at > now:
+                return min(wait, at - now + 0.01)
+    return wait
+
+
+def _server_fields(d: ExperimentDriver) -> dict[str, Any]:
+    """Swarm mode: the server's state for the Observation (the `swarm_server` rule decides)."""
+    server = d.server_watch
+    if server is None:
+        return {}
+    server.look()
+    return {"server_alive": server.alive, "server_cause": server.cause,
+            "server_last_line": "" if server.alive else server.last_line()}
+
+
+def _primary_evaluations(d: ExperimentDriver) -> list[Any]:
+    assert d.watch is not None
+    summary = d.watch.summary
+    primary = summary.primary_dataset
+    return [e for e in summary.evaluations if not primary or e.dataset == primary]
+
+
+def _publish_evaluations(d: ExperimentDriver, new: list[Any]) -> None:
+    assert d.watch is not None
+    metrics = latest_metrics(d.watch.summary)
+    d.journal.update({"latest_metrics": metrics})
+    for e in new:
+        d.journal.publish(
+            {"type": "evaluation", "step": e.step, "dataset": e.dataset, "metrics": e.metrics}
+        )
+
+
+def _maybe_report(d: ExperimentDriver, elapsed: float) -> None:
+    """Progress events on a person's backoff cadence (docs/background.md#manual-workflow): a log excerpt
+    and the latest metrics."""
+    if elapsed < report_due_at(d.ctx.reports_sent, d.backoff):
+        return
+    d.ctx.reports_sent += 1
+    assert d.watch is not None
+    d.journal.publish({
+        "type": "progress", "elapsed": round(elapsed, 1), "max_seconds": d.bp.exp_max_time_seconds,
+        "log_excerpt": d.watch.scanner.tail(20), "metrics": latest_metrics(d.watch.summary),
+    })
+
+
+def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
+    assert d.handle is not None and d.watch is not None
+    exit_code = None
+    # What the log said before we stopped it: our own SIGINT makes the job print a traceback.
+    cause = proposal.finding or d.watch.scanner.cause
+    if alive:
+        grace = 2.0 if proposal.force_kill else d.settings.stop_grace_seconds
+        try:
+            exit_code = d.runner.stop(d.handle, grace)
+        except RuntimeError as exc:  # ProcessesSurvived: record it, go on
+            d.journal.publish({"type": "warning", "message": f"stop left processes behind: {exc}"})
+        d.watch.finish_log(time.time())
+    else:
+        exit_code = d.runner.exit_code(d.handle)
+    if d.watch.skipped_bytes:
+        d.journal.publish({"type": "warning", "message": f"{d.watch.skipped_bytes} bytes of the log were not "
+                           "scanned: it grew faster than it could be read; its end was"})
+    remove_checkpoint(d.handle.log_path)
+    d._cleanup_processes()
+    gang.stop_members(d)  # a multi-node run: every other rank too
+    attempt = d.ctx.attempts[-1] if d.ctx.attempts else None
+    if attempt is not None:
+        attempt.ended_at, attempt.exit_code, attempt.end_reason = time.time(), exit_code, proposal.reason
+        setattr(attempt, CONSOLE_KEY, d.watch.console_evaluations())
+    if proposal.trigger == "anomaly":
+        d.ctx.pending_repair = PendingRepair(
+            cause=cause.model_dump() if cause else None,
+            reason=proposal.reason,
+            log_excerpt=d.server_watch.excerpt() if proposal.rule == SwarmServerRule.name and d.server_watch
+            else _excerpt(d, cause),
+            log_tail=d.watch.scanner.tail(80),
+        )
+    detail = {"rule": proposal.rule}
+    if cause is not None:
+        detail["signature"] = cause.signature
+    d.fire(proposal.trigger, proposal.reason, **detail)
+
+
+def _excerpt(d: ExperimentDriver, cause: Finding | None) -> str:
+    assert d.watch is not None
+    return "\n".join(d.watch.scanner.tail(25 if cause is not None else 40))

@@ -1,0 +1,77 @@
+"""A member node's supervisor keeps its ranks of multi-node runs driven: when a rank job died (its lease
+ran out) or was never started, it enqueues a new one here, which re-adopts the rank's session."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from ajet_runner.statemachine.lifecycle import ACTIVE_STATES
+from ajet_runner.statemachine.models import Blueprint
+from ajet_runner.store.gangs import GangStore
+from ajet_runner.store.queue import enqueue_rank
+from ajet_runner.store.store import Store
+from ajet_runner.workers.drive.attempt import MARKER
+from ajet_runner.workers.gang.paths import rank_marker, rank_session
+from ajet_runner.workers.process.tmux import TmuxRunner
+
+log = logging.getLogger(__name__)
+
+ACTIVE = {s.value for s in ACTIVE_STATES}
+
+
+def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
+                lease_seconds: float) -> list[tuple[str, int]]:
+    """(experiment, rank) pairs whose rank job was enqueued on this node's queue now. Reads only the
+    cluster's live gangs (few), never every unfinished record."""
+    sent = []
+    for exp_id in gangs.ids():
+        gang = gangs.get(exp_id)
+        if gang is None:
+            gangs.forget(exp_id)  # released (or expired) since it was listed
+            continue
+        if node not in gang.nodes[1:] or not gang.launch:
+            continue  # not a member here, or no launch asked yet: the head dispatches the first rank jobs
+        found = store.fields_of([exp_id], ("state", "node", "nnodes"))  # the scan's few fields, not the record
+        rec = found[0] if found else None
+        if rec is None or int(rec.get("nnodes") or 1) <= 1 or rec.get("state") not in ACTIVE or rec.get("node") == node:
+            continue
+        rank = gang.nodes.index(node)
+        if gang.rank_lease(rank) > now or now - gang.rank_enqueued_at(rank) < 2 * lease_seconds:
+            continue
+        gangs.mark_enqueued(exp_id, rank, now)
+        enqueue_rank(gangs.r, exp_id, rank, node)
+        sent.append((exp_id, rank))
+    return sent
+
+
+def held_by_gang(gangs: GangStore, rec: dict[str, Any] | None, node: str) -> bool:
+    """GPUs on `node` held for an unfinished multi-node run this node is a member of: not stale."""
+    if rec is None or rec.get("state") == "finished" or int(rec.get("nnodes") or 1) <= 1:
+        return False
+    gang = gangs.get(str(rec["id"]))
+    return gang is not None and node in gang.nodes
+
+
+def sweep_left_ranks(store: Store, gangs: GangStore, runner: TmuxRunner, node: str) -> list[tuple[str, int]]:
+    """Ranks started on this node that no longer belong here (the run finished or is gone, or the rank moved to
+    another node while this one was away) and whose job is gone: stop what is left of them, no process left."""
+    swept = []
+    for exp_id, rank in gangs.ranks_here(node):
+        rec = store.get(exp_id)
+        gang = gangs.get(exp_id)
+        placed_here = gang is not None and rank < len(gang.nodes) and gang.nodes[rank] == node
+        if rec is not None and rec.get("state") in ACTIVE and placed_here:
+            continue  # still ours: adopt_ranks keeps it driven
+        if placed_here and gang is not None and gang.rank_lease(rank) > store.server_time():
+            continue  # its rank job is stopping it right now
+        bp = Blueprint.model_validate((rec or {}).get("blueprint_json") or {})
+        if rec is not None:
+            with contextlib.suppress(Exception):
+                runner.kill_session(rank_session(bp.exp_purpose, exp_id, rank))
+        killed = runner.kill_marked(MARKER, rank_marker(exp_id, rank), grace=5.0)
+        gangs.forget_rank_here(node, exp_id, rank)
+        log.info("rank %d of %s left on node %s: stopped (%d process(es))", rank, exp_id, node, len(killed))
+        swept.append((exp_id, rank))
+    return swept

@@ -1,0 +1,39 @@
+"""Report queued work for a node that no worker has served for a while (event once per experiment).
+
+Every supervisor looks at the whole queue of unfinished records each scan, so the report comes
+from any live node; when no worker is alive at all, the API's `ajet_runner_queued_for_absent_node`
+gauge and its alert still show it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ajet_runner.statemachine.absence import node_absent_for
+from ajet_runner.store.store import Store
+
+log = logging.getLogger(__name__)
+NODE_ALIVE_SECONDS = 30.0  # the same window as the API's node_up (ajet_runner.service.submit.NODE_ALIVE_SECONDS)
+REPORTED_FIELD = "node_absent_reported_at"
+
+
+def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float, after_seconds: float) -> list[str]:
+    """Publish a `node_absent` event for each queued record whose node has been gone `after_seconds`."""
+    seen = {n["name"]: float(n.get("last_seen") or 0) or None for n in store.nodes()}
+    reported = []
+    for rec in records:
+        node = str(rec.get("target_node") or "")
+        if rec.get("state") != "queued" or not node or rec.get(REPORTED_FIELD):
+            continue
+        gone = node_absent_for(now, seen.get(node), float(rec.get("created_at") or now), NODE_ALIVE_SECONDS)
+        if gone is None or gone < after_seconds:
+            continue
+        if not store.set_once(rec["id"], REPORTED_FIELD, now):
+            continue  # another supervisor reported it first
+        store.publish(rec["id"], {"type": "node_absent", "node": node, "absent_seconds": round(gone, 1),
+                                  "message": f"queued for node {node}, which no live worker has served "
+                                             f"for {gone:.0f} s"})
+        log.warning("%s: queued for node %s, absent for %.0f s", rec["id"], node, gone)
+        reported.append(rec["id"])
+    return reported

@@ -1,0 +1,263 @@
+"""The node process behind `ajet-runner worker`: the watcher, heartbeat, re-adoption, drain.
+
+It runs no experiment itself. It keeps the node's watcher process alive (workers/node/watcher.py:
+`slots` experiments at once, a thread each), tells Redis the node is up and what it has, and
+hands every unfinished experiment of this node whose driver died or gave it back (its lease
+ended) to the watcher, which re-adopts the tmux session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
+
+from ajet_runner.store.gangs import GangStore
+from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store
+from ajet_runner.workers.drive.owner_identity import driver_alive
+from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
+from ajet_runner.workers.node.absent_nodes import REPORTED_FIELD, report_absent_nodes
+from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.process.lifeline import PARENT_ENV
+from ajet_runner.workers.process.tmux import TmuxRunner
+
+log = logging.getLogger(__name__)
+HEARTBEAT_SECONDS = 2.0
+ADOPT_SCAN_SECONDS = 3.0
+SCAN_FIELDS = ("lease_until", "adopt_enqueued_at", "max_seconds", "owner", "driver_pid", "driver_pidns",
+               "driver_started")
+QUEUED_FIELDS = ("job_id", "owner", "queue", "max_seconds", "target_node", "created_at", REPORTED_FIELD)
+DEAD_JOB = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
+LOST_JOB_SECONDS = 60.0  # a started job whose record is still unclaimed this long after: its horse is gone
+
+
+def _popped_and_dropped(job: Job, status: JobStatus | None) -> bool:
+    """A job still "queued" but in no queue, long after it was enqueued: a slot listening on several
+    queues pops the id (BLPOP, no intermediate list) and was killed before marking it started, so
+    RQ itself would never run or fail it (seen in `make chaos`: one of 200 stayed queued for ever)."""
+    if status != JobStatus.QUEUED or job.enqueued_at is None:
+        return False
+    if time.time() - job.enqueued_at.timestamp() <= LOST_JOB_SECONDS:
+        return False
+    queue = Queue(job.origin, connection=job.connection)
+    return queue.get_job_position(job.id) is None and job.id not in queue.intermediate_queue.get_job_ids()
+
+
+class NodeSupervisor:
+    def __init__(self, settings: Settings, node: NodeInfo, redis_url: str) -> None:
+        self.settings = settings
+        self.node = node
+        self.url = redis_url
+        self.store = Store(redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5))
+        self.gangs = GangStore(self.store.r)
+        self._runner: TmuxRunner | None = None  # for sweeping ranks left on this node (workers/gang/adopt.py)
+        self.watcher: subprocess.Popen[bytes] | None = None
+        self._indexed = False  # ensure_indexes() runs at the first scan
+        self.stopping = threading.Event()
+        self.started_at = time.time()
+        self.running: list[str] = []
+        self.on_tick: Callable[[NodeSupervisor], None] | None = None
+
+    # -- the watcher -------------------------------------------------------------------------
+    def _spawn(self) -> None:
+        env = {**os.environ, "AJET_RUNNER_NODE": self.node.name, "AJET_RUNNER_GPUS": str(self.node.gpus),
+               "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url,
+               PARENT_ENV: str(os.getpid())}  # the watcher dies with this process (PR_SET_PDEATHSIG)
+        self.watcher = subprocess.Popen(
+            [sys.executable, "-m", "ajet_runner.workers.node.watcher", self.url, self.node.name, str(self.node.slots)],
+            env=env,
+        )
+
+    def _keep_watcher(self) -> None:
+        """Restart the watcher if it died (a drain does not stop it: it takes no new job then, and
+        keeps watching the runs it has)."""
+        proc = self.watcher
+        if proc is not None and proc.poll() is None:
+            return
+        if proc is not None:
+            log.warning("the watcher exited with %s: restarting it", proc.returncode)
+        self._spawn()
+
+    def _stop_watcher(self, timeout: float = 10.0) -> None:
+        """SIGTERM: it takes no new job and its drivers hand their runs back (they live on in tmux)."""
+        proc = self.watcher
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    # -- node state ---------------------------------------------------------------------------
+    def heartbeat(self, draining: bool) -> None:
+        busy = len(self.store.gpu_owners(self.node.name)) if self.node.manages_gpus else 0
+        self.store.heartbeat(self.node.name, {
+            "gpus": self.node.gpus, "gpus_busy": busy, "slots": self.node.slots, "pid": os.getpid(),
+            "running": self.running, "draining": draining, "started_at": self.started_at,
+        }, ttl=HEARTBEAT_SECONDS)
+
+    def adopt_orphans(self) -> list[str]:
+        """Enqueue a drive job for each of this node's unfinished experiments that nobody drives."""
+        now = self.store.server_time()
+        adopted = []
+        if not self._indexed:
+            self._indexed = True
+            self.store.ensure_indexes()  # records from before the indexes existed: once per cluster
+        queued = self.store.queued(QUEUED_FIELDS)  # the queue, not every record of the cluster
+        report_absent_nodes(self.store, queued, now, self.settings.node_absent_report_seconds)
+        self._requeue_lost_jobs(queued, now)
+        adopt_ranks(self.store, self.gangs, self.node.name, now, self.settings.lease_seconds)
+        sweep_left_ranks(self.store, self.gangs, self._tmux(), self.node.name)
+        mine = self._unfinished_here()
+        self.running = [rec["id"] for rec in mine]
+        for rec in mine:
+            lease = float(rec.get("lease_until") or 0)
+            last_try = float(rec.get("adopt_enqueued_at") or 0)
+            if lease > now or now - last_try < 2 * self.settings.lease_seconds or driver_alive(rec):
+                continue
+            self.store.update(rec["id"], {"adopt_enqueued_at": now})
+            enqueue_drive(self.store.r, self.store, rec["id"], node_queue(self.node.name), at_front=True,
+                          max_seconds=float(rec.get("max_seconds") or 0) or None)
+            self.store.publish(rec["id"], {"type": "adoption", "node": self.node.name,
+                                           "message": "driver lease expired: re-adopting the run"})
+            adopted.append(rec["id"])
+        self._release_stale_gpus()
+        self._release_stale_swarm_ports()
+        return adopted
+
+    def _requeue_lost_jobs(self, unfinished: list[dict], now: float) -> list[str]:
+        """Queued experiments whose RQ job died before any driver claimed them (a slot or work-horse killed
+        between dequeue and claim: RQ marks the job failed/abandoned and nothing else would ever run it)."""
+        requeued = []
+        for rec in unfinished:
+            job_id = str(rec.get("job_id") or "")
+            if rec.get("state") != "queued" or not job_id or rec.get("owner"):
+                continue
+            try:
+                job = Job.fetch(job_id, connection=self.store.r, serializer=JSONSerializer)
+                status = job.get_status(refresh=False)
+                started = job.started_at.timestamp() if job.started_at else None
+                stuck = (status == JobStatus.STARTED and started is not None
+                         and time.time() - started > LOST_JOB_SECONDS) or _popped_and_dropped(job, status)
+            except NoSuchJobError:
+                status, stuck = None, False
+            if status is not None and status not in DEAD_JOB and not stuck:
+                continue
+            if not self.store.set_once(rec["id"], f"requeued:{job_id}", now):
+                continue  # another supervisor did it
+            enqueue_drive(self.store.r, self.store, rec["id"], str(rec.get("queue") or DEFAULT_QUEUE), at_front=True,
+                          max_seconds=float(rec.get("max_seconds") or 0) or None)
+            self.store.publish(rec["id"], {"type": "requeued", "job": job_id, "status": str(status or "missing"),
+                                           "message": "its job died before any worker claimed it: queued again"})
+            requeued.append(rec["id"])
+        return requeued
+
+    def _tmux(self) -> TmuxRunner:
+        if self._runner is None:
+            self._runner = TmuxRunner(self.settings.tmux_socket or None)
+        return self._runner
+
+    def _unfinished_here(self) -> list[dict]:
+        """This node's launched, unfinished experiments, only the fields the scan needs: from the node's
+        own index, so the scan costs the same whatever the other nodes run."""
+        return self.store.node_active(self.node.name, SCAN_FIELDS)
+
+    def _holder_is_stale(self, exp_id: str) -> bool:
+        """A GPU or swarm port holder that finished, vanished, or now runs on another node."""
+        rec = self.store.get(exp_id)
+        return rec is None or rec.get("state") == "finished" or (
+            rec.get("state") != "queued" and rec.get("node") not in ("", self.node.name))
+
+    def _release_stale_gpus(self) -> None:
+        """GPUs held by experiments that finished or vanished while their driver was dead."""
+        if not self.node.manages_gpus:
+            return
+        seen: set[str] = set()
+        for gpu, exp_id in self.store.gpu_owners(self.node.name).items():
+            if exp_id in seen:
+                continue
+            seen.add(exp_id)
+            rec = self.store.get(exp_id)
+            if held_by_gang(self.gangs, rec, self.node.name):
+                continue  # a member's GPUs of a multi-node run: the record names the head's node
+            if rec is not None and rec.get("state") == "finished" and int(rec.get("nnodes") or 1) > 1 and (
+                    released_all := self.gangs.release(exp_id)):  # every node's; the gang record expires
+                log.info("released the GPUs %s of multi-node run %s (stale)", released_all, exp_id)
+                continue
+            if self._holder_is_stale(exp_id):
+                released = self.store.release_gpus(self.node.name, exp_id)
+                log.info("released GPU(s) %s of %s (gpu %d was stale)", released, exp_id, gpu)
+
+    def _release_stale_swarm_ports(self) -> None:
+        """Swarm ports held by experiments that finished or vanished while their driver was dead:
+        otherwise every later swarm experiment on that port would wait queued for ever."""
+        for port, exp_id in self.store.swarm_port_owners(self.node.name).items():
+            if self._holder_is_stale(exp_id) and self.store.release_swarm_port(self.node.name, exp_id, port):
+                log.info("released swarm port %d of %s (stale)", port, exp_id)
+
+    def _undrain_on_start(self) -> None:
+        """A node comes back by itself: the drain its previous worker's preStop hook set ends now;
+        an operator's `drain --sticky` stays."""
+        try:
+            undone = self.store.undrain_on_start(self.node.name)
+            kept = None if undone else self.store.drain_info(self.node.name)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("redis unreachable, drain state not checked: %s", exc)
+            return
+        if undone:
+            log.info("node %s: taking work again (it was drained by %s%s before this worker started)",
+                     self.node.name, undone["by"] or "someone", f": {undone['reason']}" if undone["reason"] else "")
+        elif kept:
+            log.info("node %s stays drained: sticky drain by %s%s (ajet-runner drain --undo ends it)",
+                     self.node.name, kept["by"] or "someone", f": {kept['reason']}" if kept["reason"] else "")
+
+    # -- main loop -------------------------------------------------------------------------------
+    def run(self) -> None:
+        log.info("node %s: %d GPU(s), %d slot(s)", self.node.name, self.node.gpus, self.node.slots)
+        self._undrain_on_start()
+        next_beat = next_scan = 0.0
+        try:
+            while not self.stopping.is_set():
+                now = time.monotonic()
+                try:
+                    draining = self.store.draining(self.node.name)
+                    if now >= next_scan:
+                        self.adopt_orphans()
+                        next_scan = now + ADOPT_SCAN_SECONDS
+                    if now >= next_beat:
+                        self.heartbeat(draining)
+                        next_beat = now + HEARTBEAT_SECONDS
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    log.warning("redis unreachable: %s", exc)
+                    draining = False
+                self._keep_watcher()
+                if self.on_tick:
+                    self.on_tick(self)
+                self.stopping.wait(0.5)
+        finally:
+            self._stop_watcher()
+            self._leave()
+
+    def _leave(self) -> None:
+        """A clean exit with nothing left running here: stop listing the node (no "down" alert for
+        a node that left on purpose). With runs still in tmux it stays listed, and shows as down."""
+        try:
+            if not self._unfinished_here():
+                self.store.forget_node(self.node.name)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("could not unregister node %s: %s", self.node.name, exc)

@@ -1,0 +1,83 @@
+"""The node's watcher: one long-lived process that drives all of this node's experiments, a thread each.
+
+RQ still hands experiments to the node (`ajet_runner.workers.drive.jobs.drive` jobs on the node's own queue, then
+the shared one); the node's `slots` are threads of this process (workers/node/slot_worker.py), so
+watching one more run costs a thread and its buffers, not a Python process and a fork.
+
+Run by the node supervisor as `python -m ajet_runner.workers.node.watcher REDIS_URL NODE SLOTS`; it dies with the
+supervisor (PR_SET_PDEATHSIG), and the supervisor restarts it when it dies alone. While the node
+is drained it takes no new job and keeps watching its runs. On SIGTERM (a worker stopping,
+restarting or being upgraded) it takes no new job and every driver hands its run back at its next
+look (lease ended at once, so the next worker re-adopts it without waiting for the lease to run
+out); the runs themselves live on in tmux.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+import uuid
+
+import redis
+from rq.serializers import JSONSerializer
+
+from ajet_runner.logsetup import configure
+from ajet_runner.statemachine.signatures import use_extension
+from ajet_runner.store.queue import DRIVE_JOB, queue, queue_names
+from ajet_runner.store.settings import get_settings
+from ajet_runner.store.store import Store
+from ajet_runner.workers.drive.hosting import HOST
+from ajet_runner.workers.node.slot_worker import SlotWorker
+from ajet_runner.workers.process.lifeline import die_with_parent, expected_parent_from_env
+from ajet_runner.workers.report.plot_preload import preload_plotting
+
+log = logging.getLogger(__name__)
+HAND_BACK_SECONDS = 7.0  # the supervisor waits 10 s before SIGKILL
+
+
+def _draining(store: Store, node: str) -> bool:
+    try:
+        return store.draining(node)
+    except redis.RedisError:
+        return False  # the dequeue fails the same way and retries
+
+
+def _handing_back(signum: int, frame: object) -> None:
+    log.info("signal %d while the drivers hand their runs back: already stopping", signum)
+
+
+def main(argv: list[str]) -> int:
+    url, node, slots = argv[1], argv[2], int(argv[3])
+    die_with_parent(expected_parent_from_env())  # a SIGKILLed supervisor leaves no watcher behind
+    configure("watcher", node=node)  # level and format from the worker's environment
+    settings = get_settings()  # read (and cached) before the variable below leaves the environment
+    # The adviser's key stays in this process: experiments (tmux and the user's code) never inherit it.
+    os.environ.pop("AJET_RUNNER_LLM_API_KEY", None)
+    if settings.catalogue_extra:
+        use_extension(settings.catalogue_extra)  # checked by `ajet-runner worker` before it started us
+    HOST.active = True
+    preload_plotting()  # once per node, in the background: no report's plot pays matplotlib's import
+    importlib.import_module(DRIVE_JOB.rpartition(".")[0])  # the driver's code, before the first job needs it
+    conn = redis.Redis.from_url(url, health_check_interval=30)
+    store = Store(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5))
+    worker = SlotWorker([queue(conn, name) for name in queue_names(node)], slots=slots,
+                        paused=lambda: _draining(store, node), on_stop=HOST.stopping.set,
+                        connection=conn, serializer=JSONSerializer,
+                        name=f"{node}.watcher.{uuid.uuid4().hex[:6]}")
+    try:
+        worker.work(logging_level="WARNING", with_scheduler=False)
+    finally:
+        HOST.stopping.set()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # the supervisor's own SIGTERM must not cut the hand-back
+            signal.signal(sig, _handing_back)
+        left = worker.join(HAND_BACK_SECONDS)
+        if left:
+            log.warning("stopping with %d driver(s) still busy (their leases run out): %s", len(left), left)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

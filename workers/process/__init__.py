@@ -1,0 +1,1 @@
+"""The attempt's processes: the tmux session and its exit-code wrapper, the session host, scoped cleanup."""

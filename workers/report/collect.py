@@ -1,0 +1,123 @@
+"""Gathering what the report shows: results, attempts, repairs, the log tail."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ajet_runner.statemachine.lifecycle import Lifecycle
+from ajet_runner.statemachine.logmetrics import merge_file_and_log
+from ajet_runner.statemachine.logtext import clean_line
+from ajet_runner.statemachine.models import Blueprint
+from ajet_runner.statemachine.results import (
+    ResultSummary,
+    find_result_files,
+    parse_train_file,
+    parse_val_files,
+    summarize,
+)
+from ajet_runner.store.records import Context, ExperimentRecord
+from ajet_runner.workers.drive.watch import AttemptWatch, attempt_evaluations, own_offset, parse_own_results
+from ajet_runner.workers.process.tmux import session_name
+from ajet_runner.workers.report import ReportData
+from ajet_runner.workers.swarm.found_results import swarm_results_source
+
+
+def link_repair_outcomes(ctx: Context, outcome: str) -> None:
+    """Each relaunching repair learns what its next attempt did (the repair log's "what happened next")."""
+    for i, rep in enumerate(ctx.repairs):
+        if rep.relaunched:
+            nxt = rep.attempt + 1
+            later = ctx.attempt(nxt)
+            end = later.end_reason if later else ""
+            if i == len(ctx.repairs) - 1 or end:
+                rep.next = f"attempt {nxt}: {end or outcome}"
+
+
+def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, str]:
+    """This run's evaluations and a sentence saying where they came from.
+
+    The results file counts from where it stood at launch (an earlier run's lines before
+    that are not this run's); the attempt logs' console validation lines fill the steps the
+    file lacks (the file wins where both have a step).
+    """
+    sources: list[str] = []
+    file_summary: ResultSummary | None = None
+    discovered = swarm_results_source(bp, ctx.swarm) if not ctx.val_path else None
+    if discovered is not None:
+        file_summary, where = discovered.summary()
+        sources.append(where)
+    elif ctx.val_path and Path(ctx.val_path).exists():
+        offset = own_offset(ctx.val_path, ctx.val_start)
+        file_summary = parse_own_results(ctx.val_path, ctx.val_start)
+        what = "the blueprint's `[exp_val_result_path]`" if ctx.swarm else "the YAML's results file"
+        if ctx.val_chosen:
+            where = f"the runner's own results file `{ctx.val_path}`"
+        elif offset:
+            where = (f"`{ctx.val_path}` ({what}), only the lines written after launch: "
+                     f"its first {offset} bytes were already there and belong to earlier runs")
+        else:
+            where = f"`{ctx.val_path}` ({what}, new or emptied since launch)"
+        sources.append(f"{where}: {len(file_summary.evaluations)} evaluation(s)")
+    elif not ctx.val_path and Path(bp.exp_result_dir).exists():
+        files = find_result_files(bp.exp_result_dir)  # previous/ (earlier runs) is never searched
+        if files:
+            file_summary = parse_val_files(files)
+            sources.append("results files found in the result dir: "
+                           + ", ".join(f"`{f}`" for f in files))
+    console = attempt_evaluations(ctx.attempts)  # kept by the watcher: no log is parsed again here
+    log_summary = summarize(console) if console else None
+    summary = merge_file_and_log(file_summary, log_summary)
+    if console:
+        have = {e.step for e in file_summary.evaluations} if file_summary else set()
+        used = sorted({e.step for e in console} - have)
+        if used:
+            steps = ", ".join(str(s) for s in used[:12]) + (" …" if len(used) > 12 else "")
+            sources.append(f"the console log (`Initial/Final validation metrics` and val-core step lines): "
+                           f"step(s) {steps}")
+    if not sources:
+        sources.append("no results file and no validation line in the console log")
+    return (summary if summary.evaluations else None), "; ".join(sources)
+
+
+def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle, ctx: Context, *, node: str,
+                watch: AttemptWatch | None, started_at: float | None) -> ReportData:
+    summary, source = gather_results(bp, ctx)
+    train_steps = 0
+    if ctx.train_path and Path(ctx.train_path).exists():
+        train_steps = len(parse_train_file(ctx.train_path).steps)
+    tail: list[str] = watch.scanner.tail(60) if watch else []
+    if not tail and ctx.attempts:
+        tail = tail_file(ctx.attempts[-1].log_path, 60)
+    return ReportData(
+        id=exp_id, purpose=bp.exp_purpose, node=node,
+        tmux_session=rec.tmux_session or session_name(bp.exp_purpose, exp_id),
+        outcome=lc.outcome, reason=lc.reason, created_at=rec.created_at,
+        started_at=started_at, finished_at=time.time(), max_seconds=bp.exp_max_time_seconds,
+        result_dir=bp.exp_result_dir, blueprint_path=rec.blueprint_path,
+        yaml_path=bp.yaml_abspath(), patched_yaml_path=ctx.config_path,
+        attempts=list(ctx.attempts),
+        preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
+        preflight_env=ctx.preflight_env,
+        repairs=list(ctx.repairs),
+        evaluations=[e.model_dump() for e in summary.evaluations] if summary else [],
+        final=summary.final if summary else {}, best=summary.best if summary else {},
+        train_steps=train_steps, log_tail=tail, history=lc.history,
+        results_source=source if ctx.attempts else "", previous_run=ctx.previous_run,
+        nodes=list(ctx.gang.get("members") or []),
+        master={k: ctx.gang[k] for k in ("master_addr", "master_port", "nnodes") if k in ctx.gang},
+        swarm={k: ctx.swarm[k] for k in ("spec", "reused", "history") if k in ctx.swarm},
+    )
+
+
+def tail_file(path: str, lines: int) -> list[str]:
+    """The last cleaned lines of a log, reading only its last 64 KiB."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [clean_line(x) for x in text.splitlines()[-lines:]]

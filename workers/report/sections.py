@@ -1,0 +1,331 @@
+"""`experiment_report.md`: one section per topic; a section that fails says so instead of taking the report down."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ajet_runner.store.records import RepairRecord
+from ajet_runner.workers.report.data import (
+    DELTA_METRICS,
+    LOG_TAIL_LINES,
+    NA,
+    PLOT_NAME,
+    REPAIR_LOG_NAME,
+    RESULTS_NAME,
+    ReportData,
+)
+from ajet_runner.workers.report.evaluations import Eval, baselines, changes_since_baseline, delta, table_metrics
+from ajet_runner.workers.report.markdown import (
+    clean,
+    code_span,
+    fenced,
+    finite,
+    fmt_delta,
+    fmt_duration,
+    fmt_time,
+    fmt_value,
+    md_cell,
+    number,
+    path_link,
+    table,
+)
+
+
+@dataclass
+class ReportContext:
+    data: ReportData
+    evals: list[Eval]
+    now: float
+    plot_note: str  # "" when the plot was written
+
+    @property
+    def elapsed(self) -> float | None:
+        start = finite(self.data.started_at)
+        end = finite(self.data.finished_at)
+        if start is None:
+            return None
+        return (end if end is not None else self.now) - start
+
+
+def _summary(c: ReportContext) -> list[str]:
+    d = c.data
+    lines: list[str] = []
+    if d.purpose.strip():
+        lines += [f"> {clean(line)}".rstrip() for line in d.purpose.strip().splitlines()] + [""]
+    outcome = f"**{md_cell(d.outcome or 'unknown')}**" + (f" — {md_cell(d.reason, 600)}" if d.reason else "")
+    if d.tmux_session:
+        sock = f"-S {d.tmux_socket} " if d.tmux_socket else ""
+        where = f" on {md_cell(d.node)}" if d.node else ""
+        tmux = f"{code_span(d.tmux_session)} (attach{where}: {code_span(f'tmux {sock}attach -t {d.tmux_session}')})"
+    else:
+        tmux = NA
+    if d.started_at is None:
+        elapsed = "never launched"
+    else:
+        elapsed = fmt_duration(c.elapsed) + ("" if d.finished_at is not None else " (not finished)")
+    limit = fmt_duration(d.max_seconds) if d.max_seconds else "none"
+    used = finite(c.elapsed)
+    if used is not None and finite(d.max_seconds):
+        limit += f" ({100 * used / float(d.max_seconds):.0f}% used)"  # type: ignore[arg-type]
+    repairs = f"{repair_summary(d)} (see [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}))"
+    rows = [
+        ["Experiment", code_span(d.id)],
+        ["Outcome", outcome],
+        ["Node", md_cell(d.node or NA)],
+        ["tmux session", tmux],
+        ["Created", fmt_time(d.created_at)],
+        ["Started", fmt_time(d.started_at) if d.started_at is not None else "never launched"],
+        ["Finished", fmt_time(d.finished_at)],
+        ["Elapsed", elapsed],
+        ["Time limit", limit],
+        ["Attempts", str(len(d.attempts))],
+        ["Failures and repairs", repairs],
+        ["Evaluations", str(len(c.evals))],
+        ["Training steps logged", str(d.train_steps) if d.train_steps else NA],
+        ["Blueprint", path_link(d.blueprint_path, d.result_dir)],
+        ["YAML (original)", code_span(d.yaml_path)],
+        ["YAML (as run)", path_link(d.patched_yaml_path, d.result_dir)],
+        ["Result dir", code_span(d.result_dir)],
+    ]
+    if d.previous_run:
+        rows.append(["Previous run", f"[{md_cell(d.previous_run)}]({d.previous_run}/) (an earlier run's files, "
+                                     "moved aside before this one started)"])
+    return lines + table(["", ""], rows)
+
+
+def _headline(c: ReportContext) -> list[str]:
+    lines: list[str] = []
+    for dataset, metrics in changes_since_baseline(c.evals).items():
+        for metric, ch in metrics.items():
+            name = f"{metric} on {code_span(dataset)}" if dataset else metric
+            first = NA if ch["from_step"] is None else ch["from_step"]
+            last = NA if ch["to_step"] is None else ch["to_step"]
+            lines.append(
+                f"- {name}: {fmt_value(ch['from'], metric)} (step {first})"
+                f" → {fmt_value(ch['to'], metric)} (step {last}), change {fmt_delta(ch['change'])}"
+            )
+    return lines
+
+
+def _evaluations(c: ReportContext) -> list[str]:
+    source = [f"Where the numbers come from: {c.data.results_source}.", ""] if c.data.results_source else []
+    return source + _evaluation_table(c)
+
+
+def _evaluation_table(c: ReportContext) -> list[str]:
+    if not c.evals:
+        lines = ["**No evaluation was recorded.**", ""]
+        hint = "This run wrote no validation result and its log has no validation metrics line"
+        if c.data.train_steps:
+            hint += f" although {c.data.train_steps} training steps were logged"
+        hint += (
+            " — check `ajet.trainer_common.test_freq`, `val_before_train` and"
+            " `val_print_to_markdown_file_path` in the YAML as run, and the log below."
+        )
+        return lines + [hint]
+    metrics = table_metrics(c.evals)
+    base = baselines(c.evals)
+    header = ["step", "dataset"]
+    for m in metrics:
+        header.append(m)
+        if m in DELTA_METRICS:
+            header.append(f"Δ {m}")
+    rows: list[list[Any]] = []
+    for e in c.evals:
+        row: list[Any] = [str(e.step) if e.step is not None else NA, md_cell(e.dataset or "–")]
+        for m in metrics:
+            row.append(fmt_value(e.metrics.get(m), m))
+            if m in DELTA_METRICS:
+                row.append("baseline" if e is base.get(e.dataset) else fmt_delta(delta(e, base.get(e.dataset), m)))
+        rows.append(row)
+    lines = _headline(c)
+    lines += ["", "Every evaluation, in step order. Δ is the change since the dataset's step 0"
+              " (or its first evaluation when there is no step 0).", ""]
+    return lines + table(header, rows)
+
+
+def _best_final(c: ReportContext) -> list[str]:
+    final = c.data.final or {}
+    if not final and c.evals:  # the parser gave nothing: fall back to the newest evaluation
+        last = c.evals[-1]
+        final = {"step": last.step, "dataset": last.dataset, "metrics": last.metrics}
+    f_metrics = final.get("metrics") if isinstance(final.get("metrics"), dict) else {
+        k: v for k, v in final.items() if k not in ("step", "dataset") and number(v) is not None
+    }
+    best = c.data.best or {}
+    if not f_metrics and not best:
+        return ["No final or best values were recorded."]
+    lines: list[str] = []
+    if final:
+        where = f"step {final.get('step', NA)}"
+        if final.get("dataset"):
+            where += f", dataset {code_span(final.get('dataset'))}"
+        lines += [f"Final values are from {where}. Best values are the highest seen, with their step.", ""]
+    names = list(dict.fromkeys([*f_metrics, *best]))
+    rows = []
+    for name in names:
+        b = best.get(name)
+        if isinstance(b, dict):
+            b_value, b_step = b.get("value"), b.get("step")
+        else:
+            b_value, b_step = b, None
+        rows.append([
+            code_span(name),
+            fmt_value(f_metrics.get(name), name) if name in f_metrics else NA,
+            fmt_value(b_value, name) if name in best else NA,
+            str(b_step) if b_step is not None else NA,
+        ])
+    return lines + table(["metric", "final", "best", "best at step"], rows)
+
+
+def _plot(c: ReportContext) -> list[str]:
+    if c.plot_note:
+        return [f"No plot: {c.plot_note}."]
+    return [f"![mean_reward and task_pass_rate@k over steps]({PLOT_NAME})"]
+
+
+def _attempts(c: ReportContext) -> list[str]:
+    d = c.data
+    if not d.attempts:
+        return ["The command was never launched."]
+    rows = []
+    for a in d.attempts:
+        dur = None if a.ended_at is None else a.ended_at - a.started_at
+        rows.append([
+            str(a.number), fmt_time(a.started_at), fmt_time(a.ended_at) if a.ended_at is not None else "running",
+            fmt_duration(dur), NA if a.exit_code is None else str(a.exit_code), md_cell(a.end_reason or NA),
+            path_link(a.log_path, d.result_dir),
+        ])
+    lines = table(["#", "started", "ended", "duration", "exit code", "end", "log"], rows)
+    commands = list(dict.fromkeys(a.command for a in d.attempts if a.command))
+    if len(commands) == 1:
+        lines += ["", f"Command: {code_span(commands[0])}"]
+    else:
+        lines += [""] + [f"- attempt {a.number}: {code_span(a.command)}" for a in d.attempts if a.command]
+    return lines
+
+
+def _nodes(c: ReportContext) -> list[str]:
+    """A multi-node run: every node with its rank, GPUs, tmux session and log (rank 0 = the head)."""
+    d = c.data
+    rows = [[str(m.get("rank", "")), md_cell(m.get("node") or NA) + (" (head)" if m.get("rank") == 0 else ""),
+             md_cell(",".join(str(g) for g in m.get("gpus") or []) or NA), code_span(m.get("session") or NA),
+             path_link(str(m.get("log") or ""), d.result_dir) if m.get("log") else NA,
+             md_cell(m.get("state") or NA)] for m in d.nodes]
+    lines = table(["rank", "node", "GPUs", "tmux session", "log (last attempt)", "state"], rows)
+    if d.master:
+        lines += ["", f"MASTER_ADDR={code_span(d.master.get('master_addr'))}, "
+                  f"MASTER_PORT={code_span(d.master.get('master_port'))}, NNODES={d.master.get('nnodes')}; the "
+                  "non-head ranks start first, the head's exit decides the outcome."]
+    return lines
+
+
+def _preflight(c: ReportContext) -> list[str]:
+    d = c.data
+    lines: list[str] = []
+    if d.preflight_changes:
+        rows = [[code_span(ch.get("key", NA)), code_span(ch.get("old", "(unset)")),
+                 code_span(ch.get("new", "(unset)")), md_cell(ch.get("reason", ""))]
+                for ch in d.preflight_changes if isinstance(ch, dict)]
+        lines += ["Changed before the first launch (the original file is kept):", ""]
+        lines += table(["setting", "was", "now", "why"], rows)
+    else:
+        lines.append("The preflight changed nothing.")
+    if d.preflight_problems:
+        lines += ["", "Problems found:", ""]
+        lines += [f"- **{md_cell(p.get('level', '?'))}** {code_span(p.get('field', '?'))}: "
+                  f"{md_cell(p.get('message', ''), 600)}" for p in d.preflight_problems if isinstance(p, dict)]
+    decisions = [x for x in (d.preflight_env or {}).get("decisions", []) if isinstance(x, dict)]
+    if decisions:
+        where = md_cell((d.preflight_env or {}).get("environment", "") or NA)
+        lines += ["", f"Decisions that read the environment ({where}):", ""]
+        lines += [f"- {code_span(x.get('variable', '?'))} {'set' if x.get('is_set') else 'not set'}: "
+                  f"{md_cell(x.get('decision', ''))}" for x in decisions]
+    return lines
+
+
+def _repairs(c: ReportContext) -> list[str]:
+    d = c.data
+    if not d.repairs:
+        return [f"No failures. (The full trial-and-error record is in [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}).)"]
+    rows = [[str(i), fmt_time(r.at), str(r.attempt), code_span(r.signature or "unknown"),
+             md_cell("; ".join(r.changes) or NA), md_cell(r.source or NA), md_cell(r.result or NA),
+             md_cell(repair_next(d, r))] for i, r in enumerate(d.repairs, 1)]
+    lines = [f"Details, log excerpts and diffs: [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}).", ""]
+    return lines + table(["#", "when", "attempt", "diagnosis", "change", "source", "result", "next"], rows)
+
+
+def _timeline(c: ReportContext) -> list[str]:
+    entries = [h for h in c.data.history if isinstance(h, dict)]
+    if not entries:
+        return ["No lifecycle transitions were recorded."]
+    origin = finite(c.data.created_at)
+    if origin is None:
+        origin = finite(entries[0].get("at"))
+    rows = []
+    for h in entries:
+        at = finite(h.get("at"))
+        since = fmt_duration(at - origin) if at is not None and origin is not None else NA
+        rows.append([fmt_time(h.get("at")), since, md_cell(f"{h.get('from', '?')} → {h.get('to', '?')}"),
+                     md_cell(h.get("trigger", "")), md_cell(h.get("attempt", "")), md_cell(h.get("reason", ""))])
+    return table(["time", "since created", "transition", "trigger", "attempt", "reason"], rows)
+
+
+def _log_tail(c: ReportContext) -> list[str]:
+    lines = [clean(line).rstrip()[:1000] for line in c.data.log_tail[-LOG_TAIL_LINES:]]
+    if not lines:
+        return ["No log lines were captured."]
+    last = c.data.attempts[-1] if c.data.attempts else None
+    where = f" of attempt {last.number} ({path_link(last.log_path, c.data.result_dir)})" if last else ""
+    return [f"Last {len(lines)} lines{where}:", "", *fenced("\n".join(lines))]
+
+
+def repair_summary(data: ReportData) -> str:
+    """`2 failures, 1 relaunched after a repair` (a failure is not always followed by a repair)."""
+    failures = len(data.repairs)
+    if not failures:
+        return "no failures"
+    relaunched = sum(1 for r in data.repairs if r.relaunched)
+    return f"{failures} failure{'s' if failures != 1 else ''}, {relaunched} relaunched after a repair"
+
+
+def repair_next(data: ReportData, record: RepairRecord) -> str:
+    """The record's own `next`, else what the following attempt did, else how the experiment ended."""
+    if record.next.strip():
+        return md_cell(record.next, 1000)
+    following = next((a for a in data.attempts if a.number == record.attempt + 1), None)
+    if following is not None:
+        return f"attempt {following.number}: {md_cell(following.end_reason or 'still running')}"
+    return f"no further attempt; the experiment ended {md_cell(data.outcome or 'unknown')}"
+
+
+def _section(title: str, render: Callable[[ReportContext], list[str]], c: ReportContext) -> list[str]:
+    try:
+        body = render(c)
+    except Exception as exc:  # a report with one broken section beats no report
+        body = [f"_This section could not be rendered ({type(exc).__name__}: {clean(exc)[:300]})._"]
+    return [f"## {title}", "", *body, ""]
+
+
+def render_report(data: ReportData, evals: list[Eval], plot_note: str, now: float | None = None) -> str:
+    c = ReportContext(data=data, evals=evals, now=time.time() if now is None else now, plot_note=plot_note)
+    parts = [f"# Experiment report: {md_cell(data.id)}", ""]
+    for title, render in (
+        ("Summary", _summary),
+        ("Evaluations", _evaluations),
+        ("Best and final values", _best_final),
+        ("Reward plot", _plot),
+        ("Attempts", _attempts),
+        *((("Nodes", _nodes),) if data.nodes else ()),
+        ("Preflight", _preflight),
+        ("Repairs", _repairs),
+        ("Lifecycle timeline", _timeline),
+        ("Log tail", _log_tail),
+    ):
+        parts += _section(title, render, c)
+    parts.append(f"_Written by ajet-runner at {fmt_time(c.now)}; machine-readable copy: [{RESULTS_NAME}]"
+                 f"({RESULTS_NAME})._")
+    return "\n".join(parts) + "\n"
