@@ -163,7 +163,7 @@ def test_autokill_skips_the_gpu_check_and_kills_only_the_sandbox(codebase, make_
         killed = [int(p) for lst in re.findall(r"Successfully killed processes with PIDs: \[([\d, ]+)\]", res.stdout)
                   for p in lst.split(",")]
         assert victim.pid in killed
-        assert victim.wait(timeout=10) == -9  # TERM, then KILL one second later
+        assert victim.wait(timeout=10) == -15  # the TERM the killer sends first (KILL follows 1 s later)
         assert bystander.poll() is None and bystander.pid not in killed
         calls = [json.loads(line)["argv"] for line in
                  (codebase / ".conformance" / "ray-calls.jsonl").read_text().splitlines()]
