@@ -17,7 +17,8 @@ import pytest
 
 from tests.conformance import harness
 
-pytestmark = [pytest.mark.conformance, pytest.mark.slow]
+# The first test may build the conformance venv (about a minute warm, longer on a cold pip cache).
+pytestmark = [pytest.mark.conformance, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 STEP_LINE = re.compile(r"^step:(\d+) - ")
 BUSY = "0:80000:100,1:80000:79200"  # GPU 1 has 1 % free

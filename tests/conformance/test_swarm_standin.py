@@ -14,7 +14,8 @@ import pytest
 
 from tests.conformance import harness
 
-pytestmark = [pytest.mark.conformance, pytest.mark.slow]
+# The first test may build the conformance venv (about a minute warm, longer on a cold pip cache).
+pytestmark = [pytest.mark.conformance, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def _free_port() -> int:
