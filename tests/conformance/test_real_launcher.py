@@ -126,6 +126,27 @@ def test_nvidia_smi_failure_is_reported(codebase, make_env):
         "communicate with the NVIDIA driver.")
 
 
+def test_no_gpu_listed_and_no_nvidia_smi(codebase, make_env, conf_python):
+    res = harness.run_launcher(codebase, "--conf", "./minimal.yaml", env=make_env(gpus=""))
+    assert res.returncode == 1
+    assert res.stdout.rstrip().splitlines()[-1] == "RuntimeError: No GPUs detected by nvidia-smi."
+    env = make_env()
+    env["PATH"] = f"{Path(conf_python).parent}:/usr/bin:/bin"  # no fake nvidia-smi (and no --kill: safe)
+    res = harness.run_launcher(codebase, "--conf", "./minimal.yaml", env=env)
+    assert res.returncode == 1
+    assert res.stdout.rstrip().splitlines()[-1] == (
+        "RuntimeError: nvidia-smi not found. NVIDIA drivers/GPU may be unavailable.")
+
+
+def test_missing_model_dir_is_caught_before_training(codebase, make_env):
+    conf = _yaml_with(codebase, "nomodel.yaml", **{"model.path": "/no/such/models/Qwen2.5-7B"})
+    res = harness.run_launcher(codebase, "--conf", conf, env=make_env())
+    assert res.returncode == 1
+    assert res.stdout.rstrip().splitlines()[-1] == (
+        "AssertionError: Model path /no/such/models/Qwen2.5-7B does not exist. Please check your configuration.")
+    assert "Experiment Name: nomodel_" in res.stdout and "Running command:" not in res.stdout
+
+
 def test_skip_check_avail_gpu_does_not_exist_in_0_0_1(codebase, make_env):
     res = harness.run_launcher(codebase, "--conf", "./minimal.yaml", "--skip-check-avail-gpu",
                                env=make_env(gpus=BUSY))
