@@ -505,12 +505,14 @@ def _problems(root: Node, data: bytes) -> list[SyntaxProblem]:
     while stack:
         node = stack.pop()
         if node.is_missing or node.type == "ERROR":
-            row = node.start_point[0]
-            line_start = data.rfind(b"\n", 0, node.start_byte) + 1
-            col = len(decode(data[line_start : node.start_byte])) + 1
+            raw = data[node.start_byte : node.end_byte]
+            start = node.start_byte + len(raw) - len(raw.lstrip())  # an ERROR may start with the blank before it
+            row = data.count(b"\n", 0, start)
+            line_start = data.rfind(b"\n", 0, start) + 1
+            col = len(decode(data[line_start:start])) + 1
             what = f"missing `{node.type}`" if node.is_missing else \
-                f"unexpected `{_shown(_raw(node, data))}`" if node.end_byte > node.start_byte else "unexpected end"
-            out.append(SyntaxProblem(node.start_byte, node.end_byte, f"{what} at line {row + 1}, column {col}"))
+                f"unexpected `{_shown(decode(raw))}`" if raw.strip() else "unexpected end"
+            out.append(SyntaxProblem(start, node.end_byte, f"{what} at line {row + 1}, column {col}"))
         stack.extend(c for c in node.children if c.has_error or c.is_missing)
     return sorted(out, key=lambda p: (p.start, p.end))
 
