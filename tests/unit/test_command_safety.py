@@ -185,6 +185,9 @@ PLACES = [
     "bash -c {Q(L)}", "sh -c {Q(L)}", "bash -ec {Q(L)}", "bash -c {Q(true && L)}", "f() {{ {L}; }}\nf",
     "if true; then\n  {L}\nfi", "bash <<'EOF'\n{L}\nEOF", "x=$({L})", "{L} 2>&1 | cat", "nohup {L} &\nwait",
     "bash -c {Q(bash -c Q(L))}", "env {L}", "timeout 30 {L}", "eval {Q(L)}",
+    # read since the tree-sitter parser (bashlex refused them, or missed the herestring)
+    "case x in x) {L};; esac", "[[ -n x ]] && {L}", "timeout $((10 * 3)) {L}", "bash <<< {Q(L)}",
+    "{{ {L}; }} 2>&1 | cat", "{L} > out.log",
 ]
 
 
