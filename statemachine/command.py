@@ -207,7 +207,7 @@ class _Scan:
 
 def _resolve(words: list[Word]) -> tuple[int, list[str]]:
     """Index of the real program behind wrappers (`env A=1`, `nohup`, `proxychains4 -q`, `sudo -u x`)."""
-    i, wrappers = 0, []
+    i, wrappers = 0, list[str]()
     while i < len(words):
         name = os.path.basename(words[i].value)
         if name not in _ALL_WRAPPERS:

@@ -442,7 +442,8 @@ class _Walk:
     def heredoc(self, node: Node, cmd: Command, index: int, ctx: _Ctx, later: list[tuple[Node, _Ctx]]) -> list[Node]:
         """Read `<<EOF ... EOF`: its body, and what the grammar hangs on it from the delimiter's line
         (the command's further words and redirections; a `|` pipeline or a `&&` chain that follows)."""
-        literal, at, tail = False, node.start_byte, []
+        literal, at = False, node.start_byte
+        tail: list[Node] = []
         body: Node | None = None
         for child in node.children:
             kind = child.type
@@ -542,7 +543,7 @@ def _segments(root: Node) -> list[Segment]:
         tail = _heredoc_chain(doc) if doc is not None else []
         if node.end_byte == node.start_byte:
             continue  # a MISSING command (`a && `): nothing to run
-        if not tail:
+        if not tail or doc is None:
             out.append(Segment(node.start_byte, node.end_byte, ((node.start_byte, node.end_byte),)))
             continue
         end = _line_end(doc)
