@@ -50,13 +50,14 @@ def _corpus() -> list[str]:
 
 
 def _clear() -> None:
-    """Forget cached parses (both implementations keep one per text)."""
+    """Forget cached parses and scans (both implementations keep one per text)."""
     from ajet_runner.statemachine import shell_ast
 
-    for name in dir(shell_ast):
-        fn = getattr(shell_ast, name)
-        if callable(getattr(fn, "cache_clear", None)):
-            fn.cache_clear()
+    for module in (shell_ast, cmdlib):
+        for name in dir(module):
+            fn = getattr(module, name)
+            if callable(getattr(fn, "cache_clear", None)):
+                fn.cache_clear()
 
 
 def _pipeline(cmd: str) -> None:

@@ -29,6 +29,7 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import PurePath
 from typing import Any
 
@@ -333,8 +334,12 @@ def _unreadable(script: Script, scan: _Scan) -> bool:
     return False
 
 
+@lru_cache(maxsize=256)
 def _scan(text: str, depth: int) -> _Scan:
-    """The launcher calls and nested shell strings of `text` (one level), and what cannot be read."""
+    """The launcher calls and nested shell strings of `text` (one level), and what cannot be read.
+
+    Cached: the preflight asks several questions of one command (analyse, drop hazards, point
+    --conf, add a flag, find its segment); callers read the result and never change it."""
     script = parse(text)
     scan = _Scan(script)
     # (start, end, kind, value): launcher | nested | inert | exposed | container | comment
