@@ -10,9 +10,12 @@ is error-tolerant: what it cannot read becomes ERROR or MISSING nodes, reported 
 Three quirks of the grammar are undone here, so callers see bash's structure:
 - words after a redirection's target (`cmd > log --flag`, `cmd 2>&1 -m x`) are arguments of the
   command, as in bash, not further targets;
-- what follows a heredoc's delimiter on its line (`bash <<EOF --x | tee y && z`) belongs to the
-  command, its pipeline or the chain, not to the heredoc;
+- what follows a heredoc's delimiter on its line (`cat <<EOF --x`, `bash <<EOF | tee y`,
+  `bash <<EOF && z`) belongs to the command, its pipeline or the chain, not to the heredoc;
 - a redirection of a compound command (`{ echo x; } > f`) applies to every command inside it.
+
+There is no lexer here: quote removal reads the tree's leaves (`word`, `raw_string`, `string_content`)
+and only undoes their backslash escapes.
 
 `tree_sitter` is imported on the first parse, not with this module: the CLI's `--help` does not
 load the grammar.
@@ -28,7 +31,10 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser
 
-__all__ = ["Command", "Heredoc", "Region", "Script", "Segment", "SyntaxProblem", "Word", "parse", "unquote"]
+__all__ = [
+    "EXPOSED_CONTEXT", "INERT_CONTEXT", "Command", "Heredoc", "Region", "Script", "Segment", "SyntaxProblem", "Word",
+    "decode", "encode", "parse", "unquote",
+]
 
 _EXPANSIONS = frozenset({
     "simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion",
