@@ -39,6 +39,7 @@ __all__ = [
     "PreflightPlan",
     "gang_shape",
     "gpus_needed",
+    "launch_workdir",
     "nnodes",
     "plan_preflight",
     "preflight",
@@ -485,6 +486,12 @@ class _Planner:
             self.problem(Level.warning, "ajet.experiment_name",
                          f"experiment_name={name!r}: a rerun with this name resumes from its checkpoint and "
                          "appends to the same result files; give a new experiment its own name")
+
+
+def launch_workdir(bp: Blueprint, command: str) -> str:
+    """Where the launcher runs (the codebase dir, moved by any `cd X` before it): relative paths in
+    the YAML (results files, checkpoint_base_dir) are relative to it."""
+    return _Planner(bp, None).workdir(command)
 
 
 def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | None = None) -> PreflightPlan:
