@@ -29,6 +29,7 @@ AUTO_NAME = "read_yaml_name"
 CHECKPOINT_BASE_DEFAULT = "./saved_checkpoints"  # ajet_default.yaml
 PROJECT_DEFAULT = "ajet_default_project"  # ajet_default.yaml
 TRACKER = "latest_checkpointed_iteration.txt"
+ISOLATED_DIR = "checkpoints"  # in the result dir: a new experiment whose name already has checkpoints
 
 _NAME = re.compile(r"Experiment Name: (\S.*?)\s*$")
 _STEP = re.compile(r"^Setting global step to (\d+)\s*$")
