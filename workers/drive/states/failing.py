@@ -98,7 +98,9 @@ def _resolve(d: ExperimentDriver, actions: list[RepairAction], sig_id: str) -> t
     """The plan against this experiment, avoiding a next attempt an earlier failed one already ran."""
     data = read_yaml_data(Path(d.ctx.config_path)) if d.ctx.config_path else {}
     earlier = earlier_failures(d.ctx, d.lc.attempt, sig_id)
-    own = None if d.runner.remote() else bool(processes_with_marker(MARKER, d.id))
+    # Whether a process cleanup would find anything: only known for a run whose processes all live on
+    # this host (not behind a session host, not a multi-node gang whose ranks run elsewhere).
+    own = None if d.runner.remote() or d.gang is not None else bool(processes_with_marker(MARKER, d.id))
     gpus = _gpu_facts(d, data) if any(a.kind == "confine_gpus" for a in actions) else None
 
     def identical(resolved: ResolvedRepair) -> int | None:
