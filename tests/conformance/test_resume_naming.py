@@ -1,14 +1,13 @@
-"""The runner's idea of AgentJet's experiment names and verl's checkpoint dir, checked against the REAL
-agentjet==0.0.1 code (`prepare_experiment_config`, `align_parameters`) in the conformance venv
-(scripts/conformance-venv.sh; AJET_CONF_VENV or build/conformance-venv). GPU stand-ins only; no trainer.
+"""The runner's resume facts against the REAL agentjet 0.0.1 launcher (tests/conformance/harness.py):
+the name AgentJet gives an unnamed experiment, read back from the log as the runner reads an attempt's,
+verl's checkpoint dir as the runner computes it, and a relaunch whose YAML copy pins that name — the
+change the runner's repair makes (workers/repair/resume.py) — resuming at the checkpoint's step.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
+import re
 from pathlib import Path
 
 import pytest
@@ -16,67 +15,45 @@ import yaml
 
 from ajet_runner.statemachine.checkpoints import checkpoint_dir, explicit_name, parse_start
 from ajet_runner.statemachine.logtext import clean_line
+from ajet_runner.statemachine.models import ConfigChange
+from ajet_runner.workers.repair.config_patch import patch_yaml_text
 from ajet_runner.workers.repair.gpus import launcher_skip_support
+from ajet_runner.workers.repair.resume import latest_checkpoint
+from tests.conformance import harness
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIGS = REPO / "tests" / "conformance" / "configs"
-STANDINS = REPO / "tests" / "conformance" / "standins"
-VENV = Path(os.environ.get("AJET_CONF_VENV") or REPO / "build" / "conformance-venv")
-PY = VENV / "bin" / "python"
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not PY.exists(), reason=f"no conformance venv at {VENV} "
-                                                   "(scripts/conformance-venv.sh builds it)")]
-
-SCRIPT = r"""
-import json, os, shutil, sys
-from ajet.utils.config_utils import align_parameters, prepare_experiment_config
-from omegaconf import OmegaConf
-fp, base, name, cfg = prepare_experiment_config(os.path.abspath(sys.argv[1]), "saved_experiments", "verl")
-shutil.copyfile(fp, "aligned.yaml")
-align_parameters(fp, "aligned.yaml", "ajet/default_config/verl/config_auto_convertion_verl.jsonc", "verl")
-trainer = OmegaConf.load("aligned.yaml").trainer
-print("RESULT " + json.dumps({"name": name, "local_dir": str(trainer.default_local_dir),
-                              "resume_mode": str(trainer.resume_mode)}))
-"""
+pytestmark = [pytest.mark.conformance, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
-def run_real(workdir: Path, yaml_name: str) -> tuple[dict, list[str]]:
-    env = {**os.environ, "PYTHONPATH": str(STANDINS)}
-    done = subprocess.run([str(PY), "-c", SCRIPT, yaml_name], cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=180, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    [line] = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    return json.loads(line[len("RESULT "):]), [clean_line(x) for x in (done.stdout + done.stderr).splitlines()]
+def lines_of(stdout: str) -> list[str]:
+    return [clean_line(x) for x in stdout.splitlines()]
 
 
-@pytest.fixture()
-def codebase(tmp_path: Path) -> Path:
-    shutil.copytree(CONFIGS / "codebase", tmp_path, dirs_exist_ok=True)
-    return tmp_path
-
-
-def test_an_unnamed_experiment_gets_the_name_and_checkpoint_dir_the_runner_expects(codebase: Path) -> None:
-    shutil.copyfile(CONFIGS / "minimal.yaml", codebase / "math.yaml")
-    data = yaml.safe_load((codebase / "math.yaml").read_text())
+def test_an_oom_after_a_checkpoint_resumes_at_its_step_once_the_name_is_pinned(codebase: Path, make_env) -> None:
+    data = yaml.safe_load((codebase / "minimal.yaml").read_text())  # save_freq 2, 6 steps, no name
     assert explicit_name(data) is None
-    real, log = run_real(codebase, "math.yaml")
-    facts = parse_start(log)  # the runner reads the name from the log, as it does from an attempt's
-    assert facts.experiment_name == real["name"] and real["name"].startswith("math_")
-    assert len(real["name"]) == len("math_YYYYmmdd_HHMM")
-    assert checkpoint_dir(data, real["name"], str(codebase)) == os.path.normpath(codebase / real["local_dir"])
-    assert real["resume_mode"] == "auto"
+    env = make_env(extra={"AJET_CONF_FAIL_AT_STEP": "5", "AJET_CONF_FAIL_KIND": "cuda_oom"})
+    first = harness.run_launcher(codebase, "--conf", "./minimal.yaml", env=env)
+    assert first.returncode == 1, first.stdout[-3000:]
+    facts = parse_start(lines_of(first.stdout))
+    assert re.fullmatch(r"minimal_\d{8}_\d{4}", facts.experiment_name) and facts.start_step == 0
+    ckpt = checkpoint_dir(data, facts.experiment_name, str(codebase))
+    assert ckpt == os.path.normpath(codebase / "saved_checkpoints" / "conformance" / facts.experiment_name)
+    assert latest_checkpoint(ckpt) == 4  # the tracker file verl wrote (no newline), naming global_step_4
+
+    # The repair's change: the name pinned in a copy beside the original (the user's file untouched).
+    text = (codebase / "minimal.yaml").read_text()
+    pin = ConfigChange(key="ajet.experiment_name", old=None, new=facts.experiment_name, reason="resume")
+    copy = codebase / ".ajet-runner" / "exp" / "minimal.yaml"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(patch_yaml_text(text, [pin]))
+    second = harness.run_launcher(codebase, "--conf", "./.ajet-runner/exp/minimal.yaml", env=make_env())
+    assert second.returncode == 0, second.stdout[-3000:]
+    again = parse_start(lines_of(second.stdout))
+    assert again.experiment_name == facts.experiment_name and again.start_step == 4
+    assert again.resumed_from.endswith(f"saved_checkpoints/conformance/{facts.experiment_name}/global_step_4")
+    assert (codebase / "minimal.yaml").read_text() == text
 
 
-def test_a_pinned_name_is_kept_verbatim_so_the_same_checkpoint_dir_is_used(codebase: Path) -> None:
-    data = yaml.safe_load((CONFIGS / "minimal.yaml").read_text())
-    data["ajet"]["experiment_name"] = "math_20260129_1741"  # what a repair pins
-    data["ajet"]["trainer_common"]["checkpoint_base_dir"] = str(codebase / "results" / "checkpoints")  # isolated
-    (codebase / "math.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    real, log = run_real(codebase, "math.yaml")
-    assert real["name"] == "math_20260129_1741" == parse_start(log).experiment_name
-    assert checkpoint_dir(data, real["name"], str(codebase)) == os.path.normpath(real["local_dir"])
-
-
-def test_agentjet_0_0_1_has_no_skip_flag_and_the_runner_sees_that(codebase: Path) -> None:
-    supported, where = launcher_skip_support(str(codebase), str(PY))
+def test_agentjet_0_0_1_has_no_skip_flag_and_the_runner_sees_that(codebase: Path, conf_python: str) -> None:
+    supported, where = launcher_skip_support(str(codebase), conf_python)
     assert supported is False and where.endswith("ajet/launcher.py") and "site-packages" in where
