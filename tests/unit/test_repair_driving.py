@@ -104,3 +104,32 @@ def test_a_cleanup_that_found_nothing_is_not_claimed_as_done(store: Store, tmp_p
     [repair] = rec.ctx.repairs
     assert repair.identical_to == 1 and not any("clean up" in c for c in repair.changes)
     assert sum("nothing of its own to stop" in s for s in repair.skipped) == 2
+
+
+def test_a_stop_during_a_transient_wait_ends_the_run_cancelled_at_once(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    (tmp_path / "empty-bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no nvidia-smi: not confinable, only waited for
+    exp_id = uuid.uuid4().hex[:12]
+    seed(store, exp_id, tmp_path)
+    busy = "RuntimeError: GPU memory check failed: all GPUs must have >= 95% free. Violations: GPU 0 (H100)"
+    runner = InMemoryRunner(failed_with(busy))
+    result: list[tuple[str, ExperimentRecord]] = []
+    thread = threading.Thread(target=lambda: result.append(drive(store, exp_id, runner)), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while (rec := store.record(exp_id)) is None or rec.state != "repairing":
+        assert time.monotonic() < deadline, "the run never started its wait"
+        time.sleep(0.02)
+    asked = time.monotonic()
+    store.request_cancel(exp_id)
+    thread.join(30)
+    assert result and time.monotonic() - asked < 5  # the 60 s backoff was not waited out
+    outcome, rec = result[0]
+    assert outcome == "cancelled" and len(runner.started) == 1
+    [repair] = rec.ctx.repairs
+    assert repair.identical_to == 1 and any("a stop was requested" in c for c in repair.changes)
+    assert any("not confined: nvidia-smi is not installed" in s for s in repair.skipped)
