@@ -155,7 +155,11 @@ class NodeSupervisor:
                 stuck = (status == JobStatus.STARTED and started is not None
                          and time.time() - started > LOST_JOB_SECONDS) or _popped_and_dropped(job, status)
             except NoSuchJobError:
+                # A submission adds the job once its result dir is archived (service/submit.py): a young
+                # record's job may simply not be there yet.
                 status, stuck = None, False
+                if time.time() - float(rec.get("created_at") or 0) < LOST_JOB_SECONDS:
+                    continue
             if status is not None and status not in DEAD_JOB and not stuck:
                 continue
             if not self.store.set_once(rec["id"], f"requeued:{job_id}", now):
