@@ -95,7 +95,9 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request, who: Viewer = Depends(viewer)) -> Response:
-    sessions(request).check_csrf(request, who, (await form(request)).get("csrf", ""))
+    s = sessions(request)
+    s.check_csrf(request, who, (await form(request)).get("csrf", ""))
+    await run_in_threadpool(s.end, who)  # revoked server-side, not only dropped from this browser
     resp = RedirectResponse("/ui/login", status_code=303)
     resp.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
     return resp
