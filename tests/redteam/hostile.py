@@ -139,3 +139,11 @@ NOT_SECRETS = [
     "'num_pass_n_tasks(pass@4)': 1101", "pass_n: 4", "--max-tokens 2048", "PWD=/work/codebase",
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
 ]
+
+# One answer may hold at most 20 changes (statemachine/advice.py MAX_CHANGES): the red-team pass's own six
+# and model.path first, then one of each other kind.
+_ANSWER_KEYS = ["OPENAI_BASE_URL", "HF_ENDPOINT", "HTTPS_PROXY", "WANDB_BASE_URL", "RAY_ADDRESS", "SHELLOPTS",
+                "ajet.model.path", "BASHOPTS", "MASTER_ADDR", "LD_PRELOAD", "PYTHONPATH", "NCCL_NET_PLUGIN",
+                "REDIS_URL", "http_proxy", "HF_TOKEN", "ajet.task_judge.base_url", "ajet.experiment_name",
+                "ajet.task_reader.huggingface_dat_repo.dataset_path", "--autokill", ""]
+HOSTILE_ANSWER: list[dict[str, Any]] = [next(c for c in HOSTILE_CHANGES if c["key"] == k) for k in _ANSWER_KEYS]
