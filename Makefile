@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install install-test demo test lint bench fuzz chaos clean
+.PHONY: install install-test demo test lint bench fuzz chaos redteam clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -46,6 +46,12 @@ bench: install-test
 # host cut; prints the figures and fails unless 0 duplicates / 0 lost / 0 orphans (needs root).
 chaos: install-test
 	$(BIN)/python bench/chaos.py --experiments $(or $(CHAOS_EXPERIMENTS),200)
+
+# The red team with real processes (concurrent same-dir submissions, foreign Hosts, previous symlinks, a
+# hostile model in a real run, planted secrets, /proc cmdlines, Chromium XSS/rebinding/framing); prints
+# the table tried / how many / result. Its fast cases run in `make test` too (tests/redteam).
+redteam: install-test
+	$(BIN)/python tests/redteam/run.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

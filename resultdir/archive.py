@@ -19,6 +19,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ajet_runner.resultdir.confined import TEMP_PREFIX, fsync_dir, move_at, open_dir, open_subdir, read_at
 from ajet_runner.resultdir.flag import FLAG_NAME
 from ajet_runner.resultdir.names import LOGS_DIR, PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 
@@ -31,19 +32,20 @@ RUNNER_NAMES = (
 _MARKERS = (FLAG_NAME, REPORT_NAME, RESULTS_NAME, REPAIR_LOG_NAME)
 
 
-def _stamp(result_dir: Path) -> str:
-    """The earlier run's `finished_at` (from its flag), else the newest file time, as a dir name."""
+def _stamp(dfd: int) -> str:
+    """The earlier run's `finished_at` (from its flag, never read through a link), else the newest file
+    time, as a dir name."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        data = json.loads((result_dir / FLAG_NAME).read_text(encoding="utf-8"))
+        data = json.loads(read_at(dfd, FLAG_NAME, 65536).decode("utf-8"))
         text = str(data.get("finished_at") or "")
         if re.fullmatch(r"[0-9T:\-+.Z]{10,40}", text):
             return text.replace(":", "-")
     newest = 0.0
     with contextlib.suppress(OSError):
-        for entry in os.scandir(result_dir):
-            if entry.name != PREVIOUS_DIR:
+        for name in os.listdir(dfd):
+            if name != PREVIOUS_DIR:
                 with contextlib.suppress(OSError):
-                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+                    newest = max(newest, os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime)
     moment = datetime.fromtimestamp(newest or time.time(), tz=timezone.utc)
     return moment.strftime("%Y-%m-%dT%H-%M-%SZ")
 
@@ -56,34 +58,62 @@ def _inside(path: str, root: Path) -> bool:
     return real == base or real.startswith(base.rstrip("/") + "/")
 
 
-def earlier_run_files(result_dir: str | os.PathLike[str], codebase: str = "") -> list[str]:
-    """The entries of `result_dir` an archive would move (sorted names)."""
-    root = Path(result_dir)
-    try:
-        names = sorted(e.name for e in os.scandir(root))
-    except OSError:
-        return []
-    names = [n for n in names if n != PREVIOUS_DIR and not n.startswith(".ajet-tmp-")]
+def _names(listed: list[str], root: Path, codebase: str) -> list[str]:
+    names = sorted(n for n in listed if n != PREVIOUS_DIR and not n.startswith(TEMP_PREFIX))
     ours = [n for n in names if n in RUNNER_NAMES]
     wholesale = any(n in _MARKERS for n in names) and not (codebase and _inside(codebase, root))
     return names if wholesale else ours
 
 
+def earlier_run_files(result_dir: str | os.PathLike[str], codebase: str = "") -> list[str]:
+    """The entries of `result_dir` an archive would move (sorted names)."""
+    root = Path(result_dir)
+    try:
+        listed = os.listdir(root)
+    except OSError:
+        return []
+    return _names(listed, root, codebase)
+
+
 def archive_previous_run(result_dir: str | os.PathLike[str], codebase: str = "") -> str:
     """Move an earlier run's files into `previous/<stamp>/`; returns that path relative to the
-    result dir (`""` when there was nothing to move). Raises OSError when a move fails."""
+    result dir (`""` when there was nothing to move). Raises OSError when a move fails, and
+    SymlinkRefused (an OSError) when `previous` (or the stamp dir) is a symlink.
+
+    Through the confined writer: the result dir opened as a directory fd (inside the allowed roots when
+    confined), `previous/` and the stamp dir opened relative to it with O_NOFOLLOW, every entry moved
+    with renameat between those fds: nothing is resolved by path once the dir is open, so no link swapped
+    in can send the files (or a new directory) anywhere else."""
     root = Path(result_dir)
-    names = earlier_run_files(root, codebase)
-    if not names:
+    try:
+        rfd = open_dir(root, create=False)
+    except FileNotFoundError:
         return ""
-    stamp = _stamp(root)
-    target = root / PREVIOUS_DIR / stamp
-    n = 1
-    while target.exists():
-        target = root / PREVIOUS_DIR / f"{stamp}-{n}"
-        n += 1
-    target.mkdir(parents=True)
-    # The flag first: from this moment no client can take the earlier run's flag for this run's.
-    for name in sorted(names, key=lambda x: x != FLAG_NAME):
-        os.replace(root / name, target / name)
-    return str(target.relative_to(root))
+    try:
+        names = _names(os.listdir(rfd), root, codebase)
+        if not names:
+            return ""
+        stamp = _stamp(rfd)
+        pfd = open_subdir(rfd, PREVIOUS_DIR, create=True, where=str(root), what="the archive of an earlier run")
+        try:
+            name, n = stamp, 1
+            while True:
+                try:
+                    os.mkdir(name, 0o755, dir_fd=pfd)
+                    break
+                except FileExistsError:  # never reused, never followed if it is a link
+                    name, n = f"{stamp}-{n}", n + 1
+            tfd = open_subdir(pfd, name, where=str(root / PREVIOUS_DIR), what="the archive of an earlier run")
+            try:
+                # The flag first: from this moment no client can take the earlier run's flag for this run's.
+                for entry in sorted(names, key=lambda x: x != FLAG_NAME):
+                    move_at(rfd, entry, tfd)
+                fsync_dir(tfd)
+            finally:
+                os.close(tfd)
+        finally:
+            os.close(pfd)
+        fsync_dir(rfd)
+    finally:
+        os.close(rfd)
+    return f"{PREVIOUS_DIR}/{name}"

@@ -1,9 +1,11 @@
-"""Atomic file writes and the `finish.flag` that tells a waiting client the experiment is over.
+"""The `finish.flag` that tells a waiting client the experiment is over.
 
 Clients (people, CI jobs, the research agent) poll for `<exp_result_dir>/finish.flag` and
 read the report as soon as it appears, so the flag must be written after everything else
-and must never be seen half-written: every file goes to a temp file in the same directory,
-is fsynced, then renamed over the target with `os.replace` (atomic on POSIX).
+and must never be seen half-written: it is written by the confined writer
+(ajet_runner.resultdir.confined: a temp file in the same directory, fsynced, renamed over the
+target relative to the directory's fd), which also writes every other result file; its
+atomic writes are re-exported here for the callers that write beside the flag.
 """
 
 from __future__ import annotations
@@ -12,76 +14,17 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ajet_runner.resultdir.roots import open_dir
+from ajet_runner.resultdir.confined import TEMP_PREFIX, atomic_write_bytes, atomic_write_text, open_dir, remove_file
+
+__all__ = ["FLAG_NAME", "TEMP_PREFIX", "atomic_write_bytes", "atomic_write_text", "clear_finish_flag", "iso_utc",
+           "read_finish_flag", "remove_file", "remove_temp_files", "write_error_reason", "write_finish_flag"]
 
 FLAG_NAME = "finish.flag"
-TEMP_PREFIX = ".ajet-tmp-"
-_DEFAULT_MODE = 0o644  # result files are for people to read; mkstemp would leave 0600
-
-
-def _fsync_dir(dir_fd: int) -> None:
-    """Make the rename itself durable (best effort: some filesystems refuse fsync on a dir)."""
-    with contextlib.suppress(OSError):
-        os.fsync(dir_fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
-    """Write `data` to `path` so readers see the old file or the whole new one, never a part.
-
-    openat-style: the directory is opened once (confined to the allowed roots when a
-    :func:`ajet_runner.resultdir.roots.confined` block is active), the temp file is created in it with
-    O_EXCL|O_NOFOLLOW and renamed relative to that fd, so no symlink is followed out of it.
-    On any error (e.g. ENOSPC) the temp file is removed before the error propagates.
-    """
-    target = Path(path)
-    dfd = open_dir(target.parent)
-    try:
-        if mode is None:
-            try:
-                mode = os.stat(target.name, dir_fd=dfd, follow_symlinks=False).st_mode & 0o7777
-            except OSError:
-                mode = _DEFAULT_MODE
-        tmp = f"{TEMP_PREFIX}{target.name}.{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-                os.fchmod(fh.fileno(), mode)
-            os.replace(tmp, target.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            if isinstance(exc, OSError) and not os.path.isabs(str(exc.filename or "")):
-                exc.filename = str(target)  # the reason names the file, e.g. ENOSPC on finish.flag
-            raise
-        _fsync_dir(dfd)
-    finally:
-        os.close(dfd)
-    return target
-
-
-def remove_file(path: str | os.PathLike[str]) -> bool:
-    """Unlink `path` relative to its (confined) directory; True if it was there."""
-    target = Path(path)
-    try:
-        dfd = open_dir(target.parent, create=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    try:
-        os.unlink(target.name, dir_fd=dfd)
-    except FileNotFoundError:
-        return False
-    finally:
-        os.close(dfd)
-    return True
 
 
 def remove_temp_files(result_dir: str | os.PathLike[str]) -> list[str]:
@@ -110,11 +53,6 @@ def write_error_reason(exc: OSError) -> str:
     text = exc.strerror or str(exc)
     where = f": {exc.filename}" if exc.filename else ""
     return f"{name} ({text}){where}" if name else f"{text}{where}"
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """UTF-8 text through :func:`atomic_write_bytes`."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def iso_utc(epoch: float) -> str:

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ajet_runner.resultdir.archive import archive_previous_run
-from ajet_runner.resultdir.flag import atomic_write_text, iso_utc, write_finish_flag
+from ajet_runner.resultdir.confined import atomic_write_text, make_dir
+from ajet_runner.resultdir.flag import iso_utc, write_finish_flag
 from ajet_runner.resultdir.names import REPORT_NAME
 from ajet_runner.statemachine.models import Problem
 
@@ -70,7 +71,7 @@ def write_refusal(result_dir: str, exp_id: str, purpose: str, problems: Sequence
         return False
     now = time.time()
     try:
-        Path(result_dir).mkdir(parents=True, exist_ok=True)
+        make_dir(result_dir)
         previous = archive_previous_run(result_dir, codebase)
         atomic_write_text(Path(result_dir) / REPORT_NAME,
                           refusal_report(exp_id, purpose, problems, blueprint_path, now, previous))

@@ -1,9 +1,9 @@
 """The allowed roots, enforced where files are written and commands launched (not only at submission).
 
 A path checked once at submission can be swapped for a symlink afterwards, so every write of the
-runner (reports, `finish.flag`, config copies, the patched YAML) opens its directory by walking
-down from a resolved root with `O_NOFOLLOW` on each component (openat-style): a component that is
-(or became) a symlink is refused, and so is a directory whose real path is outside every root.
+runner goes through the confined writer (ajet_runner.resultdir.confined), which opens its directory by
+walking down from a resolved root with `O_NOFOLLOW` on each component (openat-style): a component that
+is (or became) a symlink is refused, and so is a directory whose real path is outside every root.
 The check before each launch resolves the codebase, result dir, YAML and venv the same way.
 
 With no roots configured (`AJET_RUNNER_ALLOWED_ROOTS` unset) nothing is confined: the old behaviour.
@@ -16,7 +16,6 @@ import errno
 import os
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
-from pathlib import Path
 
 _CONFINED: ContextVar[tuple[str, ...]] = ContextVar("ajet_runner_write_roots", default=())
 
@@ -64,47 +63,17 @@ def check_inside(path: str, roots: Sequence[str], *, keep_name: bool = False) ->
     return real
 
 
+def active_roots() -> tuple[str, ...]:
+    """The roots the enclosing :func:`confined` block set (empty: nothing is confined)."""
+    return _CONFINED.get()
+
+
 @contextlib.contextmanager
 def confined(roots: Sequence[str]) -> Iterator[None]:
-    """Within this block, :func:`open_dir` (hence every atomic write) stays inside `roots`."""
+    """Within this block, :func:`ajet_runner.resultdir.confined.open_dir` (hence every write of the
+    confined writer) stays inside `roots`."""
     token = _CONFINED.set(tuple(roots))
     try:
         yield
     finally:
         _CONFINED.reset(token)
-
-
-def open_dir(directory: str | os.PathLike[str], *, create: bool = True) -> int:
-    """An O_DIRECTORY fd for `directory` (created if missing), confined to the active roots.
-
-    Confined: the real path must be inside a root, and the walk from that root opens each
-    component with O_NOFOLLOW, so a symlink swapped in after the check is refused (ELOOP) too.
-    """
-    path = os.path.abspath(os.fspath(directory))
-    roots = _CONFINED.get()
-    if not roots:
-        if create:
-            Path(path).mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    real = os.path.realpath(path)
-    root = root_of(real, roots)
-    if root is None:
-        raise OutsideRoots(path, real, roots)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in [p for p in os.path.relpath(real, root).split("/") if p not in ("", ".")]:
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
-            try:
-                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise OutsideRoots(path, f"{real} (a symlink appeared at {part!r})", roots) from exc
-                raise
-            os.close(fd)
-            fd = nfd
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd

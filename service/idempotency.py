@@ -3,8 +3,10 @@
 The first request with a key claims it atomically (`SET key value NX EX ttl`) for a fresh id,
 then submits under that id; a rejected submission releases the claim (compare-and-delete), so
 a corrected retry may use the key again. A later request with the key gets the first
-experiment's record; with a different blueprint text it is refused (the key is not a dedup of
-content, it names one submission).
+experiment's record; with a different blueprint text, or another placement (node, nodes,
+priority, blueprint path), it is refused naming what differs (the key is not a dedup of
+content, it names one submission: answering the first record would tell the client its
+different request was done).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,18 +46,37 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
-def claim(r: redis.Redis, key: str, text: str, new_id: Callable[[], str], ttl: int = TTL_SECONDS) -> Claim:
-    """Claim `key` for a new id, or return the id it already names (same blueprint text only)."""
-    value = json.dumps({"id": new_id(), "digest": digest(text)})
+PLACEMENT = ("node", "nodes", "priority", "blueprint_path")  # what else a repeated key must repeat
+
+
+def claim(r: redis.Redis, key: str, text: str, new_id: Callable[[], str], ttl: int = TTL_SECONDS,
+          placement: Mapping[str, Any] | None = None) -> Claim:
+    """Claim `key` for a new id, or return the id it already names (same blueprint text and placement
+    only: `placement` holds the PLACEMENT fields as sent, None or missing = not given)."""
+    where = {name: _plain((placement or {}).get(name)) for name in PLACEMENT}
+    value = json.dumps({"id": new_id(), "digest": digest(text), "placement": where})
     if r.set(redis_key(key), value, nx=True, ex=ttl):
         return Claim(json.loads(value)["id"], True, value)
     raw = r.get(redis_key(key))
     if raw is None:  # released between our SET and GET: try once more
-        return claim(r, key, text, new_id, ttl)
+        return claim(r, key, text, new_id, ttl, placement)
     held = json.loads(raw)
     if held.get("digest") != digest(text):
         raise IdempotencyConflict("this Idempotency-Key was already used for a different blueprint")
+    first = held.get("placement")
+    if isinstance(first, dict):  # a claim written before placements were kept has none to compare
+        differ = [name for name in PLACEMENT if first.get(name) != where[name]]
+        if differ:
+            raise IdempotencyConflict("this Idempotency-Key was already used for the same blueprint with another "
+                                      + ", ".join(f"{n} ({first.get(n)!r}, now {where[n]!r})" for n in differ))
     return Claim(str(held["id"]), False, raw.decode() if isinstance(raw, bytes) else str(raw))
+
+
+def _plain(value: Any) -> Any:
+    """A placement value as JSON keeps it, so a stored claim compares equal to the same request."""
+    if value in (None, "", []):
+        return None
+    return list(value) if isinstance(value, (list, tuple)) else value
 
 
 def release(r: redis.Redis, key: str, held: Claim) -> None:

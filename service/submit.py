@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -12,13 +13,14 @@ import redis
 
 from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.refusal import write_refusal
+from ajet_runner.resultdir.roots import confined
 from ajet_runner.statemachine.blueprint import parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.lifecycle import Lifecycle, State
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
 from ajet_runner.store.naming import session_name
 from ajet_runner.store.queue import drive_job_id, enqueue_drive, target_queue
-from ajet_runner.store.store import Store, new_id
+from ajet_runner.store.store import ResultDirTaken, Store, new_id
 
 NODE_ALIVE_SECONDS = 30.0
 
@@ -84,8 +86,9 @@ def submit(
                                         message=f"{value} is outside the allowed roots ({', '.join(allowed_roots)})"))
     errors = [p for p in problems if p.level == Level.error]
     exp_id = exp_id or new_id()
+    roots = tuple(os.path.realpath(r) for r in allowed_roots)  # every write below stays inside them
     if errors:
-        raise _refused(bp, exp_id, problems, blueprint_path, check_disk)
+        raise _refused(store, bp, exp_id, problems, blueprint_path, check_disk, roots=roots)
     needed, nodes, per_node = 1, 1, 1
     if check_disk:
         try:
@@ -107,17 +110,10 @@ def submit(
         else:
             _check_capacity(live, needed, node)
     except SubmissionRejected as exc:
-        raise _refused(bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status) from None
-    _check_result_dir_free(holder, bp.exp_result_dir)
-    previous = ""
-    if check_disk:  # a stale finish.flag must be gone before anyone can wait for this run's
-        try:
-            previous = archive_previous_run(bp.exp_result_dir, bp.exp_codebase_dir)
-        except OSError as exc:
-            raise _refused(bp, exp_id, [Problem(
-                level=Level.error, field="exp_result_dir",
-                message=f"an earlier run's files could not be moved to previous/: {exc}")],
-                blueprint_path, False) from None
+        raise _refused(store, bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status,
+                       roots=roots) from None
+    if holder is not None:  # the cheap early answer; the claim below is what decides
+        raise _dir_taken(bp.exp_result_dir, holder[0], holder[1], dir_key)
     queue_name = target_queue(node)
     job_id = drive_job_id(exp_id)
     record = {
@@ -127,37 +123,79 @@ def submit(
         "gpus_needed": needed, "nnodes": nodes, "gpus_per_node": per_node, "target_nodes": ",".join(named),
         "priority": priority or "normal", "queue": queue_name, "job_id": job_id, "attempt": 0, "outcome": "",
         "tmux_session": session_name(bp.exp_purpose, exp_id),
-        "problems": [p.model_dump(mode="json") for p in problems], "previous_run": previous,
+        "problems": [p.model_dump(mode="json") for p in problems], "previous_run": "",
     }
-    # The record, its indexes, its `submitted` event and its RQ job in one transaction: a worker never
-    # pops a job whose record is not there yet, and a failure leaves nothing behind.
-    return store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose},
-                        result_dir_key=dir_key, also=lambda pipe: enqueue_drive(
-                            conn, store, exp_id, queue_name, at_front=priority == "high",
-                            max_seconds=bp.exp_max_time_seconds, job_id=job_id, pipeline=pipe))
+    # The claim on the result dir and the record (with its indexes and `submitted` event) in one
+    # compare-and-set: of concurrent submissions naming one dir, one wins; the others write nothing.
+    try:
+        store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose},
+                     result_dir_key=dir_key)
+    except ResultDirTaken as taken:
+        raise _dir_taken(bp.exp_result_dir, taken.holder, taken.state, taken.held_dir, dir_key) from None
+    try:
+        previous = ""
+        if check_disk:  # only now that the dir is ours: a stale finish.flag goes before anyone waits for ours
+            try:
+                with confined(roots):
+                    previous = archive_previous_run(bp.exp_result_dir, bp.exp_codebase_dir)
+            except OSError as exc:
+                raise SubmissionRejected([Problem(
+                    level=Level.error, field="exp_result_dir",
+                    message=f"an earlier run's files could not be moved to previous/: {exc}")]) from None
+        # The job only once the dir is ready: a worker never starts while the earlier run is being moved.
+        return store.admit(exp_id, {"previous_run": previous}, also=lambda pipe: enqueue_drive(
+            conn, store, exp_id, queue_name, at_front=priority == "high", max_seconds=bp.exp_max_time_seconds,
+            job_id=job_id, pipeline=pipe))
+    except BaseException:
+        with contextlib.suppress(redis.RedisError):
+            store.withdraw(exp_id)  # never admitted: the record goes and the dir is free again
+        raise
 
 
-def _refused(bp: Any, exp_id: str, problems: Sequence[Problem], blueprint_path: str, check_disk: bool,
-             status: int = 422) -> SubmissionRejected:
-    """The rejection, after writing its report and finish.flag when the result dir allows it
-    (only where this process sees the nodes' disk)."""
+def _refused(store: Store, bp: Any, exp_id: str, problems: Sequence[Problem], blueprint_path: str,
+             check_disk: bool, status: int = 422, roots: Sequence[str] = ()) -> SubmissionRejected:
+    """The rejection, after writing its report and finish.flag when the result dir allows it (only where
+    this process sees the nodes' disk, inside the allowed roots, and only while no live experiment holds
+    the dir: the report is written under a short claim of its own)."""
     errors = [p for p in problems if p.level == Level.error]
-    written = check_disk and write_refusal(bp.exp_result_dir, exp_id, bp.exp_purpose, problems,
-                                           blueprint_path=blueprint_path, codebase=bp.exp_codebase_dir)
+    written = False
+    if check_disk and os.path.isabs(bp.exp_result_dir or "") and not any(p.field == "exp_result_dir" for p in errors):
+        dir_key = os.path.realpath(bp.exp_result_dir)
+        try:
+            store.hold_result_dir(dir_key, exp_id)
+        except ResultDirTaken as taken:
+            errors.append(Problem(level=Level.warning, field="exp_result_dir", message=(
+                f"no refusal report was written: {_holder_text(taken.holder, taken.state, taken.held_dir, dir_key)}")))
+        else:
+            try:
+                with confined(roots):
+                    written = write_refusal(bp.exp_result_dir, exp_id, bp.exp_purpose, problems,
+                                            blueprint_path=blueprint_path, codebase=bp.exp_codebase_dir)
+            finally:
+                store.release_result_dir(dir_key, exp_id)
     return SubmissionRejected(errors, status=status, report_dir=bp.exp_result_dir if written else "")
 
 
-def _check_result_dir_free(holder: tuple[str, str] | None, result_dir: str) -> None:
-    """Two live experiments must never share a result dir: archiving it for the new one would move
-    the running one's files away. Refused without writing anything there (409). `holder` is what the
-    result-dir index says (`Store.submission_view`: one field, not every unfinished record)."""
-    if holder is not None:
-        other, state = holder
-        raise SubmissionRejected([Problem(
-            level=Level.error, field="exp_result_dir",
-            message=f"{result_dir} is the result dir of experiment {other}, which is still "
-                    f"{state}: wait for it to finish or choose another dir",
-        )], status=409)
+def _holder_text(holder: str, state: str, held_dir: str, dir_key: str) -> str:
+    """Who holds the dir, and which dir: the same one, one inside it, or one it is inside."""
+    if state == "holding":
+        what = f"experiment {holder} is writing its refusal report into {held_dir}"
+    else:
+        what = f"experiment {holder} is still {state}"
+    if held_dir == dir_key:
+        return f"the dir belongs to {what}"
+    where = "is inside" if dir_key.startswith(held_dir.rstrip("/") + "/") else "contains"
+    return f"it {where} {held_dir}, the result dir of {what}"
+
+
+def _dir_taken(result_dir: str, holder: str, state: str, held_dir: str, dir_key: str = "") -> SubmissionRejected:
+    """Two live experiments must never share a result dir (nor nest one in the other): archiving it for the
+    new one would move the running one's files away. Refused without writing anything there (409)."""
+    where = _holder_text(holder, state, held_dir, dir_key or held_dir)
+    return SubmissionRejected([Problem(
+        level=Level.error, field="exp_result_dir",
+        message=f"{result_dir} is taken: {where}; wait for it to finish or choose another dir",
+    )], status=409)
 
 
 def _check_node_served(nodes: list[dict[str, Any]], node: str) -> None:

@@ -1,11 +1,15 @@
 """An LLM adviser's answer: its schema, and the allow-lists every proposed change must pass.
 
-The adviser is a model, so its answer is untrusted input. It may only propose changes of six
-kinds (set/unset a YAML key under `ajet.`, set an environment variable, add or remove a known
-launcher flag, put an allow-listed prefix before the launcher); each is checked against this
-experiment's YAML as run, and one change outside the rules refuses the whole answer (a partial
-plan could be incoherent). Nothing here runs anything: an accepted answer becomes ordinary
-`RepairAction`s that the resolver applies like a catalogue plan.
+The adviser is a model, so its answer is untrusted input (and the log it read may have been written
+by an attacker to steer it). It may only propose changes of six kinds (set/unset a YAML key under
+`ajet.`, set an environment variable named on ENV_ALLOWED, add or remove a known launcher flag, put
+an allow-listed prefix before the launcher); each is checked against this experiment's YAML as run.
+Nothing may point the run elsewhere: no endpoint, host, proxy or address variable, no file path, URL
+or hub id (`org/name`: remote weights and code) as a value, no key that says where something is
+(`*_path`, `*_url`, ...), not `ajet.model.path` nor the experiment's name (another run's checkpoint).
+One change outside the rules refuses the whole answer (a partial plan could be incoherent).
+Nothing here runs anything: an accepted answer becomes ordinary `RepairAction`s that the resolver
+applies like a catalogue plan.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ __all__ = [
     "AdviceRules",
     "AdvisorAnswer",
     "BOOLEAN_FLAGS",
+    "ENV_ALLOWED",
     "parse_answer",
     "to_actions",
     "validate_changes",
@@ -42,12 +47,58 @@ DEFAULT_PREFIXES = ("proxychains4 -q",)
 
 _YAML_KEY = re.compile(r"^ajet(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# The only environment variables an adviser may set: tuning that changes how the same code runs here
+# (allocator and cache sizes, NCCL and torch.distributed tuning, thread counts, offline switches, log
+# levels), never where traffic goes, what code loads, or whose credentials are used. Names, not prefixes:
+# a prefix such as NCCL_ or VLLM_ also admits NCCL_NET_PLUGIN / VLLM_PLUGINS (code loading),
+# NCCL_COMM_ID or VLLM_HOST_IP (re-routing).
+ENV_ALLOWED = frozenset({
+    # allocators and cache sizes
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING", "MALLOC_ARENA_MAX",
+    "MALLOC_TRIM_THRESHOLD_", "VLLM_CPU_KVCACHE_SPACE", "CUDA_MODULE_LOADING", "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_ORDER",
+    # NCCL tuning
+    "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE",
+    "NCCL_CUMEM_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_CROSS_NIC", "NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE",
+    "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_LAUNCH_MODE", "NCCL_SOCKET_NTHREADS",
+    "NCCL_NSOCKS_PERTHREAD", "NCCL_IB_TIMEOUT", "NCCL_IB_RETRY_CNT", "NCCL_TIMEOUT", "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS", "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT",
+    # torch.distributed / compile tuning
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+    "TORCH_NCCL_ENABLE_MONITORING", "TORCH_NCCL_AVOID_RECORD_STREAMS", "TORCH_DISTRIBUTED_DEBUG",
+    "TORCHINDUCTOR_COMPILE_THREADS", "TORCH_COMPILE_DISABLE",
+    # thread counts
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMEXPR_MAX_THREADS",
+    "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+    # vLLM engine tuning
+    "VLLM_ATTENTION_BACKEND", "VLLM_USE_V1", "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+    "VLLM_ENGINE_ITERATION_TIMEOUT_S", "VLLM_USE_TRITON_FLASH_ATTN", "VLLM_DISABLE_CUSTOM_ALL_REDUCE",
+    "VLLM_LOGGING_LEVEL",
+    # offline switches and timeouts (no endpoints)
+    "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY",
+    "HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_ETAG_TIMEOUT", "WANDB_MODE", "SWANLAB_MODE",
+    # Ray tuning
+    "RAY_DEDUP_LOGS", "RAY_memory_monitor_refresh_ms", "RAY_memory_usage_threshold",
+})
+# Refused with their own reason, whatever the allow-list says: re-routing, shell and loader switches.
 _ENV_DENIED_EXACT = frozenset({"PATH", "HOME", "SHELL", "ENV", "BASH_ENV", "IFS", "PS4", "PROMPT_COMMAND",
-                               "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "TMUX", "TMPDIR", "USER", "LOGNAME"})
+                               "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "TMUX", "TMPDIR", "USER", "LOGNAME",
+                               "RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT", "SHELLOPTS", "BASHOPTS", "NCCL_COMM_ID",
+                               "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "VLLM_PLUGINS", "NO_PROXY"})
 _ENV_DENIED_PREFIX = ("LD_", "PYTHON", "DYLD_", "AJET_RUNNER_", "BASH_FUNC_")
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_ENV_REROUTE = re.compile(r"(?:_BASE_URL|_URL|_URI|_ENDPOINT|_HOST|_HOSTNAME|_ADDR|_ADDRESS|_SERVER|_PORT)$"
+                          r"|PROXY", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|ACCESS|CREDENTIAL|AUTH", re.IGNORECASE)
 # A value that names a file could send AgentJet's writes (or reads) outside the experiment.
 _PATH_LIKE = re.compile(r"^\s*(?:/|~|\.{1,2}/)|(?:^|/)\.\.(?:/|$)|^[A-Za-z]:\\|^file:", re.IGNORECASE)
+_URL_LIKE = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.-]*://|^\s*(?:www\.|[A-Za-z0-9-]+\.[A-Za-z0-9.-]+:\d+)",
+                       re.IGNORECASE)
+# `org/name`: a model or dataset id on a hub, i.e. weights and code fetched from elsewhere.
+_HUB_ID = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\s*$")
+# YAML keys that say where things are or who is asked: never the adviser's to point elsewhere.
+_KEY_DENIED = frozenset({"ajet.model.path", "ajet.experiment_name", "ajet.project_name"})
+_KEY_LOCATION = re.compile(r"(?:^|_)(?:url|uri|urls|endpoint|host|hostname|proxy|address|addr|server|api_base|"
+                           r"base|port|path|dir|file|root|repo|key|token|secret|password|passwd)$", re.IGNORECASE)
 MAX_VALUE_CHARS = 1000
 MAX_CHANGES = 20
 
@@ -141,6 +192,11 @@ def _check_text(value: Any, what: str) -> str | None:
             return f"{what} contains a line break or NUL"
         if _PATH_LIKE.search(value):
             return f"{what} {value!r} is a file path (no file may be named by the adviser)"
+        if _URL_LIKE.search(value):
+            return f"{what} {value!r} is a URL or host (the adviser may not send traffic anywhere)"
+        if _HUB_ID.match(value):
+            return (f"{what} {value!r} has the shape of a hub id (org/name: weights and code from elsewhere; "
+                    "the adviser may not name a model or dataset)")
     return None
 
 
@@ -158,6 +214,17 @@ def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
         return f"YAML key {key!r} is not under `ajet.` (only `ajet.<section>.<key>` may be changed)"
     if key in rules.protected_keys:
         return f"YAML key {key} was set by the runner before launch ({rules.protected_keys[key]})"
+    if change.kind == "yaml_set":
+        values = change.value if isinstance(change.value, list) else [change.value]
+        bad = next((p for v in values if (p := _check_text(v, f"the value of {key}"))), None)
+        if bad:
+            return bad
+    if key in _KEY_DENIED:
+        return (f"YAML key {key} names which model or experiment this is (other weights, another run's "
+                "checkpoint): never the adviser's to change")
+    if _KEY_LOCATION.search(key.rsplit(".", 1)[-1]):
+        return (f"YAML key {key} says where something is, or whose credential is used (a path, a URL, a host, "
+                "a key): never the adviser's to change")
     for k in range(1, len(key.split("."))):
         parent = get_dotted(rules.yaml_data, ".".join(key.split(".")[:k]), MISSING)
         if parent is not MISSING and not isinstance(parent, Mapping):
@@ -202,8 +269,14 @@ def _env_problem(change: AdviceChange) -> str | None:
     upper = name.upper()
     if upper in _ENV_DENIED_EXACT or upper.startswith(_ENV_DENIED_PREFIX):
         return f"environment variable {name} may not be overridden by the adviser"
-    if _SECRET_NAME.search(name):
+    if _ENV_REROUTE.search(name):
+        return (f"environment variable {name} says where traffic goes (an endpoint, host, proxy or address): "
+                "the adviser may not re-route the run")
+    if _SECRET_NAME.search(name) and name not in ENV_ALLOWED:
         return f"environment variable {name} looks like a secret; the adviser may not set credentials"
+    if name not in ENV_ALLOWED:
+        return (f"environment variable {name} is not on the adviser's allow-list (allocator and cache sizes, NCCL "
+                "and torch.distributed tuning, thread counts, offline switches: see ENV_ALLOWED)")
     value = change.value
     if isinstance(value, bool):
         value = "1" if value else "0"

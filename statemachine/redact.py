@@ -1,9 +1,11 @@
 """Remove secrets from text before it leaves the node (e.g. in a request to an LLM adviser).
 
 Two nets: the values of environment variables whose names say they are secret (`*KEY*`,
-`*TOKEN*`, `*SECRET*`, passwords, credentials), replaced wherever they appear; and the
-shapes secrets take in logs and YAML (`Authorization:` headers, `Bearer …`, `api_key: …`,
-`token=…`, well-known key prefixes such as `sk-…`, `hf_…`, `ghp_…`, `AKIA…`).
+`*TOKEN*`, `*SECRET*`, `*PASS*`, `*PWD*`, `*ACCESS*`, `*CREDENTIAL*`, `*AUTH*`; not the shell's
+`PWD`), replaced wherever they appear; and the shapes secrets take in logs and YAML
+(`Authorization:` headers, `Bearer …`, `api_key: …`, `token=…`, `db_pass=…`, `--password X`,
+JWTs, PEM blocks over several lines, `scheme://user:password@`, well-known key prefixes such as
+`sk-…`, `hf_…`, `ghp_…`, `AKIA…`). Tests: tests/unit/test_redact.py, one row per shape.
 """
 
 from __future__ import annotations
@@ -15,28 +17,43 @@ from typing import Any
 __all__ = ["REDACTED", "Redactor", "secret_name"]
 
 REDACTED = "[REDACTED]"
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|ACCESS|CREDENTIAL|AUTH", re.IGNORECASE)
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})  # the shell's directories, not passwords
 MIN_SECRET_CHARS = 6  # shorter values ("1", "true") would blank out half of any text
 _PLAIN_VALUE = re.compile(r"(?i)^(?:true|false|none|null|yes|no|on|off|-?\d+(?:\.\d+)?)$")
-# A key in a log line or YAML that holds a secret (`max_tokens`, `tokenizer_path` do not).
-_KEY_WORD = (r"(?:api[_-]?key|apikey|access[_-]?key|private[_-]?key|secret|password|passwd|credential"
+# A key in a log line or YAML that holds a secret (`max_tokens`, `tokenizer_path`, `pass@4` do not).
+_KEY_WORD = (r"(?:api[_-]?key|apikey|access[_-]?key|private[_-]?key|secret|password|passwd|passphrase|credential"
+             r"|(?<![a-z])(?:db[_-]?)?pass(?:wd|word)?(?![a-z@])|(?<=[_-])pwd(?![a-z])|(?<![a-z])pwd(?=[_-])|(?<![a-z])access(?![a-z])"
              r"|(?<![a-z])token(?!s|izer|_?(?:len|num|count|limit|ids?)\b))")
 _SECRET_KEY = re.compile(_KEY_WORD, re.IGNORECASE)
+_NUMBER_OR_WORD = r"(?!(?:-?\d+(?:\.\d+)?|true|false|null|none)(?![\w.-]))"
 
 _PATTERNS = (
+    # PEM blocks (private keys, certificates) inside one text: the whole body.
+    re.compile(r"(-----BEGIN [A-Z0-9 ]+-----)[\s\S]*?(?=-----END [A-Z0-9 ]+-----)"),
     # Authorization / Proxy-Authorization headers, whatever the scheme.
     re.compile(r"(?i)((?:proxy-)?authorization\s*[:=]\s*)(?:\"[^\"]*\"|'[^']*'|[^\r\n]*)"),
     re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{4,}"),
     # key: value / key=value / "key": "value" where the key names a secret.
     re.compile(r"(?i)([\"']?[A-Za-z0-9_.-]*" + _KEY_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[:=]\s*)"
-               r"(?!(?:-?\d+(?:\.\d+)?|true|false|null|none)\b)(\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s,}\]\r\n]+)"),
+               + _NUMBER_OR_WORD + r"(\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s,}\]\r\n]+)"),
+    # --password X / --db-pass X / --api-key X: a command-line option and its value, space-separated.
+    re.compile(r"(?i)((?<![\w-])--?[A-Za-z0-9_-]*" + _KEY_WORD + r"[A-Za-z0-9_-]*[ \t]+)" + _NUMBER_OR_WORD
+               + r"(?!-)(\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s\r\n]+)"),
+    # JSON Web Tokens: three base64url parts, the first two JSON objects ("eyJ").
+    re.compile(r"()\beyJ[A-Za-z0-9_-]{6,}\.eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}"),
     # Well-known key formats.
-    re.compile(r"()\b(?:sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{8,}|"
-               r"github_pat_[A-Za-z0-9_]{8,}|xox[abpr]-[A-Za-z0-9-]{8,}|AKIA[0-9A-Z]{16}|"
-               r"AIza[0-9A-Za-z_-]{20,})"),
-    # user:password@ in URLs.
-    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+(?=@)"),
+    re.compile(r"()\b(?:sk-[A-Za-z0-9_-]{8,}|sk_(?:live|test)_[A-Za-z0-9]{8,}|rk_live_[A-Za-z0-9]{8,}|"
+               r"hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{8,}|github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|"
+               r"xox[abpr]-[A-Za-z0-9-]{8,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{20,}|"
+               r"ya29\.[A-Za-z0-9_-]{10,}|npm_[A-Za-z0-9]{20,})"),
+    # user:password@ in URLs (an empty user too: redis://:password@host).
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)"),
 )
+# One line of a log or YAML that is a PEM body line (64 base64 characters), or the markers around it.
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]+-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]+-----")
+_PEM_BODY_LINE = re.compile(r"^\s*[A-Za-z0-9+/]{64}\s*$|^\s*MII[A-Za-z0-9+/]{20,}={0,2}\s*$")
 
 
 def _worth_hiding(value: str) -> bool:
@@ -47,7 +64,7 @@ def _worth_hiding(value: str) -> bool:
 
 def secret_name(name: str) -> bool:
     """Whether an environment variable's name says its value is a secret."""
-    return bool(_SECRET_NAME.search(name))
+    return name.upper() not in _NOT_SECRET_NAMES and bool(_SECRET_NAME.search(name))
 
 
 class Redactor:
@@ -71,13 +88,32 @@ class Redactor:
             text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
         return text
 
+    def lines(self, lines: Iterable[str]) -> list[str]:
+        """Lines of one text (a log), each redacted, and every line of a PEM block (a key printed over
+        several lines) blanked; as many lines as given, so line numbers still point at the same lines."""
+        out: list[str] = []
+        inside = False
+        for line in lines:
+            begins, ends = bool(_PEM_BEGIN.search(line)), bool(_PEM_END.search(line))
+            if inside and not ends:
+                out.append(REDACTED)
+                continue
+            if _PEM_BODY_LINE.match(line) and not begins:
+                out.append(REDACTED)  # a body line whose BEGIN was cut off the excerpt
+            else:
+                out.append(self.text(line))
+            inside = (inside or begins) and not ends
+        return out
+
     def data(self, value: Any) -> Any:
-        """The same structure with every string (keys included) redacted."""
+        """The same structure with every string (keys included) redacted; a list of strings as lines."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, Mapping):
             return {self.text(str(k)): (REDACTED if isinstance(v, str) and v and _SECRET_KEY.search(str(k))
                                         else self.data(v)) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
+            if value and all(isinstance(v, str) for v in value):
+                return self.lines(value)
             return [self.data(v) for v in value]
         return value

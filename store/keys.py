@@ -107,6 +107,11 @@ def idempotency_key(key: str) -> str:
     return f"{PREFIX}:idempotency:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
+def ui_session_revoked_key(nonce: str) -> str:
+    """A console session logged out before its cookie expired (a string with a TTL: the cookie's rest)."""
+    return f"{PREFIX}:ui:revoked:{nonce}"
+
+
 def watch_metrics_key(node: str) -> str:
     """A node's watch-loop counters, published for its /metrics."""
     return f"{PREFIX}:wm:{node}:watch"

@@ -27,6 +27,12 @@ class Settings(BaseSettings):
     submit_check_disk: bool = Field(default=True, description="check blueprint paths on the API host "
                                     "(turn off when the API does not see the nodes' storage)")
     ui_session_seconds: int = Field(default=43200, description="web console login lifetime (seconds)")
+    allowed_hosts: str = Field(default="", description="comma-separated Host names the API and console answer "
+                               "(name, name:port, *.domain, *); empty: any with a token, loopback names with "
+                               "the port without one (serve --insecure)")
+    trust_proxy: str = Field(default="", description="reverse proxies whose X-Forwarded-Proto/-For are believed "
+                             "(comma-separated addresses or networks; * or true: any): console cookies are "
+                             "Secure behind a TLS proxy; empty: uvicorn's default (127.0.0.1 only)")
     # Watching and repairs
     poll_interval: float = 1.0  # the exit, a stop, a hand-back and the time limit wake the loop at once
     stop_grace_seconds: float = 30.0

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
-from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.statemachine.lifecycle import Outcome, State
 from ajet_runner.store.keys import (
     GLOBAL_STREAM,
     INDEX,
@@ -45,7 +45,8 @@ from ajet_runner.store.records import ExperimentRecord, text
 from ajet_runner.store.scripts import lua
 from ajet_runner.store.stats import TransitionStats
 
-__all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "Store", "TransitionConflict", "decode",
+__all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "ResultDirTaken", "Store", "TransitionConflict",
+           "decode",
            "drain_key", "exp_key", "gpu_key", "new_id", "node_key", "stream_key", "swarm_port_key"]
 
 STREAM_MAXLEN = 10_000
@@ -53,6 +54,9 @@ LOG_TAIL_CAP = 200  # lines of log kept in Redis, so the API can show a log with
 NODE_RECORD_TTL = 3600
 GLOBAL_STREAM_MAXLEN = 100_000
 STATE_NAMES = tuple(s.value for s in State)  # the order of the per-state index keys given to the script
+OUTCOME_NAMES = tuple(o.value for o in Outcome)  # the duration-bucket keys whose expiry the script refreshes
+CLAIM_FIELD = "result_dir_claim"  # the record's claimed result dir (a real path), released when it finishes
+HOLD_SECONDS = 60.0  # a claim without a record (while a refusal report is written) lapses after this
 ACTIVE_STATE_NAMES = frozenset(STATE_NAMES) - {State.queued.value, State.finished.value}
 INDEX_VERSION = 1  # bump when the indexes the transition script keeps change: they are rebuilt once
 DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, float("inf"))
@@ -93,6 +97,14 @@ def new_id() -> str:
 
 class TransitionConflict(RuntimeError):
     """Someone else changed the experiment first (version moved, or another live owner)."""
+
+
+class ResultDirTaken(TransitionConflict):
+    """The result dir (or one inside it, or one it is inside) is claimed by a live experiment."""
+
+    def __init__(self, result_dir: str, holder: str, state: str, held_dir: str) -> None:
+        self.result_dir, self.holder, self.state, self.held_dir = result_dir, holder, state, held_dir
+        super().__init__(f"result dir {result_dir} is taken by experiment {holder} ({state}, dir {held_dir})")
 
 
 def _encode(fields: Mapping[str, Any]) -> list[str]:
@@ -146,6 +158,7 @@ class Store:
         self._append_tail = client.register_script(lua("append_tail"))
         self._publish_once = client.register_script(lua("publish_once"))
         self._submit_view = client.register_script(lua("submit_view"))
+        self._claim = client.register_script(lua("claim_result_dir"))
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -156,29 +169,78 @@ class Store:
                result_dir_key: str = "", also: Callable[[Pipeline], object] | None = None) -> dict[str, Any]:
         """A new record, indexed, with its `submitted` transition; returns the record as stored.
 
-        One MULTI, so nothing is half-written: the record (version 0), its index entries, the result-dir
-        index entry (`result_dir_key`, a real path: see `submission_view`), the transition script
-        (sent whole with EVAL: a script-cache miss cannot split the transaction), whatever `also` adds to
-        the transaction (the RQ job), and the read-back of the record."""
+        One MULTI, so nothing is half-written: the record (version 0), its index entries, the transition
+        script (sent whole with EVAL: a script-cache miss cannot split the transaction), whatever `also` adds
+        to the transaction, and the read-back of the record.
+
+        With `result_dir_key` (a real path) the record is written by the claim script
+        (store/claim_result_dir.lua), which first claims that result dir: the claim and the record are one
+        compare-and-set, so of concurrent submissions naming one dir exactly one gets a record. The others
+        raise ResultDirTaken and write nothing (the transition that follows finds no record). `also` cannot
+        be combined with a claim (it would run whatever the claim decided): add the job with `admit`."""
+        if result_dir_key and also is not None:
+            raise ValueError("a claimed create writes no job: add it with admit() once the claim is won")
         now = time.time()
         record = {"id": exp_id, "version": 0, "created_at": now, **fields}
+        if result_dir_key:
+            record[CLAIM_FIELD] = result_dir_key
         keys, args = self._transition_call(exp_id, expected_version=0, fields={}, event={"type": "submitted", **event},
                                            node=str(fields.get("target_node") or ""))
         pipe = self.r.pipeline(transaction=True)
         pipe.multi()  # explicit: what `also` adds (RQ's enqueue with a pipeline) expects a MULTI under way
-        pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(record))] * 2, strict=True)))
-        pipe.zadd(INDEX, {exp_id: now})
         if result_dir_key:
-            pipe.hset(RESULT_DIRS, result_dir_key, exp_id)
+            pipe.eval(lua("claim_result_dir"), 3, RESULT_DIRS, exp_key(exp_id), INDEX,
+                      result_dir_key, exp_id, exp_key(""), "0", now, *_encode(record))
+        else:
+            pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(record))] * 2, strict=True)))
+            pipe.zadd(INDEX, {exp_id: now})
         pipe.eval(lua("transition"), len(keys), *keys, *args)
         if also is not None:
             also(pipe)
         pipe.hgetall(exp_key(exp_id))
         replies = pipe.execute()
-        ok, detail = replies[3 if result_dir_key else 2]
+        if result_dir_key and not int(replies[0][0]):
+            _, holder, state, held = (text(x) for x in replies[0])
+            raise ResultDirTaken(result_dir_key, holder, state, held)
+        ok, detail = replies[1 if result_dir_key else 2]
         if not ok:  # cannot happen for a record written in the same transaction; kept as the script's contract
             raise TransitionConflict(f"experiment {exp_id}: {text(detail)} check failed")
         return decode(replies[-1])
+
+    def admit(self, exp_id: str, fields: Mapping[str, Any], also: Callable[[Pipeline], object]) -> dict[str, Any]:
+        """After a claimed `create` (and whatever had to wait for the claim, e.g. archiving the dir's earlier
+        run): `fields` and what `also` adds (the RQ job) in one MULTI; returns the record as stored."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.multi()
+        if fields:
+            pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(fields))] * 2, strict=True)))
+        also(pipe)
+        pipe.hgetall(exp_key(exp_id))
+        return decode(pipe.execute()[-1])
+
+    def hold_result_dir(self, result_dir_key: str, holder: str, seconds: float = HOLD_SECONDS) -> None:
+        """Claim a result dir for `seconds` without a record (while a refusal report is written there);
+        raises ResultDirTaken when a live experiment holds it. Give it back with `release_result_dir`."""
+        got = self._claim(keys=[RESULT_DIRS, exp_key(holder), INDEX],
+                          args=[result_dir_key, holder, exp_key(""), max(0.001, float(seconds)), 0])
+        if not int(got[0]):
+            _, other, state, held = (text(x) for x in got)
+            raise ResultDirTaken(result_dir_key, other, state, held)
+
+    def release_result_dir(self, result_dir_key: str, holder: str) -> bool:
+        """Give a claim back, only while `holder` holds it (a hold, or a record's claim)."""
+        raw = self.r.hget(RESULT_DIRS, result_dir_key)
+        if raw is None:
+            return False
+        value = text(raw)
+        if value.split(" ", 1)[0] != holder:
+            return False
+        return bool(self._release_if_owner(keys=[RESULT_DIRS], args=[result_dir_key, value]))
+
+    def withdraw(self, exp_id: str) -> None:
+        """Take back a claimed record that was never admitted (its submission was refused after the claim):
+        the record, its events and indexes go, and its result dir claim is released (`delete`)."""
+        self.delete(exp_id)
 
     def submission_view(self, result_dir_key: str) -> tuple[tuple[str, str] | None, list[dict[str, Any]]]:
         """What a submission checks, in one round trip: (id, state) of the unfinished experiment last
@@ -259,7 +321,7 @@ class Store:
                 duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
                 stats_key("result_write_failures"), *(state_index_key(n) for n in STATE_NAMES),
                 node_active_key(node or "-"), node_index_key(node or "-"), log_tail_key(exp_id),
-                published_key(exp_id)]
+                published_key(exp_id), RESULT_DIRS, *(duration_bucket_key(o) for o in OUTCOME_NAMES)]
         args = [
             "" if expected_version is None else str(expected_version),
             owner,
@@ -326,10 +388,14 @@ class Store:
         return [str(x) for x in old][-lines:]
 
     def delete(self, exp_id: str) -> None:
-        nodes = {n.decode() for n in self.r.hmget(exp_key(exp_id), "node", "target_node") if n}
+        """The record, its events and indexes go; a result dir it still claims is released with them."""
+        node, target, claim = self.r.hmget(exp_key(exp_id), "node", "target_node", CLAIM_FIELD)
+        nodes = {n.decode() for n in (node, target) if n}
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(exp_key(exp_id), stream_key(exp_id), published_key(exp_id), log_tail_key(exp_id))
         self._unindex(pipe, [exp_id], nodes)
+        if claim:
+            pipe.eval(lua("hdel_if_owner"), 1, RESULT_DIRS, text(claim), exp_id)
         pipe.execute()
 
     def _unindex(self, pipe: Any, ids: list[str], nodes: Iterable[str] = ()) -> None:

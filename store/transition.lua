@@ -23,6 +23,12 @@
 -- KEYS[20] the node's index of every experiment on or for it, zset id -> created_at (keys.node_index_key)
 -- KEYS[21] the experiment's log tail list (keys.log_tail_key): expires with the record
 -- KEYS[22] the experiment's last event number per writer (keys.published_key): expires with the record
+-- KEYS[23] result dir -> claim hash (keys.RESULT_DIRS): the finishing transition releases the record's claim
+-- KEYS[24] duration buckets of outcome completed     (keys.duration_bucket_key): kept as long as the counters
+-- KEYS[25] duration buckets of outcome early_stopped (keys.duration_bucket_key)
+-- KEYS[26] duration buckets of outcome timed_out     (keys.duration_bucket_key)
+-- KEYS[27] duration buckets of outcome failed        (keys.duration_bucket_key)
+-- KEYS[28] duration buckets of outcome cancelled     (keys.duration_bucket_key)
 -- ARGV[1]  expected version ("" = any)
 -- ARGV[2]  owner that must hold the record ("" = none required)
 -- ARGV[3]  event JSON
@@ -31,7 +37,9 @@
 -- ARGV[6]  MAXLEN of the global stream (approximate)
 -- ARGV[7]  the state names of KEYS[12] to KEYS[18], in that order, comma-separated
 -- ARGV[8]  the node KEYS[19] and KEYS[20] belong to ("" = none: node indexes untouched)
--- ARGV[9]  seconds a finished record is kept (its hash, stream and tail expire; 0 = for ever)
+-- ARGV[9]  seconds a finished record is kept (its hash, stream and tail expire; 0 = for ever); the
+--          counters KEYS[5..11] and KEYS[24..28] expire that long after the last transition, when every
+--          record they counted has expired too
 -- ARGV[10..] field, value, field, value, ... to set on the hash
 -- Returns {1, new version} or {0, "missing" | "version" | "owner"}.
 local cur = redis.call('HGET', KEYS[1], 'version')
@@ -81,6 +89,12 @@ if ARGV[8] ~= '' then
     redis.call('SREM', KEYS[19], id)
   end
 end
+if state == 'finished' then
+  local claim = redis.call('HGET', KEYS[1], 'result_dir_claim')
+  if claim and claim ~= '' and redis.call('HGET', KEYS[23], claim) == id then
+    redis.call('HDEL', KEYS[23], claim)
+  end
+end
 local keep = tonumber(ARGV[9]) or 0
 if state == 'finished' and keep > 0 then
   redis.call('EXPIRE', KEYS[1], keep)
@@ -104,5 +118,11 @@ if stats['repair'] then redis.call('HINCRBY', KEYS[9], stats['repair'], 1) end
 if stats['advised'] then redis.call('HINCRBY', KEYS[10], stats['advised'], 1) end
 if stats['write_failure'] then
   redis.call('HINCRBY', KEYS[11], stats['write_failure'], 1)
+end
+if keep > 0 then
+  for _, counter in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11],
+                            KEYS[24], KEYS[25], KEYS[26], KEYS[27], KEYS[28]}) do
+    redis.call('EXPIRE', counter, keep)
+  end
 end
 return {1, tostring(version)}

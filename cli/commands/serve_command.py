@@ -42,8 +42,9 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from ajet_runner.logsetup import LogSetupError, configure
-        from ajet_runner.service.api.application import create_app
+        from ajet_runner.service.api.application import create_app, trusted_proxies
         from ajet_runner.service.api.auth import TokenFileError, TokenSet
+        from ajet_runner.service.api.hosts import HostsError
 
         try:
             level = configure("serve", log_level, log_format)
@@ -68,8 +69,12 @@ def register(app: typer.Typer) -> None:
                 raise _fail(f"--insecure is only allowed on a loopback address, not {host}; set AJET_RUNNER_TOKEN")
         if not tokens:
             logging.getLogger("ajet_runner.serve").warning("no token: the API is open to every user of this machine")
-        api = create_app(settings, insecure=insecure and not token_set.configured)
+        try:
+            api = create_app(settings, insecure=insecure and not token_set.configured, port=port, bind=host)
+        except HostsError as exc:
+            raise _fail(str(exc)) from exc
         # uvicorn's access log shows the method, path and status: tokens travel in a header, never logged.
-        # log_config=None: uvicorn's records go through our handler (timestamps, json).
+        # log_config=None: uvicorn's records go through our handler (timestamps, json). With
+        # AJET_RUNNER_TRUST_PROXY the app reads the forwarded headers itself (uvicorn's own would trust 127.0.0.1).
         uvicorn.run(api, host=host, port=port, log_level=level, log_config=None, timeout_graceful_shutdown=5,
-                    server_header=False)
+                    server_header=False, proxy_headers=trusted_proxies(settings.trust_proxy) is None)

@@ -20,8 +20,9 @@ from fastapi.responses import JSONResponse, Response
 from ajet_runner.service.api.auth import BearerAuth, TokenSet, bearer_scheme
 from ajet_runner.service.api.backend import Backend
 from ajet_runner.service.api.errors import error_responses, install_handlers, install_openapi
+from ajet_runner.service.api.hosts import TrustedHosts, allowed_hosts
 from ajet_runner.service.api.http_metrics import HTTP_LATENCY, HTTP_REGISTRY
-from ajet_runner.service.api.middleware import BodyLimit, Latency
+from ajet_runner.service.api.middleware import BodyLimit, Latency, SecurityHeaders
 from ajet_runner.store.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -71,9 +72,21 @@ def _warm_metrics(be: Backend) -> None:
     warm_up(store)
 
 
-def create_app(settings: Settings | None = None, *, insecure: bool = False) -> FastAPI:
+def trusted_proxies(value: str) -> list[str] | None:
+    """AJET_RUNNER_TRUST_PROXY as uvicorn's trusted hosts (None: not set)."""
+    value = value.strip()
+    if not value or value.lower() in ("0", "false", "no", "off"):
+        return None
+    if value.lower() in ("*", "1", "true", "yes", "on"):
+        return ["*"]
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
+def create_app(settings: Settings | None = None, *, insecure: bool = False, port: int | None = None,
+               bind: str = "") -> FastAPI:
     """The API app. Without any token configured, /v1 answers 401 unless `insecure` (loopback only: `serve`
-    checks that)."""
+    checks that). `port` and `bind`: where it is served, for the Host names an open API answers
+    (service/api/hosts.py; HostsError for an allowed-hosts setting it cannot honour)."""
     from ajet_runner.service.api.events import router as events_router
     from ajet_runner.service.api.experiments import nodes_router
     from ajet_runner.service.api.experiments import router as experiments_router
@@ -81,6 +94,8 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
     settings = settings or get_settings()
     be = Backend(settings)
     tokens = TokenSet.from_settings(settings)
+    hosts = allowed_hosts(settings.allowed_hosts, open_api=insecure and not tokens.configured, port=port,
+                          bound=bind)
     metrics_auth = bool(getattr(settings, "metrics_auth", False))
     guard = [Security(bearer_scheme)]  # documents the scheme; BearerAuth enforces it
 
@@ -109,5 +124,13 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(BearerAuth, tokens=tokens, insecure=insecure,  # before the body is read
                        prefixes=("/v1", "/metrics") if metrics_auth else ("/v1",))
-    app.add_middleware(Latency, histogram=HTTP_LATENCY)  # outermost: a 401 or 413 is timed too
+    app.add_middleware(Latency, histogram=HTTP_LATENCY)  # a 401 or 413 is timed too
+    app.add_middleware(SecurityHeaders)  # every route's answer, /docs and /redoc and the 401s included
+    proxies = trusted_proxies(getattr(settings, "trust_proxy", ""))
+    if proxies is not None:  # the scheme (hence Secure cookies) and client as the proxy saw them
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=proxies)
+    app.add_middleware(TrustedHosts, hosts=hosts)  # first in the stack: a foreign Host is 400 before anything runs
+    app.state.allowed_hosts = hosts
     return app

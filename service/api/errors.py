@@ -30,6 +30,7 @@ WHY = {
     409: "conflict with the experiment's state",
     413: "request body over the size limit",
     422: "invalid request: `problems` names each field",
+    500: "an unexpected error (a Redis error other than a lost connection says what Redis answered)",
     503: "Redis is unreachable (or not configured)",
 }
 
@@ -45,7 +46,7 @@ def error_responses(*codes: int, notes: dict[int, str] | None = None) -> dict[in
 
 
 # What every authenticated route can answer, whatever it does.
-V1_ERRORS = (401, 422, 503)
+V1_ERRORS = (401, 422, 500, 503)
 BODY_ERRORS = (400, 413)
 
 
@@ -75,8 +76,14 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
+def is_outage(exc: BaseException) -> bool:
+    """A Redis error that means "cannot reach Redis" (connection refused or lost, a timeout), as opposed
+    to an answer Redis gave (a range out of bounds, a wrong type, a script error)."""
+    return isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
+
+
 def install_handlers(app: FastAPI) -> None:
-    """Validation errors, HTTPExceptions and Redis outages all answer with ErrorBody."""
+    """Validation errors, HTTPExceptions, Redis outages and other Redis errors all answer with ErrorBody."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -96,10 +103,16 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=exc.status_code, content=error_body(detail, problems), headers=headers)
 
     @app.exception_handler(redis.RedisError)
-    async def redis_down(_: Request, exc: redis.RedisError) -> JSONResponse:
-        log.warning("redis error: %s", exc)
-        return JSONResponse(status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-                            content=error_body(f"Redis is unreachable: {type(exc).__name__}"))
+    async def redis_error(_: Request, exc: redis.RedisError) -> JSONResponse:
+        """Only a lost connection (or a timeout) is an outage; any other Redis error is ours (500), with
+        what Redis said, e.g. a range it refused."""
+        if is_outage(exc):
+            log.warning("redis unreachable: %s", exc)
+            return JSONResponse(status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+                                content=error_body(f"Redis is unreachable: {type(exc).__name__}"))
+        log.error("redis error: %s: %s", type(exc).__name__, exc)
+        return JSONResponse(status_code=status.HTTP_500_INTERNAL_SERVER_ERROR,
+                            content=error_body(f"Redis error: {type(exc).__name__}: {str(exc)[:500]}"))
 
 
 def install_openapi(app: FastAPI) -> None:

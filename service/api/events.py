@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import redis.asyncio as aioredis
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Depends, Header, Query, Request, status
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from ajet_runner.service.api.backend import Backend, backend
-from ajet_runner.service.api.errors import V1_ERRORS, error_responses
+from ajet_runner.service.api.errors import V1_ERRORS, error_body, error_responses
 from ajet_runner.service.api.experiments import NOT_FOUND, not_found
-from ajet_runner.service.api.schemas import STREAM_ID_PATTERN, EventPage
+from ajet_runner.service.api.schemas import EventPage, StreamId, stream_id_problem
 from ajet_runner.statemachine.lifecycle import State
 from ajet_runner.store.store import exp_key, stream_key
 
@@ -83,23 +83,24 @@ async def _follow(r: aioredis.Redis, exp_id: str, after: str, keepalive: float) 
 async def events(
     exp_id: str,
     request: Request,
-    after: str = Query("0-0", pattern=STREAM_ID_PATTERN, description="stream id: events after it"),
+    after: Annotated[StreamId, Query(description="stream id: events after it (`<ms>` or `<ms>-<seq>`, each part "
+                                                 "at most 2**64-1)")] = "0-0",
     limit: int = Query(1000, ge=1, le=10_000),
     wait_ms: int = Query(0, ge=0, le=30_000, description="long poll: wait this long for a first event"),
     last_event_id: str | None = Header(None, description="SSE resume point (sent by EventSource on reconnect)"),
     be: Backend = Depends(backend),
 ) -> Any:
     """Transitions, evaluations, progress reports, repairs: everything the experiment published."""
-    import re
-
     r = be.aio
     if not await r.exists(exp_key(exp_id)):
         raise not_found(exp_id)
     if "text/event-stream" in request.headers.get("accept", ""):
         start = last_event_id or after
-        if not re.fullmatch(STREAM_ID_PATTERN, start):
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                                "Last-Event-ID must be a stream id such as 1700000000000-0")
+        problem = stream_id_problem(start)
+        if problem:
+            return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content=error_body(
+                f"invalid request: Last-Event-ID: {problem}",
+                [{"level": "error", "field": "Last-Event-ID", "message": problem}]))
         return StreamingResponse(_follow(r, exp_id, start, KEEPALIVE_SECONDS), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     state = await r.hget(exp_key(exp_id), "state")

@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from ajet_runner.service.api.backend import Backend, backend
 from ajet_runner.service.api.errors import BODY_ERRORS, V1_ERRORS, error_body, error_responses
 from ajet_runner.service.api.schemas import (
+    MAX_BYTE_OFFSET,
+    MAX_OFFSET,
     SUMMARY_FIELDS,
     DeleteResult,
     ExperimentPage,
@@ -54,7 +56,8 @@ def _record(be: Backend, exp_id: str) -> dict[str, Any]:
     200: {"model": ExperimentView, "description": "a repeated Idempotency-Key: the first submission's record"},
     **error_responses(409, *BODY_ERRORS, notes={
         409: "needs more GPUs than any live node has, its result dir belongs to an unfinished experiment, "
-            "or an Idempotency-Key was reused for another blueprint",
+            "or an Idempotency-Key was reused for another blueprint or another placement (node, nodes, "
+            "priority, blueprint_path)",
         422: "blueprint problems, each naming its field"})})
 async def create_experiment(
     body: SubmitRequest,
@@ -87,7 +90,9 @@ def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: st
     held = None
     try:
         while idempotency_key:
-            held = claim(be.store.r, idempotency_key, body.blueprint, new_id)
+            held = claim(be.store.r, idempotency_key, body.blueprint, new_id, placement={
+                "node": body.node, "nodes": body.nodes, "priority": body.priority or "normal",
+                "blueprint_path": body.blueprint_path})
             if held.fresh:
                 break
             rec = first_record(be.store, be.store.r, idempotency_key, held)
@@ -145,7 +150,7 @@ def list_experiments(
     node: str | None = Query(None, description="only those on (or submitted to) this node"),
     outcome: Outcome | None = Query(None, description="only finished ones with this outcome"),
     limit: int = Query(100, ge=1, le=1000),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     be: Backend = Depends(backend),
 ) -> dict[str, Any]:
     """Newest first. `total` counts every match, so a client can page with `offset`."""
@@ -253,7 +258,8 @@ def _since(path: str, offset: int, whole: bool) -> tuple[str, int]:
 def log(
     exp_id: str,
     tail: int = Query(200, ge=1, le=100_000, description="the last N lines"),
-    since: int | None = Query(None, ge=0, description="byte offset: what was written after it (to follow)"),
+    since: int | None = Query(None, ge=0, le=MAX_BYTE_OFFSET,
+                              description="byte offset: what was written after it (to follow)"),
     raw: bool = Query(False, description="keep colour codes and Ray prefixes"),
     be: Backend = Depends(backend),
 ) -> PlainTextResponse:

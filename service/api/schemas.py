@@ -5,15 +5,38 @@ Records are stored in Redis as flat strings; `summary_of` / `view_of` turn one i
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from ajet_runner.statemachine.models import Problem
 
 NODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-STREAM_ID_PATTERN = r"^\d+(-\d+)?$"
+STREAM_ID_PATTERN = r"^\d{1,20}(-\d{1,20})?$"
+STREAM_ID_PART_MAX = 2**64 - 1  # each part of a Redis stream id is an unsigned 64-bit number
+MAX_OFFSET = 1_000_000_000  # a list offset (Redis ranges are signed 64-bit: offset + limit must not overflow)
+MAX_BYTE_OFFSET = 2**62  # a log byte offset
+
+
+def stream_id_problem(value: str) -> str | None:
+    """Why `value` is not a Redis stream id (`<ms>` or `<ms>-<seq>`, each part at most 2**64-1), or None."""
+    if not re.fullmatch(STREAM_ID_PATTERN, value):
+        return f"{value[:40]!r} is not a stream id such as 1700000000000-0"
+    if any(int(part) > STREAM_ID_PART_MAX for part in value.split("-")):
+        return f"{value[:45]!r}: each part of a stream id is at most {STREAM_ID_PART_MAX}"
+    return None
+
+
+def _stream_id(value: str) -> str:
+    problem = stream_id_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+StreamId = Annotated[str, AfterValidator(_stream_id)]
 
 # The hash fields a summary needs: everything but the blueprint text, ctx and lifecycle.
 SUMMARY_FIELDS = (

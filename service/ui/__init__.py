@@ -13,33 +13,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ajet_runner.service.api.auth import BEARER, TokenSet
-from ajet_runner.service.api.middleware import ASGIApp, Receive, Scope, Send
-from ajet_runner.service.ui.session import CsrfRefused, LoginRequired, Sessions
+from ajet_runner.service.ui.session import CsrfRefused, LoginRequired, Revocations, Sessions
 from ajet_runner.store.settings import Settings
-
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
-           (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY")]
-
-
-class UiHeaders:
-    """Security headers on every /ui response (plain ASGI, so event streams pass through)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/ui"):
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: dict) -> None:  # type: ignore[type-arg]
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *HEADERS]
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
 
 
 def _wants_page(request: Request) -> bool:
@@ -50,7 +25,8 @@ def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: 
     """Mount the console on the API app: routes under /ui, `/` redirecting there, its error pages."""
     from ajet_runner.service.ui.pages import env, router
 
-    app.state.ui_sessions = Sessions(tokens, insecure, max(60, int(settings.ui_session_seconds)))
+    revocations = Revocations(lambda: app.state.backend.store.r)  # logouts, seen by every replica
+    app.state.ui_sessions = Sessions(tokens, insecure, max(60, int(settings.ui_session_seconds)), revocations)
     app.include_router(router)
 
     @app.get("/", include_in_schema=False)
@@ -82,4 +58,3 @@ def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: 
             return await default(request, exc)  # type: ignore[no-any-return]
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
-    app.add_middleware(UiHeaders)

@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ajet_runner.service.api.backend import Backend, backend
-from ajet_runner.service.api.schemas import node_dict, view_dict
+from ajet_runner.service.api.schemas import node_dict, stream_id_problem, view_dict
 from ajet_runner.service.ui import console_data as data
 from ajet_runner.service.ui import html as render
 from ajet_runner.service.ui.session import COOKIE, Sessions, Viewer, check_origin, safe_next
@@ -95,7 +95,9 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request, who: Viewer = Depends(viewer)) -> Response:
-    sessions(request).check_csrf(request, who, (await form(request)).get("csrf", ""))
+    s = sessions(request)
+    s.check_csrf(request, who, (await form(request)).get("csrf", ""))
+    await run_in_threadpool(s.end, who)  # revoked server-side, not only dropped from this browser
     resp = RedirectResponse("/ui/login", status_code=303)
     resp.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
     return resp
@@ -151,7 +153,7 @@ def experiments_fragment(request: Request, _: Viewer = Depends(viewer), be: Back
 
 @router.get("/stream")
 async def stream(after: str = "$", _: Viewer = Depends(viewer), be: Backend = Depends(backend)) -> Response:
-    start = after if re.fullmatch(r"\d+(-\d+)?", after) else "$"
+    start = after if stream_id_problem(after) is None else "$"
     return StreamingResponse(follow(be.aio, start), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -201,7 +203,7 @@ async def experiment_stream(exp_id: str, after: str = "0-0", _: Viewer = Depends
                             be: Backend = Depends(backend)) -> Response:
     if not await be.aio.exists(exp_key(exp_id)):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no experiment with id {exp_id!r}")
-    start = after if re.fullmatch(r"\d+(-\d+)?", after) else "0-0"
+    start = after if stream_id_problem(after) is None else "0-0"
     return StreamingResponse(follow(be.aio, start, exp_id), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

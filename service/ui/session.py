@@ -1,9 +1,12 @@
 """Who may see the console: a signed, expiring session cookie made from the API token, or the API's bearer header.
 
-The cookie is signed with a key derived from the token that logged in (HMAC), so the server keeps no session
-store, several replicas accept each other's cookies, and removing a token from AJET_RUNNER_TOKEN(_FILE) ends
-every session made with it. Forms carry a CSRF token bound to the session; the cookie is also SameSite=Strict
-and the Origin header, when sent, must be this host.
+The cookie is signed with a key derived from the token that logged in (HMAC), so several replicas accept each
+other's cookies, and removing a token from AJET_RUNNER_TOKEN(_FILE) ends every session made with it. Logging
+out revokes the session server-side: its nonce is kept in Redis until the cookie would have expired anyway
+(every replica sees it), so a copied cookie stops working at logout, not at its expiry. Forms carry a CSRF
+token bound to the session; the cookie is also SameSite=Strict, `Secure` whenever the request came over
+https (behind a TLS proxy: AJET_RUNNER_TRUST_PROXY, so its X-Forwarded-Proto is believed), and the Origin
+header, when sent, must be this host (the Host itself is one the server answers: service/api/hosts.py).
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ import hmac
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import redis
 from fastapi import Request
 
 from ajet_runner.service.api.auth import TokenSet, bearer_of
+from ajet_runner.store.keys import ui_session_revoked_key
 
 COOKIE = "ajet_session"
 _SESSION_SALT = b"ajet-runner ui session v1"
@@ -57,9 +63,24 @@ class Viewer:
     via: str
     key: bytes
     nonce: str
+    expires: int = 0  # a cookie session's end (epoch seconds); 0 for bearer and open viewers
 
     def csrf(self) -> str:
         return _sign(self.key, f"csrf.{self.nonce}")
+
+
+@dataclass
+class Revocations:
+    """Logged-out sessions, by nonce, in Redis (with a TTL: until their cookie would have expired)."""
+
+    client: Callable[[], redis.Redis]
+
+    def revoke(self, nonce: str, expires: int, now: float | None = None) -> None:
+        left = max(1, int(expires - (now or time.time())) + 1)
+        self.client().set(ui_session_revoked_key(nonce), "1", ex=left)
+
+    def revoked(self, nonce: str) -> bool:
+        return bool(self.client().exists(ui_session_revoked_key(nonce)))
 
 
 @dataclass
@@ -67,6 +88,7 @@ class Sessions:
     tokens: TokenSet
     insecure: bool
     max_age: int
+    revocations: Revocations | None = field(default=None)  # None: logout only drops the cookie (no Redis)
 
     def issue(self, token: str, now: float | None = None) -> str:
         """A cookie value for a token already checked with `tokens.matches`."""
@@ -84,7 +106,7 @@ class Sessions:
             key = _key(token)
             if hmac.compare_digest(_sign(key, payload), parts[2]):
                 found = key
-        return Viewer("cookie", found, parts[1]) if found else None
+        return Viewer("cookie", found, parts[1], int(parts[0])) if found else None
 
     def viewer(self, request: Request) -> Viewer:
         """The request's viewer, or LoginRequired."""
@@ -101,7 +123,14 @@ class Sessions:
         viewer = self._from_cookie(cookie, time.time()) if cookie else None
         if viewer is None:
             raise LoginRequired("log in first" if not cookie else "the session expired or its token was revoked")
+        if self.revocations is not None and self.revocations.revoked(viewer.nonce):
+            raise LoginRequired("the session was logged out")
         return viewer
+
+    def end(self, viewer: Viewer) -> None:
+        """Logout: a cookie session is revoked server-side (a copy of the cookie stops working now)."""
+        if viewer.via == "cookie" and self.revocations is not None:
+            self.revocations.revoke(viewer.nonce, viewer.expires)
 
     def check_csrf(self, request: Request, viewer: Viewer, sent: str) -> None:
         """Forms from a cookie session must carry the session's CSRF token and come from this origin."""

@@ -54,7 +54,7 @@ def api_scrape(store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch) ->
         yield lambda: metrics_response(store)[0]
         return
     monkeypatch.setenv("REDIS_URL", redis_url)
-    with TestClient(create_app(Settings(), insecure=True)) as client:
+    with TestClient(create_app(Settings(), insecure=True), base_url="http://127.0.0.1") as client:  # loopback: open API
 
         def scrape() -> bytes:
             resp = client.get("/metrics")

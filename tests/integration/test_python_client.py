@@ -47,8 +47,15 @@ def test_idempotency_key_names_one_experiment(redis_url, tmp_path) -> None:
         assert len(ids) == 1 and len(results) == 6
         with server.client() as api:
             assert api.list_experiments().total == 1
-            again = api.submit_file(demo.blueprint, node="nowhere", wait_for_node=True, idempotency_key="bp-1")
+            again = api.submit(text, node="nowhere", wait_for_node=True, idempotency_key="bp-1")
             assert again.id in ids
+            # The same key with another placement is another request: 409 naming what differs, never the
+            # first record (its client would believe the different request was done).
+            for changed in ({"node": "elsewhere"}, {"priority": "high"}, {"blueprint_path": str(demo.blueprint)}):
+                with pytest.raises(ApiError) as info:
+                    api.submit(text, **{"node": "nowhere", "wait_for_node": True, **changed},  # type: ignore[arg-type]
+                               idempotency_key="bp-1")
+                assert info.value.status == 409 and next(iter(changed)) in info.value.problems[0]["message"]
             with pytest.raises(ApiError) as info:
                 api.submit(text + "\nanother note\n", node="nowhere", wait_for_node=True, idempotency_key="bp-1")
             assert info.value.status == 409 and info.value.problems[0]["field"] == "Idempotency-Key"

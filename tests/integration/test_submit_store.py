@@ -1,6 +1,6 @@
-"""A submission in a real Redis: the record, its event, its indexes and its RQ job appear together (one
-MULTI); the checks read nodes, drains and the result dir's holder in one script call; a refused
-submission writes nothing."""
+"""A submission in a real Redis: the result dir's claim, the record, its event and its indexes appear together
+(one compare-and-set), its RQ job once the dir is archived; the checks read nodes, drains and the result
+dir's holder in one script call; a refused submission writes nothing."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ HOLD = "tests.integration.watcher_jobs.hold"
 
 def _watcher(redis_url: str, node: str, slots: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "REDIS_URL": redis_url, "AJET_RUNNER_NODE": node}
-    return subprocess.Popen([sys.executable, "-m", "ajet_runner.workers.node.watcher", redis_url, node, str(slots)],
+    return subprocess.Popen([sys.executable, "-m", "ajet_runner.workers.node.watcher", node, str(slots)],  # URL: env
                             env=env,
                             cwd=Path(__file__).resolve().parents[2])
 

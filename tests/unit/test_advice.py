@@ -22,6 +22,7 @@ from ajet_runner.statemachine.advice_context import (
     build_messages,
     error_window,
     launcher_flags,
+    quoted_context,
     signature_pattern,
     suggested_entry,
 )
@@ -73,7 +74,7 @@ def test_answer_is_json_or_a_json_fence_and_exactly_the_schema() -> None:
     ({"kind": "env_set", "key": "CUDA_VISIBLE_DEVICES", "value": "0"}, "may not be overridden"),
     ({"kind": "env_set", "key": "HF_TOKEN", "value": "abc"}, "looks like a secret"),
     ({"kind": "env_set", "key": "X; rm", "value": "1"}, "not a valid name"),
-    ({"kind": "env_set", "key": "HF_HOME", "value": "/tmp/hf"}, "is a file path"),
+    ({"kind": "env_set", "key": "HF_HOME", "value": "/tmp/hf"}, "not on the adviser's allow-list"),
     ({"kind": "env_set", "key": "NCCL_DEBUG", "value": "a\nb"}, "line break"),
     ({"kind": "yaml_set", "key": "trainer.tp", "value": 1}, "not under `ajet.`"),
     ({"kind": "yaml_set", "key": "hydra.searchpath", "value": ["x"]}, "not under `ajet.`"),
@@ -109,7 +110,7 @@ def test_changes_within_the_rules_pass_and_resolve_like_a_catalogue_plan() -> No
         {"kind": "yaml_set", "key": "ajet.rollout.enforce_eager", "value": True},  # absent: any plain value
         {"kind": "yaml_unset", "key": "ajet.rollout.max_model_len", "value": None},
         {"kind": "env_set", "key": "NCCL_P2P_DISABLE", "value": 1},
-        {"kind": "env_set", "key": "HF_ENDPOINT", "value": "https://hf-mirror.com"},
+        {"kind": "env_set", "key": "HF_HUB_OFFLINE", "value": "1"},
         {"kind": "flag_add", "key": "--skip-check-avail-gpu", "value": None},
         {"kind": "flag_remove", "key": "--with-ray", "value": None},
         {"kind": "prefix", "key": "", "value": "proxychains4   -q"},
@@ -122,7 +123,7 @@ def test_changes_within_the_rules_pass_and_resolve_like_a_catalogue_plan() -> No
     by_key = {c.key: c for c in r.yaml_changes}
     assert by_key["ajet.rollout.tensor_model_parallel_size"].new == 4
     assert by_key["ajet.rollout.max_model_len"].unset and by_key["ajet.rollout.max_model_len"].old == 16000
-    assert r.env == {"NCCL_P2P_DISABLE": "1", "HF_ENDPOINT": "https://hf-mirror.com"}
+    assert r.env == {"NCCL_P2P_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
     assert r.command == "proxychains4 -q python -m ajet.launcher --conf tests/bench/x/x.yaml --skip-check-avail-gpu"
     text = yaml.safe_dump(YAML, sort_keys=False)
     patched = yaml.safe_load(patch_yaml_text(text, r.yaml_changes))
@@ -185,7 +186,7 @@ def test_messages_carry_the_context_redacted() -> None:
         repairs=[], prefixes=["proxychains4 -q"], redactor=Redactor())
     system, user = msgs[0]["content"], msgs[1]["content"]
     assert "yaml_set, yaml_unset, env_set, flag_add, flag_remove, prefix" in system
-    context = json.loads(user.split("\n", 1)[1].split("\n\nThe answer's JSON schema")[0])
+    context = quoted_context(user)
     assert context["blueprint"]["exp_codebase_dir"] == "/data/code"  # paths kept
     assert context["launcher_flags"] == ["--conf", "--with-ray"] and context["earlier_attempts"][0]["exit_code"] == 1
     assert "sk-1234567890abcdef" not in user and "abcdefgh1234" not in user

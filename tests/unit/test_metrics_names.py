@@ -171,7 +171,7 @@ def test_api_metrics_endpoint_serves_every_api_name(store: Store, redis_url: str
         pytest.skip(f"the HTTP API is not importable: {exc}")
     fill(store, time.time())
     monkeypatch.setenv("REDIS_URL", redis_url)
-    with TestClient(create_app(Settings(), insecure=True)) as client:
+    with TestClient(create_app(Settings(), insecure=True), base_url="http://127.0.0.1") as client:  # loopback: open API
         assert client.get("/healthz").status_code == 200  # one timed request at least
         resp = client.get("/metrics")
     assert resp.status_code == 200

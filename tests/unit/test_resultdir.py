@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ajet_runner.resultdir.archive import archive_previous_run, earlier_run_files
+from ajet_runner.resultdir.confined import SymlinkRefused
 from ajet_runner.resultdir.refusal import write_refusal
+from ajet_runner.resultdir.roots import confined, parse_roots
 from ajet_runner.statemachine.models import Level, Problem
 
 
@@ -63,3 +67,41 @@ def test_a_refusal_never_writes_into_a_refused_or_unusable_result_dir(tmp_path: 
     assert not write_refusal("relative/dir", "i", "p", [])
     (tmp_path / "file").write_text("")
     assert not write_refusal(str(tmp_path / "file" / "r"), "i", "p", [])
+
+
+def _tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.mark.parametrize("roots", [False, True], ids=["no roots", "confined"])
+def test_a_previous_symlink_is_refused_with_the_reason_and_nothing_moves_anywhere(tmp_path: Path, roots: bool) -> None:
+    result, outside = tmp_path / "root" / "results", tmp_path / "outside"
+    earlier_run(result)
+    outside.mkdir()
+    (result / "previous").symlink_to(outside, target_is_directory=True)
+    before = _tree(result)
+    with confined(parse_roots(str(tmp_path / "root")) if roots else ()), \
+            pytest.raises(SymlinkRefused, match=r"previous is a symlink \(to .*outside\)") as refused:
+        archive_previous_run(result)
+    assert "never follows a link" in str(refused.value)
+    assert _tree(outside) == [] and _tree(result) == before  # nothing written outside, nothing moved inside
+
+
+def test_a_stamp_dir_swapped_for_a_symlink_is_never_followed(tmp_path: Path) -> None:
+    result, outside = tmp_path / "results", tmp_path / "outside"
+    earlier_run(result)
+    outside.mkdir()
+    (result / "previous").mkdir()
+    (result / "previous" / "2026-11-30T10-20-30Z").symlink_to(outside, target_is_directory=True)  # planted name
+    assert archive_previous_run(result) == "previous/2026-11-30T10-20-30Z-1"
+    assert _tree(outside) == [] and (result / "previous/2026-11-30T10-20-30Z-1/finish.flag").exists()
+
+
+def test_a_symlinked_flag_is_moved_as_the_link_and_never_read_through(tmp_path: Path) -> None:
+    result, secret = tmp_path / "results", tmp_path / "secret.json"
+    secret.write_text(json.dumps({"finished_at": "2030-01-01T00:00:00Z"}))
+    (result / "logs").mkdir(parents=True)
+    (result / "finish.flag").symlink_to(secret)
+    moved = archive_previous_run(result)
+    assert moved != "previous/2030-01-01T00-00-00Z"  # the stamp never came from the link's target
+    assert (result / moved / "finish.flag").is_symlink() and secret.read_text().startswith("{")

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ajet_runner.resultdir.confined import atomic_write_bytes
+
 log = logging.getLogger(__name__)
 SAVE_EVERY = 10.0  # seconds between checkpoints while the log grows (an adopter reads at most that much again)
 
@@ -37,16 +39,13 @@ def _head(log_path: str | os.PathLike[str], upto: int) -> str:
 def save(log_path: str | os.PathLike[str], state: dict[str, Any]) -> bool:
     """Write `state` (with the log's inode) atomically; False (logged) when the disk refuses."""
     target = checkpoint_path(log_path)
-    tmp = target.with_name(target.name + ".tmp")
     try:
         state = {**state, "inode": os.stat(log_path).st_ino, "head": _head(log_path, int(state["offset"]))}
-        tmp.write_text(json.dumps(state, separators=(",", ":")), encoding="utf-8")
-        os.replace(tmp, target)
+        # The result dir's one writer: temp file + renameat in the logs dir, no symlink followed.
+        atomic_write_bytes(target, json.dumps(state, separators=(",", ":")).encode("utf-8"))
         return True
     except OSError as exc:  # a full disk must not stop the watch; the next worker re-reads more
         log.warning("could not save the scan checkpoint %s: %s", target, exc)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         return False
 
 

@@ -73,11 +73,13 @@ class NodeSupervisor:
 
     # -- the watcher -------------------------------------------------------------------------
     def _spawn(self) -> None:
+        # REDIS_URL (its password included) and every token go through the environment, never the command
+        # line: /proc/<pid>/cmdline (ps) is readable by every user of the node, the environment is not.
         env = {**os.environ, "AJET_RUNNER_NODE": self.node.name, "AJET_RUNNER_GPUS": str(self.node.gpus),
                "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url,
                PARENT_ENV: str(os.getpid())}  # the watcher dies with this process (PR_SET_PDEATHSIG)
         self.watcher = subprocess.Popen(
-            [sys.executable, "-m", "ajet_runner.workers.node.watcher", self.url, self.node.name, str(self.node.slots)],
+            [sys.executable, "-m", "ajet_runner.workers.node.watcher", self.node.name, str(self.node.slots)],
             env=env,
         )
 
@@ -155,7 +157,11 @@ class NodeSupervisor:
                 stuck = (status == JobStatus.STARTED and started is not None
                          and time.time() - started > LOST_JOB_SECONDS) or _popped_and_dropped(job, status)
             except NoSuchJobError:
+                # A submission adds the job once its result dir is archived (service/submit.py): a young
+                # record's job may simply not be there yet.
                 status, stuck = None, False
+                if time.time() - float(rec.get("created_at") or 0) < LOST_JOB_SECONDS:
+                    continue
             if status is not None and status not in DEAD_JOB and not stuck:
                 continue
             if not self.store.set_once(rec["id"], f"requeued:{job_id}", now):

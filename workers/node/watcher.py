@@ -4,7 +4,8 @@ RQ still hands experiments to the node (`ajet_runner.workers.drive.jobs.drive` j
 the shared one); the node's `slots` are threads of this process (workers/node/slot_worker.py), so
 watching one more run costs a thread and its buffers, not a Python process and a fork.
 
-Run by the node supervisor as `python -m ajet_runner.workers.node.watcher REDIS_URL NODE SLOTS`; it dies with the
+Run by the node supervisor as `python -m ajet_runner.workers.node.watcher NODE SLOTS` with REDIS_URL in its
+environment (never on the command line, which every user of the node can read); it dies with the
 supervisor (PR_SET_PDEATHSIG), and the supervisor restarts it when it dies alone. While the node
 is drained it takes no new job and keeps watching its runs. On SIGTERM (a worker stopping,
 restarting or being upgraded) it takes no new job and every driver hands its run back at its next
@@ -50,10 +51,18 @@ def _handing_back(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str]) -> int:
-    url, node, slots = argv[1], argv[2], int(argv[3])
+    if len(argv) != 3:
+        print("usage: python -m ajet_runner.workers.node.watcher NODE SLOTS  (REDIS_URL in the environment)",
+              file=sys.stderr)
+        return 2
+    node, slots = argv[1], int(argv[2])
     die_with_parent(expected_parent_from_env())  # a SIGKILLed supervisor leaves no watcher behind
     configure("watcher", node=node)  # level and format from the worker's environment
     settings = get_settings()  # read (and cached) before the variable below leaves the environment
+    url = settings.redis_url
+    if not url:
+        print("error: REDIS_URL is not set in the watcher's environment", file=sys.stderr)
+        return 2
     # The adviser's key stays in this process: experiments (tmux and the user's code) never inherit it.
     os.environ.pop("AJET_RUNNER_LLM_API_KEY", None)
     if settings.catalogue_extra:

@@ -46,7 +46,7 @@ from typing import Any
 import libtmux
 import psutil
 
-from ajet_runner.resultdir.roots import open_dir
+from ajet_runner.resultdir.confined import open_dir, write_at
 from ajet_runner.store.naming import SESSION_PREFIX as PREFIX
 from ajet_runner.store.naming import session_name
 from ajet_runner.workers.process.procs import is_gone, kill_marked, signal_all, wait_gone
@@ -294,19 +294,6 @@ def _command_script(command: str) -> str:
     return header + command + ("" if command.endswith("\n") else "\n")
 
 
-def _write_at(dfd: int, name: str, data: bytes, *, truncate: bool = True, mode: int = 0o644) -> None:
-    """Write `name` in the directory `dfd`, never through a symlink (O_NOFOLLOW)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_TRUNC if truncate else os.O_APPEND)
-    fd = os.open(name, flags, mode, dir_fd=dfd)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-
-
 def _tool(name: str) -> str:
     """Absolute path of a tool the wrapper needs, resolved now: the job's PATH may not have it."""
     path = shutil.which(name)
@@ -452,11 +439,11 @@ class TmuxRunner:
             for stale in (rc_path, pid_path):  # a previous attempt's files must not be read as ours
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(stale.name, dir_fd=dfd)
-            _write_at(dfd, log_path.name, b"", truncate=False)  # exists before start() returns; tee appends
-            _write_at(dfd, command_file.name, _command_script(command).encode())
+            write_at(dfd, log_path.name, b"", truncate=False)  # exists before start() returns; tee appends
+            write_at(dfd, command_file.name, _command_script(command).encode())
             reserve = os.path.relpath(os.path.abspath(reserve_path), os.path.abspath(log_path.parent)) \
                 if reserve_path is not None else ""
-            _write_at(dfd, wrapper.name, _wrapper_text(
+            write_at(dfd, wrapper.name, _wrapper_text(
                 session, command_file, cwd, env, log_path, rc_path, pid_path, round(self.linger),
                 logs_id=logs_id, reserve=reserve).encode(), mode=0o755)
         finally:

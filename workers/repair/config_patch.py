@@ -348,7 +348,6 @@ def write_patched_yaml(source: Path | str, dest: Path | str, changes: list[Confi
     with open(source, encoding="utf-8", newline="") as handle:
         original = handle.read()
     patched = patch_yaml_text(original, changes)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(dest, patched, source.stat().st_mode & 0o777)
     diff = difflib.unified_diff(
         original.splitlines(keepends=True), patched.splitlines(keepends=True),

@@ -11,7 +11,7 @@ import contextlib
 import errno
 import os
 
-from ajet_runner.resultdir.roots import open_dir
+from ajet_runner.resultdir.confined import open_dir
 
 RESERVE_NAME = ".ajet-runner-reserve"
 

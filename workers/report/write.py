@@ -7,8 +7,8 @@ import os
 import time
 from pathlib import Path
 
+from ajet_runner.resultdir.confined import open_dir
 from ajet_runner.resultdir.flag import atomic_write_text, remove_file
-from ajet_runner.resultdir.roots import open_dir
 from ajet_runner.workers.report.data import PLOT_NAME, REPORT_NAME, RESULTS_NAME, ReportData
 from ajet_runner.workers.report.evaluations import normalize_evaluations
 from ajet_runner.workers.report.markdown import clean

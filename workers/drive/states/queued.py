@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ajet_runner.resultdir.archive import archive_previous_run
+from ajet_runner.resultdir.confined import make_dir
 from ajet_runner.resultdir.flag import atomic_write_bytes, write_error_reason
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.preflight import gpu_check_decision, launch_workdir, preflight
@@ -171,7 +172,7 @@ def _apply_swarm(d: ExperimentDriver) -> None:
     spec, _ = swarm_plan(d.bp)
     # An earlier run's files were moved to previous/ already (_move_earlier_run); keep room for the report.
     result_dir = Path(d.bp.exp_result_dir)
-    result_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(result_dir)  # the confined writer's walk, as every write into the result dir
     take_reserve(result_dir, d.settings.result_reserve_bytes)
     d.ctx.command = d.bp.exp_launch_command
     d.ctx.val_path = swarm_results_path(d.bp)
