@@ -21,6 +21,9 @@ from ajet_runner.store.queue import drive_job_id, enqueue_drive, target_queue
 from ajet_runner.store.store import Store, new_id
 
 NODE_ALIVE_SECONDS = 30.0
+ADD_A_NODE = ("To add a node, run `ajet-runner worker --node <name>` on another GPU machine with the same "
+              "REDIS_URL (on Kubernetes, the Helm chart's worker DaemonSet runs one on every GPU node); or lower "
+              "ajet.trainer_common.nnodes")
 
 
 class SubmissionRejected(ValueError):
@@ -101,7 +104,7 @@ def submit(
             _check_node_served(live, name)
         if named and len(named) < nodes:
             raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
-                f"names {len(named)} node(s) but the run needs {nodes} (ajet.trainer_common.nnodes)"))])
+                f"names {len(named)} node(s) but the run needs {nodes} (ajet.trainer_common.nnodes): name {nodes}"))])
         if nodes > 1:
             _check_gang_capacity(live, nodes, per_node, node, named)
         else:
@@ -206,5 +209,5 @@ def _check_gang_capacity(live_now: list[dict[str, Any]], nodes: int, per_node: i
         raise SubmissionRejected([Problem(
             level=Level.error, field="exp_yaml_path",
             message=f"the run needs {nodes} nodes with {per_node} GPUs each (nnodes x n_gpus_per_node) but "
-                    + "; ".join(problems),
+                    + "; ".join(problems) + f". {ADD_A_NODE}",
         )], status=409)
