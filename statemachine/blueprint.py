@@ -438,11 +438,10 @@ def _keep_path(state: _Parse, fld: str, line: int, raw: str) -> None:
     if read.remark:
         state.note(line, fld, read.remark)
     if read.dropped:
-        kept = read.line[: len(read.line) - len(read.dropped)].strip() if read.line.endswith(read.dropped) else ""
-        state.error(fld, f"{fld}: text follows the path on its line: it would be read as {read.value!r}, dropping "
-                    f"{read.dropped!r} (the line: {(kept or read.line).strip()!r}). Put the path alone on its line — "
-                    "in backticks if spaces or brackets belong to it — and a remark in parentheses at the end of "
-                    "the line or on a line of its own")
+        state.error(fld, f"the path is not alone on its line {read.line.strip()!r}: it would be read as "
+                    f"{read.value!r}, dropping {read.dropped!r}. Put the path alone on its line (in backticks if "
+                    "spaces, brackets or backticks belong to it) and a remark in parentheses at the end of the "
+                    "line or on a line of its own")
 
 
 def _read_text_section(state: _Parse, m: _Marker, start: int, end: int) -> None:

@@ -285,7 +285,7 @@ def split_swarm_command(command: str) -> tuple[SwarmSplit | None, str]:
                 server, form = joined[:-1].rstrip(), "background"
             elif starts_server(words):
                 return None, _cannot_split(joined, "the server runs in the foreground, so the client after it "
-                                                   "would never start; or it is the client's own server")
+                                                   "would never start")
             elif _preamble(words):
                 preamble.extend(original)
             elif any(h in joined for h in _SERVER_HINTS):

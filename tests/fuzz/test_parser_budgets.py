@@ -181,6 +181,15 @@ ADVERSARIAL = {
     "ANSI codes": _fill("\x1b[31m"),
     "port flags": _fill("--swarm-port="),
     "open brackets": "[" * MAX_BYTES,
+    # Found by the red team (issue 26): 40 KB took 6-7 s in the regex-based parser; a run of spaces after a
+    # path token, 27 s. The markdown structure's costliest shapes: nested lists and quotes (per line, per level).
+    "a run of * in a path": "[exp_result_dir] /data/a" + "*" * (MAX_BYTES - 40) + "b",
+    "spaces after a path": "[exp_result_dir] /data/a" + " " * (MAX_BYTES - 40) + "b",
+    "nested lists": _fill("- - - x\n"),
+    "quotes and lists": _fill("> - > - > - > - x\n"),
+    "lazy list lines": _fill("- a\nb\n"),
+    "bullet fields": "## [exp_purpose]\n" + _fill("- purpose: x\n", MAX_BYTES - 40),
+    "command bullets": "## [exp_launch_command]\n" + _fill("- command:\n    python x \\\n", MAX_BYTES - 40),
 }
 PARSERS: dict[str, Callable[[str], Any]] = {
     "blueprint": _blueprint, "duration": parse_duration, "command": _command, "results": _results,
