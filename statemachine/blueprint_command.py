@@ -211,15 +211,17 @@ def _check(read: CommandRead, lines: list[str], fld: str) -> None:
 
 
 def _after(read: CommandRead, texts: list[str], fld: str) -> None:
-    """Text after the command: commentary for the notes, unless a paragraph starts like a command."""
+    """Text after the command: commentary for the notes, unless one of its lines starts like a command."""
     body = dedent("\n".join(texts)).strip("\n")
     if not body.strip():
         return
-    paragraphs = [p for p in re.split(r"\n[ \t]*\n", body) if p.strip()] if "\n" in body else [body]
-    for para in paragraphs:
-        first = para.strip().split("\n", 1)[0]
-        if looks_like_a_command(first) and not read.refusal:
-            read.refusal = (f"after the command comes more text that reads as a command: {first.strip()!r}. "
+    in_code = False
+    for line in body.split("\n"):
+        if line.strip().startswith(("```", "~~~")):
+            in_code = not in_code  # an unchosen code block: kept as a note, with a warning of its own
+            continue
+        if not in_code and looks_like_a_command(line) and not read.refusal:
+            read.refusal = (f"after the command comes more text that reads as a command: {line.strip()!r}. "
                             "It is not run, and nobody can tell whether it should be: write the whole command as "
                             "one block (a ``` fence), or start a remark with `Note:`")
     read.notes.append(body)
