@@ -86,7 +86,7 @@ SWARM_TMUX = """# Experiment Blueprint - swarm on the simulator, server in its o
 - description: Starts the swarm server in its own tmux session, waits, then runs the client
 - command:
     ```bash
-    tmux new-session -d -s ajet_srv_skill "cd {{CODEBASE}} && PATH={{CODEBASE}}/bin:$PATH ajet-swarm start --swarm-port={{SWARM_PORT}}"
+    tmux new-session -d -s ajet_srv -c {{CODEBASE}} "PATH=$PWD/bin:$PATH ajet-swarm start --swarm-port={{SWARM_PORT}}"
     sleep 30
     cd {{CODEBASE}} && SWARM_STEPS=6 SWARM_STEP_SECONDS=0.5 {{PYTHON}} -m tutorial.example_swarm.agent_roll
     ```
@@ -199,7 +199,7 @@ def test_skill_shaped_swarm_blueprint_runs_the_server_then_the_client(tmp_path: 
     assert not listening(port)
     sessions = subprocess.run(["tmux", "-S", tmux_socket, "list-sessions", "-F", "#{session_name}"],
                               capture_output=True, text=True, check=False).stdout
-    assert "ajet_srv_skill" not in sessions  # the author's tmux wrapper was not run
+    assert "ajet_srv" not in sessions  # the author's tmux wrapper was not run
     assert marked_processes(sc.flag()["id"]) == []
 
 

@@ -110,7 +110,7 @@ def test_a_line_in_the_command_that_is_not_shell_is_refused_quoted(inside: str, 
 
 
 @pytest.mark.parametrize("block", [
-    "cat > notes.txt <<'EOF'\nThen leave it alone until the end.\n- item: x\nEOF\npython -m ajet.launcher --conf a.yaml",
+    "cat > notes.txt <<'EOF'\nThen leave it alone until the end.\n- item: x\nEOF\npython -m ajet.launcher --conf a",
     "python -c 'print(1)\nThen a line of a quoted string.'\npython -m ajet.launcher --conf a.yaml",
     "# Then comes the launcher (a comment)\npython -m ajet.launcher --conf a.yaml",
     "if [ -d /c ]; then\n  cd /c\nfi\npython -m ajet.launcher --conf a.yaml",

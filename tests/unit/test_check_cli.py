@@ -138,6 +138,8 @@ def test_readable_output_without_json(good_blueprint: Path, tmp_path: Path) -> N
     proc = _run(str(good_blueprint))
     assert proc.returncode == 0, proc.stderr
     assert "runnable" in proc.stdout and "exp_codebase_dir" in proc.stdout
+    shown = proc.stdout.split("Command file", 1)[1]  # the exact script: the rewrite is visible
+    assert "python -m ajet.launcher --conf tests/bench/math.yaml" in shown and "--autokill" not in shown
     broken = tmp_path / "empty.md"
     broken.write_text("nothing here\n", encoding="utf-8")
     proc = _run(str(broken))
