@@ -246,27 +246,29 @@ def _content(block: Block) -> list[str]:
     return block.content.rstrip("\n").split("\n")
 
 
+def _text_of(piece: str | Block, *, fenced: bool = False) -> list[str]:
+    """A piece's lines: a text line as it is, a code block's content (between fence lines when `fenced`)."""
+    if isinstance(piece, Block):
+        return ["```", *_content(piece), "```"] if fenced else _content(piece)
+    return [piece]
+
+
 def _from_code(read: CommandRead, first: str, body: list[Piece], codes: list[int], fld: str) -> None:
-    blocks = [body[k][1] for k in codes]
-    assert all(isinstance(b, Block) for b in blocks)
-    texts = ["\n".join(_content(b)) for b in blocks]  # type: ignore[arg-type]
+    blocks = [b for k in codes if isinstance(b := body[k][1], Block)]
+    texts = ["\n".join(_content(b)) for b in blocks]
     pick = next((k for k, t in zip(codes, texts, strict=True) if any(h in t for h in _LAUNCHER_HINTS)), codes[0])
-    chosen = body[pick][1]
-    assert isinstance(chosen, Block)
+    chosen = blocks[codes.index(pick)]
     lines = _finish(_content(chosen))
     read.command = "\n".join(lines)
     _check(read, lines, fld)
-    before = [str(p) if kind == "text" else "\n".join(_content(p)) for kind, p in body[:pick]]  # type: ignore[arg-type]
+    before = [line for _, p in body[:pick] for line in _text_of(p)]
     lead = "\n".join([first, *before]).strip()
     if lead and not _is_label_only(lead, fld):
         read.notes.append(dedent(lead))
     if len(codes) > 1:
         read.warnings.append(f"{fld} holds {len(codes)} code blocks: the one at line {chosen.start + 1} runs "
                              "(it starts the launcher); the others are kept in the notes and not run")
-    after: list[str] = []
-    for kind, p in body[pick + 1:]:
-        after.extend([str(p)] if kind == "text" else ["```", *_content(p), "```"])  # type: ignore[arg-type]
-    _after(read, after, fld)
+    _after(read, [line for _, p in body[pick + 1:] for line in _text_of(p, fenced=True)], fld)
 
 
 def _is_label_only(text: str, fld: str) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
@@ -193,12 +194,12 @@ def _unclosed_openers(lines: list[str]) -> list[int]:
             closers[found[0]].append((i, found[1]))
     if not opens:
         return []
-    at = {ch: [j for j, _ in found] for ch, found in closers.items()}
+    at = {ch: [j for j, _ in runs_of] for ch, runs_of in closers.items()}
     longest: dict[str, list[int]] = {}  # char -> the longest closer run at or after each closer
-    for ch, found in closers.items():
-        runs = [0] * (len(found) + 1)
-        for k in range(len(found) - 1, -1, -1):
-            runs[k] = max(runs[k + 1], found[k][1])
+    for ch, runs_of in closers.items():
+        runs = [0] * (len(runs_of) + 1)
+        for k in range(len(runs_of) - 1, -1, -1):
+            runs[k] = max(runs[k + 1], runs_of[k][1])
         longest[ch] = runs
     unclosed: list[int] = []
     after = 0  # the first line not inside a block found so far
@@ -257,7 +258,7 @@ def _is_closer(line: str, indent: int, char: str, run: int) -> bool:
     return len(body) >= run and body == char * len(body)
 
 
-def unwrap(text: str, has_tags, depth: int = 0) -> str:  # noqa: ANN001 - has_tags: (list[str]) -> bool
+def unwrap(text: str, has_tags: Callable[[list[str]], bool], depth: int = 0) -> str:
     """The blueprint inside a ```markdown fence when the tags are only inside it; dedented.
 
     A wrapper closes at its LAST closing fence (an agent's wrapper often holds a ``` command block

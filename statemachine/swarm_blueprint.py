@@ -218,7 +218,8 @@ def _tmux_server(words: list[str]) -> str | None:
     """The shell command of `tmux new-session [-d] [-s NAME] [-c DIR] "<command>"` when it starts a server."""
     if len(words) < 3 or os.path.basename(words[0]) != "tmux" or words[1] not in ("new-session", "new"):
         return None
-    k, cwd, positional = 2, "", []
+    k, cwd = 2, ""
+    positional: list[str] = []
     while k < len(words):
         w = words[k]
         if w in _TMUX_VALUE_OPTS and k + 1 < len(words):
