@@ -14,7 +14,7 @@ import redis
 from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.refusal import write_refusal
 from ajet_runner.resultdir.roots import confined
-from ajet_runner.statemachine.blueprint import parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.lifecycle import Lifecycle, State
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
@@ -23,6 +23,12 @@ from ajet_runner.store.queue import drive_job_id, enqueue_drive, target_queue
 from ajet_runner.store.store import ResultDirTaken, Store, new_id
 
 NODE_ALIVE_SECONDS = 30.0
+# A blueprint parses in well under 100 ms whatever it holds (tests/fuzz, bench/bench_hostile_parse.py); the
+# deadline is the backstop that keeps one request from holding a submission thread if that ever stops being so.
+PARSE_DEADLINE_SECONDS = 1.0
+ADD_A_NODE = ("To add a node, run `ajet-runner worker --node <name>` on another GPU machine with the same "
+              "REDIS_URL (on Kubernetes, the Helm chart's worker DaemonSet runs one on every GPU node); or lower "
+              "ajet.trainer_common.nnodes")
 
 
 class SubmissionRejected(ValueError):
@@ -74,7 +80,12 @@ def submit(
         raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
             f"the first of nodes ({named[0]}) is the head, but node names {node}: give one or make them agree"))])
     node = node or (named[0] if named else None)
-    bp = parse_blueprint(text)
+    try:  # bounded work per request: a hostile text is refused, it cannot hold a submission thread
+        bp = parse_blueprint(text, deadline=time.monotonic() + PARSE_DEADLINE_SECONDS)
+    except ParseDeadline:
+        raise SubmissionRejected([Problem(level=Level.error, field="blueprint", message=(
+            f"the blueprint took over {PARSE_DEADLINE_SECONDS:g} s to parse and was refused unread; a real one "
+            "parses in milliseconds (look for a huge line or deeply nested lists)"))]) from None
     problems = validate_blueprint(bp, check_disk=check_disk)
     if allowed_roots:
         for fld in ("exp_codebase_dir", "exp_result_dir", "exp_yaml_path", "exp_venv_exe"):
@@ -104,7 +115,7 @@ def submit(
             _check_node_served(live, name)
         if named and len(named) < nodes:
             raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
-                f"names {len(named)} node(s) but the run needs {nodes} (ajet.trainer_common.nnodes)"))])
+                f"names {len(named)} node(s) but the run needs {nodes} (ajet.trainer_common.nnodes): name {nodes}"))])
         if nodes > 1:
             _check_gang_capacity(live, nodes, per_node, node, named)
         else:
@@ -244,5 +255,5 @@ def _check_gang_capacity(live_now: list[dict[str, Any]], nodes: int, per_node: i
         raise SubmissionRejected([Problem(
             level=Level.error, field="exp_yaml_path",
             message=f"the run needs {nodes} nodes with {per_node} GPUs each (nnodes x n_gpus_per_node) but "
-                    + "; ".join(problems),
+                    + "; ".join(problems) + f". {ADD_A_NODE}",
         )], status=409)

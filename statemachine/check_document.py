@@ -4,7 +4,9 @@ One builder for `ajet-runner check --json` and the web console's submit page, so
 JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seconds},
 "problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new", "reason"}],
 "environment": "<whose environment was read>", "env_decisions": [{"variable", "is_set", "decision"}],
-"swarm": {"server_command", "port"} or null for a classic experiment}.
+"swarm": {"server_command", "port"} or null for a classic experiment, "command_file": the script the worker
+would write as `logs/attempt-1.command.sh` (the launch command after the preflight's rewrites; for a swarm
+experiment the client), or null when the command is refused or missing}.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ajet_runner.statemachine.blueprint import parse_blueprint
+from ajet_runner.statemachine.command_file import command_script
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
 from ajet_runner.statemachine.preflight import preflight
 
@@ -39,5 +42,15 @@ def check_document(bp: Blueprint, problems: list[Problem], *, env: Mapping[str, 
         "environment": plan.environment if plan else environment,
         "env_decisions": [d.model_dump(mode="json") for d in plan.env_decisions] if plan else [],
         "swarm": plan.swarm if plan else None,
+        "command_file": _command_file(bp, plan.command if plan else "", problems),
     }
     return doc, runnable
+
+
+def _command_file(bp: Blueprint, planned: str, problems: list[Problem]) -> str | None:
+    """The first attempt's command file: the preflight's command (rewritten), else the command as parsed
+    (when the preflight stopped at other problems); None when the command itself has an error."""
+    if any(p.level == Level.error and p.field in ("exp_launch_command", "blueprint") for p in problems):
+        return None
+    command = planned or bp.exp_launch_command
+    return command_script(command) if command.strip() else None

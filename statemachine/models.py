@@ -39,6 +39,10 @@ class Problem(BaseModel):
         return f"{self.level.value}: {self.field}: {self.message}"
 
 
+_NOT_PUBLIC = {"exp_max_time_text", "exp_swarm_server", "exp_val_result_path", "exp_swarm_declared",
+               "exp_swarm_form", "exp_swarm_client_delay_seconds", "exp_yaml_na", "parse_problems"}
+
+
 class Blueprint(BaseModel):
     """The 8 parts of an experiment blueprint, as parsed (values are never invented)."""
 
@@ -54,7 +58,15 @@ class Blueprint(BaseModel):
     # Swarm mode (optional parts): the swarm server's start command and the client's results file.
     exp_swarm_server: str = ""
     exp_val_result_path: str = ""
-    exp_swarm_declared: bool = False  # the [exp_swarm_server] part is present, even if empty
+    exp_swarm_declared: bool = False  # the [exp_swarm_server] part is present (or split from the command)
+    # How swarm mode was written: "part" ([exp_swarm_server]), "bullets" (`- server:` / `- client:`), "tmux" or
+    # "background" (split from the launch command), "" (classic, or from the YAML).
+    exp_swarm_form: str = ""
+    exp_swarm_client_delay_seconds: float | None = None  # the `sleep N` dropped between server and client
+    exp_yaml_na: bool = False  # [exp_yaml_path] says NA / N/A / 无 (a swarm client configures its own job)
+    # What the parser itself found wrong (a command line that is not shell, text after a path, ...):
+    # validation reports these first, so `check`, the API and `run` refuse the same blueprint alike.
+    parse_problems: list[Problem] = Field(default_factory=list)
     source_lines: int = Field(default=0, exclude=True)  # lines in the text parsed (only the first are read)
 
     def yaml_abspath(self) -> str:
@@ -67,16 +79,14 @@ class Blueprint(BaseModel):
 
     def public(self) -> dict[str, Any]:
         """The JSON shape `ajet-runner check --json` prints under "blueprint"."""
-        return self.model_dump(exclude={"exp_max_time_text", "exp_swarm_server", "exp_val_result_path",
-                                        "exp_swarm_declared"})
+        return self.model_dump(exclude=_NOT_PUBLIC)
 
 
     def stored(self) -> dict[str, Any]:
         """What a worker needs: the public parts plus the swarm parts and the max-time text
         (which may state a first-step timeout)."""
-        return {**self.public(), "exp_max_time_text": self.exp_max_time_text,
-                "exp_swarm_server": self.exp_swarm_server, "exp_val_result_path": self.exp_val_result_path,
-                "exp_swarm_declared": self.exp_swarm_declared}
+        return {**self.public(), **self.model_dump(mode="json", include=_NOT_PUBLIC),
+                "exp_max_time_text": self.exp_max_time_text}  # excluded from every dump but this one
 
 
 class ConfigChange(BaseModel):

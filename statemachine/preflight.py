@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from ajet_runner.statemachine import checkpoints as ckpt
 from ajet_runner.statemachine import command as cmdlib
-from ajet_runner.statemachine.blueprint import validate_blueprint
+from ajet_runner.statemachine.blueprint import template_placeholders, validate_blueprint
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
 from ajet_runner.statemachine.repairs import MISSING, get_dotted
 from ajet_runner.statemachine.shell_ast import unquote
@@ -298,6 +299,11 @@ class _Planner:
     # -- the YAML --------------------------------------------------------------------------
 
     def parse(self, text: str) -> dict[str, Any] | None:
+        names = template_placeholders(text[:1_000_000])
+        if names:
+            self.problem(Level.error, "exp_yaml_path", f"the YAML is a template, not a config: it still holds the "
+                         f"placeholder(s) {', '.join(names)}; fill them in")
+            return None
         try:
             data = yaml.safe_load(text)
         except Exception as exc:  # noqa: BLE001 - any loader failure is the user's YAML, not ours
@@ -536,6 +542,58 @@ def launch_workdir(bp: Blueprint, command: str) -> str:
     return _Planner(bp, None).workdir(command)
 
 
+# Programs that run the launcher behind them and are looked up on PATH (shell builtins such as `time`,
+# `exec` and `command` are not).
+_PREFIX_PROGRAMS = frozenset({"proxychains", "proxychains4", "nohup", "timeout", "nice", "setsid", "stdbuf",
+                              "taskset", "ionice", "numactl", "xvfb-run", "uv", "srun", "env", "sudo"})
+
+
+def _programs_before_launcher(words: list[str]) -> list[str]:
+    """The wrapper programs and the python of one launcher call, as written (`proxychains4`, `python`)."""
+    stop = next((k for k in range(len(words) - 1) if words[k] == "-m" and words[k + 1] == "ajet.launcher"), len(words))
+    python = stop - 1
+    while python >= 0 and words[python].startswith("-"):  # python's own options: `python -u -m ...`
+        python -= 1
+    out = [w for w in words[: max(python, 0)] if os.path.basename(w) in _PREFIX_PROGRAMS]
+    if stop < len(words) and python >= 0:
+        out.append(words[python])
+    return out
+
+
+def prefix_problems(bp: Blueprint, cmd: str, env: Mapping[str, str], environment: str) -> list[Problem]:
+    """Every program written in front of a launcher call (`proxychains4 -q python -m ajet.launcher`) and the
+    python itself must be found on the PATH the attempt gets (the venv's bin, then `env`'s PATH): a missing one
+    ends the attempt at once with exit 127. Judged only when `env` has a PATH (the node's, or `check`'s shell)."""
+    if "PATH" not in env:
+        return []
+    venv_bin = os.path.dirname(bp.exp_venv_exe) if os.path.isabs(bp.exp_venv_exe) else ""
+    search = os.pathsep.join(p for p in (venv_bin, env["PATH"]) if p)
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for call in cmdlib.analyze_command(cmd).calls:
+        try:
+            words = shlex.split(call.text)
+        except ValueError:
+            continue
+        for word in _programs_before_launcher(words):
+            if word in seen:
+                continue
+            seen.add(word)
+            if "/" in word:
+                if os.path.isfile(word) and os.access(word, os.X_OK):
+                    continue
+                where = "does not exist or is not executable"
+            elif shutil.which(word, path=search) is not None:
+                continue
+            else:
+                where = f"is not on the PATH the attempt gets (the venv's bin, then the PATH of {environment})"
+            shown = call.text.split("\n")[0][:120]
+            problems.append(Problem(level=Level.error, field="exp_launch_command", message=(
+                f"the launch command runs `{word}` (in `{shown}`), but {word} {where}: install it there or take it "
+                "out of the command")))
+    return problems
+
+
 def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | None = None,
                    now: float | None = None) -> PreflightPlan:
     """Plan the YAML and command changes for a blueprint; never raises on a broken YAML.
@@ -610,7 +668,7 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
         return plan
     plan = plan_preflight(bp, yaml_text, env=env)
     plan.environment = environment
-    plan.problems = merge_problems(problems, plan.problems)
+    plan.problems = merge_problems(problems, [*plan.problems, *prefix_problems(bp, plan.command, env, environment)])
     spec = swarm_spec(bp, yaml_text)  # `ajet.enable_swarm_mode: true` in the YAML
     if spec is not None:
         # The swarm server reads this YAML as written and the launch command is the client (no

@@ -142,3 +142,189 @@ def server_failure_finding(server_cause: Finding | None, last_line: str = "", wh
     seen = f" (its log shows {server_cause.signature})" if server_cause is not None else ""
     note = f"The server {what}{seen}" + (f"; its log said: {quote}" if quote else "; its log said nothing") + "."
     return signature(SERVER_DIED).finding(server_cause.line if server_cause else 0, quote, note=note)
+
+
+# -------------------------------------------------------------- swarm as the skills write it
+#
+# The skills put both processes in `[exp_launch_command]`: the server in its own tmux session
+# (`tmux new-session -d -s S "… ajet-swarm start …"`) or in the background (`ajet-swarm start … &`),
+# a `sleep N`, then the client; `cd`/`source`/`export` lines before the server set up both. The
+# runner supervises the server itself (started or reused, awaited, watched, restarted), so the
+# server line becomes `[exp_swarm_server]`, the sleep is dropped (the readiness wait replaces it)
+# and the rest is the client. Anything else is refused with what to write instead.
+
+_PYTHON = re.compile(r"python[\d.]*")
+_SLEEP = re.compile(r"\d+(?:\.\d+)?s?")
+_TMUX_VALUE_OPTS = frozenset({"-s", "-n", "-c", "-x", "-y", "-F", "-e", "-t", "-f"})
+_PREAMBLE = frozenset({"cd", "source", ".", "export", "pushd"})
+_SERVER_HINTS = ("ajet-swarm", "ajet.swarm_cli", "--swarm-server")
+_EXAMPLE = ("## [exp_swarm_server]\n```bash\najet-swarm start --swarm-port=10086\n```\n"
+            "and only the client in [exp_launch_command] (or write the two as `- server: …` and `- client: …` "
+            "bullets under [exp_launch_command])")
+
+
+class SwarmSplit(BaseModel):
+    """A launch command split into the swarm server and the client."""
+
+    server: str
+    client: str
+    delay_seconds: float | None = None
+    form: str = "bullets"  # bullets | tmux | background
+
+
+def starts_server(words: list[str]) -> bool:
+    """Whether a command's words start a swarm server: `ajet-swarm start`, `python -m ajet.swarm_cli start`,
+    `python -m ajet.launcher … --swarm-server`."""
+    for k, word in enumerate(words):
+        base = os.path.basename(word)
+        if base == "ajet-swarm" and words[k + 1: k + 2] == ["start"]:
+            return True
+        if _PYTHON.fullmatch(base) and words[k + 1: k + 2] == ["-m"]:
+            module = words[k + 2: k + 3]
+            if module == ["ajet.swarm_cli"] and words[k + 3: k + 4] == ["start"]:
+                return True
+            if module == ["ajet.launcher"]:
+                rest = words[k + 3:]
+                stop = next((j for j, w in enumerate(rest) if w in ("&&", "||", ";", "|", "&")), len(rest))
+                if any(w == "--swarm-server" or w.startswith("--swarm-server=") for w in rest[:stop]):
+                    return True
+    return False
+
+
+def _words(text: str) -> list[str] | None:
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError:
+        return None
+
+
+def _logical_lines(command: str) -> list[tuple[str, list[str]]]:
+    """(the line joined across `\\` continuations, its original lines)."""
+    out: list[tuple[str, list[str]]] = []
+    pending: list[str] = []
+    for line in command.split("\n"):
+        pending.append(line)
+        if line.rstrip().endswith("\\"):
+            continue
+        joined = " ".join(p.rstrip().removesuffix("\\").strip() for p in pending)
+        out.append((joined.strip(), pending))
+        pending = []
+    if pending:
+        out.append((" ".join(p.rstrip().removesuffix("\\").strip() for p in pending).strip(), pending))
+    return out
+
+
+def _tmux_server(words: list[str]) -> str | None:
+    """The shell command of `tmux new-session [-d] [-s NAME] [-c DIR] "<command>"` when it starts a server."""
+    if len(words) < 3 or os.path.basename(words[0]) != "tmux" or words[1] not in ("new-session", "new"):
+        return None
+    k, cwd = 2, ""
+    positional: list[str] = []
+    while k < len(words):
+        w = words[k]
+        if w in _TMUX_VALUE_OPTS and k + 1 < len(words):
+            cwd = words[k + 1] if w == "-c" else cwd
+            k += 2
+            continue
+        if w.startswith("-") and not positional:
+            k += 1
+            continue
+        positional.append(w)
+        k += 1
+    command = positional[0] if len(positional) == 1 else shlex.join(positional)
+    inner = _words(command)
+    if not positional or inner is None or not starts_server(inner):
+        return None
+    return f"cd {shlex.quote(cwd)} && {command}" if cwd else command
+
+
+def _preamble(words: list[str]) -> bool:
+    """`cd`, `source`, `.`, `export` or plain assignments: the set-up both processes share."""
+    if not words:
+        return False
+    if words[0] in _PREAMBLE:
+        return True
+    return all("=" in w and w.split("=", 1)[0].isidentifier() for w in words)
+
+
+def _cannot_split(line: str, why: str) -> str:
+    return (f"the swarm server and the client cannot be told apart with certainty ({why}): "
+            f"{line.strip()!r}. Write the server in its own part, e.g.\n{_EXAMPLE}")
+
+
+def split_swarm_command(command: str) -> tuple[SwarmSplit | None, str]:
+    """(the split, "") when the command starts a swarm server and then a client; (None, a refusal naming the
+    line and what to write) when it starts a server in a way that cannot be split with certainty; (None, "")
+    when no line starts a swarm server."""
+    lines = _logical_lines(command)
+    if not any(h in command for h in _SERVER_HINTS):
+        return None, ""
+    preamble: list[str] = []
+    server = ""
+    form = ""
+    delay: float | None = None
+    client: list[str] = []
+    for joined, original in lines:
+        if not joined or joined.startswith("#"):
+            if client:
+                client.extend(original)
+            continue
+        words = _words(joined)
+        if client:
+            if words is not None and (starts_server(words) or _tmux_server(words) is not None):
+                return None, _cannot_split(joined, "a second swarm server line")
+            client.extend(original)
+            continue
+        if words is None:
+            return None, _cannot_split(joined, "its quotes do not close")
+        if not server:
+            tmux = _tmux_server(words)
+            background = joined.endswith("&") and not joined.endswith("&&")
+            if tmux is not None:
+                server, form = tmux, "tmux"
+            elif background and starts_server(_words(joined[:-1]) or []):
+                server, form = joined[:-1].rstrip(), "background"
+            elif starts_server(words):
+                return None, _cannot_split(joined, "the server runs in the foreground, so the client after it "
+                                                   "would never start")
+            elif _preamble(words):
+                preamble.extend(original)
+            elif any(h in joined for h in _SERVER_HINTS):
+                return None, _cannot_split(joined, "the server is started in a form the runner does not read")
+            else:
+                return None, _cannot_split(joined, "this line comes before any line that starts a swarm server")
+            if server and any(w.startswith((">", "&>", "1>", "2>")) for w in _words(server) or []):
+                return None, _cannot_split(joined, "the server's output is redirected, which hides the line the "
+                                                   "runner waits for (`Starting swarm server on port N`)")
+            continue
+        if len(words) == 2 and words[0] == "sleep" and _SLEEP.fullmatch(words[1]) and delay is None:
+            delay = float(words[1].rstrip("s"))
+            continue
+        client.extend(original)
+    if not server:
+        return None, ""
+    if not any(ln.strip() for ln in client):
+        return None, _cannot_split(server, "no client command follows the server")
+    shared = "\n".join(ln.strip() for ln in preamble)
+    server_cmd = f"{shared}\n{server}" if shared else server
+    client_cmd = "\n".join([*(ln.strip() for ln in preamble), *_dedented(client)])
+    return SwarmSplit(server=server_cmd, client=client_cmd.strip("\n"), delay_seconds=delay, form=form), ""
+
+
+def _dedented(lines: list[str]) -> list[str]:
+    margin = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
+    return [ln[margin:] if ln[:margin].strip() == "" else ln.strip() for ln in lines]
+
+
+def no_server_refusal(command: str) -> str:
+    """The refusal for a swarm blueprint (`[exp_yaml_path]` NA) whose command starts no server: it quotes the
+    first line that is neither set-up nor a wait."""
+    for joined, _ in _logical_lines(command):
+        words = _words(joined) if joined and not joined.startswith("#") else None
+        if not joined or joined.startswith("#") or (words is not None and _preamble(words)):
+            continue
+        return _cannot_split(joined, "[exp_yaml_path] is NA, so this is a swarm experiment, but no line starts a swarm "
+                                     "server with `ajet-swarm start`, `python -m ajet.swarm_cli start` or "
+                                     "`python -m ajet.launcher --swarm-server`")
+    return _cannot_split(command or "(empty)", "[exp_yaml_path] is NA, so this is a swarm experiment, but the command "
+                                              "starts no swarm server")

@@ -3,7 +3,8 @@
 JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seconds},
 "problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new",
 "reason"}], "environment": "<whose environment was read>", "env_decisions": [{"variable",
-"is_set", "decision"}], "swarm": {"server_command", "port"} or null for a classic experiment}.
+"is_set", "decision"}], "swarm": {"server_command", "port"} or null for a classic experiment, "command_file":
+the exact script the first attempt would run (`logs/attempt-1.command.sh`) or null when the command is refused}.
 Exit code 0 when the blueprint is runnable (no error), 1 when it has errors, 2 when
 it cannot be read. `-` reads the blueprint from stdin.
 """
@@ -18,7 +19,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint
 from ajet_runner.statemachine.check_document import check_document
@@ -78,6 +81,16 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
         console.print(f"[bold]Decisions that read the environment[/bold] ({doc['environment']})")
         for d in doc["env_decisions"]:
             console.print(f"  {d['variable']} {'set' if d['is_set'] else 'not set'}: {d['decision']}", highlight=False)
+    if doc.get("swarm"):
+        console.print(f"[bold]Swarm server[/bold] (port {doc['swarm'].get('port')}), started by the runner:")
+        console.print(Padding(Text(doc["swarm"].get("server_command") or ""), (0, 0, 0, 4)))
+    if doc.get("command_file") is not None:
+        what = "the client" if doc.get("swarm") else "the launch command"
+        console.print(f"[bold]Command file[/bold] (logs/attempt-1.command.sh, {what}; node-specific changes such as "
+                      "GPU flags may still be added at launch):")
+        console.print(Padding(Text(doc["command_file"].rstrip("\n")), (0, 0, 0, 4)))
+    elif not unreadable:
+        console.print("[bold]Command file[/bold]: none (the launch command is refused or missing, see above)")
     verdict = "[green]runnable[/green]" if runnable else "[red]not runnable: fix the errors above[/red]"
     console.print(f"Verdict: {verdict}")
 

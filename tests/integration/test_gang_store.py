@@ -110,6 +110,7 @@ def test_submission_refuses_only_what_no_set_of_live_nodes_could_hold(redis_url:
         with pytest.raises(SubmissionRejected) as refused:
             submit(store, store.r, gang_blueprint(name, nnodes, per_node), node=node)
         assert refused.value.status == 409 and words in str(refused.value), str(refused.value)
+        assert "ajet-runner worker --node <name>" in str(refused.value) and "DaemonSet" in str(refused.value)
     assert submit(store, store.r, gang_blueprint("three-small", 3, 4))["state"] == "queued"  # a, b and small
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import textwrap
@@ -22,6 +23,11 @@ EXPECTED = json.loads((CORPUS / "expected.json").read_text(encoding="utf-8"))
 
 def _doc(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
+
+
+def joined(command: str) -> str:
+    """`command` with every `\\` continuation (and the next line's indentation) as one space."""
+    return re.sub(r"[ \t]*\\\n[ \t]*", " ", command)
 
 
 def _fields(problems: list[Problem]) -> set[tuple[str, str]]:
@@ -44,7 +50,9 @@ def test_corpus_blueprint_parses_to_expected_values(name: str) -> None:
     expected_problems = expected.pop("problems_without_disk")
     expected_max_time_text = expected.pop("exp_max_time_text")
     bp = parse_blueprint((CORPUS / name).read_text(encoding="utf-8"))
-    assert bp.public() == expected
+    # This corpus writes a command with its `\` continuations joined (docs/blueprint-layouts.md §1, the
+    # `launch_command_joined` convention); the parser keeps the command as written.
+    assert {**bp.public(), "exp_launch_command": joined(bp.exp_launch_command)} == expected
     assert bp.exp_max_time_text == expected_max_time_text
     found = sorted(f"{p.level.value}:{p.field}" for p in validate_blueprint(bp, check_disk=False))
     assert found == expected_problems
@@ -202,8 +210,10 @@ def test_nested_fenced_command_with_continuations_and_prose_after() -> None:
         ## [exp_result_dir]
         /r
     """))
-    assert bp.exp_launch_command == "cd /x && export A=1 && python -m ajet.launcher --conf tests/a.yaml --with-ray"
+    assert bp.exp_launch_command == (  # as written: continuations and relative indentation kept
+        "cd /x && \\\n  export A=1 && \\\n  python -m ajet.launcher \\\n    --conf tests/a.yaml \\\n    --with-ray")
     assert bp.exp_result_dir == "/r"
+    assert "(under [exp_launch_command]) Note: adjust the command to the machine." in bp.notes
 
 
 def test_fenced_lines_without_continuations_stay_a_script() -> None:
@@ -240,7 +250,8 @@ def test_unfenced_command_paragraph_stops_at_prose() -> None:
 
         More prose.
     """))
-    assert bp.exp_launch_command == "cd /x && python -m ajet.launcher --conf a.yaml"
+    assert bp.exp_launch_command == "cd /x && \\\n    python -m ajet.launcher --conf a.yaml"
+    assert "(under [exp_launch_command]) Note: run it in tmux.\n\nMore prose." in bp.notes
 
 
 def test_command_in_backticks_inside_a_sentence() -> None:
@@ -258,7 +269,7 @@ def test_heading_comment_lines_inside_a_fence_are_not_headings() -> None:
         ## [exp_result_dir]
         /r
     """))
-    assert bp.exp_launch_command == "python -m ajet.launcher --conf a.yaml"
+    assert bp.exp_launch_command == "# [exp_result_dir] is not a part here\npython -m ajet.launcher --conf a.yaml"
     assert bp.exp_result_dir == "/r"
 
 
@@ -422,7 +433,7 @@ def test_yaml_style_key_value_blueprint() -> None:
     """))
     assert bp.exp_purpose == "Compare lr 1e-6 with blueprint_1"
     assert bp.exp_venv_exe == "/x/code/.venv/bin/python"
-    assert bp.exp_launch_command == "cd /x/code && python -m ajet.launcher --conf conf/a.yaml"
+    assert bp.exp_launch_command == "cd /x/code && \\\npython -m ajet.launcher --conf conf/a.yaml"
     assert bp.exp_max_time_seconds == 12 * 3600
 
 

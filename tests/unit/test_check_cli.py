@@ -29,7 +29,9 @@ def _check_json(path: Path) -> tuple[int, dict[str, Any]]:
 
 
 def _assert_shape(doc: dict[str, Any]) -> None:
-    assert set(doc) == {"blueprint", "problems", "config_changes", "environment", "env_decisions", "swarm"}
+    assert set(doc) == {"blueprint", "problems", "config_changes", "environment", "env_decisions", "swarm",
+                        "command_file"}
+    assert doc["command_file"] is None or doc["command_file"].startswith("# ajet-runner: the launch command")
     assert set(doc["blueprint"]) == BLUEPRINT_KEYS
     for p in doc["problems"]:
         assert set(p) == {"level", "field", "message"} and p["level"] in ("error", "warning") and p["message"]
@@ -83,9 +85,12 @@ def test_runnable_blueprint_exits_0_with_the_pinned_json(good_blueprint: Path, t
     assert bp["exp_codebase_dir"] == str(tmp_path / "agentjet")
     assert bp["exp_venv_exe"] == sys.executable
     assert bp["exp_yaml_path"] == "tests/bench/math.yaml"
-    assert bp["exp_launch_command"] == (
-        f"cd {tmp_path / 'agentjet'} && python -m ajet.launcher --conf tests/bench/math.yaml --autokill"
+    assert bp["exp_launch_command"] == (  # as written, continuation kept
+        f"cd {tmp_path / 'agentjet'} && \\\n  python -m ajet.launcher --conf tests/bench/math.yaml --autokill"
     )
+    # the script that would run: the same lines, with the preflight's rewrite (no --autokill)
+    assert doc["command_file"].splitlines()[1:] == [
+        f"cd {tmp_path / 'agentjet'} && \\", "  python -m ajet.launcher --conf tests/bench/math.yaml"]
     assert bp["exp_result_dir"] == str(tmp_path / "results" / "bp1")
     assert bp["exp_max_time_seconds"] == 5400.0
     assert bp["exp_purpose"] == "基线实验。"
@@ -133,6 +138,8 @@ def test_readable_output_without_json(good_blueprint: Path, tmp_path: Path) -> N
     proc = _run(str(good_blueprint))
     assert proc.returncode == 0, proc.stderr
     assert "runnable" in proc.stdout and "exp_codebase_dir" in proc.stdout
+    shown = proc.stdout.split("Command file", 1)[1]  # the exact script: the rewrite is visible
+    assert "python -m ajet.launcher --conf tests/bench/math.yaml" in shown and "--autokill" not in shown
     broken = tmp_path / "empty.md"
     broken.write_text("nothing here\n", encoding="utf-8")
     proc = _run(str(broken))

@@ -57,9 +57,19 @@ def test_port_from_swarm_url_in_launch_command(tmp_path: Path) -> None:
 
 
 def test_classic_blueprint_is_not_swarm_and_needs_yaml(tmp_path: Path) -> None:
-    text = _bp(tmp_path)
+    text = _bp(tmp_path).replace("[exp_yaml_path] NA\n", "")
     assert swarm_spec(parse_blueprint(text)) is None
     assert any(e.startswith("exp_yaml_path:") for e in _errors(text))
+
+
+def test_yaml_na_without_a_server_is_refused_saying_what_to_write(tmp_path: Path) -> None:
+    """`NA` means swarm mode (the skills' convention); with no line that starts a server the refusal quotes
+    the client line and shows an `[exp_swarm_server]` part, instead of "exp_yaml_path is missing"."""
+    text = _bp(tmp_path)
+    assert swarm_spec(parse_blueprint(text)) is None
+    (error,) = _errors(text)
+    assert error.startswith("exp_launch_command:") and "'python -m tutorial.agent_roll'" in error
+    assert "## [exp_swarm_server]" in error and "ajet-swarm start --swarm-port=10086" in error
 
 
 def test_yaml_enable_swarm_mode_defaults_the_server_command(tmp_path: Path) -> None:

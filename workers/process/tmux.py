@@ -47,6 +47,7 @@ import libtmux
 import psutil
 
 from ajet_runner.resultdir.confined import open_dir, write_at
+from ajet_runner.statemachine.command_file import command_script
 from ajet_runner.store.naming import SESSION_PREFIX as PREFIX
 from ajet_runner.store.naming import session_name
 from ajet_runner.workers.process.procs import is_gone, kill_marked, signal_all, wait_gone
@@ -286,12 +287,8 @@ def command_path(log_path: Path) -> Path:
 
 
 def _command_script(command: str) -> str:
-    """The launch command as the body of a script, byte for byte (plus a final newline).
-
-    A multi-line command stays multi-line: heredocs, `if`/`fi` and comments work as written.
-    """
-    header = "# ajet-runner: the launch command of this attempt, run by bash from the wrapper beside it.\n"
-    return header + command + ("" if command.endswith("\n") else "\n")
+    """The launch command as the body of a script (`ajet_runner.statemachine.command_file`, which `check` shows)."""
+    return command_script(command)
 
 
 def _tool(name: str) -> str:
