@@ -22,7 +22,7 @@ from rich.table import Table
 
 from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint
 from ajet_runner.statemachine.check_document import check_document
-from ajet_runner.statemachine.durations import format_duration
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Problem
 
 SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
@@ -53,7 +53,7 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
     table.add_column("value", overflow="fold")
     for key, value in bp.items():
         if key == "exp_max_time_seconds":
-            shown = f"{format_duration(value)} ({value:g} s)" if value is not None else ""
+            shown = format_limit(value) if value is not None else ""
             table.add_row("exp_max_time", shown or "[red]missing[/red]")
         elif key == "notes":
             first = value.strip().splitlines()

@@ -35,6 +35,7 @@ from ajet_runner.service.client.api_client import (
     Reconnect,
     token_from_env,
 )
+from ajet_runner.statemachine.durations import format_duration, format_progress
 
 URL_OPTION = typer.Option(DEFAULT_URL, "--url", envvar="AJET_RUNNER_URL", help="the API's base URL")
 TOKEN_OPTION = typer.Option("", "--token", envvar="AJET_RUNNER_TOKEN", show_default=False,
@@ -106,8 +107,7 @@ def _elapsed(rec: Any) -> str:
     secs = rec.get("elapsed_seconds")
     if secs is None:
         return "-"
-    secs = int(secs)
-    return f"{secs // 3600}h{secs % 3600 // 60:02d}m" if secs >= 3600 else f"{secs // 60}m{secs % 60:02d}s"
+    return format_duration(float(secs))
 
 
 def _reward(rec: Any) -> str:
@@ -407,7 +407,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
             value = rec.get(key)
             if value not in (None, ""):
                 typer.echo(f"{key:<13} {value}")
-        typer.echo(f"{'elapsed':<13} {_elapsed(rec)}" + (f" of {rec.max_seconds:.0f}s" if rec.max_seconds else ""))
+        typer.echo(f"{'elapsed':<13} {format_progress(rec.get('elapsed_seconds'), rec.max_seconds)}")
         for k, v in sorted(rec.latest_metrics.items()):
             if isinstance(v, int | float):
                 typer.echo(f"  {k} = {v:.4g}")

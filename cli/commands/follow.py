@@ -12,7 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn
+
+from ajet_runner.statemachine.durations import format_progress
 
 Poll = Callable[[str], tuple[dict[str, Any] | None, list[dict[str, Any]], str]]
 
@@ -68,8 +70,7 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
     rec: dict[str, Any] = {}
     interrupted = False
     columns = (TextColumn("[bold]{task.fields[state]}[/]"), BarColumn(), TextColumn("{task.fields[clock]}"),
-               TextColumn("attempt {task.fields[attempt]}"), TextColumn("{task.fields[reward]}"),
-               TimeElapsedColumn())
+               TextColumn("attempt {task.fields[attempt]}"), TextColumn("{task.fields[reward]}"))
     with Progress(*columns, console=console, transient=False, disable=quiet) as progress:
         task = progress.add_task("run", total=1.0, state="queued", clock="", attempt="-", reward="mean_reward n/a")
         while True:
@@ -86,7 +87,7 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                 reward = headline(rec.get("latest_metrics") or {})
                 progress.update(
                     task, completed=fraction(rec), state=rec.get("state", "?"),
-                    clock=f"{elapsed:,.0f}s / {max_s:,.0f}s" if max_s else f"{elapsed:,.0f}s",
+                    clock=format_progress(elapsed, max_s),
                     attempt=rec.get("attempt") or "-", reward=reward,
                 )
                 if rec.get("state") == "finished":

@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.store.settings import get_settings
 
 EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
@@ -32,7 +33,7 @@ def _wait_for_node(store: Any, node: str, proc: subprocess.Popen[bytes], timeout
         if any(n["name"] == node for n in store.nodes()):
             return
         time.sleep(0.05)
-    raise RuntimeError(f"the worker did not register within {timeout:.0f}s")
+    raise RuntimeError(f"the worker did not register within {format_limit(timeout)}")
 
 
 def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "",

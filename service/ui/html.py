@@ -16,7 +16,7 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
 from ajet_runner.service.ui.console_data import SERVED_FILES
-from ajet_runner.statemachine.durations import format_duration
+from ajet_runner.statemachine.durations import format_duration, format_limit, format_progress
 
 PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2")
 
@@ -78,6 +78,15 @@ def markdown(text: str, exp_id: str) -> Markup:
 
 def duration(seconds: float | None) -> str:
     return "" if seconds is None else format_duration(seconds)
+
+
+def limit(seconds: float | None) -> str:
+    return "" if seconds is None else format_limit(seconds)
+
+
+def progress(elapsed: float | None, max_seconds: float | None) -> str:
+    """`3m 00s of 5h`, as the CLI prints it."""
+    return "" if elapsed is None and not max_seconds else format_progress(elapsed, max_seconds)
 
 
 def age(ts: float | None, now: float | None = None) -> str:

@@ -25,6 +25,7 @@ from ajet_runner.workers.report.markdown import (
     finite,
     fmt_delta,
     fmt_duration,
+    fmt_limit,
     fmt_time,
     fmt_value,
     md_cell,
@@ -66,7 +67,7 @@ def _summary(c: ReportContext) -> list[str]:
         elapsed = "never launched"
     else:
         elapsed = fmt_duration(c.elapsed) + ("" if d.finished_at is not None else " (not finished)")
-    limit = fmt_duration(d.max_seconds) if d.max_seconds else "none"
+    limit = fmt_limit(d.max_seconds) if d.max_seconds else "none"
     used = finite(c.elapsed)
     if used is not None and finite(d.max_seconds):
         limit += f" ({100 * used / float(d.max_seconds):.0f}% used)"  # type: ignore[arg-type]
