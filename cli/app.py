@@ -63,7 +63,9 @@ for module in (check, results, diagnose, run, worker, session_host, serve, clien
 
 
 def main() -> None:
-    app()
+    from ajet_runner.cli.help_text import tidy
+
+    tidy(typer.main.get_command(app))(prog_name="ajet-runner")
 
 
 if __name__ == "__main__":

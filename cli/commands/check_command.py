@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ajet_runner.cli.commands import output
 from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint
 from ajet_runner.statemachine.check_document import check_document
 from ajet_runner.statemachine.durations import format_limit
@@ -85,16 +86,19 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
 def register(app: typer.Typer) -> None:
     """Add `check` to the CLI."""
 
-    @app.command("check")
+    @app.command("check", epilog="Example: ajet-runner check blueprint_1.md --json")
     def check(
         blueprint: Path = typer.Argument(..., help="The blueprint markdown file (- reads it from stdin)."),
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report."),
     ) -> None:
         """Parse and validate a blueprint; list its problems and the config changes planned."""
         doc, runnable = check_report(blueprint)
+        unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
         if as_json:
             typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+        elif unreadable:  # an error about the input, not a finding about the blueprint: stderr
+            for p in doc["problems"]:
+                output.err(f"error: {p['message']}")
         else:
-            _render(doc, runnable, blueprint, Console())
-        unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
+            _render(doc, runnable, blueprint, output.console())
         raise typer.Exit(2 if unreadable else 0 if runnable else 1)  # 2: missing input, as for every command

@@ -63,9 +63,10 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
 
     `quiet` shows nothing (the caller prints the final record).
     Ctrl-C calls `on_interrupt` once (e.g. request a cancel) and keeps following until the
-    experiment is collected and finished, so the result dir is complete when we return.
+    experiment is collected and finished, so the result dir is complete when we return; a second
+    Ctrl-C, or the first without `on_interrupt` (`watch` detaching), raises KeyboardInterrupt.
     """
-    console = console or Console()
+    console = console or Console(soft_wrap=True)
     after = "0-0"
     rec: dict[str, Any] = {}
     interrupted = False
@@ -94,9 +95,8 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                     return rec
                 time.sleep(interval if not events else 0)
             except KeyboardInterrupt:
-                if interrupted:
+                if interrupted or on_interrupt is None:
                     raise
                 interrupted = True
                 progress.console.print("[yellow]Ctrl-C: stopping the experiment (Ctrl-C again to leave it running)")
-                if on_interrupt:
-                    on_interrupt()
+                on_interrupt()
