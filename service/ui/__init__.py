@@ -23,20 +23,24 @@ HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options
            (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY")]
 
 
+CSP_PATHS = ("/ui", "/docs", "/redoc")  # the console and the API docs pages (service/ui/docs.py)
+
+
 class UiHeaders:
-    """Security headers on every /ui response (plain ASGI, so event streams pass through)."""
+    """Security headers on every console and docs response (plain ASGI, so event streams pass through)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/ui"):
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(CSP_PATHS):
             await self.app(scope, receive, send)
             return
 
         async def with_headers(message: dict) -> None:  # type: ignore[type-arg]
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *HEADERS]
+            if message["type"] == "http.response.start":  # a route's own header (/redoc's CSP) is kept
+                own = {name.lower() for name, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []), *(h for h in HEADERS if h[0] not in own)]
             await send(message)
 
         await self.app(scope, receive, with_headers)
@@ -47,11 +51,14 @@ def _wants_page(request: Request) -> bool:
 
 
 def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: bool = False) -> None:
-    """Mount the console on the API app: routes under /ui, `/` redirecting there, its error pages."""
+    """Mount the console on the API app: routes under /ui, `/` redirecting there, its error pages, and the
+    API docs pages /docs and /redoc from bundled assets."""
+    from ajet_runner.service.ui.docs import install_docs
     from ajet_runner.service.ui.pages import env, router
 
     app.state.ui_sessions = Sessions(tokens, insecure, max(60, int(settings.ui_session_seconds)))
     app.include_router(router)
+    install_docs(app)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:
