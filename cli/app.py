@@ -64,7 +64,7 @@ for module in (check, results, diagnose, run, up, worker, session_host, serve, c
 
 
 def main() -> None:
-    from ajet_runner.cli.help_text import tidy
+    from ajet_runner.cli.commands.help_text import tidy
 
     tidy(typer.main.get_command(app))(prog_name="ajet-runner")
 

@@ -11,7 +11,7 @@ import pytest
 import typer
 
 from ajet_runner.cli.app import app
-from ajet_runner.cli.help_text import tidy
+from ajet_runner.cli.commands.help_text import tidy
 
 ROOT = tidy(typer.main.get_command(app))
 
