@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -186,3 +187,17 @@ def test_repair_hook_plans_a_fix_the_catalogue_does_not_know(tmp_path, tmux_sock
     asked = json.loads(seen.read_text())
     assert asked["diagnosis"]["signature"] == "python_traceback" and asked["log_tail"]
     assert "AJET_HOOK_FIX" in (sc.results / "logs" / "attempt-2.sh").read_text()
+
+
+def test_a_finished_panes_linger_is_configurable(tmp_path, tmux_socket) -> None:
+    """AJET_RUNNER_PANE_LINGER_SECONDS: how long a finished attempt's pane stays open to be attached to."""
+    sc = make("demo", tmp_path)
+    proc = run_cli(sc, env_for(tmux_socket, AJET_RUNNER_PANE_LINGER_SECONDS="2"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    session = re.search(r"attach -t (\S+)", proc.stdout).group(1)  # type: ignore[union-attr]
+
+    def has_session() -> bool:
+        return subprocess.run(["tmux", "-S", tmux_socket, "has-session", "-t", session], capture_output=True,
+                              check=False).returncode == 0
+
+    wait_for(lambda: not has_session(), 30, "the pane to close after its 2 s linger (the default is 300 s)")

@@ -52,5 +52,7 @@ def test_up_serves_the_console_with_the_demo_in_it(tmp_path) -> None:
                 proc.kill()
     assert proc.returncode == 0, proc.stderr.read()  # type: ignore[union-attr]
     assert (workdir / "demo" / "results" / "finish.flag").exists()  # completed, or stopped with its report
+    report = (workdir / "demo" / "results" / "experiment_report.md").read_text()
+    assert f"tmux -S {workdir / 'tmux.sock'} attach -t " in report  # the socket, as the console shows it
     alive = subprocess.run(["tmux", "-S", str(workdir / "tmux.sock"), "ls"], capture_output=True, check=False)
     assert alive.returncode != 0, "the private tmux server outlived `up`"

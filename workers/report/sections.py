@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,9 +59,10 @@ def _summary(c: ReportContext) -> list[str]:
         lines += [f"> {clean(line)}".rstrip() for line in d.purpose.strip().splitlines()] + [""]
     outcome = f"**{md_cell(d.outcome or 'unknown')}**" + (f" — {md_cell(d.reason, 600)}" if d.reason else "")
     if d.tmux_session:
-        sock = f"-S {d.tmux_socket} " if d.tmux_socket else ""
+        sock = f"-S {shlex.quote(d.tmux_socket)} " if d.tmux_socket else ""  # as the console shows it
         where = f" on {md_cell(d.node)}" if d.node else ""
-        tmux = f"{code_span(d.tmux_session)} (attach{where}: {code_span(f'tmux {sock}attach -t {d.tmux_session}')})"
+        attach = f"tmux {sock}attach -t {shlex.quote(d.tmux_session)}"
+        tmux = f"{code_span(d.tmux_session)} (attach{where}: {code_span(attach)})"
     else:
         tmux = NA
     if d.started_at is None:
