@@ -16,6 +16,11 @@ DASHES: tuple[str, ...] = ("", "6 3", "2 2", "8 3 2 3")  # SVG stroke-dasharray 
 _RATE = re.compile(r"^task_pass_rate@(\d+)$")
 
 
+def is_charted(name: str) -> bool:
+    """mean_reward and task_pass_rate@k (not task_pass_rate@4-all-pass and the like) are drawn."""
+    return name == "mean_reward" or _RATE.match(name) is not None
+
+
 def chart_metrics(names: Iterable[str]) -> list[str]:
     """The charted metrics present in `names`, in colour order: mean_reward, then task_pass_rate@k by k."""
     present = set(names)

@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     redis_outage_wait_seconds: float = 3600.0
     metrics_port: int = 0
     finished_metrics_ttl: float = 3600.0
-    # Hardening (issue 18)
+    # Hardening
     result_reserve_bytes: int = Field(default=4 * 1024 * 1024, description="space reserved in the result dir "
                                       "at launch, released at collecting, so the final files fit on a full disk")
     node_absent_report_seconds: float = Field(default=300.0, description="queued work for a node gone this long "

@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit
 from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
-from ajet_runner.resultdir.palette import DASHES, chart_metrics, metric_colour
+from ajet_runner.resultdir.palette import DASHES, chart_metrics, is_charted, metric_colour
 from ajet_runner.service.ui.console_data import SERVED_FILES
 from ajet_runner.statemachine.durations import format_duration, format_limit, format_progress
 
@@ -121,7 +121,7 @@ def _chart_series(evals: Iterable[dict[str, Any]]) -> Series:
         except (TypeError, ValueError):
             continue
         for key, value in (e.get("metrics") or {}).items():
-            if key != "mean_reward" and not str(key).startswith("task_pass_rate@"):
+            if not is_charted(str(key)):
                 continue
             try:
                 v = float(value)
@@ -147,7 +147,7 @@ def step_ticks(x0: float, x1: float, most: int = 6) -> list[int]:
     return list(range(first, hi + 1, interval))
 
 
-def _legend_rows(names: list[str], width: float, char: float = 6.6, item_pad: float = 34.0) -> list[list[int]]:
+def _legend_rows(names: list[str], width: float, char: float = 6.8, item_pad: float = 40.0) -> list[list[int]]:
     """Legend entries (indexes) per row, so that each row fits `width`."""
     rows: list[list[int]] = [[]]
     used = 0.0
@@ -173,7 +173,7 @@ def chart(evals: list[dict[str, Any]], width: int = 640, plot_height: int = 220)
     names = [f"{d}: {m}" if len(datasets) > 1 else m for d, m in order]
     pad_l, pad_r, pad_t, pad_b = 48, 12, 12, 28
     rows = _legend_rows(names, width - pad_l - pad_r)
-    height = plot_height + 8 + 18 * len(rows)
+    height = plot_height + 8 + 18 * len(rows) + 6  # room under the last row for descenders (the "_" in names)
     xs = [x for pts in series.values() for x, _ in pts]
     ys = [y for pts in series.values() for _, y in pts]
     x0, x1 = min(xs), max(xs)
@@ -215,6 +215,6 @@ def chart(evals: list[dict[str, Any]], width: int = 640, plot_height: int = 220)
             parts.append(f'<g class="legend-item"><line class="swatch" x1="{x:.1f}" x2="{x + 22:.1f}" y1="{y + 5}" '
                          f'y2="{y + 5}" stroke="{colour}" stroke-width="4"{dashed}/>'
                          f'<text x="{x + 28:.1f}" y="{y + 9}">{escape(names[i])}</text></g>')
-            x += 34 + 6.6 * len(names[i])
+            x += 40 + 6.8 * len(names[i])
     parts.append("</svg>")
     return Markup("".join(parts))  # noqa: S704 - numbers and escaped names only

@@ -59,7 +59,8 @@ def test_chart_has_whole_step_ticks_a_legend_below_and_the_plot_colours() -> Non
     from ajet_runner.resultdir.palette import PALETTE
 
     evals = [{"step": s, "dataset": "main", "metrics": {"mean_reward": s / 300, "task_pass_rate@1": s / 250,
-                                                        "task_pass_rate@4": s / 210, "num_all_success_tasks": 67}}
+                                                        "task_pass_rate@4": s / 210, "num_all_success_tasks": 67,
+                                                        "task_pass_rate@4-all-pass": 0.5}}
              for s in (0, 41, 82, 123, 164, 205)]
     svg = str(render.chart(evals))
     ticks = [t for t in re.findall(r'<text class="tick"[^>]*>([^<]*)</text>', svg)]
@@ -67,6 +68,6 @@ def test_chart_has_whole_step_ticks_a_legend_below_and_the_plot_colours() -> Non
     assert render.step_ticks(0, 3) == [0, 1, 2, 3] and render.step_ticks(7, 7) == [7]
     swatches = re.findall(r'<line class="swatch"[^>]*y1="([\d.]+)"[^>]*stroke="(#[0-9a-f]{6})"', svg)
     assert [c for _, c in swatches] == list(PALETTE[:3])  # mean_reward, @1, @4: the plot's colours, in order
-    plot_bottom = float(re.search(r'viewBox="0 0 \d+ (\d+)"', svg).group(1)) - 18  # one legend row
-    assert all(float(y) >= plot_bottom for y, _ in swatches), "the legend sits on the lines"
+    lowest_point = max(float(y) for y in re.findall(r'<circle cx="[\d.]+" cy="([\d.]+)"', svg))
+    assert all(float(y) > lowest_point + 20 for y, _ in swatches), "the legend sits on the lines"
     assert render.number(67) == render.number(67.0) == "67" and render.number(0.5) == "0.5000"

@@ -1,7 +1,7 @@
 """An RQ worker whose slots are threads: it pops a job only while a slot is free and runs it in a thread.
 
 RQ's forking `Worker` needs a Python process per slot and forks a work-horse per job: ~77 MB PSS
-and 0.29 % of a core per watched run (issue 17). Our jobs mostly wait (a driver watches a run for
+and 0.29 % of a core per watched run (bench/bench_per_run.py). Our jobs mostly wait (a driver watches a run for
 hours), so one process holds them all. The bookkeeping stays RQ's own (`prepare_execution`,
 `perform_job`: started registry, job status, results, failures); RQ 3 keeps several executions
 per worker. What changes:
