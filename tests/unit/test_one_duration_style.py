@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 _UNIT = r"(?:s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)(?![A-Za-z0-9_])"
-GLUED = re.compile(r"\{[^{}]*\}\s?" + _UNIT)  # f"{x:.0f}s", f"{m} min"
+GLUED = re.compile(r"(?:\{[^{}]*\}|%[-\d.]*[sdfg])\s?" + _UNIT)  # f"{x:.0f}s", f"{m} min", printf's "%ss"
 JINJA_GLUED = re.compile(r"\}\}\s?" + _UNIT)  # {{ value }} s
 ARITHMETIC = re.compile(r"(?://|%)\s*(?:60|3600|86400)\b|divmod\([^)]*,\s*(?:60|3600|86400)\)")
 RICH_CLOCKS = re.compile(r"Time(?:Elapsed|Remaining)Column")
@@ -76,6 +76,7 @@ def test_every_cli_report_and_console_duration_has_one_style() -> None:
     "return f'{secs // 60}m'",
     "m, sec = divmod(rest, 60)",
     "columns = (TimeElapsedColumn(),)",
+    "wrapper = 'printf \"this pane closes in %ss\" $linger'",  # the old tmux wrapper's last line
 ])
 def test_the_grep_sees_each_old_style(tmp_path: Path, line: str) -> None:
     probe = tmp_path / "probe.py"

@@ -35,6 +35,6 @@ def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float,
         store.publish(rec["id"], {"type": "node_absent", "node": node, "absent_seconds": round(gone, 1),
                                   "message": f"queued for node {node}, which no live worker has served "
                                              f"for {format_duration(gone)}"})
-        log.warning("%s: queued for node %s, absent for %.0f s", rec["id"], node, gone)
+        log.warning("%s: queued for node %s, absent for %s", rec["id"], node, format_duration(gone))
         reported.append(rec["id"])
     return reported

@@ -29,6 +29,7 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import import_attribute
 from rq.worker import SimpleWorker, WorkerStatus
 
+from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.store.queue import LEGACY_JOB_NAMES
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,8 @@ class SlotWorker(SimpleWorker):
             except DequeueTimeout:
                 continue
             except REDIS_DOWN as exc:
-                log.warning("redis unreachable while waiting for a job (retrying in %.0f s): %s", wait_s, exc)
+                log.warning("redis unreachable while waiting for a job (retrying in %s): %s",
+                            format_duration(wait_s), exc)
                 time.sleep(wait_s)
                 wait_s = min(wait_s * 2, MAX_RETRY_SECONDS)
                 continue
