@@ -617,12 +617,13 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         if as_json:
             with connect(url, token) as client:
                 raise typer.Exit(_stop_all(client, stop_job_id, delete, as_json=True))
-        try:
-            client = AjetRunnerClient(url, the_token(token))
-        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        try:  # the workflow's contract: one "Failed to stop" line per id and exit 0, whatever went wrong
+            client = AjetRunnerClient(url, token.split(",")[0].strip() or token_from_env() or None)
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol, TokenFileError) as exc:
+            why = str(exc) if isinstance(exc, TokenFileError) else f"bad API URL {url!r}: {exc}"
             for exp_id in stop_job_id:
                 typer.echo(f"Stopping job {exp_id} ...")
-                typer.echo(f"Failed to stop {exp_id}: bad API URL {url!r}: {exc}")
+                typer.echo(f"Failed to stop {exp_id}: {why}")
             return
         with client:
             for line in stop_jobs_lines(client, stop_job_id, delete):

@@ -1,8 +1,8 @@
 """`ajet-runner run BLUEPRINT`: the whole job on one machine.
 
 Without REDIS_URL it starts a private redis-server, runs this node's worker, submits the
-blueprint, follows it live and exits 0 (completed / early_stopped), 1 (failed / timed_out)
-or 130 (cancelled with Ctrl-C).
+blueprint, follows it live and exits 0 (completed / early_stopped), 1 (failed / timed_out, or the
+blueprint was rejected), 2 (it cannot be read) or 130 (cancelled with Ctrl-C).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
                 output.err(f"  {p.level.value} {p.field}: {p.message}")
             if exc.report_dir:
                 output.err(f"report: {Path(exc.report_dir) / 'experiment_report.md'} (finish.flag: failed)")
-            return output.USAGE
+            return output.FAILED  # refused, as `submit` and `check` say it (exit 2 is for unreadable input)
         exp_id = rec["id"]
         console.print(f"Job submitted: {exp_id}")
         # lines to copy: never wrapped, never styled

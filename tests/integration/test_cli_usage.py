@@ -33,9 +33,11 @@ def test_bad_values_and_unreadable_input_exit_2_on_stderr(tmp_path) -> None:
     assert ran.returncode == 2 and "cannot read blueprint" in ran.stderr and not ran.stdout
     token_file = tmp_path / "no-such-token"
     env = {**cli_env("http://127.0.0.1:9"), "AJET_RUNNER_TOKEN": "", "AJET_RUNNER_TOKEN_FILE": str(token_file)}
-    for command in (("scan",), ("status", "x"), ("stop-jobs", "--stop-job-id", "x")):
+    for command in (("scan",), ("status", "x"), ("stop", "x")):
         out = run(env, *command)
         assert out.returncode == 2 and str(token_file) in out.stderr, (command, out.stderr)
+    drop_in = run(env, "stop-jobs", "--stop-job-id", "x")  # the workflow's format: a line per id, exit 0
+    assert drop_in.returncode == 0 and f"Failed to stop x: AJET_RUNNER_TOKEN_FILE={token_file}" in drop_in.stdout
     token_file.write_text("# no token here\n")
     empty = run(env, "scan")
     assert empty.returncode == 2 and "holds no token" in empty.stderr

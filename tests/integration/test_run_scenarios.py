@@ -158,7 +158,7 @@ def test_invalid_blueprint_is_rejected_with_reasons(tmp_path, tmux_socket) -> No
     bad.write_text("## [exp_purpose]\nnothing else\n## [exp_codebase_dir]\nrelative/path\n")
     proc = subprocess.run([*CLI, "run", str(bad)], env=env_for(tmux_socket), capture_output=True, text=True,
                           timeout=60, check=False)
-    assert proc.returncode == 2
+    assert proc.returncode == 1  # refused, as submit says it; 2 is for a blueprint that cannot be read
     assert "exp_codebase_dir" in proc.stderr and "exp_launch_command" in proc.stderr  # errors go to stderr
     assert "exp_codebase_dir" not in proc.stdout
     assert not os.path.exists(tmp_path / "results")
