@@ -30,12 +30,12 @@ class Watch:
         """SIGINT, as Ctrl-C sends it; then the exit code, stdout and stderr."""
         self.proc.send_signal(signal.SIGINT)
         try:
-            _, err = self.proc.communicate(timeout=90)
+            self.proc.wait(90)  # stdout is the reader thread's alone (communicate() would take lines from it)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
         self.reader.join(10)
-        return self.proc.returncode, "".join(self.out), err
+        return self.proc.returncode, "".join(self.out), self.proc.stderr.read()  # type: ignore[union-attr]
 
 
 def test_ctrl_c_detaches_watch_and_stop_on_interrupt_stops(redis_url, tmux_socket, tmp_path) -> None:
