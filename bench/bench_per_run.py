@@ -3,7 +3,7 @@
 K runs print 5 lines/s each; over a window, the worker's tree (supervisor and its watcher)
 is measured — CPU seconds per second per run and PSS per run — next to a minimal watcher of the
 same K logs (one Python process: read new bytes at our poll interval, search them for "Error"), the floor.
-Target (issue 17): ≤ 5 MB and ≤ 0.05 % of a core per watched run.
+Target: ≤ 5 MB and ≤ 0.05 % of a core per watched run.
 
     python bench/bench_per_run.py [runs] [seconds]
 """

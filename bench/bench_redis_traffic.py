@@ -4,7 +4,7 @@ A real worker with K slots watches K runs that each print a line every 0.2 s (a 
 Commands (client round trips: a script's inner calls are not counted again) are attributed from
 MONITOR: those naming a run's keys (or the node's watch metrics) are per-run; the node's own
 traffic (heartbeats, supervisor scans, RQ) is printed beside them.
-Target (issue 17): ≤ 3 commands/s per run.
+Target: ≤ 3 commands/s per run.
 
     python bench/bench_redis_traffic.py [runs] [seconds]
 """

@@ -1,5 +1,5 @@
 """Submissions through a real `ajet-runner serve` against the same server's `/healthz` and a raw RQ
-`Queue.enqueue` on the same Redis, in one run. Target (issue 17): submit ≥ 50 % of `/healthz`.
+`Queue.enqueue` on the same Redis, in one run. Target: submit ≥ 50 % of `/healthz`.
 
 Every submission is a different result dir (two live experiments may not share one), so each one
 parses the blueprint, validates it, reads its YAML and records and enqueues it like a real one.

@@ -1,4 +1,4 @@
-"""`make chaos`: many short simulated experiments on 2 hosts while things are killed (issue 18, §8).
+"""`make chaos`: many short simulated experiments on 2 hosts while things are killed.
 
 Redis and two worker hosts live in network namespaces (the hosts of
 tests/integration/test_multihost.py); each host's tmux server is a session host

@@ -28,6 +28,7 @@ from ajet_runner.cli.commands import (
 from ajet_runner.cli.commands import (
     session_host_command as session_host,
 )
+from ajet_runner.cli.commands import up_command as up
 from ajet_runner.cli.commands import worker_command as worker
 
 app = typer.Typer(
@@ -58,12 +59,14 @@ def _root(
     """Run AgentJet experiment blueprints: tmux, watching, repairs, reports, finish.flag."""
 
 
-for module in (check, results, diagnose, run, worker, session_host, serve, client, catalogue):
+for module in (check, results, diagnose, run, up, worker, session_host, serve, client, catalogue):
     module.register(app)
 
 
 def main() -> None:
-    app()
+    from ajet_runner.cli.commands.help_text import tidy
+
+    tidy(typer.main.get_command(app))(prog_name="ajet-runner")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from rq.utils import utcparse
 from ajet_runner.service.api.http_metrics import HTTP_REGISTRY
 from ajet_runner.service.submit import NODE_ALIVE_SECONDS
 from ajet_runner.statemachine.absence import node_absent_for
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import TRANSITIONS, Outcome, State
 from ajet_runner.store.keys import INDEX, NODES, duration_bucket_key, exp_key, node_key, stats_key
 from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue
@@ -493,7 +494,8 @@ def queue_families(snap: Snapshot) -> Iterable[Metric]:
 
 def node_families(snap: Snapshot) -> Iterable[Metric]:
     up = GaugeMetricFamily("ajet_runner_node_up",
-                           f"1 when the node's heartbeat is newer than {NODE_ALIVE_SECONDS:g} s.", labels=["node"])
+                           f"1 when the node's heartbeat is newer than {format_limit(NODE_ALIVE_SECONDS)}.",
+                           labels=["node"])
     age = GaugeMetricFamily("ajet_runner_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat.",
                             labels=["node"])
     gpus = GaugeMetricFamily("ajet_runner_node_gpus", "GPUs of a node: total, busy (held by experiments), free.",

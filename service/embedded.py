@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ajet_runner.statemachine.durations import format_limit
+
 
 class EmbeddedRedisError(RuntimeError):
     pass
@@ -90,7 +92,7 @@ class EmbeddedRedis:
                     return self
             time.sleep(0.02)
         self.stop()
-        raise EmbeddedRedisError(f"redis-server did not answer on port {self.port} within {timeout}s")
+        raise EmbeddedRedisError(f"redis-server did not answer on port {self.port} within {format_limit(timeout)}")
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

@@ -11,7 +11,7 @@ import os
 import re
 
 from ajet_runner.statemachine.command import LAUNCH_COMMAND_MAX_CHARS
-from ajet_runner.statemachine.durations import DURATION_MAX_CHARS, format_duration
+from ajet_runner.statemachine.durations import DURATION_MAX_CHARS, format_limit
 from ajet_runner.statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
 from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
 
@@ -178,7 +178,7 @@ def _check_max_time(bp: Blueprint, problems: _Problems) -> None:
     if secs is None and text.strip():
         problems.error("exp_max_time", f"cannot read a duration from {text!r}: write it like `12 hours`")
     elif secs is not None and secs <= 0:
-        problems.error("exp_max_time", f"the maximum run time must be positive, got {format_duration(secs)}"
+        problems.error("exp_max_time", f"the maximum run time must be positive, got {format_limit(secs)}"
                        + (f" from {text!r}" if text else ""))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["DURATION_MAX_CHARS", "parse_duration", "format_duration"]
+__all__ = ["DURATION_MAX_CHARS", "format_duration", "format_limit", "format_progress", "parse_duration"]
 
 DURATION_MAX_CHARS = 200
 """Longer texts are not read (a duration is a few words): parsing stays well under a millisecond."""
@@ -178,15 +178,50 @@ def parse_duration(text: str) -> float | None:
         return None
 
 
-def format_duration(seconds: float | None) -> str:
-    """A short human form (`12h`, `1h30m`, `45s`) for messages and reports."""
-    if seconds is None:
-        return "unknown"
+def _parts(seconds: float) -> tuple[str, list[tuple[int, str]]]:
+    """The sign and the (value, unit) components of a whole number of seconds, biggest first."""
     sign = "-" if seconds < 0 else ""
     rest = int(round(abs(seconds)))
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if rest >= size:
-            parts.append(f"{rest // size}{unit}")
-            rest %= size
-    return sign + ("".join(parts) or "0s")
+        parts.append((rest // size, unit))
+        rest %= size
+    return sign, parts
+
+
+def _two(parts: list[tuple[int, str]], first: int) -> str:
+    """`first`'s component and the next one, zero-padded: `1h 02m`, `3m 00s`."""
+    (big, big_unit), (small, small_unit) = parts[first], parts[first + 1]
+    return f"{big}{big_unit} {small:02d}{small_unit}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """How long something took or has run, the one style every output uses: `15s`, `3m 00s`,
+    `1h 02m`, `2d 03h` (two units at most, the second zero-padded so a ticking clock keeps its width)."""
+    if seconds is None or seconds != seconds:  # None or nan
+        return "unknown"
+    if abs(seconds) == float("inf"):
+        return "unknown"
+    sign, parts = _parts(seconds)
+    first = next((i for i, (value, _) in enumerate(parts) if value), 3)
+    return sign + (f"{parts[3][0]}s" if first == 3 else _two(parts, first))
+
+
+def format_limit(seconds: float | None) -> str:
+    """A limit or a setting, which people state as round figures: `5h`, `30m`, `1h 30m`, `45s`
+    (the same units as `format_duration`, without the zero-padded tail of a round figure)."""
+    if seconds is None or seconds != seconds or abs(seconds) == float("inf"):
+        return "unknown"
+    sign, parts = _parts(seconds)
+    first = next((i for i, (value, _) in enumerate(parts) if value), 3)
+    if first == 3:
+        return f"{sign}{parts[3][0]}s"
+    if parts[first + 1][0] == 0 and all(value == 0 for value, _ in parts[first + 2:]):
+        return f"{sign}{parts[first][0]}{parts[first][1]}"
+    return sign + _two(parts, first)
+
+
+def format_progress(elapsed: float | None, limit: float | None) -> str:
+    """Elapsed time against a limit: `3m 00s of 5h`; just the elapsed time when there is no limit."""
+    shown = format_duration(elapsed) if elapsed is not None else "-"
+    return f"{shown} of {format_limit(limit)}" if limit else shown

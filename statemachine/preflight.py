@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from ajet_runner.statemachine import checkpoints as ckpt
 from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.blueprint import template_placeholders, validate_blueprint
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
 from ajet_runner.statemachine.repairs import MISSING, get_dotted
 from ajet_runner.statemachine.shell_ast import unquote
@@ -191,8 +192,7 @@ def _saved_step(directory: str) -> int | None:
 
 
 def _duration(seconds: float) -> str:
-    hours = seconds / 3600
-    return f"{hours:.1f} h" if hours >= 1 else f"{seconds / 60:.0f} min"
+    return format_limit(seconds)
 
 
 class _Planner:
@@ -410,7 +410,7 @@ class _Planner:
         if estimate < SHORT_RUN_SHARE * budget:
             self.problem(Level.warning, f"{TC}.total_training_steps",
                          f"total_training_steps={steps} is short for exp_max_time {_duration(budget)}: "
-                         f"at about {SECONDS_PER_STEP_GUESS:.0f} s per step the run ends after "
+                         f"at about {format_limit(SECONDS_PER_STEP_GUESS)} per step the run ends after "
                          f"~{_duration(estimate)}, leaving most of its time unused")
 
     def logger(self, data: dict[str, Any]) -> None:

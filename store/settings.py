@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     # Watching and repairs
     poll_interval: float = 1.0  # the exit, a stop, a hand-back and the time limit wake the loop at once
     stop_grace_seconds: float = 30.0
+    pane_linger_seconds: float = Field(default=300.0, ge=0, description="a finished attempt's tmux pane stays "
+                                       "open this long (to attach and read its end); 0 = it closes at once")
     time_limit_grace_seconds: float = 60.0
     stall_seconds: float = 1800.0
     first_step_seconds: float = Field(default=1200.0, description="no training step within this long = "
@@ -80,7 +82,7 @@ class Settings(BaseSettings):
     redis_outage_wait_seconds: float = 3600.0
     metrics_port: int = 0
     finished_metrics_ttl: float = 3600.0
-    # Hardening (issue 18)
+    # Hardening
     result_reserve_bytes: int = Field(default=4 * 1024 * 1024, description="space reserved in the result dir "
                                       "at launch, released at collecting, so the final files fit on a full disk")
     node_absent_report_seconds: float = Field(default=300.0, description="queued work for a node gone this long "

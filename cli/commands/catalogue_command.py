@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
 
+from ajet_runner.cli.commands import output
 from ajet_runner.store.settings import get_settings
 
 catalogue_app = typer.Typer(help="The failure catalogue: site extension and suggested entries.",
@@ -59,7 +60,7 @@ def _change_text(action: dict[str, Any]) -> str:
     return f"{kind} {action.get('value')}"
 
 
-@catalogue_app.command("suggestions")
+@catalogue_app.command("suggestions", epilog="Example: ajet-runner catalogue suggestions --json")
 def suggestions(
     file: Annotated[Path | None, typer.Option("--file", help="the suggestions file (default: "
                                               "AJET_RUNNER_CATALOGUE_SUGGESTIONS or ~/.local/share/...)")] = None,
@@ -72,7 +73,7 @@ def suggestions(
         typer.echo(json.dumps({"file": str(path), "suggestions": entries}, ensure_ascii=False, indent=2,
                               default=str))
         return
-    console = Console()
+    console = output.console()
     if not entries:
         console.print(f"No suggestions in {path}.", markup=False, highlight=False)
         return
@@ -94,11 +95,15 @@ def suggestions(
                   "and restart the workers.", markup=False, highlight=False)
 
 
-@catalogue_app.command("check")
+@catalogue_app.command("check", epilog="Example: ajet-runner catalogue check site-catalogue.yaml")
 def check(path: Annotated[Path, typer.Argument(help="a site catalogue extension (YAML list of entries)")]) -> None:
     """Validate a catalogue extension the way a worker does at start-up."""
     from ajet_runner.statemachine.signatures import load_extension
 
+    if not path.is_file() or not os.access(path, os.R_OK):
+        why = "cannot read it" if path.is_file() else "no such file"
+        typer.echo(f"ajet-runner catalogue check: {path}: {why}", err=True)
+        raise typer.Exit(2)  # unreadable input, as everywhere; an invalid catalogue is 1
     try:
         sigs = load_extension(path)
     except ValueError as exc:

@@ -23,9 +23,10 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ajet_runner.cli.commands import output
 from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint
 from ajet_runner.statemachine.check_document import check_document
-from ajet_runner.statemachine.durations import format_duration
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Problem
 
 SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
@@ -56,7 +57,7 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
     table.add_column("value", overflow="fold")
     for key, value in bp.items():
         if key == "exp_max_time_seconds":
-            shown = f"{format_duration(value)} ({value:g} s)" if value is not None else ""
+            shown = format_limit(value) if value is not None else ""
             table.add_row("exp_max_time", shown or "[red]missing[/red]")
         elif key == "notes":
             first = value.strip().splitlines()
@@ -98,16 +99,19 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
 def register(app: typer.Typer) -> None:
     """Add `check` to the CLI."""
 
-    @app.command("check")
+    @app.command("check", epilog="Example: ajet-runner check blueprint_1.md --json")
     def check(
         blueprint: Path = typer.Argument(..., help="The blueprint markdown file (- reads it from stdin)."),
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report."),
     ) -> None:
         """Parse and validate a blueprint; list its problems and the config changes planned."""
         doc, runnable = check_report(blueprint)
+        unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
         if as_json:
             typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+        elif unreadable:  # an error about the input, not a finding about the blueprint: stderr
+            for p in doc["problems"]:
+                output.err(f"error: {p['message']}")
         else:
-            _render(doc, runnable, blueprint, Console())
-        unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
+            _render(doc, runnable, blueprint, output.console())
         raise typer.Exit(2 if unreadable else 0 if runnable else 1)  # 2: missing input, as for every command

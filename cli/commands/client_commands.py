@@ -33,15 +33,19 @@ from ajet_runner.service.client.api_client import (
     ApiError,
     ApiUnavailable,
     Reconnect,
+    TokenFileError,
     token_from_env,
 )
+from ajet_runner.statemachine.durations import format_duration, format_progress
 
 URL_OPTION = typer.Option(DEFAULT_URL, "--url", envvar="AJET_RUNNER_URL", help="the API's base URL")
-TOKEN_OPTION = typer.Option("", "--token", envvar="AJET_RUNNER_TOKEN", show_default=False,
-                            help="bearer token (default: $AJET_RUNNER_TOKEN, or $AJET_RUNNER_TOKEN_FILE's first line)")
+TOKEN_OPTION = typer.Option("", "--token", envvar="AJET_RUNNER_TOKEN", show_envvar=False,
+                            show_default="$AJET_RUNNER_TOKEN, else the first line of $AJET_RUNNER_TOKEN_FILE",
+                            help="bearer token")
 JSON_OPTION = typer.Option(False, "--json", help="print JSON")
 RECONNECT_OPTION = typer.Option(RECONNECT_LIMIT, "--reconnect-limit", envvar="AJET_RUNNER_RECONNECT_LIMIT",
-                                min=0.0, help="give up (exit 3) after this many seconds without contact with the API")
+                                min=0.0, metavar="SECONDS",
+                                help="give up (exit 3) after this many seconds without contact with the API")
 
 # The research workflow's status words; `timed_out` counts as Failed (its run did not end by itself).
 STATUS_WORDS = {"completed": "Succeeded", "early_stopped": "Succeeded", "failed": "Failed", "timed_out": "Failed",
@@ -76,11 +80,20 @@ def error_line(exc: ApiError) -> str:
     return f"error: {exc.detail}" if exc.status == 404 else f"error: HTTP {exc.status}: {exc.detail}"
 
 
+def the_token(given: str) -> str | None:
+    """--token (or $AJET_RUNNER_TOKEN), else $AJET_RUNNER_TOKEN_FILE's; a token file that cannot be read is exit 2."""
+    try:
+        return given.split(",")[0].strip() or token_from_env() or None
+    except TokenFileError as exc:
+        err(f"error: {exc}")
+        raise typer.Exit(USAGE) from None
+
+
 @contextmanager
 def connect(url: str, token: str) -> Iterator[AjetRunnerClient]:
     """A client; any API error, outage or Ctrl-C ends the command with one line and its exit code."""
     try:
-        client = AjetRunnerClient(url, token.split(",")[0].strip() or token_from_env() or None)
+        client = AjetRunnerClient(url, the_token(token))
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         err(f"error: bad API URL {url!r}: {exc}")
         raise typer.Exit(USAGE) from None
@@ -106,8 +119,7 @@ def _elapsed(rec: Any) -> str:
     secs = rec.get("elapsed_seconds")
     if secs is None:
         return "-"
-    secs = int(secs)
-    return f"{secs // 3600}h{secs % 3600 // 60:02d}m" if secs >= 3600 else f"{secs // 60}m{secs % 60:02d}s"
+    return format_duration(float(secs))
 
 
 def _reward(rec: Any) -> str:
@@ -317,8 +329,59 @@ def _node_columns(nodes: list[dict[str, Any]]) -> list[str]:
     return columns
 
 
+# -- what scan, status and nodes show -----------------------------------------------------------------
+SCAN_COLUMNS = ("id", "purpose", "state", "node", "elapsed", "mean_reward")
+NODE_TIMES = ("started_at", "last_seen", "drained_at")  # epoch seconds: shown as local times
+NODE_FREE_TEXT = ("running", "drained_by", "drain_reason")
+
+
+def show_scan(items: list[Experiment], console: Console | None = None) -> None:
+    print_table(SCAN_COLUMNS, (
+        (r.id, _purpose(r), _state_or_outcome(r), r.node or r.target_node, _elapsed(r), _reward(r))
+        for r in items), console=console, shrink=("purpose",))
+
+
+def _node_header(column: str) -> str:
+    return "heartbeat_age" if column == "heartbeat_age_seconds" else column
+
+
+def _node_value(column: str, value: Any) -> Any:
+    if column in NODE_TIMES:
+        return output.local_time(value) if value else None
+    if column.endswith("_seconds") and isinstance(value, int | float) and not isinstance(value, bool):
+        return format_duration(float(value))
+    if isinstance(value, list):  # experiment ids: ", " lets a folded cell break between them
+        return ", ".join(map(str, value)) or None
+    return value
+
+
+def show_nodes(nodes: list[dict[str, Any]], console: Console | None = None) -> None:
+    """Every field of every node, times as times and ages as durations."""
+    columns = _node_columns(nodes)
+    print_table([_node_header(c) for c in columns], ([_node_value(c, n.get(c)) for c in columns] for n in nodes),
+                console=console, shrink=NODE_FREE_TEXT)
+
+
+def show_status(rec: Experiment, console: Console | None = None) -> None:
+    """The record's facts (`key  value`), its latest metrics, then its history as a table."""
+    fields: list[tuple[str, Any]] = [(k, rec.get(k)) for k in ("id", "purpose", "state", "outcome", "reason", "node",
+                                                                "tmux_session", "attempt", "result_dir")
+                                     if rec.get(k) not in (None, "")]
+    fields += [(name, output.local_time(rec.get(key))) for name, key in
+               (("created", "created_at"), ("started", "started_at"), ("finished", "finished_at")) if rec.get(key)]
+    fields.append(("elapsed", format_progress(rec.get("elapsed_seconds"), rec.max_seconds)))
+    fields += [(k, f"{v:.4g}") for k, v in sorted(rec.latest_metrics.items())
+               if isinstance(v, int | float) and not isinstance(v, bool)]
+    output.print_fields(fields, console=console)
+    if rec.history:
+        (console or output.console()).print("")
+        print_table(("at", "transition", "trigger", "reason"), (
+            (_when(h.get("at")), f"{h.get('from')} → {h.get('to')}", h.get("trigger"), h.get("reason"))
+            for h in rec.history), console=console, shrink=("reason",))
+
+
 def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
-    @app.command()
+    @app.command(epilog="Example: ajet-runner submit blueprint_1.md blueprint_2.md --node gpu-a")
     def submit(
         blueprints: list[str] = typer.Argument(None, help="blueprint markdown files; - reads one from stdin",
                                                show_default=False, metavar="[BLUEPRINT]..."),
@@ -366,7 +429,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
             code = _submit_all(client, texts, node, priority, as_json, idempotency_key, wait_for_node, named)
         raise typer.Exit(code)
 
-    @app.command()
+    @app.command(epilog="Example: ajet-runner scan --state running | cut -f1")
     def scan(
         state: str = typer.Option(None, help="only this state (queued, running, finished, ...)"),
         node: str = typer.Option(None, help="only this node"),
@@ -377,6 +440,11 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         token: str = TOKEN_OPTION,
     ) -> None:
         """Experiments: id, purpose, state or outcome, node, elapsed, latest mean_reward (tab-separated when piped)."""
+        from ajet_runner.statemachine.lifecycle import Outcome, State
+
+        for flag, value, known in (("--state", state, State), ("--outcome", outcome, Outcome)):
+            if value is not None and value not in {v.value for v in known}:
+                raise output.fail(f"error: {flag} {value!r} is not one of {', '.join(v.value for v in known)}")
         with connect(url, token) as client:
             items: list[Experiment] = []
             for rec in client.iter_experiments(state=state, node=node, outcome=outcome):
@@ -386,11 +454,9 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         if as_json:
             echo_json([r.to_dict() for r in items])
             return
-        print_table(("id", "purpose", "state", "node", "elapsed", "mean_reward"), (
-            (r.id, _purpose(r), _state_or_outcome(r), r.node or r.target_node, _elapsed(r), _reward(r))
-            for r in items), shrink=("purpose",))
+        show_scan(items)
 
-    @app.command()
+    @app.command(epilog="Example: ajet-runner status 3f9c2a1b7d40")
     def status(
         exp_id: str = typer.Argument(..., metavar="ID"),
         as_json: bool = JSON_OPTION,
@@ -403,19 +469,9 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         if as_json:
             echo_json(rec.to_dict())
             return
-        for key in ("id", "purpose", "state", "outcome", "reason", "node", "tmux_session", "attempt", "result_dir"):
-            value = rec.get(key)
-            if value not in (None, ""):
-                typer.echo(f"{key:<13} {value}")
-        typer.echo(f"{'elapsed':<13} {_elapsed(rec)}" + (f" of {rec.max_seconds:.0f}s" if rec.max_seconds else ""))
-        for k, v in sorted(rec.latest_metrics.items()):
-            if isinstance(v, int | float):
-                typer.echo(f"  {k} = {v:.4g}")
-        for h in rec.history:
-            typer.echo(f"{_when(h.get('at'))} {h.get('from')} → {h.get('to')} ({h.get('trigger')}) "
-                       f"{h.get('reason') or ''}".rstrip())
+        show_status(rec)
 
-    @app.command()
+    @app.command(epilog="Example: ajet-runner stop 3f9c2a1b7d40 --delete")
     def stop(
         exp_ids: list[str] = typer.Argument(..., metavar="ID...", help="experiment ids"),
         delete: bool = typer.Option(False, "--delete", help="also drop the record (result files are kept)"),
@@ -428,7 +484,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
             code = _stop_all(client, exp_ids, delete, as_json)
         raise typer.Exit(code)
 
-    @app.command()
+    @app.command(epilog="Example: ajet-runner logs 3f9c2a1b7d40 -f --tail 50")
     def logs(
         exp_id: str = typer.Argument(..., metavar="ID"),
         follow: bool = typer.Option(False, "-f", "--follow", help="keep printing new lines until it finishes"),
@@ -444,7 +500,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         with connect(url, token) as client:
             _follow_log(client, exp_id, tail, follow, raw, as_json, reconnect_limit)
 
-    @app.command()
+    @app.command(epilog="Example: ajet-runner events 3f9c2a1b7d40 -f --json")
     def events(
         exp_id: str = typer.Argument(..., metavar="ID"),
         follow: bool = typer.Option(False, "-f", "--follow", help="follow live (server-sent events) until finished"),
@@ -470,19 +526,23 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                     return
                 after = page.next_after
 
-    @app.command()
+    @app.command(epilog="Example: ajet-runner watch 3f9c2a1b7d40 (Ctrl-C detaches: the experiment goes on)")
     def watch(
         exp_id: str = typer.Argument(..., metavar="ID"),
         as_json: bool = typer.Option(False, "--json", help="no bar: print the final record as JSON"),
+        stop_on_interrupt: bool = typer.Option(False, "--stop-on-interrupt",
+                                               help="Ctrl-C stops the experiment (and waits for its report) "
+                                               "instead of detaching"),
         reconnect_limit: float = RECONNECT_OPTION,
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
     ) -> None:
-        """A live progress bar until it finishes; Ctrl-C stops the experiment. Exit 0 / 1 / 130 like `run`."""
+        """A live progress bar until it finishes; Ctrl-C detaches and the experiment goes on (as `kubectl logs -f`).
+        Exit 0 completed/early_stopped, 1 failed/timed_out, 130 Ctrl-C (detached, or cancelled)."""
         from ajet_runner.cli.commands.follow import follow
         from ajet_runner.cli.commands.run_command import EXIT_CODES
 
-        console = Console(stderr=as_json)
+        console = output.console(stderr=as_json)
         with connect(url, token) as client:
             backoff = Reconnect(client.url, reconnect_limit)
 
@@ -498,7 +558,13 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                     if exc.status != 409:
                         raise
 
-            final = follow(poll, console, on_interrupt=interrupt, quiet=as_json)
+            try:
+                final = follow(poll, console, on_interrupt=interrupt if stop_on_interrupt else None,
+                               quiet=as_json)
+            except KeyboardInterrupt:
+                err(f"Detached: {exp_id} goes on running. Watch it again with `ajet-runner watch {exp_id}`; "
+                    f"stop it with `ajet-runner stop {exp_id}`.")
+                raise typer.Exit(INTERRUPTED) from None
         outcome = str(final.get("outcome") or "")
         if as_json:
             echo_json(final)
@@ -507,7 +573,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
             output.copyable(f"report: {Path(final.get('result_dir') or '.') / 'experiment_report.md'}")
         raise typer.Exit(EXIT_CODES.get(outcome, FAILED))
 
-    @app.command()
+    @app.command(epilog="Example: ajet-runner nodes --json")
     def nodes(
         as_json: bool = JSON_OPTION,
         url: str = URL_OPTION,
@@ -519,10 +585,9 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         if as_json:
             echo_json(found)
             return
-        columns = _node_columns(found)
-        print_table(columns, ([n.get(c) for c in columns] for n in found))
+        show_nodes(found)
 
-    @app.command("scan-jobs")
+    @app.command("scan-jobs", epilog="Example: ajet-runner scan-jobs")
     def scan_jobs(
         as_json: bool = typer.Option(False, "--json", help="a JSON list of the same dicts"),
         url: str = URL_OPTION,
@@ -539,7 +604,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         for job in jobs:
             typer.echo(repr(job))
 
-    @app.command("stop-jobs")
+    @app.command("stop-jobs", epilog="Example: ajet-runner stop-jobs --stop-job-id=3f9c2a1b7d40 --delete")
     def stop_jobs(
         stop_job_id: list[str] = typer.Option(..., "--stop-job-id", help="an experiment id (repeatable)"),
         delete: bool = typer.Option(False, "--delete", help="also drop the records (result files are kept)"),
@@ -552,12 +617,13 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         if as_json:
             with connect(url, token) as client:
                 raise typer.Exit(_stop_all(client, stop_job_id, delete, as_json=True))
-        try:
+        try:  # the workflow's contract: one "Failed to stop" line per id and exit 0, whatever went wrong
             client = AjetRunnerClient(url, token.split(",")[0].strip() or token_from_env() or None)
-        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol, TokenFileError) as exc:
+            why = str(exc) if isinstance(exc, TokenFileError) else f"bad API URL {url!r}: {exc}"
             for exp_id in stop_job_id:
                 typer.echo(f"Stopping job {exp_id} ...")
-                typer.echo(f"Failed to stop {exp_id}: bad API URL {url!r}: {exc}")
+                typer.echo(f"Failed to stop {exp_id}: {why}")
             return
         with client:
             for line in stop_jobs_lines(client, stop_job_id, delete):

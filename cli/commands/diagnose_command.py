@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.catalogue_command import install_site_catalogue
 from ajet_runner.statemachine.diagnose import LogDiagnosis, LogScanner
 from ajet_runner.statemachine.models import Finding
@@ -17,14 +19,18 @@ from ajet_runner.statemachine.models import Finding
 CHUNK = 1 << 20
 
 
-def scan_file(path: Path) -> LogDiagnosis:
-    """Stream the file through a LogScanner: constant memory for multi-GB logs."""
+def scan_stream(fh: BinaryIO) -> LogDiagnosis:
+    """Stream bytes through a LogScanner: constant memory for multi-GB logs."""
     scanner = LogScanner(tail_lines=1)
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            scanner.feed(chunk)
+    while chunk := fh.read(CHUNK):
+        scanner.feed(chunk)
     scanner.close()
     return scanner.diagnosis()
+
+
+def scan_file(path: Path) -> LogDiagnosis:
+    with path.open("rb") as fh:
+        return scan_stream(fh)
 
 
 def to_json(diagnosis: LogDiagnosis, log: Path) -> dict[str, Any]:
@@ -92,18 +98,24 @@ def _print(diagnosis: LogDiagnosis, log: Path, console: Console) -> None:
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the CLI."""
 
-    @app.command("diagnose")
+    @app.command("diagnose", epilog="Example: ajet-runner diagnose results/logs/attempt-1.log")
     def diagnose(
-        logfile: Annotated[Path, typer.Argument(help="An AgentJet log (tmux pipe-pane or launcher output).")],
+        logfile: Annotated[Path, typer.Argument(help="An AgentJet log (tmux pipe-pane or launcher output); - reads "
+                                                "it from stdin.")],
         as_json: Annotated[bool, typer.Option("--json", help="Print the diagnosis as JSON.")] = False,
     ) -> None:
         """Name the failure in a log (first fatal signature) and the plan to repair it."""
-        if not logfile.is_file():
+        piped = str(logfile) == "-"
+        if not piped and not logfile.is_file():
             typer.echo(f"ajet-runner diagnose: no such log file: {logfile}", err=True)
             raise typer.Exit(code=2)
         install_site_catalogue("diagnose")
-        diagnosis = scan_file(logfile)
+        try:
+            diagnosis = scan_stream(sys.stdin.buffer) if piped else scan_file(logfile)
+        except OSError as exc:
+            typer.echo(f"ajet-runner diagnose: cannot read {logfile}: {exc.strerror or exc}", err=True)
+            raise typer.Exit(code=2) from None
         if as_json:
             typer.echo(json.dumps(to_json(diagnosis, logfile), ensure_ascii=False, indent=2))
         else:
-            _print(diagnosis, logfile, Console())
+            _print(diagnosis, logfile, output.console())

@@ -12,7 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn
+
+from ajet_runner.statemachine.durations import format_progress
 
 Poll = Callable[[str], tuple[dict[str, Any] | None, list[dict[str, Any]], str]]
 
@@ -61,15 +63,15 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
 
     `quiet` shows nothing (the caller prints the final record).
     Ctrl-C calls `on_interrupt` once (e.g. request a cancel) and keeps following until the
-    experiment is collected and finished, so the result dir is complete when we return.
+    experiment is collected and finished, so the result dir is complete when we return; a second
+    Ctrl-C, or the first without `on_interrupt` (`watch` detaching), raises KeyboardInterrupt.
     """
-    console = console or Console()
+    console = console or Console(soft_wrap=True)
     after = "0-0"
     rec: dict[str, Any] = {}
     interrupted = False
     columns = (TextColumn("[bold]{task.fields[state]}[/]"), BarColumn(), TextColumn("{task.fields[clock]}"),
-               TextColumn("attempt {task.fields[attempt]}"), TextColumn("{task.fields[reward]}"),
-               TimeElapsedColumn())
+               TextColumn("attempt {task.fields[attempt]}"), TextColumn("{task.fields[reward]}"))
     with Progress(*columns, console=console, transient=False, disable=quiet) as progress:
         task = progress.add_task("run", total=1.0, state="queued", clock="", attempt="-", reward="mean_reward n/a")
         while True:
@@ -86,16 +88,15 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                 reward = headline(rec.get("latest_metrics") or {})
                 progress.update(
                     task, completed=fraction(rec), state=rec.get("state", "?"),
-                    clock=f"{elapsed:,.0f}s / {max_s:,.0f}s" if max_s else f"{elapsed:,.0f}s",
+                    clock=format_progress(elapsed, max_s),
                     attempt=rec.get("attempt") or "-", reward=reward,
                 )
                 if rec.get("state") == "finished":
                     return rec
                 time.sleep(interval if not events else 0)
             except KeyboardInterrupt:
-                if interrupted:
+                if interrupted or on_interrupt is None:
                     raise
                 interrupted = True
                 progress.console.print("[yellow]Ctrl-C: stopping the experiment (Ctrl-C again to leave it running)")
-                if on_interrupt:
-                    on_interrupt()
+                on_interrupt()

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from ajet_runner.cli.commands import output
 from ajet_runner.statemachine.logmetrics import merge_file_and_log, parse_log_lines
 from ajet_runner.statemachine.results import ResultSummary, find_result_files, parse_val_files
 
@@ -107,10 +109,24 @@ def _render(summary: ResultSummary, console: Console) -> None:
 
 
 def results(
-    path: Path = typer.Argument(..., help="A validation result file, or a result dir to search."),
+    path: Path = typer.Argument(..., help="A validation result file or console log (- reads it from stdin), or a "
+                                "result dir to search."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Show the validation results of a run: every evaluation, the final and the best values."""
+    if str(path) == "-":
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="ajet-results-") as tmp:
+            piped = Path(tmp) / "stdin"
+            piped.write_bytes(sys.stdin.buffer.read())
+            _results(piped, as_json, shown_as="-")
+        return
+    _results(path, as_json)
+
+
+def _results(path: Path, as_json: bool, shown_as: str = "") -> None:
+    name = shown_as or str(path)
     if not path.exists():
         typer.echo(f"error: {path}: no such file or directory", err=True)
         raise typer.Exit(2)
@@ -122,16 +138,18 @@ def results(
     log_summary = _console(logs)
     summary = merge_file_and_log(file_summary, log_summary)
     if not summary.evaluations:
-        typer.echo(f"error: {path}: no validation result file (classic dict lines, '## Step N' blocks) and no "
+        typer.echo(f"error: {name}: no validation result file (classic dict lines, '## Step N' blocks) and no "
                    "console 'Initial/Final validation metrics' lines", err=True)
         raise typer.Exit(1)
     if log_summary is not None and log_summary.evaluations:
         files = [*(files if file_summary is not None else []), *(p for p in logs if p not in files)]
         summary.files = [str(f) for f in files]
+    if shown_as:  # stdin: name it as the user did, not by the temporary copy
+        summary.files = [shown_as if f == str(path) else f for f in summary.files]
     if as_json:
         typer.echo(summary.model_dump_json(indent=2))
         return
-    console = Console()
+    console = output.console()
     if len(files) > 1 or path.is_dir():
         console.print("files: " + ", ".join(str(f) for f in files))
     _render(summary, console)
@@ -175,4 +193,4 @@ def register(app: typer.Typer) -> None:
     """Add this module's commands to the CLI."""
     if app.registered_callback is None:  # a lone typer command would otherwise become the root
         app.callback()(_group)
-    app.command("results")(results)
+    app.command("results", epilog="Example: ajet-runner results runs/demo/results --json")(results)

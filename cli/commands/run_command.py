@@ -1,8 +1,8 @@
 """`ajet-runner run BLUEPRINT`: the whole job on one machine.
 
 Without REDIS_URL it starts a private redis-server, runs this node's worker, submits the
-blueprint, follows it live and exits 0 (completed / early_stopped), 1 (failed / timed_out)
-or 130 (cancelled with Ctrl-C).
+blueprint, follows it live and exits 0 (completed / early_stopped), 1 (failed / timed_out, or the
+blueprint was rejected), 2 (it cannot be read) or 130 (cancelled with Ctrl-C).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.store.settings import get_settings
 
 EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
@@ -32,7 +34,7 @@ def _wait_for_node(store: Any, node: str, proc: subprocess.Popen[bytes], timeout
         if any(n["name"] == node for n in store.nodes()):
             return
         time.sleep(0.05)
-    raise RuntimeError(f"the worker did not register within {timeout:.0f}s")
+    raise RuntimeError(f"the worker did not register within {format_limit(timeout)}")
 
 
 def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "",
@@ -45,9 +47,10 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
     settings = get_settings()
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
-    except OSError as exc:
-        console.print(f"[red]error: cannot read blueprint {path}: {exc}")
-        return 2
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        output.err(f"error: cannot read blueprint {path}: {why}")
+        return output.USAGE
     embedded = None
     url = redis_url or settings.redis_url
     if not url:
@@ -62,17 +65,21 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
                               stderr=subprocess.DEVNULL if embedded and not show_worker_log else None)
     store = Store.from_url(url)
     try:
-        _wait_for_node(store, node, worker)
+        try:
+            _wait_for_node(store, node, worker)
+        except RuntimeError as exc:
+            output.err(f"error: the local worker did not start: {exc}")
+            return output.FAILED
         try:
             rec = submit(store, store.r, text, blueprint_path="" if str(path) == "-" else str(path.resolve()),
                          node=node)
         except SubmissionRejected as exc:
-            console.print(f"[red]blueprint rejected: {path}")
+            output.err(f"error: blueprint rejected: {path}")
             for p in exc.problems:
-                console.print(f"  [red]{p.level.value}[/] {p.field}: {p.message}")
+                output.err(f"  {p.level.value} {p.field}: {p.message}")
             if exc.report_dir:
-                console.print(f"report: {Path(exc.report_dir) / 'experiment_report.md'} (finish.flag: failed)")
-            return 2
+                output.err(f"report: {Path(exc.report_dir) / 'experiment_report.md'} (finish.flag: failed)")
+            return output.FAILED  # refused, as `submit` and `check` say it (exit 2 is for unreadable input)
         exp_id = rec["id"]
         console.print(f"Job submitted: {exp_id}")
         # lines to copy: never wrapped, never styled
@@ -119,27 +126,29 @@ def _setup_logs(log_level: str, log_format: str) -> bool:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(epilog="Example: ajet-runner run blueprint_1.md (Ctrl-C stops it and writes its report)")
     def run(
         blueprint: Path = typer.Argument(..., help="the blueprint markdown file (- reads it from stdin)"),
-        node: str = typer.Option("", help="node name for the local worker (default: hostname)"),
+        node: str = typer.Option("", help="node name for the local worker",
+                                 show_default="$AJET_RUNNER_NODE or the hostname"),
         log_level: str = typer.Option("", help="show the local worker's log at this level "
                                       "(debug, info, ...; default $AJET_RUNNER_LOG_LEVEL, log hidden)"),
-        log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
+        log_format: str = typer.Option("", help="text or json", show_default="$AJET_RUNNER_LOG_FORMAT, else text"),
     ) -> None:
         """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
         shown = _setup_logs(log_level, log_format)
         check_adviser("run")
         install_site_catalogue("run")  # a bad site catalogue is reported here, not by the hidden worker
-        code = run_blueprint(blueprint, Console(), node=node, show_worker_log=shown)
+        code = run_blueprint(blueprint, output.console(), node=node, show_worker_log=shown)
         raise typer.Exit(code)
 
-    @app.command()
+    @app.command(epilog="Example: ajet-runner demo oom_first_attempt")
     def demo(
         template: str = typer.Argument("demo", help="a sample blueprint from examples/blueprints"),
-        workdir: Path = typer.Option(None, "--dir", help="where to put the copy (default ./runs/<template>-<time>)"),
+        workdir: Path = typer.Option(None, "--dir", help="where to put the copy",
+                                     show_default="./runs/TEMPLATE-TIME"),
         log_level: str = typer.Option("", help="show the local worker's log at this level (as for `run`)"),
-        log_format: str = typer.Option("", help="text or json (default $AJET_RUNNER_LOG_FORMAT)"),
+        log_format: str = typer.Option("", help="text or json", show_default="$AJET_RUNNER_LOG_FORMAT, else text"),
     ) -> None:
         """Copy the simulated AgentJet and a sample blueprint into a fresh dir, then `run` it."""
         from ajet_runner.service.demo import list_templates, materialize
@@ -151,5 +160,6 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         target = workdir or Path("runs") / f"{template}-{time.strftime('%Y%m%d-%H%M%S')}"
         blueprint = materialize(template, target.resolve())
-        Console().print(f"blueprint: {blueprint}")
-        raise typer.Exit(run_blueprint(blueprint, Console(), show_worker_log=shown))
+        out = output.console()
+        out.print(f"blueprint: {blueprint}", soft_wrap=True, highlight=False, markup=False)
+        raise typer.Exit(run_blueprint(blueprint, out, show_worker_log=shown))

@@ -29,14 +29,16 @@ def _fail(message: str) -> typer.Exit:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(epilog="Example: AJET_RUNNER_TOKEN_FILE=/etc/ajet-runner/token ajet-runner serve --host 0.0.0.0")
     def serve(
         host: str = typer.Option("127.0.0.1", help="address to bind (0.0.0.0 for every interface)"),
         port: int = typer.Option(8080, help="TCP port"),
         insecure: bool = typer.Option(False, "--insecure",
                                       help="allow no token (only with a loopback --host)"),
-        log_level: str = typer.Option("", help="debug, info, warning, error (default $AJET_RUNNER_LOG_LEVEL or info)"),
-        log_format: str = typer.Option("", help="text or json, one object per line (default $AJET_RUNNER_LOG_FORMAT)"),
+        log_level: str = typer.Option("", help="debug, info, warning or error",
+                                      show_default="$AJET_RUNNER_LOG_LEVEL, else info"),
+        log_format: str = typer.Option("", help="text, or json (one object per line)",
+                                       show_default="$AJET_RUNNER_LOG_FORMAT, else text"),
     ) -> None:
         """Serve the HTTP API (submit, list, stop, events, logs, nodes, /metrics) on REDIS_URL."""
         import uvicorn

@@ -30,10 +30,11 @@ def _server_answers(tmux: str, socket: Path) -> str | None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("session-host")
+    @app.command("session-host", epilog="Example: ajet-runner session-host --socket /run/ajet-runner/tmux.sock")
     def session_host(
-        socket: str = typer.Option("", help=f"tmux socket (default: $AJET_RUNNER_TMUX_SOCKET or {DEFAULT_SOCKET})"),
-        config: str = typer.Option("/dev/null", help="tmux config file for the server (default: none)"),
+        socket: str = typer.Option("", help="tmux socket",
+                                   show_default=f"$AJET_RUNNER_TMUX_SOCKET or {DEFAULT_SOCKET}"),
+        config: str = typer.Option("/dev/null", help="tmux config file for the server", show_default="none"),
     ) -> None:
         """Run this node's tmux server in the foreground; workers use it through AJET_RUNNER_TMUX_SOCKET."""
         tmux = shutil.which("tmux")

@@ -21,16 +21,21 @@ def _need_redis_url() -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(epilog="Example: REDIS_URL=redis://redis-host:6379/0 ajet-runner worker --node gpu-a --gpus 8")
     def worker(
-        node: str = typer.Option("", help="this node's name (default: $AJET_RUNNER_NODE or the hostname)"),
-        gpus: int = typer.Option(-1, help="GPUs on this node (default: $AJET_RUNNER_GPUS or nvidia-smi; 0 = none)"),
-        slots: int = typer.Option(0, help="experiments at once (default: the GPU count, or 2)"),
-        metrics_port: int = typer.Option(-1, help="Prometheus port for this worker (0 = off)"),
-        log_level: str = typer.Option("", help="debug, info, warning, error (default $AJET_RUNNER_LOG_LEVEL or info)"),
-        log_format: str = typer.Option("", help="text or json, one object per line (default $AJET_RUNNER_LOG_FORMAT)"),
-        address: str = typer.Option("", help="MASTER_ADDR of the multi-node runs this node heads (default: "
-                                    "$AJET_RUNNER_NODE_ADDRESS or its hostname); for names that do not resolve"),
+        node: str = typer.Option("", help="this node's name", show_default="$AJET_RUNNER_NODE or the hostname"),
+        gpus: int = typer.Option(-1, help="GPUs on this node (0 = none)",
+                                 show_default="$AJET_RUNNER_GPUS, else all GPUs nvidia-smi lists"),
+        slots: int = typer.Option(0, help="experiments at once", show_default="$AJET_RUNNER_SLOTS, else one per GPU, "
+                                  "or 2 without GPUs"),
+        metrics_port: int = typer.Option(-1, help="Prometheus port for this worker (0 = off)",
+                                         show_default="$AJET_RUNNER_METRICS_PORT, else off"),
+        log_level: str = typer.Option("", help="debug, info, warning or error",
+                                      show_default="$AJET_RUNNER_LOG_LEVEL, else info"),
+        log_format: str = typer.Option("", help="text, or json (one object per line)",
+                                       show_default="$AJET_RUNNER_LOG_FORMAT, else text"),
+        address: str = typer.Option("", help="MASTER_ADDR of the multi-node runs this node heads, for host names that "
+                                    "do not resolve", show_default="$AJET_RUNNER_NODE_ADDRESS, else the hostname"),
     ) -> None:
         """Run this node's worker: the watcher (a thread per run), heartbeat, re-adoption of running experiments."""
         from ajet_runner.logsetup import LogSetupError, configure
@@ -67,15 +72,17 @@ def register(app: typer.Typer) -> None:
         signal.signal(signal.SIGINT, stop)
         sup.run()
 
-    @app.command()
+    @app.command(epilog='Example: ajet-runner drain --node gpu-a --sticky --reason "bad GPU 3"')
     def drain(
-        node: str = typer.Option("", help="the node to drain (default: this node)"),
+        node: str = typer.Option("", help="the node to drain",
+                                 show_default="this node ($AJET_RUNNER_NODE or the hostname)"),
         undo: bool = typer.Option(False, "--undo", help="take work again"),
-        as_json: bool = typer.Option(False, "--json", help='print {"node", "draining"} as JSON'),
+        as_json: bool = typer.Option(False, "--json", help='print only {"node", "draining", "by", "reason", '
+                                     '"sticky"} as JSON'),
         sticky: bool = typer.Option(False, "--sticky",
                                     help="keep the drain when a worker (re)starts on the node (an operator's drain)"),
         reason: str = typer.Option("", help="why, shown in /v1/nodes"),
-        by: str = typer.Option("", help="who drains (default: user@hostname; in a pod, the pod's name)"),
+        by: str = typer.Option("", help="who drains (in a pod: the pod's name)", show_default="user@hostname"),
     ) -> None:
         """Stop a node taking new work; its running experiments go on in tmux (used by preStop).
 
@@ -88,16 +95,22 @@ def register(app: typer.Typer) -> None:
 
         store = Store.from_url(_need_redis_url())
         name = node or get_settings().node
-        store.set_drain(name, not undo)
-        if as_json:
-            typer.echo(json.dumps({"node": name, "draining": not undo}))
-        else:
-            typer.echo(f"node {name}: {'taking work again' if undo else 'draining'}")
+        known = [n["name"] for n in store.nodes()]
+        if name not in known and not (undo and store.draining(name)):
+            typer.echo(f"error: no node named {name!r} has a worker registered (known: {', '.join(known) or 'none'}); "
+                       "see `ajet-runner nodes`", err=True)
+            raise typer.Exit(2)
         if undo:
             store.set_drain(name, False)
+            result: dict[str, Any] = {"node": name, "draining": False}
+        else:
+            who = by or f"{getpass.getuser()}@{socket.gethostname()}"
+            store.set_drain(name, True, by=who, reason=reason, sticky=sticky)
+            result = {"node": name, "draining": True, "by": who, "reason": reason, "sticky": sticky}
+        if as_json:
+            typer.echo(json.dumps(result))
+        elif undo:
             typer.echo(f"node {name}: taking work again")
-            return
-        who = by or f"{getpass.getuser()}@{socket.gethostname()}"
-        store.set_drain(name, True, by=who, reason=reason, sticky=sticky)
-        kept = "kept across worker restarts (--undo to end it)" if sticky else "until its next worker starts"
-        typer.echo(f"node {name}: draining, by {who}{f' ({reason})' if reason else ''}; {kept}")
+        else:
+            kept = "kept across worker restarts (--undo to end it)" if sticky else "until its next worker starts"
+            typer.echo(f"node {name}: draining, by {result['by']}{f' ({reason})' if reason else ''}; {kept}")

@@ -108,6 +108,7 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False, port
 
     app = FastAPI(
         title="ajet-runner", version="0.1.0", lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served offline, from bundled assets, by service/ui/docs.py
         description="Submit AgentJet experiment blueprints, follow them, stop them. "
                     "Every /v1 route needs `Authorization: Bearer <token>`.",
     )

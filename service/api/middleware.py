@@ -6,10 +6,7 @@ All are plain ASGI (not BaseHTTPMiddleware) so server-sent event streams pass th
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -122,39 +119,24 @@ class Latency:
             raise
 
 
-# The console and every API answer: nothing may run but our own files, nothing may frame a page.
+# The console and every API answer: nothing may run but our own files, nothing may frame a page. A route that
+# needs another policy sets its own header (ReDoc's page, service/ui/docs.py) and it is kept.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-# The interactive API docs (/docs, /redoc): their own inline start-up scripts are allowed by hash (computed
-# from the page as sent), their bundles from this server or, until the bundled offline assets land, the CDN
-# FastAPI's pages load them from; styles inline (both UIs set style attributes), workers from blob: (ReDoc).
-DOCS_PATHS = ("/docs", "/redoc")
-DOCS_SOURCES = "'self' https://cdn.jsdelivr.net"
 FIXED_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin"),
                  (b"x-frame-options", b"DENY"))
-_INLINE_SCRIPT = re.compile(rb"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.S | re.I)
-MAX_DOCS_PAGE = 1 << 20
 
 
-def docs_csp(html: bytes) -> str:
-    """The docs pages' policy: their inline scripts by sha256, nothing else inline."""
-    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(m.group(1)).digest()).decode()}'"
-                      for m in _INLINE_SCRIPT.finditer(html))
-    return (f"default-src 'none'; script-src {DOCS_SOURCES} {hashes}".rstrip()
-            + f"; style-src {DOCS_SOURCES} 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; "
-              "connect-src 'self'; worker-src blob:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-
-
-def _with_headers(headers: list[tuple[bytes, bytes]], csp: str) -> list[tuple[bytes, bytes]]:
-    names = {b"content-security-policy", *(n for n, _ in FIXED_HEADERS)}
+def _with_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    names = {n for n, _ in FIXED_HEADERS}
     kept = [(n, v) for n, v in headers if n.lower() not in names]
-    return [*kept, (b"content-security-policy", csp.encode()), *FIXED_HEADERS]
+    own_csp = any(n.lower() == b"content-security-policy" for n, _ in kept)
+    return [*kept, *(() if own_csp else ((b"content-security-policy", CSP.encode()),)), *FIXED_HEADERS]
 
 
 class SecurityHeaders:
     """The same security headers (CSP, anti-framing, nosniff, referrer) on every response of every route,
-    the API docs included (plain ASGI, so event streams pass through). A docs page is held until complete
-    (it is small) so its inline scripts can be hashed into its policy."""
+    the API docs included (plain ASGI, so event streams pass through)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -163,38 +145,10 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if str(scope.get("path", "")).rstrip("/") in DOCS_PATHS:
-            await self._docs(scope, receive, send)
-            return
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = _with_headers(list(message.get("headers", [])), CSP)
+                message["headers"] = _with_headers(list(message.get("headers", [])))
             await send(message)
 
         await self.app(scope, receive, with_headers)
-
-    async def _docs(self, scope: Scope, receive: Receive, send: Send) -> None:
-        start: Message | None = None
-        body: list[bytes] = []
-
-        async def held(message: Message) -> None:
-            nonlocal start
-            if message["type"] == "http.response.start":
-                start = message
-                return
-            if message["type"] != "http.response.body" or start is None:
-                await send(message)  # after the page went out (an oversized one): as it comes
-                return
-            body.append(message.get("body", b""))
-            more = bool(message.get("more_body", False))
-            if more and sum(map(len, body)) < MAX_DOCS_PAGE:
-                return
-            page = b"".join(body)
-            start["headers"] = _with_headers(list(start.get("headers", [])), docs_csp(page))
-            await send(start)
-            start = None
-            body.clear()
-            await send({"type": "http.response.body", "body": page, "more_body": more})
-
-        await self.app(scope, receive, held)

@@ -131,15 +131,24 @@ class LogChunk:
     state: str
 
 
+class TokenFileError(ValueError):
+    """AJET_RUNNER_TOKEN_FILE names a file that cannot be read or holds no token."""
+
+
 def token_from_env() -> str:
+    """$AJET_RUNNER_TOKEN's first token, else the first line of $AJET_RUNNER_TOKEN_FILE; '' when neither is set.
+    A token file that is set but unreadable or empty raises TokenFileError naming it (never silently no token)."""
     token = os.environ.get("AJET_RUNNER_TOKEN", "").split(",")[0].strip()
     path = os.environ.get("AJET_RUNNER_TOKEN_FILE", "")
     if not token and path:
         try:
             lines = [ln.strip() for ln in Path(path).read_text(encoding="utf-8").splitlines()]
-        except OSError:
-            lines = []
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise TokenFileError(f"AJET_RUNNER_TOKEN_FILE={path}: cannot read it: {why}") from None
         token = next((ln for ln in lines if ln and not ln.startswith("#")), "")
+        if not token:
+            raise TokenFileError(f"AJET_RUNNER_TOKEN_FILE={path}: holds no token")
     return token
 
 

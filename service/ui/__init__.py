@@ -22,12 +22,15 @@ def _wants_page(request: Request) -> bool:
 
 
 def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: bool = False) -> None:
-    """Mount the console on the API app: routes under /ui, `/` redirecting there, its error pages."""
+    """Mount the console on the API app: routes under /ui, `/` redirecting there, its error pages, and the
+    API docs pages /docs and /redoc from bundled assets."""
+    from ajet_runner.service.ui.docs import install_docs
     from ajet_runner.service.ui.pages import env, router
 
     revocations = Revocations(lambda: app.state.backend.store.r)  # logouts, seen by every replica
     app.state.ui_sessions = Sessions(tokens, insecure, max(60, int(settings.ui_session_seconds)), revocations)
     app.include_router(router)
+    install_docs(app)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

@@ -15,10 +15,9 @@ from urllib.parse import quote, urlsplit
 from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
+from ajet_runner.resultdir.palette import DASHES, chart_metrics, is_charted, metric_colour
 from ajet_runner.service.ui.console_data import SERVED_FILES
-from ajet_runner.statemachine.durations import format_duration
-
-PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2")
+from ajet_runner.statemachine.durations import format_duration, format_limit, format_progress
 
 
 def _diff_lines(code: str) -> str:
@@ -80,6 +79,15 @@ def duration(seconds: float | None) -> str:
     return "" if seconds is None else format_duration(seconds)
 
 
+def limit(seconds: float | None) -> str:
+    return "" if seconds is None else format_limit(seconds)
+
+
+def progress(elapsed: float | None, max_seconds: float | None) -> str:
+    """`3m 00s of 5h`, as the CLI prints it."""
+    return "" if elapsed is None and not max_seconds else format_progress(elapsed, max_seconds)
+
+
 def age(ts: float | None, now: float | None = None) -> str:
     return "" if not ts else format_duration(max(0.0, (now or time.time()) - ts)) + " ago"
 
@@ -89,23 +97,31 @@ def clock(ts: float | None) -> str:
 
 
 def number(value: Any, digits: int = 4) -> str:
+    """A metric value: counts (whole numbers of 1 or more) as integers, anything else with `digits` decimals."""
+    if isinstance(value, bool):
+        return str(value).lower()
     try:
         f = float(value)
     except (TypeError, ValueError):
         return "" if value is None else str(value)
-    return f"{f:.{digits}f}" if math.isfinite(f) else str(f)
+    if not math.isfinite(f):
+        return str(f)
+    return str(int(f)) if f.is_integer() and abs(f) >= 1 else f"{f:.{digits}f}"
 
 
-def _chart_series(evals: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
-    series: dict[str, dict[float, float]] = {}
-    datasets = {str(e.get("dataset") or "") for e in evals}
+Series = dict[tuple[str, str], list[tuple[float, float]]]
+
+
+def _chart_series(evals: Iterable[dict[str, Any]]) -> Series:
+    """(dataset, metric) -> [(step, value)] for mean_reward and task_pass_rate@k, finite values only."""
+    series: dict[tuple[str, str], dict[float, float]] = {}
     for e in evals:
         try:
             step = float(e.get("step"))
         except (TypeError, ValueError):
             continue
         for key, value in (e.get("metrics") or {}).items():
-            if key != "mean_reward" and not str(key).startswith("task_pass_rate@"):
+            if not is_charted(str(key)):
                 continue
             try:
                 v = float(value)
@@ -113,46 +129,92 @@ def _chart_series(evals: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float
                 continue
             if not math.isfinite(v):
                 continue
-            name = f"{e.get('dataset')}: {key}" if len(datasets) > 1 else str(key)
-            series.setdefault(name, {})[step] = v  # a step evaluated again (a relaunch) shows its latest value
+            series.setdefault((str(e.get("dataset") or ""), str(key)), {})[step] = v  # a re-run step: its latest
     return {name: sorted(points.items()) for name, points in series.items()}
 
 
-def chart(evals: list[dict[str, Any]], width: int = 640, height: int = 240) -> Markup:
-    """mean_reward and task_pass_rate@k over steps as an inline SVG (no script, no external library)."""
+def step_ticks(x0: float, x1: float, most: int = 6) -> list[int]:
+    """Whole-number ticks over [x0, x1] at a round interval (1, 2, 5 x 10^k), at most `most` of them."""
+    lo, hi = math.ceil(x0), math.floor(x1)
+    if hi <= lo:
+        return [lo] if lo == hi else []
+    interval = 1
+    for scale in (10**k for k in range(12)):
+        interval = next((m * scale for m in (1, 2, 5) if (hi - lo) / (m * scale) <= most - 1), 0)
+        if interval:
+            break
+    first = math.ceil(lo / interval) * interval
+    return list(range(first, hi + 1, interval))
+
+
+def _legend_rows(names: list[str], width: float, char: float = 6.8, item_pad: float = 40.0) -> list[list[int]]:
+    """Legend entries (indexes) per row, so that each row fits `width`."""
+    rows: list[list[int]] = [[]]
+    used = 0.0
+    for i, name in enumerate(names):
+        need = item_pad + char * len(name)
+        if rows[-1] and used + need > width:
+            rows.append([])
+            used = 0.0
+        rows[-1].append(i)
+        used += need
+    return rows
+
+
+def chart(evals: list[dict[str, Any]], width: int = 640, plot_height: int = 220) -> Markup:
+    """mean_reward and task_pass_rate@k over steps as an inline SVG (no script, no external library): one colour
+    per metric as in reward_plot.png, one dash per dataset, whole-number step ticks, the legend below the plot."""
     series = _chart_series(evals)
     if not series:
         return Markup('<p class="muted">No evaluation yet.</p>')
+    metrics = chart_metrics(m for _, m in series)
+    datasets = sorted({d for d, _ in series})
+    order = sorted(series, key=lambda k: (metrics.index(k[1]), datasets.index(k[0])))
+    names = [f"{d}: {m}" if len(datasets) > 1 else m for d, m in order]
     pad_l, pad_r, pad_t, pad_b = 48, 12, 12, 28
+    rows = _legend_rows(names, width - pad_l - pad_r)
+    height = plot_height + 8 + 18 * len(rows) + 6  # room under the last row for descenders (the "_" in names)
     xs = [x for pts in series.values() for x, _ in pts]
     ys = [y for pts in series.values() for _, y in pts]
     x0, x1 = min(xs), max(xs)
+    if x1 == x0:  # one evaluation: a window around it
+        x0, x1 = max(0.0, x0 - 1), x0 + 1
     y0, y1 = min(ys + [0.0]), max(ys + [1.0 if max(ys) <= 1 else max(ys)])
-    x1 = x1 if x1 > x0 else x0 + 1
     y1 = y1 if y1 > y0 else y0 + 1
 
     def px(x: float) -> float:
         return pad_l + (x - x0) / (x1 - x0) * (width - pad_l - pad_r)
 
     def py(y: float) -> float:
-        return height - pad_b - (y - y0) / (y1 - y0) * (height - pad_t - pad_b)
+        return plot_height - pad_b - (y - y0) / (y1 - y0) * (plot_height - pad_t - pad_b)
 
     parts = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="evaluations over steps">']
+    y_digits = 0 if y1 - y0 >= 20 else 2
     for i in range(5):
         y = y0 + (y1 - y0) * i / 4
         parts.append(f'<line x1="{pad_l}" x2="{width - pad_r}" y1="{py(y):.1f}" y2="{py(y):.1f}" class="grid"/>'
-                     f'<text x="{pad_l - 4}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.2f}</text>')
-    for x in (x0, (x0 + x1) / 2, x1):
-        parts.append(f'<text x="{px(x):.1f}" y="{height - 8}" text-anchor="middle">{x:g}</text>')
-    legend = []
-    for n, (name, pts) in enumerate(sorted(series.items())):
-        colour = PALETTE[n % len(PALETTE)]
-        pts = sorted(pts)
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+                     f'<text x="{pad_l - 4}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.{y_digits}f}</text>')
+    for x in step_ticks(x0, x1):
+        parts.append(f'<text class="tick" x="{px(x):.1f}" y="{plot_height - 10}" text-anchor="middle">{x}</text>')
+    parts.append(f'<text class="axis" x="{width - pad_r}" y="{plot_height}" text-anchor="end">step</text>')
+    for key in order:
+        dataset, metric = key
+        colour, dash = metric_colour(metric, metrics), DASHES[datasets.index(dataset) % len(DASHES)]
+        name = names[order.index(key)]
+        dashed = f' stroke-dasharray="{dash}"' if dash else ""
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in series[key])
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dashed}/>')
         parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"><title>{escape(name)} '
-                  f'step {x:g}: {y:.4f}</title></circle>' for x, y in pts]
-        legend.append(f'<text x="{pad_l + 8}" y="{pad_t + 14 * (n + 1)}" fill="{colour}">{escape(name)}</text>')
-    parts += legend
+                  f'step {x:g}: {y:.4f}</title></circle>' for x, y in series[key]]
+    for r, row in enumerate(rows):  # the legend, outside the plot: a swatch in the series' colour, its name
+        x, y = float(pad_l), plot_height + 8 + 18 * r
+        for i in row:
+            dataset, metric = order[i]
+            colour, dash = metric_colour(metric, metrics), DASHES[datasets.index(dataset) % len(DASHES)]
+            dashed = f' stroke-dasharray="{dash}"' if dash else ""
+            parts.append(f'<g class="legend-item"><line class="swatch" x1="{x:.1f}" x2="{x + 22:.1f}" y1="{y + 5}" '
+                         f'y2="{y + 5}" stroke="{colour}" stroke-width="4"{dashed}/>'
+                         f'<text x="{x + 28:.1f}" y="{y + 9}">{escape(names[i])}</text></g>')
+            x += 40 + 6.8 * len(names[i])
     parts.append("</svg>")
     return Markup("".join(parts))  # noqa: S704 - numbers and escaped names only

@@ -33,7 +33,8 @@ env = Environment(loader=PackageLoader("ajet_runner.service.ui", "templates"),
                   autoescape=select_autoescape(default=True), trim_blocks=True, lstrip_blocks=True)
 env.globals.update(states=[s.value for s in State], outcomes=[o.value for o in Outcome], render=render,
                    quote=lambda s: quote(str(s), safe=""))
-env.filters.update(duration=render.duration, age=render.age, clock=render.clock, number=render.number)
+env.filters.update(duration=render.duration, limit=render.limit, age=render.age, clock=render.clock,
+                   number=render.number)
 
 
 def sessions(request: Request) -> Sessions:

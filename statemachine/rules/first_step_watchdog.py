@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ajet_runner.statemachine.durations import format_duration
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.first_step import DEFAULT_FIRST_STEP_SECONDS
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules.base import Observation, Proposal
@@ -28,7 +28,7 @@ class FirstStepRule:
         limit = obs.first_step_timeout if obs.first_step_timeout is not None else self.timeout_seconds
         if limit <= 0 or obs.now - obs.attempt_started_at < limit:
             return None
-        reason = f"no training step within the first-step timeout of {format_duration(limit)}"
+        reason = f"no training step within the first-step timeout of {format_limit(limit)}"
         finding = Finding(signature=SIGNATURE, fatal=True, line=0, text="", repairable=False,
                           explanation=reason + " (no kl_loss value, Training Progress step or global_step)")
         return Proposal("anomaly", reason, self.name, finding)

@@ -32,8 +32,14 @@ def chromium_or_skip() -> tuple[str, str]:
     return browser, driver
 
 
+# No network but this machine: every other host fails to resolve and would go through a proxy that is not
+# there (Chromium sends loopback requests directly). For pages that must work on an offline cluster.
+OFFLINE_FLAGS = ("--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1",
+                 "--proxy-server=http://127.0.0.1:9")
+
+
 @contextmanager
-def headless_chromium() -> Iterator[Any]:
+def headless_chromium(extra_flags: tuple[str, ...] = ()) -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -41,10 +47,10 @@ def headless_chromium() -> Iterator[Any]:
     profile = tempfile.mkdtemp(prefix="ajet-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for flag in FLAGS:
+    for flag in (*FLAGS, *extra_flags):
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     service = Service(executable_path=driver_path, log_output=os.devnull)
     driver = webdriver.Chrome(options=options, service=service)
     driver.set_page_load_timeout(30)
@@ -65,3 +71,15 @@ def screenshot(driver: Any, path: Path, colours: int = 64) -> None:
     driver.save_screenshot(str(path))
     Image.open(path).convert("RGB").quantize(colors=colours).save(path, optimize=True)
     driver.set_window_size(1280, 900)
+
+
+def requested_urls(driver: Any) -> list[str]:
+    """Every URL the page asked for since the last call (Chromium's performance log)."""
+    import json
+
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls

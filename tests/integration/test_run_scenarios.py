@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -157,8 +158,9 @@ def test_invalid_blueprint_is_rejected_with_reasons(tmp_path, tmux_socket) -> No
     bad.write_text("## [exp_purpose]\nnothing else\n## [exp_codebase_dir]\nrelative/path\n")
     proc = subprocess.run([*CLI, "run", str(bad)], env=env_for(tmux_socket), capture_output=True, text=True,
                           timeout=60, check=False)
-    assert proc.returncode == 2
-    assert "exp_codebase_dir" in proc.stdout and "exp_launch_command" in proc.stdout
+    assert proc.returncode == 1  # refused, as submit says it; 2 is for a blueprint that cannot be read
+    assert "exp_codebase_dir" in proc.stderr and "exp_launch_command" in proc.stderr  # errors go to stderr
+    assert "exp_codebase_dir" not in proc.stdout
     assert not os.path.exists(tmp_path / "results")
 
 
@@ -185,3 +187,17 @@ def test_repair_hook_plans_a_fix_the_catalogue_does_not_know(tmp_path, tmux_sock
     asked = json.loads(seen.read_text())
     assert asked["diagnosis"]["signature"] == "python_traceback" and asked["log_tail"]
     assert "AJET_HOOK_FIX" in (sc.results / "logs" / "attempt-2.sh").read_text()
+
+
+def test_a_finished_panes_linger_is_configurable(tmp_path, tmux_socket) -> None:
+    """AJET_RUNNER_PANE_LINGER_SECONDS: how long a finished attempt's pane stays open to be attached to."""
+    sc = make("demo", tmp_path)
+    proc = run_cli(sc, env_for(tmux_socket, AJET_RUNNER_PANE_LINGER_SECONDS="2"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    session = re.search(r"attach -t (\S+)", proc.stdout).group(1)  # type: ignore[union-attr]
+
+    def has_session() -> bool:
+        return subprocess.run(["tmux", "-S", tmux_socket, "has-session", "-t", session], capture_output=True,
+                              check=False).returncode == 0
+
+    wait_for(lambda: not has_session(), 30, "the pane to close after its 2 s linger (the default is 300 s)")

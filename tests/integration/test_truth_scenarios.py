@@ -100,7 +100,7 @@ def test_a_refused_blueprint_still_ends_with_a_report_and_a_failed_flag(tmp_path
     sc = make("console_only", tmp_path)
     sc.blueprint.write_text(sc.blueprint.read_text().replace(str(sc.codebase), str(tmp_path / "nowhere"), 1))
     proc = run_cli(sc, env_for(tmux_socket))
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # refused: its flag says failed, as exit 1 does
     assert sc.flag()["outcome"] == "failed"
     report = (sc.results / "experiment_report.md").read_text()
     assert "refused before launch" in report and "`exp_codebase_dir`" in report

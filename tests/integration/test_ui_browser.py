@@ -85,8 +85,7 @@ def test_console_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
         assert IMG_PURPOSE in driver.find_element(By.CSS_SELECTOR, f"#row-{slow_id} .purpose").text
         wait_for(lambda: api.get(oom_id)["state"] == "finished", 120, "the repaired run to finish")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"#row-{oom_id}[data-state=finished]"))
-        _no_xss(driver)
-        screenshot(driver, shots / "experiments.png")
+        _no_xss(driver)  # the README pictures of these pages have real purposes: test_ui_chart_browser.py
 
         # Its page: report with the reward plot, the chart, the whole log.
         driver.find_element(By.CSS_SELECTOR, f"{row} a").click()
@@ -98,7 +97,6 @@ def test_console_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
         wait.until(lambda d: "Training finished" in d.find_element(By.ID, "log-pane").text)
         assert driver.find_element(By.ID, "exp-outcome").text == "completed"
         _no_xss(driver)
-        screenshot(driver, shots / "experiment.png")
 
         driver.get(f"{console.url}/ui/experiments/{oom_id}")
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#repairs .d-add")))

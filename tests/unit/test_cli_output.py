@@ -47,7 +47,7 @@ def test_finished_bars_are_full_and_status_words() -> None:
         "Queuing", "Running", "Running", "Running"]
 
 
-def test_terminal_table_cuts_only_free_text(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_terminal_table_folds_only_free_text(monkeypatch: pytest.MonkeyPatch) -> None:
     from rich.console import Console
 
     from ajet_runner.cli.commands import output
@@ -57,7 +57,8 @@ def test_terminal_table_cuts_only_free_text(monkeypatch: pytest.MonkeyPatch) -> 
     output.print_table(("id", "purpose", "state"), [("d19419bb1e5a", "a long purpose " * 5, "queued (stopping)")],
                        console=console, shrink=("purpose",))
     text = console.export_text()
-    assert "d19419bb1e5a" in text and "queued (stopping)" in text and "…" in text
+    assert "d19419bb1e5a" in text and "queued (stopping)" in text
+    assert text.split().count("purpose") == 1 + 5 and max(map(len, text.splitlines())) <= 50  # folded, nothing cut
 
 
 def test_progress_headline_falls_back_to_the_pass_rate() -> None:

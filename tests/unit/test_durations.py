@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ajet_runner.statemachine.durations import format_duration, parse_duration
+from ajet_runner.statemachine.durations import format_duration, format_limit, format_progress, parse_duration
 
 H, M = 3600.0, 60.0
 
@@ -96,7 +96,24 @@ def test_never_raises_on_duration_like_text(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "shown"),
-    [(None, "unknown"), (0, "0s"), (45, "45s"), (5400, "1h30m"), (43200, "12h"), (90000, "1d1h"), (-7200, "-2h")],
+    [(None, "unknown"), (float("nan"), "unknown"), (0, "0s"), (15, "15s"), (59.4, "59s"), (59.6, "1m 00s"),
+     (180, "3m 00s"), (3599, "59m 59s"), (3720, "1h 02m"), (43200, "12h 00m"), (90000, "1d 01h"),
+     (-7200, "-2h 00m")],
 )
 def test_format_duration(seconds: float | None, shown: str) -> None:
     assert format_duration(seconds) == shown
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(None, "unknown"), (0, "0s"), (45, "45s"), (90, "1m 30s"), (300, "5m"), (5400, "1h 30m"), (18000, "5h"),
+     (86400, "1d"), (-7200, "-2h")],
+)
+def test_format_limit_drops_the_zero_tail_of_a_round_figure(seconds: float | None, shown: str) -> None:
+    assert format_limit(seconds) == shown
+
+
+def test_progress_reads_elapsed_of_limit() -> None:
+    assert format_progress(180, 18000) == "3m 00s of 5h"
+    assert format_progress(15, None) == format_progress(15, 0) == "15s"
+    assert format_progress(None, 300) == "- of 5m"

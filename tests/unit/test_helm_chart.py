@@ -614,3 +614,18 @@ def test_service_monitor_can_send_the_token_from_the_secret(chart: helm.Chart) -
     assert existing["spec"]["endpoints"][0]["authorization"]["credentials"] == {"name": "tok", "key": "k"}
     plain = one(render(chart, {"metrics": {"serviceMonitor": {"enabled": True}}}), "ServiceMonitor")
     assert "authorization" not in plain["spec"]["endpoints"][0]
+
+
+def _notes(chart: helm.Chart, values: dict[str, Any]) -> str:
+    rendered = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    return " ".join(next(text for path, text in rendered.items() if path.endswith("NOTES.txt")).split())
+
+
+def test_notes_say_what_a_worker_restart_does_to_the_runs(chart: helm.Chart) -> None:
+    default = _notes(chart, {})
+    assert "session host" in default and "leaves them running" in default and "ends the experiments it" not in default
+    inside = _notes(chart, {"sessionHost": {"enabled": False}})
+    assert "restarting a worker pod ends the experiments it was running" in inside
+    assert "when its node is idle" in inside
+    on_host = _notes(chart, {"worker": {"tmux": {"runOnHost": True}}, "storage": {"type": "hostPath"}})
+    assert "host's tmux server" in on_host and "ends the experiments" not in on_host

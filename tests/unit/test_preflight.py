@@ -138,7 +138,7 @@ def test_appworld_two_nodes_warnings() -> None:
     assert any("is fixed" in m and "resume" in m for m in messages(p, "ajet.experiment_name"))
     assert any("only the last step" in m for m in messages(p, f"{TC}.test_freq"))
     [short] = messages(p, f"{TC}.total_training_steps")
-    assert "total_training_steps=40" in short and "4.0 h" in short
+    assert "total_training_steps=40" in short and "exp_max_time 4h:" in short
     assert changes(p)["ajet.execute_test"] == (True, False)
 
 

@@ -251,13 +251,13 @@ def test_completed_report_has_one_row_per_evaluation_with_deltas(tmp_path: Path)
     assert f"![mean_reward and task_pass_rate@k over steps]({PLOT_NAME})" in text
     assert "`tmux attach -t ajet_math_lr`" in text and "gpu-node-1" in text
     assert "**completed** — the command exited 0" in text
-    assert "1 h 02 min" in text and "2 h 00 min (52% used)" in text
+    assert "1h 02m" in text and "2h (52% used)" in text
     assert "> Does a 2x learning rate help GSM8K?" in text
     assert "[attempt_1.log](<attempt_1.log>)" in text  # logs inside the result dir are linked
     assert "Command: `python -m ajet.launcher --conf math.yaml | tee x`" in text
     timeline = _table_rows(_section(text, "Lifecycle timeline"))
     assert timeline[2] == [  # a pipe inside a cell is escaped, the row keeps its 6 cells
-        "2024-12-24 01:28:50 UTC", "1 h 02 min", "running → collecting", "completed", "1", "exit 0 \\| done"
+        "2024-12-24 01:28:50 UTC", "1h 02m", "running → collecting", "completed", "1", "exit 0 \\| done"
     ]
     assert "| `ajet.execute_test` | `True` | `False` | a test probe ends training |" in text
     assert "queued → launching" in text and "running → collecting" in text
@@ -335,7 +335,7 @@ def test_repair_log_lists_preflight_then_every_failure_in_order(tmp_path: Path) 
     assert "`python -m ajet.launcher --conf long.yaml --autokill` → `python -m ajet.launcher --conf long.yaml`" in text
     assert "--autokill kills every python process on the host" in text
     entry1 = text[first:second]
-    assert "4 min 59 s after the first launch" in entry1
+    assert "4m 59s after the first launch" in entry1
     assert "**Diagnosis:** `cuda_oom` — training ran out of GPU memory" in entry1
     assert "**Source of the fix:** catalogue" in entry1
     assert "```text\n  File \"x.py\", line 3\ntorch.OutOfMemoryError: CUDA out of memory.\n```" in entry1
@@ -381,7 +381,7 @@ def test_timed_out_run_with_nan_metrics(tmp_path: Path) -> None:
     assert best["`mean_reward`"][1:3] == ["n/a", "n/a"]
     assert best["`task_pass_rate@1`"][1:] == ["0.3000", "0.3000", "10"]
     assert "**timed_out** — time limit 1 h reached" in text
-    assert "1 h 00 min (100% used)" in text
+    assert "1h (100% used)" in text
     assert "`/elsewhere/a1.log`" in text  # a log outside the result dir is shown as a path
 
     raw = (tmp_path / RESULTS_NAME).read_text()
@@ -490,7 +490,7 @@ def test_repair_log_shows_an_advised_and_a_refused_answer(tmp_path: Path) -> Non
     text = write_repair_log(tmp_path, data).read_text()
     first, second = text.split("### 2. Attempt 2 failed")
     assert "**Source of the fix:** adviser (the LLM repair adviser)" in first
-    assert "Advised by `qwen-72b` in 3.2 s — accepted." in first and "**Rationale:** 4 divides 28" in first
+    assert "Advised by `qwen-72b` in 3s — accepted." in first and "**Rationale:** 4 divides 28" in first
     assert "  - set YAML ajet.rollout.tensor_model_parallel_size = 4" in first
     assert "+    tensor_model_parallel_size: 4" in first
     assert "— refused by the runner." in second and "PATH may not be overridden" in second

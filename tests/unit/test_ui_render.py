@@ -51,3 +51,23 @@ def test_next_is_never_an_open_redirect() -> None:
     assert safe_next("/ui/experiments/x") == "/ui/experiments/x"
     for bad in ("https://evil.example/", "//evil.example/ui/", "/v1/experiments", "/ui/\\evil", None, ""):
         assert safe_next(bad) == "/ui/"
+
+
+def test_chart_has_whole_step_ticks_a_legend_below_and_the_plot_colours() -> None:
+    import re
+
+    from ajet_runner.resultdir.palette import PALETTE
+
+    evals = [{"step": s, "dataset": "main", "metrics": {"mean_reward": s / 300, "task_pass_rate@1": s / 250,
+                                                        "task_pass_rate@4": s / 210, "num_all_success_tasks": 67,
+                                                        "task_pass_rate@4-all-pass": 0.5}}
+             for s in (0, 41, 82, 123, 164, 205)]
+    svg = str(render.chart(evals))
+    ticks = [t for t in re.findall(r'<text class="tick"[^>]*>([^<]*)</text>', svg)]
+    assert ticks == ["0", "50", "100", "150", "200"]  # never 102.5
+    assert render.step_ticks(0, 3) == [0, 1, 2, 3] and render.step_ticks(7, 7) == [7]
+    swatches = re.findall(r'<line class="swatch"[^>]*y1="([\d.]+)"[^>]*stroke="(#[0-9a-f]{6})"', svg)
+    assert [c for _, c in swatches] == list(PALETTE[:3])  # mean_reward, @1, @4: the plot's colours, in order
+    lowest_point = max(float(y) for y in re.findall(r'<circle cx="[\d.]+" cy="([\d.]+)"', svg))
+    assert all(float(y) > lowest_point + 20 for y, _ in swatches), "the legend sits on the lines"
+    assert render.number(67) == render.number(67.0) == "67" and render.number(0.5) == "0.5000"

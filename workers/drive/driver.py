@@ -52,7 +52,7 @@ class ExperimentDriver:
         self.settings = settings
         self.node = node
         self.owner = owner
-        self.runner = runner or TmuxRunner(settings.tmux_socket or None)
+        self.runner = runner or TmuxRunner(settings.tmux_socket or None, linger=settings.pane_linger_seconds)
         self.on_watch = on_watch
         self.handback = handback  # set once the hosting process stops: the watch gives the run back
         rec = store.record(exp_id)

@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.store.keys import cancel_channel
 from ajet_runner.store.stats import TransitionStats
 from ajet_runner.store.store import Store, TransitionConflict
@@ -192,7 +193,8 @@ class Journal:
             reached = self._done >= seq
         self.check()
         if required and not reached:
-            raise RedisUnavailable(f"{self.exp_id}: Redis did not acknowledge a required write in {timeout:.0f}s")
+            raise RedisUnavailable(f"{self.exp_id}: Redis did not acknowledge a required write in "
+                                   f"{format_limit(timeout)}")
         return reached
 
     def _run(self) -> None:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ajet_runner.statemachine.durations import format_duration, format_limit
 from ajet_runner.store.gangs import Gang, GangStore
 from ajet_runner.store.queue import enqueue_rank
 from ajet_runner.store.records import ExperimentRecord
@@ -112,7 +113,7 @@ class GangHead:
                 raise GangFailed("stop requested while the other ranks were starting")
             if time.monotonic() >= deadline:
                 limit = self.settings.gang_start_timeout_seconds
-                raise GangFailed(f"{', '.join(waiting)} not running after {limit:g} s "
+                raise GangFailed(f"{', '.join(waiting)} not running after {format_limit(limit)} "
                                  "(is a worker serving that node, with a free slot?)")
             time.sleep(self.settings.poll_interval)
 
@@ -163,7 +164,7 @@ class GangHead:
                 return f"rank {rank} on node {node} ended while the head was running: {self._ended(mine)}"
             late = now - gang.rank_lease(rank)
             if late > self.settings.gang_member_grace_seconds:
-                return (f"rank {rank} on node {node}: its worker's lease ran out {late:.0f} s ago "
+                return (f"rank {rank} on node {node}: its worker's lease ran out {format_duration(late)} ago "
                         "(the node or its worker is gone)")
         return None
 

@@ -43,7 +43,7 @@ class RankDriver:
         self.settings = settings
         self.node = node
         self.owner = owner
-        self.runner = runner or TmuxRunner(settings.tmux_socket or None)
+        self.runner = runner or TmuxRunner(settings.tmux_socket or None, linger=settings.pane_linger_seconds)
         self.handle: RunHandle | None = None
         self.handback = handback  # set when the hosting process is stopping
 

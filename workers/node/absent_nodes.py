@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from ajet_runner.statemachine.absence import node_absent_for
+from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float,
             continue  # another supervisor reported it first
         store.publish(rec["id"], {"type": "node_absent", "node": node, "absent_seconds": round(gone, 1),
                                   "message": f"queued for node {node}, which no live worker has served "
-                                             f"for {gone:.0f} s"})
-        log.warning("%s: queued for node %s, absent for %.0f s", rec["id"], node, gone)
+                                             f"for {format_duration(gone)}"})
+        log.warning("%s: queued for node %s, absent for %s", rec["id"], node, format_duration(gone))
         reported.append(rec["id"])
     return reported

@@ -1,7 +1,7 @@
 """An RQ worker whose slots are threads: it pops a job only while a slot is free and runs it in a thread.
 
 RQ's forking `Worker` needs a Python process per slot and forks a work-horse per job: ~77 MB PSS
-and 0.29 % of a core per watched run (issue 17). Our jobs mostly wait (a driver watches a run for
+and 0.29 % of a core per watched run (bench/bench_per_run.py). Our jobs mostly wait (a driver watches a run for
 hours), so one process holds them all. The bookkeeping stays RQ's own (`prepare_execution`,
 `perform_job`: started registry, job status, results, failures); RQ 3 keeps several executions
 per worker. What changes:
@@ -29,6 +29,7 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import import_attribute
 from rq.worker import SimpleWorker, WorkerStatus
 
+from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.store.queue import LEGACY_JOB_NAMES
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,8 @@ class SlotWorker(SimpleWorker):
             except DequeueTimeout:
                 continue
             except REDIS_DOWN as exc:
-                log.warning("redis unreachable while waiting for a job (retrying in %.0f s): %s", wait_s, exc)
+                log.warning("redis unreachable while waiting for a job (retrying in %s): %s",
+                            format_duration(wait_s), exc)
                 time.sleep(wait_s)
                 wait_s = min(wait_s * 2, MAX_RETRY_SECONDS)
                 continue

@@ -175,7 +175,7 @@ class NodeSupervisor:
 
     def _tmux(self) -> TmuxRunner:
         if self._runner is None:
-            self._runner = TmuxRunner(self.settings.tmux_socket or None)
+            self._runner = TmuxRunner(self.settings.tmux_socket or None, linger=self.settings.pane_linger_seconds)
         return self._runner
 
     def _unfinished_here(self) -> list[dict]:

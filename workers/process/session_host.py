@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from ajet_runner.statemachine.durations import format_limit
+
 RPC_TIMEOUT = 15.0
 
 _ALIVE = """\
@@ -103,7 +105,7 @@ class SessionHost:
         try:
             return subprocess.run([*base, *args], capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired as exc:
-            raise SessionHostError(f"tmux {args[0]} timed out after {timeout:.0f} s") from exc
+            raise SessionHostError(f"tmux {args[0]} timed out after {format_limit(timeout)}") from exc
 
     def identity(self) -> ServerIdentity | None:
         """The server's pid (in its own namespace) and start time; None when no server answers."""

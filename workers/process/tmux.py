@@ -48,6 +48,7 @@ import psutil
 
 from ajet_runner.resultdir.confined import open_dir, write_at
 from ajet_runner.statemachine.command_file import command_script
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.store.naming import SESSION_PREFIX as PREFIX
 from ajet_runner.store.naming import session_name
 from ajet_runner.workers.process.procs import is_gone, kill_marked, signal_all, wait_gone
@@ -201,6 +202,7 @@ rc_file={rc}
 pid_file={pid}
 reserve={reserve}
 linger={linger}
+linger_shown={linger_shown}
 COMMAND_FILE={command_file}
 
 _ajet_err=
@@ -275,7 +277,7 @@ elif ! _ajet_put "$rc_file" "$rc"; then
 {record_error}$_ajet_why" || echo "[ajet-runner] exit code $rc not written: $_ajet_why"
 fi
 trap - INT TERM HUP
-printf '\\n[ajet-runner] %(%F %T)T command exited with code %s; this pane closes in %ss\\n' -1 "$rc" "$linger"
+printf '\\n[ajet-runner] %(%F %T)T command exited with code %s; this pane closes in %s\\n' -1 "$rc" "$linger_shown"
 [ -z "$_ajet_hangup" ] && [ "$linger" -gt 0 ] && {sleep} "$linger"
 exit "$rc"
 """
@@ -323,6 +325,7 @@ def _wrapper_text(
         reserve=q(reserve),
         record_error=RECORD_ERROR,
         linger=int(linger),
+        linger_shown=q(format_limit(int(linger))),
         command_file=q(command_file.name),
         cwd=q(cwd),
         exports="\n".join(f"    export {k}={q(v)}" for k, v in env.items()),

@@ -30,6 +30,7 @@ from ajet_runner.statemachine.advice import (
     validate_changes,
 )
 from ajet_runner.statemachine.advice_context import build_messages, error_window
+from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.statemachine.models import Blueprint, RepairAction
 from ajet_runner.statemachine.redact import Redactor
 from ajet_runner.store.records import Context, RepairRecord
@@ -219,7 +220,8 @@ def _done(record: dict[str, Any], actions: list[RepairAction], why: str, started
     record["advice_seconds"] = seconds
     publish({"type": "adviser", "status": "answered", "model": record["advised_by"], "asked_at": asked_at,
              "seconds": seconds, "result": record["advice_result"], "message": why[:1000]})
-    log.info("adviser %s answered in %.1fs: %s", record["advised_by"], seconds, record["advice_result"])
+    log.info("adviser %s answered in %s: %s", record["advised_by"], format_duration(seconds),
+             record["advice_result"])
     return AdviceResult(actions=actions, why=why, record=record)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
+from ajet_runner.statemachine.durations import format_duration, format_limit
 from ajet_runner.workers.report.data import CELL_CHARS, CONTROL_RE, COUNT_METRICS, NA, PIPE_RE
 
 
@@ -59,21 +60,15 @@ def fmt_time(value: Any) -> str:
 
 
 def fmt_duration(seconds: Any) -> str:
-    """`42 s`, `5 min 03 s`, `2 h 05 min`, `1 d 03 h 05 min`."""
+    """A duration in the one style of every output (`15s`, `3m 00s`, `1h 02m`); n/a when unknown."""
     x = finite(seconds)
-    if x is None or x < 0:
-        return NA
-    s = int(round(x))
-    d, rest = divmod(s, 86400)
-    h, rest = divmod(rest, 3600)
-    m, sec = divmod(rest, 60)
-    if d:
-        return f"{d} d {h:02d} h {m:02d} min"
-    if h:
-        return f"{h} h {m:02d} min"
-    if m:
-        return f"{m} min {sec:02d} s"
-    return f"{sec} s"
+    return NA if x is None or x < 0 else format_duration(x)
+
+
+def fmt_limit(seconds: Any) -> str:
+    """A limit as a round figure (`5h`, `1h 30m`); n/a when unknown."""
+    x = finite(seconds)
+    return NA if x is None or x < 0 else format_limit(x)
 
 
 def clean(text: Any) -> str:

@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from ajet_runner.resultdir.flag import atomic_write_bytes
+from ajet_runner.resultdir.palette import chart_metrics, metric_colour
 from ajet_runner.workers.report.evaluations import Eval, rate_metrics
 
 SIZE_INCHES = (12, 4.8)
 DPI = 100
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+LINESTYLES = ["-", "--", ":", "-."]  # per dataset, as the console's dashes
 PANELS = ("mean_reward", "task_pass_rate@k")
 PNG_COMPRESS_LEVEL = 1  # of zlib's 0-9: ~8 ms less than the default 6 at 1200x480, ~5 % bigger
 
@@ -112,8 +114,8 @@ class PlotCanvas:
         self._reset()
         ax_reward, ax_rate = self.axes
         rates = rate_metrics(points)
+        charted = chart_metrics({m for e in points for m in e.metrics})
         datasets = list(dict.fromkeys(e.dataset for e in points))
-        colors = [f"C{i % 10}" for i in range(len(datasets))]
         steps = sorted({e.step for e in points if e.step is not None})
 
         def series(dataset: str, metric: str) -> tuple[list[int], list[float]]:
@@ -121,16 +123,19 @@ class PlotCanvas:
             kept = [(s, v) for s, v in pairs if s is not None and v is not None]
             return [s for s, _ in kept], [v for _, v in kept]
 
-        for color, dataset in zip(colors, datasets, strict=True):
+        # One colour per metric, shared with the console's chart (resultdir/palette.py); datasets differ by
+        # marker and line style.
+        for i, dataset in enumerate(datasets):
+            style = {"marker": MARKERS[i % len(MARKERS)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
             xs, ys = series(dataset, "mean_reward")
             if xs:
-                ax_reward.plot(xs, ys, marker="o", color=color, label=dataset or "mean_reward")
-            for i, metric in enumerate(rates):
+                ax_reward.plot(xs, ys, color=metric_colour("mean_reward", charted), label=dataset or "mean_reward",
+                               **style)
+            for metric in rates:
                 xs, ys = series(dataset, metric)
                 if xs:
                     label = metric if len(datasets) == 1 else f"{metric} ({dataset or 'default'})"
-                    ax_rate.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], color=color, label=label,
-                                 alpha=1.0 - 0.5 * i / max(1, len(rates)))
+                    ax_rate.plot(xs, ys, color=metric_colour(metric, charted), label=label, **style)
         for ax, name in zip(self.axes, PANELS, strict=True):
             if len(steps) == 1:  # one evaluation: show it in a sensible window, not ±0.05 of a step
                 ax.set_xlim(steps[0] - 1, steps[0] + 1)

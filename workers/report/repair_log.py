@@ -115,7 +115,7 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
 
 def _advice(record: RepairRecord) -> list[str]:
     """What the adviser was told to do and why, and what the runner made of it."""
-    took = f" in {record.advice_seconds:.1f} s" if finite(record.advice_seconds) is not None else ""
+    took = f" in {fmt_duration(record.advice_seconds)}" if finite(record.advice_seconds) is not None else ""
     verdict = {"advised": "accepted", "refused": "refused by the runner", "declined": "no fix proposed",
                "no answer": "no usable answer"}.get(record.advice_result, record.advice_result or NA)
     lines = [f"Advised by {code_span(record.advised_by or NA)}{took} — {md_cell(verdict)}.", ""]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from ajet_runner.workers.report.markdown import (
     finite,
     fmt_delta,
     fmt_duration,
+    fmt_limit,
     fmt_time,
     fmt_value,
     md_cell,
@@ -58,16 +60,17 @@ def _summary(c: ReportContext) -> list[str]:
         lines += [f"> {clean(line)}".rstrip() for line in d.purpose.strip().splitlines()] + [""]
     outcome = f"**{md_cell(d.outcome or 'unknown')}**" + (f" — {md_cell(d.reason, 600)}" if d.reason else "")
     if d.tmux_session:
-        sock = f"-S {d.tmux_socket} " if d.tmux_socket else ""
+        sock = f"-S {shlex.quote(d.tmux_socket)} " if d.tmux_socket else ""  # as the console shows it
         where = f" on {md_cell(d.node)}" if d.node else ""
-        tmux = f"{code_span(d.tmux_session)} (attach{where}: {code_span(f'tmux {sock}attach -t {d.tmux_session}')})"
+        attach = f"tmux {sock}attach -t {shlex.quote(d.tmux_session)}"
+        tmux = f"{code_span(d.tmux_session)} (attach{where}: {code_span(attach)})"
     else:
         tmux = NA
     if d.started_at is None:
         elapsed = "never launched"
     else:
         elapsed = fmt_duration(c.elapsed) + ("" if d.finished_at is not None else " (not finished)")
-    limit = fmt_duration(d.max_seconds) if d.max_seconds else "none"
+    limit = fmt_limit(d.max_seconds) if d.max_seconds else "none"
     used = finite(c.elapsed)
     if used is not None and finite(d.max_seconds):
         limit += f" ({100 * used / float(d.max_seconds):.0f}% used)"  # type: ignore[arg-type]

@@ -3,7 +3,7 @@ restarted and stopped, so a reader sees that a repair restarted it before relaun
 
 from __future__ import annotations
 
-from ajet_runner.workers.report import NA, ReportData, code_span, fmt_time, md_cell
+from ajet_runner.workers.report import NA, ReportData, code_span, fmt_duration, fmt_time, md_cell
 
 __all__ = ["swarm_server_section"]
 
@@ -18,7 +18,8 @@ def _entry(h: dict) -> str:
     if what in ("started", "restarted"):
         verb = "restarted" if what == "restarted" else "started"
         return (f"- {when}: attempt {attempt}: swarm server {verb} in tmux session {code_span(h.get('session', NA))},"
-                f" listening on port {h.get('port')} after {h.get('seconds', NA)} s; log {code_span(h.get('log', NA))}"
+                f" listening on port {h.get('port')} after {fmt_duration(h.get('seconds'))};"
+                f" log {code_span(h.get('log', NA))}"
                 + ("; the client was relaunched only after that" if verb == "restarted" else ""))
     if what == "stopped" and h.get("was_running", True):
         return f"- {when}: swarm server in {code_span(h.get('session', NA))} stopped (gracefully, nothing left)"

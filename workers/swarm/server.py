@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.swarm_blueprint import SwarmSpec
 from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner, session_name
 
@@ -115,7 +116,7 @@ def await_ready(runner: TmuxRunner, handle: RunHandle, port: int, timeout: float
             raise SwarmServerFailed(f"the swarm server exited (code {rc}) before listening on port {port}",
                                     handle.log_path)
         if time.monotonic() >= deadline:
-            raise SwarmServerFailed(f"the swarm server did not listen on port {port} within {timeout:g} s",
+            raise SwarmServerFailed(f"the swarm server did not listen on port {port} within {format_limit(timeout)}",
                                     handle.log_path)
         time.sleep(_POLL)
 

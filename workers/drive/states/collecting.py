@@ -42,7 +42,8 @@ def handle(d: ExperimentDriver) -> bool:
         release_reserve(result_dir)  # the room kept since launch is for exactly these files
         _tidy_config_copy(d)  # before the report: it points at the kept copy
         return report_data(d.id, d.bp, d.rec, d.lc, d.ctx, node=d.node.name,
-                           watch=d.watch, started_at=d.started_at)
+                           watch=d.watch, started_at=d.started_at,
+                           tmux_socket=getattr(d.runner, "socket_path", None) or d.settings.tmux_socket)
 
     # The plot drawn while the run was watched: pasted with its title if still exact, else drawn again.
     failure = finish_result_dir(result_dir, d.id, d.lc.outcome, make_data, d.plot_ahead.background())

@@ -1,0 +1,176 @@
+"""`ajet-runner up`: the API, the web console and a local worker on one machine, in one command.
+
+For a first look on a laptop: nothing to install but this package and tmux. Without REDIS_URL it starts the
+embedded Redis (service/embedded.py), a worker for this machine (as `run` does) on a private tmux socket in
+DIR, and serves the API and the console on a loopback address with a token of its own (printed, and kept in
+DIR/token). A demo experiment (the simulated AgentJet, examples/) is submitted so the console has something to
+show; `--no-demo` skips it. Ctrl-C stops the experiments still running (each gets its report and
+`finish.flag`), then the worker, the API and the embedded Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ajet_runner.cli.commands import output
+from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.store.settings import get_settings
+
+STOP_WAIT_SECONDS = 60.0  # after Ctrl-C: how long the running experiments get to stop and write their reports
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _token(workdir: Path) -> tuple[str, Path | None]:
+    """$AJET_RUNNER_TOKEN when set, else a new one kept in DIR/token (readable by this user only)."""
+    given = os.environ.get("AJET_RUNNER_TOKEN", "").split(",")[0].strip()
+    if given:
+        return given, None
+    token = secrets.token_urlsafe(24)
+    path = workdir / "token"
+    path.touch(mode=0o600)
+    path.write_text(token + "\n", encoding="utf-8")
+    return token, path
+
+
+def _submit_demo(store: Any, workdir: Path, node: str) -> str:
+    from ajet_runner.service.demo import materialize
+    from ajet_runner.service.submit import submit
+
+    blueprint = materialize("demo", workdir / "demo")
+    rec = submit(store, store.r, blueprint.read_text(encoding="utf-8"), blueprint_path=str(blueprint), node=node)
+    return str(rec["id"])
+
+
+def _stop_experiments(store: Any, wait: float) -> None:
+    """Ask every unfinished experiment to stop, and wait (up to `wait` seconds) until they are finished."""
+    live = [rec["id"] for rec in store.unfinished()]
+    for exp_id in live:
+        store.request_cancel(exp_id)
+    if live:
+        output.err(f"stopping {len(live)} experiment(s) and writing their reports (up to {format_limit(wait)}; "
+                   "Ctrl-C again to leave them)")
+    deadline = time.monotonic() + wait
+    while live and time.monotonic() < deadline:
+        live = [i for i in live if (store.get(i) or {}).get("state") not in (None, "finished")]
+        time.sleep(0.2)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog="Example: ajet-runner up --port 8080 (then open the console URL it prints)")
+    def up(
+        workdir: Path = typer.Option(None, "--dir", help="where the demo, the token and the tmux socket go",
+                                     show_default="./runs/up-TIME"),
+        host: str = typer.Option("127.0.0.1", help="address to serve on (a loopback one: this is a try-out)"),
+        port: int = typer.Option(8080, help="TCP port of the API and the console"),
+        demo: bool = typer.Option(True, "--demo/--no-demo", help="submit a demo experiment (the simulated AgentJet)"),
+        node: str = typer.Option("", help="node name of the local worker", show_default="the hostname"),
+    ) -> None:
+        """The API, the web console and a local worker on this machine (embedded Redis unless REDIS_URL is set)."""
+        import uvicorn
+
+        from ajet_runner.cli.commands.run_command import _wait_for_node
+        from ajet_runner.cli.commands.serve_command import is_loopback
+        from ajet_runner.service.embedded import EmbeddedRedis, EmbeddedRedisError
+        from ajet_runner.store.store import Store
+
+        if not is_loopback(host):
+            raise output.fail(f"error: `up` serves on a loopback address only, not {host}; on a cluster use "
+                              "`ajet-runner serve` with a token (docs/console.md)")
+        if not _port_is_free(host, port):
+            raise output.fail(f"error: port {port} on {host} is in use; choose another with --port")
+        if shutil.which("tmux") is None:
+            raise output.fail("error: tmux is not installed (e.g. 'apt-get install tmux'): experiments run in it")
+        workdir = (workdir or Path("runs") / f"up-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        token, token_file = _token(workdir)
+        os.environ.setdefault("AJET_RUNNER_TMUX_SOCKET", str(workdir / "tmux.sock"))
+        embedded = None
+        if not get_settings().redis_url:
+            try:
+                embedded = EmbeddedRedis().start()
+            except EmbeddedRedisError as exc:
+                raise output.fail(f"error: {exc}", output.FAILED) from None
+            os.environ["REDIS_URL"] = embedded.url
+        os.environ["AJET_RUNNER_TOKEN"] = token
+        get_settings.cache_clear()
+        settings = get_settings()
+        node = node or settings.node
+        worker = subprocess.Popen([sys.executable, "-m", "ajet_runner", "worker", "--node", node],
+                                  env={**os.environ, "AJET_RUNNER_NODE": node}, start_new_session=True,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        store = Store.from_url(settings.redis_url)
+        try:
+            try:
+                _wait_for_node(store, node, worker)
+            except RuntimeError as exc:
+                raise output.fail(f"error: the local worker did not start: {exc}", output.FAILED) from None
+            demo_id = _submit_demo(store, workdir, node) if demo else ""
+            from ajet_runner.service.api.application import create_app
+
+            server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning",
+                                                   log_config=None, timeout_graceful_shutdown=5,
+                                                   server_header=False))
+
+            def announce_once_listening() -> None:  # the printed URL answers when a person opens it
+                while not server.started and not server.should_exit:
+                    time.sleep(0.05)
+                if server.started:
+                    _announce(host, port, token, token_file, workdir, demo_id, settings.tmux_socket)
+
+            threading.Thread(target=announce_once_listening, name="announce", daemon=True).start()
+            with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C once it has shut down
+                server.run()
+            with contextlib.suppress(KeyboardInterrupt):
+                _stop_experiments(store, STOP_WAIT_SECONDS)
+        finally:
+            worker.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.wait(20)
+            if worker.poll() is None:
+                worker.kill()
+            store.r.close()
+            if embedded:
+                embedded.stop()
+            if settings.tmux_socket == str(workdir / "tmux.sock"):  # our private tmux server: its panes linger
+                subprocess.run(["tmux", "-S", settings.tmux_socket, "kill-server"], capture_output=True,
+                               check=False)
+
+
+def _announce(host: str, port: int, token: str, token_file: Path | None, workdir: Path, demo_id: str,
+              tmux_socket: str) -> None:
+    url = f"http://{host}:{port}"
+    where = f"kept in {token_file}" if token_file else "from $AJET_RUNNER_TOKEN"
+    credentials = f"AJET_RUNNER_TOKEN_FILE={token_file}" if token_file else "AJET_RUNNER_TOKEN=<as set>"
+    lines = [
+        f"console:  {url}/ui/",
+        f"token:    {token}   (sign in with it; {where})",
+        f"API docs: {url}/docs",
+        f"CLI:      export AJET_RUNNER_URL={url} {credentials}; ajet-runner scan",
+    ]
+    if demo_id:
+        lines.append(f"demo:     experiment {demo_id} (results in {workdir / 'demo' / 'results'})")
+    lines.append(f"tmux:     tmux -S {tmux_socket} ls")
+    lines.append("Ctrl-C stops the experiments still running (with their reports), the worker and the API.")
+    for line in lines:
+        output.copyable(line)
+    sys.stdout.flush()
