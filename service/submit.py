@@ -15,6 +15,7 @@ from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.refusal import write_refusal
 from ajet_runner.resultdir.roots import confined
 from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import Lifecycle, State
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
@@ -84,8 +85,8 @@ def submit(
         bp = parse_blueprint(text, deadline=time.monotonic() + PARSE_DEADLINE_SECONDS)
     except ParseDeadline:
         raise SubmissionRejected([Problem(level=Level.error, field="blueprint", message=(
-            f"the blueprint took over {PARSE_DEADLINE_SECONDS:g} s to parse and was refused unread; a real one "
-            "parses in milliseconds (look for a huge line or deeply nested lists)"))]) from None
+            f"the blueprint took over {format_limit(PARSE_DEADLINE_SECONDS)} to parse and was refused unread; a "
+            "real one parses in milliseconds (look for a huge line or deeply nested lists)"))]) from None
     problems = validate_blueprint(bp, check_disk=check_disk)
     if allowed_roots:
         for fld in ("exp_codebase_dir", "exp_result_dir", "exp_yaml_path", "exp_venv_exe"):

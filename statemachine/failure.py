@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ajet_runner.statemachine.durations import format_limit
+
 __all__ = ["AttemptInputs", "EarlierAttempt", "RepairResult", "Verdict", "identical_attempt", "judge_failure",
            "repeats_of", "yaml_digest"]
 
@@ -124,6 +126,6 @@ def judge_failure(*, launched: bool, signature: str, planned: bool, applicable: 
     if repeat:
         same = f" as attempt {identical_to} did" if identical_to is not None else ""
         return Verdict("repair", RepairResult.relaunched,
-                       f"{signature}: transient; relaunching unchanged{same} after {backoff:g} s", counted=True,
-                       backoff=float(backoff or 0.0), identical_to=identical_to)
+                       f"{signature}: transient; relaunching unchanged{same} after {format_limit(backoff)}",
+                       counted=True, backoff=float(backoff or 0.0), identical_to=identical_to)
     return Verdict("repair", RepairResult.relaunched, f"{signature}: {why}", counted=True)

@@ -88,7 +88,7 @@ def test_the_api_fills_the_row_cache_before_the_first_scrape(store: Store, redis
         store.create(exp_id, {"state": "running", "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
                               "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
     ROWS.rows.clear()
-    with TestClient(create_app(Settings(redis_url=redis_url), insecure=True)) as client:
+    with TestClient(create_app(Settings(redis_url=redis_url), insecure=True), base_url="http://127.0.0.1") as client:
         wait_for(lambda: all((row := ROWS.rows.get(i.encode())) is not None and row.lines for i in ids),
                  10, "the warm-up to fill the row cache")
         warmed = {i: ROWS.rows[i.encode()] for i in ids}

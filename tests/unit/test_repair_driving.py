@@ -88,7 +88,7 @@ def test_a_transient_cause_is_relaunched_unchanged_once_per_backoff_then_given_u
     results = [(r.result, r.identical_to) for r in rec.ctx.repairs]
     assert results == [(RepairResult.relaunched, None), (RepairResult.relaunched, 2), (RepairResult.relaunched, 2),
                        (RepairResult.no_applicable_change, 2)]
-    assert any(c.startswith("waited 0 s") for c in rec.ctx.repairs[1].changes)
+    assert any(c.startswith("waited 0s") for c in rec.ctx.repairs[1].changes)
     assert "attempt 2 already ran exactly this" in rec.reason
 
 

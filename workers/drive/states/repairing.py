@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from ajet_runner.statemachine.durations import format_duration, format_limit
 from ajet_runner.statemachine.gpu_check import describe, parse_visible, too_busy
 from ajet_runner.statemachine.preflight import launch_workdir
 from ajet_runner.statemachine.repairs import PROCESS_CLEANUPS
@@ -82,7 +83,8 @@ def _wait(d: ExperimentDriver, seconds: float, until: str | None, known: list[in
     while True:
         d._renew()
         if d.journal.cancel_requested():
-            return f"waited {time.monotonic() - start:.1f} s for the transient cause; a stop was requested", True
+            waited = format_duration(time.monotonic() - start)
+            return f"waited {waited} for the transient cause; a stop was requested", True
         now = time.monotonic()
         if until == "gpus_free" and now >= next_look:
             listed, why = query_gpus()
@@ -90,12 +92,13 @@ def _wait(d: ExperimentDriver, seconds: float, until: str | None, known: list[in
             wanted = known if known is not None else [g.index for g in listed or []]
             if listed and not too_busy(listed, wanted):
                 which = f"GPU(s) {','.join(map(str, wanted))} are" if known is not None else "every GPU is"
-                return (f"waited {now - start:.1f} s: {which} at least 95 % free now (nvidia-smi: {seen}); "
+                return (f"waited {format_duration(now - start)}: {which} at least 95 % free now (nvidia-smi: {seen}); "
                         "relaunching unchanged"), False
             next_look = now + GPU_POLL_SECONDS
         if now >= deadline:
             break
         time.sleep(min(1.0, deadline - now, max(next_look - now, 0.05)))
     tail = f"; nvidia-smi still shows {seen}" if until == "gpus_free" and seen else ""
-    return f"waited {seconds:g} s (the catalogue's backoff for a transient cause){tail}; relaunching unchanged", False
+    return (f"waited {format_limit(seconds)} (the catalogue's backoff for a transient cause){tail}; "
+            "relaunching unchanged"), False
 
