@@ -427,7 +427,7 @@ class _Planner:
             local = bool(mode_var) and self.env.get(mode_var, "") in local_modes
             if not self.env.get(key_var) and not local:
                 missing.append((name, key_var))
-                self.read_env(key_var, f"not set: logger {name} switched to tensorboard")
+                self.read_env(key_var, f"not set: logger {name} switched to console")
             else:
                 why = f"{mode_var}={self.env.get(mode_var)}" if local and not self.env.get(key_var) else "set"
                 self.read_env(mode_var if why != "set" else key_var, f"{why}: logger {name} kept")
@@ -435,18 +435,20 @@ class _Planner:
             return
         gone = {name for name, _ in missing}
         if isinstance(value, str):
-            new: Any = "tensorboard"
+            new: Any = "console"
         else:
             new = []
             for name in names:
-                name = "tensorboard" if name in gone else name
+                name = "console" if name in gone else name
                 if name not in new:
                     new.append(name)
         needs = ", ".join(f"{name} needs {var}" for name, var in missing)
         reason = (f"{needs}, which is not set on this node: the run would fail at start; "
-                  "tensorboard needs no credential and writes locally")
+                  "console needs no credential, and its `step:N - …` lines are what the runner reads (tensorboard, the "
+                  "launcher's own advice, crashes agentjet 0.0.1 at the first validation on the string-valued "
+                  "dataset name)")
         self.change(key, raw, new, reason)
-        self.problem(Level.warning, key, f"logger switched to tensorboard: {reason}")
+        self.problem(Level.warning, key, f"logger switched to console: {reason}")
 
     def gpus(self, data: dict[str, Any]) -> int:
         needed = gpus_needed(data)

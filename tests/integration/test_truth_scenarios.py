@@ -141,7 +141,7 @@ def test_check_json_and_the_runs_recorded_preflight_list_the_same_changes(tmp_pa
     data = sc.results_json()
     key = lambda c: (c["key"], json.dumps(c["new"]))  # noqa: E731
     assert sorted(map(key, doc["config_changes"])) == sorted(map(key, data["preflight_changes"]))
-    assert ("ajet.trainer_common.logger", '"tensorboard"') in map(key, doc["config_changes"])
+    assert ("ajet.trainer_common.logger", '"console"') in map(key, doc["config_changes"])
     assert [d["variable"] for d in doc["env_decisions"]] == [d["variable"] for d in data["preflight_env"]["decisions"]]
     assert "this shell" in doc["environment"] and "node" in data["preflight_env"]["environment"]
 

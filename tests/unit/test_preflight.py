@@ -82,32 +82,32 @@ def test_kill_with_keywords_is_stripped_too() -> None:
     assert p.cleanup_on_stop and len(p.command_changes) == 1
 
 
-def test_swanlab_without_key_switches_to_tensorboard() -> None:
+def test_swanlab_without_key_switches_to_console() -> None:
     p = plan(env={})
-    assert changes(p)[f"{TC}.logger"] == ("swanlab", "tensorboard")
+    assert changes(p)[f"{TC}.logger"] == ("swanlab", "console")
     [why] = messages(p, f"{TC}.logger")
-    assert "SWANLAB_API_KEY" in why and "tensorboard" in why
+    assert "SWANLAB_API_KEY" in why and "console" in why
     kept = plan(env={"SWANLAB_API_KEY": "secret"})
     assert f"{TC}.logger" not in changes(kept)
     assert ("SWANLAB_API_KEY", True) in [(d.variable, d.is_set) for d in kept.env_decisions]
     # AgentJet's own check reads only SWANLAB_API_KEY: offline mode does not save the run
     offline = plan(env={"SWANLAB_MODE": "offline"})
-    assert changes(offline)[f"{TC}.logger"] == ("swanlab", "tensorboard")
+    assert changes(offline)[f"{TC}.logger"] == ("swanlab", "console")
     assert [d.decision for d in offline.env_decisions if d.variable == "SWANLAB_API_KEY"] == [
-        "not set: logger swanlab switched to tensorboard"]
+        "not set: logger swanlab switched to console"]
     unknown = plan_preflight(blueprint(), corpus("benchmark_math.yaml"), env=None)
     assert f"{TC}.logger" not in changes(unknown)  # an unknown environment is not a missing key
 
 
 def test_absent_logger_means_agentjet_default_swanlab() -> None:
     p = plan("appworld_2nodes.yaml", env={})
-    assert changes(p)[f"{TC}.logger"] == (None, "tensorboard")
+    assert changes(p)[f"{TC}.logger"] == (None, "console")
 
 
 def test_logger_list_keeps_other_loggers() -> None:
     text = corpus("benchmark_math.yaml").replace("logger: swanlab", "logger: [console, swanlab, wandb]")
     p = plan(text=text, env={"WANDB_API_KEY": "w"})
-    assert changes(p)[f"{TC}.logger"] == (["console", "swanlab", "wandb"], ["console", "tensorboard", "wandb"])
+    assert changes(p)[f"{TC}.logger"] == (["console", "swanlab", "wandb"], ["console", "wandb"])
 
 
 def test_countdown_nulls_are_replaced_and_good_values_kept() -> None:

@@ -119,7 +119,7 @@ def test_plans_follow_the_notes() -> None:
     assert nvls == [("NCCL_NVLS_ENABLE", "0")]
     assert all(a.kind != "set_env" for a in signature("nccl_timeout").repair)
     assert [(a.key, a.value) for a in signature("missing_api_key").repair] == [
-        ("ajet.trainer_common.logger", "tensorboard")
+        ("ajet.trainer_common.logger", "console")
     ]
     assert [(a.key, a.value) for a in signature("execute_test_probe").repair] == [("ajet.execute_test", False)]
     assert {a.key for a in signature("host_oom").repair} >= {"ajet.rollout.max_env_worker"}
