@@ -24,8 +24,16 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: f
 
 
 def test_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path: Path) -> None:
+    # From the tracked files only, as a clean clone has them: a checkout's own build/ (setuptools' build/lib of
+    # an earlier layout, the conformance venvs) must not leak into the wheel.
+    source = tmp_path / "source"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    source.mkdir()
+    subprocess.run(["tar", "-cf", str(tmp_path / "source.tar"), "--null", "-T", "-"], cwd=REPO, input=tracked,
+                   check=True)
+    subprocess.run(["tar", "-xf", str(tmp_path / "source.tar")], cwd=source, check=True)
     dist = tmp_path / "dist"
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)], cwd=tmp_path)
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)], cwd=tmp_path)
     wheel = next(dist.glob("ajet_runner-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {name.split("/")[0] for name in names} == {"ajet_runner", wheel.name.split("-py3")[0] + ".dist-info"}
