@@ -58,12 +58,15 @@ class Attempt(Loose):
     # The console evaluations the watcher read from this attempt's log, kept when it ended so that
     # collecting and relaunching never parse a multi-GB log again (None: an older record).
     console_evaluations: list[dict[str, Any]] | None = None
+    # The training steps its log printed a verl training row for, as [first, last] runs (None: an older record).
+    console_train_steps: list[list[int]] | None = None
 
     @model_serializer(mode="wrap")
     def _without_unset_evaluations(self, handler: Any) -> dict[str, Any]:
         data = handler(self)
-        if data.get("console_evaluations") is None:
-            data.pop("console_evaluations", None)  # an older record keeps its shape
+        for key in ("console_evaluations", "console_train_steps"):
+            if data.get(key) is None:
+                data.pop(key, None)  # an older record keeps its shape
         return data
 
 
