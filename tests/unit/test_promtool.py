@@ -38,7 +38,7 @@ VARIABLES = {"$__rate_interval": "5m", "$__range": "1h", "$worker_job": "ml/ajet
              "$job": "ajet-runner", "$namespace": "ml", "$purpose": ".*", "$experiment": ".*"}
 PURPOSE = "对比 GRPO 与 `ppo`"
 EVAL = "6h10m"  # every counter below has more than 6 h of samples: the 6 h windows are full
-RUNBOOK = "https://github.com/ajet-runner/ajet-runner/blob/main/README.md#"
+RUNBOOK = "https://github.com/ajet-runner/ajet-runner/blob/main/docs/runbook.md#"
 
 
 def s(series: str, values: str) -> dict[str, str]:
