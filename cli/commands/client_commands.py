@@ -3,7 +3,7 @@
 `submit`, `scan`, `status`, `stop`, `logs`, `events`, `watch`, `nodes`; and drop-ins for the
 AgentJet research workflow: `submit --blueprint=PATH`, `scan-jobs` and `stop-jobs --stop-job-id=ID`
 (each takes the workflow's `--runner=ssh|pai` and ignores it with a note on stderr); the same three
-are installed as the workflow's own console scripts by ajet_runner.cli.alpha_scripts.
+are installed as the workflow's own console scripts by ajet_runner.cli.commands.alpha_scripts.
 Exit codes (ajet_runner.cli.commands.output): 0 done, 1 refused or failed, 2 usage or missing input
 (also a missing or refused token), 3 the API cannot be reached or cannot serve; 130 Ctrl-C.
 Every API error is one line on stderr, never a traceback.

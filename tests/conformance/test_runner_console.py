@@ -46,7 +46,7 @@ class Figure:
     run: str
     outcome: str
     seen: int  # evaluations the runner kept (results.json)
-    expected: int  # evaluations the launcher printed (validation rows in the log)
+    expected: int | None  # evaluations the launcher printed (validation rows in the log); None: nothing ran
     train_steps: int
     seconds: float
 
@@ -66,8 +66,8 @@ class Figures:
         tr.write_line(f"{'run':<44} {'outcome':<14} {'evaluations seen/expected':>26} {'train steps':>11} "
                       f"{'seconds':>8}")
         for f in self.rows:
-            tr.write_line(f"{f.run:<44} {f.outcome:<14} {f'{f.seen}/{f.expected}':>26} {f.train_steps:>11} "
-                          f"{f.seconds:>8.1f}")
+            counts = f"{f.seen}/{'n/a' if f.expected is None else f.expected}"
+            tr.write_line(f"{f.run:<44} {f.outcome:<14} {counts:>26} {f.train_steps:>11} {f.seconds:>8.1f}")
         for line in self.other:
             tr.write_line(line)
         ok = sum(1 for f in self.rows if f.seen == f.expected)
