@@ -199,7 +199,7 @@ class LogMetrics:
         """verl's console logger: `step:N - key:value - ...`. A validation row becomes the step's
         evaluation (its validation keys only); a training row counts as a logged training step;
         a training step that validated prints one line that is both (ajet_runner.statemachine.steplines)."""
-        row = parse_step_line(line)
+        row = parse_step_line(line, training_values=False)
         if row is None:
             return None
         if row.is_training:

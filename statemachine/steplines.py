@@ -61,9 +61,14 @@ def is_validation_marker(key: str) -> bool:
 def _value(text: str) -> tuple[bool, float | None]:
     """(is a number repr, its value when it is a metric: bools and odd types are not)."""
     s = text.strip()
-    if _NUMBER_RE.match(s):
+    try:  # the common case, at C speed; float() also takes words pformat never prints, checked below
         number = float(s)
-        return True, number if number == number else math.nan  # one nan object: equal dicts compare equal
+    except ValueError:
+        pass
+    else:
+        if s[-1:].isdigit() or _NUMBER_RE.match(s):
+            return True, number if number == number else math.nan  # one nan object: equal dicts compare equal
+        return False, None
     m = _NUMPY_RE.match(s)
     if m:
         inner = m.group("inner").strip()
@@ -80,25 +85,35 @@ class StepLine:
 
     step: int
     validation: dict[str, float] = field(default_factory=dict)  # validation keys (normalised), numbers only
-    training: dict[str, float] = field(default_factory=dict)  # training keys, numbers only
+    training: dict[str, float] = field(default_factory=dict)  # training keys, numbers only (see training_values)
     is_validation: bool = False  # a validation marker key was there
-
-    @property
-    def is_training(self) -> bool:
-        return bool(self.training)
+    is_training: bool = False  # a training key was there
 
 
-def parse_step_line(line: str) -> StepLine | None:
+# Text every validation marker holds: a line with none of it cannot be a validation row.
+_MARKER_TEXT = ("val-", "val/", "TGC@", "pass@", "task_pass_rate@", "mean_reward", "num_pass_n_tasks")
+
+
+def parse_step_line(line: str, training_values: bool = True) -> StepLine | None:
     """A cleaned line → its StepLine, or None when it is not a verl step line with an item.
 
     Items are ` - `-separated; a piece whose text after its last `:` is not a number repr is
     taken as part of the next key (a key may itself hold ` - `), so one odd key never shifts
-    the others' values."""
+    the others' values. `training_values=False`: the training keys' values are not kept, and a
+    line that cannot be a validation row (almost every training step's) is only looked at until
+    its first training item — what a log follower needs, at a fraction of the cost."""
     s = line.strip()
     m = _HEAD_RE.match(s)
     if m is None:
         return None
     out = StepLine(step=int(m.group(1)))
+    if not training_values and not any(text in s for text in _MARKER_TEXT):
+        for piece in s[m.end():].split(" - "):
+            key, colon, raw = piece.rpartition(":")
+            if colon and is_training_key(key.strip()) and _value(raw)[1] is not None:
+                out.is_training = True
+                return out
+        return None
     pending = ""
     for piece in s[m.end():].split(" - "):
         key, colon, raw = piece.rpartition(":")
@@ -111,12 +126,14 @@ def parse_step_line(line: str) -> StepLine | None:
         if number is None:
             continue
         if is_training_key(name):
-            out.training[name] = number
+            out.is_training = True
+            if training_values:
+                out.training[name] = number
             continue
         name = normalize_key(name)
         out.validation.setdefault(name, number)
         if not out.is_validation and is_validation_marker(name):
             out.is_validation = True
-    if not out.validation and not out.training:
+    if not out.validation and not out.is_training:
         return None
     return out

@@ -146,3 +146,24 @@ def test_a_real_agentjet_0_0_1_log_keeps_every_evaluation_and_training_step() ->
     assert s.evaluations[3].metrics["task_pass_rate@1"] == s.evaluations[3].metrics["TGC@1"] == 0.515625
     assert s.final["step"] == 6 and s.final["metrics"]["mean_reward"] == 0.71875
     assert s.best["task_pass_rate@1"] == {"value": 0.7265625, "step": 5}
+
+
+def test_the_followers_fast_reading_agrees_with_the_full_one() -> None:
+    """LogMetrics reads step lines without the training values (training_values=False): the kind of each
+    row and every evaluation must be the same as the full parse gives, on every step line of a real log."""
+    from ajet_runner.statemachine.logtext import clean_lines
+    from tests.conftest import CORPUS
+
+    text = (CORPUS / "console" / "agentjet-0.0.1-test_freq1.log").read_text(encoding="utf-8")
+    lines = [ln for ln in clean_lines(text.splitlines()) if ln.startswith("step:")]
+    lines += [VAL_ROW, TRAIN_VAL_ROW, TRAIN_ROW, "step:2 - lr:0.1 - a/b:x", "step:2 - a/b:True - c/d:1"]
+    assert len(lines) > 14
+    def kind(row: object) -> tuple[bool, bool]:
+        return (row.is_training, row.is_validation) if row is not None else (False, False)  # type: ignore[attr-defined]
+
+    for line in lines:
+        full, fast = parse_step_line(line), parse_step_line(line, training_values=False)
+        assert kind(full) == kind(fast), line
+        if full is not None and full.is_validation:
+            assert fast is not None and fast.validation == full.validation, line
+        assert fast is None or fast.training == {}
