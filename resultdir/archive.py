@@ -26,6 +26,7 @@ PREVIOUS_DIR = "previous"
 RUNNER_NAMES = (
     FLAG_NAME, REPORT_NAME, RESULTS_NAME, PLOT_NAME, REPAIR_LOG_NAME, LOGS_DIR,
     "config.original.yaml", "config.patched.yaml", "saved_val_result", "saved_train_result",
+    "checkpoints",  # a run's own verl checkpoints (statemachine/checkpoints.py ISOLATED_DIR)
 )
 _MARKERS = (FLAG_NAME, REPORT_NAME, RESULTS_NAME, REPAIR_LOG_NAME)
 

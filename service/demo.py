@@ -14,7 +14,8 @@ from pathlib import Path
 SIM_DIRNAME = "agentjet_sim"
 BLUEPRINTS_DIRNAME = "blueprints"
 # Run-time state the simulator writes into its codebase; never copied.
-_RUNTIME_DIRS = ("__pycache__", ".sim_state", "checkpoints", "saved_experiments", "saved_val_result", ".venv")
+_RUNTIME_DIRS = ("__pycache__", ".sim_state", "checkpoints", "saved_checkpoints", "saved_experiments",
+                 "saved_val_result", ".venv")
 
 
 def examples_dir() -> Path:

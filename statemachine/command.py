@@ -3,23 +3,23 @@
 The runner has to point `--conf` at its patched YAML copy, strip `--autokill` / `--kill`
 (they kill every python, ray and vllm process on the host), add `--skip-check-avail-gpu`,
 or put `proxychains4 -q` in front of the launcher. It does that for EVERY launcher call in
-the command: after `&&` / `;` / newlines, in subshells, `$(...)`, functions, `if`/loops, in
-`bash -c` / `sh -c` strings (any quoting, any depth), `eval`, and heredocs fed to a shell.
+the command: after `&&` / `;` / newlines, in subshells, `$(...)`, functions, `if` / `case` / loops,
+in `bash -c` / `sh -c` strings (any quoting, any depth), `eval`, and heredocs or herestrings fed to
+a shell.
 
-The structure comes from a real bash parser (`ajet_runner.statemachine.shell_ast`, bashlex). Each
-edit splices the original text, so everything outside the edited words stays byte-identical;
-a rewritten `bash -c` string is re-quoted as a whole. `--autokill` is recognised however
-argparse would accept it: any unique prefix (`--a`, `--auto`, `--autok`), `--autokill=...`.
+The structure comes from one parser, tree-sitter-bash (`ajet_runner.statemachine.shell_ast`); there is no
+second lexer. Each edit splices a byte range of the original text, so everything outside the edited
+words stays byte-identical; a rewritten `bash -c` string is re-quoted as a whole. `--autokill` is
+recognised however argparse would accept it: any unique prefix (`--a`, `--auto`, `--autok`),
+`--autokill=...`, assembled from quotes (`-""-autokill`).
 
 Anything the runner cannot read with certainty is refused with the reason
 (`analyze_command(...).refusals`), never guessed: a launcher argument only known at run time
-(`$EXTRA`, `"$@"`, globs), a command piped into a shell, a launcher started some other way
-(`python -c ...`, `xargs`), `--autokill` / a launcher call written into a file or a variable,
-text bashlex cannot parse (`case`, `[[ ]]`, `$((...))`) when it mentions the launcher.
-A script file the command runs (`bash train.sh`) is not looked into: that is a note.
-
-`split_chain` and `launcher_segment` keep a small span-keeping lexer for the `cd` tracking
-of the preflight (where the launcher runs from).
+(`$EXTRA`, `"$@"`, `$((...))`, globs), a command piped into a shell, a launcher started some other
+way (`python -c ...`, `xargs`), `--autokill` / a launcher call written into a file or a variable,
+text the parser cannot read (ERROR / MISSING nodes) at or before a statement that mentions the
+launcher. A script file the command runs (`bash train.sh`) is not looked into: that is a note.
+docs/launch-command.md has the whole list.
 """
 
 from __future__ import annotations
@@ -27,14 +27,25 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import PurePath
 from typing import Any
 
-from ajet_runner.statemachine.shell_ast import Command, ShellSyntaxError, Word, parse_with_substitutions, unquote
+from ajet_runner.statemachine.shell_ast import (
+    INERT_CONTEXT,
+    Command,
+    Script,
+    Word,
+    decode,
+    encode,
+    parse,
+)
 
 __all__ = [
+    "HAZARD_FLAGS",
+    "LAUNCHER_VALUE_OPTIONS",
     "LAUNCH_COMMAND_MAX_CHARS",
     "CommandAnalysis",
     "LauncherCall",
@@ -46,6 +57,7 @@ __all__ = [
     "has_launcher",
     "hazard_of",
     "launcher_segment",
+    "point_command_at",
     "prefix_launcher",
     "remove_flag",
     "remove_hazards",
@@ -54,13 +66,8 @@ __all__ = [
 ]
 
 LAUNCH_COMMAND_MAX_CHARS = 10_000
-"""Longer launch commands are refused unread (a real one is well under 1 KB): bounds parse time."""
+"""Longer launch commands are refused unread (a real one is well under 1 KB): bounds analysis time."""
 
-_OPERATORS = ("&&", "||", ";;", "|&", ">>", "<<", "&>", ">&", "<&", ">|", "&", "|", ";", "<", ">", "(", ")")
-_OP_CHARS = frozenset("&|;<>()")
-_CHAIN_OPS = frozenset({"&&", "||", ";", ";;", "&", "\n"})
-_PIPE_OPS = frozenset({"|", "|&"})
-_REDIRECT_CHARS = frozenset("<>")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 # Programs that run another program: the launcher may sit behind them.
 _WRAPPERS = frozenset(
@@ -79,173 +86,6 @@ _WRAPPER_VALUE_OPTS = {
     "uv": {"--with", "--python", "-p", "--project", "--directory"},
 }
 _PROXYCHAINS = frozenset({"proxychains", "proxychains4"})
-
-
-@dataclass(frozen=True)
-class _Token:
-    kind: str  # "word" or "op"
-    text: str  # the raw text (for words) or the operator
-    value: str  # a word with its quotes and escapes removed
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class _Segment:
-    start: int
-    end: int
-    tokens: tuple[_Token, ...]
-
-
-def _skip_subst(cmd: str, i: int) -> int:
-    """Index after a `$(...)` starting at `i` (pointing at `$`); runs to the end if unclosed."""
-    depth = 0
-    n = len(cmd)
-    while i < n:
-        c = cmd[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return n
-
-
-def _lex_word(cmd: str, i: int) -> tuple[int, str]:
-    """Lex one word from `i`; returns (end index, unquoted value)."""
-    n = len(cmd)
-    out: list[str] = []
-    while i < n:
-        c = cmd[i]
-        if c in " \t\n" or c in _OP_CHARS:
-            break
-        if c == "\\":
-            if i + 1 < n and cmd[i + 1] == "\n":  # line continuation
-                i += 2
-                continue
-            out.append(cmd[i + 1 : i + 2])
-            i += 2
-        elif c == "'":
-            j = cmd.find("'", i + 1)
-            j = n if j < 0 else j
-            out.append(cmd[i + 1 : j])
-            i = j + 1
-        elif c == '"':
-            i += 1
-            while i < n and cmd[i] != '"':
-                if cmd[i] == "\\" and i + 1 < n and cmd[i + 1] in '$`"\\\n':
-                    if cmd[i + 1] != "\n":
-                        out.append(cmd[i + 1])
-                    i += 2
-                    continue
-                out.append(cmd[i])
-                i += 1
-            i += 1
-        elif c == "$" and cmd.startswith("$(", i):
-            j = _skip_subst(cmd, i + 1)
-            out.append(cmd[i:j])
-            i = j
-        elif c == "`":
-            j = cmd.find("`", i + 1)
-            j = n if j < 0 else j + 1
-            out.append(cmd[i:j])
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return min(i, n), "".join(out)
-
-
-def _lex_op(cmd: str, i: int) -> int:
-    for op in _OPERATORS:
-        if cmd.startswith(op, i):
-            return i + len(op)
-    return i + 1
-
-
-def _tokenize(cmd: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    i, n = 0, len(cmd)
-    while i < n:
-        c = cmd[i]
-        if c in " \t\r":
-            i += 1
-        elif c == "\\" and cmd.startswith("\\\n", i):
-            i += 2
-        elif c == "\n":
-            tokens.append(_Token("op", "\n", "\n", i, i + 1))
-            i += 1
-        elif c == "#":
-            j = cmd.find("\n", i)
-            i = n if j < 0 else j
-        elif c in _OP_CHARS:
-            j = _lex_op(cmd, i)
-            tokens.append(_Token("op", cmd[i:j], cmd[i:j], i, j))
-            i = j
-        else:
-            j, value = _lex_word(cmd, i)
-            raw = cmd[i:j]
-            if raw.isdigit() and j < n and cmd[j] in _REDIRECT_CHARS:  # io number: `2>&1`
-                k = _lex_op(cmd, j)
-                tokens.append(_Token("op", cmd[i:k], cmd[i:k], i, k))
-                i = k
-                continue
-            tokens.append(_Token("word", raw, value, i, j))
-            i = j
-    return tokens
-
-
-def _segments(cmd: str) -> list[_Segment]:
-    """The non-empty commands of an `&&` / `||` / `;` chain (subshell parentheses kept whole)."""
-    segments: list[_Segment] = []
-    current: list[_Token] = []
-    depth = 0
-
-    def close() -> None:
-        if any(t.kind == "word" for t in current):
-            segments.append(_Segment(current[0].start, current[-1].end, tuple(current)))
-        current.clear()
-
-    for tok in _tokenize(cmd):
-        if tok.kind == "op" and tok.text == "(":
-            depth += 1
-        elif tok.kind == "op" and tok.text == ")":
-            depth = max(0, depth - 1)
-        if tok.kind == "op" and tok.text in _CHAIN_OPS and depth == 0:
-            close()
-            continue
-        current.append(tok)
-    close()
-    return segments
-
-
-def _command_words(seg: _Segment) -> list[_Token]:
-    """Words of the segment's first pipeline element, without redirections and their targets."""
-    words: list[_Token] = []
-    skip_next = False
-    for tok in seg.tokens:
-        if tok.kind == "op":
-            if tok.text in _PIPE_OPS:
-                break
-            skip_next = any(ch in _REDIRECT_CHARS for ch in tok.text)
-            continue
-        if skip_next:
-            skip_next = False
-            continue
-        words.append(tok)
-    return words
-
-
-def _first_non_assignment(words: list[_Token]) -> int:
-    i = 0
-    while i < len(words) and _ASSIGNMENT.match(words[i].text):
-        i += 1
-    return i
 
 
 def _past_wrapper(words: Sequence[Any], i: int, name: str, value_opts: set[str]) -> int:
@@ -268,54 +108,6 @@ def _past_wrapper(words: Sequence[Any], i: int, name: str, value_opts: set[str])
     return i
 
 
-def _program_index(words: list[_Token]) -> int:
-    """Index of the real program: after assignments and wrappers such as `env` or `proxychains4 -q`."""
-    i = _first_non_assignment(words)
-    while i < len(words):
-        name = os.path.basename(words[i].value)
-        if name not in _WRAPPERS:
-            return i
-        value_opts = _WRAPPER_VALUE_OPTS.get(name, set())
-        i = _past_wrapper(words, i, name, value_opts)
-    return len(words)
-
-
-def _is_launcher(words: list[_Token]) -> bool:
-    p = _program_index(words)
-    if p >= len(words):
-        return False
-    program = os.path.basename(words[p].value)
-    if program in ("ajet", "ajet-launcher"):
-        return True
-    if not program.startswith("python"):
-        return False
-    args = [w.value for w in words[p + 1 :]]
-    for k, arg in enumerate(args):
-        if arg == "-m":
-            return k + 1 < len(args) and args[k + 1] == "ajet.launcher"
-        if arg.startswith("-m"):
-            return arg[2:] == "ajet.launcher"
-        if not arg.startswith("-"):
-            return arg.replace("\\", "/").endswith("ajet/launcher.py")
-    return False
-
-
-def _launcher_index(segments: list[_Segment]) -> int | None:
-    for k, seg in enumerate(segments):
-        if _is_launcher(_command_words(seg)):
-            return k
-    return None
-
-
-def _target(cmd: str) -> _Segment | None:
-    """The segment edits apply to: the launcher's, else the last command of the chain."""
-    segments = _segments(cmd)
-    if not segments:
-        return None
-    k = _launcher_index(segments)
-    return segments[k] if k is not None else segments[-1]
-
-
 # ------------------------------------------------------------------ launcher calls, by the parser
 
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "rbash"})
@@ -336,6 +128,9 @@ LAUNCHER_VALUE_OPTIONS = ("--backbone", "--conf", "--exp-dir", "--debug", "--db"
 HAZARD_FLAGS = ("--autokill", "--kill")
 HAZARD_TEXT = re.compile(r"(?<![\w-])--(?:a(?:u(?:t(?:o(?:k(?:i(?:l(?:l)?)?)?)?)?)?)?|k(?:i(?:l(?:l)?)?)?)(?![\w-])")
 LAUNCHER_TEXT = re.compile(r"ajet\.launcher|ajet/launcher\.py|ajet-launcher")
+# The same, on the UTF-8 bytes the parser's positions count.
+_HAZARD_BYTES = re.compile(HAZARD_TEXT.pattern.encode())
+_LAUNCHER_BYTES = re.compile(LAUNCHER_TEXT.pattern.encode())
 _MAX_DEPTH = 4
 
 
@@ -393,7 +188,9 @@ class _Call:
 
 @dataclass
 class _Nested:
-    start: int
+    """Shell text inside the command (a `bash -c` string, a heredoc or herestring fed to a shell, `eval`)."""
+
+    start: int  # byte span in the outer text
     end: int
     inner: str
     what: str
@@ -402,20 +199,16 @@ class _Nested:
 
 @dataclass
 class _Scan:
+    script: Script
     calls: list[_Call] = field(default_factory=list)
     nested: list[_Nested] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
-def _unquote(raw: str) -> str:
-    """A word's value as bash passes it on (quotes and escapes removed), for words without expansions."""
-    return unquote(raw)
-
-
 def _resolve(words: list[Word]) -> tuple[int, list[str]]:
     """Index of the real program behind wrappers (`env A=1`, `nohup`, `proxychains4 -q`, `sudo -u x`)."""
-    i, wrappers = 0, []
+    i, wrappers = 0, list[str]()
     while i < len(words):
         name = os.path.basename(words[i].value)
         if name not in _ALL_WRAPPERS:
@@ -502,21 +295,55 @@ def _mentions(text: str) -> bool:
     return bool(HAZARD_TEXT.search(text) or LAUNCHER_TEXT.search(text))
 
 
+
+
+def _is_inert(name: str, cmd: Command, inert: list[bool]) -> bool:
+    """A program that only prints, tests or moves around, whose output reaches no file and no other
+    program's arguments (`$(echo x)` in an assignment or a launcher argument is not inert)."""
+    if name not in _INERT or cmd.writes_file:
+        return False
+    where = cmd.captured_in
+    return where is None or where == INERT_CONTEXT or (where >= 0 and inert[where])
+
+
+def _unreadable(script: Script, scan: _Scan) -> bool:
+    """Refuse when what tree-sitter could not read (ERROR / MISSING) comes before the end of the line of
+    the last statement that mentions the launcher or --autokill (or of a launcher call): bash reads a
+    script line by line and stops at a syntax error, so a later line cannot change what ran, but an
+    error before it or on it can. True when refused (then no call is reported or rewritten)."""
+    if not script.problems:
+        return False
+    first = script.problems[0]
+    data = script.data
+    hits = [m.end() for rx in (_HAZARD_BYTES, _LAUNCHER_BYTES) for m in rx.finditer(data)]
+    hits += [c.cmd.end for c in scan.calls]
+    if not hits:
+        scan.notes.append(f"the bash parser cannot read it ({first.message}); it runs as written")
+        return False
+    last = max(hits)
+    last = max([last, *(e for s, e in script.statements if s < last <= e)])
+    line_end = data.find(b"\n", last)  # bash reads a line whole: an error later on it stops the line too
+    if first.start <= (len(data) if line_end < 0 else line_end):
+        scan.refusals.append(f"the bash parser cannot read it ({first.message}), and it mentions the launcher or "
+                             "--autokill there or after; write it as plain commands")
+        scan.calls.clear()
+        scan.nested.clear()
+        return True
+    scan.notes.append(f"the bash parser cannot read what follows the launcher ({first.message}); bash stops "
+                      "there with a syntax error")
+    return False
+
+
+@lru_cache(maxsize=256)
 def _scan(text: str, depth: int) -> _Scan:
-    """The launcher calls and nested shell strings of `text` (one level), and what cannot be read."""
-    scan = _Scan()
-    try:
-        commands, substitutions = parse_with_substitutions(text)
-    except ShellSyntaxError as exc:
-        if _mentions(text):
-            scan.refusals.append(f"the bash parser cannot read it ({exc}), and it mentions the launcher or "
-                                 "--autokill; write it as plain commands")
-        else:
-            scan.notes.append(f"the bash parser cannot read it ({exc}); it runs as written")
-        return scan
-    # (start, end, kind): launcher | nested | inert | exposed | container | subst (text in `$(...)`
-    # that no word holds: a comment there)
-    spans: list[tuple[int, int, str]] = [(s, e, "subst") for s, e in substitutions]
+    """The launcher calls and nested shell strings of `text` (one level), and what cannot be read.
+
+    Cached: the preflight asks several questions of one command (analyse, drop hazards, point
+    --conf, add a flag, find its segment); callers read the result and never change it."""
+    script = parse(text)
+    scan = _Scan(script)
+    # (start, end, kind, value): launcher | nested | inert | exposed | container | comment
+    spans: list[tuple[int, int, str, str | None]] = [(r.start, r.end, r.kind, None) for r in script.regions]
 
     def nest(start: int, end: int, inner: str, what: str, raw: bool) -> None:
         if depth >= _MAX_DEPTH:
@@ -524,22 +351,27 @@ def _scan(text: str, depth: int) -> _Scan:
                 scan.refusals.append(f"{what} is nested more than {_MAX_DEPTH} shells deep")
             return
         scan.nested.append(_Nested(start, end, inner, what, raw))
-        spans.append((start, end, "nested"))
+        spans.append((start, end, "nested", None))
 
-    for cmd in commands:
+    inert: list[bool] = []
+    for cmd in script.commands:
         words = cmd.words
         for a in cmd.assignments:
-            spans.append((a.start, a.end, "exposed"))
+            spans.append((a.start, a.end, "exposed", a.value))
         p, wrappers = _resolve(words)
         first_arg = _launcher_args_at(words, p)
         name = os.path.basename(words[p].value) if p < len(words) else ""
         kinds = {"program": "exposed", "doc": "exposed"}
+        inert.append(first_arg is None and name not in _SHELLS and _is_inert(name, cmd, inert))
+        shown = script.text(cmd.start, cmd.end)
+        fed: list[tuple[int, int, str, bool, bool]] = []  # heredocs and herestrings: span, text, literal, raw
+        fed += [(d.start, d.end, d.body, d.literal or not re.search(r"[$`\\]", d.body), True) for d in cmd.heredocs]
+        fed += [(w.start, w.end, w.value, not w.expanded, False) for w in cmd.herestrings]
         if first_arg is not None:
             call = _Call(cmd, p, first_arg, wrappers)
             scan.calls.append(call)
             if "xargs" in wrappers:
-                scan.refusals.append(f"`{text[cmd.start:cmd.end]}` runs the launcher through xargs, which adds "
-                                     "arguments from its input")
+                scan.refusals.append(f"`{shown}` runs the launcher through xargs, which adds arguments from its input")
             scan.refusals.extend(_uncertain_args(call))
             kinds["program"] = "launcher"
         elif name in _SHELLS:
@@ -553,29 +385,32 @@ def _scan(text: str, depth: int) -> _Scan:
                     else:
                         scan.notes.append(f"`{name} -c {w.raw}` runs a string built at run time")
                 else:
-                    nest(w.start, w.end, _unquote(w.raw), f"the `{name} -c` string", False)
+                    nest(w.start, w.end, w.value, f"the `{name} -c` string", False)
             elif at is not None:
                 scan.notes.append(f"`{name} {words[at].raw}` runs a script the runner does not look into "
                                   "(a launcher call there is not checked or rewritten)")
             elif cmd.piped_in:
                 scan.refusals.append(f"commands are piped into `{name}`: the runner cannot see what it runs")
-            for doc in cmd.heredocs if at is None else []:
-                if doc.literal or not re.search(r"[$`\\]", doc.body):
-                    nest(doc.start, doc.end, doc.body, f"the heredoc fed to `{name}`", True)
-                    kinds["doc"] = "nested"
-                elif _mentions(doc.body):
-                    scan.refusals.append(f"the heredoc fed to `{name}` is expanded at run time (its delimiter is "
-                                         "not quoted) and mentions the launcher or --autokill; quote it: <<'EOF'")
+            for start, end, body, readable, raw in fed if at is None else []:
+                what = f"the {'heredoc' if raw else 'herestring'} fed to `{name}`"
+                if readable:
+                    nest(start, end, body, what, raw)
+                elif _mentions(body):
+                    how = "<<'EOF'" if raw else "<<< '...'"
+                    scan.refusals.append(f"{what} is expanded at run time and mentions the launcher or --autokill; "
+                                         f"quote it: {how}")
+            if at is None and fed:
+                kinds["doc"] = "nested"
         elif name == "eval" and p + 1 < len(words):
             rest = words[p + 1 :]
             if any(w.expanded for w in rest):
                 if any(_mentions(w.raw) for w in rest):
                     scan.refusals.append("an `eval` built at run time mentions the launcher or --autokill")
             else:
-                nest(rest[0].start, rest[-1].end, " ".join(_unquote(w.raw) for w in rest), "the `eval` text", False)
+                nest(rest[0].start, rest[-1].end, " ".join(w.value for w in rest), "the `eval` text", False)
         elif name in ("source", ".") and p + 1 < len(words):
             scan.notes.append(f"`{name} {words[p + 1].raw}` reads a script the runner does not look into")
-        elif name in _INERT and not cmd.writes_file:
+        elif inert[-1]:
             kinds["program"] = "inert"
         for k, w in enumerate(words):
             kind = kinds["program"]
@@ -583,36 +418,41 @@ def _scan(text: str, depth: int) -> _Scan:
                 kind = "launcher" if k >= p else "exposed"
             if kind == "inert" and w.expanded:
                 kind = "container"  # what runs inside `$(...)` is judged by its own words
-            spans.append((w.start, w.end, kind))
-        for doc in cmd.heredocs:
-            if not any(s == doc.start and k == "nested" for s, _, k in spans):
-                spans.append((doc.start, doc.end, kinds["doc"]))
-    _check_exposed(text, spans, scan)
+            spans.append((w.start, w.end, kind, w.value))
+        for start, end, *_ in fed:
+            if not any(s == start and k == "nested" for s, _, k, _ in spans):
+                spans.append((start, end, kinds["doc"], None))
+    if _unreadable(script, scan):
+        return scan
+    _check_exposed(script, spans, scan)
     return scan
 
 
-def _check_exposed(text: str, spans: list[tuple[int, int, str]], scan: _Scan) -> None:
+def _check_exposed(script: Script, spans: list[tuple[int, int, str, str | None]], scan: _Scan) -> None:
     """Refuse `--autokill` (any spelling) or the launcher's name where the runner cannot follow it."""
+    data = script.data
     hits: list[tuple[int, int, str]] = []
-    for m in HAZARD_TEXT.finditer(text):
+    for m in _HAZARD_BYTES.finditer(data):
         hits.append((m.start(), m.end(), "hazard"))
-    for m in LAUNCHER_TEXT.finditer(text):
+    for m in _LAUNCHER_BYTES.finditer(data):
         hits.append((m.start(), m.end(), "launcher"))
-    for start, end, kind in spans:  # spellings bash assembles from quotes: -""-autokill
-        if kind in ("exposed", "container"):
-            value = _unquote(text[start:end])
-            if hazard_of(value) and not HAZARD_TEXT.search(text[start:end]):
-                hits.append((start, end, "hazard"))
+    for start, end, kind, value in spans:  # spellings bash assembles from quotes: -""-autokill
+        if kind in ("exposed", "container") and value is not None and hazard_of(value) \
+                and not _HAZARD_BYTES.search(data, start, end):
+            hits.append((start, end, "hazard"))
     for start, end, what in hits:
         around = [s for s in spans if s[0] <= start and end <= s[1]]
-        if not around:
-            continue  # a comment
-        inner = min(around, key=lambda s: s[1] - s[0])
-        if inner[2] in ("launcher", "nested", "inert", "subst"):
-            continue
-        if inner[2] == "container" and any(s[2] != "container" for s in around if s is not inner):
-            continue
-        word = text[inner[0] : inner[1]]
+        if around:
+            inner = min(around, key=lambda s: s[1] - s[0])
+            if inner[2] in ("launcher", "nested", "inert", "comment"):
+                continue
+            if inner[2] == "container" and any(s[2] != "container" for s in around if s is not inner):
+                continue
+            word = script.text(inner[0], inner[1]).strip()
+        else:  # no command word holds it: a `for` list, a function's name, ...
+            line_start = data.rfind(b"\n", 0, start) + 1
+            line_end = data.find(b"\n", end)
+            word = script.text(line_start, len(data) if line_end < 0 else line_end).strip()
         shown = word if len(word) <= 80 else word[:77] + "..."
         if what == "hazard":
             scan.refusals.append(f"`{shown}` carries --autokill/--kill where the runner cannot tell whether it "
@@ -621,18 +461,24 @@ def _check_exposed(text: str, spans: list[tuple[int, int, str]], scan: _Scan) ->
             scan.refusals.append(f"`{shown}` starts the launcher in a way the runner cannot read or rewrite")
 
 
-def _walk_calls(text: str, depth: int = 0, where: str = "") -> CommandAnalysis:
+def _walk_calls(text: str, depth: int = 0, where: str = "", origin: int | None = None,
+                origins: list[int] | None = None) -> CommandAnalysis:
+    """The analysis of `text` and of every shell text nested in it; `origins` gets, per call, the byte
+    offset in the top-level text of what holds it (the call itself, or the outermost nested string)."""
     scan = _scan(text, depth)
     result = CommandAnalysis(refusals=[f"{r} ({where})" if where else r for r in scan.refusals],
                              notes=list(scan.notes))
     for call in scan.calls:
         conf, expanded = _conf_of(call)
         result.calls.append(LauncherCall(
-            text=text[call.cmd.start : call.cmd.end], where=where, args=tuple(w.value for w in call.args),
-            conf=conf, conf_expanded=expanded,
+            text=scan.script.text(call.cmd.start, call.cmd.end), where=where,
+            args=tuple(w.value for w in call.args), conf=conf, conf_expanded=expanded,
             hazards=tuple(w.raw for w in call.args if hazard_of(w.value))))
+        if origins is not None:
+            origins.append(call.cmd.start if origin is None else origin)
     for n in scan.nested:
-        inner = _walk_calls(n.inner, depth + 1, f"in {n.what}" + (f", {where}" if where else ""))
+        inner = _walk_calls(n.inner, depth + 1, f"in {n.what}" + (f", {where}" if where else ""),
+                            n.start if origin is None else origin, origins)
         result.calls += inner.calls
         result.refusals += inner.refusals
         result.notes += inner.notes
@@ -662,63 +508,71 @@ def _conf_of(call: _Call) -> tuple[str | None, bool]:
     return value, w.expanded
 
 
-def analyze_command(cmd: str) -> CommandAnalysis:
-    """Every launcher call of `cmd` (at any depth), and why it cannot be run, if it cannot."""
+def _analyze(cmd: str, origins: list[int] | None = None) -> CommandAnalysis:
     if not isinstance(cmd, str) or not cmd.strip():
         return CommandAnalysis()
     if len(cmd) > LAUNCH_COMMAND_MAX_CHARS:
         return CommandAnalysis(refusals=[f"the command is {len(cmd):,} characters long; at most "
                                          f"{LAUNCH_COMMAND_MAX_CHARS:,} are read (put a long script in a file)"])
-    result = _walk_calls(cmd)
+    result = _walk_calls(cmd, origins=origins)
     result.refusals = list(dict.fromkeys(result.refusals))
     result.notes = list(dict.fromkeys(result.notes))
     return result
 
 
+def analyze_command(cmd: str) -> CommandAnalysis:
+    """Every launcher call of `cmd` (at any depth), and why it cannot be run, if it cannot."""
+    return _analyze(cmd)
+
+
 # ------------------------------------------------------------------------------- rewriting
 
-_Edit = tuple[int, int, str]
+_Edit = tuple[int, int, str]  # a byte range of the text and what replaces it
+_EditFn = Callable[[_Call], list[_Edit]]
 
 
-def _rewrite(text: str, edit, depth: int = 0) -> str:  # noqa: ANN001 - edit: (_Call, str) -> list[_Edit]
-    """Apply `edit` to every launcher call of `text`, recursing into nested shell strings."""
+def _rewrite(text: str, edit: _EditFn, depth: int = 0) -> str:
+    """Apply `edit` to every launcher call of `text`, recursing into nested shell strings; edits splice
+    byte ranges of the original text."""
     if len(text) > LAUNCH_COMMAND_MAX_CHARS:
         return text
     scan = _scan(text, depth)
     edits: list[_Edit] = []
     for call in scan.calls:
-        edits += edit(call, text)
+        edits += edit(call)
     for n in scan.nested:
         new = _rewrite(n.inner, edit, depth + 1)
         if new != n.inner:
             edits.append((n.start, n.end, new if n.raw_splice else shlex.quote(new)))
+    if not edits:
+        return text
     kept: list[_Edit] = []
     for e in sorted(edits, key=lambda e: (e[0], -e[1])):
         if kept and e[0] < kept[-1][1]:
             continue  # inside a larger edit (e.g. a call inside a --conf value being replaced)
         kept.append(e)
-    for start, end, new in reversed(kept):
-        text = text[:start] + new + text[end:]
-    return text
-
-
-def _before(call: _Call, k: int) -> int:
-    """Where the gap before word k starts (the end of the previous word or redirection)."""
-    words = call.cmd.words
-    return words[k - 1].end if k > 0 else words[k].start
+    data = scan.script.data
+    out, at = [], 0
+    for start, end, new in kept:
+        out += [data[at:start], encode(new)]
+        at = end
+    out.append(data[at:])
+    return decode(b"".join(out))
 
 
 def _last_word_end(call: _Call) -> int:
     return call.cmd.words[-1].end
 
 
-def _removal(call: _Call, match) -> list[_Edit]:  # noqa: ANN001 - match: (value) -> (remove?, takes_value)
+def _removal(call: _Call, match: Callable[[str], tuple[bool, bool]]) -> list[_Edit]:
+    """Edits that drop each launcher argument `match` accepts, with the blank before it (and its value
+    word when `match` says it takes one)."""
     words, edits, k = call.cmd.words, [], call.first_arg
     while k < len(words):
         remove, takes_value = match(words[k].value)
         if remove:
             last = k + 1 if takes_value and "=" not in words[k].value and k + 1 < len(words) else k
-            edits.append((_before(call, k), words[last].end, ""))
+            edits.append((words[k].gap, words[last].end, ""))
             k = last + 1
             continue
         k += 1
@@ -731,17 +585,28 @@ def has_launcher(cmd: str) -> bool:
 
 
 def split_chain(cmd: str) -> list[str]:
-    """The commands of a chain split on unquoted `&&`, `||`, `;`, `&` and newlines (a lexer, for `cd` tracking)."""
-    return [cmd[s.start : s.end] for s in _segments(cmd)]
+    """The commands of the top-level chain, split on `&&`, `||`, `;`, `&` and newlines (for `cd` tracking);
+    subshells, `{ ...; }`, `if`, loops and functions stay whole."""
+    if not isinstance(cmd, str) or not cmd.strip():
+        return []
+    script = parse(cmd)
+    return [script.text(s.start, s.end) for s in script.segments]
 
 
 def launcher_segment(cmd: str) -> int | None:
-    """Index in `split_chain(cmd)` of the first launcher call's command; None when there is no launcher."""
-    if not has_launcher(cmd):
+    """Index in `split_chain(cmd)` of the command holding the first launcher call (also when the call
+    is inside a `bash -c` string or heredoc there); None when there is no launcher."""
+    origins: list[int] = []
+    if not _analyze(cmd, origins).calls:
         return None
-    segments = _segments(cmd)
-    k = _launcher_index(segments)
-    return k if k is not None else (0 if segments else None)
+    segments = parse(cmd).segments
+    if not segments:
+        return None
+    first = min(origins)
+    for k, seg in enumerate(segments):
+        if any(s <= first < e for s, e in seg.owns):
+            return k
+    return max([0, *(k for k, seg in enumerate(segments) if seg.start <= first)])
 
 
 def conf_paths(cmd: str) -> list[str | None]:
@@ -758,7 +623,7 @@ def replace_conf(cmd: str, new: str) -> str:
     """Point `--conf` of every launcher call at `new` (keeping its form); add it where absent."""
     quoted = shlex.quote(new)
 
-    def edit(call: _Call, text: str) -> list[_Edit]:
+    def edit(call: _Call) -> list[_Edit]:
         words = call.cmd.words
         found = _conf_word(call)
         if found is None:
@@ -805,12 +670,12 @@ def remove_flag(cmd: str, flag: str, *, takes_value: bool = False) -> str:
             return True, takes_value
         return False, False
 
-    return _rewrite(cmd, lambda call, text: _removal(call, match))
+    return _rewrite(cmd, lambda call: _removal(call, match))
 
 
 def remove_hazards(cmd: str) -> str:
     """Drop `--autokill` and `--kill <keywords>`, in every spelling, from every launcher call."""
-    return _rewrite(cmd, lambda call, text: _removal(call, lambda v: (bool(hazard_of(v)), hazard_of(v) == "--kill")))
+    return _rewrite(cmd, lambda call: _removal(call, lambda v: (bool(hazard_of(v)), hazard_of(v) == "--kill")))
 
 
 def point_command_at(cmd: str, config: str, codebase: str) -> str:
@@ -830,7 +695,7 @@ def add_flag(cmd: str, flag: str) -> str:
     if not flag:
         return cmd
 
-    def edit(call: _Call, text: str) -> list[_Edit]:
+    def edit(call: _Call) -> list[_Edit]:
         if _flag_present(call, flag.split()[0]):
             return []
         return [(_last_word_end(call), _last_word_end(call), f" {flag}")]
@@ -850,7 +715,7 @@ def prefix_launcher(cmd: str, prefix: str) -> str:
     head = os.path.basename(prefix_words[0])
     same = _PROXYCHAINS if head in _PROXYCHAINS else {head}
 
-    def edit(call: _Call, text: str) -> list[_Edit]:
+    def edit(call: _Call) -> list[_Edit]:
         if same & set(call.wrappers):
             return []
         at = call.cmd.words[0].start

@@ -114,12 +114,16 @@ class RepairAction(BaseModel):
       program `requires` is installed; otherwise the action is not applicable.
     - add_flag / remove_flag: a launcher flag (`value`, e.g. "--skip-check-avail-gpu").
     - cleanup: `value` names what to clean: "ray", "gpu_processes", "session".
+    - confine_gpus: run on GPUs the runner knows are free (a managed node's, or those nvidia-smi
+      reports at least 95 % free: CUDA_VISIBLE_DEVICES) and add `--skip-check-avail-gpu`; the
+      runner checks those GPUs itself before launch. Skipped, saying why, when it cannot.
 
     Actions that share a non-empty `alternative` label are alternatives: only the first one
     that changes something is applied (e.g. a proxy prefix, else offline mode).
     """
 
-    kind: Literal["set_yaml", "unset_yaml", "set_env", "prefix_command", "add_flag", "remove_flag", "cleanup"]
+    kind: Literal["set_yaml", "unset_yaml", "set_env", "prefix_command", "add_flag", "remove_flag", "cleanup",
+                  "confine_gpus"]
     key: str = ""
     value: Any = None
     factor: float | None = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from ajet_runner.statemachine import checkpoints as ckpt
 from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.blueprint import validate_blueprint
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
@@ -38,7 +40,9 @@ __all__ = [
     "VAL_RESULT_RELPATH",
     "PreflightPlan",
     "gang_shape",
+    "gpu_check_decision",
     "gpus_needed",
+    "launch_workdir",
     "nnodes",
     "plan_preflight",
     "preflight",
@@ -172,6 +176,17 @@ def gang_shape(yaml_data: Mapping[str, Any]) -> tuple[int, int]:
     """(nodes, GPUs per node) of the run: a multi-node run holds `per node` GPUs on each of `nodes` nodes."""
     nodes = nnodes(yaml_data)
     return nodes, gpus_needed(yaml_data) // nodes
+
+
+def _saved_step(directory: str) -> int | None:
+    """The step verl would resume from in a checkpoint dir (its tracker naming an existing
+    global_step_N), else None."""
+    try:
+        with open(os.path.join(directory, ckpt.TRACKER), encoding="utf-8") as fh:
+            step = ckpt.tracker_step(fh.read(64))
+    except (OSError, UnicodeDecodeError):
+        return None
+    return step if step is not None and os.path.isdir(os.path.join(directory, f"global_step_{step}")) else None
 
 
 def _duration(seconds: float) -> str:
@@ -479,18 +494,54 @@ class _Planner:
                          f"the model path {value} does not exist on this node: AgentJet stops at start with "
                          "`Model path ... does not exist` (fix the path or download the model first)")
 
-    def experiment_name(self, data: dict[str, Any]) -> None:
-        name = get_dotted(data, "ajet.experiment_name")
-        if isinstance(name, str) and name.strip() and name != "read_yaml_name":
-            self.problem(Level.warning, "ajet.experiment_name",
-                         f"experiment_name={name!r}: a rerun with this name resumes from its checkpoint and "
-                         "appends to the same result files; give a new experiment its own name")
+    def experiment_name(self, data: dict[str, Any], workdir: str, now: float) -> None:
+        """A new experiment never resumes another one's weights: when the name this run will have
+        (explicit, or AgentJet's `<yaml stem>_<YYYYmmdd_HHMM>` for this minute or the next) already has
+        a verl checkpoint under its checkpoint dir, the run gets its own checkpoint dir in the result
+        dir (statemachine/checkpoints.py has the naming and the layout)."""
+        key = "ajet.experiment_name"
+        explicit = ckpt.explicit_name(data)
+        names = [explicit] if explicit is not None else list(dict.fromkeys(
+            ckpt.agentjet_name(self.bp.yaml_abspath() or "experiment.yaml", t) for t in (now, now + 60)))
+        taken = [(n, d, step) for n in names if (step := _saved_step(d := ckpt.checkpoint_dir(data, n, workdir)))
+                 is not None]
+        if not taken:
+            if explicit is not None:
+                self.problem(Level.warning, key, f"experiment_name={explicit!r} is fixed: AgentJet appends to the same "
+                             "result files, and a later run with this name would find (and so resume from) its "
+                             "checkpoint; give a new experiment its own name")
+            return
+        name, where, step = taken[0]
+        result_dir = self.bp.exp_result_dir
+        if result_dir and not os.path.isabs(result_dir) and self.bp.exp_codebase_dir:
+            result_dir = os.path.join(self.bp.exp_codebase_dir, result_dir)
+        whose = (f"experiment_name={name!r}" if explicit is not None else
+                 f"the name AgentJet gives this run ({name!r}, the YAML's name and this minute)")
+        if not result_dir:
+            self.problem(Level.error, key, f"{whose} already has checkpoints in {where} (latest global_step_{step}): "
+                         "verl would resume from them, continuing an earlier experiment's weights; give this "
+                         "experiment its own name (there is no exp_result_dir to isolate its checkpoints in)")
+            return
+        isolated = os.path.normpath(os.path.join(result_dir, ckpt.ISOLATED_DIR))
+        reason = (f"{whose} already has checkpoints in {where} (latest global_step_{step}); verl would resume from "
+                  "them and this new experiment would continue an earlier one's weights: its checkpoints go to the "
+                  "result dir instead, so it trains from step 0")
+        self.change(ckpt.BASE_KEY, get_dotted(data, ckpt.BASE_KEY, MISSING), isolated, reason)
+        self.problem(Level.warning, key, f"{reason} ({ckpt.BASE_KEY}: {isolated})")
 
 
-def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | None = None) -> PreflightPlan:
+def launch_workdir(bp: Blueprint, command: str) -> str:
+    """Where the launcher runs (the codebase dir, moved by any `cd X` before it): relative paths in
+    the YAML (results files, checkpoint_base_dir) are relative to it."""
+    return _Planner(bp, None).workdir(command)
+
+
+def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | None = None,
+                   now: float | None = None) -> PreflightPlan:
     """Plan the YAML and command changes for a blueprint; never raises on a broken YAML.
 
-    `env` is the environment the run will get (None: unknown, credential checks skipped).
+    `env` is the environment the run will get (None: unknown, credential checks skipped); `now` the
+    launch time AgentJet's experiment name will carry (default: now).
     """
     p = _Planner(bp, env)
     command, command_changes, cleanup = p.plan_command()
@@ -509,7 +560,7 @@ def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | No
         plan.command, cluster_changes = p.ray_cluster(data, plan.command)
         plan.command_changes = [*plan.command_changes, *cluster_changes]
         p.model_path(data)
-        p.experiment_name(data)
+        p.experiment_name(data, workdir, time.time() if now is None else now)
     plan.changes = p.changes
     plan.problems = p.problems
     plan.env_decisions = p.env_decisions
@@ -575,19 +626,54 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
 
 
 SKIP_GPU_CHECK = "--skip-check-avail-gpu"
+GPU_RULE = ("every GPU nvidia-smi lists must be at least 95% free, whatever CUDA_VISIBLE_DEVICES says")
+
+
+def gpu_check_decision(command: str, *, gpus: list[int] | None, node_gpus: int, hazard_removed: bool,
+                       skip_supported: bool | None = True, launcher: str = "") -> tuple[ConfigChange | None,
+                                                                                         Problem | None]:
+    """What becomes of AgentJet's all-GPUs check (`check_avail_gpu`: {rule}) for this launch.
+
+    The launcher skips it with `--autokill` / `--kill`; the preflight strips those (`hazard_removed`),
+    which turns it back on. Where the runner knows this run's GPUs (`gpus`: a managed node's) and the
+    node is shared or a hazard was removed, it adds `--skip-check-avail-gpu` and checks those GPUs
+    itself before launch; where it does not, or the launcher has no such flag (`skip_supported` False:
+    agentjet 0.0.1), a warning says the launcher's check will run. (None, None): nothing to say.
+    """
+    if cmdlib.launcher_segment(command) is None or cmdlib.has_flag(command, SKIP_GPU_CHECK):
+        return None, None
+    shared = gpus is not None and len(gpus) < node_gpus
+    if not shared and not hazard_removed:
+        return None, None  # the whole node, and nothing turned the check on: the launcher's check is right
+    field = "exp_launch_command"
+    shown = ",".join(str(g) for g in gpus) if gpus is not None else ""
+    why_on = ("--autokill/--kill was removed, which turns AgentJet's all-GPUs check back on" if hazard_removed
+              else f"this node's {node_gpus} GPUs are shared with other runs")
+    if gpus is None:
+        return None, Problem(level=Level.warning, field=field, message=(
+            f"{why_on}: the launcher will check its rule ({GPU_RULE}). This node does not assign GPUs to runs, so "
+            "a GPU busy with anything fails the launch (gpu_busy); the runner then confines the run to the GPUs "
+            "nvidia-smi reports free and checks those itself"))
+    if skip_supported is False:
+        where = f" ({launcher})" if launcher else ""
+        return None, Problem(level=Level.warning, field=field, message=(
+            f"{why_on}, and this AgentJet launcher{where} has no {SKIP_GPU_CHECK}: its check will run "
+            f"({GPU_RULE}), so a busy GPU anywhere on the node fails this run's launch (gpu_busy)"))
+    new = cmdlib.add_flag(command, SKIP_GPU_CHECK)  # to every launcher call that lacks it
+    if new == command:
+        return None, None
+    return ConfigChange(
+        key=field, old=command, new=new,
+        reason=f"{why_on}; this run has GPUs {gpus} (CUDA_VISIBLE_DEVICES), which AgentJet's check does not "
+               f"look at: the runner checks GPUs {shown} itself before launch (at least 95% free memory)",
+    ), None
 
 
 def shared_gpus_change(command: str, gpus: list[int] | None, node_gpus: int) -> ConfigChange | None:
     """On a node shared with other runs, AgentJet's all-GPUs-free check would fail (it ignores
     CUDA_VISIBLE_DEVICES): the launch command gets `--skip-check-avail-gpu`, since the runner's GPU
     reservation already keeps runs on disjoint GPUs. None when nothing is to change."""
-    if gpus is None or len(gpus) >= node_gpus or cmdlib.launcher_segment(command) is None:
+    if gpus is None or len(gpus) >= node_gpus:
         return None
-    new = cmdlib.add_flag(command, SKIP_GPU_CHECK)  # to every launcher call that lacks it
-    if new == command:
-        return None
-    return ConfigChange(
-        key="exp_launch_command", old=command, new=new,
-        reason=f"this node's {node_gpus} GPUs are shared; this run has GPUs {gpus} "
-               f"(CUDA_VISIBLE_DEVICES), which AgentJet's GPU check does not look at",
-    )
+    change, _ = gpu_check_decision(command, gpus=gpus, node_gpus=node_gpus, hazard_removed=False)
+    return change

@@ -17,12 +17,16 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.failure import yaml_digest
+from ajet_runner.statemachine.gpu_check import SKIP_FLAG, GpuFacts, describe, free_gpus
 from ajet_runner.statemachine.models import ConfigChange, RepairAction
 
-__all__ = ["CLEANUP_TARGETS", "MISSING", "ResolvedRepair", "del_dotted", "get_dotted", "resolve_repair",
-           "set_dotted"]
+__all__ = ["CLEANUP_TARGETS", "MISSING", "ResolvedRepair", "del_dotted", "get_dotted", "resolve_avoiding_repeats",
+           "resolve_repair", "set_dotted"]
 
 CLEANUP_TARGETS = ("ray", "gpu_processes", "session", "swarm_server")
+PROCESS_CLEANUPS = ("ray", "gpu_processes", "session")  # all mean: kill this experiment's marked processes
+CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
 
 
 class _Missing:
@@ -72,13 +76,22 @@ def del_dotted(data: MutableMapping[str, Any], key: str) -> bool:
 
 
 class ResolvedRepair(BaseModel):
-    """What the next attempt changes, and a human-readable account of the plan."""
+    """What the next attempt changes, and a human-readable account of the plan.
+
+    `applied` says what will be done (key, old -> new; the variable and its value; the flag), `skipped`
+    what was considered and not done, and why; `notes` is both, in plan order. `chosen` are the indexes
+    of plan actions with an `alternative` label that were applied; `yaml_digest` is the next attempt's
+    YAML data (statemachine/failure.py)."""
 
     yaml_changes: list[ConfigChange] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     command: str = ""
     cleanups: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    applied: list[str] = Field(default_factory=list)
+    skipped: list[str] = Field(default_factory=list)
+    chosen: list[int] = Field(default_factory=list)
+    yaml_digest: str = ""
     applicable: bool = False
 
 
@@ -105,19 +118,29 @@ def _label(action: RepairAction) -> str:
 
 class _Resolver:
     def __init__(self, yaml_data: Mapping[str, Any], command: str, env: Mapping[str, str],
-                 installed: Callable[[str], bool]) -> None:
+                 installed: Callable[[str], bool], own_processes: bool | None, gpus: GpuFacts | None) -> None:
         self.data: dict[str, Any] = copy.deepcopy(dict(yaml_data)) if isinstance(yaml_data, Mapping) else {}
         self.original = copy.deepcopy(self.data)
         self.command = command
         self.base_env = env
         self.installed = installed
+        self.own_processes = own_processes
+        self.gpus = gpus
         self.changes: dict[str, ConfigChange] = {}
         self.env: dict[str, str] = {}
         self.cleanups: list[str] = []
         self.notes: list[str] = []
+        self.applied: list[str] = []
+        self.skipped: list[str] = []
+
+    def did(self, text: str) -> None:
+        self.notes.append(text)
+        self.applied.append(text)
 
     def skip(self, action: RepairAction, why: str) -> None:
-        self.notes.append(f"skipped {action.kind} {action.key or action.value}: {why}{_label(action)}")
+        text = f"skipped {action.kind} {action.key or action.value}: {why}{_label(action)}"
+        self.notes.append(text)
+        self.skipped.append(text)
 
     def set_yaml(self, action: RepairAction) -> None:
         if not action.key:
@@ -146,7 +169,7 @@ class _Resolver:
         first_old = get_dotted(self.original, action.key, None)
         self.changes[action.key] = ConfigChange(key=action.key, old=first_old, new=new, reason=reason)
         shown = "(absent)" if current is MISSING else repr(current)
-        self.notes.append(f"set {action.key}: {shown} -> {new!r}{_label(action)}")
+        self.did(f"set {action.key}: {shown} -> {new!r}{_label(action)}")
 
     def unset_yaml(self, action: RepairAction) -> None:
         if not action.key:
@@ -160,7 +183,7 @@ class _Resolver:
         reason = action.description or f"repair: unset {action.key}"
         first_old = get_dotted(self.original, action.key, None)
         self.changes[action.key] = ConfigChange(key=action.key, old=first_old, new=None, reason=reason, unset=True)
-        self.notes.append(f"unset {action.key} (was {current!r}){_label(action)}")
+        self.did(f"unset {action.key} (was {current!r}){_label(action)}")
 
     def set_env(self, action: RepairAction) -> None:
         if not action.key or action.value is None:
@@ -173,7 +196,7 @@ class _Resolver:
             return
         self.env[action.key] = value
         was = f" (was {current!r})" if current is not None else ""
-        self.notes.append(f"set env {action.key}={value}{was}{_label(action)}")
+        self.did(f"set env {action.key}={value}{was}{_label(action)}")
 
     def prefix_command(self, action: RepairAction) -> None:
         prefix = str(action.value or "").strip()
@@ -188,7 +211,7 @@ class _Resolver:
             self.skip(action, "the command already runs behind it")
             return
         self.command = new
-        self.notes.append(f"run the launcher behind `{prefix}`{_label(action)}")
+        self.did(f"run the launcher behind `{prefix}`{_label(action)}")
 
     def flag(self, action: RepairAction) -> None:
         flag = str(action.value or "").strip()
@@ -204,13 +227,13 @@ class _Resolver:
                 self.skip(action, "the command already has it")
                 return
             self.command = cmdlib.add_flag(self.command, flag)
-            self.notes.append(f"add {flag} to the launcher{_label(action)}")
+            self.did(f"add {flag} to the launcher{_label(action)}")
         else:
             if not present:
                 self.skip(action, "the command does not have it")
                 return
             self.command = cmdlib.remove_flag(self.command, flag)
-            self.notes.append(f"remove {flag} from the launcher{_label(action)}")
+            self.did(f"remove {flag} from the launcher{_label(action)}")
 
     def cleanup(self, action: RepairAction) -> None:
         target = str(action.value or "")
@@ -219,18 +242,70 @@ class _Resolver:
             return
         if target in self.cleanups:
             return
+        if target in PROCESS_CLEANUPS and self.own_processes is False:
+            self.skip(action, "no process of this experiment is running (none carries its marker), "
+                      "so there is nothing of its own to stop")
+            return
         self.cleanups.append(target)
-        self.notes.append(f"clean up {target} before relaunching{_label(action)}")
+        self.did(f"clean up {target} before relaunching{_label(action)}")
+
+    def confine_gpus(self, action: RepairAction) -> None:
+        """Run on GPUs the runner knows are free, and skip the launcher's all-GPUs check (which ignores
+        CUDA_VISIBLE_DEVICES); the runner checks those GPUs itself before launch (workers/drive/states/
+        launching.py). Says which GPUs, or why the run was not confined."""
+        facts = self.gpus
+        if cmdlib.launcher_segment(self.command) is None:
+            self.skip(action, "not confined: the command does not run ajet.launcher")
+            return
+        if facts is None:
+            self.skip(action, "not confined: the runner has no GPU facts for this run")
+            return
+        if not facts.skip_flag:
+            self.skip(action, f"not confined: this AgentJet launcher has no {SKIP_FLAG}, and its own check "
+                      "looks at every GPU whatever CUDA_VISIBLE_DEVICES says")
+            return
+        if facts.assigned is not None:
+            chosen, source = list(facts.assigned), "this node assigned them to the run"
+        else:
+            if facts.listed is None:
+                self.skip(action, f"not confined: {facts.unavailable or 'nvidia-smi is not available'}")
+                return
+            free = free_gpus(facts.listed)
+            if len(free) < facts.needed:
+                self.skip(action, f"not confined: nvidia-smi reports {len(free)} GPU(s) at least 95 % free "
+                          f"({describe(facts.listed)}), the run needs {facts.needed}")
+                return
+            chosen = free[: facts.needed]
+            busy = [g.index for g in facts.listed if g.index not in free]
+            seen = f"; {describe(facts.listed, busy)}" if busy else ""
+            source = f"nvidia-smi reports them at least 95 % free{seen}"
+        value = ",".join(str(g) for g in chosen)
+        current = self.env.get(CUDA_VISIBLE, self.base_env.get(CUDA_VISIBLE))
+        if facts.assigned is None and current != value:
+            self.env[CUDA_VISIBLE] = value
+            self.did(f"set env {CUDA_VISIBLE}={value}: confined the run to GPU(s) {value} ({source})")
+        if not cmdlib.has_flag(self.command, SKIP_FLAG):
+            self.command = cmdlib.add_flag(self.command, SKIP_FLAG)
+            self.did(f"add {SKIP_FLAG} to the launcher: the runner checks GPU(s) {value} itself before launch "
+                     "(at least 95 % free memory, the launcher's rule)")
+        elif facts.assigned is None and current == value:
+            self.skip(action, f"already confined to GPU(s) {value} with {SKIP_FLAG}")
+        elif facts.assigned is not None:
+            self.skip(action, f"the run already uses its GPU(s) {value} ({source}) with {SKIP_FLAG}")
 
 
 def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any], command: str,
-                   env: Mapping[str, str], installed: Callable[[str], bool]) -> ResolvedRepair:
+                   env: Mapping[str, str], installed: Callable[[str], bool], own_processes: bool | None = None,
+                   gpus: GpuFacts | None = None, banned: Mapping[int, str] | None = None) -> ResolvedRepair:
     """Apply a plan, in order, to this experiment's YAML data, command and environment.
 
-    `installed(program)` tells whether a program exists on the node (for `prefix_command`).
+    `installed(program)` tells whether a program exists on the node (for `prefix_command`);
+    `own_processes` whether any process of this experiment still runs (False: a process cleanup has
+    nothing to stop and is skipped; None: unknown); `gpus` the facts `confine_gpus` needs; `banned`
+    action indexes not to apply, with the reason (an alternative an earlier attempt already tried).
     Changes compound: two actions on one key yield one change from the original value.
     """
-    r = _Resolver(yaml_data, command, env, installed)
+    r = _Resolver(yaml_data, command, env, installed, own_processes, gpus)
     handlers: dict[str, Callable[[RepairAction], None]] = {
         "set_yaml": r.set_yaml,
         "unset_yaml": r.unset_yaml,
@@ -239,16 +314,22 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
         "add_flag": r.flag,
         "remove_flag": r.flag,
         "cleanup": r.cleanup,
+        "confine_gpus": r.confine_gpus,
     }
     chosen: set[str] = set()
-    for action in actions:
+    picked: list[int] = []
+    for index, action in enumerate(actions):
         if action.alternative in chosen:
             r.skip(action, f"an alternative ({action.alternative}) was already applied")
             continue
-        before = (len(r.changes), len(r.env), r.command, len(r.cleanups))
+        if banned and index in banned:
+            r.skip(action, banned[index])
+            continue
+        before = (len(r.changes), dict(r.env), r.command, len(r.cleanups))
         handlers[action.kind](action)
-        if action.alternative and before != (len(r.changes), len(r.env), r.command, len(r.cleanups)):
+        if action.alternative and before != (len(r.changes), r.env, r.command, len(r.cleanups)):
             chosen.add(action.alternative)
+            picked.append(index)
     def changed(c: ConfigChange) -> bool:
         before = get_dotted(r.original, c.key, MISSING)
         return before is not MISSING if c.unset else before != c.new
@@ -256,7 +337,27 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
     changes = [c for c in r.changes.values() if changed(c)]
     applicable = bool(changes or r.env or r.command != command or r.cleanups)
     if not applicable:
-        r.notes.append("nothing in the repair plan changes this experiment; "
-                       "relaunching would fail the same way")
+        nothing = "nothing in the repair plan changes this experiment; relaunching would fail the same way"
+        r.notes.append(nothing)
+        r.skipped.append(nothing)
     return ResolvedRepair(yaml_changes=changes, env=r.env, command=r.command, cleanups=r.cleanups,
-                          notes=r.notes, applicable=applicable)
+                          notes=r.notes, applied=r.applied, skipped=r.skipped, chosen=picked,
+                          yaml_digest=yaml_digest(r.data), applicable=applicable)
+
+
+def resolve_avoiding_repeats(actions: list[RepairAction], *, identical: Callable[[ResolvedRepair], int | None],
+                             **kwargs: Any) -> tuple[ResolvedRepair, int | None]:
+    """Resolve the plan; when the next attempt would repeat an earlier failed one (`identical` returns its
+    number) and the plan has alternatives, try the next alternative instead (the ones applied are banned,
+    naming that attempt), until the next attempt is new or no alternative is left.
+
+    Returns the resolution and the attempt it would still repeat (None: a new attempt)."""
+    banned: dict[int, str] = {}
+    while True:
+        resolved = resolve_repair(actions, banned=banned, **kwargs)
+        same = identical(resolved)
+        fresh = [i for i in resolved.chosen if i not in banned]
+        if same is None or not fresh:
+            return resolved, same
+        for index in fresh:
+            banned[index] = f"attempt {same} already ran with it and failed the same way"

@@ -1,52 +1,82 @@
-"""A launch command as a bash syntax tree (bashlex), with the spans of every simple command.
+"""A launch command as a bash syntax tree (tree-sitter-bash), with the byte spans of every simple command.
 
-bashlex is a port of bash's own grammar: it knows heredocs, subshells, `$(...)`, `<(...)`,
-`${VAR:-a b}`, functions, `if`/`for`/`while`, and skips comments the way bash does. Where it
-cannot read a command (it does not implement `case`, `[[ ]]`, `$((...))` or arrays), `parse`
-raises `ShellSyntaxError` with bashlex's reason, and callers refuse what they cannot read.
+tree-sitter-bash (MIT) reads what a launch command holds: `&&` / `;` / newline chains, pipelines,
+subshells, `{ ...; }`, functions, `if` / `case` / loops, `[[ ]]`, `$((...))`, `$(...)` and
+backticks, `<(...)`, heredocs, comments. Every position is a byte offset into the UTF-8 text, so a
+rewrite splices byte ranges of the original and leaves everything else byte-identical. The grammar
+is error-tolerant: what it cannot read becomes ERROR or MISSING nodes, reported here as
+`Script.problems` (the caller refuses when they touch a launcher call), never silently dropped.
 
-Two repairs are applied before parsing, both keeping every character's position:
-bashlex does not strip the quotes of a heredoc delimiter (`<<'EOF'` waits for a line
-`'EOF'`), so `'EOF'` is parsed as `EOF` padded with spaces; the delimiter's quoting is
-remembered, because it decides whether the body is expanded.
+Three quirks of the grammar are undone here, so callers see bash's structure:
+- words after a redirection's target (`cmd > log --flag`, `cmd 2>&1 -m x`) are arguments of the
+  command, as in bash, not further targets;
+- what follows a heredoc's delimiter on its line (`cat <<EOF --x`, `bash <<EOF | tee y`,
+  `bash <<EOF && z`) belongs to the command, its pipeline or the chain, not to the heredoc;
+- a redirection of a compound command (`{ echo x; } > f`) applies to every command inside it.
+
+There is no lexer here: quote removal reads the tree's leaves (`word`, `raw_string`, `string_content`)
+and only undoes their backslash escapes.
+
+`tree_sitter` is imported on the first parse, not with this module: the CLI's `--help` does not
+load the grammar.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, NamedTuple
 
-import bashlex
-import bashlex.errors
+if TYPE_CHECKING:
+    from tree_sitter import Node, Parser
 
-__all__ = ["Command", "Heredoc", "ShellSyntaxError", "Word", "parse", "parse_with_substitutions", "unquote"]
+__all__ = [
+    "EXPOSED_CONTEXT", "INERT_CONTEXT", "Command", "Heredoc", "Region", "Script", "Segment", "SyntaxProblem", "Word",
+    "decode", "encode", "parse", "unquote",
+]
 
-_QUOTED_HEREDOC = re.compile(r"<<(-?)([ \t]*)(?:'([A-Za-z0-9_.-]+)'|\"([A-Za-z0-9_.-]+)\"|\\([A-Za-z0-9_.-]+))")
-_EXPANSION_KINDS = frozenset({"parameter", "commandsubstitution", "processsubstitution", "arithmetic"})
+_EXPANSIONS = frozenset({
+    "simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion",
+    "ansi_c_string", "translated_string", "brace_expression",
+})
+_SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_CHAIN_TOKENS = frozenset({"&&", "||", ";", ";;", "&", "\n"})
+_PIPE_TOKENS = frozenset({"|", "|&"})
+_NOT_A_FILE = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+_WORD_ESCAPE = re.compile(r"\\(\n|.)", re.S)
+_DQ_ESCAPE = re.compile(r'\\([$`"\\\n])')
+# Contexts whose output is captured: a command there is "captured in" the command whose argument holds
+# the substitution (index >= 0), in a test or case pattern (INERT_CONTEXT), or anywhere else (EXPOSED_CONTEXT).
+EXPOSED_CONTEXT = -1
+INERT_CONTEXT = -2
 
 
-class ShellSyntaxError(ValueError):
-    """The command is not something bashlex can read with certainty."""
+@cache
+def _parser() -> Parser:
+    from tree_sitter import Language, Parser
+    from tree_sitter_bash import language
+
+    return Parser(Language(language()))
 
 
 @dataclass(frozen=True)
 class Word:
-    """One word as written (`raw`, its span) and as bash sees it once unquoted (`value`)."""
+    """One word as written (`raw`, its byte span) and as bash sees it once unquoted (`value`)."""
 
     value: str
     raw: str
     start: int
     end: int
-    expanded: bool  # holds an expansion bash resolves only at run time ($X, $(..), <(..), globs, braces)
-    quoted_whole: bool  # one quoted string (`"$X"`): never split into several words
+    expanded: bool  # holds an expansion bash resolves only at run time ($X, $(..), <(..), $((..)), globs, braces)
+    quoted_whole: bool  # one double-quoted string (`"$X"`): never split into several words
+    gap: int = -1  # where the blank before it starts (end of the command's previous word or redirection)
 
 
 @dataclass(frozen=True)
 class Heredoc:
-    """A heredoc body (span of the body lines, terminator excluded) and whether bash expands it."""
+    """A heredoc body (byte span of the body lines, terminator excluded) and whether bash expands it."""
 
     body: str
     start: int
@@ -56,203 +86,500 @@ class Heredoc:
 
 @dataclass
 class Command:
-    """A simple command: its words (assignments excluded), where it starts and what feeds or takes it."""
+    """A simple command: its words (leading assignments apart), its span, and what feeds or takes it."""
 
     words: list[Word]
     assignments: list[Word]
     start: int
     end: int
     heredocs: list[Heredoc] = field(default_factory=list)
-    writes_file: bool = False  # stdout or stderr redirected to a file
-    piped_in: bool = False  # not the first command of a pipeline
+    herestrings: list[Word] = field(default_factory=list)  # `<<< word`: the word is fed to its stdin
+    writes_file: bool = False  # stdout or stderr redirected to a file (also by an enclosing `{ ...; } > f`)
+    piped_in: bool = False  # not the first command of a pipeline (or inside such a command)
     piped_out: bool = False  # its output goes into another command
+    captured_in: int | None = None  # inside `$(...)`/`<(...)`: see EXPOSED_CONTEXT; None when not captured
 
 
-def _fix_heredoc_quotes(text: str) -> tuple[str, set[int]]:
-    """`<<'EOF'` -> `<<EOF  ` (same length); returns the text and the positions of quoted delimiters."""
-    quoted: set[int] = set()
+@dataclass(frozen=True)
+class Region:
+    """A span that is no command word: a comment, a test or case pattern (inert), a redirection target."""
 
-    def swap(m: re.Match[str]) -> str:
-        name = m.group(3) or m.group(4) or m.group(5)
-        quoted.add(m.start())
-        written = m.group(0)
-        out = f"<<{m.group(1)}{m.group(2)}{name}"
-        return out + " " * (len(written) - len(out))
-
-    return _QUOTED_HEREDOC.sub(swap, text), quoted
+    start: int
+    end: int
+    kind: str  # "comment" | "inert"
 
 
-def _children(node: Any) -> Iterator[Any]:
-    for attr in ("parts", "list"):
-        yield from getattr(node, attr, None) or []
-    for attr in ("command", "output", "heredoc"):
-        child = getattr(node, attr, None)
-        if child is not None and hasattr(child, "kind"):
-            yield child
+@dataclass(frozen=True)
+class SyntaxProblem:
+    """What tree-sitter could not read: an ERROR node (unexpected text) or a MISSING one (say, `fi`)."""
+
+    start: int
+    end: int
+    message: str
 
 
-def _has_expansion(node: Any) -> bool:
-    stack = list(getattr(node, "parts", None) or [])
+@dataclass(frozen=True)
+class Segment:
+    """One command of the top-level chain (split on `&&`, `||`, `;`, `&`, newlines); `owns` also covers
+    the heredoc bodies that belong to it."""
+
+    start: int
+    end: int
+    owns: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Script:
+    """The parse of one text: bytes, simple commands in source order, regions, problems, top-level chain."""
+
+    data: bytes
+    commands: tuple[Command, ...]
+    regions: tuple[Region, ...]
+    problems: tuple[SyntaxProblem, ...]
+    segments: tuple[Segment, ...]
+    statements: tuple[tuple[int, int], ...]  # spans of the program's top-level nodes
+
+    def text(self, start: int, end: int) -> str:
+        return decode(self.data[start:end])
+
+
+def encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace")
+
+
+class _Ctx(NamedTuple):
+    piped_in: bool = False
+    piped_out: bool = False
+    writes_file: bool = False
+    captured_in: int | None = None
+    target: int = EXPOSED_CONTEXT  # where the output of a substitution met below would go
+
+
+# ----------------------------------------------------------------------------------- word values
+
+
+def _raw(node: Node, data: bytes) -> str:
+    return decode(data[node.start_byte : node.end_byte])
+
+
+def _joined(node: Node, data: bytes, piece: str) -> str:
+    """The value of `node` from its children's values; the bytes between children kept as written, or
+    unescaped the double-quote way (`piece == "dq"`) inside a string."""
+    out: list[str] = []
+    at = node.start_byte
+    for child in node.children:
+        if child.start_byte > at:
+            gap = decode(data[at : child.start_byte])
+            out.append(_DQ_ESCAPE.sub(_drop_escape, gap) if piece == "dq" else gap)
+        if piece == "dq" and child.type == '"':
+            pass
+        elif piece == "dq" and child.type == "string_content":
+            out.append(_DQ_ESCAPE.sub(_drop_escape, _raw(child, data)))
+        else:
+            out.append(_value(child, data))
+        at = max(at, child.end_byte)
+    if node.end_byte > at:
+        out.append(decode(data[at : node.end_byte]))
+    return "".join(out)
+
+
+def _drop_escape(m: re.Match[str]) -> str:
+    return "" if m.group(1) == "\n" else m.group(1)
+
+
+def _value(node: Node, data: bytes) -> str:
+    """The text bash makes of `node` once quotes and escapes are removed; expansions stay as written."""
+    kind = node.type
+    if kind == "word":
+        return _WORD_ESCAPE.sub(_drop_escape, _raw(node, data))
+    if kind == "raw_string":
+        return _raw(node, data)[1:-1]
+    if kind == "string":
+        return _joined(node, data, "dq")
+    if kind in _EXPANSIONS or not node.children:
+        return _raw(node, data)
+    return _joined(node, data, "")
+
+
+def _bare(node: Node, data: bytes) -> str:
+    """The unquoted literal text of a word (to spot the globs and braces bash expands)."""
+    if node.type == "word":
+        return _WORD_ESCAPE.sub("", _raw(node, data))
+    if node.type == "concatenation":
+        return "".join(_bare(c, data) for c in node.children)
+    return ""
+
+
+def _has_expansion(node: Node) -> bool:
+    stack = [node]
     while stack:
         n = stack.pop()
-        if n.kind in _EXPANSION_KINDS:
+        if n.type in _EXPANSIONS:
             return True
-        stack.extend(getattr(n, "parts", None) or [])
+        if n.type in ("string", "concatenation", "variable_assignment", "array"):
+            stack.extend(n.children)
     return False
 
 
-def _unquoted_metas(raw: str) -> str:
-    """The characters of `raw` outside quotes and escapes (to spot globs and braces bash expands)."""
-    out, i, n = [], 0, len(raw)
-    while i < n:
-        c = raw[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c in "'\"":
-            j = raw.find(c, i + 1)
-            i = n if j < 0 else j + 1
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
+def _word(node: Node, data: bytes, gap: int) -> Word:
+    bare = _bare(node.child_by_field_name("value") or node, data) if node.type == "variable_assignment" \
+        else _bare(node, data)
+    expanded = (
+        _has_expansion(node)
+        or any(c in bare for c in "*?[$")
+        or ("{" in bare and ("," in bare or ".." in bare))
+    )
+    return Word(_value(node, data), _raw(node, data), node.start_byte, node.end_byte, expanded,
+                node.type == "string", gap if gap >= 0 else node.start_byte)
 
 
 def unquote(raw: str) -> str:
-    """The value bash makes of one word without expansions: quotes and escapes removed.
+    """The value bash makes of `raw` read as one word (quotes and escapes removed): `-""-autokill` -> `--autokill`."""
+    script = parse(": " + raw)
+    for cmd in script.commands:
+        if cmd.words and cmd.words[0].raw == ":":
+            return " ".join(w.value for w in cmd.words[1:])
+    return raw
 
-    bashlex's own `word` is wrong for mixed quoting (`'a'"'"'b'`), so values come from here.
-    """
-    out: list[str] = []
-    i, n = 0, len(raw)
-    while i < n:
-        c = raw[i]
-        if c == "\\":
-            if raw.startswith("\\\n", i):
-                i += 2
-                continue
-            out.append(raw[i + 1 : i + 2])
-            i += 2
-        elif c == "'":
-            j = raw.find("'", i + 1)
-            j = n if j < 0 else j
-            out.append(raw[i + 1 : j])
-            i = j + 1
-        elif c == '"':
-            i += 1
-            while i < n and raw[i] != '"':
-                if raw[i] == "\\" and i + 1 < n and raw[i + 1] in '$`"\\\n':
-                    if raw[i + 1] != "\n":
-                        out.append(raw[i + 1])
-                    i += 2
-                    continue
-                out.append(raw[i])
-                i += 1
-            i += 1
+
+# ----------------------------------------------------------------------------------- the walk
+
+
+class _Walk:
+    """One pass over the tree, in source order, with an explicit stack (a 10,000-character command can
+    nest thousands of `$(` deep)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.commands: list[Command] = []
+        self.regions: list[Region] = []
+        self.stack: list[tuple[Node, _Ctx]] = []
+
+    def run(self, root: Node) -> None:
+        self.stack.append((root, _Ctx()))
+        while self.stack:
+            node, ctx = self.stack.pop()
+            self.visit(node, ctx)
+
+    def push(self, nodes: list[Node], ctx: _Ctx) -> None:
+        self.stack.extend((n, ctx) for n in reversed(nodes))
+
+    def region(self, node: Node, kind: str, start: int | None = None) -> None:
+        self.regions.append(Region(node.start_byte if start is None else start, node.end_byte, kind))
+
+    def visit(self, node: Node, ctx: _Ctx) -> None:
+        kind = node.type
+        if kind == "comment":
+            self.region(node, "comment")
+        elif kind == "command":
+            self.command(node, [], ctx)
+        elif kind == "redirected_statement":
+            self.redirected(node, ctx)
+        elif kind == "pipeline":
+            self.pipeline([c for c in node.children if c.type not in _PIPE_TOKENS], ctx)
+        elif kind in _SUBSTITUTIONS:
+            # Its commands' output is captured into the word that holds it (ctx.target).
+            self.push(node.children, ctx._replace(captured_in=ctx.target, target=EXPOSED_CONTEXT, writes_file=False))
+        elif kind in ("variable_assignment", "variable_assignments"):
+            self.assignments(node, ctx)
+        elif kind in ("declaration_command", "unset_command"):
+            self.declaration(node, ctx)
+        elif kind == "test_command" or (kind == "compound_statement" and node.child_count
+                                        and node.children[0].type == "(("):
+            self.region(node, "inert")  # `[[ ]]`, `[ ]`, `(( ))`: compared or computed, never run
+            self.push(node.children, ctx._replace(target=INERT_CONTEXT))
+        elif kind == "case_statement":
+            self.case(node, ctx)
         else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+            self.push(node.children, ctx)
 
+    def pipeline(self, elements: list[Node], ctx: _Ctx) -> None:
+        last = len(elements) - 1
+        for k in range(last, -1, -1):
+            self.stack.append((elements[k], ctx._replace(piped_in=ctx.piped_in or k > 0,
+                                                         piped_out=ctx.piped_out or k < last)))
 
-def _word(node: Any, text: str) -> Word:
-    start, end = node.pos
-    raw = text[start:end]
-    bare = _unquoted_metas(raw)
-    expanded = (
-        _has_expansion(node)
-        or "$'" in raw
-        or "$\"" in raw
-        or any(c in bare for c in "*?[")
-        or ("{" in bare and ("," in bare or ".." in bare))
-        or "`" in raw
-        or "$" in bare
-    )
-    quoted_whole = len(raw) >= 2 and raw[0] == '"' and raw[-1] == '"' and raw.count('"') == 2
-    return Word(node.word if expanded else unquote(raw), raw, start, end, expanded, quoted_whole)
+    def case(self, node: Node, ctx: _Ctx) -> None:
+        """`case WORD in PATTERN) ...;; esac`: the word and the patterns are only compared."""
+        inert = ctx._replace(target=INERT_CONTEXT)
+        subject = node.child_by_field_name("value")
+        items: list[tuple[Node, _Ctx]] = []
+        for child in node.children:
+            if subject is not None and child.id == subject.id:
+                self.region(child, "inert")
+                items.append((child, inert))
+            elif child.type == "case_item":
+                patterns = {p.id for p in child.children_by_field_name("value")}
+                for c in child.children:
+                    if c.id in patterns:
+                        self.region(c, "inert")
+                    items.append((c, inert if c.id in patterns else ctx))
+            else:
+                items.append((child, ctx))
+        self.stack.extend(reversed(items))
 
+    def assignments(self, node: Node, ctx: _Ctx) -> None:
+        """`A=1 B=$(x)` alone on a statement: a command with assignments and no words."""
+        parts = [node] if node.type == "variable_assignment" else \
+            [c for c in node.children if c.type == "variable_assignment"]
+        self.commands.append(Command([], [_word(p, self.data, -1) for p in parts], node.start_byte, node.end_byte,
+                                     writes_file=ctx.writes_file, piped_in=ctx.piped_in, piped_out=ctx.piped_out,
+                                     captured_in=ctx.captured_in))
+        self.push([c for p in parts for c in p.children], ctx._replace(target=EXPOSED_CONTEXT))
 
-def _heredoc_body(redirect: Any, text: str, quoted: set[int]) -> Heredoc | None:
-    doc = getattr(redirect, "heredoc", None)
-    if doc is None:
-        return None
-    start, end = doc.pos
-    body = text[start:end]
-    cut = body.rfind("\n")  # the value ends with the terminator line
-    body_end = start + (cut + 1 if cut >= 0 else 0)
-    return Heredoc(text[start:body_end], start, body_end, literal=redirect.pos[0] in quoted)
+    def declaration(self, node: Node, ctx: _Ctx) -> None:
+        """`export A=1 B`, `local x`, `declare -a y=(..)`, `unset z`: a command whose words are its arguments."""
+        index = len(self.commands)
+        words, at = [], node.start_byte
+        for child in node.children:
+            if child.type != "comment":
+                words.append(_word(child, self.data, at))
+                at = child.end_byte
+        self.commands.append(Command(words, [], node.start_byte, node.end_byte, writes_file=ctx.writes_file,
+                                     piped_in=ctx.piped_in, piped_out=ctx.piped_out, captured_in=ctx.captured_in))
+        self.push([c for child in node.children for c in _inside(child)], ctx._replace(target=index))
 
+    def redirected(self, node: Node, ctx: _Ctx) -> None:
+        body = node.child_by_field_name("body")
+        redirects = [c for c in node.children if body is None or c.id != body.id]
+        if body is None or body.type == "command":
+            self.command(body, redirects, ctx)
+            return
+        # A compound (`{ ...; }`, a loop, a subshell) with redirections: they apply to everything inside.
+        holder = Command([], [], node.start_byte, node.end_byte, captured_in=ctx.captured_in)
+        later: list[tuple[Node, _Ctx]] = []
+        tail: list[Node] = []
+        for r in redirects:
+            tail += self.redirection(r, holder, EXPOSED_CONTEXT, ctx, later)
+        if holder.words or holder.heredocs or holder.herestrings:
+            self.commands.append(holder)  # data fed to a compound, words after a target: nobody runs them
+        self.follow(tail, holder, ctx)
+        self.stack.extend(reversed(later))
+        self.stack.append((body, ctx._replace(writes_file=ctx.writes_file or holder.writes_file)))
 
-def _command(node: Any, text: str, quoted: set[int]) -> Command:
-    words: list[Word] = []
-    assignments: list[Word] = []
-    heredocs: list[Heredoc] = []
-    writes = False
-    for part in node.parts:
-        if part.kind == "word":
-            words.append(_word(part, text))
-        elif part.kind == "assignment":
-            (words if words else assignments).append(_word(part, text))
-        elif part.kind == "redirect":
+    def command(self, node: Node | None, redirects: list[Node], ctx: _Ctx) -> None:
+        index = len(self.commands)
+        first = node if node is not None else redirects[0]
+        cmd = Command([], [], first.start_byte, first.end_byte, writes_file=ctx.writes_file, piped_in=ctx.piped_in,
+                      piped_out=ctx.piped_out, captured_in=ctx.captured_in)
+        self.commands.append(cmd)
+        later: list[tuple[Node, _Ctx]] = []
+        tail: list[Node] = []
+        at, named = cmd.start, False
+        for part in (node.children if node is not None else []) + redirects:
             kind = part.type
-            if kind in ("<<", "<<-"):
-                doc = _heredoc_body(part, text, quoted)
-                if doc is not None:
-                    heredocs.append(doc)
-            elif ">" in kind and not (kind.endswith("&") and isinstance(part.output, int)):
-                target = getattr(part.output, "word", None)
-                writes = writes or target not in (None, "/dev/null", "/dev/stdout", "/dev/stderr")
-    return Command(words, assignments, node.pos[0], node.pos[1], heredocs, writes)
+            if kind == "variable_assignment" and not named:
+                cmd.assignments.append(_word(part, self.data, at))
+                later += [(c, ctx._replace(target=EXPOSED_CONTEXT)) for c in part.children]
+            elif kind == "command_name":
+                named = True
+                inner = part.named_children[0] if part.named_child_count == 1 else part
+                cmd.words.append(_word(inner, self.data, at))
+                later.append((inner, ctx._replace(target=index)))
+            elif kind in _REDIRECTS:
+                tail += self.redirection(part, cmd, index, ctx, later)
+            elif kind == "comment":
+                self.region(part, "comment")
+            elif part.is_named:
+                cmd.words.append(_word(part, self.data, at))
+                later += [(c, ctx._replace(target=index)) for c in _inside(part)]
+            elif part.end_byte > part.start_byte:  # a bare token the grammar leaves unnamed (a lone `$`)
+                word = _word(part, self.data, at)
+                cmd.words.append(Word(word.value, word.raw, word.start, word.end, "$" in word.raw, False, word.gap))
+            else:
+                continue
+            at = max([at, *(w.end for w in cmd.words[-1:]), _line_end(part)])
+        cmd.end = max(cmd.end, at)
+        self.follow(tail, cmd, ctx)
+        self.stack.extend(reversed(later))
+
+    def follow(self, tail: list[Node], cmd: Command, ctx: _Ctx) -> None:
+        """What the grammar hung on a heredoc's delimiter line: `| next` (a pipeline) or `&& next` (the chain)."""
+        if not tail:
+            return
+        if tail[0].type in _PIPE_TOKENS:
+            cmd.piped_out = True
+            self.pipeline([c for c in tail[1:] if c.type not in _PIPE_TOKENS], ctx._replace(piped_in=True))
+        else:
+            self.push(tail[1:], ctx)
+
+    def redirection(self, node: Node, cmd: Command, index: int, ctx: _Ctx,
+                    later: list[tuple[Node, _Ctx]]) -> list[Node]:
+        """Read one redirection of `cmd`: its target (a region), the words bash gives the command after it,
+        a heredoc's body or a herestring. Returns the pipeline or chain hung on a heredoc, if any."""
+        kind = node.type
+        if kind == "heredoc_redirect":
+            return self.heredoc(node, cmd, index, ctx, later)
+        op, target, at = "", None, node.start_byte
+        for child in node.children:
+            if child.type == "ERROR" or child.is_missing:
+                later.append((child, ctx))
+            elif not child.is_named:
+                op = op or child.type
+            elif child.type in ("file_descriptor", "comment"):
+                continue
+            elif target is None:
+                target = child
+                if kind != "herestring_redirect":  # a file name; a herestring is data for the command
+                    self.region(child, "inert")
+                later.append((child, ctx._replace(target=EXPOSED_CONTEXT)))
+                at = child.end_byte
+            else:
+                cmd.words.append(_word(child, self.data, at))
+                later.append((child, ctx._replace(target=index)))
+                at = child.end_byte
+        if kind == "herestring_redirect":
+            if target is not None:
+                cmd.herestrings.append(_word(target, self.data, target.start_byte))
+            return []
+        if ">" in op and target is not None:
+            value = _value(target, self.data)
+            if not ((op in (">&", "<&") and (value.isdigit() or value == "-")) or value in _NOT_A_FILE):
+                cmd.writes_file = True
+        return []
+
+    def heredoc(self, node: Node, cmd: Command, index: int, ctx: _Ctx, later: list[tuple[Node, _Ctx]]) -> list[Node]:
+        """Read `<<EOF ... EOF`: its body, and what the grammar hangs on it from the delimiter's line
+        (the command's further words and redirections; a `|` pipeline or a `&&` chain that follows)."""
+        literal, at = False, node.start_byte
+        tail: list[Node] = []
+        body: Node | None = None
+        for child in node.children:
+            kind = child.type
+            if kind == "heredoc_start":
+                literal = any(c in _raw(child, self.data) for c in "'\"\\")
+                self.region(child, "inert", start=node.start_byte)
+                at = child.end_byte
+            elif kind == "heredoc_body":
+                body = child
+            elif kind == "heredoc_end":
+                self.region(child, "inert")
+            elif kind in ("<<", "<<-"):
+                continue
+            elif tail or kind in _CHAIN_TOKENS or kind in _PIPE_TOKENS:
+                tail.append(child)
+            elif kind == "pipeline" and child.child_count and child.children[0].type in _PIPE_TOKENS:
+                tail += child.children
+            elif kind in _REDIRECTS:
+                self.redirection(child, cmd, index, ctx, later)
+                at = child.end_byte
+            elif kind == "ERROR" or child.is_missing or not child.is_named:
+                later.append((child, ctx))
+            else:
+                cmd.words.append(_word(child, self.data, at))
+                later.append((child, ctx._replace(target=index)))
+                at = child.end_byte
+        if body is not None:
+            raw = self.data[body.start_byte : body.end_byte]
+            cut = raw.rfind(b"\n")  # a `<<-` body ends with the terminator's indent
+            end = body.start_byte + (cut + 1 if cut >= 0 else 0)
+            cmd.heredocs.append(Heredoc(decode(self.data[body.start_byte : end]), body.start_byte, end, literal))
+            if not literal:  # `$(...)` in the body runs when bash expands it
+                later.append((body, ctx._replace(target=EXPOSED_CONTEXT)))
+        return tail
 
 
-def _walk(node: Any, text: str, quoted: set[int], out: list[Command], substs: list[tuple[int, int]]) -> None:
-    if node.kind in ("commandsubstitution", "processsubstitution"):
-        substs.append(tuple(node.pos))
-    if node.kind == "command":
-        out.append(_command(node, text, quoted))
-    if node.kind == "pipeline":
-        commands = [p for p in node.parts if p.kind != "pipe"]
-        for k, part in enumerate(commands):
-            before = len(out)
-            _walk(part, text, quoted, out, substs)
-            for cmd in out[before:]:
-                if cmd.start >= part.pos[0] and cmd.end <= part.pos[1]:
-                    cmd.piped_in = cmd.piped_in or k > 0
-                    cmd.piped_out = cmd.piped_out or k < len(commands) - 1
-        return
-    for child in _children(node):
-        _walk(child, text, quoted, out, substs)
+def _inside(node: Node) -> list[Node]:
+    """What to walk into for a word: an assignment's parts (walking the assignment would make it a command)."""
+    return node.children if node.type == "variable_assignment" else [node]
+
+
+def _line_end(node: Node) -> int:
+    """Where a part of a command ends on its line (a heredoc's body and terminator come later)."""
+    if node.type != "heredoc_redirect":
+        return node.end_byte
+    end = node.start_byte
+    for child in node.children:
+        if child.type in ("heredoc_body", "heredoc_end") or child.type in _CHAIN_TOKENS \
+                or child.type in _PIPE_TOKENS or (child.type == "pipeline" and child.child_count
+                                                 and child.children[0].type in _PIPE_TOKENS):
+            break
+        end = child.end_byte
+    return end
+
+
+def _problems(root: Node, data: bytes) -> list[SyntaxProblem]:
+    """Every ERROR and MISSING node, with its line and column (descending only where `has_error`)."""
+    out: list[SyntaxProblem] = []
+    stack = [root] if root.has_error else []
+    while stack:
+        node = stack.pop()
+        if node.is_missing or node.type == "ERROR":
+            raw = data[node.start_byte : node.end_byte]
+            start = node.start_byte + len(raw) - len(raw.lstrip())  # an ERROR may start with the blank before it
+            row = data.count(b"\n", 0, start)
+            line_start = data.rfind(b"\n", 0, start) + 1
+            col = len(decode(data[line_start:start])) + 1
+            what = f"missing `{node.type}`" if node.is_missing else \
+                f"unexpected `{_shown(decode(raw))}`" if raw.strip() else "unexpected end"
+            out.append(SyntaxProblem(start, node.end_byte, f"{what} at line {row + 1}, column {col}"))
+        stack.extend(c for c in node.children if c.has_error or c.is_missing)
+    return sorted(out, key=lambda p: (p.start, p.end))
+
+
+def _shown(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ----------------------------------------------------------------------------------- the chain
+
+
+def _segments(root: Node) -> list[Segment]:
+    """The commands of the top-level chain; subshells, groups, `if`, loops and functions stay whole."""
+    out: list[Segment] = []
+    stack = list(reversed(root.children))
+    while stack:
+        node = stack.pop()
+        kind = node.type
+        if not node.is_named or kind == "comment":
+            continue
+        if kind in ("list", "ERROR"):
+            stack.extend(reversed(node.children))
+            continue
+        doc = next((c for c in node.children if c.type == "heredoc_redirect"), None) \
+            if kind == "redirected_statement" else None
+        tail = _heredoc_chain(doc) if doc is not None else []
+        if node.end_byte == node.start_byte:
+            continue  # a MISSING command (`a && `): nothing to run
+        if not tail or doc is None:
+            out.append(Segment(node.start_byte, node.end_byte, ((node.start_byte, node.end_byte),)))
+            continue
+        end = _line_end(doc)
+        body = [(c.start_byte, c.end_byte) for c in doc.children if c.type in ("heredoc_body", "heredoc_end")]
+        owns = ((node.start_byte, end), (body[0][0], body[-1][1])) if body else ((node.start_byte, end),)
+        out.append(Segment(node.start_byte, end, owns))
+        stack.extend(reversed(tail[1:]))
+    return out
+
+
+def _heredoc_chain(doc: Node) -> list[Node]:
+    """The chain the grammar hangs on a heredoc (`<<EOF && next`): its operator, then the statements."""
+    for k, child in enumerate(doc.children):
+        if child.type in _CHAIN_TOKENS:
+            return [c for c in doc.children[k:] if c.type not in ("heredoc_body", "heredoc_end")]
+    return []
+
+
+# ----------------------------------------------------------------------------------- entry point
 
 
 @lru_cache(maxsize=256)
-def _parse_cached(text: str) -> tuple[tuple[Command, ...], tuple[tuple[int, int], ...]] | str:
-    fixed, quoted = _fix_heredoc_quotes(text)
-    try:
-        trees = bashlex.parse(fixed)
-    except (bashlex.errors.ParsingError, NotImplementedError, IndexError, AttributeError, TypeError,
-            ValueError, AssertionError, KeyError, RecursionError) as exc:
-        detail = " ".join(str(exc).split()) or type(exc).__name__
-        return detail[:300]
-    out: list[Command] = []
-    substs: list[tuple[int, int]] = []
-    for tree in trees:
-        _walk(tree, text, quoted, out, substs)
-    return tuple(out), tuple(substs)
-
-
-def parse(text: str) -> list[Command]:
-    """Every simple command in `text`, at any depth (subshells, `$(...)`, functions, `if`, loops).
-
-    Raises ShellSyntaxError with the reason when bashlex cannot read the text.
-    """
-    return parse_with_substitutions(text)[0]
-
-
-def parse_with_substitutions(text: str) -> tuple[list[Command], list[tuple[int, int]]]:
-    """`parse`, plus the spans of every `$(...)`, backtick and `<(...)` / `>(...)` (to tell comments in them)."""
-    if not text.strip():
-        return [], []
-    found = _parse_cached(text)
-    if isinstance(found, str):
-        raise ShellSyntaxError(found)
-    return list(found[0]), list(found[1])
+def parse(text: str) -> Script:
+    """Every simple command in `text`, at any depth (subshells, `$(...)`, functions, `if`, `case`, loops),
+    the regions that are no command, what tree-sitter could not read, and the top-level chain."""
+    data = encode(text)
+    tree = _parser().parse(data)
+    root = tree.root_node
+    walk = _Walk(data)
+    walk.run(root)
+    return Script(data, tuple(walk.commands), tuple(walk.regions), tuple(_problems(root, data)),
+                  tuple(_segments(root)),
+                  tuple((c.start_byte, c.end_byte) for c in root.children if c.is_named))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -19,6 +19,24 @@ from ajet_runner.statemachine.models import Finding, RepairAction
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 TRACEBACK_ID = "python_traceback"
 MAX_FINDING_TEXT = 500
+
+
+class TransientSpec(BaseModel):
+    """A cause that may pass by itself (a network outage, a GPU busy with someone else's job): an
+    unchanged relaunch is allowed after each wait in `backoff_seconds` (so as many repeats as waits).
+    `until`: a condition the runner watches during the wait and that ends it early (`gpus_free`: every
+    GPU nvidia-smi lists is at least 95 % free, the launcher's own rule)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backoff_seconds: list[float] = Field(min_length=1)
+    until: Literal["gpus_free"] | None = None
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> TransientSpec:
+        if any(not 0 <= s <= 3600 for s in self.backoff_seconds):
+            raise ValueError("backoff_seconds must each be between 0 and 3600")
+        return self
 
 
 class SignatureSpec(BaseModel):
@@ -32,6 +50,7 @@ class SignatureSpec(BaseModel):
     repairable: bool
     repair: list[RepairAction] = Field(default_factory=list)
     settle_seconds: float | None = Field(default=None, ge=0, le=600)
+    transient: TransientSpec | None = None
 
     @model_validator(mode="after")
     def _plan_matches_repairable(self) -> SignatureSpec:
@@ -52,6 +71,7 @@ class Signature:
     repairable: bool
     repair: tuple[RepairAction, ...]
     settle_seconds: float | None = None  # a live process may linger this long after the line (None: default)
+    transient: TransientSpec | None = None  # an unchanged relaunch is allowed after a backoff (see TransientSpec)
 
     def matches(self, line: str) -> bool:
         """True when any pattern is found in the (cleaned) line."""
@@ -93,6 +113,7 @@ def _compile(specs: list[SignatureSpec], path: Path, taken: set[str] | None = No
                 repairable=spec.repairable,
                 repair=tuple(spec.repair),
                 settle_seconds=spec.settle_seconds,
+                transient=spec.transient,
             )
         )
     return result

@@ -45,6 +45,10 @@ class Loose(BaseModel):
         return plain(value)
 
 
+_OPTIONAL_ATTEMPT_FIELDS = ("console_evaluations", "console_train_steps", "inputs", "experiment_name", "start_step",
+                            "resumed_from", "val_offset", "gpu_check")
+
+
 class Attempt(Loose):
     """One launch of the command."""
 
@@ -60,13 +64,23 @@ class Attempt(Loose):
     console_evaluations: list[dict[str, Any]] | None = None
     # The training steps its log printed a verl training row for, as [first, last] runs (None: an older record).
     console_train_steps: list[list[int]] | None = None
+    # What the attempt ran with (ajet_runner.statemachine.failure.AttemptInputs, dumped): the failing
+    # state compares the next attempt's with these (None: an older record, never compared).
+    inputs: dict[str, Any] | None = None
+    # What the trainer said about where it started (read from the attempt's log): the experiment name
+    # AgentJet used, the global step it started from (0 = from scratch) and the checkpoint it resumed.
+    experiment_name: str = ""
+    start_step: int | None = None
+    resumed_from: str = ""
+    val_offset: int | None = None  # size of the results file when the attempt started (its own lines follow)
+    gpu_check: str = ""  # what the runner's own GPU check before launch saw (empty: no check)
 
     @model_serializer(mode="wrap")
     def _without_unset_evaluations(self, handler: Any) -> dict[str, Any]:
         data = handler(self)
-        for key in ("console_evaluations", "console_train_steps"):
-            if data.get(key) is None:
-                data.pop(key, None)  # an older record keeps its shape
+        for name in _OPTIONAL_ATTEMPT_FIELDS:
+            if data.get(name) in (None, ""):
+                data.pop(name, None)  # an older record keeps its shape
         return data
 
 
@@ -78,11 +92,14 @@ class RepairRecord(Loose):
     signature: str = "unknown"
     explanation: str = ""
     log_excerpt: str = ""
-    changes: list[str] = []
+    changes: list[str] = []  # what was applied (key old -> new, variable=value, flag, cleanup and its effect)
+    skipped: list[str] = []  # what the plan proposed and was not applied, each with why
     diff: str = ""
     source: str = "none"
     result: RepairResult | Literal[""] = ""
     next: str = ""
+    identical_to: int | None = None  # the earlier attempt the next one would have repeated
+    backoff_seconds: float = 0.0  # waited before an unchanged relaunch (a transient cause)
     # Only when source == "adviser": who advised, why, what it proposed and what became of it.
     advised_by: str = ""
     advice_result: str = ""  # advised | refused | declined | no answer
@@ -147,6 +164,7 @@ class Context(Loose):
     swarm: dict[str, Any] = {}  # swarm mode: spec, reused, server handle
     gang: dict[str, Any] = {}  # multi-node: attempt, MASTER_ADDR/PORT, nnodes, members (for the report)
     advice_asks: int = 0  # times the LLM adviser was asked (AJET_RUNNER_LLM_MAX_ASKS)
+    cleanups_done: list[str] = []  # cleanups the last repair did, for the next attempt's inputs
 
     @field_validator("pending_repair", mode="before")
     @classmethod

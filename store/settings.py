@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     plateau_epsilon: float = 0.005
     repair_budget: int = 3
     repair_budget_per_signature: int = 2
+    repair_backoff_scale: float = Field(default=1.0, ge=0, description="multiplies the catalogue's waits before an "
+                                        "unchanged relaunch of a transient cause (network, busy GPUs)")
     repair_hook: str = Field(default="", description="command that reads JSON on stdin, may answer a plan")
     # LLM repair adviser (off unless llm_url is set); the key is a SecretStr: never printed or logged
     llm_url: str = Field(default="", description="OpenAI-compatible endpoint (base URL or .../chat/completions)")

@@ -107,7 +107,7 @@ BLUEPRINT = """# Driver test
 [exp_yaml_path] {code}/conf.yaml
 [exp_launch_command]
 ```bash
-python -m ajet.launcher --conf conf.yaml --backbone verl
+{command}
 ```
 [exp_result_dir] {results}
 [exp_max_time] 1 hour
@@ -136,17 +136,20 @@ def settings_for(redis_url: str, **overrides: Any) -> Settings:
     return Settings(**{**base, **overrides})
 
 
-def blueprint_text(tmp_path: Path) -> str:
+LAUNCH = "python -m ajet.launcher --conf conf.yaml --backbone verl"
+
+
+def blueprint_text(tmp_path: Path, command: str = LAUNCH) -> str:
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
     (code / "conf.yaml").write_text(YAML, encoding="utf-8")
-    return BLUEPRINT.format(code=code, python=sys.executable, results=tmp_path / "results")
+    return BLUEPRINT.format(code=code, python=sys.executable, results=tmp_path / "results", command=command)
 
 
 def seed(store: Store, exp_id: str, tmp_path: Path, *, state: str = "queued", attempt: int = 0,
-         ctx: Context | None = None, **fields: Any) -> None:
+         ctx: Context | None = None, command: str = LAUNCH, **fields: Any) -> None:
     """A record as submission (and earlier driving, for later states) would have left it."""
-    bp = parse_blueprint(blueprint_text(tmp_path))
+    bp = parse_blueprint(blueprint_text(tmp_path, command))
     lc = Lifecycle(id=exp_id, state=state, attempt=attempt)
     store.create(exp_id, {
         "state": state, "lifecycle": lc.to_dict(), "purpose": bp.exp_purpose, "result_dir": bp.exp_result_dir,

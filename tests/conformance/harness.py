@@ -19,6 +19,7 @@ holds the keyword. Under `env_for` its `pgrep`/`ps` only see processes that carr
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -180,10 +181,8 @@ def kill_sandbox(env: dict[str, str], grace_s: float = 2.0) -> list[int]:
     pids = sandbox_pids(env)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, sig)
-            except OSError:
-                pass
         deadline = time.monotonic() + grace_s
         while sig == signal.SIGTERM and time.monotonic() < deadline and any(_alive(p) for p in pids):
             time.sleep(0.05)

@@ -17,7 +17,8 @@ import pytest
 
 from tests.conformance import harness
 
-pytestmark = [pytest.mark.conformance, pytest.mark.slow]
+# The first test may build the conformance venv (about a minute warm, longer on a cold pip cache).
+pytestmark = [pytest.mark.conformance, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 STEP_LINE = re.compile(r"^step:(\d+) - ")
 BUSY = "0:80000:100,1:80000:79200"  # GPU 1 has 1 % free
@@ -125,6 +126,27 @@ def test_nvidia_smi_failure_is_reported(codebase, make_env):
         "communicate with the NVIDIA driver.")
 
 
+def test_no_gpu_listed_and_no_nvidia_smi(codebase, make_env, conf_python):
+    res = harness.run_launcher(codebase, "--conf", "./minimal.yaml", env=make_env(gpus=""))
+    assert res.returncode == 1
+    assert res.stdout.rstrip().splitlines()[-1] == "RuntimeError: No GPUs detected by nvidia-smi."
+    env = make_env()
+    env["PATH"] = f"{Path(conf_python).parent}:/usr/bin:/bin"  # no fake nvidia-smi (and no --kill: safe)
+    res = harness.run_launcher(codebase, "--conf", "./minimal.yaml", env=env)
+    assert res.returncode == 1
+    assert res.stdout.rstrip().splitlines()[-1] == (
+        "RuntimeError: nvidia-smi not found. NVIDIA drivers/GPU may be unavailable.")
+
+
+def test_missing_model_dir_is_caught_before_training(codebase, make_env):
+    conf = _yaml_with(codebase, "nomodel.yaml", **{"model.path": "/no/such/models/Qwen2.5-7B"})
+    res = harness.run_launcher(codebase, "--conf", conf, env=make_env())
+    assert res.returncode == 1
+    assert res.stdout.rstrip().splitlines()[-1] == (
+        "AssertionError: Model path /no/such/models/Qwen2.5-7B does not exist. Please check your configuration.")
+    assert "Experiment Name: nomodel_" in res.stdout and "Running command:" not in res.stdout
+
+
 def test_skip_check_avail_gpu_does_not_exist_in_0_0_1(codebase, make_env):
     res = harness.run_launcher(codebase, "--conf", "./minimal.yaml", "--skip-check-avail-gpu",
                                env=make_env(gpus=BUSY))
@@ -163,7 +185,7 @@ def test_autokill_skips_the_gpu_check_and_kills_only_the_sandbox(codebase, make_
         killed = [int(p) for lst in re.findall(r"Successfully killed processes with PIDs: \[([\d, ]+)\]", res.stdout)
                   for p in lst.split(",")]
         assert victim.pid in killed
-        assert victim.wait(timeout=10) == -9  # TERM, then KILL one second later
+        assert victim.wait(timeout=10) == -15  # the TERM the killer sends first (KILL follows 1 s later)
         assert bystander.poll() is None and bystander.pid not in killed
         calls = [json.loads(line)["argv"] for line in
                  (codebase / ".conformance" / "ray-calls.jsonl").read_text().splitlines()]
@@ -226,12 +248,48 @@ def test_cuda_oom_injection_exits_1_through_ray_hydra_and_the_launcher(codebase,
     assert "Final validation metrics" not in text
 
 
-def test_benign_oom_warning_does_not_fail_the_run(codebase, make_env):
-    env = make_env(extra={"AJET_CONF_WARN_AT_STEP": "2", "AJET_CONF_WARN_KIND": "benign_oom"})
+def test_benign_oom_warning_does_not_fail_the_run_and_colours_strip(codebase, make_env):
+    env = make_env(colour=True, extra={"AJET_CONF_WARN_AT_STEP": "2", "AJET_CONF_WARN_KIND": "benign_oom",
+                                       "RAY_COLOR_PREFIX": "1"})
     res = harness.run_launcher(codebase, "--conf", "./minimal.yaml", env=env)
     assert res.returncode == 0, res.stdout[-3000:]
-    assert "WARNING: CUDA out of memory during log-prob computation" in res.stdout
-    assert "Final validation metrics" in res.stdout
+    assert re.search(r"^\x1b\[36m\(TaskRunner pid=\d+\)\x1b\[39m step:1 - ", res.stdout, re.M)
+    assert "\x1b[32m" in res.stdout  # loguru's coloured timestamps
+    lines = harness.console_lines(res.stdout)
+    assert _steps(lines) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6]
+    assert "WARNING: CUDA out of memory during log-prob computation (micro batch 8), retrying" in "\n".join(lines)
+    assert any(line.startswith("Training Progress: 100%") for line in lines)
+
+
+def test_plateau_config_goes_flat(codebase, make_env):
+    res = harness.run_launcher(codebase, "--conf", "./plateau.yaml", env=make_env())
+    assert res.returncode == 0, res.stdout[-3000:]
+    tgc: dict[int, float] = {}
+    for line in harness.console_lines(res.stdout):
+        if (m := STEP_LINE.match(line)) and " - pass_n:4 - " in line[:40]:
+            tgc[int(m.group(1))] = float(re.search(r" - TGC@1:([0-9.]+)", line).group(1))
+    assert sorted(tgc) == list(range(13))
+    assert [tgc[n] for n in range(5)] == sorted({tgc[n] for n in range(5)})  # strictly rising to step 4
+    assert {tgc[n] for n in range(4, 13)} == {70 / 128}  # then flat: 0.55 of 128 rollouts, rounded
+
+
+@pytest.mark.parametrize(("kind", "cause", "last"), [
+    ("vllm_kv_cache", "ValueError", "ValueError: The model's max seq len (32768) is larger than the maximum number "
+                                    "of tokens that can be stored in KV cache (21024)."),
+    ("nccl_timeout", "RuntimeError", "RuntimeError: [Rank 0] Watchdog caught collective operation timeout: "
+                                     "WorkNCCL(SeqNum=2741, OpType=ALLREDUCE"),
+    ("hf_network", "OSError", "OSError: We couldn't connect to 'https://huggingface.co' to load the files"),
+])
+def test_other_failure_kinds_reach_the_console(codebase, make_env, kind, cause, last):
+    env = make_env(extra={"AJET_CONF_FAIL_AT_STEP": "1", "AJET_CONF_FAIL_KIND": kind,
+                          "AJET_CONF_TRAIN_TASKS": "8", "AJET_CONF_VAL_TASKS": "4"})
+    conf = _yaml_with(codebase, "one_epoch.yaml", **{"trainer_common.total_epochs": 1})
+    res = harness.run_launcher(codebase, "--conf", conf, env=env)
+    assert res.returncode == 1
+    text = "\n".join(harness.console_lines(res.stdout))
+    assert f"ray.exceptions.RayTaskError({cause}): ray::TaskRunner.run()" in text
+    assert last in text
+    assert "returned non-zero exit status 1." in text
 
 
 def test_killed_trainer_is_reported_with_its_signal(codebase, make_env):

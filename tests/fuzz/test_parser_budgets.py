@@ -103,7 +103,7 @@ _warmed: list[bool] = []
 
 
 def _warm_up() -> None:
-    """First calls build bashlex's parser tables and compile regexes (~0.3 s once per process): not timed."""
+    """First calls load the tree-sitter grammar and compile regexes (once per process): not timed."""
     if _warmed:
         return
     _warmed.append(True)
@@ -204,7 +204,7 @@ def _rewrite_conf(text: str) -> str:
 
 
 def test_command_lexer_shapes_just_under_its_cap() -> None:
-    """The lexer reads at most LAUNCH_COMMAND_MAX_CHARS; its slowest shapes at that size, each entry
+    """The analysis reads at most LAUNCH_COMMAND_MAX_CHARS; its slowest shapes at that size, each entry
     point (one full parse each: ~20 ms idle, measured ~50 ms on this loaded 2-core machine)."""
     for unit in ("a\n", "a;", "`a`\n", 'sh -c "a"\n', "bash -c 'a';", "eval a\n", "$(a)\n", "f(){ a;};"):
         text = unit * (cmdlib.LAUNCH_COMMAND_MAX_CHARS // len(unit))

@@ -4,6 +4,7 @@ result dirs, refused blueprints, a YAML outside the codebase, check == run, quot
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -72,9 +73,12 @@ def test_reused_result_dir_moves_the_earlier_run_to_previous_and_links_it(tmp_pa
     log = (sc.results / "logs" / "attempt-1.log").read_text()
     assert log.count("Initial validation metrics") == 1  # nothing appended to the earlier run's log
     data = sc.results_json()
-    # Same YAML name, same checkpoints: AgentJet resumes at step 8 and validates there; the earlier
-    # run's steps 0..8 are not this run's.
-    assert data["previous_run"] == f"previous/{previous.name}" and steps(data) == [8]
+    # A new experiment never resumes another's weights: the same YAML in the same minute gets the same
+    # AgentJet name (and its checkpoints), so the preflight gives it its own checkpoint dir; in a later
+    # minute the name differs anyway. Either way it trains from step 0 and the earlier run's evaluations
+    # are not this run's.
+    assert data["previous_run"] == f"previous/{previous.name}" and steps(data) == [0, 2, 4, 6, 8]
+    assert [a["start_step"] for a in data["attempts"]] == [0]
     assert f"previous/{previous.name}" in (sc.results / "experiment_report.md").read_text()
 
 
@@ -115,8 +119,10 @@ def test_a_yaml_outside_the_codebase_runs(tmp_path, tmux_socket) -> None:
     proc = run_cli(sc, env_for(tmux_socket))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert steps(sc.results_json()) == [0, 2, 4, 6, 8]
-    # AgentJet names the run after the YAML's file name: the patched copy kept it
-    assert (sc.codebase / "saved_experiments" / "exp1" / "exp1.yaml").exists()
+    # AgentJet names the run after the YAML's file name (and the launch minute): the patched copy kept it
+    [saved] = (sc.codebase / "saved_experiments").glob("exp1_*/exp1.yaml")
+    assert re.fullmatch(r"exp1_\d{8}_\d{4}", saved.parent.name)
+    assert sc.results_json()["attempts"][0]["experiment_name"] == saved.parent.name
     assert not (outside.parent / ".ajet-runner").exists()  # the copy is cleaned up, kept in the result dir
     assert sc.results_json()["patched_yaml_path"] == str(sc.results / "config.patched.yaml")
 

@@ -91,6 +91,7 @@ def test_lexer_defects_read_right() -> None:
     "if true; then\n  python -m ajet.launcher --conf a.yaml --autokill\nfi",
     "bash -c \"bash -c 'python -m ajet.launcher --conf a.yaml --autokill'\"",
     "eval 'python -m ajet.launcher --conf a.yaml --autokill'",
+    "case x in x) python -m ajet.launcher --conf a.yaml --autokill;; esac",  # bashlex could not read `case`
 ])
 def test_hidden_spellings_are_rewritten(cmd: str) -> None:
     plan = _plan(cmd)
@@ -109,7 +110,7 @@ def test_hidden_spellings_are_rewritten(cmd: str) -> None:
     ("echo --autokill > args; python -m ajet.launcher --conf a.yaml", "carries --autokill"),
     ("cat > run.sh <<'EOF'\npython -m ajet.launcher --conf a.yaml --autokill\nEOF\nbash run.sh", "carries --autokill"),
     ("echo a.yaml | xargs python -m ajet.launcher --conf", "xargs"),
-    ("case x in x) python -m ajet.launcher --conf a.yaml --autokill;; esac", "bash parser cannot read it"),
+    ("if true; then\n  python -m ajet.launcher --conf a.yaml --autokill\n", "bash parser cannot read it"),
     ('bash -c "python -m ajet.launcher --conf $C --autokill"', "built at run time"),
     ("python -m ajet.launcher --conf a.yaml " + "x" * LAUNCH_COMMAND_MAX_CHARS, "at most"),
 ])
@@ -184,6 +185,9 @@ PLACES = [
     "bash -c {Q(L)}", "sh -c {Q(L)}", "bash -ec {Q(L)}", "bash -c {Q(true && L)}", "f() {{ {L}; }}\nf",
     "if true; then\n  {L}\nfi", "bash <<'EOF'\n{L}\nEOF", "x=$({L})", "{L} 2>&1 | cat", "nohup {L} &\nwait",
     "bash -c {Q(bash -c Q(L))}", "env {L}", "timeout 30 {L}", "eval {Q(L)}",
+    # read since the tree-sitter parser (bashlex refused them, or missed the herestring)
+    "case x in x) {L};; esac", "[[ -n x ]] && {L}", "timeout $((10 * 3)) {L}", "bash <<< {Q(L)}",
+    "{{ {L}; }} 2>&1 | cat", "{L} > out.log",
 ]
 
 

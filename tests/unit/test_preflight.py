@@ -135,7 +135,7 @@ def test_appworld_two_nodes_warnings() -> None:
     p = plan("appworld_2nodes.yaml", env={"SWANLAB_API_KEY": "k"})
     assert p.gpus_needed == 16 and p.nnodes == 2
     assert not messages(p, f"{TC}.nnodes")  # a multi-node run is placed on two nodes, nothing to warn about
-    assert any("resumes from its checkpoint" in m for m in messages(p, "ajet.experiment_name"))
+    assert any("is fixed" in m and "resume" in m for m in messages(p, "ajet.experiment_name"))
     assert any("only the last step" in m for m in messages(p, f"{TC}.test_freq"))
     [short] = messages(p, f"{TC}.total_training_steps")
     assert "total_training_steps=40" in short and "4.0 h" in short

@@ -106,11 +106,15 @@ def test_plans_follow_the_notes() -> None:
     assert oom[("set_yaml", "ajet.rollout.max_model_len")].factor == 0.75
     assert oom[("set_yaml", "ajet.data.train_batch_size")].factor == 0.5
     busy = [(a.kind, a.value) for a in signature("gpu_busy").repair]
-    assert ("add_flag", "--skip-check-avail-gpu") in busy and ("cleanup", "gpu_processes") in busy
+    assert ("confine_gpus", None) in busy and ("cleanup", "gpu_processes") in busy
+    assert signature("gpu_busy").transient is not None and signature("gpu_busy").transient.until == "gpus_free"
     net = signature("network_unreachable").repair
     assert net[0].kind == "prefix_command" and net[0].value == "proxychains4 -q" and net[0].requires == "proxychains4"
     assert ("set_env", "HF_HUB_OFFLINE", "1") in [(a.kind, a.key, a.value) for a in net]
-    assert [(a.kind, a.value) for a in signature("ray_already_running").repair] == [("cleanup", "ray")]
+    ray = signature("ray_already_running").repair  # the cleanup first, then reuse the running head
+    assert [(a.kind, a.value, a.alternative) for a in ray] == [("cleanup", "ray", "ray_head"),
+                                                              ("remove_flag", "--with-ray", "ray_head")]
+    assert signature("network_unreachable").transient is not None and signature("ray_already_running").transient is None
     nvls = [(a.key, a.value) for a in signature("nccl_unhandled_cuda_error").repair if a.kind == "set_env"]
     assert nvls == [("NCCL_NVLS_ENABLE", "0")]
     assert all(a.kind != "set_env" for a in signature("nccl_timeout").repair)

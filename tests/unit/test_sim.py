@@ -177,11 +177,35 @@ def test_first_attempt_oom_then_resume_repeats_steps(tmp_path: Path) -> None:
     assert first.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in first.stdout
     assert (sim.codebase / ".sim_state/oom_first_attempt/failed-cuda_oom").exists()
-    assert (sim.codebase / "checkpoints/oom_first_attempt/latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    ckpt = sim.codebase / "saved_checkpoints/benchmarking/oom_first_attempt"  # verl: base/project/experiment
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert "Training from scratch" in first.stdout and "Experiment Name: oom_first_attempt" in first.stderr
     second = sim.run()
     assert second.returncode == 0, second.stdout[-2000:]
-    assert "Resuming from global step 2" in second.stdout
+    assert f"Load from checkpoint folder: {ckpt}/global_step_2" in second.stdout
+    assert "Setting global step to 2" in second.stdout and f"Resuming from {ckpt}/global_step_2" in second.stdout
     assert sim.result_steps("saved_val_result/oom_first_attempt_val.md", "global_steps") == [0, 2, 2, 4, 6, 8, 10]
+
+
+def test_an_unnamed_experiment_is_named_like_agentjet_and_resumes_only_under_the_same_name(tmp_path: Path) -> None:
+    sim = Sim(tmp_path, "oom_first_attempt", minutes_apart=True)
+    sim.edit(lambda cfg: cfg["ajet"].update(experiment_name="read_yaml_name"))
+    first = sim.run()
+    assert first.returncode == 1
+    [name] = re.findall(r"Experiment Name: ([\w-]+)", first.stderr)
+    assert re.fullmatch(r"oom_first_attempt_\d{8}_\d{4}", name)  # <yaml stem>_<YYYYmmdd_HHMM>
+    ckpt = sim.codebase / "saved_checkpoints/benchmarking" / name
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    # a relaunch in a later minute is a new experiment: another name, from step 0 (and its
+    # first-attempt failure fires again, since that marker is per experiment)
+    again = sim.run()
+    [other] = re.findall(r"Experiment Name: ([\w-]+)", again.stderr)
+    assert other != name and "Training from scratch" in again.stdout
+    # the name pinned: the same experiment, resumed at its checkpoint
+    sim.edit(lambda cfg: cfg["ajet"].update(experiment_name=name))
+    pinned = sim.run()
+    assert pinned.returncode == 0 and f"Experiment Name: {name}" in pinned.stderr
+    assert f"Resuming from {ckpt}/global_step_2" in pinned.stdout
 
 
 def test_oom_condition_is_lifted_by_the_real_repair(tmp_path: Path) -> None:

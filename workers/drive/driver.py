@@ -173,12 +173,14 @@ class ExperimentDriver:
                 out.append(Problem(level=Level.error, field=fld, message=str(exc)))
         return out
 
-    def _cleanup_processes(self) -> None:
-        """Scoped cleanup: this experiment's own processes only (never `--autokill`'s host-wide kill)."""
+    def _cleanup_processes(self) -> list[int]:
+        """Scoped cleanup: this experiment's own processes only (never `--autokill`'s host-wide kill);
+        returns the pids it stopped."""
         killed = self.runner.kill_marked(MARKER, self.id, grace=5.0)  # where the runs live (session host)
         if killed:
             self.journal.publish({"type": "cleanup", "killed_pids": killed,
                                   "message": f"killed {len(killed)} leftover process(es) of this experiment"})
+        return list(killed)
 
     def _renew(self) -> None:
         self.journal.renew(self.settings.lease_seconds)

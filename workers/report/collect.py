@@ -26,7 +26,9 @@ from ajet_runner.workers.drive.watch import (
     parse_own_results,
 )
 from ajet_runner.workers.process.tmux import session_name
+from ajet_runner.workers.repair.resume import note_start
 from ajet_runner.workers.report import ReportData
+from ajet_runner.workers.report.attempt_curve import attempt_curve
 from ajet_runner.workers.swarm.found_results import swarm_results_source
 
 
@@ -87,9 +89,33 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
     return (summary if summary.evaluations else None), "; ".join(sources)
 
 
+def _same_results_file(ctx: Context) -> bool:
+    """The results file is the one that was there at launch (same inode), so attempts' offsets hold."""
+    if not ctx.val_path:
+        return False
+    try:
+        inode = os.stat(ctx.val_path).st_ino
+    except OSError:
+        return True  # not written at all: every attempt's part is empty
+    return not ctx.val_start.get("inode") or ctx.val_start["inode"] == inode
+
+
 def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle, ctx: Context, *, node: str,
                 watch: AttemptWatch | None, started_at: float | None) -> ReportData:
+    for attempt in ctx.attempts:
+        note_start(attempt)  # the experiment name, start step and checkpoint each attempt's log names
     summary, source = gather_results(bp, ctx)
+    discovered = not ctx.val_path and bool(ctx.swarm)
+    curve = None if discovered else attempt_curve(ctx, file_usable=_same_results_file(ctx))
+    attempt_of: dict[tuple[int, str], int] = {}
+    if curve is not None and len(ctx.attempts) > 1:
+        summary = curve.summary if curve.summary.evaluations else None
+        attempt_of = curve.attempt_of
+        if curve.superseded:
+            source += (f"; {len(curve.superseded)} evaluation(s) of earlier attempts superseded by a resume or a "
+                       "restart (results.json: superseded_evaluations)")
+    elif curve is not None and len(ctx.attempts) == 1:
+        attempt_of = {(e.step, e.dataset): ctx.attempts[0].number for e in (summary.evaluations if summary else [])}
     steps = attempt_train_steps(ctx.attempts)  # the console's training rows (kept by the watcher)
     if ctx.train_path and Path(ctx.train_path).exists():
         steps |= {s.step for s in parse_train_file(ctx.train_path).steps}
@@ -108,7 +134,11 @@ def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle
         preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
         preflight_env=ctx.preflight_env,
         repairs=list(ctx.repairs),
-        evaluations=[e.model_dump() for e in summary.evaluations] if summary else [],
+        evaluations=[{**e.model_dump(), **({"attempt": attempt_of[(e.step, e.dataset)]}
+                                          if (e.step, e.dataset) in attempt_of else {})}
+                     for e in summary.evaluations] if summary else [],
+        superseded_evaluations=curve.superseded if curve is not None and len(ctx.attempts) > 1 else [],
+        attempt_starts=curve.lineage if curve is not None else [],
         final=summary.final if summary else {}, best=summary.best if summary else {},
         train_steps=train_steps, log_tail=tail, history=lc.history,
         results_source=source if ctx.attempts else "", previous_run=ctx.previous_run,

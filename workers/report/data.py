@@ -62,6 +62,11 @@ class ReportData(_Input):
     nodes: list[dict[str, Any]] = []  # a multi-node run: every rank {rank, node, gpus, session, log, ...}
     master: dict[str, Any] = {}  # a multi-node run: {"master_addr", "master_port", "nnodes"} of the last attempt
     swarm: dict[str, Any] = {}  # swarm mode: {"spec", "reused", "history"} of the swarm server
+    # Evaluations of earlier attempts a resume or a restart took out of the curve, each with its
+    # attempt and why; and per attempt where training started ({"attempt", "start_step", "how",
+    # "resumed_from", "experiment_name"}, how: from scratch | resumed | restarted | start not logged).
+    superseded_evaluations: list[dict[str, Any]] = []
+    attempt_starts: list[dict[str, Any]] = []
 
     @field_validator("final", "best", mode="before")
     @classmethod

@@ -22,6 +22,7 @@ class Eval:
     step: int | None
     dataset: str
     metrics: dict[str, float | None] = field(default_factory=dict)
+    attempt: int | None = None  # the attempt that produced it (when the runner could tell)
 
     def get(self, metric: str) -> float | None:
         return finite(self.metrics.get(metric))
@@ -41,14 +42,15 @@ def normalize_evaluations(raw: Iterable[Any]) -> list[Eval]:
             continue
         metrics_raw = item.get("metrics")
         if not isinstance(metrics_raw, dict):  # a flat dict: every other numeric key is a metric
-            metrics_raw = {k: v for k, v in item.items() if k not in ("step", "dataset")}
+            metrics_raw = {k: v for k, v in item.items() if k not in ("step", "dataset", "attempt")}
         metrics: dict[str, float | None] = {}
         for key, value in metrics_raw.items():
             name = normalize_key(str(key))
             if name not in metrics and number(value) is not None:
                 metrics[name] = number(value)
         step = _as_int(item.get("step", item.get("global_steps")))
-        out.append(Eval(step=step, dataset=str(item.get("dataset") or ""), metrics=metrics))
+        out.append(Eval(step=step, dataset=str(item.get("dataset") or ""), metrics=metrics,
+                        attempt=_as_int(item.get("attempt"))))
     return sorted(out, key=lambda e: (e.step is None, e.step or 0))
 
 

@@ -88,7 +88,11 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
         f"- **Diagnosis:** {diagnosis}",
         f"- **Source of the fix:** {md_cell(source)}"
         + (f" ({SOURCES[source]})" if source in SOURCES else ""),
-        f"- **Result:** {md_cell(record.result or NA)}",
+        f"- **Result:** {md_cell(record.result or NA)}"
+        + (f" (the next attempt would have repeated attempt {record.identical_to} exactly)"
+           if record.identical_to is not None and not record.relaunched else "")
+        + (f" (unchanged after a wait: the cause is transient; same inputs as attempt {record.identical_to})"
+           if record.identical_to is not None and record.relaunched else ""),
         f"- **What happened next:** {repair_next(data, record)}",
         "",
     ]
@@ -99,9 +103,11 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
     else:
         lines += ["No log excerpt was captured.", ""]
     if record.changes:
-        lines += ["Change:", ""] + [f"- {md_cell(change, 1000)}" for change in record.changes] + [""]
+        lines += ["What the runner did:", ""] + [f"- {md_cell(change, 1000)}" for change in record.changes] + [""]
     else:
         lines += ["No change was made.", ""]
+    if record.skipped:
+        lines += ["Considered and not done:", ""] + [f"- {md_cell(line, 1000)}" for line in record.skipped] + [""]
     if record.diff.strip():
         lines += ["YAML diff:", "", *fenced(record.diff, "diff"), ""]
     return lines

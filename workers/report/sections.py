@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ajet_runner.store.records import Attempt as AttemptInfo
 from ajet_runner.store.records import RepairRecord
 from ajet_runner.workers.report.data import (
     DELTA_METRICS,
@@ -128,7 +129,8 @@ def _evaluation_table(c: ReportContext) -> list[str]:
         return lines + [hint]
     metrics = table_metrics(c.evals)
     base = baselines(c.evals)
-    header = ["step", "dataset"]
+    by_attempt = len({e.attempt for e in c.evals if e.attempt is not None}) > 1
+    header = ["step", "attempt", "dataset"] if by_attempt else ["step", "dataset"]
     for m in metrics:
         header.append(m)
         if m in DELTA_METRICS:
@@ -136,6 +138,8 @@ def _evaluation_table(c: ReportContext) -> list[str]:
     rows: list[list[Any]] = []
     for e in c.evals:
         row: list[Any] = [str(e.step) if e.step is not None else NA, md_cell(e.dataset or "–")]
+        if by_attempt:
+            row.insert(1, str(e.attempt) if e.attempt is not None else NA)
         for m in metrics:
             row.append(fmt_value(e.metrics.get(m), m))
             if m in DELTA_METRICS:
@@ -144,7 +148,17 @@ def _evaluation_table(c: ReportContext) -> list[str]:
     lines = _headline(c)
     lines += ["", "Every evaluation, in step order. Δ is the change since the dataset's step 0"
               " (or its first evaluation when there is no step 0).", ""]
-    return lines + table(header, rows)
+    if by_attempt:
+        lines += ["The curve follows the attempts as the trainer did: a resumed attempt continues it from its "
+                  "checkpoint's step; a restarted one replaces what came before (see Attempts).", ""]
+    lines += table(header, rows)
+    gone = c.data.superseded_evaluations
+    if gone:
+        lines += ["", f"{len(gone)} evaluation(s) of earlier attempts are not in the curve: "
+                  + "; ".join(dict.fromkeys(f"attempt {g.get('attempt', NA)}, step {g.get('step', NA)}: "
+                                            f"{md_cell(g.get('why', ''))}" for g in gone[:12]))
+                  + (" …" if len(gone) > 12 else "") + " (all in results.json: superseded_evaluations)."]
+    return lines
 
 
 def _best_final(c: ReportContext) -> list[str]:
@@ -192,20 +206,39 @@ def _attempts(c: ReportContext) -> list[str]:
     if not d.attempts:
         return ["The command was never launched."]
     rows = []
+    starts = {s.get("attempt"): s for s in d.attempt_starts if isinstance(s, dict)}
     for a in d.attempts:
         dur = None if a.ended_at is None else a.ended_at - a.started_at
         rows.append([
             str(a.number), fmt_time(a.started_at), fmt_time(a.ended_at) if a.ended_at is not None else "running",
-            fmt_duration(dur), NA if a.exit_code is None else str(a.exit_code), md_cell(a.end_reason or NA),
-            path_link(a.log_path, d.result_dir),
+            fmt_duration(dur), _start_cell(a, starts.get(a.number)),
+            NA if a.exit_code is None else str(a.exit_code), md_cell(a.end_reason or NA),
+            path_link(a.log_path, d.result_dir) if a.log_path else NA,
         ])
-    lines = table(["#", "started", "ended", "duration", "exit code", "end", "log"], rows)
+    lines = table(["#", "started", "ended", "duration", "from step", "exit code", "end", "log"], rows)
+    names = list(dict.fromkeys(a.experiment_name for a in d.attempts if a.experiment_name))
+    if names:
+        lines += ["", "Experiment name (as AgentJet logged it): " + ", ".join(
+            f"{code_span(n)} (attempt{'s' if len(at) > 1 else ''} {', '.join(at)})"
+            for n in names for at in [[str(a.number) for a in d.attempts if a.experiment_name == n]])]
+    checks = [f"- attempt {a.number}: {md_cell(a.gpu_check, 600)}" for a in d.attempts if a.gpu_check]
+    if checks:
+        lines += ["", "The runner's own GPU check before launch:", "", *checks]
     commands = list(dict.fromkeys(a.command for a in d.attempts if a.command))
     if len(commands) == 1:
         lines += ["", f"Command: {code_span(commands[0])}"]
     else:
         lines += [""] + [f"- attempt {a.number}: {code_span(a.command)}" for a in d.attempts if a.command]
     return lines
+
+
+def _start_cell(a: AttemptInfo, start: dict[str, Any] | None) -> str:
+    """Where training started: `0 (from scratch)`, `4 (resumed …/global_step_4)`, `0 (restarted)`."""
+    if a.start_step is None:
+        return NA
+    how = (start or {}).get("how") or ("resumed" if a.start_step else "from scratch")
+    where = f" from {code_span(a.resumed_from)}" if how == "resumed" and a.resumed_from else ""
+    return f"{a.start_step} ({md_cell(how)}{where})"
 
 
 def _nodes(c: ReportContext) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from ajet.sim import companions, console, failures, interrupts, ray_cluster
+from ajet.sim import companions, console, failures, interrupts, ray_cluster, state
 from ajet.sim.config import (
     SimSettings,
     compose,
@@ -64,7 +65,8 @@ class LaunchContext:
         except (OSError, yaml.YAMLError):
             self.peek = {}
         self.sim: SimSettings = sim_settings(self.peek)
-        self.experiment = experiment_name(self.peek, args.conf or "experiment.yaml")
+        self.named_at = state.launch_time(self.cwd, self.sim.minutes_apart)  # one stamp for the whole launch
+        self.experiment = experiment_name(self.peek, args.conf or "experiment.yaml", self.named_at)
         self.flags: set[str] = set()
         if args.with_ray:
             self.flags.add("with_ray")
@@ -80,11 +82,47 @@ class LaunchContext:
         return False
 
 
+def nvidia_smi_gpus() -> list[tuple[str, float, float]] | None:
+    """(name, total MiB, used MiB) per GPU from a `nvidia-smi` on PATH, queried as AgentJet's
+    check_avail_gpu does; None when there is none (the simulated node's GPUs are then all free)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    out = subprocess.run([exe, "--query-gpu=name,memory.total,memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=False)
+    rows = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3:
+            rows.append((parts[0], float(parts[1]), float(parts[2])))
+    return rows
+
+
+def check_nvidia_smi(rows: list[tuple[str, float, float]]) -> None:
+    """AgentJet's rule on what nvidia-smi reports: every GPU >= 95% free, CUDA_VISIBLE_DEVICES ignored."""
+    violations = []
+    for idx, (name, total, used) in enumerate(rows):
+        ratio = max(total - used, 0.0) / total if total > 0 else 0.0
+        console.log("INFO", f"GPU {idx} ({name}): total={total:.0f} MiB, used={used:.0f} MiB, free_ratio={ratio:.3f}",
+                    "ajet.launcher:check_avail_gpu:167")
+        if ratio < 0.95:
+            violations.append(f"GPU {idx} ({name}): free_ratio={ratio:.3f} < 0.950")
+    if violations:
+        message = f"GPU memory check failed: all GPUs must have >= 95% free. Violations: {'; '.join(violations)}"
+        console.log("ERROR", message, "ajet.launcher:check_avail_gpu:175")
+        raise RuntimeError(message)
+    console.log("SUCCESS", f"All {len(rows)} GPUs are available.", "ajet.launcher:check_avail_gpu:180")
+
+
 def check_avail_gpu(ctx: LaunchContext) -> None:
-    """Every GPU the node has must be >= 95% free; CUDA_VISIBLE_DEVICES is ignored, as in AgentJet."""
+    """Every GPU the node has must be >= 95% free; CUDA_VISIBLE_DEVICES is ignored, as in AgentJet.
+    Busy GPUs come from AJET_SIM_BUSY_GPUS or a `gpu_busy` injection, else from a nvidia-smi on PATH."""
     busy = [int(x) for x in os.environ.get("AJET_SIM_BUSY_GPUS", "").split(",") if x.strip().isdigit()]
     if not busy and ctx.injected("gpu_busy"):
         busy = [0, 1]
+    if not busy and (rows := nvidia_smi_gpus()) is not None:
+        check_nvidia_smi(rows)
+        return
     node = int(os.environ.get("AJET_SIM_GPUS", ctx.sim.available_gpus))
     console.log("INFO", "Checking GPU availability: every GPU must have >= 95% free memory ...",
                 "ajet.utils.launch_utils:check_avail_gpu:301")
@@ -123,8 +161,12 @@ def autokill(ctx: LaunchContext, keywords: str) -> None:
 def prepare_config(ctx: LaunchContext) -> tuple[dict[str, Any], Path]:
     """Compose the YAML with its defaults and keep a copy under saved_experiments/<name>/."""
     config = read_hierarchical_config(ctx.args.conf, ctx.args.backbone)
+    name = experiment_name(config, ctx.args.conf, ctx.named_at)  # the YAML's own value, as AgentJet reads it
+    where = "ajet.utils.config_utils:prepare_experiment_config"
+    for line, text in ((284, "-" * 40), (285, f"Experiment Name: {name}"),
+                       (286, f"Experiment Backup Dir: {ctx.args.exp_dir}/{name}/backup"), (288, "-" * 40)):
+        console.log("INFO", text, f"{where}:{line}")
     cfg = compose(config, ctx.args.conf, ctx.cwd)
-    name = experiment_name(cfg, ctx.args.conf)
     cfg["ajet"]["experiment_name"] = name
     cfg["ajet"]["backbone"] = ctx.args.backbone
     exp_dir = ctx.cwd / ctx.args.exp_dir / name

@@ -1,4 +1,9 @@
 """Failing: gather the facts about the failure and act on `ajet_runner.statemachine.failure.judge_failure`.
+
+The facts: the plan (catalogue, hook or adviser), resolved against this experiment's config, command
+and node (are any of its processes still running for a cleanup to stop; which GPUs are free), the
+next attempt's inputs compared with every earlier attempt that failed for the same cause, and the
+catalogue's backoff when the cause is transient.
 """
 
 from __future__ import annotations
@@ -10,16 +15,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ajet_runner.statemachine.diagnose import decisive_line
-from ajet_runner.statemachine.failure import RepairResult, judge_failure
+from ajet_runner.statemachine.failure import RepairResult, judge_failure, repeats_of
+from ajet_runner.statemachine.gpu_check import GpuFacts, parse_visible
 from ajet_runner.statemachine.models import Finding
-from ajet_runner.statemachine.repairs import resolve_repair
+from ajet_runner.statemachine.preflight import gang_shape
+from ajet_runner.statemachine.repairs import ResolvedRepair, resolve_avoiding_repeats
 from ajet_runner.statemachine.rules import EXIT_NOT_RECORDED
+from ajet_runner.statemachine.signatures import signature as catalogue_entry
 from ajet_runner.store.records import PendingRepair, RepairRecord
+from ajet_runner.workers.drive.attempt import MARKER
+from ajet_runner.workers.process.procs import processes_with_marker
 from ajet_runner.workers.repair.adviser import advice_fields, advice_source
+from ajet_runner.workers.repair.attempt_inputs import earlier_failures, next_inputs
 from ajet_runner.workers.repair.config_patch import read_yaml_data
+from ajet_runner.workers.repair.gpus import launcher_skip_support, query_gpus
 from ajet_runner.workers.repair.plan import plan_repair
 
 if TYPE_CHECKING:
+    from ajet_runner.statemachine.models import RepairAction
     from ajet_runner.workers.drive.driver import ExperimentDriver
 
 
@@ -37,11 +50,14 @@ def handle(d: ExperimentDriver) -> bool:
         return True
     launched = d.lc.attempt > 0 and bool(d.ctx.command)
     actions: list[Any] = []
-    resolved = None
+    resolved: ResolvedRepair | None = None
+    identical_to: int | None = None
+    backoff: float | None = None
     quote, why = "", ""
+    budget_left = d.lc.can("repair", signature=sig_id)
     if launched:
         advise = advice_source(d.settings, bp=d.bp, ctx=d.ctx, pending=pending,
-                               publish=d.journal.publish, budget_left=d.lc.can("repair", signature=sig_id))
+                               publish=d.journal.publish, budget_left=budget_left)
         quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
         actions, source, why = plan_repair(cause, pending, hook=d.settings.repair_hook, bp=d.bp,
                                            attempt=d.lc.attempt, config_path=d.ctx.config_path,
@@ -49,29 +65,85 @@ def handle(d: ExperimentDriver) -> bool:
         if source == "adviser":
             record = record.model_copy(update=advice_fields(pending))
         if actions:
-            data = read_yaml_data(Path(d.ctx.config_path)) if d.ctx.config_path else {}
-            resolved = resolve_repair(actions, yaml_data=data, command=d.ctx.command, env=d.ctx.env,
-                                      installed=lambda prog: shutil.which(prog) is not None)
+            resolved, identical_to = _resolve(d, actions, sig_id)
+            backoff = _transient_backoff(d, sig_id, resolved)
         record.source = source
     else:
         record.explanation = d.lc.reason
     verdict = judge_failure(launched=launched, signature=sig_id, planned=bool(actions),
                             applicable=resolved is not None and resolved.applicable,
-                            budget_left=d.lc.can("repair", signature=sig_id), why=why, quote=quote,
-                            rejection=d.lc.reason)
+                            budget_left=budget_left, why=why, quote=quote,
+                            rejection=d.lc.reason, identical_to=identical_to, backoff=backoff)
     record.result = verdict.result
-    if resolved is not None and verdict.result != RepairResult.budget_spent:
-        record.changes = list(resolved.notes)
+    record.identical_to = verdict.identical_to
+    if resolved is not None and verdict.trigger == "repair":
+        record.changes, record.skipped = list(resolved.applied), list(resolved.skipped)
+    elif resolved is not None:  # nothing is applied when the run ends here: say what was considered
+        record.skipped = [*resolved.skipped, *(f"not applied (no relaunch): {line}" for line in resolved.applied)]
     d.ctx.repairs.append(record)
     stat = (sig_id, verdict.result.value) if verdict.counted else None
     if verdict.trigger == "repair":
         assert resolved is not None
-        d.ctx.pending_repair = PendingRepair.model_validate({**pending,
-                                                             "resolved": resolved.model_dump(mode="json")})
+        repeat = verdict.identical_to is not None  # an unchanged relaunch of a transient cause
+        plan = {**resolved.model_dump(mode="json"), "backoff_seconds": verdict.backoff, "repeat": repeat,
+                "until": _until(sig_id) if repeat else None}
+        d.ctx.pending_repair = PendingRepair.model_validate({**pending, "resolved": plan})
         d.fire("repair", verdict.reason, repair_stat=stat, signature=sig_id)
     else:
         d.fire("give_up", verdict.reason, repair_stat=stat)
     return True
+
+
+def _resolve(d: ExperimentDriver, actions: list[RepairAction], sig_id: str) -> tuple[ResolvedRepair, int | None]:
+    """The plan against this experiment, avoiding a next attempt an earlier failed one already ran."""
+    data = read_yaml_data(Path(d.ctx.config_path)) if d.ctx.config_path else {}
+    earlier = earlier_failures(d.ctx, d.lc.attempt, sig_id)
+    # Whether a process cleanup would find anything: only known for a run whose processes all live on
+    # this host (not behind a session host, not a multi-node gang whose ranks run elsewhere).
+    own = None if d.runner.remote() or d.gang is not None else bool(processes_with_marker(MARKER, d.id))
+    gpus = _gpu_facts(d, data) if any(a.kind == "confine_gpus" for a in actions) else None
+
+    def identical(resolved: ResolvedRepair) -> int | None:
+        same = repeats_of(next_inputs(d.ctx, resolved), earlier, sig_id)
+        return same[0] if same else None
+
+    return resolve_avoiding_repeats(actions, identical=identical, yaml_data=data, command=d.ctx.command,
+                                    env=d.ctx.env, installed=lambda prog: shutil.which(prog) is not None,
+                                    own_processes=own, gpus=gpus)
+
+
+def _transient_backoff(d: ExperimentDriver, sig_id: str, resolved: ResolvedRepair) -> float | None:
+    """The wait before an unchanged relaunch of a transient cause (None: not transient, or its waits
+    are used up). The n-th repeat of the same inputs waits the catalogue's n-th backoff."""
+    try:
+        spec = catalogue_entry(sig_id).transient
+    except KeyError:
+        return None
+    if spec is None:
+        return None
+    earlier = earlier_failures(d.ctx, d.lc.attempt, sig_id)
+    repeats = len(repeats_of(next_inputs(d.ctx, resolved), earlier, sig_id))
+    if repeats == 0 or repeats > len(spec.backoff_seconds):
+        return None
+    return spec.backoff_seconds[repeats - 1] * d.settings.repair_backoff_scale
+
+
+def _until(sig_id: str) -> str | None:
+    try:
+        spec = catalogue_entry(sig_id).transient
+    except KeyError:
+        return None
+    return spec.until if spec is not None else None
+
+
+def _gpu_facts(d: ExperimentDriver, data: dict[str, Any]) -> GpuFacts:
+    """What `confine_gpus` needs: the node's GPUs for this run, or what nvidia-smi reports free."""
+    nodes, per_node = gang_shape(data)
+    supported, _ = launcher_skip_support(d.bp.exp_codebase_dir, d.bp.exp_venv_exe)
+    assigned = list(d.ctx.gpus) if d.ctx.gpus is not None else None
+    listed, why = (None, "") if assigned is not None else query_gpus()
+    return GpuFacts(assigned=assigned, listed=listed, unavailable=why, needed=max(per_node, 1),
+                    skip_flag=supported is not False, current=parse_visible(d.ctx.env.get("CUDA_VISIBLE_DEVICES")))
 
 
 def _exit_not_recorded(d: ExperimentDriver, record: RepairRecord, cause: Finding) -> None:

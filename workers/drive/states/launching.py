@@ -1,15 +1,27 @@
 """Launching: start the attempt in tmux, or find the one a crashed worker already started (never twice).
+
+Before a launch whose command skips AgentJet's all-GPUs check (`--skip-check-avail-gpu`) on GPUs the
+runner knows (a managed node's, or those a repair confined the run to), the runner checks those GPUs
+itself with the launcher's rule (at least 95 % free memory) and records what it saw; a busy one stops
+the launch as `gpu_busy`, as the launcher's own check would have.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
+from ajet_runner.statemachine.signatures import signature
 from ajet_runner.store.records import Attempt, PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_env
 from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.process.tmux import RunHandle
+from ajet_runner.workers.repair.attempt_inputs import launch_inputs
+from ajet_runner.workers.repair.gpus import query_gpus
 from ajet_runner.workers.report.reserve import RESERVE_NAME
 from ajet_runner.workers.swarm.hooks import SwarmServerFailed, start_or_reuse
 from ajet_runner.workers.swarm.server_watch import server_failure_pending
@@ -32,6 +44,11 @@ def handle(d: ExperimentDriver) -> bool:
             return True
         if d.runner.exists(session):
             d.runner.kill_session(session)  # the previous attempt's lingering pane
+        inputs = launch_inputs(d.ctx).model_dump(mode="json")
+        gpu_check, busy = _check_known_gpus(d)
+        if busy:
+            _refuse_busy_gpus(d, paths["log"], inputs, gpu_check, busy)
+            return True
         env = attempt_env(d.bp, d.id, d.ctx.env, d.ctx.gpus)
         if d.gang is not None:
             ranks = gang.launch_members(d)
@@ -61,13 +78,65 @@ def handle(d: ExperimentDriver) -> bool:
         gang.record_head(d, d.handle, paths["log"])
         d.ctx.attempts.append(Attempt(
             number=d.lc.attempt, started_at=d.handle.started_at, ended_at=None, exit_code=None,
-            command=d.ctx.command, log_path=str(paths["log"]), end_reason="",
+            command=d.ctx.command, log_path=str(paths["log"]), end_reason="", inputs=inputs,
+            val_offset=_size(d.ctx.val_path), gpu_check=gpu_check,
         ))
+        d.ctx.cleanups_done = []
     else:
         d.handle = adopted
     d.fire("launched", f"attempt {d.lc.attempt} running in tmux session {session}",
            fields={"handle": d.handle.to_dict(), "tmux_session": session})
     return True
+
+
+def _known_gpus(d: ExperimentDriver) -> list[int] | None:
+    """The GPUs this run uses as far as the runner decided them: the node's, or a repair's confinement."""
+    if d.ctx.gpus is not None:
+        return list(d.ctx.gpus)
+    return parse_visible(d.ctx.env.get("CUDA_VISIBLE_DEVICES"))
+
+
+def _check_known_gpus(d: ExperimentDriver) -> tuple[str, list[str]]:
+    """(what the runner saw, why GPUs are busy) for a launch that skips the launcher's own check."""
+    gpus = _known_gpus(d)
+    if d.ctx.swarm or gpus is None or cmdlib.launcher_segment(d.ctx.command) is None \
+            or not cmdlib.has_flag(d.ctx.command, SKIP_FLAG):
+        return "", []
+    shown = ",".join(str(g) for g in gpus)
+    listed, why = query_gpus()
+    if listed is None:
+        seen = f"GPU(s) {shown} not checked before launch: {why}"
+        d.journal.publish({"type": "gpu_check", "gpus": gpus, "message": seen})
+        return seen, []
+    busy = too_busy(listed, gpus)
+    seen = (f"GPU(s) {shown} checked before launch (nvidia-smi: {describe(listed, gpus)}): "
+            + ("; ".join(busy) if busy else "all at least 95 % free"))
+    d.journal.publish({"type": "gpu_check", "gpus": gpus, "message": seen})
+    return seen, busy
+
+
+def _refuse_busy_gpus(d: ExperimentDriver, log_path: Path, inputs: dict, seen: str, busy: list[str]) -> None:
+    """The runner's own GPU check failed: no launch; the failure is `gpu_busy`, with what nvidia-smi said."""
+    text = f"GPU memory check failed (the runner's check of this run's GPUs before launch): {'; '.join(busy)}"
+    now = time.time()
+    d.ctx.attempts.append(Attempt(
+        number=d.lc.attempt, started_at=now, ended_at=now, exit_code=None, command=d.ctx.command,
+        log_path="", end_reason=f"not started: {'; '.join(busy)}", inputs=inputs, gpu_check=seen,
+    ))
+    d.ctx.cleanups_done = []
+    finding = signature("gpu_busy").finding(0, text)
+    d.ctx.pending_repair = PendingRepair(cause=finding.model_dump(mode="json"), reason=text, log_excerpt=seen,
+                                         log_tail=[text])
+    d.fire("anomaly", f"gpu_busy: {'; '.join(busy)}", signature="gpu_busy")
+
+
+def _size(path: str) -> int | None:
+    if not path:
+        return None
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _find_running_attempt(d: ExperimentDriver, session: str, paths: dict[str, Path]) -> RunHandle | None:

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.flag import atomic_write_bytes, write_error_reason
 from ajet_runner.statemachine.models import Level, Problem
-from ajet_runner.statemachine.preflight import preflight, shared_gpus_change
+from ajet_runner.statemachine.preflight import gpu_check_decision, launch_workdir, preflight
 from ajet_runner.workers.drive.owner_identity import driver_identity
 from ajet_runner.workers.drive.watch import file_start
 from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.process.tmux import session_name
+from ajet_runner.workers.repair.gpus import launcher_skip_support
 from ajet_runner.workers.report.reserve import take_reserve
 from ajet_runner.workers.swarm.found_results import snapshot
 from ajet_runner.workers.swarm.hooks import port_problems, swarm_plan, swarm_results_path
@@ -145,11 +146,23 @@ def _apply_preflight(d: ExperimentDriver, plan: Any) -> None:
 
 
 def _share_node_gpus(d: ExperimentDriver) -> None:
-    """On a node shared with other runs, skip AgentJet's all-GPUs-free check (statemachine/preflight.py)."""
-    change = shared_gpus_change(d.ctx.command, d.ctx.gpus, d.node.gpus)
+    """AgentJet's all-GPUs check on a shared node, or after `--autokill` was stripped: skipped where the
+    runner knows this run's GPUs (it checks them itself before launch), else a warning that it will run
+    (statemachine/preflight.py: gpu_check_decision)."""
+    if d.ctx.swarm:
+        return
+    hazard = d.ctx.cleanup_on_stop  # the preflight removed --autokill / --kill
+    shared = d.ctx.gpus is not None and len(d.ctx.gpus) < d.node.gpus
+    supported, launcher = (True, "")
+    if (hazard or shared) and d.ctx.gpus is not None:
+        supported, launcher = launcher_skip_support(launch_workdir(d.bp, d.ctx.command), d.bp.exp_venv_exe)
+    change, problem = gpu_check_decision(d.ctx.command, gpus=d.ctx.gpus, node_gpus=d.node.gpus, hazard_removed=hazard,
+                                         skip_supported=supported, launcher=launcher)
     if change is not None:
         d.ctx.preflight_changes.append(change.model_dump(mode="json"))
         d.ctx.command = change.new
+    if problem is not None:
+        d.ctx.preflight_problems.append(problem.model_dump(mode="json"))
 
 
 def _apply_swarm(d: ExperimentDriver) -> None:

@@ -1,28 +1,101 @@
-"""Repairing: apply the resolved fix (env, command, YAML copy, cleanups), then relaunch.
+"""Repairing: apply the resolved fix (a transient cause's wait, env, command, the YAML copy with the
+experiment name pinned so the trainer resumes, cleanups), record what each step did, then relaunch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
+from ajet_runner.statemachine.gpu_check import describe, parse_visible, too_busy
+from ajet_runner.statemachine.preflight import launch_workdir
+from ajet_runner.statemachine.repairs import PROCESS_CLEANUPS
+from ajet_runner.workers.repair.gpus import query_gpus
+from ajet_runner.workers.repair.resume import pin_experiment_name
 from ajet_runner.workers.swarm.hooks import stop_ours
 
 if TYPE_CHECKING:
     from ajet_runner.workers.drive.driver import ExperimentDriver
 
+GPU_POLL_SECONDS = 5.0
+
 
 def handle(d: ExperimentDriver) -> bool:
     d._renew()
     resolved = (d.ctx.pending_repair.resolved if d.ctx.pending_repair else None) or {}
+    record = d.ctx.repairs[-1] if d.ctx.repairs else None
+    wait = float(resolved.get("backoff_seconds") or 0.0)
+    if resolved.get("repeat"):
+        known = d.ctx.gpus if d.ctx.gpus is not None else parse_visible(
+            {**d.ctx.env, **(resolved.get("env") or {})}.get("CUDA_VISIBLE_DEVICES"))
+        line, cancelled = _wait(d, wait, resolved.get("until"), known)
+        if record is not None:
+            record.changes.append(line)
+            record.backoff_seconds = wait
+        if cancelled:
+            d.fire("cancel", "stop requested")
+            return True
     d.ctx.env.update(resolved.get("env") or {})
     d.ctx.command = resolved.get("command") or d.ctx.command
-    diff = d._patch_config(resolved.get("yaml_changes") or [])
-    if "swarm_server" in (resolved.get("cleanups") or []):
+    changes: list[dict[str, Any]] = list(resolved.get("yaml_changes") or [])
+    if not d.ctx.swarm:
+        pin, line = pin_experiment_name(d.ctx, launch_workdir(d.bp, d.ctx.command))
+        if pin is not None:
+            changes.append(pin.model_dump(mode="json"))
+        if line and record is not None:
+            record.changes.append(line)
+    diff = d._patch_config(changes)
+    cleanups = list(resolved.get("cleanups") or [])
+    if "swarm_server" in cleanups:
         stop_ours(d.runner, d.ctx.swarm, d.settings.stop_grace_seconds, d.journal.publish)
-    if resolved.get("cleanups"):
-        d._cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
-    if d.ctx.repairs:
-        d.ctx.repairs[-1].diff = diff
+    if any(c in PROCESS_CLEANUPS for c in cleanups):
+        killed = d._cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
+        if record is not None:  # the plan's "clean up …" lines become what the cleanup did
+            planned = [c for c in record.changes if c.startswith(tuple(f"clean up {k} " for k in PROCESS_CLEANUPS))]
+            at = record.changes.index(planned[0]) if planned else len(record.changes)
+            record.changes = [c for c in record.changes if c not in planned]
+            record.changes.insert(at, _cleanup_line(cleanups, killed))
+    d.ctx.cleanups_done = cleanups
+    if record is not None:
+        record.diff = diff
     d.ctx.pending_repair = None
     d.fire("relaunch", f"fix applied; attempt {d.lc.attempt + 1}")
     return True  # what the relaunch led to is linked when collecting (link_repair_outcomes)
+
+
+def _cleanup_line(cleanups: list[str], killed: list[int]) -> str:
+    what = ", ".join(c for c in cleanups if c in PROCESS_CLEANUPS)
+    if killed:
+        shown = ", ".join(str(p) for p in killed[:20]) + (" …" if len(killed) > 20 else "")
+        return f"cleanup ({what}): stopped {len(killed)} process(es) of this experiment (pids {shown})"
+    return f"cleanup ({what}): no process of this experiment was left to stop"
+
+
+def _wait(d: ExperimentDriver, seconds: float, until: str | None, known: list[int] | None) -> tuple[str, bool]:
+    """Wait before an unchanged relaunch of a transient cause; `gpus_free` ends it early once the run's
+    GPUs (`known`; else every GPU nvidia-smi lists, as the launcher checks) are at least 95 % free.
+    Returns the repair-log line and whether a stop came."""
+    start = time.monotonic()
+    deadline = start + seconds
+    seen = ""
+    next_look = start
+    while True:
+        d._renew()
+        if d.journal.cancel_requested():
+            return f"waited {time.monotonic() - start:.1f} s for the transient cause; a stop was requested", True
+        now = time.monotonic()
+        if until == "gpus_free" and now >= next_look:
+            listed, why = query_gpus()
+            seen = describe(listed, known) if listed is not None else why
+            wanted = known if known is not None else [g.index for g in listed or []]
+            if listed and not too_busy(listed, wanted):
+                which = f"GPU(s) {','.join(map(str, wanted))} are" if known is not None else "every GPU is"
+                return (f"waited {now - start:.1f} s: {which} at least 95 % free now (nvidia-smi: {seen}); "
+                        "relaunching unchanged"), False
+            next_look = now + GPU_POLL_SECONDS
+        if now >= deadline:
+            break
+        time.sleep(min(1.0, deadline - now, max(next_look - now, 0.05)))
+    tail = f"; nvidia-smi still shows {seen}" if until == "gpus_free" and seen else ""
+    return f"waited {seconds:g} s (the catalogue's backoff for a transient cause){tail}; relaunching unchanged", False
+

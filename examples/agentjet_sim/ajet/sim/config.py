@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,9 +82,14 @@ def compose(config: dict[str, Any], yaml_fp: str, cwd: Path) -> dict[str, Any]:
     return merged
 
 
-def experiment_name(cfg: dict[str, Any], yaml_fp: str) -> str:
-    name = str(cfg.get("ajet", {}).get("experiment_name") or "read_yaml_name")
-    return Path(yaml_fp).stem if name == "read_yaml_name" else name
+def experiment_name(cfg: dict[str, Any], yaml_fp: str, at: float | None = None) -> str:
+    """As AgentJet's prepare_experiment_config: unset or `read_yaml_name` -> `<yaml file name without
+    .yaml>_<YYYYmmdd_HHMM>` (local time of `at`, default now); an explicit name as written, `|` -> `-`."""
+    name = (cfg.get("ajet") or {}).get("experiment_name") if isinstance(cfg.get("ajet"), dict) else None
+    if name is None or name == "read_yaml_name":
+        stem = os.path.basename(yaml_fp).replace(".yaml", "")
+        return f"{stem}_{time.strftime('%Y%m%d_%H%M', time.localtime(at))}"
+    return str(name).replace("|", "-")
 
 
 def get(cfg: dict[str, Any], dotted: str, default: Any = None) -> Any:
@@ -130,6 +136,7 @@ class SimSettings:
     crash_at_step: int | None = None
     crash_exit_code: int = 1
     exit_code: int | None = None
+    minutes_apart: bool = False  # each launch's name timestamp one minute after the last (relaunches hours apart)
     fail: list[Injection] = field(default_factory=list)
 
 

@@ -40,7 +40,8 @@ class Trainer:
         self.train_path = None if self.console_only else get(
             cfg, "ajet.trainer_common.train_print_to_markdown_file_path")
         self.ckpt = state.checkpoint_dir(
-            self.cwd, str(get(cfg, "ajet.trainer_common.checkpoint_base_dir", "./checkpoints")), self.experiment
+            self.cwd, str(get(cfg, "ajet.trainer_common.checkpoint_base_dir", "./saved_checkpoints")),
+            str(get(cfg, "ajet.project_name", "ajet_default_project")), self.experiment,
         )
         self.started = time.monotonic()
         self.steps_here = 0
@@ -179,10 +180,11 @@ class Trainer:
         if self.sim.hang_at_step == 0:
             self.hang()
         start = min(state.latest_checkpoint(self.ckpt), self.total)
-        if start:
-            self.say(f"Load from checkpoint folder: {self.ckpt / f'global_step_{start}'}")
+        if start:  # verl's RayPPOTrainer._load_checkpoint with resume_mode: auto prints exactly these
+            folder = self.ckpt / f"global_step_{start}"
+            self.say(f"Load from checkpoint folder: {folder}")
             self.say(f"Setting global step to {start}")
-            self.say(f"Resuming from global step {start}")
+            self.say(f"Resuming from {folder}")
         else:
             self.say("Training from scratch")
         last_val = ""

@@ -9,6 +9,8 @@
 | curve_start    | 0.2     | success probability at step 0 |
 | curve_end      | 0.8     | success probability at the last step (plateau: the plateau's height) |
 | plateau_at     | 3       | plateau: step from which the curve stays at curve_end |
+| sampling       | random  | random: each validation rollout succeeds with the curve's probability (seeded, |
+|                |         | reruns print the same); exact: TGC@1 equals the curve to the rollout |
 | step_seconds   | 0       | wall time each training step takes (sleep), to make a run last |
 | fail_at_step   | (none)  | training step at which `fail_kind` happens |
 | fail_kind      | cuda_oom| see ajet_conformance.failures.KINDS |
@@ -29,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "curve_start": 0.2,
     "curve_end": 0.8,
     "plateau_at": 3,
+    "sampling": "random",
     "step_seconds": 0.0,
     "fail_at_step": None,
     "fail_kind": "cuda_oom",

@@ -67,12 +67,16 @@ class _ParallelEnv:
     def rollout(self, tasks, mode, epoch):
         step = self.trainer.global_steps
         p = knobs_mod.success_probability(self.trainer.knobs, step, self.trainer.total_training_steps)
+        exact = self.trainer.knobs["sampling"] == "exact"
         seen: dict[str, int] = {}
         out = []
-        for task in tasks:
+        for index, task in enumerate(tasks):
             attempt = seen.get(task.task_id, 0)
             seen[task.task_id] = attempt + 1
-            out.append(_Tracker(task.task_id, 1.0 if _uniform(mode, task.task_id, attempt, step) < p else 0.0))
+            # random: each rollout succeeds with probability p; exact: the first round(p * n) succeed,
+            # so TGC@1 is p to the rollout (a plateau is exactly flat).
+            draw = (index + 0.5) / len(tasks) if exact else _uniform(mode, task.task_id, attempt, step)
+            out.append(_Tracker(task.task_id, 1.0 if draw < p else 0.0))
         return out
 
 

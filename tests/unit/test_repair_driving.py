@@ -1,0 +1,135 @@
+"""Repairs through the driver with the in-memory runner (tests/doubles.py): no identical relaunch, the
+catalogue's alternatives in order, transient causes with their backoff, a truthful repair log."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ajet_runner.store.records import ExperimentRecord, RepairResult
+from ajet_runner.store.store import Store
+from ajet_runner.workers.drive.driver import ExperimentDriver
+from ajet_runner.workers.node.this_node import NodeInfo
+from tests.doubles import InMemoryRunner, Script, seed, settings_for
+
+NODE = NodeInfo(name="test-node", gpus=0, slots=1)
+WITH_RAY = "python -m ajet.launcher --conf conf.yaml --backbone verl --with-ray"
+RAY_LINE = ("ConnectionError: Ray is trying to start at 10.0.0.12:6379, but is already running at 10.0.0.12:6379. "
+            "Please specify a different port using the `--port` flag of `ray start` command.")
+NET_LINE = "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443)"
+
+
+@pytest.fixture()
+def store(redis_url: str) -> Store:
+    return Store.from_url(redis_url)
+
+
+def drive(store: Store, exp_id: str, runner: InMemoryRunner, **settings: Any) -> tuple[str, ExperimentRecord]:
+    kw = store.r.connection_pool.connection_kwargs
+    url = f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+    driver = ExperimentDriver(store, exp_id, settings_for(url, **settings), NODE, "test/1",
+                              runner=runner)  # type: ignore[arg-type]
+    outcome = driver.run()
+    rec = store.record(exp_id)
+    assert rec is not None
+    return outcome, rec
+
+
+def failed_with(*lines: str) -> Script:
+    return Script(["starting", *lines, "Traceback (most recent call last):", *lines], exit_code=1)
+
+
+def test_a_stale_ray_head_not_ours_is_reused_instead_of_relaunching_the_same_command(
+        store: Store, tmp_path: Path) -> None:
+    exp_id = uuid.uuid4().hex[:12]
+    seed(store, exp_id, tmp_path, command=WITH_RAY)
+    runner = InMemoryRunner(failed_with(RAY_LINE), Script(["Training Progress: 100%"], exit_code=0))
+    outcome, rec = drive(store, exp_id, runner)
+    assert outcome == "completed"
+    assert [("--with-ray" in s.command) for s in runner.started] == [True, False]
+    [repair] = rec.ctx.repairs
+    assert repair.signature == "ray_already_running" and repair.result is RepairResult.relaunched
+    assert repair.changes[0].startswith("remove --with-ray from the launcher")
+    assert any("no process of this experiment is running" in s for s in repair.skipped)
+    log = (tmp_path / "results" / "repair_log.md").read_text()
+    assert "remove --with-ray" in log and "Considered and not done:" in log
+    assert "clean up ray before relaunching" not in log  # nothing claimed that was not done
+
+
+def test_the_same_failure_after_every_alternative_ends_failed_naming_the_identical_attempt(
+        store: Store, tmp_path: Path) -> None:
+    exp_id = uuid.uuid4().hex[:12]
+    seed(store, exp_id, tmp_path, command=WITH_RAY)
+    runner = InMemoryRunner(failed_with(RAY_LINE), failed_with(RAY_LINE))
+    outcome, rec = drive(store, exp_id, runner, repair_budget=5, repair_budget_per_signature=5)
+    assert outcome == "failed" and len(runner.started) == 2  # never a third, equal attempt
+    assert [r.result for r in rec.ctx.repairs] == [RepairResult.relaunched, RepairResult.no_applicable_change]
+    assert rec.ctx.repairs[-1].identical_to == 2
+    assert "attempt 2 already ran exactly this" in rec.reason
+    assert rec.ctx.repairs[-1].changes == []  # nothing done, so nothing claimed
+    log = (tmp_path / "results" / "repair_log.md").read_text()
+    assert "would have repeated attempt 2 exactly" in log
+
+
+def test_a_transient_cause_is_relaunched_unchanged_once_per_backoff_then_given_up(
+        store: Store, tmp_path: Path) -> None:
+    exp_id = uuid.uuid4().hex[:12]
+    seed(store, exp_id, tmp_path)
+    runner = InMemoryRunner(*(failed_with(NET_LINE) for _ in range(4)))
+    outcome, rec = drive(store, exp_id, runner, repair_budget=9, repair_budget_per_signature=9,
+                         repair_backoff_scale=0.0)
+    assert outcome == "failed"
+    # attempt 2: the offline fix (no proxychains4 here); attempts 3 and 4: unchanged after each backoff
+    assert [s.env.get("HF_HUB_OFFLINE") for s in runner.started] == [None, "1", "1", "1"]
+    assert runner.started[1].command == runner.started[2].command == runner.started[3].command
+    results = [(r.result, r.identical_to) for r in rec.ctx.repairs]
+    assert results == [(RepairResult.relaunched, None), (RepairResult.relaunched, 2), (RepairResult.relaunched, 2),
+                       (RepairResult.no_applicable_change, 2)]
+    assert any(c.startswith("waited 0 s") for c in rec.ctx.repairs[1].changes)
+    assert "attempt 2 already ran exactly this" in rec.reason
+
+
+def test_a_cleanup_that_found_nothing_is_not_claimed_as_done(store: Store, tmp_path: Path) -> None:
+    exp_id = uuid.uuid4().hex[:12]
+    seed(store, exp_id, tmp_path)
+    # nccl_timeout's plan is two cleanups; nothing of this experiment runs, so neither is done, and the
+    # one clean restart it allows (transient) is an unchanged relaunch
+    line = "[rank0]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)"
+    runner = InMemoryRunner(failed_with(line), Script(["Training Progress: 100%"], exit_code=0))
+    outcome, rec = drive(store, exp_id, runner, repair_backoff_scale=0.0)
+    assert outcome == "completed" and len(runner.started) == 2
+    [repair] = rec.ctx.repairs
+    assert repair.identical_to == 1 and not any("clean up" in c for c in repair.changes)
+    assert sum("nothing of its own to stop" in s for s in repair.skipped) == 2
+
+
+def test_a_stop_during_a_transient_wait_ends_the_run_cancelled_at_once(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    (tmp_path / "empty-bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no nvidia-smi: not confinable, only waited for
+    exp_id = uuid.uuid4().hex[:12]
+    seed(store, exp_id, tmp_path)
+    busy = "RuntimeError: GPU memory check failed: all GPUs must have >= 95% free. Violations: GPU 0 (H100)"
+    runner = InMemoryRunner(failed_with(busy))
+    result: list[tuple[str, ExperimentRecord]] = []
+    thread = threading.Thread(target=lambda: result.append(drive(store, exp_id, runner)), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while (rec := store.record(exp_id)) is None or rec.state != "repairing":
+        assert time.monotonic() < deadline, "the run never started its wait"
+        time.sleep(0.02)
+    asked = time.monotonic()
+    store.request_cancel(exp_id)
+    thread.join(30)
+    assert result and time.monotonic() - asked < 5  # the 60 s backoff was not waited out
+    outcome, rec = result[0]
+    assert outcome == "cancelled" and len(runner.started) == 1
+    [repair] = rec.ctx.repairs
+    assert repair.identical_to == 1 and any("a stop was requested" in c for c in repair.changes)
+    assert any("not confined: nvidia-smi is not installed" in s for s in repair.skipped)

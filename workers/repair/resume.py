@@ -1,0 +1,99 @@
+"""Repairs resume: the next attempt keeps the experiment name an earlier attempt used, so verl's
+`resume_mode: auto` finds that attempt's checkpoint (statemachine/checkpoints.py has the rules).
+
+AgentJet names an unnamed experiment after the YAML and the launch minute, so a relaunch a minute
+later would be a new experiment training from step 0. The name the first attempt used is in its
+log (`Experiment Name: …`); it is pinned in the next attempt's YAML copy (the user's file is never
+touched), and the repair log says which checkpoint the trainer will find.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ajet_runner.statemachine.checkpoints import (
+    NAME_KEY,
+    TRACKER,
+    StartFacts,
+    checkpoint_dir,
+    explicit_name,
+    parse_start,
+    tracker_step,
+)
+from ajet_runner.statemachine.logtext import clean_line
+from ajet_runner.statemachine.models import ConfigChange
+from ajet_runner.store.records import Attempt, Context
+from ajet_runner.workers.repair.config_patch import read_yaml_data
+
+__all__ = ["HEAD_BYTES", "latest_checkpoint", "note_start", "pin_experiment_name", "start_facts"]
+
+HEAD_BYTES = 32 * 1024 * 1024  # the name and the resume lines come before training: never read further
+
+
+def start_facts(log_path: str, limit: int = HEAD_BYTES) -> StartFacts:
+    """The start facts in the first `limit` bytes of an attempt's log (empty when unreadable)."""
+    try:
+        with open(log_path, "rb") as fh:
+            def lines():  # noqa: ANN202 - a local generator
+                read = 0
+                for raw in fh:
+                    read += len(raw)
+                    if read > limit:
+                        return
+                    yield clean_line(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+            return parse_start(lines())
+    except OSError:
+        return StartFacts()
+
+
+def note_start(attempt: Attempt) -> None:
+    """Fill an ended attempt's experiment name, start step and resumed checkpoint from its log."""
+    if (attempt.start_step is not None and attempt.experiment_name) or not attempt.log_path:
+        return
+    facts = start_facts(attempt.log_path)
+    attempt.experiment_name = attempt.experiment_name or facts.experiment_name
+    if attempt.start_step is None:
+        attempt.start_step = facts.start_step
+        attempt.resumed_from = facts.resumed_from
+
+
+def latest_checkpoint(ckpt_dir: str) -> int | None:
+    """The step verl would resume from in `ckpt_dir` (its tracker file), None when there is none."""
+    tracker = Path(ckpt_dir) / TRACKER
+    try:
+        step = tracker_step(tracker.read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    if step is None or not (Path(ckpt_dir) / f"global_step_{step}").is_dir():
+        return None  # verl's find_latest_ckpt_path: the tracker must name an existing global_step_N
+    return step
+
+
+def pin_experiment_name(ctx: Context, workdir: str) -> tuple[ConfigChange | None, str]:
+    """The YAML change that keeps the earlier attempts' experiment name, and the repair-log line.
+
+    None when there is nothing to pin: no config (swarm), a name the YAML already fixes (explicit or
+    pinned by an earlier repair), or no attempt logged the name it used (it failed before AgentJet
+    named it) — the line then says so."""
+    if not ctx.config_path or not os.path.exists(ctx.config_path):
+        return None, ""
+    data = read_yaml_data(Path(ctx.config_path))
+    if explicit_name(data) is not None:
+        return None, ""
+    for attempt in ctx.attempts:
+        note_start(attempt)
+    used = next(((a.number, a.experiment_name) for a in ctx.attempts if a.experiment_name), None)
+    if used is None:
+        return None, ("experiment name not pinned: no attempt so far logged `Experiment Name: …` (each failed "
+                      "before AgentJet named it), so the next attempt gets its own name and starts from step 0")
+    number, name = used
+    ckpt = checkpoint_dir(data, name, workdir)
+    step = latest_checkpoint(ckpt)
+    where = (f"verl resumes from {ckpt}/global_step_{step}" if step is not None
+             else f"no checkpoint in {ckpt} yet, so training starts from step 0")
+    reason = f"the name attempt {number} used (AgentJet logged `Experiment Name: {name}`): {where}"
+    current = (data.get("ajet") or {}).get("experiment_name") if isinstance(data.get("ajet"), dict) else None
+    change = ConfigChange(key=NAME_KEY, old=current, new=name, reason=reason)
+    shown = "(absent)" if current is None else repr(current)
+    return change, f"set {NAME_KEY}: {shown} -> {name!r} ({reason})"
