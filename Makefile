@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install install-test demo test lint bench fuzz chaos redteam clean
+.PHONY: install install-test demo test lint bench fuzz chaos redteam conformance clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -52,6 +52,13 @@ chaos: install-test
 # the table tried / how many / result. Its fast cases run in `make test` too (tests/redteam).
 redteam: install-test
 	$(BIN)/python tests/redteam/run.py
+
+# The conformance tier: ajet-runner on the REAL agentjet 0.0.1 launcher from PyPI, in its own venv
+# (scripts/conformance-venv.sh, build/conformance-venv) with GPU stand-ins; every run of tests/conformance/,
+# one at a time, then the tier's figures (runs, evaluations seen/expected, time). make test runs its fast part.
+conformance: install-test
+	bash scripts/conformance-venv.sh
+	AJET_CONFORMANCE=1 $(BIN)/python -m pytest -q -p no:randomly -p no:xdist -rxXs tests/conformance
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

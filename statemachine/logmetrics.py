@@ -1,17 +1,26 @@
-"""Validation results from the console log, for AgentJet versions that write no results file.
+"""Validation results and training steps from the console log, for AgentJet versions that write no results file.
 
-The current public AgentJet prints validation only as console lines:
-`Initial validation metrics: {...}` before training (step 0) and `Final validation metrics:
-{...}` at the end, with no step number — the `Training Progress: ... | N/M` bar tells the
-last step. The dict may come through `pprint` of a string, so the line can be wrapped in
-quotes and parentheses and even split over several quoted lines; values may be numpy reprs;
-keys are `val-core/<source>/TGC@k` (task goal completion: the same idea as
-`task_pass_rate@k`, reported under that name too, the original key kept), `val-core/<source>/
-reward/mean@k` (also reported as `mean_reward`), `val-aux/...` and classic keys.
+The public AgentJet trainer (PyPI 0.0.1, the repository snapshot of 2026-01) prints, and writes
+no results file:
+
+- at **every** validation, verl's console line `step:N - TGC@1:… - TGC@4:… - mean_reward:… - …`
+  (`concat_dict_to_str`; AgentJet's `eval_dataset` logs it, and the training step that validated
+  logs it again merged with its training keys), and at every training step a step line of
+  training keys (`critic/…`, `actor/…`, `timing_s/…`). `ajet_runner.statemachine.steplines` reads
+  them and tells validation rows from training rows by their keys (the rule is documented there);
+- `Initial validation metrics: {...}` before training and `Final validation metrics: {...}` at
+  the end, with no step number. The dict comes through `pprint` of a string, so the line can be
+  wrapped in quotes and parentheses and even split over several quoted lines; values may be
+  numpy reprs. A dict equal to the evaluation just printed as a step line is that step's;
+  otherwise Initial is the resumed step (0 on a fresh start) and Final the last step of the
+  `Training Progress: ... | N/M` bar (or `Total training steps`);
+- keys: `TGC@k` / `val-core/<source>/TGC@k` (task goal completion: the same idea as
+  `task_pass_rate@k`, reported under that name too, the original key kept), `val-core/<source>/
+  reward/mean@k` (also reported as `mean_reward`), `val-aux/...` and classic keys.
 
 Lines must be cleaned first (`ajet_runner.statemachine.logtext.clean_line`: ANSI, `\\r` redraws, Ray
 prefixes). The parser never raises and holds at most one pending multi-line record of
-bounded size, so it can follow a multi-GB log.
+bounded size (and one int per training step), so it can follow a multi-GB log.
 """
 
 from __future__ import annotations
@@ -34,10 +43,12 @@ from ajet_runner.statemachine.results import (
     pass_rate_aliases,
     summarize,
 )
+from ajet_runner.statemachine.steplines import is_training_key, parse_step_line
 
-__all__ = ["LOG_DATASET", "METRIC_MARKERS", "LogMetrics", "merge_file_and_log", "parse_log_lines", "parse_log_text"]
+__all__ = ["LOG_DATASET", "METRIC_MARKERS", "LogMetrics", "merge_file_and_log", "parse_log_lines", "parse_log_text",
+           "scan_log_lines", "step_ranges", "steps_of_ranges"]
 
-METRIC_MARKERS = ("validation metrics", "val-core/", "Training Progress", "Total training steps", "global step")
+METRIC_MARKERS = ("validation metrics", "step:", "Training Progress", "Total training steps", "global step")
 LOG_DATASET = ""  # console evaluations name no dataset; a merge gives them the file's primary one
 # A real record is a few KB (about 1 KB per validation source); longer ones are garbage, skipped
 # before the slow fallbacks of the dict parser can spend time on them.
@@ -46,7 +57,6 @@ MAX_RECORD_LINES = 400
 _MARKER_RE = re.compile(r"(?P<which>Initial|Final) validation metrics\s*:\s*")
 _PROGRESS_RE = re.compile(r"Training Progress:.*?\|\s*(\d{1,9})/(\d{1,9})\b")
 _TOTAL_RE = re.compile(r"Total training steps:\s*(\d{1,9})\b")
-_STEP_LINE_RE = re.compile(r"^step:(\d{1,9}) - ")
 _RESUME_RE = re.compile(r"(?:Resuming from|Setting) global step (?:to )?(\d{1,9})\b")
 _REWARD_MEAN_RE = re.compile(r"^val-core/[^/]+/reward/mean@\d+$")
 _QUOTED_RE = re.compile(r"""^[(]?\s*[bru]*(?P<q>'|")(?P<body>.*)(?P=q)\s*[),]?$""", re.S)
@@ -114,6 +124,7 @@ class LogMetrics:
     by_step: dict[int, dict[str, float]] = field(default_factory=dict)  # last write of a step wins
     records: int = 0
     skipped: int = 0
+    train_steps: set[int] = field(default_factory=set)  # steps that printed a training row
     _pending: list[str] | None = None
     _max_step: int = 0
     _pending_which: str = ""
@@ -157,7 +168,7 @@ class LogMetrics:
             if m and self.total_steps is None:
                 self.total_steps = int(m.group(1))
         if "validation metrics" not in line:
-            return self._step_line(line) if "val-core/" in line else None
+            return self._step_line(line) if line.lstrip().startswith("step:") else None
         m = _MARKER_RE.search(line)
         if m is None:
             return None
@@ -177,30 +188,30 @@ class LogMetrics:
                     return None
                 self._pending, self._pending_which, self._pending_chars = [rest], which, len(rest)
                 return None
+        if rest.strip() in _NO_RECORD:
+            return None  # `Final validation metrics: None`: the last step did not validate
         if rest.rstrip().endswith("}"):
             return self._record(which, rest)
         self.skipped += 1  # a cut line
         return None
 
     def _step_line(self, line: str) -> int | None:
-        """verl's console logger at a test step: `step:N - key:value - val-core/<src>/TGC@1:0.5 - ...`."""
-        m = _STEP_LINE_RE.match(line.strip())
-        if m is None:
+        """verl's console logger: `step:N - key:value - ...`. A validation row becomes the step's
+        evaluation (its validation keys only); a training row counts as a logged training step;
+        a training step that validated prints one line that is both (ajet_runner.statemachine.steplines)."""
+        row = parse_step_line(line, training_values=False)
+        if row is None:
             return None
-        metrics: dict[str, float] = {}
-        for part in line.strip()[m.end() :].split(" - "):
-            key, colon, value = part.partition(":")
-            key = key.strip()
-            if not colon or not key.startswith(("val-core/", "val-aux/")):
-                continue
-            try:
-                number = float(value.strip())
-            except ValueError:
-                continue
-            metrics[key] = number if number == number else float("nan")
-        if not metrics:
+        if row.is_training:
+            self.train_steps.add(row.step)
+        if not row.is_validation:
             return None
-        return self._store(int(m.group(1)), _aliases(metrics))
+        return self._store(row.step, _aliases(row.validation))
+
+    @property
+    def train_step_count(self) -> int:
+        """How many distinct training steps printed a training row."""
+        return len(self.train_steps)
 
     def _continue(self, line: str) -> int | None:
         assert self._pending is not None
@@ -234,8 +245,11 @@ class LogMetrics:
             self.skipped += 1
             return None
         metrics, own_step = parsed
+        just_printed = self._just_printed(metrics)
         if own_step is not None:
             step = own_step
+        elif just_printed is not None:
+            step = just_printed
         elif which == "Initial":
             step = self.last_progress_step if self.last_progress_step else 0
         elif self.last_progress_step is not None:
@@ -245,6 +259,15 @@ class LogMetrics:
         else:
             step = self._max_step + 1
         return self._store(step, metrics)
+
+    def _just_printed(self, metrics: dict[str, float]) -> int | None:
+        """The step of the latest evaluation when it holds exactly these validation metrics: the
+        trainer prints a validation as a step line first, then as the Initial/Final dict."""
+        if not self.by_step:
+            return None
+        last = next(reversed(self.by_step))
+        mine = {k: v for k, v in metrics.items() if not is_training_key(k)}
+        return last if mine and self.by_step[last] == mine else None
 
     def _store(self, step: int, metrics: dict[str, float]) -> int:
         self.by_step.pop(step, None)
@@ -258,7 +281,8 @@ class LogMetrics:
         return {"last_progress_step": self.last_progress_step, "total_steps": self.total_steps,
                 "by_step": [[k, v] for k, v in self.by_step.items()], "records": self.records,
                 "skipped": self.skipped, "pending": self._pending, "max_step": self._max_step,
-                "pending_which": self._pending_which, "pending_chars": self._pending_chars}
+                "pending_which": self._pending_which, "pending_chars": self._pending_chars,
+                "train_steps": step_ranges(self.train_steps)}
 
     @classmethod
     def resume(cls, state: dict[str, Any]) -> LogMetrics:
@@ -267,7 +291,8 @@ class LogMetrics:
                    by_step={int(k): {str(n): float(x) for n, x in v.items()} for k, v in state["by_step"]},
                    records=int(state["records"]), skipped=int(state["skipped"]), _pending=state["pending"],
                    _max_step=int(state["max_step"]), _pending_which=str(state["pending_which"]),
-                   _pending_chars=int(state["pending_chars"]))
+                   _pending_chars=int(state["pending_chars"]),
+                   train_steps=steps_of_ranges(state.get("train_steps") or []))
 
     def drop_pending(self) -> None:
         """Forget a record cut by a gap in the input."""
@@ -282,12 +307,40 @@ class LogMetrics:
         return summarize(sorted(by_step.values(), key=lambda e: e.step), skipped=self.skipped, fmt="console")
 
 
+_NO_RECORD = frozenset({"None", "{}", "'None'", '"None"'})
+
+
+def step_ranges(steps: Iterable[int]) -> list[list[int]]:
+    """Steps as `[first, last]` runs: a 100,000-step run is a few numbers in a checkpoint or a record."""
+    out: list[list[int]] = []
+    for step in sorted(set(steps)):
+        if out and step == out[-1][1] + 1:
+            out[-1][1] = step
+        else:
+            out.append([step, step])
+    return out
+
+
+def steps_of_ranges(ranges: Iterable[Any]) -> set[int]:
+    """The steps `step_ranges` described (malformed runs are ignored; a run holds at most 10**7 steps)."""
+    steps: set[int] = set()
+    for item in ranges:
+        try:
+            first, last = int(item[0]), int(item[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if 0 <= last - first <= 10**7:
+            steps.update(range(first, last + 1))
+    return steps
+
+
 _BATCH = 512
 
 
-def parse_log_lines(lines: Iterable[str]) -> ResultSummary:
-    """Console validation results of a log given as lines (cleaned here). Lines are looked at
-    in blocks: a block with no marker (almost all of a log) is neither cleaned nor parsed."""
+def scan_log_lines(lines: Iterable[str]) -> LogMetrics:
+    """The console parser after reading a log given as lines (cleaned here): its evaluations and
+    training steps. Lines are looked at in blocks: a block with no marker (almost all of a log)
+    is neither cleaned nor parsed."""
     parser = LogMetrics()
     batch: list[str] = []
 
@@ -303,7 +356,12 @@ def parse_log_lines(lines: Iterable[str]) -> ResultSummary:
         if len(batch) >= _BATCH:
             flush()
     flush()
-    return parser.summary()
+    return parser
+
+
+def parse_log_lines(lines: Iterable[str]) -> ResultSummary:
+    """Console validation results of a log given as lines (see `scan_log_lines`)."""
+    return scan_log_lines(lines).summary()
 
 
 def parse_log_text(text: str) -> ResultSummary:

@@ -94,7 +94,7 @@ _KEY_SUFFIX_RE = re.compile(r"\s*\([^()]*\)\s*$")
 # share of tasks solved in k tries, which the runner reports as `task_pass_rate@k`.
 _PASS_AT_RE = re.compile(r"^(?:.*/)?(?:pass(?:@|_at_?|_)|tgc@)(\d+)$", re.IGNORECASE)
 _HIGHER_IS_BETTER_RE = re.compile(
-    r"^(?:mean_reward|num_pass_n_tasks|task_pass_rate@.*|num_.*success.*"
+    r"^(?:mean_reward|num_pass_n_tasks|task_pass_rate@.*|num_.*success.*|(?:.+/)?TGC@\d+(?:-all-pass)?"
     r"|val-core/.+/(?:reward|acc|score)/(?:mean@\d+|(?:best|maj)@\d+/mean))$"
 )
 

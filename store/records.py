@@ -45,8 +45,8 @@ class Loose(BaseModel):
         return plain(value)
 
 
-_OPTIONAL_ATTEMPT_FIELDS = ("console_evaluations", "inputs", "experiment_name", "start_step", "resumed_from",
-                            "val_offset", "gpu_check")
+_OPTIONAL_ATTEMPT_FIELDS = ("console_evaluations", "console_train_steps", "inputs", "experiment_name", "start_step",
+                            "resumed_from", "val_offset", "gpu_check")
 
 
 class Attempt(Loose):
@@ -62,6 +62,8 @@ class Attempt(Loose):
     # The console evaluations the watcher read from this attempt's log, kept when it ended so that
     # collecting and relaunching never parse a multi-GB log again (None: an older record).
     console_evaluations: list[dict[str, Any]] | None = None
+    # The training steps its log printed a verl training row for, as [first, last] runs (None: an older record).
+    console_train_steps: list[list[int]] | None = None
     # What the attempt ran with (ajet_runner.statemachine.failure.AttemptInputs, dumped): the failing
     # state compares the next attempt's with these (None: an older record, never compared).
     inputs: dict[str, Any] | None = None

@@ -1,7 +1,9 @@
 """CLI commands that talk to `ajet-runner serve` over HTTP (AJET_RUNNER_URL, AJET_RUNNER_TOKEN, or flags).
 
 `submit`, `scan`, `status`, `stop`, `logs`, `events`, `watch`, `nodes`; and drop-ins for the
-AgentJet research workflow: `submit --blueprint=PATH`, `scan-jobs` and `stop-jobs --stop-job-id=ID`.
+AgentJet research workflow: `submit --blueprint=PATH`, `scan-jobs` and `stop-jobs --stop-job-id=ID`
+(each takes the workflow's `--runner=ssh|pai` and ignores it with a note on stderr); the same three
+are installed as the workflow's own console scripts by ajet_runner.cli.commands.alpha_scripts.
 Exit codes (ajet_runner.cli.commands.output): 0 done, 1 refused or failed, 2 usage or missing input
 (also a missing or refused token), 3 the API cannot be reached or cannot serve; 130 Ctrl-C.
 Every API error is one line on stderr, never a traceback.
@@ -274,6 +276,68 @@ def stop_jobs_lines(client: AjetRunnerClient, ids: list[str], delete: bool) -> I
             yield f"Deleted job {exp_id}"
 
 
+RUNNER_HELP = "accepted for the research workflow (ssh|pai); ignored, with a note on stderr"
+RUNNER_NOTES = {
+    "submit": "ajet-runner places the job on its own workers",
+    "scan-jobs": "ajet-runner lists the jobs of its own API (AJET_RUNNER_URL)",
+    "stop-jobs": "ajet-runner stops jobs through its own API (AJET_RUNNER_URL)",
+}
+
+
+def runner_note(command: str, runner: str | None) -> None:
+    """The workflow's `--runner=ssh|pai` picks a backend; ajet-runner has one: say so on stderr, go on."""
+    if runner is not None:
+        err(f"note: --runner={runner} is ignored: {RUNNER_NOTES[command]}")
+
+
+def submit_drop_in(paths: list[str], *, runner: str | None, acknowledge: int | None, url: str, token: str,
+                   as_json: bool = False, node: str | None = None, priority: str | None = None,
+                   idempotency_key: str | None = None, wait_for_node: bool = False,
+                   nodes: list[str] | None = None) -> int:
+    """`submit` / `alpha-run-blueprint`: `Job submitted: <id>` per blueprint; the exit code."""
+    runner_note("submit", runner)
+    if acknowledge is not None:
+        err(f"note: --acknowledge-max-parallel-capacity={acknowledge} is ignored: the workers' GPU slots bound "
+            "parallel runs")
+    texts = read_blueprints(paths)
+    with connect(url, token) as client:
+        return _submit_all(client, texts, node, priority, as_json, idempotency_key, wait_for_node, nodes)
+
+
+def scan_jobs_drop_in(*, runner: str | None, as_json: bool, url: str, token: str) -> None:
+    """`scan-jobs` / `alpha-scan-jobs`: one Python dict per job (or a JSON list)."""
+    runner_note("scan-jobs", runner)
+    with connect(url, token) as client:
+        jobs = [{"job_id": r.id, "display_name": _purpose(r), "status": status_word(r),
+                 "create_time": create_time(r.created_at)} for r in client.iter_experiments()]
+    if as_json:
+        echo_json(jobs)
+        return
+    for job in jobs:
+        typer.echo(repr(job))
+
+
+def stop_jobs_drop_in(ids: list[str], *, delete: bool, runner: str | None, as_json: bool, url: str,
+                      token: str) -> int:
+    """`stop-jobs` / `alpha-stop-jobs`: the workflow's lines, exit 0 whatever happened (`--json`: our exit codes)."""
+    runner_note("stop-jobs", runner)
+    if as_json:
+        with connect(url, token) as client:
+            return _stop_all(client, ids, delete, as_json=True)
+    try:
+        client = AjetRunnerClient(url, token.split(",")[0].strip() or token_from_env() or None)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, TokenFileError) as exc:
+        why = str(exc) if isinstance(exc, TokenFileError) else f"bad API URL {url!r}: {exc}"
+        for exp_id in ids:
+            typer.echo(f"Stopping job {exp_id} ...")
+            typer.echo(f"Failed to stop {exp_id}: {why}")
+        return OK
+    with client:
+        for line in stop_jobs_lines(client, ids, delete):
+            typer.echo(line)
+    return OK
+
+
 # -- logs ------------------------------------------------------------------------------------------
 def _overlap(old: list[str], new: list[str]) -> int:
     """How many leading lines of `new` are the trailing lines of `old` (for the Redis log tail)."""
@@ -393,8 +457,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         priority: str = typer.Option(None, "--priority", help="normal or high (front of the queue)"),
         idempotency_key: str = typer.Option(None, "--idempotency-key", help="names this submission: submitting "
                                             "again with the same key returns the first experiment"),
-        runner: str = typer.Option(None, "--runner", help="accepted for the research workflow (ssh|pai); ignored: "
-                                   "ajet-runner places work on its own workers", show_default=False),
+        runner: str = typer.Option(None, "--runner", help=RUNNER_HELP, show_default=False),
         acknowledge: int = typer.Option(None, "--acknowledge-max-parallel-capacity", help="accepted for the research "
                                         "workflow; ignored: capacity is enforced by the workers' GPU slots",
                                         show_default=False),
@@ -418,16 +481,10 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         if paths.count("-") > 1:
             err("error: stdin (-) can be read only once")
             raise typer.Exit(USAGE)
-        if runner is not None:
-            err(f"note: --runner={runner} is ignored: ajet-runner places the job on its own workers")
-        if acknowledge is not None:
-            err(f"note: --acknowledge-max-parallel-capacity={acknowledge} is ignored: the workers' GPU slots bound "
-                "parallel runs")
-        texts = read_blueprints(paths)
-        with connect(url, token) as client:
-            named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
-            code = _submit_all(client, texts, node, priority, as_json, idempotency_key, wait_for_node, named)
-        raise typer.Exit(code)
+        named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
+        raise typer.Exit(submit_drop_in(paths, runner=runner, acknowledge=acknowledge, url=url, token=token,
+                                        as_json=as_json, node=node, priority=priority,
+                                        idempotency_key=idempotency_key, wait_for_node=wait_for_node, nodes=named))
 
     @app.command(epilog="Example: ajet-runner scan --state running | cut -f1")
     def scan(
@@ -589,42 +646,25 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
 
     @app.command("scan-jobs", epilog="Example: ajet-runner scan-jobs")
     def scan_jobs(
+        runner: str = typer.Option(None, "--runner", help=RUNNER_HELP, show_default=False),
         as_json: bool = typer.Option(False, "--json", help="a JSON list of the same dicts"),
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
     ) -> None:
         """One Python dict per job: job_id, display_name, status (Queuing|Running|Succeeded|Failed|Stopped),
-        create_time (research-workflow drop-in for `scan_jobs`)."""
-        with connect(url, token) as client:
-            jobs = [{"job_id": r.id, "display_name": _purpose(r), "status": status_word(r),
-                     "create_time": create_time(r.created_at)} for r in client.iter_experiments()]
-        if as_json:
-            echo_json(jobs)
-            return
-        for job in jobs:
-            typer.echo(repr(job))
+        create_time (research-workflow drop-in for `scan_jobs [--runner=ssh|pai]`)."""
+        scan_jobs_drop_in(runner=runner, as_json=as_json, url=url, token=token)
 
     @app.command("stop-jobs", epilog="Example: ajet-runner stop-jobs --stop-job-id=3f9c2a1b7d40 --delete")
     def stop_jobs(
         stop_job_id: list[str] = typer.Option(..., "--stop-job-id", help="an experiment id (repeatable)"),
         delete: bool = typer.Option(False, "--delete", help="also drop the records (result files are kept)"),
+        runner: str = typer.Option(None, "--runner", help=RUNNER_HELP, show_default=False),
         as_json: bool = typer.Option(False, "--json", help="one JSON object per id instead of the workflow's lines"),
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
     ) -> None:
         """Stop jobs by id: `Stopping job <id> ...`, `Deleted job <id>` or `Failed to stop <id>: <why>`; always
-        exit 0 (research-workflow drop-in for `stop_jobs --stop-job-id=ID [--delete]`)."""
-        if as_json:
-            with connect(url, token) as client:
-                raise typer.Exit(_stop_all(client, stop_job_id, delete, as_json=True))
-        try:  # the workflow's contract: one "Failed to stop" line per id and exit 0, whatever went wrong
-            client = AjetRunnerClient(url, token.split(",")[0].strip() or token_from_env() or None)
-        except (httpx.InvalidURL, httpx.UnsupportedProtocol, TokenFileError) as exc:
-            why = str(exc) if isinstance(exc, TokenFileError) else f"bad API URL {url!r}: {exc}"
-            for exp_id in stop_job_id:
-                typer.echo(f"Stopping job {exp_id} ...")
-                typer.echo(f"Failed to stop {exp_id}: {why}")
-            return
-        with client:
-            for line in stop_jobs_lines(client, stop_job_id, delete):
-                typer.echo(line)
+        exit 0 (research-workflow drop-in for `stop_jobs [--runner=ssh|pai] --stop-job-id=ID [--delete]`)."""
+        raise typer.Exit(stop_jobs_drop_in(stop_job_id, delete=delete, runner=runner, as_json=as_json, url=url,
+                                           token=token))

@@ -5,26 +5,35 @@ plus "baseline", "primary_dataset", "datasets", "format", "files"}. Non-finite m
 (nan, inf) are written as null so the output stays strict JSON.
 Exit codes: 0 with results, 1 when the path holds no validation result, 2 when it does not exist.
 
-PATH may also be a console log (or a result dir with `logs/attempt-N.log`): AgentJet versions
-that write no results file print `Initial/Final validation metrics: {...}` and verl's
-`step:N - val-core/...` lines, which the same parser the worker uses reads (`format`:
-`console`). A results file and the logs together: the file wins, the log fills missing steps.
+A result dir the runner collected holds `results.json`: its evaluations, final and best are the
+report's, shown as they are (`files` names it), so `results` and the report always agree. Without
+it (a run still going, a dir from elsewhere) the same sources are read in the same order as the
+report reads them: the validation files found in the dir, then every attempt's console log
+(`logs/attempt-N.log`; a later attempt's step wins) filling the steps the files lack.
+
+PATH may also be a console log: AgentJet versions that write no results file print verl's
+`step:N - TGC@1:... - mean_reward:... - ...` validation rows and `Initial/Final validation metrics:
+{...}`, which the same parser the worker uses reads (`format`: `console`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ajet_runner.cli.commands import output
+from ajet_runner.resultdir.names import RESULTS_NAME
 from ajet_runner.statemachine.logmetrics import merge_file_and_log, parse_log_lines
-from ajet_runner.statemachine.results import ResultSummary, find_result_files, parse_val_files
+from ajet_runner.statemachine.models import Evaluation
+from ajet_runner.statemachine.results import ResultSummary, find_result_files, parse_val_files, summarize
 
 _RATE_RE = re.compile(r"^task_pass_rate@(\d+)$")
 _PREFERRED = ("mean_reward", "std_reward")
@@ -130,22 +139,20 @@ def _results(path: Path, as_json: bool, shown_as: str = "") -> None:
     if not path.exists():
         typer.echo(f"error: {path}: no such file or directory", err=True)
         raise typer.Exit(2)
-    files = find_result_files(path)
-    logs = sorted(_head_logs(path), key=_attempt_number) if path.is_dir() else [path]
-    file_summary = parse_val_files(files, root=path if path.is_dir() else "") if files else None
-    if file_summary is not None and path.is_file() and not file_summary.evaluations:
-        file_summary = None  # a log, not a results file
-    log_summary = _console(logs)
-    summary = merge_file_and_log(file_summary, log_summary)
+    collected = path / RESULTS_NAME if path.is_dir() else None
+    if collected is not None and collected.is_file():
+        summary = _from_results_json(collected)
+        files: list[Path] = [collected]
+    else:
+        summary, files = _from_sources(path)
     if not summary.evaluations:
         typer.echo(f"error: {name}: no validation result file (classic dict lines, '## Step N' blocks) and no "
-                   "console 'Initial/Final validation metrics' lines", err=True)
+                   "console validation lines (verl's 'step:N - ...' rows, 'Initial/Final validation metrics')",
+                   err=True)
         raise typer.Exit(1)
-    if log_summary is not None and log_summary.evaluations:
-        files = [*(files if file_summary is not None else []), *(p for p in logs if p not in files)]
-        summary.files = [str(f) for f in files]
     if shown_as:  # stdin: name it as the user did, not by the temporary copy
         summary.files = [shown_as if f == str(path) else f for f in summary.files]
+        files = [Path(shown_as) if f == path else f for f in files]
     if as_json:
         typer.echo(summary.model_dump_json(indent=2))
         return
@@ -153,6 +160,46 @@ def _results(path: Path, as_json: bool, shown_as: str = "") -> None:
     if len(files) > 1 or path.is_dir():
         console.print("files: " + ", ".join(str(f) for f in files))
     _render(summary, console)
+
+
+def _from_sources(path: Path) -> tuple[ResultSummary, list[Path]]:
+    """What the report reads, in its order: the validation files, then the attempts' console logs."""
+    files = find_result_files(path)
+    logs = sorted(_head_logs(path), key=_attempt_number) if path.is_dir() else [path]
+    file_summary = parse_val_files(files, root=path if path.is_dir() else "") if files else None
+    if file_summary is not None and path.is_file() and not file_summary.evaluations:
+        file_summary = None  # a log, not a results file
+    log_summary = _console(logs)
+    summary = merge_file_and_log(file_summary, log_summary)
+    if log_summary is not None and log_summary.evaluations:
+        files = [*(files if file_summary is not None else []), *(p for p in logs if p not in files)]
+        summary.files = [str(f) for f in files]
+    return summary, files
+
+
+def _number(value: Any) -> float:
+    """A metric as results.json holds it: a number, or null for a non-finite value (read as nan)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+
+
+def _from_results_json(path: Path) -> ResultSummary:
+    """The report's own evaluations, final and best (an unreadable file: no evaluations, exit 1 with its name)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        typer.echo(f"error: {path}: unreadable ({exc})", err=True)
+        raise typer.Exit(1) from None
+    rows = doc.get("evaluations") if isinstance(doc, dict) else None
+    evaluations = [
+        Evaluation.model_construct(step=int(row["step"]), dataset=str(row.get("dataset") or ""),
+                                   metrics={str(k): _number(v) for k, v in (row.get("metrics") or {}).items()})
+        for row in rows or [] if isinstance(row, dict) and isinstance(row.get("step"), int)
+    ]
+    summary = summarize(evaluations)
+    summary.final = doc.get("final") or summary.final
+    summary.best = doc.get("best") or summary.best
+    summary.files = [str(path)]
+    return summary
 
 
 def _attempt_number(path: Path) -> int:
@@ -180,8 +227,6 @@ def _console(logs: list[Path]) -> ResultSummary | None:
         last = part
     if last is None or not merged:
         return None
-    from ajet_runner.statemachine.results import summarize
-
     return summarize([merged[k] for k in sorted(merged)], fmt="console")  # type: ignore[misc]
 
 

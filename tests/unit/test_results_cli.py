@@ -79,3 +79,27 @@ def test_dir_without_results_exits_1(tmp_path: Path) -> None:
     (tmp_path / "notes.md").write_text("# nothing here\n")
     proc = run(tmp_path)
     assert proc.returncode == 1 and "no validation result file" in proc.stderr
+
+
+def test_a_collected_result_dir_shows_what_its_report_showed(tmp_path: Path) -> None:
+    """results.json is the report's own data: shown as is, even where the logs would say more (an
+    earlier run's lines the report left out, for instance); non-finite values stay null."""
+    from tests.conftest import CORPUS as ALL_CORPORA
+
+    (tmp_path / "logs").mkdir()
+    shutil.copy(ALL_CORPORA / "console" / "agentjet-0.0.1-test_freq1.log", tmp_path / "logs" / "attempt-1.log")
+    doc = {"evaluations": [{"step": 0, "dataset": "", "metrics": {"mean_reward": 0.25, "std_reward": None}},
+                           {"step": 5, "dataset": "", "metrics": {"mean_reward": 0.5, "std_reward": 0.1}}],
+           "final": {"step": 5, "dataset": "", "metrics": {"mean_reward": 0.5, "std_reward": 0.1}},
+           "best": {"mean_reward": {"value": 0.5, "step": 5}}}
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    data = json.loads(run(tmp_path, "--json").stdout)
+    assert data["evaluations"] == doc["evaluations"] and data["final"] == doc["final"]
+    assert data["best"] == doc["best"] and data["files"] == [str(tmp_path / "results.json")]
+    assert "files: " + str(tmp_path / "results.json") in run(tmp_path).stdout
+    (tmp_path / "results.json").unlink()  # not collected (yet): the same sources the report reads
+    data = json.loads(run(tmp_path, "--json").stdout)
+    assert [e["step"] for e in data["evaluations"]] == [0, 1, 2, 3, 4, 5, 6] and data["format"] == "console"
+    (tmp_path / "results.json").write_text("{not json")
+    broken = run(tmp_path)
+    assert broken.returncode == 1 and "results.json: unreadable" in broken.stderr

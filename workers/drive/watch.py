@@ -8,8 +8,9 @@ state is checkpointed beside the log, so a worker adopting the run goes on from 
 Only this run's results count: a validation file that already held an earlier run's lines
 at launch is read from the size it had then (`FileStart`); a file replaced or truncated
 since is read from its start. Console validation lines (`Initial/Final validation
-metrics`, verl's `step:N - val-core/...` lines) fill the steps the file lacks, so a run of
-an AgentJet that writes no results file still has evaluations (and can plateau).
+metrics`, verl's `step:N - key:value - ...` validation rows) fill the steps the file lacks, so a
+run of an AgentJet that writes no results file still has evaluations (and can plateau); its
+training rows are the training steps logged.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from ajet_runner.statemachine.diagnose import LogScanner
-from ajet_runner.statemachine.logmetrics import LogMetrics, merge_file_and_log, parse_log_lines
+from ajet_runner.statemachine.logmetrics import (
+    LogMetrics,
+    merge_file_and_log,
+    scan_log_lines,
+    step_ranges,
+    steps_of_ranges,
+)
 from ajet_runner.statemachine.models import Evaluation, Finding
 from ajet_runner.statemachine.results import ResultSummary, parse_val_file
 from ajet_runner.workers.drive import scan_checkpoint
@@ -38,6 +45,7 @@ FINISH_BYTES = 4 << 20  # an ended attempt: read at most this much more before j
 FINISH_SECONDS = 0.15
 FINISH_TAIL = 1 << 20  # ... to its last MiB (~10k lines: where the failure is)
 CONSOLE_KEY = "console_evaluations"  # in each ctx.attempts entry: what the watcher read from that log
+TRAIN_KEY = "console_train_steps"  # ... and the training steps it printed, as [first, last] runs
 MAX_LAG = 512 << 20  # a live log further ahead than this (a writer faster than the scanner) is skipped
 
 
@@ -76,17 +84,37 @@ def parse_own_results(path: str | os.PathLike[str], start: dict[str, int] | None
     return parse_val_file(path, start=own_offset(path, start))
 
 
+def _scan_log(path: str) -> LogMetrics | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return scan_log_lines(fh)
+    except OSError:
+        return None
+
+
 def log_evaluations(paths: list[str]) -> list[Evaluation]:
     """Console evaluations of several attempt logs, in order: a later attempt's step wins."""
     by_step: dict[int, Evaluation] = {}
     for path in paths:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                summary = parse_log_lines(fh)
-        except OSError:
-            continue
-        by_step.update((e.step, e) for e in summary.evaluations)
+        scanned = _scan_log(path)
+        if scanned is not None:
+            by_step.update(scanned.evaluations)
     return [by_step[k] for k in sorted(by_step)]
+
+
+def attempt_train_steps(attempts: Sequence[Any]) -> set[int]:
+    """The training steps these attempts' logs printed (a resumed attempt's repeats count once): what
+    the watcher kept (`TRAIN_KEY`), else parsed from the log (an older record)."""
+    steps: set[int] = set()
+    for attempt in attempts:
+        get = attempt.get if isinstance(attempt, dict) else lambda k, a=attempt: getattr(a, k, None)
+        saved = get(TRAIN_KEY)
+        if isinstance(saved, list):
+            steps |= steps_of_ranges(saved)
+        elif get("log_path"):
+            scanned = _scan_log(str(get("log_path")))
+            steps |= scanned.train_steps if scanned is not None else set()
+    return steps
 
 
 def attempt_evaluations(attempts: Sequence[Any]) -> list[Evaluation]:
@@ -220,6 +248,10 @@ class AttemptWatch:
     def console_evaluations(self) -> list[dict[str, Any]]:
         """This attempt's console evaluations as JSON-able dicts (kept in ctx when it ends)."""
         return [e.model_dump(mode="json") for e in self.log_metrics.evaluations.values()]
+
+    def console_train_steps(self) -> list[list[int]]:
+        """This attempt's training steps seen in its log, as [first, last] runs (kept in ctx when it ends)."""
+        return step_ranges(self.log_metrics.train_steps)
 
     def checkpoint(self) -> dict[str, Any]:
         return {"offset": self.offset, "bytes_read": self.bytes_read, "last_output_at": self.last_output_at,

@@ -18,7 +18,13 @@ from ajet_runner.statemachine.results import (
     summarize,
 )
 from ajet_runner.store.records import Context, ExperimentRecord
-from ajet_runner.workers.drive.watch import AttemptWatch, attempt_evaluations, own_offset, parse_own_results
+from ajet_runner.workers.drive.watch import (
+    AttemptWatch,
+    attempt_evaluations,
+    attempt_train_steps,
+    own_offset,
+    parse_own_results,
+)
 from ajet_runner.workers.process.tmux import session_name
 from ajet_runner.workers.repair.resume import note_start
 from ajet_runner.workers.report import ReportData
@@ -76,8 +82,8 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
         used = sorted({e.step for e in console} - have)
         if used:
             steps = ", ".join(str(s) for s in used[:12]) + (" …" if len(used) > 12 else "")
-            sources.append(f"the console log (`Initial/Final validation metrics` and val-core step lines): "
-                           f"step(s) {steps}")
+            sources.append(f"the console log (verl's `step:N - …` validation rows and `Initial/Final validation "
+                           f"metrics`): step(s) {steps}")
     if not sources:
         sources.append("no results file and no validation line in the console log")
     return (summary if summary.evaluations else None), "; ".join(sources)
@@ -110,9 +116,10 @@ def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle
                        "restart (results.json: superseded_evaluations)")
     elif curve is not None and len(ctx.attempts) == 1:
         attempt_of = {(e.step, e.dataset): ctx.attempts[0].number for e in (summary.evaluations if summary else [])}
-    train_steps = 0
+    steps = attempt_train_steps(ctx.attempts)  # the console's training rows (kept by the watcher)
     if ctx.train_path and Path(ctx.train_path).exists():
-        train_steps = len(parse_train_file(ctx.train_path).steps)
+        steps |= {s.step for s in parse_train_file(ctx.train_path).steps}
+    train_steps = len(steps)
     tail: list[str] = watch.scanner.tail(60) if watch else []
     if not tail and ctx.attempts:
         tail = tail_file(ctx.attempts[-1].log_path, 60)

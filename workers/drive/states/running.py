@@ -20,7 +20,7 @@ from ajet_runner.statemachine.rules import Observation, Proposal, SwarmServerRul
 from ajet_runner.store.records import PendingRepair
 from ajet_runner.workers.drive.journal import HandedBack
 from ajet_runner.workers.drive.scan_checkpoint import remove as remove_checkpoint
-from ajet_runner.workers.drive.watch import CONSOLE_KEY, AttemptWatch, attempt_evaluations
+from ajet_runner.workers.drive.watch import CONSOLE_KEY, TRAIN_KEY, AttemptWatch, attempt_evaluations
 from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.process.exit_cause import exit_record_problem
 from ajet_runner.workers.process.exit_wait import ExitWaiter
@@ -291,6 +291,7 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
     if attempt is not None:
         attempt.ended_at, attempt.exit_code, attempt.end_reason = time.time(), exit_code, proposal.reason
         setattr(attempt, CONSOLE_KEY, d.watch.console_evaluations())
+        setattr(attempt, TRAIN_KEY, d.watch.console_train_steps())
     if proposal.trigger == "anomaly":
         d.ctx.pending_repair = PendingRepair(
             cause=cause.model_dump() if cause else None,

@@ -7,6 +7,8 @@ the same numbers again, as a real run restored from the same checkpoint roughly 
 from __future__ import annotations
 
 import math
+import numbers
+import pprint
 import random
 from typing import Any
 
@@ -107,12 +109,17 @@ def train_metrics(
     ]
 
 
-def console_step_line(items: list[tuple[str, Any]]) -> str:
-    """verl's console logger: `step:3 - key:value - key:value`."""
-    step = dict(items).get("training/global_step", 0)
+def verl_console_line(items: list[tuple[str, Any]], step: int) -> str:
+    """verl's console logger (`concat_dict_to_str`): `step:N`, then `key:pformat(value)` for every
+    value that is a number (strings are left out), joined by ` - `."""
     parts = [f"step:{step}"]
-    parts += [f"{k}:{float(v):.3f}" for k, v in items if k != "training/global_step"]
+    parts += [f"{k}:{pprint.pformat(v)}" for k, v in items if isinstance(v, numbers.Number)]
     return " - ".join(parts)
+
+
+def console_step_line(items: list[tuple[str, Any]]) -> str:
+    """A training step as verl's console logger prints it: `step:3 - training/global_step:3 - key:value - ...`."""
+    return verl_console_line(items, step=dict(items).get("training/global_step", 0))
 
 
 def console_val_metrics(sim: SimSettings, step: int, total: int, test_freq: int, pass_n: int) -> list[tuple[str, Any]]:
@@ -132,4 +139,4 @@ def console_val_metrics(sim: SimSettings, step: int, total: int, test_freq: int,
 
 def console_val_step_line(step: int, items: list[tuple[str, Any]]) -> str:
     """verl's console logger at a test step: the validation keys join the step line."""
-    return " - ".join([f"step:{step}"] + [f"{k}:{float(v):.4f}" for k, v in items])
+    return verl_console_line(items, step=step)
