@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +69,16 @@ def submit(
     exp_id: str | None = None,
     wait_for_node: bool = False,
     nodes: Sequence[str] | None = None,
+    stage: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Record and enqueue the blueprint (under `exp_id` if given: an idempotency claim); returns the new
     record. Raises SubmissionRejected.
 
     A named node that no live worker serves is refused unless `wait_for_node` (it would wait for ever).
     `nodes` limits a multi-node run to those nodes; the first is its head (as `node`).
+    `stage` tags it (indexed with the record); `overrides` replace parts of the parsed blueprint (one
+    experiment of a sweep: its result dir, purpose and values; service/stage_submit.py).
     """
     named = list(dict.fromkeys(nodes or []))
     if named and node and node != named[0]:
@@ -87,7 +91,13 @@ def submit(
         raise SubmissionRejected([Problem(level=Level.error, field="blueprint", message=(
             f"the blueprint took over {format_limit(PARSE_DEADLINE_SECONDS)} to parse and was refused unread; a "
             "real one parses in milliseconds (look for a huge line or deeply nested lists)"))]) from None
+    if overrides:
+        bp = bp.model_copy(update=dict(overrides))
     problems = validate_blueprint(bp, check_disk=check_disk)
+    if bp.exp_sweep.strip() and not bp.exp_sweep_values:
+        problems.append(Problem(level=Level.error, field="exp_sweep", message=(
+            "this blueprint is a sweep (its [exp_sweep] part): submit it as a stage, which makes one experiment "
+            "per combination (`ajet-runner submit --stage NAME FILE`, POST /v1/stages)")))
     if allowed_roots:
         for fld in ("exp_codebase_dir", "exp_result_dir", "exp_yaml_path", "exp_venv_exe"):
             value = bp.yaml_abspath() if fld == "exp_yaml_path" and bp.exp_yaml_path else getattr(bp, fld)
@@ -136,6 +146,7 @@ def submit(
         "priority": priority or "normal", "queue": queue_name, "job_id": job_id, "attempt": 0, "outcome": "",
         "tmux_session": session_name(bp.exp_purpose, exp_id),
         "problems": [p.model_dump(mode="json") for p in problems], "previous_run": "",
+        **({"stage": stage} if stage else {}),
     }
     # The claim on the result dir and the record (with its indexes and `submitted` event) in one
     # compare-and-set: of concurrent submissions naming one dir, one wins; the others write nothing.

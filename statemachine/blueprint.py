@@ -49,6 +49,7 @@ from ajet_runner.statemachine.durations import DURATION_MAX_CHARS, parse_duratio
 from ajet_runner.statemachine.first_step import first_step_clause, without_first_step_clause
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.statemachine.swarm_blueprint import no_server_refusal, split_swarm_command
+from ajet_runner.statemachine.sweep import SWEEP_FIELD
 
 __all__ = ["BLUEPRINT_MAX_LINES", "FIELD_MAX_CHARS", "PATH_PART_LINES", "PATH_PART_SECTIONS", "ParseDeadline",
            "parse_blueprint", "validate_blueprint", "load_blueprint", "template_placeholders"]
@@ -479,6 +480,11 @@ def _read_text_section(state: _Parse, m: _Marker, start: int, end: int) -> None:
 
 def _read_section(state: _Parse, m: _Marker, end: int) -> None:
     fld = m.field
+    if fld == SWEEP_FIELD:  # its own small grammar (statemachine/sweep.py): kept as written
+        body = "\n".join(state.doc.lines[m.line + m.skip:end])
+        text = dedent(body).strip("\n")
+        state.values[fld] = "\n".join(x for x in (state.values.get(fld, ""), text) if x)
+        return
     if fld != NOTES and state.values.get(fld):
         state.note(m.line, fld, "\n".join(state.doc.lines[m.line:end]))  # a second copy of a part
         return
@@ -552,6 +558,7 @@ def parse_blueprint(text: str, *, deadline: float | None = None) -> Blueprint:
         exp_swarm_declared=declared_swarm,
         exp_swarm_form="part" if declared_swarm else "",
         exp_yaml_na=state.yaml_na,
+        exp_sweep=state.values.get(SWEEP_FIELD, ""),
         source_lines=source_lines,
     )
     _resolve_swarm(state, bp)

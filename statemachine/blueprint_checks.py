@@ -14,6 +14,7 @@ from ajet_runner.statemachine.command import LAUNCH_COMMAND_MAX_CHARS
 from ajet_runner.statemachine.durations import DURATION_MAX_CHARS, format_limit
 from ajet_runner.statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
 from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
+from ajet_runner.statemachine.sweep import SWEEP_FIELD, plan_sweep
 
 __all__ = ["BLUEPRINT_MAX_LINES", "FIELD_MAX_CHARS", "template_placeholders", "validate_blueprint"]
 
@@ -225,6 +226,18 @@ def _check_placeholders(bp: Blueprint, problems: _Problems) -> bool:
     return found
 
 
+def sweep_part_problems(bp: Blueprint) -> list[Problem]:
+    """What is wrong with the `[exp_sweep]` part itself (statemachine/sweep.py), and a sweep without a YAML
+    to change."""
+    found = plan_sweep(bp.exp_sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose).problems
+    if (bp.exp_swarm_declared or bp.exp_swarm_server or not bp.exp_yaml_path or bp.exp_yaml_na) and not any(
+            p.field == SWEEP_FIELD for p in found if p.level == Level.error):
+        found.append(Problem(level=Level.error, field=SWEEP_FIELD, message=(
+            "a sweep sets YAML values, but this blueprint has no YAML the runner configures (a swarm client "
+            "configures its job in Python, or [exp_yaml_path] is missing): drop [exp_sweep] or name the YAML")))
+    return found
+
+
 def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Problem]:
     """Everything that keeps `bp` from running (errors) or looks wrong (warnings).
 
@@ -256,4 +269,6 @@ def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Proble
             problems.error("exp_swarm_server", "the swarm server command is empty: give the command "
                            "that starts it, e.g. `ajet-swarm start --swarm-port=10086`")
         problems.extend(swarm_problems(bp, spec))
+    if bp.exp_sweep.strip() and not bp.exp_sweep_values:
+        problems.extend(sweep_part_problems(bp))
     return list(problems)

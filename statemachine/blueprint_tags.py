@@ -29,6 +29,7 @@ _TAGS: dict[str, tuple[str, ...]] = {
                          "exp_swarm_command", "exp_swarm"),
     "exp_val_result_path": ("exp_val_result_path", "exp_val_result", "exp_val_results_path",
                             "exp_result_file", "exp_results_file"),
+    "exp_sweep": ("exp_sweep", "exp_sweeps", "exp_grid"),  # statemachine/sweep.py reads its text
     NOTES: ("exp_notes", "exp_note", "exp_other", "exp_others", "exp_other_notes", "exp_extra",
             "exp_additional_notes", "exp_additional_info", "exp_misc"),
 }
@@ -42,6 +43,7 @@ _BRACKET_ONLY: dict[str, tuple[str, ...]] = {
     "exp_max_time": ("max_time", "maxtime"),
     "exp_swarm_server": ("swarm_server", "swarm"),
     "exp_val_result_path": ("val_result_path", "result_file"),
+    "exp_sweep": ("sweep", "grid"),
     NOTES: ("notes", "note", "other", "others", "other_notes", "additional_notes", "misc", "其他", "备注"),
 }
 _TAG_OF = {alias: f for f, aliases in _TAGS.items() for alias in aliases}

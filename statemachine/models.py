@@ -40,7 +40,8 @@ class Problem(BaseModel):
 
 
 _NOT_PUBLIC = {"exp_max_time_text", "exp_swarm_server", "exp_val_result_path", "exp_swarm_declared",
-               "exp_swarm_form", "exp_swarm_client_delay_seconds", "exp_yaml_na", "parse_problems"}
+               "exp_swarm_form", "exp_swarm_client_delay_seconds", "exp_yaml_na", "parse_problems", "exp_sweep",
+               "exp_sweep_values"}
 
 
 class Blueprint(BaseModel):
@@ -64,6 +65,10 @@ class Blueprint(BaseModel):
     exp_swarm_form: str = ""
     exp_swarm_client_delay_seconds: float | None = None  # the `sleep N` dropped between server and client
     exp_yaml_na: bool = False  # [exp_yaml_path] says NA / N/A / 无 (a swarm client configures its own job)
+    # A sweep (statemachine/sweep.py): the `[exp_sweep]` part's text as written, and, on each experiment a
+    # sweep expanded into, the YAML values that experiment runs with (the preflight applies them).
+    exp_sweep: str = ""
+    exp_sweep_values: dict[str, Any] = Field(default_factory=dict)
     # What the parser itself found wrong (a command line that is not shell, text after a path, ...):
     # validation reports these first, so `check`, the API and `run` refuse the same blueprint alike.
     parse_problems: list[Problem] = Field(default_factory=list)

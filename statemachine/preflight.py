@@ -30,9 +30,10 @@ from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.blueprint import template_placeholders, validate_blueprint
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
-from ajet_runner.statemachine.repairs import MISSING, get_dotted
+from ajet_runner.statemachine.repairs import MISSING, get_dotted, set_dotted
 from ajet_runner.statemachine.shell_ast import unquote
 from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
+from ajet_runner.statemachine.sweep import sweep_changes
 from ajet_runner.statemachine.yamlload import load_yaml_file
 
 __all__ = [
@@ -338,6 +339,18 @@ class _Planner:
                          "override this YAML's own values")
         return isinstance(ajet, dict)
 
+    def sweep(self, data: dict[str, Any], now: float) -> None:
+        """One experiment of a sweep (statemachine/sweep.py): its values and its own experiment name."""
+        if not self.bp.exp_sweep_values:
+            return
+        stamp = time.strftime("%Y%m%d_%H%M", time.localtime(now))
+        changes, problems = sweep_changes(self.bp.exp_sweep_values, data, yaml_path=self.bp.yaml_abspath(),
+                                          launch_stamp=stamp)
+        for c in changes:
+            set_dotted(data, c.key, c.new)
+        self.changes += changes
+        self.problems += problems
+
     def execute_test(self, data: dict[str, Any]) -> None:
         key = "ajet.execute_test"
         value = get_dotted(data, key, MISSING)
@@ -364,16 +377,18 @@ class _Planner:
         for key, relpath in ((VAL_KEY, VAL_RESULT_RELPATH), (TRAIN_KEY, TRAIN_RESULT_RELPATH)):
             value = get_dotted(data, key, MISSING)
             given = value.strip() if isinstance(value, str) else ""
-            if given and os.path.dirname(given):
+            if given and os.path.dirname(given) and not self.bp.exp_sweep_values:
                 paths.append(os.path.normpath(os.path.join(workdir, given)))
                 continue
             if not result_dir:
                 self.problem(Level.error, key, "not set, and there is no exp_result_dir to put it in")
                 paths.append("")
                 continue
-            name = given or os.path.basename(relpath)
+            name = os.path.basename(given) if given else os.path.basename(relpath)
             new = os.path.normpath(os.path.join(result_dir, os.path.dirname(relpath), name))
-            why = ("a bare file name crashes the first validation (its directory is '')" if given
+            why = ("the experiments of a sweep run at once: each writes its own file in its own result dir"
+                   if given and self.bp.exp_sweep_values else
+                   "a bare file name crashes the first validation (its directory is '')" if given
                    else "without it the metrics exist only in the console log")
             self.change(key, value, new, f"{why}; the runner reads the results from the result dir")
             paths.append(new)
@@ -514,7 +529,7 @@ class _Planner:
         taken = [(n, d, step) for n in names if (step := _saved_step(d := ckpt.checkpoint_dir(data, n, workdir)))
                  is not None]
         if not taken:
-            if explicit is not None:
+            if explicit is not None and not self.bp.exp_sweep_values:  # a sweep's name is the runner's own
                 self.problem(Level.warning, key, f"experiment_name={explicit!r} is fixed: AgentJet appends to the same "
                              "result files, and a later run with this name would find (and so resume from) its "
                              "checkpoint; give a new experiment its own name")
@@ -609,6 +624,7 @@ def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | No
     data = p.parse(yaml_text if isinstance(yaml_text, str) else "")
     if data is not None and p.check_structure(data):
         workdir = p.workdir(command)
+        p.sweep(data, time.time() if now is None else now)  # first: every check below sees the sweep's values
         p.execute_test(data)
         p.val_before_train(data)
         plan.val_result_path, plan.train_result_path = p.result_files(data, workdir)

@@ -125,3 +125,21 @@ def watch_exps_key(node: str) -> str:
 def watch_exp_key(node: str, exp_id: str) -> str:
     """One experiment's watch-loop numbers on one node."""
     return f"{PREFIX}:wm:{node}:exp:{exp_id}"
+
+
+STAGES = f"{PREFIX}:stages"  # zset stage name -> when it was first used
+
+
+def stage_key(name: str) -> str:
+    """A stage's experiments (zset id -> created_at), written with each record (store/stage_member.lua)."""
+    return f"{PREFIX}:stage:{name}"
+
+
+def stage_meta_key(name: str) -> str:
+    """A stage's settings and bookkeeping (a hash: dir, webhook_url, created_at, reported_members, ...)."""
+    return f"{PREFIX}:stagemeta:{name}"
+
+
+OUTBOX = f"{PREFIX}:outbox"  # zset task id -> when it is due (store/outbox.py)
+OUTBOX_TASKS = f"{PREFIX}:outbox:tasks"  # hash task id -> the task's JSON
+OUTBOX_DEAD = f"{PREFIX}:outbox:dead"  # list of tasks given up on (JSON, newest first, capped)

@@ -225,6 +225,8 @@ class ExperimentRecord(Loose):
     log_tail: list[str] = []
     previous_run: str = ""
     problems: list[dict[str, Any]] = []
+    stage: str = ""  # the stage it belongs to (store/stages.py), if any
+    best_metrics: dict[str, Any] | None = None  # once finished: {metric: {"value", "step"}} (the report's best)
     cancel_requested: bool = False
     delete_requested: bool = False
 

@@ -87,6 +87,17 @@ class Settings(BaseSettings):
                                       "at launch, released at collecting, so the final files fit on a full disk")
     node_absent_report_seconds: float = Field(default=300.0, description="queued work for a node gone this long "
                                               "is reported (event, metric)")
+    # Notifications (workers/notify/): a JSON POST when an experiment and when a stage finishes
+    webhook_url: str = Field(default="", description="http(s) URL every experiment's and stage's finish is posted "
+                             "to (a stage's own webhook URL replaces it for that stage); empty: none")
+    webhook_secret: SecretStr = Field(default=SecretStr(""), description="HMAC-SHA256 key: each POST carries "
+                                      "X-Ajet-Runner-Signature: sha256=<hex of the body's HMAC>")
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    webhook_max_attempts: int = Field(default=10, ge=1, description="tries per notification (backoff 2 s, "
+                                      "doubling, at most webhook_backoff_cap_seconds) before it is given up")
+    webhook_backoff_cap_seconds: float = Field(default=300.0, gt=0)
+    outbox_poll_seconds: float = Field(default=1.0, gt=0, description="how often a worker looks for due "
+                                       "notifications (webhooks, stage reports)")
 
 
     def suggestions_path(self) -> Path:

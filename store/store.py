@@ -24,6 +24,7 @@ from ajet_runner.store.keys import (
     NODES,
     PREFIX,
     RESULT_DIRS,
+    STAGES,
     STATS_NAMES,
     UNFINISHED,
     cancel_channel,
@@ -36,6 +37,7 @@ from ajet_runner.store.keys import (
     node_index_key,
     node_key,
     published_key,
+    stage_key,
     state_index_key,
     stats_key,
     stream_key,
@@ -64,7 +66,7 @@ DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0
 # JSON-encoded hash fields (everything else is a plain string).
 JSON_FIELDS = (
     "lifecycle", "latest_metrics", "handle", "gpus", "blueprint_json", "problems", "config_changes", "ctx",
-    "log_tail",
+    "log_tail", "best_metrics",
 )
 
 
@@ -195,6 +197,8 @@ class Store:
             pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(record))] * 2, strict=True)))
             pipe.zadd(INDEX, {exp_id: now})
         pipe.eval(lua("transition"), len(keys), *keys, *args)
+        if stage := str(fields.get("stage") or ""):  # the stage's index, only if the record was written
+            pipe.eval(lua("stage_member"), 3, exp_key(exp_id), stage_key(stage), STAGES, stage, now)
         if also is not None:
             also(pipe)
         pipe.hgetall(exp_key(exp_id))
@@ -303,10 +307,23 @@ class Store:
         node's active set and experiment index; a finished record starts to expire."""
         keys, args = self._transition_call(exp_id, expected_version=expected_version, fields=fields, event=event,
                                            owner=owner, stats=stats, node=node)
-        ok, detail = self._transition(keys=keys, args=args)
+        if fields.get("state") == State.finished.value:
+            ok, detail = self._finishing(exp_id, keys, args)
+        else:
+            ok, detail = self._transition(keys=keys, args=args)
         if not ok:
             raise TransitionConflict(f"experiment {exp_id}: {text(detail)} check failed")
         return int(text(detail))
+
+    def _finishing(self, exp_id: str, keys: list[str], args: list[Any]) -> Any:
+        """The finishing transition and its outbox task (store/outbox.py) in one MULTI: the notice that it
+        finished is never lost, nor queued for a transition that did not happen."""
+        from ajet_runner.store.outbox import queue_finish
+
+        pipe = self.r.pipeline(transaction=True)
+        pipe.eval(lua("transition"), len(keys), *keys, *args)
+        queue_finish(pipe, exp_id)
+        return pipe.execute()[0]
 
     def _transition_call(self, exp_id: str, *, expected_version: int | None, fields: Mapping[str, Any],
                          event: Mapping[str, Any], owner: str = "",
@@ -389,10 +406,12 @@ class Store:
 
     def delete(self, exp_id: str) -> None:
         """The record, its events and indexes go; a result dir it still claims is released with them."""
-        node, target, claim = self.r.hmget(exp_key(exp_id), "node", "target_node", CLAIM_FIELD)
+        node, target, claim, stage = self.r.hmget(exp_key(exp_id), "node", "target_node", CLAIM_FIELD, "stage")
         nodes = {n.decode() for n in (node, target) if n}
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(exp_key(exp_id), stream_key(exp_id), published_key(exp_id), log_tail_key(exp_id))
+        if stage:
+            pipe.zrem(stage_key(text(stage)), exp_id)
         self._unindex(pipe, [exp_id], nodes)
         if claim:
             pipe.eval(lua("hdel_if_owner"), 1, RESULT_DIRS, text(claim), exp_id)

@@ -59,6 +59,9 @@ def register(app: typer.Typer) -> None:
         info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
                                       slots or settings.slots)
         sup = NodeSupervisor(settings, info, url)
+        from ajet_runner.workers.notify.deliverer import start_deliverer
+
+        start_deliverer(settings, url, info.name, sup.stopping)  # webhooks and stage reports (the outbox)
         port = settings.metrics_port if metrics_port < 0 else metrics_port
         if port:
             from ajet_runner.workers.node.worker_metrics import serve_worker_metrics

@@ -19,6 +19,7 @@ from ajet_runner.service.api.errors import BODY_ERRORS, V1_ERRORS, error_body, e
 from ajet_runner.service.api.schemas import (
     MAX_BYTE_OFFSET,
     MAX_OFFSET,
+    STAGE_PATTERN,
     SUMMARY_FIELDS,
     DeleteResult,
     ExperimentPage,
@@ -92,7 +93,7 @@ def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: st
         while idempotency_key:
             held = claim(be.store.r, idempotency_key, body.blueprint, new_id, placement={
                 "node": body.node, "nodes": body.nodes, "priority": body.priority or "normal",
-                "blueprint_path": body.blueprint_path})
+                "blueprint_path": body.blueprint_path, **({"stage": body.stage} if body.stage else {})})
             if held.fresh:
                 break
             rec = first_record(be.store, be.store.r, idempotency_key, held)
@@ -107,7 +108,7 @@ def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: st
         rec = submit(be.store, be.store.r, body.blueprint, blueprint_path=body.blueprint_path or "", node=body.node,
                      nodes=body.nodes, priority=body.priority, allowed_roots=be.allowed_roots,
                      check_disk=be.settings.submit_check_disk, exp_id=held.exp_id if held else None,
-                     wait_for_node=body.wait_for_node)
+                     wait_for_node=body.wait_for_node, stage=body.stage)
     except SubmissionRejected as exc:
         if held and idempotency_key:
             release(be.store.r, idempotency_key, held)
@@ -149,6 +150,7 @@ def list_experiments(
     state: State | None = Query(None, description="only experiments in this state"),
     node: str | None = Query(None, description="only those on (or submitted to) this node"),
     outcome: Outcome | None = Query(None, description="only finished ones with this outcome"),
+    stage: str | None = Query(None, pattern=STAGE_PATTERN, description="only the experiments of this stage"),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
     be: Backend = Depends(backend),
@@ -156,6 +158,13 @@ def list_experiments(
     """Newest first. `total` counts every match, so a client can page with `offset`."""
     store = be.store
     st, oc = (state.value if state else None), (outcome.value if outcome else None)
+    if stage:  # a stage's own index (a few experiments), filtered by the rest
+        from ajet_runner.store.stages import stage_ids
+
+        recs = store.fields_of(stage_ids(store, stage)[::-1], ("state", "node", "target_node", "outcome"))
+        matching = [r["id"] for r in recs if _matches(r, st, node, oc)]
+        return {"items": _summaries(be, matching[offset:offset + limit]), "total": len(matching), "limit": limit,
+                "offset": offset}
     if not (st or node or oc):
         return {"items": _summaries(be, store.ids(offset, limit)), "total": store.count(), "limit": limit,
                 "offset": offset}

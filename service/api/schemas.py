@@ -42,8 +42,9 @@ StreamId = Annotated[str, AfterValidator(_stream_id)]
 SUMMARY_FIELDS = (
     "id", "state", "outcome", "reason", "purpose", "node", "target_node", "queue", "priority", "tmux_session",
     "attempt", "created_at", "started_at", "finished_at", "max_seconds", "latest_metrics", "result_dir", "gpus",
-    "gpus_needed", "blueprint_path", "cancel_requested", "delete_requested", "problems",
+    "gpus_needed", "blueprint_path", "cancel_requested", "delete_requested", "problems", "stage",
 )
+STAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # as ajet_runner.store.stages.STAGE_PATTERN
 
 
 class SubmitRequest(BaseModel):
@@ -57,6 +58,8 @@ class SubmitRequest(BaseModel):
                                                                          "the report)")
     wait_for_node: bool = Field(False, description="queue it even if no live worker serves `node` yet "
                                                    "(else 422: it would wait for ever)")
+    stage: str | None = Field(None, pattern=STAGE_PATTERN, description="put it in this stage (a named group: "
+                              "GET /v1/stages/{name}); a sweep blueprint is submitted with POST /v1/stages")
 
 
 class ExperimentSummary(BaseModel):
@@ -85,6 +88,7 @@ class ExperimentSummary(BaseModel):
     cancel_requested: bool = False
     delete_requested: bool = False
     warnings: list[Problem] = Field(default_factory=list, description="non-fatal findings at submission")
+    stage: str | None = Field(None, description="the stage it belongs to, if any")
 
 
 class ExperimentView(ExperimentSummary):
@@ -171,6 +175,7 @@ def summary_dict(rec: dict[str, Any], now: float | None = None) -> dict[str, Any
         "gpus": rec.get("gpus") or None, "gpus_needed": _int(rec.get("gpus_needed"), 1),
         "blueprint_path": rec.get("blueprint_path") or "", "cancel_requested": _flag(rec.get("cancel_requested")),
         "delete_requested": _flag(rec.get("delete_requested")), "warnings": warnings,
+        "stage": rec.get("stage") or None,
     }
 
 

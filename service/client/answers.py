@@ -68,6 +68,7 @@ class Experiment(Record):
     delete_requested: bool = False
     warnings: list[dict[str, Any]] = Field(default_factory=list)
     history: list[dict[str, Any]] = Field(default_factory=list)
+    stage: str | None = None
 
     @property
     def finished(self) -> bool:

@@ -30,9 +30,10 @@ ALLOWED = {
 }
 # One home per feature: these folders hold sub-packages, and (besides `__init__.py`) only the modules named.
 LAYOUT = {
-    "workers": ({"drive", "process", "node", "repair", "gang", "swarm", "report"}, set()),
+    "workers": ({"drive", "process", "node", "repair", "gang", "swarm", "report", "notify"}, set()),
     "service": ({"api", "client", "ui"},
-                {"cluster_metrics", "demo", "embedded", "idempotency", "metric_names", "stop", "submit"}),
+                {"cluster_metrics", "demo", "embedded", "idempotency", "metric_names", "stop", "submit",
+                 "stage_submit"}),
     "cli": ({"commands"}, {"app", "__main__"}),
 }
 

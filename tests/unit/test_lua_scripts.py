@@ -51,7 +51,9 @@ class _Recorder:
 def test_the_store_passes_every_documented_key_to_the_transition_script() -> None:
     store = Store.__new__(Store)
     store._transition = recorder = _Recorder()  # type: ignore[attr-defined]
-    store.transition("e1", expected_version=1, fields={"state": "finished"}, event={"type": "transition"},
+    # (a finishing transition, state "finished", goes in one MULTI with its outbox task, store/outbox.py; the
+    # keys are the same: tests/integration/test_stage_store.py runs it on a real Redis)
+    store.transition("e1", expected_version=1, fields={"reason": "done"}, event={"type": "transition"},
                      stats={"transition": "collecting>finished", "outcome": "completed", "duration": 3.0})
     text = resources.files("ajet_runner.store").joinpath("transition.lua").read_text(encoding="utf-8")
     # 11 + 7 state indexes, the node's set and index, the log tail, the event numbers, the result dir

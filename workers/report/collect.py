@@ -145,6 +145,7 @@ def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle
         nodes=list(ctx.gang.get("members") or []),
         master={k: ctx.gang[k] for k in ("master_addr", "master_port", "nnodes") if k in ctx.gang},
         swarm={k: ctx.swarm[k] for k in ("spec", "reused", "history") if k in ctx.swarm},
+        launch_command=bp.exp_launch_command, sweep=dict(bp.exp_sweep_values), stage=rec.stage,
     )
 
 

@@ -38,12 +38,15 @@ def handle(d: ExperimentDriver) -> bool:
                                 suggestions_file=d.settings.suggestions_path())
     result_dir = d.bp.exp_result_dir
 
+    made: list[ReportData] = []
+
     def make_data() -> ReportData:
         release_reserve(result_dir)  # the room kept since launch is for exactly these files
         _tidy_config_copy(d)  # before the report: it points at the kept copy
-        return report_data(d.id, d.bp, d.rec, d.lc, d.ctx, node=d.node.name,
-                           watch=d.watch, started_at=d.started_at,
-                           tmux_socket=getattr(d.runner, "socket_path", None) or d.settings.tmux_socket)
+        made.append(report_data(d.id, d.bp, d.rec, d.lc, d.ctx, node=d.node.name,
+                                watch=d.watch, started_at=d.started_at,
+                                tmux_socket=getattr(d.runner, "socket_path", None) or d.settings.tmux_socket))
+        return made[-1]
 
     # The plot drawn while the run was watched: pasted with its title if still exact, else drawn again.
     failure = finish_result_dir(result_dir, d.id, d.lc.outcome, make_data, d.plot_ahead.background())
@@ -54,12 +57,13 @@ def handle(d: ExperimentDriver) -> bool:
     if d.ctx.swarm and (port := d._swarm_port()) is not None:
         d.journal.call(lambda: d.store.release_swarm_port(d.node.name, d.id, port))
     metrics = latest_metrics(d.watch.summary) if d.watch else d.rec.latest_metrics
+    best = {"best_metrics": made[-1].best} if made and made[-1].best else {}  # the report's: webhooks, /metrics
     with contextlib.suppress(OSError):
         remove_temp_files(result_dir)  # e.g. the wrapper's rc temp file when the disk was full
     if failure is not None:
         _result_write_failed(d, failure, metrics)
         return True
-    d.fire("collected", fields={"latest_metrics": metrics}, advised=advised)  # keeps the outcome's reason
+    d.fire("collected", fields={"latest_metrics": metrics, **best}, advised=advised)  # keeps the outcome's reason
     return True
 
 

@@ -1,0 +1,95 @@
+"""What a stage comparison reads of each experiment: its `results.json` and the YAML it was given.
+
+Read-only, from a result dir: `results.json` (the runner's) and `config.original.yaml` (the user's YAML
+as it was at launch; the sweep values are added by statemachine/compare.py). Files are read only when
+their real path is inside the result dir (the rule the console and the API's /log route follow). When
+results.json cannot be read here — the experiment is not finished, or this machine does not see that
+disk — the record and its evaluation events stand in (`facts_for`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from ajet_runner.resultdir.names import REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
+from ajet_runner.statemachine.compare import ExperimentFacts, facts_from_record, facts_from_results
+
+__all__ = ["ORIGINAL_CONFIG", "facts_for", "read_facts", "read_original_config"]
+
+ORIGINAL_CONFIG = "config.original.yaml"  # the user's YAML, copied at launch (workers/drive/states/queued.py)
+MAX_BYTES = 20_000_000
+
+
+def _inside_file(result_dir: str, name: str) -> str | None:
+    """The file's path when it exists and its real path is inside the result dir."""
+    if not result_dir:
+        return None
+    path = os.path.join(result_dir, name)
+    real, base = os.path.realpath(path), os.path.realpath(result_dir)
+    if not real.startswith(base.rstrip("/") + "/") or not os.path.isfile(real):
+        return None
+    return path
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(MAX_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def read_original_config(result_dir: str) -> dict[str, Any] | None:
+    """The YAML the experiment was given, as data; None when absent or unreadable."""
+    path = _inside_file(result_dir, ORIGINAL_CONFIG)
+    body = _read(path) if path else None
+    if body is None:
+        return None
+    try:
+        data = yaml.safe_load(body)
+    except yaml.YAMLError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_facts(result_dir: str) -> ExperimentFacts | None:
+    """The experiment in `result_dir` from its results.json (None when there is none readable here)."""
+    path = _inside_file(result_dir, RESULTS_NAME)
+    body = _read(path) if path else None
+    if body is None:
+        return None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not doc.get("id"):
+        return None
+    config = read_original_config(result_dir)
+    report = _inside_file(result_dir, REPORT_NAME) or ""
+    repair_log = _inside_file(result_dir, REPAIR_LOG_NAME) or ""
+    return facts_from_results(doc, config=config, config_source=ORIGINAL_CONFIG if config is not None else "",
+                              report_path=report, repair_log_path=repair_log)
+
+
+def facts_for(records: Iterable[Mapping[str, Any]], evaluations_of: Callable[[str], list[dict[str, Any]]],
+              *, read_files: bool = True) -> list[ExperimentFacts]:
+    """One ExperimentFacts per record, in order: from its result dir's results.json when it is finished and
+    that file is readable here (and is this experiment's), else from the record and `evaluations_of(id)`."""
+    out = []
+    for rec in records:
+        exp_id = str(rec.get("id") or "")
+        result_dir = str(rec.get("result_dir") or "")
+        facts = read_facts(result_dir) if read_files and rec.get("state") == "finished" else None
+        if facts is not None and facts.id != exp_id:
+            facts = None  # a later run's files (the dir was reused): not this experiment's
+        if facts is None:
+            config = read_original_config(result_dir) if read_files else None
+            facts = facts_from_record(rec, evaluations_of(exp_id), config=config,
+                                      config_source=ORIGINAL_CONFIG if config is not None else "")
+        out.append(facts)
+    return out

@@ -1,0 +1,196 @@
+"""/v1/stages: submit a set of blueprints (or a sweep) as one stage, list stages, add to one, compare one."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from ajet_runner.service.api.backend import Backend, backend
+from ajet_runner.service.api.errors import BODY_ERRORS, V1_ERRORS, error_body, error_responses
+from ajet_runner.service.api.schemas import SUMMARY_FIELDS, summary_dict
+from ajet_runner.service.api.stage_schemas import (
+    StageAddRequest,
+    StageSubmitRequest,
+    StageSubmitView,
+    StageSummary,
+    StageView,
+)
+from ajet_runner.statemachine.compare import DEFAULT_METRIC, ExperimentFacts, compare
+from ajet_runner.store.keys import stage_key
+from ajet_runner.store.stages import evaluation_events, stage_counts, stage_ids, stage_meta, stage_names
+from ajet_runner.store.store import Store, decode, exp_key
+
+router = APIRouter(prefix="/v1", tags=["stages"], responses=error_responses(*V1_ERRORS))
+NOT_FOUND = error_responses(404, notes={404: "no stage with that name"})
+SUCCEEDED = ("completed", "early_stopped")
+
+
+def _records(store: Store, ids: list[str], fields: tuple[str, ...] = SUMMARY_FIELDS) -> list[dict[str, Any]]:
+    pipe = store.r.pipeline(transaction=False)
+    for i in ids:
+        pipe.hmget(exp_key(i), [*fields, "best_metrics"])
+    out = []
+    for values in pipe.execute():
+        raw = {k: v for k, v in zip([*fields, "best_metrics"], values, strict=True) if v is not None}
+        if raw.get("id"):
+            out.append(decode(raw))
+    return out
+
+
+def _best(records: list[dict[str, Any]], metric: str = DEFAULT_METRIC) -> dict[str, Any] | None:
+    """The best value of `metric` any experiment reached (its report's best; a running one's latest)."""
+    found: dict[str, Any] | None = None
+    for rec in records:
+        best = (rec.get("best_metrics") or {}).get(metric) if isinstance(rec.get("best_metrics"), dict) else None
+        value = best.get("value") if isinstance(best, dict) else (rec.get("latest_metrics") or {}).get(metric)
+        step = best.get("step") if isinstance(best, dict) else (rec.get("latest_metrics") or {}).get("step")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                found is None or value > found["value"]):
+            found = {"metric": metric, "id": rec["id"], "value": float(value), "step": step}
+    return found
+
+
+def stage_summary(store: Store, name: str, with_experiments: bool = False) -> dict[str, Any] | None:
+    """The stage's summary (and its experiments' summaries), or None when there is no such stage."""
+    ids = stage_ids(store, name)
+    meta = stage_meta(store, name)
+    if not ids and not meta:
+        return None
+    records = _records(store, ids)
+    if len(records) < len(ids):  # records that expired after the retention time leave the index
+        store.r.zrem(stage_key(name), *(set(ids) - {r["id"] for r in records}))
+    counts = stage_counts(records)
+    finished = bool(records) and all(r.get("state") == "finished" for r in records)
+    now = time.time()
+    out: dict[str, Any] = {
+        "name": name, "created_at": float(meta["created_at"]) if meta.get("created_at") else None,
+        "dir": meta.get("dir", ""), "webhook": bool(meta.get("webhook_url")), "total": len(records), **counts,
+        "finished": finished, "succeeded": finished and all(r.get("outcome") in SUCCEEDED for r in records),
+        "best": _best(records), "report": meta.get("report_written") or None,
+    }
+    if with_experiments:
+        out["experiments"] = [summary_dict(r, now) for r in records]
+    return out
+
+
+@router.post("/stages", status_code=201, response_model=StageSubmitView, responses={
+    **error_responses(409, *BODY_ERRORS, notes={
+        409: "no experiment could be placed (result dirs taken, not enough GPUs on any live node)",
+        422: "a blueprint or the sweep is malformed, or two experiments would share a result dir: nothing was "
+             "submitted; each problem's field names the blueprint"})})
+def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Depends(backend)) -> Any:
+    """Submit blueprints as one stage; a blueprint with an `[exp_sweep]` part (or the `sweep` field) becomes
+    one experiment per combination. 201 when at least one experiment was submitted (`refused` lists the
+    others)."""
+    from ajet_runner.service.stage_submit import StageRejected, submit_stage
+
+    try:
+        result = submit_stage(be.store, be.store.r, body.stage,
+                              [(b.blueprint, b.blueprint_path or "") for b in body.blueprints], sweep=body.sweep,
+                              stage_dir=body.stage_dir or "", webhook_url=body.webhook_url or "", node=body.node,
+                              priority=body.priority, allowed_roots=be.allowed_roots,
+                              check_disk=be.settings.submit_check_disk, wait_for_node=body.wait_for_node)
+    except StageRejected as exc:
+        why = "; ".join(f"{p.field}: {p.message}" for p in exc.problems)
+        return JSONResponse(status_code=exc.status, content=error_body(
+            f"stage {body.stage} rejected: {why}", [p.model_dump(mode="json") for p in exc.problems]))
+    response.headers["Location"] = f"/v1/stages/{body.stage}"
+    now = time.time()
+    return {"stage": result.stage, "stage_dir": result.stage_dir,
+            "experiments": [summary_dict(r, now) for r in result.accepted], "refused": result.refused}
+
+
+@router.get("/stages", response_model=list[StageSummary])
+def list_stages(be: Backend = Depends(backend)) -> list[dict[str, Any]]:
+    """Every stage, newest first, with counts by state and outcome."""
+    return [s for name in stage_names(be.store) if (s := stage_summary(be.store, name)) is not None]
+
+
+@router.get("/stages/{name}", response_model=StageView, responses=NOT_FOUND)
+def get_stage(name: str, be: Backend = Depends(backend)) -> dict[str, Any]:
+    found = stage_summary(be.store, name, with_experiments=True)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no stage named {name!r}")
+    return found
+
+
+def _resolve_dir(store: Store, result_dir: str) -> str | None:
+    """The experiment last run in `result_dir`: the id its results.json names (if that record exists), else
+    the newest record whose result dir is that dir."""
+    from ajet_runner.resultdir.stage_inputs import read_facts
+
+    facts = read_facts(result_dir)
+    if facts is not None and store.exists(facts.id):
+        return facts.id
+    real = os.path.realpath(result_dir)
+    recs = store.fields_of(store.ids(0, 1_000_000), ("result_dir",))
+    return next((r["id"] for r in recs if r["result_dir"] and os.path.realpath(r["result_dir"]) == real), None)
+
+
+@router.post("/stages/{name}/experiments", response_model=StageView, responses={
+    **error_responses(*BODY_ERRORS, notes={422: "an id or result dir names no experiment (nothing was added)"})})
+def add_to_stage(name: str, body: StageAddRequest, be: Backend = Depends(backend)) -> Any:
+    """Put existing experiments into a stage after the fact (by id, or by a result dir they ran in). A stage
+    whose experiments are then all finished gets its report and `stage_finished` webhook."""
+    from ajet_runner.store.outbox import Outbox
+    from ajet_runner.store.stages import StageNameError, add_to_stage, check_stage_name
+
+    try:
+        check_stage_name(name)
+    except StageNameError as exc:
+        return JSONResponse(status_code=422, content=error_body(str(exc), [
+            {"level": "error", "field": "name", "message": str(exc)}]))
+    ids, problems = list(body.ids), []
+    for d in body.result_dirs:
+        found = _resolve_dir(be.store, d)
+        if found is None:
+            problems.append({"level": "error", "field": "result_dirs", "message": (
+                f"{d}: no experiment recorded for this result dir (not run by this runner, or its record expired)")})
+        else:
+            ids.append(found)
+    missing = [i for i in ids if not be.store.exists(i)]
+    problems += [{"level": "error", "field": "ids", "message": f"no experiment with id {i!r}"} for i in missing]
+    if problems or not ids:
+        detail = "; ".join(p["message"] for p in problems) or "give at least one id or result dir"
+        return JSONResponse(status_code=422, content=error_body(f"nothing added to stage {name}: {detail}",
+                                                                problems))
+    add_to_stage(be.store, name, list(dict.fromkeys(ids)))
+    Outbox(be.store.r).check_stage(name)  # all finished already: the stage's report and webhook are due
+    return stage_summary(be.store, name, with_experiments=True)
+
+
+def stage_facts(be: Backend, name: str) -> list[ExperimentFacts]:
+    """Each experiment of the stage as the comparison reads it (results.json where this server sees it)."""
+    from ajet_runner.resultdir.stage_inputs import facts_for
+
+    ids = stage_ids(be.store, name)
+    records = be.store.all(ids)
+    return facts_for(records, lambda exp_id: evaluation_events(be.store, exp_id),
+                     read_files=be.settings.submit_check_disk)
+
+
+@router.get("/stages/{name}/facts", response_model=list[dict[str, Any]], responses=NOT_FOUND)
+async def get_stage_facts(name: str, be: Backend = Depends(backend)) -> list[dict[str, Any]]:
+    """What the comparison reads of each experiment (statemachine/compare.py ExperimentFacts), in submission
+    order: from its results.json when this server can read it, else from its record and evaluation events."""
+    if stage_summary(be.store, name) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no stage named {name!r}")
+    facts = await run_in_threadpool(stage_facts, be, name)
+    return [json.loads(f.model_dump_json()) for f in facts]
+
+
+@router.get("/stages/{name}/comparison", response_model=dict[str, Any], responses=NOT_FOUND)
+async def get_stage_comparison(name: str, metric: str = Query(DEFAULT_METRIC, max_length=200),
+                               be: Backend = Depends(backend)) -> dict[str, Any]:
+    """The stage compared (what `ajet-runner compare` writes as stage_results.json): rows, what differs,
+    rankings by `metric` (final and best), repeats' spread, curves."""
+    if stage_summary(be.store, name) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no stage named {name!r}")
+    facts = await run_in_threadpool(stage_facts, be, name)
+    return json.loads(compare(name, facts, metric).model_dump_json())

@@ -1,0 +1,145 @@
+"""Submitting a stage: several blueprints, or a sweep of one, as one named group of experiments.
+
+Every blueprint is read and expanded first (statemachine/sweep.py: one experiment per combination of its
+`[exp_sweep]` part and the `--sweep` options), and the whole stage is refused — nothing recorded — when a
+blueprint cannot be read, a sweep is malformed, or two experiments would share a result dir. Then each
+experiment goes through the one submission path (service/submit.py), tagged with the stage; one that is
+refused there (its result dir held by a running experiment, no node with enough GPUs) is listed with its
+reasons while the others run, as separate submissions of them would.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from ajet_runner.service.submit import PARSE_DEADLINE_SECONDS, SubmissionRejected, submit
+from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint
+from ajet_runner.statemachine.models import Level, Problem
+from ajet_runner.statemachine.sweep import plan_sweep
+from ajet_runner.store.stages import StageNameError, check_stage_name, define_stage
+from ajet_runner.store.store import Store
+
+__all__ = ["StageRejected", "StageSubmission", "expand_blueprints", "submit_stage"]
+
+
+@dataclass
+class Planned:
+    """One experiment of the stage before it is submitted."""
+
+    text: str
+    blueprint_path: str
+    overrides: dict[str, Any]
+    label: str  # which blueprint (and sweep values) it is, for messages
+    result_dir: str
+
+
+@dataclass
+class StageSubmission:
+    stage: str
+    stage_dir: str
+    accepted: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)  # {"blueprint", "label", "status", "problems"}
+
+
+class StageRejected(ValueError):
+    """Nothing was submitted: `problems` name each reason (the field is prefixed by the blueprint)."""
+
+    def __init__(self, problems: Sequence[Problem], status: int = 422) -> None:
+        self.problems = list(problems)
+        self.status = status
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+
+def _named(where: str, problems: Sequence[Problem]) -> list[Problem]:
+    return [p.model_copy(update={"field": f"{where}: {p.field}"}) for p in problems if p.level == Level.error]
+
+
+def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str] = ()
+                      ) -> tuple[list[Planned], str, list[Problem]]:
+    """Every experiment of the stage, the stage dir a single sweep implies (its blueprint's result dir), and
+    the problems that refuse the whole stage."""
+    planned: list[Planned] = []
+    problems: list[Problem] = []
+    sweep_dirs: list[str] = []
+    for k, (text, path) in enumerate(blueprints, start=1):
+        where = path or f"blueprint {k}"
+        try:
+            bp = parse_blueprint(text, deadline=time.monotonic() + PARSE_DEADLINE_SECONDS)
+        except ParseDeadline:
+            problems.append(Problem(level=Level.error, field=f"{where}: blueprint", message=(
+                "the blueprint took too long to parse and was refused unread")))
+            continue
+        if not (bp.exp_sweep.strip() or sweep):
+            planned.append(Planned(text, path, {}, where, bp.exp_result_dir))
+            continue
+        plan = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose)
+        if not plan.ok:
+            problems += _named(where, plan.problems)
+            continue
+        sweep_dirs.append(bp.exp_result_dir)
+        for m in plan.members:
+            planned.append(Planned(text, path, {"exp_result_dir": m.result_dir, "exp_purpose": m.purpose,
+                                                "exp_sweep_values": m.values}, f"{where} [{m.label}]",
+                                   m.result_dir))
+    seen: dict[str, str] = {}
+    for p in planned:
+        key = os.path.normpath(p.result_dir) if p.result_dir else ""
+        if key and key in seen:
+            problems.append(Problem(level=Level.error, field=f"{p.label}: exp_result_dir", message=(
+                f"{p.result_dir} is also the result dir of {seen[key]}: every experiment of a stage needs its own")))
+        elif key:
+            seen[key] = p.label
+    implied = sweep_dirs[0] if len(blueprints) == 1 and len(sweep_dirs) == 1 else ""
+    return planned, implied, problems
+
+
+def submit_stage(store: Store, conn: redis.Redis, stage: str, blueprints: Sequence[tuple[str, str]], *,
+                 sweep: Sequence[str] = (), stage_dir: str = "", webhook_url: str = "",
+                 node: str | None = None, priority: str | None = None, allowed_roots: Sequence[str] = (),
+                 check_disk: bool = True, wait_for_node: bool = False) -> StageSubmission:
+    """Submit `blueprints` ((text, path) pairs) as stage `stage`; raises StageRejected when nothing was."""
+    try:
+        check_stage_name(stage)
+    except StageNameError as exc:
+        raise StageRejected([Problem(level=Level.error, field="stage", message=str(exc))]) from None
+    if not blueprints:
+        raise StageRejected([Problem(level=Level.error, field="blueprints", message="a stage needs a blueprint")])
+    planned, implied, problems = expand_blueprints(blueprints, sweep)
+    if problems:
+        raise StageRejected(problems)
+    directory = stage_dir or implied
+    if directory and not os.path.isabs(directory):
+        raise StageRejected([Problem(level=Level.error, field="stage_dir", message=(
+            f"the stage dir {directory!r} must be an absolute path"))])
+    if directory and allowed_roots and not _inside(directory, allowed_roots):
+        raise StageRejected([Problem(level=Level.error, field="stage_dir", message=(
+            f"{directory} is outside the allowed roots ({', '.join(allowed_roots)})"))])
+    define_stage(store, stage, directory=directory, webhook_url=webhook_url)
+    result = StageSubmission(stage=stage, stage_dir=directory)
+    for p in planned:
+        try:
+            rec = submit(store, conn, p.text, blueprint_path=p.blueprint_path, node=node, priority=priority,
+                         allowed_roots=allowed_roots, check_disk=check_disk, wait_for_node=wait_for_node,
+                         stage=stage, overrides=p.overrides or None)
+        except SubmissionRejected as exc:
+            result.refused.append({"blueprint": p.blueprint_path, "label": p.label, "status": exc.status,
+                                   "problems": [q.model_dump(mode="json") for q in exc.problems]})
+            continue
+        result.accepted.append(rec)
+    if not result.accepted:
+        status = max((r["status"] for r in result.refused), default=422)
+        raise StageRejected([Problem.model_validate({**q, "field": f"{r['label']}: {q.get('field', '')}"})
+                             for r in result.refused for q in r["problems"]], status=status)
+    return result
+
+
+def _inside(path: str, roots: Sequence[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(real == os.path.realpath(r) or real.startswith(os.path.realpath(r).rstrip("/") + "/")
+               for r in roots)

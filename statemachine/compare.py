@@ -1,0 +1,380 @@
+"""Comparing the experiments of a stage: one row each, what differs, the ranking, repeats, curves. Pure.
+
+The input is one `ExperimentFacts` per experiment, read from its `results.json` and the YAML it was given
+(`config.original.yaml` in its result dir, plus its sweep values) — or, while it is not finished or its
+files cannot be read, from its record. "What differs" compares those YAMLs as given: the runner's own
+changes (results paths, experiment names, checkpoint dirs, its preflight fixes) are the same rule applied
+to every experiment and only bookkeeping, so they are left out; a repair made during a run is per row.
+Keys that only pick a random seed make repeats: experiments that differ in nothing else form a group
+whose spread (mean, standard deviation, range) the ranking shows.
+
+Nothing here guesses: an experiment with no evaluation has no metric value (it is ranked last with
+"none recorded"), a failed one is listed with its decisive line as the runner recorded it, and one whose
+YAML could not be read is named as such instead of being assumed equal to the others.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ajet_runner.statemachine.models import Evaluation
+from ajet_runner.statemachine.results import higher_is_better, summarize
+from ajet_runner.statemachine.sweep import format_value, is_seed_key
+
+__all__ = ["DEFAULT_METRIC", "SUCCEEDED", "ExperimentFacts", "MetricValues", "StageComparison", "compare",
+           "decisive_of", "facts_from_record", "facts_from_results", "flatten"]
+
+DEFAULT_METRIC = "mean_reward"
+SUCCEEDED = ("completed", "early_stopped")
+UNSET = "(unset)"
+UNKNOWN = "(unknown)"
+_QUOTED_LINE = re.compile(r'((?:log line \d+|last log line): ".*")')
+
+
+class ExperimentFacts(BaseModel):
+    """What the comparison knows of one experiment."""
+
+    id: str
+    purpose: str = ""
+    state: str = "finished"
+    outcome: str = ""
+    reason: str = ""
+    attempts: int = 0
+    repairs: int = 0
+    repair_signatures: list[str] = Field(default_factory=list)
+    elapsed_seconds: float | None = None
+    train_steps: int = 0
+    evaluations: list[dict[str, Any]] = Field(default_factory=list)  # {"step", "dataset", "metrics"}
+    config: dict[str, Any] | None = None  # the YAML as given plus its sweep values, flattened; None: unknown
+    config_source: str = ""
+    launch_command: str | None = None  # the blueprint's; None: unknown
+    sweep: dict[str, Any] = Field(default_factory=dict)
+    result_dir: str = ""
+    report_path: str = ""
+    repair_log_path: str = ""
+    source: str = ""  # results.json | record (not finished, or its files unreadable here)
+    decisive: str = ""  # for one that did not succeed: the line that decided it
+
+
+class MetricValues(BaseModel):
+    final: float | None = None
+    final_step: int | None = None
+    best: float | None = None
+    best_step: int | None = None
+
+
+class Row(BaseModel):
+    id: str
+    purpose: str
+    state: str
+    outcome: str
+    attempts: int
+    repairs: int
+    repair_signatures: list[str]
+    elapsed_seconds: float | None
+    train_steps: int
+    metrics: dict[str, MetricValues]
+    differs: dict[str, str]  # differing key -> this experiment's value (as text)
+    command_part: str | None  # the part of the launch command that differs (None: all the same)
+    result_dir: str
+    report_path: str
+    repair_log_path: str
+    source: str
+    decisive: str
+    succeeded: bool
+
+
+class Ranked(BaseModel):
+    id: str
+    value: float | None
+    step: int | None = None
+
+
+class RepeatGroup(BaseModel):
+    """Experiments that differ only in seed keys: the spread of the ranking metric across them."""
+
+    label: str  # the non-seed values they share (`key=value, …`, or "all")
+    members: list[str]
+    seeds: dict[str, str]  # id -> its seed values
+    final_mean: float | None = None
+    final_std: float | None = None
+    final_min: float | None = None
+    final_max: float | None = None
+    best_mean: float | None = None
+    best_std: float | None = None
+    best_min: float | None = None
+    best_max: float | None = None
+    counted: int = 0  # members with a value of the metric
+
+
+class StageComparison(BaseModel):
+    stage: str
+    metric: str
+    metrics: list[str]
+    rows: list[Row]
+    differing_keys: list[str]  # every key whose values differ, seed keys included
+    seed_keys: list[str]
+    unknown_config: list[str]  # ids whose YAML could not be read
+    command_differs: bool
+    unknown_command: list[str]
+    ranking_final: list[Ranked]
+    ranking_best: list[Ranked]
+    repeat_groups: list[RepeatGroup]
+    not_succeeded: list[str]  # ids (finished without success, or not finished), in row order
+    curves: dict[str, dict[str, list[list[float]]]]  # metric -> id -> [[step, value], ...]
+
+    @property
+    def compared_keys(self) -> list[str]:
+        """The differing keys that are not seeds: what the stage compares."""
+        return [k for k in self.differing_keys if k not in self.seed_keys]
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A YAML mapping as dotted keys; lists and scalars are values."""
+    out: dict[str, Any] = {}
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, Mapping) and value:
+                out.update(flatten(value, name))
+            else:
+                out[name] = value
+    elif prefix:
+        out[prefix] = data
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return format_value(value)
+
+
+def _config_text(config: Mapping[str, Any], key: str) -> str:
+    return _text(config[key]) if key in config else UNSET
+
+
+def decisive_of(reason: str, repairs: Iterable[Mapping[str, Any]] = (), log_tail: Iterable[str] = ()) -> str:
+    """The line that decided an outcome, as recorded: the quoted log line of the outcome's reason, else
+    the last repair's log excerpt, else the last log line; '' when the runner recorded none."""
+    m = _QUOTED_LINE.search(reason or "")
+    if m:
+        return m.group(1)
+    for rep in reversed(list(repairs)):
+        excerpt = str(rep.get("log_excerpt") or "").strip()
+        if excerpt:
+            return f'log excerpt: "{excerpt.splitlines()[-1].strip()[:240]}"'
+    tail = [t for t in log_tail if str(t).strip()]
+    if tail:
+        return f'last log line: "{str(tail[-1]).strip()[:240]}"'
+    return ""
+
+
+def facts_from_results(doc: Mapping[str, Any], *, config: Mapping[str, Any] | None, config_source: str = "",
+                       report_path: str = "", repair_log_path: str = "") -> ExperimentFacts:
+    """From a `results.json` (the runner's) and the YAML the experiment was given (None: unreadable)."""
+    sweep = dict(doc.get("sweep") or {})
+    flat = None
+    if config is not None:
+        flat = flatten(config)
+        flat.update({k: v for k, v in sweep.items()})
+    repairs = [r for r in doc.get("repairs") or [] if isinstance(r, Mapping)]
+    outcome = str(doc.get("outcome") or "")
+    reason = str(doc.get("reason") or "")
+    return ExperimentFacts(
+        id=str(doc.get("id") or ""), purpose=str(doc.get("purpose") or ""), state="finished", outcome=outcome,
+        reason=reason, attempts=int(doc.get("attempt_count") or len(doc.get("attempts") or [])),
+        repairs=int(doc.get("repair_count") or len(repairs)),
+        repair_signatures=[str(r.get("signature") or "unknown") for r in repairs],
+        elapsed_seconds=_number(doc.get("elapsed_seconds")), train_steps=int(doc.get("train_steps") or 0),
+        evaluations=[e for e in doc.get("evaluations") or [] if isinstance(e, Mapping)],
+        config=flat, config_source=config_source,
+        launch_command=doc.get("launch_command") if isinstance(doc.get("launch_command"), str) else None,
+        sweep=sweep, result_dir=str(doc.get("result_dir") or ""), report_path=report_path,
+        repair_log_path=repair_log_path, source="results.json",
+        decisive="" if outcome in SUCCEEDED else decisive_of(reason, repairs, doc.get("log_tail") or []),
+    )
+
+
+def facts_from_record(rec: Mapping[str, Any], evaluations: Iterable[Mapping[str, Any]] = (), *,
+                      config: Mapping[str, Any] | None = None, config_source: str = "") -> ExperimentFacts:
+    """From a record (decoded, as the store returns it) and its `evaluation` events: for an experiment not
+    finished yet, or whose results.json cannot be read where the comparison runs."""
+    ctx = rec.get("ctx") if isinstance(rec.get("ctx"), Mapping) else {}
+    bp = rec.get("blueprint_json") if isinstance(rec.get("blueprint_json"), Mapping) else {}
+    sweep = dict(bp.get("exp_sweep_values") or {})
+    flat = None
+    if config is not None:
+        flat = flatten(config)
+        flat.update(sweep)
+    repairs = [r for r in ctx.get("repairs") or [] if isinstance(r, Mapping)]
+    started, finished = _number(rec.get("started_at")), _number(rec.get("finished_at"))
+    outcome = str(rec.get("outcome") or "")
+    state = str(rec.get("state") or "")
+    reason = str(rec.get("reason") or "")
+    evals = [{"step": e.get("step"), "dataset": e.get("dataset") or "", "metrics": dict(e.get("metrics") or {})}
+             for e in evaluations if isinstance(e.get("metrics"), Mapping)]
+    return ExperimentFacts(
+        id=str(rec.get("id") or ""), purpose=str(rec.get("purpose") or ""), state=state, outcome=outcome,
+        reason=reason, attempts=len(ctx.get("attempts") or []) or int(_number(rec.get("attempt")) or 0),
+        repairs=len(repairs), repair_signatures=[str(r.get("signature") or "unknown") for r in repairs],
+        elapsed_seconds=(max(0.0, finished - started) if started and finished else None),
+        train_steps=0, evaluations=evals, config=flat, config_source=config_source,
+        launch_command=bp.get("exp_launch_command") if isinstance(bp.get("exp_launch_command"), str) else None,
+        sweep=sweep, result_dir=str(rec.get("result_dir") or ""), source="record",
+        decisive="" if outcome in SUCCEEDED or state != "finished" else decisive_of(reason, repairs),
+    )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value in (None, ""):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _summary(facts: ExperimentFacts) -> tuple[dict[str, MetricValues], dict[str, list[list[float]]]]:
+    """Best and final of each validation metric on the primary dataset, and its curve."""
+    evals = []
+    for e in facts.evaluations:
+        step = e.get("step")
+        metrics = {str(k): float(v) for k, v in (e.get("metrics") or {}).items()
+                   if _number(v) is not None}
+        if isinstance(step, (int, float)) and not isinstance(step, bool):
+            evals.append(Evaluation(step=int(step), dataset=str(e.get("dataset") or ""), metrics=metrics))
+    summary = summarize(evals)
+    mine = [e for e in summary.evaluations if e.dataset == summary.primary_dataset]
+    final = summary.final.get("metrics", {}) if summary.final else {}
+    names = sorted({m for e in mine for m in e.metrics if validation_metric(m)})
+    out: dict[str, MetricValues] = {}
+    curves: dict[str, list[list[float]]] = {}
+    for name in names:
+        best = summary.best.get(name) or {}
+        out[name] = MetricValues(final=_number(final.get(name)),
+                                 final_step=summary.final.get("step") if name in final else None,
+                                 best=_number(best.get("value")), best_step=best.get("step"))
+        curves[name] = [[float(e.step), float(e.metrics[name])] for e in sorted(mine, key=lambda e: e.step)
+                        if name in e.metrics and math.isfinite(e.metrics[name])]
+    return out, curves
+
+
+def validation_metric(name: str) -> bool:
+    """The metrics a stage is compared by: those where higher is better (mean_reward, task_pass_rate@k, TGC@k,
+    …), not the task counts."""
+    return higher_is_better(name) and not name.startswith("num_")
+
+
+def _command_parts(commands: Mapping[str, str]) -> dict[str, str]:
+    """Per id, the part of its launch command that differs from the others (common words trimmed)."""
+    words: dict[str, list[str]] = {}
+    for exp_id, cmd in commands.items():
+        try:
+            words[exp_id] = shlex.split(cmd)
+        except ValueError:
+            words[exp_id] = cmd.split()
+    lists = list(words.values())
+    head = 0
+    while all(len(w) > head for w in lists) and len({w[head] for w in lists}) == 1:
+        head += 1
+    tail = 0
+    while all(len(w) - head > tail for w in lists) and len({w[len(w) - 1 - tail] for w in lists}) == 1:
+        tail += 1
+    return {exp_id: " ".join(w[head:len(w) - tail]) or "(nothing: shorter)" for exp_id, w in words.items()}
+
+
+def _ranked(rows: list[Row], metric: str, which: str) -> list[Ranked]:
+    lower = not higher_is_better(metric)
+    have, missing = [], []
+    for row in rows:
+        mv = row.metrics.get(metric)
+        value = getattr(mv, which) if mv else None
+        step = getattr(mv, f"{which}_step") if mv else None
+        (have if value is not None else missing).append(Ranked(id=row.id, value=value, step=step))
+    have.sort(key=lambda r: (r.value if lower else -(r.value or 0.0), r.id))
+    return have + missing
+
+
+def _spread(values: list[float]) -> tuple[float | None, float | None, float | None, float | None]:
+    if not values:
+        return None, None, None, None
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.fmean(values), std, min(values), max(values)
+
+
+def compare(stage: str, experiments: Iterable[ExperimentFacts], metric: str = DEFAULT_METRIC) -> StageComparison:
+    """The comparison of `experiments` (in the order given) by `metric`."""
+    facts = list(experiments)
+    summaries = {f.id: _summary(f) for f in facts}
+    known = [f for f in facts if f.config is not None]
+    keys = sorted({k for f in known for k in f.config or {}})
+    differing = [k for k in keys if len({_config_text(f.config or {}, k) for f in known}) > 1]
+    seeds = [k for k in differing if is_seed_key(k)]
+    commands = {f.id: f.launch_command for f in facts if f.launch_command is not None}
+    command_differs = len(set(commands.values())) > 1
+    parts = _command_parts(commands) if command_differs else {}
+    rows: list[Row] = []
+    for f in facts:
+        metrics, _ = summaries[f.id]
+        differs = {k: _config_text(f.config, k) if f.config is not None else UNKNOWN for k in differing}
+        rows.append(Row(
+            id=f.id, purpose=f.purpose, state=f.state, outcome=f.outcome, attempts=f.attempts, repairs=f.repairs,
+            repair_signatures=f.repair_signatures, elapsed_seconds=f.elapsed_seconds, train_steps=f.train_steps,
+            metrics=metrics, differs=differs,
+            command_part=(parts.get(f.id, UNKNOWN) if command_differs else None), result_dir=f.result_dir,
+            report_path=f.report_path, repair_log_path=f.repair_log_path, source=f.source, decisive=f.decisive,
+            succeeded=f.state == "finished" and f.outcome in SUCCEEDED))
+    groups = _repeat_groups(rows, differing, seeds, metric, command_differs)
+    names = sorted({m for metrics, _ in summaries.values() for m in metrics},
+                   key=lambda m: (m != DEFAULT_METRIC, m))
+    return StageComparison(
+        stage=stage, metric=metric, metrics=names, rows=rows, differing_keys=differing, seed_keys=seeds,
+        unknown_config=[f.id for f in facts if f.config is None], command_differs=command_differs,
+        unknown_command=[f.id for f in facts if f.launch_command is None],
+        ranking_final=_ranked(rows, metric, "final"), ranking_best=_ranked(rows, metric, "best"),
+        repeat_groups=groups, not_succeeded=[r.id for r in rows if not r.succeeded],
+        curves={m: {f.id: summaries[f.id][1].get(m, []) for f in facts if summaries[f.id][1].get(m)}
+                for m in names})
+
+
+def _repeat_groups(rows: list[Row], differing: list[str], seeds: list[str], metric: str,
+                   command_differs: bool) -> list[RepeatGroup]:
+    """Rows whose non-seed values (and launch command part) are all equal, when seeds differ among them."""
+    if not seeds:
+        return []
+    others = [k for k in differing if k not in seeds]
+    by_key: dict[tuple[str, ...], list[Row]] = {}
+    for row in rows:
+        if any(row.differs.get(k) == UNKNOWN for k in differing):
+            continue
+        key = tuple(row.differs[k] for k in others) + ((row.command_part or "",) if command_differs else ())
+        by_key.setdefault(key, []).append(row)
+    groups = []
+    for key, members in by_key.items():
+        if len(members) < 2:
+            continue
+        label = ", ".join(f"{k}={v}" for k, v in zip(others, key, strict=False)) or "all"
+        finals = [m.metrics[metric].final for m in members if metric in m.metrics and m.metrics[metric].final
+                  is not None]
+        bests = [m.metrics[metric].best for m in members if metric in m.metrics and m.metrics[metric].best
+                 is not None]
+        fm, fs, fmin, fmax = _spread([v for v in finals if v is not None])
+        bm, bs, bmin, bmax = _spread([v for v in bests if v is not None])
+        groups.append(RepeatGroup(
+            label=label, members=[m.id for m in members],
+            seeds={m.id: ", ".join(f"{k}={m.differs[k]}" for k in seeds) for m in members},
+            final_mean=fm, final_std=fs, final_min=fmin, final_max=fmax, best_mean=bm, best_std=bs, best_min=bmin,
+            best_max=bmax, counted=len(finals)))
+    lower = not higher_is_better(metric)
+    groups.sort(key=lambda g: (g.final_mean is None, (g.final_mean or 0.0) * (1 if lower else -1), g.label))
+    return groups

@@ -1,0 +1,311 @@
+"""Sweeps: one blueprint expanded into one experiment per combination of YAML values (a grid). Pure.
+
+A sweep is written as the blueprint's optional `[exp_sweep]` part, one dotted YAML key per line with
+its values, in any of the layouts people use for such lists:
+
+    ## [exp_sweep]
+    - ajet.trainer_common.lr: 1.0e-6, 5.0e-6
+    - ajet_sim.seed: [1, 2]
+    ajet.rollout.temperature = 0.7, 1.0
+
+or given on the command line (`submit --sweep KEY=V1,V2`, repeatable; a key given there replaces the
+part's). Values are YAML scalars (`0.6`, `1e-5`, `true`, `null`, `"a,b"`); a value list in brackets is
+read as YAML flow (so a value may hold a comma). The grid is every combination, the first key varying
+slowest. Each experiment gets its own result dir under the blueprint's (`<result_dir>/<key>=<value>,…`),
+a purpose that names its values, and — applied by the preflight on the runner's patched copy, never the
+user's file — its values, its own experiment name (AgentJet would give experiments launched in one
+minute one name, so one checkpoint dir) and its own results files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+from ajet_runner.statemachine.models import ConfigChange, Level, Problem
+
+__all__ = ["MAX_EXPERIMENTS", "SWEEP_FIELD", "SweepAxis", "SweepPlan", "format_value", "is_seed_key",
+           "member_slug", "parse_sweep_options", "parse_sweep_text", "plan_sweep", "sweep_changes"]
+
+SWEEP_FIELD = "exp_sweep"
+MAX_EXPERIMENTS = 64  # a grid larger than this is a typo far more often than a plan
+MAX_VALUES = 32  # per key
+MAX_LINES = 200  # of the part read
+SLUG_MAX = 120  # characters of a result dir's sweep component (longer: shortened with a hash)
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*")
+_LINE = re.compile(r"\s*(?:[-*+]\s+|\d{1,3}[.)]\s+)?`?(?P<key>[^`:=\s]+)`?\s*(?P<sep>[:=])\s*(?P<rest>.*?)\s*$")
+_COMMENTARY = frozenset({"description", "desc", "hint", "note", "notes", "remark", "comment", "说明", "备注"})
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+@%-]+")
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+SWEEP_REASON = "the sweep's value for this experiment ([exp_sweep] or submit --sweep)"
+
+
+class SweepAxis(BaseModel):
+    """One swept key and its values, in order."""
+
+    key: str
+    values: list[Any] = Field(default_factory=list)
+
+
+class SweepMember(BaseModel):
+    """One experiment of the grid: its values (in the axes' order), result dir and purpose."""
+
+    index: int
+    values: dict[str, Any]
+    result_dir: str
+    purpose: str
+    label: str  # `key=value, key=value`: how reports and purposes name it
+
+
+class SweepPlan(BaseModel):
+    """The axes (the part's, with the command line's keys replacing or adding) and the grid."""
+
+    axes: list[SweepAxis] = Field(default_factory=list)
+    members: list[SweepMember] = Field(default_factory=list)
+    problems: list[Problem] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.level == Level.error for p in self.problems)
+
+    def public(self) -> dict[str, Any]:
+        """The JSON `check` prints under "sweep"."""
+        return {"keys": [a.key for a in self.axes], "axes": [a.model_dump(mode="json") for a in self.axes],
+                "experiments": [m.model_dump(mode="json") for m in self.members]}
+
+
+def _problem(message: str, level: Level = Level.error) -> Problem:
+    return Problem(level=level, field=SWEEP_FIELD, message=message)
+
+
+def scalar(text: str) -> Any:
+    """One value as the YAML would hold it; numbers in any float spelling (`1e-5`, which YAML 1.1 reads
+    as a string) are numbers."""
+    text = text.strip()
+    if not text:
+        return ""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return number if math.isfinite(number) else value
+    if isinstance(value, (dict, list)):
+        return text  # `{a: 1}` as one value is not what a sweep means: keep the text, refused below
+    return value
+
+
+def _values(rest: str) -> tuple[list[Any], str]:
+    """The values after a key (`a, b`, `[a, "b,c"]`), and a problem ('' when none)."""
+    rest = rest.strip()
+    if rest.startswith("["):
+        try:
+            loaded = yaml.safe_load(rest)
+        except yaml.YAMLError as exc:
+            return [], f"the value list {rest[:60]!r} is not YAML flow ({str(exc).splitlines()[0]})"
+        if not isinstance(loaded, list):
+            return [], f"the value list {rest[:60]!r} is not a list"
+        values = [scalar(v) if isinstance(v, str) else v for v in loaded]
+    else:
+        values = [scalar(v) for v in rest.split(",")] if rest else []
+    if any(isinstance(v, (dict, list)) for v in values):
+        return [], f"{rest[:60]!r}: each value must be a single YAML value (a number, a word, true/false, null)"
+    if any(v == "" for v in values):
+        return [], f"{rest[:60]!r} has an empty value (two commas, or a comma at the end)"
+    return values, ""
+
+
+def _axis(key: str, rest: str, where: str) -> tuple[SweepAxis | None, Problem | None]:
+    if not _KEY.fullmatch(key):
+        return None, _problem(f"{where}: {key!r} is not a dotted YAML key such as ajet.trainer_common.lr")
+    values, why = _values(rest)
+    if why:
+        return None, _problem(f"{where}: {why}")
+    if not values:
+        return None, _problem(f"{where}: {key} has no values; write `{key}: v1, v2`")
+    if len(values) > MAX_VALUES:
+        return None, _problem(f"{where}: {key} has {len(values)} values, more than {MAX_VALUES}")
+    distinct = list(dict.fromkeys(format_value(v) for v in values))
+    if len(distinct) < len(values):
+        return None, _problem(f"{where}: {key} repeats a value ({', '.join(format_value(v) for v in values)})")
+    return SweepAxis(key=key, values=values), None
+
+
+def _unfence(text: str) -> list[str]:
+    lines = [ln for ln in text.replace("\r\n", "\n").split("\n")[:MAX_LINES]]
+    return [ln for ln in lines if not ln.strip().startswith(("```", "~~~"))]
+
+
+def parse_sweep_text(text: str) -> tuple[list[SweepAxis], list[Problem]]:
+    """The `[exp_sweep]` part: one `key: values` (or `key = values`) per line, as a bullet or plain, with
+    `- description:`/`- hint:` bullets and blank lines ignored. Every other line is a problem naming it."""
+    axes: list[SweepAxis] = []
+    problems: list[Problem] = []
+    for number, line in enumerate(_unfence(text), start=1):
+        if not line.strip() or line.strip().startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            problems.append(_problem(f"line {number} of [exp_sweep] is not `key: v1, v2`: {line.strip()[:80]!r}"))
+            continue
+        key = m.group("key").strip("*_")
+        if key.lower() in _COMMENTARY:
+            continue
+        axis, problem = _axis(key, m.group("rest"), f"line {number} of [exp_sweep]")
+        if problem is not None:
+            problems.append(problem)
+        elif axis is not None:
+            axes.append(axis)
+    return _no_repeated_keys(axes, problems, "[exp_sweep]")
+
+
+def parse_sweep_options(specs: Iterable[str]) -> tuple[list[SweepAxis], list[Problem]]:
+    """`--sweep KEY=V1,V2` options (also `KEY=[V1, V2]`)."""
+    axes: list[SweepAxis] = []
+    problems: list[Problem] = []
+    for spec in specs:
+        key, sep, rest = spec.partition("=")
+        if not sep:
+            problems.append(_problem(f"--sweep {spec!r} is not KEY=V1,V2"))
+            continue
+        axis, problem = _axis(key.strip(), rest, f"--sweep {spec!r}")
+        if problem is not None:
+            problems.append(problem)
+        elif axis is not None:
+            axes.append(axis)
+    return _no_repeated_keys(axes, problems, "--sweep")
+
+
+def _no_repeated_keys(axes: list[SweepAxis], problems: list[Problem], where: str
+                      ) -> tuple[list[SweepAxis], list[Problem]]:
+    seen: set[str] = set()
+    for axis in axes:
+        if axis.key in seen:
+            problems.append(_problem(f"{where} names {axis.key} twice: give all its values on one line"))
+        seen.add(axis.key)
+    return axes, problems
+
+
+def format_value(value: Any) -> str:
+    """A value as a person writes it in YAML: `0.6`, `1e-05`, `true`, `null`, `gsm8k`."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return repr(value)  # 2.0 stays visibly a float
+    return str(value)
+
+
+def member_label(values: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={format_value(v)}" for k, v in values.items())
+
+
+def member_slug(values: Mapping[str, Any]) -> str:
+    """The result dir's component: `key=value,key=value` with unsafe characters as `_`; shortened with a
+    hash when long (two experiments never share one)."""
+    slug = ",".join(f"{k}={_UNSAFE.sub('_', format_value(v))}" for k, v in values.items())
+    slug = slug.lstrip(".") or "sweep"
+    if len(slug) > SLUG_MAX:
+        digest = hashlib.sha1(slug.encode()).hexdigest()[:10]
+        slug = f"{slug[:SLUG_MAX - 11]}-{digest}"
+    return slug
+
+
+def name_suffix(values: Mapping[str, Any]) -> str:
+    """The experiment-name part: the keys' last components and values (`lr1e-05_seed1`)."""
+    parts = [f"{k.rsplit('.', 1)[-1]}{format_value(v)}" for k, v in values.items()]
+    text = _NAME_UNSAFE.sub("-", "_".join(parts)).strip("-_")
+    if len(text) > 60:
+        text = f"{text[:49]}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+    return text or "sweep"
+
+
+def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, purpose: str) -> SweepPlan:
+    """The grid of a blueprint's `[exp_sweep]` part and `--sweep` options (options replace the part's keys
+    they name); no axes at all gives an empty plan (not a sweep)."""
+    part_axes, problems = parse_sweep_text(part_text) if part_text.strip() else ([], [])
+    option_axes, option_problems = parse_sweep_options(options)
+    problems += option_problems
+    given = {a.key for a in option_axes}
+    axes = [a for a in part_axes if a.key not in given] + option_axes
+    plan = SweepPlan(axes=axes, problems=problems)
+    if part_text.strip() and not part_axes and not problems:
+        plan.problems.append(_problem("[exp_sweep] names no key: write one `key: v1, v2` line per swept key"))
+    if not axes or not plan.ok:
+        return plan
+    total = math.prod(len(a.values) for a in axes)
+    if total > MAX_EXPERIMENTS:
+        shape = " x ".join(str(len(a.values)) for a in axes)
+        plan.problems.append(_problem(f"the sweep makes {total} experiments ({shape}), more than {MAX_EXPERIMENTS}: "
+                                      "split it into stages"))
+        return plan
+    if not result_dir:
+        plan.problems.append(_problem("a sweep puts each experiment in a dir under exp_result_dir, which is missing"))
+        return plan
+    first = (purpose.strip().splitlines() or [""])[0]
+    rest = purpose.strip().split("\n", 1)[1] if "\n" in purpose.strip() else ""
+    for index, combo in enumerate(itertools.product(*(a.values for a in axes))):
+        values = {a.key: v for a, v in zip(axes, combo, strict=True)}
+        label = member_label(values)
+        text = f"[{label}] {first}".rstrip() + (f"\n{rest}" if rest else "")
+        plan.members.append(SweepMember(index=index, values=values, label=label, purpose=text,
+                                        result_dir=os.path.join(result_dir, member_slug(values))))
+    return plan
+
+
+def is_seed_key(key: str) -> bool:
+    """A key that only picks a random seed: experiments differing in nothing else are repeats."""
+    last = key.rsplit(".", 1)[-1].lower()
+    return last == "seed" or last.endswith("_seed") or last.startswith("seed_")
+
+
+def _get(data: Mapping[str, Any], key: str) -> tuple[bool, Any]:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def sweep_changes(values: Mapping[str, Any], data: Mapping[str, Any], *, yaml_path: str,
+                  launch_stamp: str) -> tuple[list[ConfigChange], list[Problem]]:
+    """What the preflight applies for one sweep experiment: each value, then its own experiment name
+    (`<name>_<values>`; AgentJet's own `<yaml stem>_<stamp>` when the YAML leaves it unset). Problems:
+    a swept key the YAML does not hold (its value is added; AgentJet's defaults may hold it)."""
+    from ajet_runner.statemachine.checkpoints import AUTO_NAME, NAME_KEY, explicit_name
+
+    changes: list[ConfigChange] = []
+    problems: list[Problem] = []
+    for key, value in values.items():
+        present, old = _get(data, key)
+        if not present:
+            problems.append(Problem(level=Level.warning, field=key, message=(
+                f"the sweep sets {key}, which the YAML does not hold: it is added (check the spelling; AgentJet's "
+                "default config may define it)")))
+        changes.append(ConfigChange(key=key, old=old, new=value, reason=SWEEP_REASON))
+    if NAME_KEY not in values:
+        fixed = explicit_name(data)
+        stem = os.path.basename(yaml_path or "experiment.yaml").replace(".yaml", "")
+        base = fixed if fixed is not None else f"{stem}_{launch_stamp}"
+        present, old = _get(data, NAME_KEY)
+        changes.append(ConfigChange(
+            key=NAME_KEY, old=old if present else None, new=f"{base}_{name_suffix(values)}", reason=(
+                "the experiments of a sweep start together: with one name (" + (
+                    f"the YAML's {fixed!r}" if fixed is not None else f"AgentJet's `<yaml stem>_<minute>`, "
+                    f"{AUTO_NAME if present else 'unset'} here") + ") they would share one checkpoint dir and "
+                "resume each other's weights; each gets its own")))
+    return changes, problems

@@ -1,0 +1,62 @@
+"""What a webhook says: `experiment_finished` and `stage_finished` bodies, built from the records.
+
+Metrics come from the record: `final` is the last evaluation (its `latest_metrics`, with its `step`) and
+`best` the report's best per metric (`{metric: {"value", "step"}}`), so a receiver needs no disk access.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["experiment_payload", "stage_payload"]
+
+SUCCEEDED = ("completed", "early_stopped")
+
+
+def _metrics(rec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    final = rec.get("latest_metrics") if isinstance(rec.get("latest_metrics"), dict) else {}
+    best = rec.get("best_metrics") if isinstance(rec.get("best_metrics"), dict) else {}
+    return dict(final or {}), dict(best or {})
+
+
+def experiment_payload(rec: Mapping[str, Any], delivery: str) -> dict[str, Any]:
+    final, best = _metrics(rec)
+    bp = rec.get("blueprint_json") if isinstance(rec.get("blueprint_json"), dict) else {}
+    return {
+        "type": "experiment_finished", "delivery": delivery, "sent_at": time.time(),
+        "id": rec.get("id"), "stage": rec.get("stage") or None, "purpose": rec.get("purpose") or "",
+        "outcome": rec.get("outcome") or "", "reason": rec.get("reason") or "",
+        "result_dir": rec.get("result_dir") or "", "node": rec.get("node") or "",
+        "finished_at": _float(rec.get("finished_at")), "attempts": int(_float(rec.get("attempt")) or 0),
+        "sweep": dict(bp.get("exp_sweep_values") or {}), "final": final, "best": best,
+    }
+
+
+def stage_payload(stage: str, meta: Mapping[str, str], records: list[Mapping[str, Any]], delivery: str,
+                  report: str | None, metric: str = "mean_reward") -> dict[str, Any]:
+    members = []
+    top: dict[str, Any] | None = None
+    for rec in records:
+        final, best = _metrics(rec)
+        members.append({"id": rec.get("id"), "outcome": rec.get("outcome") or "", "purpose": rec.get("purpose") or "",
+                        "result_dir": rec.get("result_dir") or "", "final": final, "best": best})
+        value = (best.get(metric) or {}).get("value") if isinstance(best.get(metric), dict) else None
+        if isinstance(value, (int, float)) and (top is None or value > top["value"]):
+            top = {"metric": metric, "id": rec.get("id"), "value": value, "step": best[metric].get("step")}
+    outcomes = Counter(str(r.get("outcome") or "") for r in records)
+    return {
+        "type": "stage_finished", "delivery": delivery, "sent_at": time.time(), "stage": stage,
+        "dir": meta.get("dir") or None, "report": report, "experiments": len(records),
+        "outcomes": dict(sorted(outcomes.items())), "succeeded": all(r.get("outcome") in SUCCEEDED for r in records),
+        "best": top, "members": members,
+    }
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,216 @@
+"""The stage report a research lead decides the next stage from: `stage_report.md`, `stage_results.json`,
+`stage_plot.png`, rendered from a comparison (statemachine/compare.py).
+
+Rendering never raises on odd data (a value that cannot be shown reads "n/a"); I/O errors propagate, so
+the caller (the `compare` command, or the deliverer writing it when a stage finishes) can say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ajet_runner.resultdir.confined import open_dir
+from ajet_runner.resultdir.flag import atomic_write_text, iso_utc, remove_file
+from ajet_runner.statemachine.compare import StageComparison
+from ajet_runner.workers.report.markdown import code_span, fmt_duration, fmt_value, md_cell, table
+from ajet_runner.workers.report.results_json import json_safe
+from ajet_runner.workers.report.stage_plot import STAGE_PLOT_NAME, experiment_label, write_stage_plot
+
+__all__ = ["STAGE_PLOT_NAME", "STAGE_REPORT_NAME", "STAGE_RESULTS_NAME", "render_stage_report",
+           "write_stage_report"]
+
+STAGE_REPORT_NAME = "stage_report.md"
+STAGE_RESULTS_NAME = "stage_results.json"
+STAGE_REPORT_VERSION = 1
+PURPOSE_CHARS = 80
+
+
+def _link(path: str, base: str, text: str) -> str:
+    if not path:
+        return "n/a"
+    try:
+        rel = os.path.relpath(os.path.abspath(path), os.path.abspath(base))
+    except ValueError:
+        return code_span(path)
+    return f"[{text}](<{rel}>)"
+
+
+def _metric_cell(mv: Any, which: str) -> str:
+    if mv is None:
+        return "n/a"
+    value, step = getattr(mv, which), getattr(mv, f"{which}_step")
+    if value is None:
+        return "n/a"
+    return f"{fmt_value(value)}" + (f" @{step}" if step is not None else "")
+
+
+def _purpose(text: str) -> str:
+    first = (text.strip().splitlines() or [""])[0]
+    return md_cell(first, PURPOSE_CHARS) or "n/a"
+
+
+def _outcome(row: Any) -> str:
+    return row.outcome if row.state == "finished" else f"{row.state} (not finished)"
+
+
+def _plus_minus(mean: float | None, std: float | None) -> str:
+    return "n/a" if mean is None else f"{fmt_value(mean)} ± {fmt_value(std or 0.0)}"
+
+
+def _range(low: float | None, high: float | None) -> str:
+    return "n/a" if low is None or high is None else f"{fmt_value(low)} – {fmt_value(high)}"
+
+
+def _differs_section(c: StageComparison) -> list[str]:
+    lines = ["## What differs", ""]
+    compared, seeds = c.compared_keys, c.seed_keys
+    if not c.differing_keys and not c.command_differs:
+        lines.append("Nothing: every experiment was given the same YAML values and the same launch command"
+                     + (" (as far as could be read here)." if c.unknown_config or c.unknown_command else "."))
+    for key in compared:
+        values = list(dict.fromkeys(r.differs.get(key, "n/a") for r in c.rows))
+        lines.append(f"- {code_span(key)}: {', '.join(code_span(v) for v in values)}")
+    for key in seeds:
+        values = list(dict.fromkeys(r.differs.get(key, "n/a") for r in c.rows))
+        lines.append(f"- {code_span(key)} (a seed: experiments that differ only in it are repeats): "
+                     f"{', '.join(code_span(v) for v in values)}")
+    if c.command_differs:
+        lines.append("- the launch command: its differing part is in the table below")
+    elif not c.unknown_command:
+        lines.append("- the launch command is the same for every experiment")
+    lines += ["", "Compared: each experiment's YAML as it was given (`config.original.yaml` in its result dir) with "
+              "its sweep values. The runner's own changes — results files and checkpoint dirs in the result dir, "
+              "each experiment's own name, its preflight fixes — are the same rule for every experiment and are "
+              "left out; a repair made during a run is counted in its row and described in its repair log."]
+    if c.unknown_config:
+        unread = ", ".join(code_span(i) for i in c.unknown_config)
+        lines.append(f"Not compared (their YAML could not be read here): {unread}.")
+    return lines
+
+
+def _experiments_table(c: StageComparison, base: str) -> list[str]:
+    keys = c.differing_keys
+    header = ["#", "id", "purpose", "outcome", "attempts", "repairs", "elapsed", "steps", *keys]
+    if c.command_differs:
+        header.append("launch command (differing part)")
+    header += ["report", "repair log"]
+    rows = []
+    for n, r in enumerate(c.rows, start=1):
+        repairs = str(r.repairs) + (f" ({', '.join(dict.fromkeys(r.repair_signatures))})" if r.repairs else "")
+        cells = [str(n), code_span(r.id), _purpose(r.purpose), _outcome(r), str(r.attempts), md_cell(repairs),
+                 fmt_duration(r.elapsed_seconds), str(r.train_steps) if r.source == "results.json" else "n/a",
+                 *(code_span(r.differs.get(k, "n/a")) for k in keys)]
+        if c.command_differs:
+            cells.append(code_span(r.command_part or "n/a"))
+        cells += [_link(r.report_path, base, "report"), _link(r.repair_log_path, base, "repair log")]
+        rows.append(cells)
+    return ["## Experiments", "", *table(header, rows)]
+
+
+def _metrics_table(c: StageComparison) -> list[str]:
+    if not c.metrics:
+        return ["## Validation metrics", "", "No experiment recorded a validation metric."]
+    header = ["id", *(f"{m} final / best" for m in c.metrics)]
+    rows = [[code_span(r.id), *(f"{_metric_cell(r.metrics.get(m), 'final')} / {_metric_cell(r.metrics.get(m), 'best')}"
+                                for m in c.metrics)] for r in c.rows]
+    return ["## Validation metrics", "", "Final: the last evaluation; best: the best over the run; `@N` is the step.",
+            "", *table(header, rows)]
+
+
+def _ranking(c: StageComparison) -> list[str]:
+    lines = [f"## Ranking by {c.metric}", ""]
+    keys = c.differing_keys
+    for title, ranked in (("final value", c.ranking_final), ("best value", c.ranking_best)):
+        rows = []
+        position = 0
+        for item in ranked:
+            row = next(r for r in c.rows if r.id == item.id)
+            if item.value is not None:
+                position += 1
+            rows.append([str(position) if item.value is not None else "–", code_span(item.id),
+                         *(code_span(row.differs.get(k, "n/a")) for k in keys), _outcome(row),
+                         fmt_value(item.value) if item.value is not None else f"no {c.metric} recorded",
+                         str(item.step) if item.step is not None else "n/a"])
+        lines += [f"By {title}:", "", *table(["rank", "id", *keys, "outcome", c.metric, "step"], rows), ""]
+    if c.repeat_groups:
+        lines += [f"Repeats (experiments that differ only in {', '.join(code_span(k) for k in c.seed_keys)}), "
+                  f"best group first:", ""]
+        rows = [[md_cell(g.label), ", ".join(code_span(m) for m in g.members), str(g.counted),
+                 _plus_minus(g.final_mean, g.final_std), _range(g.final_min, g.final_max),
+                 _plus_minus(g.best_mean, g.best_std), _range(g.best_min, g.best_max)] for g in c.repeat_groups]
+        lines += table(["shared values", "experiments", "with a value", f"final {c.metric} mean ± sd", "range",
+                        f"best {c.metric} mean ± sd", "range"], rows)
+        lines.append("")
+    return lines
+
+
+def _not_succeeded(c: StageComparison, base: str) -> list[str]:
+    lines = ["## Did not succeed", ""]
+    failed = [r for r in c.rows if not r.succeeded]
+    if not failed:
+        return [*lines, "Every experiment completed or early-stopped."]
+    for r in failed:
+        if r.state != "finished":
+            lines.append(f"- {code_span(r.id)}: still {r.state} when this report was written")
+            continue
+        decisive = r.decisive or "the runner recorded no decisive log line"
+        lines.append(f"- {code_span(r.id)} ({r.outcome}): {md_cell(decisive, 400)} — "
+                     f"{_link(r.report_path, base, 'report')}, {_link(r.repair_log_path, base, 'repair log')}")
+    return lines
+
+
+def render_stage_report(c: StageComparison, base: str, plot_written: bool, now: float) -> str:
+    """The markdown, with links relative to `base` (where it is written)."""
+    done = sum(1 for r in c.rows if r.succeeded)
+    lines = [f"# Stage {c.stage}", "",
+             f"{len(c.rows)} experiment(s); {done} completed or early-stopped, {len(c.rows) - done} did not"
+             f"{' (listed below with their decisive line)' if done < len(c.rows) else ''}. Generated {iso_utc(now)}.",
+             ""]
+    lines += [*_differs_section(c), "", *_experiments_table(c, base), "", *_metrics_table(c), "", *_ranking(c)]
+    lines += ["## Curves", ""]
+    if plot_written:
+        lines.append(f"![every experiment's curves]({STAGE_PLOT_NAME})")
+        legend = [f"- {code_span(experiment_label(c, r.id))}" for r in c.rows]
+        lines += ["", "Colours follow the experiments' order:", *legend]
+    else:
+        lines.append("No experiment has a curve yet (no evaluation with a step was recorded).")
+    lines += ["", *_not_succeeded(c, base), ""]
+    return "\n".join(lines)
+
+
+def stage_document(c: StageComparison, base: str, plot_written: bool, now: float) -> dict[str, Any]:
+    doc = {"report_version": STAGE_REPORT_VERSION, "generated_at": iso_utc(now), "generated_at_epoch": now,
+           **c.model_dump(mode="json"), "compared_keys": c.compared_keys,
+           "files": {"report": STAGE_REPORT_NAME, "results": STAGE_RESULTS_NAME,
+                     "plot": STAGE_PLOT_NAME if plot_written else None}}
+    for row in doc["rows"]:
+        for name in ("report_path", "repair_log_path"):
+            if row.get(name):
+                row[name.replace("_path", "_link")] = os.path.relpath(os.path.abspath(row[name]), os.path.abspath(base))
+    return json_safe(doc)
+
+
+def write_stage_report(out_dir: str | Path, c: StageComparison) -> dict[str, Path]:
+    """Write the plot (when there is a curve), `stage_results.json`, then `stage_report.md` into `out_dir`
+    (created if missing, inside the allowed roots when confined). Returns the paths written."""
+    out = Path(out_dir)
+    os.close(open_dir(out))
+    now = time.time()
+    written: dict[str, Path] = {}
+    plot = out / STAGE_PLOT_NAME
+    try:
+        drawn = write_stage_plot(plot, c)
+    except Exception:  # matplotlib trouble must not cost the report
+        drawn = False
+    if drawn:
+        written["plot"] = plot
+    else:
+        remove_file(plot)  # a stale plot would contradict the report
+    text = json.dumps(stage_document(c, str(out), drawn, now), indent=2, ensure_ascii=False, allow_nan=False)
+    written["results"] = atomic_write_text(out / STAGE_RESULTS_NAME, text + "\n")
+    written["report"] = atomic_write_text(out / STAGE_REPORT_NAME, render_stage_report(c, str(out), drawn, now))
+    return written
