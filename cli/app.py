@@ -28,6 +28,7 @@ from ajet_runner.cli.commands import (
 from ajet_runner.cli.commands import (
     session_host_command as session_host,
 )
+from ajet_runner.cli.commands import stage_commands as stages
 from ajet_runner.cli.commands import up_command as up
 from ajet_runner.cli.commands import worker_command as worker
 
@@ -59,7 +60,7 @@ def _root(
     """Run AgentJet experiment blueprints: tmux, watching, repairs, reports, finish.flag."""
 
 
-for module in (check, results, diagnose, run, up, worker, session_host, serve, client, catalogue):
+for module in (check, results, diagnose, run, up, worker, session_host, serve, client, stages, catalogue):
     module.register(app)
 
 

@@ -6,33 +6,42 @@ JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seco
 "environment": "<whose environment was read>", "env_decisions": [{"variable", "is_set", "decision"}],
 "swarm": {"server_command", "port"} or null for a classic experiment, "command_file": the script the worker
 would write as `logs/attempt-1.command.sh` (the launch command after the preflight's rewrites; for a swarm
-experiment the client), or null when the command is refused or missing}.
+experiment the client), or null when the command is refused or missing, "sweep": {"keys", "axes": [{"key",
+"values"}], "experiments": [{"index", "values", "result_dir", "purpose", "label"}]} for a sweep (its
+`[exp_sweep]` part and `--sweep` options; statemachine/sweep.py), else null}.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ajet_runner.statemachine.blueprint import parse_blueprint
 from ajet_runner.statemachine.command_file import command_script
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
 from ajet_runner.statemachine.preflight import preflight
+from ajet_runner.statemachine.sweep import plan_sweep
 
 
 def check_text(text: str, *, env: Mapping[str, str], check_disk: bool = True,
-               environment: str = "the API server's environment") -> tuple[dict[str, Any], bool]:
+               environment: str = "the API server's environment", sweep: Sequence[str] = ()
+               ) -> tuple[dict[str, Any], bool]:
     """The document for blueprint text (the web console's submit page)."""
-    return check_document(parse_blueprint(text), [], env=env, environment=environment, check_disk=check_disk)
+    return check_document(parse_blueprint(text), [], env=env, environment=environment, check_disk=check_disk,
+                          sweep=sweep)
 
 
 def check_document(bp: Blueprint, problems: list[Problem], *, env: Mapping[str, str], environment: str,
-                   check_disk: bool = True) -> tuple[dict[str, Any], bool]:
+                   check_disk: bool = True, sweep: Sequence[str] = ()) -> tuple[dict[str, Any], bool]:
     """The document and whether the blueprint is runnable: the very preflight a worker runs, on `env`."""
     plan = None
     if not any(p.field == "blueprint" for p in problems):
         plan = preflight(bp, env=env, environment=environment, check_disk=check_disk)
         problems = plan.problems
+    grid = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose) \
+        if bp.exp_sweep.strip() or sweep else None
+    if grid is not None and sweep:  # the part's own problems are the preflight's already; the options' are new
+        problems = [*problems, *(p for p in grid.problems if p not in problems)]
     changes: list[ConfigChange] = [*plan.command_changes, *plan.changes] if plan else []
     runnable = not any(p.level == Level.error for p in problems)
     doc = {
@@ -43,6 +52,7 @@ def check_document(bp: Blueprint, problems: list[Problem], *, env: Mapping[str, 
         "env_decisions": [d.model_dump(mode="json") for d in plan.env_decisions] if plan else [],
         "swarm": plan.swarm if plan else None,
         "command_file": _command_file(bp, plan.command if plan else "", problems),
+        "sweep": grid.public() if grid is not None else None,
     }
     return doc, runnable
 

@@ -529,7 +529,8 @@ class _Planner:
         taken = [(n, d, step) for n in names if (step := _saved_step(d := ckpt.checkpoint_dir(data, n, workdir)))
                  is not None]
         if not taken:
-            if explicit is not None and not self.bp.exp_sweep_values:  # a sweep's name is the runner's own
+            sweep = bool(self.bp.exp_sweep_values or self.bp.exp_sweep.strip())  # a sweep names each experiment
+            if explicit is not None and not sweep:
                 self.problem(Level.warning, key, f"experiment_name={explicit!r} is fixed: AgentJet appends to the same "
                              "result files, and a later run with this name would find (and so resume from) its "
                              "checkpoint; give a new experiment its own name")

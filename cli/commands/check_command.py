@@ -4,7 +4,8 @@ JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seco
 "problems": [{"level", "field", "message"}], "config_changes": [{"key", "old", "new",
 "reason"}], "environment": "<whose environment was read>", "env_decisions": [{"variable",
 "is_set", "decision"}], "swarm": {"server_command", "port"} or null for a classic experiment, "command_file":
-the exact script the first attempt would run (`logs/attempt-1.command.sh`) or null when the command is refused}.
+the exact script the first attempt would run (`logs/attempt-1.command.sh`) or null when the command is refused,
+"sweep": the experiments a sweep expands into (`[exp_sweep]`, `--sweep KEY=V1,V2`) or null}.
 Exit code 0 when the blueprint is runnable (no error), 1 when it has errors, 2 when
 it cannot be read. `-` reads the blueprint from stdin.
 """
@@ -39,14 +40,14 @@ def _load(path: Path) -> tuple[Any, list[Problem]]:
     return parse_blueprint(sys.stdin.read()), []  # the preflight validates it
 
 
-def check_report(path: Path) -> tuple[dict[str, Any], bool]:
+def check_report(path: Path, sweep: list[str] | None = None) -> tuple[dict[str, Any], bool]:
     """The `check --json` document for a blueprint file, and whether it is runnable.
 
     It runs the very preflight a worker runs before launching (`ajet_runner.statemachine.preflight.preflight`),
     on this shell's environment; `env_decisions` lists every decision that read a variable.
     """
     bp, problems = _load(path)
-    return check_document(bp, problems, env=os.environ, environment=SUBMITTING_ENV)
+    return check_document(bp, problems, env=os.environ, environment=SUBMITTING_ENV, sweep=sweep or ())
 
 
 def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -> None:
@@ -92,8 +93,25 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
         console.print(Padding(Text(doc["command_file"].rstrip("\n")), (0, 0, 0, 4)))
     elif not unreadable:
         console.print("[bold]Command file[/bold]: none (the launch command is refused or missing, see above)")
+    if doc.get("sweep"):
+        _render_sweep(doc["sweep"], console)
     verdict = "[green]runnable[/green]" if runnable else "[red]not runnable: fix the errors above[/red]"
     console.print(f"Verdict: {verdict}")
+
+
+def _render_sweep(sweep: dict[str, Any], console: Console) -> None:
+    experiments = sweep.get("experiments") or []
+    shape = " x ".join(f"{len(a['values'])} {a['key']}" for a in sweep.get("axes") or [])
+    console.print(f"[bold]Sweep[/bold]: {len(experiments)} experiment(s) ({shape}), submitted as one stage; each "
+                  "gets its values on the runner's copy of the YAML, its own experiment name and result dir:",
+                  highlight=False)
+    table = Table(show_header=True, expand=False, box=None, pad_edge=False)
+    table.add_column("#", justify="right")
+    table.add_column("values", overflow="fold")
+    table.add_column("result dir", overflow="fold")
+    for m in experiments:
+        table.add_row(str(m["index"] + 1), m["label"], m["result_dir"])
+    console.print(Padding(table, (0, 0, 0, 2)))
 
 
 def register(app: typer.Typer) -> None:
@@ -103,9 +121,11 @@ def register(app: typer.Typer) -> None:
     def check(
         blueprint: Path = typer.Argument(..., help="The blueprint markdown file (- reads it from stdin)."),
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report."),
+        sweep: list[str] = typer.Option(None, "--sweep", metavar="KEY=V1,V2",
+                                        help="Show the expansion of a sweep (as `submit --sweep`; repeatable)."),
     ) -> None:
         """Parse and validate a blueprint; list its problems and the config changes planned."""
-        doc, runnable = check_report(blueprint)
+        doc, runnable = check_report(blueprint, list(sweep or []))
         unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
         if as_json:
             typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))

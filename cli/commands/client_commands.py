@@ -304,6 +304,69 @@ def submit_drop_in(paths: list[str], *, runner: str | None, acknowledge: int | N
         return _submit_all(client, texts, node, priority, as_json, idempotency_key, wait_for_node, nodes)
 
 
+def _has_sweep(paths: list[str]) -> bool:
+    """A blueprint file with an `[exp_sweep]` part (submitted as a stage, named after the file)."""
+    if len(paths) != 1 or paths[0] == "-":
+        return False
+    try:
+        text = Path(paths[0]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False  # read_blueprints says why
+    from ajet_runner.statemachine.blueprint import parse_blueprint
+
+    return bool(parse_blueprint(text).exp_sweep.strip())
+
+
+def default_stage_name(paths: list[str]) -> str:
+    """A sweep submitted without --stage is named after its blueprint file (`blueprint_1.md` -> `blueprint_1`)."""
+    import re
+
+    stem = Path(paths[0]).stem if paths and paths[0] != "-" else "sweep"
+    return (re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._") or "sweep")[:64]
+
+
+def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], stage_dir: str | None,
+                     webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool,
+                     as_json: bool, url: str, token: str) -> int:
+    """`submit --stage` / `--sweep`: `Job submitted: <id>` per experiment, `Stage: NAME …` on stderr; exit 1 if
+    any experiment was refused."""
+    if not stage and len(paths) > 1:
+        err("error: several blueprints make a stage: name it with --stage NAME")
+        return USAGE
+    name = stage or default_stage_name(paths)
+    texts = read_blueprints(paths)
+    pairs = [(text, "" if p == "-" else str(Path(p).resolve())) for p, text in texts]
+    with connect(url, token) as client:
+        try:
+            result = client.submit_stage(name, pairs, sweep=sweep or None, stage_dir=stage_dir,
+                                         webhook_url=webhook_url, node=node, priority=priority,
+                                         wait_for_node=wait_for_node)
+        except ApiError as exc:
+            if exit_code_of(exc) != FAILED:
+                raise
+            if as_json:
+                echo_json({"stage": name, "status": exc.status, "detail": exc.detail, "problems": exc.problems})
+            err(f"Rejected: stage {name} (HTTP {exc.status}); nothing was submitted")
+            for p in exc.problems or [{"level": "error", "field": "-", "message": exc.detail}]:
+                err(f"  {p.get('level', 'error')} {p.get('field', '-')}: {p.get('message', '')}")
+            return FAILED
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        for rec in result.experiments:
+            typer.echo(f"Job submitted: {rec.id}")
+            for w in rec.warnings:
+                err(f"  warning {w.get('field')}: {w.get('message')}")
+        where = f"; its report goes to {result.stage_dir}" if result.stage_dir else ""
+        err(f"Stage: {result.stage} ({len(result.experiments)} experiment(s){where}); wait for it with "
+            f"`ajet-runner wait --stage {result.stage}`")
+        for refused in result.refused:
+            err(f"Rejected: {refused.get('label')} (HTTP {refused.get('status')})")
+            for p in refused.get("problems") or []:
+                err(f"  {p.get('level', 'error')} {p.get('field', '-')}: {p.get('message', '')}")
+    return FAILED if result.refused else OK
+
+
 def scan_jobs_drop_in(*, runner: str | None, as_json: bool, url: str, token: str) -> None:
     """`scan-jobs` / `alpha-scan-jobs`: one Python dict per job (or a JSON list)."""
     runner_note("scan-jobs", runner)
@@ -463,12 +526,20 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                                         show_default=False),
         wait_for_node: bool = typer.Option(False, "--wait-for-node",
                                            help="queue it even if no live worker serves --node yet"),
+        stage: str = typer.Option(None, "--stage", help="submit them as one stage of this name (docs/stages.md)"),
+        sweep: list[str] = typer.Option(None, "--sweep", metavar="KEY=V1,V2", help="one experiment per combination "
+                                        "of these YAML values (repeatable; dotted keys; makes a stage)"),
+        stage_dir: str = typer.Option(None, "--stage-dir", metavar="DIR", help="where the stage report is written "
+                                      "when its last experiment finishes", show_default="a sweep's result dir"),
+        webhook_url: str = typer.Option(None, "--webhook-url", metavar="URL",
+                                        help="the stage's own webhook (instead of $AJET_RUNNER_WEBHOOK_URL)"),
         as_json: bool = JSON_OPTION,
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
     ) -> None:
         """Submit blueprints: prints `Job submitted: <id>` for each (exit 1 if any was rejected)."""
         paths = [*(blueprints or []), *(blueprint or [])]
+        staged = stage or sweep or stage_dir or webhook_url
         if not paths:
             err("error: give at least one blueprint file (positional or --blueprint=PATH, - for stdin)")
             raise typer.Exit(USAGE)
@@ -482,6 +553,13 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
             err("error: stdin (-) can be read only once")
             raise typer.Exit(USAGE)
         named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
+        if staged or (not idempotency_key and not named and _has_sweep(paths)):
+            if idempotency_key or named:
+                raise output.fail("error: --idempotency-key and --nodes are not taken for a stage")
+            runner_note("submit", runner)
+            raise typer.Exit(submit_stage_cli(paths, stage=stage, sweep=list(sweep or []), stage_dir=stage_dir,
+                                              webhook_url=webhook_url, node=node, priority=priority,
+                                              wait_for_node=wait_for_node, as_json=as_json, url=url, token=token))
         raise typer.Exit(submit_drop_in(paths, runner=runner, acknowledge=acknowledge, url=url, token=token,
                                         as_json=as_json, node=node, priority=priority,
                                         idempotency_key=idempotency_key, wait_for_node=wait_for_node, nodes=named))
@@ -491,6 +569,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         state: str = typer.Option(None, help="only this state (queued, running, finished, ...)"),
         node: str = typer.Option(None, help="only this node"),
         outcome: str = typer.Option(None, help="only this outcome (completed, failed, cancelled, ...)"),
+        stage: str = typer.Option(None, help="only the experiments of this stage"),
         limit: int = typer.Option(200, help="at most this many (newest first)"),
         as_json: bool = JSON_OPTION,
         url: str = URL_OPTION,
@@ -504,7 +583,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                 raise output.fail(f"error: {flag} {value!r} is not one of {', '.join(v.value for v in known)}")
         with connect(url, token) as client:
             items: list[Experiment] = []
-            for rec in client.iter_experiments(state=state, node=node, outcome=outcome):
+            for rec in client.iter_experiments(state=state, node=node, outcome=outcome, stage=stage):
                 items.append(rec)
                 if len(items) >= limit:
                     break

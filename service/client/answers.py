@@ -119,3 +119,29 @@ class DeleteResult(Record):
     deleted: bool
     state: str | None = None
     outcome: str | None = None
+
+
+class Stage(Record):
+    """A stage: counts by state and outcome, its best mean_reward, and (from `stage(name)`) its experiments."""
+
+    name: str
+    created_at: float | None = None
+    dir: str = ""
+    webhook: bool = False
+    total: int = 0
+    states: dict[str, int] = Field(default_factory=dict)
+    outcomes: dict[str, int] = Field(default_factory=dict)
+    finished: bool = False
+    succeeded: bool = False
+    best: dict[str, Any] | None = None
+    report: str | None = None
+    experiments: list[Experiment] = Field(default_factory=list)
+
+
+class StageSubmission(Record):
+    """What a stage submission did: the experiments submitted, and those refused with their problems."""
+
+    stage: str
+    stage_dir: str = ""
+    experiments: list[Experiment] = Field(default_factory=list)
+    refused: list[dict[str, Any]] = Field(default_factory=list)

@@ -34,7 +34,16 @@ from urllib.parse import unquote
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
-from ajet_runner.service.client.answers import DeleteResult, Event, EventPage, Experiment, ExperimentPage, Node
+from ajet_runner.service.client.answers import (
+    DeleteResult,
+    Event,
+    EventPage,
+    Experiment,
+    ExperimentPage,
+    Node,
+    Stage,
+    StageSubmission,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 FINISHED = "finished"
@@ -153,10 +162,11 @@ def token_from_env() -> str:
 
 
 def _submit_body(blueprint: str, node: str | None, priority: str | None, blueprint_path: str | None,
-                 wait_for_node: bool = False, nodes: list[str] | None = None) -> dict[str, Any]:
+                 wait_for_node: bool = False, nodes: list[str] | None = None, stage: str | None = None
+                 ) -> dict[str, Any]:
     body: dict[str, Any] = {"blueprint": blueprint}
     for key, value in (("node", node), ("priority", priority), ("blueprint_path", blueprint_path),
-                       ("wait_for_node", wait_for_node), ("nodes", nodes)):
+                       ("wait_for_node", wait_for_node), ("nodes", nodes), ("stage", stage)):
         if value:
             body[key] = value
     return body
@@ -166,10 +176,44 @@ def _idempotency(key: str | None) -> dict[str, str]:
     return {"Idempotency-Key": key} if key else {}
 
 
-def _list_params(state: str | None, node: str | None, outcome: str | None, limit: int, offset: int
-                 ) -> dict[str, Any]:
-    params: dict[str, Any] = {k: v for k, v in {"state": state, "node": node, "outcome": outcome}.items() if v}
+def _list_params(state: str | None, node: str | None, outcome: str | None, limit: int, offset: int,
+                 stage: str | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {k: v for k, v in {"state": state, "node": node, "outcome": outcome,
+                                                "stage": stage}.items() if v}
     return {**params, "limit": limit, "offset": offset}
+
+
+BlueprintInput = str | os.PathLike[str] | tuple[str, str]
+
+
+def _stage_blueprints(blueprints: list[BlueprintInput]) -> list[dict[str, Any]]:
+    """Paths are read (their absolute path recorded); a (text, path) pair is sent as it is."""
+    out = []
+    for item in blueprints:
+        if isinstance(item, tuple):
+            text, path = item
+            out.append({"blueprint": text, **({"blueprint_path": path} if path else {})})
+        else:
+            p = Path(item)
+            out.append({"blueprint": p.read_text(encoding="utf-8"), "blueprint_path": str(p.resolve())})
+    return out
+
+
+def _stage_body(stage: str, blueprints: list[BlueprintInput], sweep: list[str] | None, stage_dir: str | None,
+                webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool
+                ) -> dict[str, Any]:
+    body: dict[str, Any] = {"stage": stage, "blueprints": _stage_blueprints(blueprints)}
+    for key, value in (("sweep", sweep), ("stage_dir", stage_dir), ("webhook_url", webhook_url), ("node", node),
+                       ("priority", priority), ("wait_for_node", wait_for_node)):
+        if value:
+            body[key] = value
+    return body
+
+
+def _wait_args(name: str | None, ids: list[str] | tuple[str, ...] | None) -> list[str]:
+    if bool(name) == bool(ids):
+        raise ValueError("give a stage name or experiment ids (one of them)")
+    return list(ids or [])
 
 
 def _log_params(tail: int, since: int | None, raw: bool) -> dict[str, Any]:
@@ -247,10 +291,11 @@ class AjetRunnerClient:
     # -- experiments --------------------------------------------------------------------------
     def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
                blueprint_path: str | None = None, idempotency_key: str | None = None,
-               wait_for_node: bool = False, nodes: list[str] | None = None) -> Experiment:
+               wait_for_node: bool = False, nodes: list[str] | None = None, stage: str | None = None) -> Experiment:
         """Submit blueprint text; returns the new record (`id`, `state` "queued", ...).
 
-        `nodes`: a multi-node run (nnodes > 1) uses only these nodes, the first as its head.
+        `nodes`: a multi-node run (nnodes > 1) uses only these nodes, the first as its head. `stage` puts it in
+        that stage (a sweep blueprint is submitted with `submit_stage`).
 
         With `idempotency_key`, submitting again with the same key (a retry after a lost answer)
         returns the first experiment instead of starting a second one. Raises ApiError 422
@@ -259,7 +304,7 @@ class AjetRunnerClient:
         """
         return Experiment.model_validate(self._json(
             "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node,
-                                                         nodes),
+                                                         nodes, stage),
             headers=_idempotency(idempotency_key)))
 
     def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None, priority: str | None = None,
@@ -272,17 +317,19 @@ class AjetRunnerClient:
                            wait_for_node=wait_for_node, nodes=nodes)
 
     def list_experiments(self, *, state: str | None = None, node: str | None = None, outcome: str | None = None,
-                         limit: int = 100, offset: int = 0) -> ExperimentPage:
+                         limit: int = 100, offset: int = 0, stage: str | None = None) -> ExperimentPage:
         """One page, newest first: `items`, `total`, `limit`, `offset`."""
         return ExperimentPage.model_validate(self._json(
-            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset)))
+            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset, stage)))
 
     def iter_experiments(self, *, state: str | None = None, node: str | None = None,
-                         outcome: str | None = None, page_size: int = 500) -> Iterator[Experiment]:
+                         outcome: str | None = None, page_size: int = 500, stage: str | None = None
+                         ) -> Iterator[Experiment]:
         """Every matching experiment, newest first, page after page."""
         offset = 0
         while True:
-            page = self.list_experiments(state=state, node=node, outcome=outcome, limit=page_size, offset=offset)
+            page = self.list_experiments(state=state, node=node, outcome=outcome, limit=page_size, offset=offset,
+                                         stage=stage)
             yield from page.items
             offset += len(page.items)
             if not page.items or offset >= page.total:
@@ -366,6 +413,59 @@ class AjetRunnerClient:
                 raise TimeoutError(f"{exp_id} is still {rec.state} after {timeout}s")
             time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
 
+    # -- stages -----------------------------------------------------------------------------------
+    def submit_stage(self, stage: str, blueprints: list[BlueprintInput], *, sweep: list[str] | None = None,
+                     stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
+                     priority: str | None = None, wait_for_node: bool = False) -> StageSubmission:
+        """Submit blueprints (paths, or (text, path) pairs) as stage `stage`; a blueprint with an `[exp_sweep]`
+        part, or the `sweep` options (`KEY=V1,V2`), becomes one experiment per combination. `refused` lists
+        experiments the submission refused while the others were submitted; ApiError 422/409 when none was."""
+        return StageSubmission.model_validate(self._json("POST", "/v1/stages", json=_stage_body(
+            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node)))
+
+    def stages(self) -> list[Stage]:
+        """Every stage, newest first, with counts by state and outcome."""
+        return [Stage.model_validate(s) for s in self._json("GET", "/v1/stages")]
+
+    def stage(self, name: str) -> Stage:
+        """One stage with its experiments (in submission order); ApiError 404 when there is none."""
+        return Stage.model_validate(self._json("GET", f"/v1/stages/{name}"))
+
+    def stage_add(self, name: str, *, ids: list[str] | None = None, result_dirs: list[str] | None = None) -> Stage:
+        """Put existing experiments (by id, or a result dir they ran in) into stage `name`."""
+        return Stage.model_validate(self._json("POST", f"/v1/stages/{name}/experiments",
+                                               json={"ids": ids or [], "result_dirs": result_dirs or []}))
+
+    def stage_facts(self, name: str) -> list[dict[str, Any]]:
+        """What a comparison reads of each experiment (statemachine/compare.py ExperimentFacts, as JSON)."""
+        return list(self._json("GET", f"/v1/stages/{name}/facts"))
+
+    def stage_comparison(self, name: str, metric: str = "mean_reward") -> dict[str, Any]:
+        """The stage compared by the server (rows, what differs, rankings, repeats, curves)."""
+        return dict(self._json("GET", f"/v1/stages/{name}/comparison", params={"metric": metric}))
+
+    def wait_stage(self, name: str | None = None, ids: list[str] | None = None, *, timeout: float | None = None,
+                   interval: float = 2.0, reconnect_limit: float = RECONNECT_LIMIT,
+                   on_update: Callable[[list[Experiment]], None] | None = None) -> list[Experiment]:
+        """Block until every experiment of stage `name` (or every one of `ids`) is finished; returns their final
+        records in order. `on_update` gets the records at each look. TimeoutError after `timeout` seconds."""
+        wanted = _wait_args(name, ids)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Reconnect(self.url, reconnect_limit)
+        while True:
+            if name:
+                recs = backoff.call(lambda: self.stage(name)).experiments
+            else:
+                recs = [backoff.call(lambda i=i: self.get(i)) for i in wanted]
+            if on_update is not None:
+                on_update(recs)
+            if recs and all(r.finished for r in recs):
+                return recs
+            if deadline is not None and time.monotonic() >= deadline:
+                left = [r.id for r in recs if not r.finished]
+                raise TimeoutError(f"{len(left)} experiment(s) still not finished after {timeout}s: {', '.join(left)}")
+            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+
     # -- cluster ----------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
         """Workers that sent a heartbeat: name, alive, heartbeat_age_seconds, gpus, gpus_busy, running, ..."""
@@ -422,9 +522,10 @@ class AsyncAjetRunnerClient:
 
     async def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
                      blueprint_path: str | None = None, idempotency_key: str | None = None,
-                     wait_for_node: bool = False) -> Experiment:
+                     wait_for_node: bool = False, stage: str | None = None) -> Experiment:
         return Experiment.model_validate(await self._json(
-            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node),
+            "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node,
+                                                         stage=stage),
             headers=_idempotency(idempotency_key)))
 
     async def submit_file(self, path: str | os.PathLike[str], *, node: str | None = None,
@@ -434,9 +535,10 @@ class AsyncAjetRunnerClient:
                                  blueprint_path=str(p.resolve()), idempotency_key=idempotency_key)
 
     async def list_experiments(self, *, state: str | None = None, node: str | None = None,
-                               outcome: str | None = None, limit: int = 100, offset: int = 0) -> ExperimentPage:
+                               outcome: str | None = None, limit: int = 100, offset: int = 0,
+                               stage: str | None = None) -> ExperimentPage:
         return ExperimentPage.model_validate(await self._json(
-            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset)))
+            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset, stage)))
 
     async def get(self, exp_id: str) -> Experiment:
         return Experiment.model_validate(await self._json("GET", f"/v1/experiments/{exp_id}"))
@@ -500,6 +602,52 @@ class AsyncAjetRunnerClient:
             return await asyncio.wait_for(until_finished(), timeout)
         except asyncio.TimeoutError as exc:
             raise TimeoutError(f"{exp_id} is not finished after {timeout}s") from exc
+
+    async def submit_stage(self, stage: str, blueprints: list[BlueprintInput], *, sweep: list[str] | None = None,
+                           stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
+                           priority: str | None = None, wait_for_node: bool = False) -> StageSubmission:
+        return StageSubmission.model_validate(await self._json("POST", "/v1/stages", json=_stage_body(
+            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node)))
+
+    async def stages(self) -> list[Stage]:
+        return [Stage.model_validate(s) for s in await self._json("GET", "/v1/stages")]
+
+    async def stage(self, name: str) -> Stage:
+        return Stage.model_validate(await self._json("GET", f"/v1/stages/{name}"))
+
+    async def stage_add(self, name: str, *, ids: list[str] | None = None,
+                        result_dirs: list[str] | None = None) -> Stage:
+        return Stage.model_validate(await self._json("POST", f"/v1/stages/{name}/experiments",
+                                                     json={"ids": ids or [], "result_dirs": result_dirs or []}))
+
+    async def stage_facts(self, name: str) -> list[dict[str, Any]]:
+        return list(await self._json("GET", f"/v1/stages/{name}/facts"))
+
+    async def stage_comparison(self, name: str, metric: str = "mean_reward") -> dict[str, Any]:
+        return dict(await self._json("GET", f"/v1/stages/{name}/comparison", params={"metric": metric}))
+
+    async def wait_stage(self, name: str | None = None, ids: list[str] | None = None, *,
+                         timeout: float | None = None, interval: float = 2.0,
+                         on_update: Callable[[list[Experiment]], None] | None = None) -> list[Experiment]:
+        """As the sync client's: every experiment's final record once all are finished."""
+        wanted = _wait_args(name, ids)
+
+        async def until_finished() -> list[Experiment]:
+            while True:
+                if name:
+                    recs = (await self.stage(name)).experiments
+                else:
+                    recs = list(await asyncio.gather(*(self.get(i) for i in wanted)))
+                if on_update is not None:
+                    on_update(recs)
+                if recs and all(r.finished for r in recs):
+                    return recs
+                await asyncio.sleep(interval)
+
+        try:
+            return await asyncio.wait_for(until_finished(), timeout)
+        except asyncio.TimeoutError as exc:
+            raise TimeoutError(f"stage {name or ', '.join(wanted)} is not finished after {timeout}s") from exc
 
     async def nodes(self) -> list[Node]:
         return [Node.model_validate(n) for n in await self._json("GET", "/v1/nodes")]
