@@ -30,6 +30,9 @@ def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: 
     revocations = Revocations(lambda: app.state.backend.store.r)  # logouts, seen by every replica
     app.state.ui_sessions = Sessions(tokens, insecure, max(60, int(settings.ui_session_seconds)), revocations)
     app.include_router(router)
+    from ajet_runner.service.ui.stage_pages import router as stage_router
+
+    app.include_router(stage_router)
     install_docs(app)
 
     @app.get("/", include_in_schema=False)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 from ajet_runner.service.api.schemas import SUMMARY_FIELDS, summary_dict
+from ajet_runner.store.stages import stage_ids, stage_names
 from ajet_runner.store.store import Store, decode, exp_key
 
 SERVED_FILES = {REPORT_NAME: "text/markdown; charset=utf-8", REPAIR_LOG_NAME: "text/markdown; charset=utf-8",
@@ -30,9 +31,10 @@ class Filters:
     node: str = ""
     q: str = ""
     page: int = 1
+    stage: str = ""
 
     def any(self) -> bool:
-        return bool(self.state or self.outcome or self.node or self.q)
+        return bool(self.state or self.outcome or self.node or self.q or self.stage)
 
 
 @dataclass
@@ -42,6 +44,7 @@ class Page:
     page: int
     pages: int
     nodes: list[str] = field(default_factory=list)
+    stages: list[str] = field(default_factory=list)
 
 
 def _matches(rec: dict[str, str], f: Filters) -> bool:
@@ -74,7 +77,7 @@ def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE) -> Page:
         total = store.count()
         ids = store.ids(start, page_size)
     else:
-        all_ids = store.ids(0, 10_000_000)
+        all_ids = stage_ids(store, f.stage)[::-1] if f.stage else store.ids(0, 10_000_000)
         keys = ("state", "outcome", "node", "target_node", "purpose")
         pipe = store.r.pipeline(transaction=False)
         for i in all_ids:
@@ -87,7 +90,8 @@ def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE) -> Page:
                 matching.append(exp_id)
         total, ids = len(matching), matching[start:start + page_size]
     pages = max(1, -(-total // page_size))
-    return Page(summaries(store, ids), total, max(1, f.page), pages, sorted(n["name"] for n in store.nodes()))
+    return Page(summaries(store, ids), total, max(1, f.page), pages, sorted(n["name"] for n in store.nodes()),
+                stage_names(store))
 
 
 def evaluations(store: Store, exp_id: str) -> list[dict[str, Any]]:

@@ -131,12 +131,13 @@ def _filters(request: Request) -> data.Filters:
     state = q.get("state", "") if q.get("state", "") in {s.value for s in State} else ""
     outcome = q.get("outcome", "") if q.get("outcome", "") in {o.value for o in Outcome} else ""
     return data.Filters(state=state, outcome=outcome, node=q.get("node", "")[:64], q=q.get("q", "")[:200],
-                        page=page_no)
+                        page=page_no, stage=q.get("stage", "")[:64])
 
 
 def _table(be: Backend, f: data.Filters) -> dict[str, Any]:
     result = data.experiments(be.store, f)
-    base = {k: v for k, v in (("state", f.state), ("outcome", f.outcome), ("node", f.node), ("q", f.q)) if v}
+    base = {k: v for k, v in (("state", f.state), ("outcome", f.outcome), ("node", f.node), ("q", f.q),
+                              ("stage", f.stage)) if v}
     return {"result": result, "f": f, "query": lambda **kw: "?" + urlencode({**base, **kw}), "now": time.time()}
 
 
@@ -277,7 +278,7 @@ def _live_nodes(be: Backend) -> list[str]:
 async def submit_form(request: Request, who: Viewer = Depends(viewer), be: Backend = Depends(backend)) -> Response:
     nodes = await run_in_threadpool(_live_nodes, be)
     return page("submit.html", request, who, text="", node="", priority="normal", nodes=nodes, checked=None,
-                rejected=None)
+                rejected=None, stage=request.query_params.get("stage", "")[:64])
 
 
 def _check(be: Backend, text: str) -> tuple[dict[str, Any], bool]:
@@ -302,7 +303,8 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
     node = fields.get("node", "").strip() or None
     priority = fields.get("priority") if fields.get("priority") in ("normal", "high") else "normal"
     nodes = await run_in_threadpool(_live_nodes, be)
-    ctx = {"text": text, "node": node or "", "priority": priority, "nodes": nodes, "rejected": None}
+    stage = fields.get("stage", "").strip()[:64]
+    ctx = {"text": text, "node": node or "", "priority": priority, "nodes": nodes, "rejected": None, "stage": stage}
     if not text.strip():
         return page("submit.html", request, who, status_code=422, checked=None,
                     rejected={"detail": "the blueprint is empty: paste it or choose a file", "problems": []}, **{
@@ -310,6 +312,8 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
     checked = await run_in_threadpool(_check, be, text)
     if fields.get("action") != "submit":
         return page("submit.html", request, who, checked=checked, **ctx)
+    if stage or checked[0].get("sweep"):
+        return await _submit_stage(request, who, be, text, stage, checked, ctx)
     from pydantic import ValidationError
 
     from ajet_runner.service.api.experiments import submit_blocking
@@ -330,6 +334,25 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
         return page("submit.html", request, who, status_code=result.status_code, checked=checked,
                     **{**ctx, "rejected": rejected})
     return RedirectResponse(f"/ui/experiments/{quote(result['id'], safe='')}", status_code=303)
+
+
+async def _submit_stage(request: Request, who: Viewer, be: Backend, text: str, stage: str,
+                        checked: tuple[dict[str, Any], bool], ctx: dict[str, Any]) -> Response:
+    """The submit page with a stage name (or a sweep, which needs one): POST /v1/stages's path."""
+    from ajet_runner.service.stage_submit import StageRejected, submit_stage
+
+    if not stage:
+        return page("submit.html", request, who, status_code=422, checked=checked, **{**ctx, "rejected": {
+            "detail": "this blueprint is a sweep: it is submitted as a stage, so give the stage a name",
+            "problems": [{"level": "error", "field": "stage", "message": "a sweep needs a stage name"}]}})
+    try:
+        await run_in_threadpool(lambda: submit_stage(
+            be.store, be.store.r, stage, [(text, "")], node=ctx["node"] or None, priority=ctx["priority"],
+            allowed_roots=be.allowed_roots, check_disk=be.settings.submit_check_disk))
+    except StageRejected as exc:
+        return page("submit.html", request, who, status_code=exc.status, checked=checked, **{**ctx, "rejected": {
+            "detail": f"stage {stage} rejected", "problems": [p.model_dump(mode="json") for p in exc.problems]}})
+    return RedirectResponse(f"/ui/stages/{quote(stage, safe='')}", status_code=303)
 
 
 # ------------------------------------------------------------------------------------------------ nodes

@@ -19,6 +19,7 @@ MAX_PANELS = 4
 PANEL_INCHES = (6.0, 4.2)
 DPI = 100
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+LABEL_KEYS = 3  # differing values named in a legend entry
 
 
 def plotted_metrics(comparison: StageComparison) -> list[str]:
@@ -33,7 +34,9 @@ def experiment_label(comparison: StageComparison, exp_id: str) -> str:
     row = next((r for r in comparison.rows if r.id == exp_id), None)
     if row is None or not row.differs:
         return exp_id
-    values = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in row.differs.items())
+    shown = list(row.differs.items())[:LABEL_KEYS]
+    values = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in shown) + (", …" if len(row.differs) > LABEL_KEYS
+                                                                                else "")
     return f"{exp_id} ({values})"
 
 
@@ -70,8 +73,9 @@ def render_stage_png(comparison: StageComparison) -> bytes | None:
         ax.grid(True, alpha=0.3)
         if ax.lines:
             ax.legend(fontsize="x-small")
-    fig.suptitle(f"stage {comparison.stage}: {len(order)} experiment(s)")
-    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.5 / (PANEL_INCHES[1] * rows + 0.5), bottom=0.1 / rows,
+    height = PANEL_INCHES[1] * rows + 0.5
+    fig.suptitle(f"stage {comparison.stage}: {len(order)} experiment(s)", y=1 - 0.12 / height)
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / height, bottom=0.1 / rows,
                         wspace=0.18, hspace=0.35)
     canvas.draw()
     buf = BytesIO()

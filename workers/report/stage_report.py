@@ -27,6 +27,7 @@ STAGE_REPORT_NAME = "stage_report.md"
 STAGE_RESULTS_NAME = "stage_results.json"
 STAGE_REPORT_VERSION = 1
 PURPOSE_CHARS = 80
+RANKING_KEYS = 4  # differing keys repeated in the ranking tables
 
 
 def _link(path: str, base: str, text: str) -> str:
@@ -123,7 +124,10 @@ def _metrics_table(c: StageComparison) -> list[str]:
 
 def _ranking(c: StageComparison) -> list[str]:
     lines = [f"## Ranking by {c.metric}", ""]
-    keys = c.differing_keys
+    keys = (c.compared_keys + c.seed_keys)[:RANKING_KEYS]
+    if len(c.differing_keys) > len(keys):
+        lines += [f"(The first {len(keys)} of the {len(c.differing_keys)} differing keys; the Experiments table has "
+                  "them all.)", ""]
     for title, ranked in (("final value", c.ranking_final), ("best value", c.ranking_best)):
         rows = []
         position = 0

@@ -1,0 +1,62 @@
+"""The console's stage pages: every stage (/ui/stages) and one stage (/ui/stages/{name}) — the comparison's
+table (the rows of `stage_report.md`), its chart (every experiment overlaid), the ranking and what did not
+succeed — built by the comparison the API serves (statemachine/compare.py via service/api/stage_routes.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
+
+from ajet_runner.resultdir.palette import chart_metrics
+from ajet_runner.service.api.backend import Backend, backend
+from ajet_runner.service.api.stage_routes import stage_facts, stage_summary
+from ajet_runner.service.ui.pages import page, viewer
+from ajet_runner.service.ui.session import Viewer
+from ajet_runner.service.ui.stage_chart import overlay_chart
+from ajet_runner.statemachine.compare import DEFAULT_METRIC, compare
+from ajet_runner.store.stages import stage_names
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+CHARTS = 2  # metrics charted on the page (mean_reward first); stage_plot.png has up to four
+
+
+def _stages(be: Backend) -> list[dict[str, Any]]:
+    return [s for name in stage_names(be.store) if (s := stage_summary(be.store, name)) is not None]
+
+
+@router.get("/stages", response_class=HTMLResponse)
+async def stages(request: Request, who: Viewer = Depends(viewer), be: Backend = Depends(backend)) -> Response:
+    return page("stages.html", request, who, stages=await run_in_threadpool(_stages, be))
+
+
+def _stage(be: Backend, name: str, metric: str) -> dict[str, Any]:
+    summary = stage_summary(be.store, name)
+    if summary is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no stage named {name!r}")
+    comparison = compare(name, stage_facts(be, name), metric)
+    charted = (chart_metrics(m for m in comparison.metrics if comparison.curves.get(m))
+               or [m for m in comparison.metrics if comparison.curves.get(m)])[:CHARTS]
+    if metric in comparison.metrics and metric not in charted:
+        charted = [metric, *charted][:CHARTS]
+    labels = [_label(r) for r in comparison.rows]
+    charts = [overlay_chart(m, [(label, comparison.curves.get(m, {}).get(r.id, []))
+                                for label, r in zip(labels, comparison.rows, strict=True)]) for m in charted]
+    return {"s": summary, "c": comparison, "charts": charts, "metric": metric,
+            "rows": {r.id: r for r in comparison.rows}}
+
+
+def _label(row: Any) -> str:
+    shown = list(row.differs.items())[:3]
+    values = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in shown) + (", …" if len(row.differs) > 3 else "")
+    return f"{row.id} ({values})" if shown else row.id
+
+
+@router.get("/stages/{name}", response_class=HTMLResponse)
+async def stage(name: str, request: Request, metric: str = DEFAULT_METRIC, who: Viewer = Depends(viewer),
+                be: Backend = Depends(backend)) -> Response:
+    ctx = await run_in_threadpool(_stage, be, name, metric[:200])
+    return page("stage.html", request, who, experiments_link=f"/ui/?stage={quote(name, safe='')}", **ctx)
