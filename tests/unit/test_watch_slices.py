@@ -166,8 +166,12 @@ def test_training_steps_after_a_fatal_line_mean_it_did_not_kill_the_run() -> Non
     scanner = LogScanner()
     scanner.feed(oom.encode())
     assert scanner.live_cause is not None and not scanner.progress_after_cause
-    scanner.feed(b"\n(TaskRunner pid=1) Training Progress:  40%|####      | 4/10 [01:00<01:30]\n")
-    assert scanner.progress_after_cause
+    scanner.feed(b"\n(TaskRunner pid=1) Training Progress:  25%|##        | 5/20 [30:00<90:00]\n")
+    assert scanner.live_cause is not None  # the bar redrawn at the step it had reached (tqdm at exit): no progress
+    scanner.feed(b"(TaskRunner pid=1) Training Progress:  30%|###       | 6/20 [36:00<84:00]\n")
+    assert scanner.live_cause is None and scanner.cause is None  # the step that followed cleared it
+    host_oom = next(f for f in scanner.findings if f.signature == "host_oom")
+    assert not host_oom.fatal and "went on" in host_oom.explanation
     done = LogScanner()
     done.feed((CORPUS / "success_actor_died.log").read_bytes())  # ActorDiedError after Final validation metrics
     assert done.completed_run and done.live_cause is None
