@@ -58,12 +58,17 @@ class Attempt(Loose):
     # The console evaluations the watcher read from this attempt's log, kept when it ended so that
     # collecting and relaunching never parse a multi-GB log again (None: an older record).
     console_evaluations: list[dict[str, Any]] | None = None
+    # Byte ranges of this attempt's log that were never scanned, each {"start", "end", "bytes", "reason"}
+    # (e.g. a backlog left when the attempt ended): the report names them.
+    unscanned: list[dict[str, Any]] = []
 
     @model_serializer(mode="wrap")
     def _without_unset_evaluations(self, handler: Any) -> dict[str, Any]:
         data = handler(self)
         if data.get("console_evaluations") is None:
             data.pop("console_evaluations", None)  # an older record keeps its shape
+        if not data.get("unscanned"):
+            data.pop("unscanned", None)
         return data
 
 
