@@ -1,10 +1,14 @@
 """Failing: gather the facts about the failure and act on `ajet_runner.statemachine.failure.judge_failure`.
+
+A stop wins: requested before the repair is decided (or while the LLM adviser is asked, which aborts
+the ask at once), the run ends `cancelled`, the failure recorded with no repair tried.
 """
 
 from __future__ import annotations
 
 import errno
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,19 +39,35 @@ def handle(d: ExperimentDriver) -> bool:
     if cause is not None and cause.signature == EXIT_NOT_RECORDED:
         _exit_not_recorded(d, record, cause)
         return True
+    stop = threading.Event()
+    d.journal.on_cancel = stop.set  # the journal's listener: a stop request aborts an ask in flight
+    try:
+        if d.journal.cancel_requested():
+            return _stopped(d, record, "before a repair was decided")
+        return _judge(d, record, pending, cause, sig_id, stop)
+    finally:
+        d.journal.on_cancel = None
+
+
+def _judge(d: ExperimentDriver, record: RepairRecord, pending: dict[str, Any], cause: Finding | None, sig_id: str,
+           stop: threading.Event) -> bool:
     launched = d.lc.attempt > 0 and bool(d.ctx.command)
     actions: list[Any] = []
     resolved = None
     quote, why = "", ""
     if launched:
-        advise = advice_source(d.settings, bp=d.bp, ctx=d.ctx, pending=pending,
-                               publish=d.journal.publish, budget_left=d.lc.can("repair", signature=sig_id))
+        advise = advice_source(d.settings, bp=d.bp, ctx=d.ctx, pending=pending, publish=d.journal.publish,
+                               budget_left=d.lc.can("repair", signature=sig_id), cancelled=stop.is_set)
         quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
         actions, source, why = plan_repair(cause, pending, hook=d.settings.repair_hook, bp=d.bp,
                                            attempt=d.lc.attempt, config_path=d.ctx.config_path,
                                            advise=advise)
         if source == "adviser":
             record = record.model_copy(update=advice_fields(pending))
+        if stop.is_set() or d.journal.cancel_requested():
+            record.source = source
+            return _stopped(d, record, "while the adviser was asked" if source == "adviser"
+                            else "before a repair was decided")
         if actions:
             data = read_yaml_data(Path(d.ctx.config_path)) if d.ctx.config_path else {}
             resolved = resolve_repair(actions, yaml_data=data, command=d.ctx.command, env=d.ctx.env,
@@ -71,6 +91,15 @@ def handle(d: ExperimentDriver) -> bool:
         d.fire("repair", verdict.reason, repair_stat=stat, signature=sig_id)
     else:
         d.fire("give_up", verdict.reason, repair_stat=stat)
+    return True
+
+
+def _stopped(d: ExperimentDriver, record: RepairRecord, when: str) -> bool:
+    """A stop request during failing: the failure is recorded, no repair is tried, the run is cancelled."""
+    record.next = f"stopped: a stop request arrived {when}; no repair was tried"
+    d.ctx.repairs.append(record)
+    d.ctx.pending_repair = None
+    d.fire("cancel", f"stop requested {when}")
     return True
 
 
