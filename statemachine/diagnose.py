@@ -29,12 +29,17 @@ from ajet_runner.statemachine.lineshape import (
     is_exception_line,
     is_info_record,
     is_warning_record,
-    retry_in,
 )
 from ajet_runner.statemachine.logmetrics import METRIC_MARKERS, LogMetrics
 from ajet_runner.statemachine.logtext import clean_line, clean_lines
 from ajet_runner.statemachine.models import Diagnosis, Finding
-from ajet_runner.statemachine.progress_lines import NO_NUMBER, may_show_progress, shows_activity, step_numbers
+from ajet_runner.statemachine.progress_lines import (
+    NO_NUMBER,
+    may_show_progress,
+    may_show_steps,
+    shows_activity,
+    step_number,
+)
 from ajet_runner.statemachine.signatures import CATALOGUE, TRACEBACK_ID, Signature, candidates, match_line, signature
 
 __all__ = [
@@ -142,7 +147,8 @@ class LogScanner:
         self._pending_exit: dict[str, Finding] = {}
         self._last_progress_line = 0
         self._max_step = NO_NUMBER  # the highest step number seen (a redrawn bar of an old step is no progress)
-        self._retry_line = -_CAUGHT_WITHIN - 1  # the latest line that announced a retry
+        self._retry_line = -_CAUGHT_WITHIN - 1  # a line announcing a retry, just before a traceback
+        self._recent: tuple[str, str] = ("", "")  # the last two lines scanned
 
     # ---- input -------------------------------------------------------------------------
 
@@ -271,7 +277,7 @@ class LogScanner:
             "pending_live": {k: f.model_dump(mode="json") for k, f in self._pending_live.items()},
             "pending_exit": {k: f.model_dump(mode="json") for k, f in self._pending_exit.items()},
             "last_progress_line": self._last_progress_line, "max_step": self._max_step,
-            "retry_line": self._retry_line,
+            "retry_line": self._retry_line, "recent": list(self._recent),
             "traceback": asdict(self._traceback) if self._traceback is not None else None,
             "metrics": self.metrics.checkpoint() if self.metrics is not None else None,
         }
@@ -302,6 +308,8 @@ class LogScanner:
             scanner._last_progress_line = int(state["last_progress_line"])
             scanner._max_step = int(state["max_step"])
             scanner._retry_line = int(state["retry_line"])
+            a, b = state["recent"]
+            scanner._recent = (str(a), str(b))
             tb = state.get("traceback")
             scanner._traceback = _OpenTraceback(**tb) if tb else None
         except (KeyError, TypeError, ValueError) as exc:
@@ -359,15 +367,17 @@ class LogScanner:
         if self.metrics is not None and (self.metrics.pending or any(m in block for m in METRIC_MARKERS)):
             self.metrics.feed_lines(texts)
         steps = shows_training_step(block)  # one search per block; per line only when it matched
-        step_at = step_numbers(block)  # line index -> step number, one scan of the block
-        retries = (bool(among) or "Traceback" in block) and retry_in(block)
+        step_lines = may_show_steps(block)  # then a substring test per line, a regex only on marked lines
+        recent = self._recent  # the two lines before this one (a traceback's announcement is among them)
         progress_hint: bool | None = None  # may_show_progress(block), asked only while evidence is open
-        for index, text in enumerate(texts):
+        for text in texts:
             self._line_no += 1
             number = self._line_no
             self._tail.append(text)
             in_traceback = ends_traceback = evidence = False
             if self._traceback is not None or text.startswith(_TRACEBACK_START):
+                if self._traceback is None and any(announces_retry(t) for t in recent):  # a handled error
+                    self._retry_line = number - 1
                 in_traceback, ends_traceback = self._track_traceback(text, number, out)
             if among and text:
                 sig = match_line(text, among)
@@ -375,20 +385,22 @@ class LogScanner:
                     caught = in_traceback and self._traceback is not None and self._traceback.caught
                     evidence = self._record(sig, number, text, out, ends_traceback=ends_traceback,
                                             caught=caught) == _EVIDENCE
-            if retries and announces_retry(text):
-                self._retry_line = number
             if self._completed_line is None and _is_completion(text):
                 self._completed_line = number
+            step = None
+            if step_lines and ("step" in text or "Training Progress" in text or "kl_loss" in text):
+                step = step_number(text)
             if steps and shows_training_step(text):
                 self._last_step_line = number
-            step = step_at.get(index)
-            if (self._pending_live or self._pending_exit) and not (in_traceback or evidence):
+            if (self._pending_live or (self._pending_exit and step is not None)) and not (in_traceback or evidence):
                 if progress_hint is None:
                     progress_hint = may_show_progress(block)
                 if progress_hint:
                     self._note_progress(text, number, step)
             if step is not None and step > self._max_step:
                 self._max_step = step
+            recent = (recent[1], text)
+        self._recent = recent
 
     def _note_progress(self, text: str, number: int, step: int | None) -> None:
         """Clear the open evidence when this line shows the run going on: a training step past the

@@ -18,7 +18,7 @@ import re
 from enum import Enum
 
 __all__ = ["DEFAULT_SHAPES", "Shape", "announces_retry", "is_error_record", "is_exception_line", "is_info_record",
-           "is_shell_report", "is_warning_record", "retry_in"]
+           "is_shell_report", "is_warning_record"]
 
 
 class Shape(str, Enum):
@@ -102,8 +102,3 @@ def is_shell_report(text: str) -> bool:
 def announces_retry(text: str) -> bool:
     """The line says the error is caught and retried (or worked around): not a verdict."""
     return _RETRY.search(text) is not None
-
-
-def retry_in(block: str) -> bool:
-    """Whether any line of a '\\n'-joined block announces a retry (one search per block)."""
-    return _RETRY.search(block) is not None

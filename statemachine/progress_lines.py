@@ -16,7 +16,7 @@ import re
 
 from ajet_runner.statemachine.lineshape import is_error_record, is_info_record, is_warning_record
 
-__all__ = ["NO_NUMBER", "may_show_progress", "shows_activity", "step_number", "step_numbers"]
+__all__ = ["NO_NUMBER", "may_show_progress", "may_show_steps", "shows_activity", "step_number"]
 
 NO_NUMBER = -1  # a training step without a step number (a bare kl_loss value)
 
@@ -56,24 +56,20 @@ def _value(m: re.Match[str]) -> int:
     return NO_NUMBER
 
 
+_VERL_STEP = re.compile(r"step:[ \t]?(\d+) - ")  # verl's console line starts with its step
+
+
 def step_number(text: str) -> int | None:
     """The training step one line shows (the highest, `NO_NUMBER` for a step without a number), or None."""
+    if (m := _VERL_STEP.match(text)) is not None:
+        return int(m.group(1))
     values = [_value(m) for m in _STEP.finditer(text)]
     return max(values) if values else None
 
 
-def step_numbers(block: str) -> dict[int, int]:
-    """`step_number` of every line of a '\\n'-joined block that shows a step, by line index: one scan
-    of the block (most blocks have no step line at all)."""
-    if not any(m in block for m in _STEP_MARKERS):
-        return {}
-    found: dict[int, int] = {}
-    index, at = 0, 0
-    for m in _STEP.finditer(block):
-        index += block.count("\n", at, m.start())  # lines passed since the last match (counted in C)
-        at = m.start()
-        found[index] = max(found.get(index, NO_NUMBER), _value(m))
-    return found
+def may_show_steps(block: str) -> bool:
+    """A cheap test on a '\\n'-joined block: False means no line of it shows a training step."""
+    return any(m in block for m in _STEP_MARKERS)
 
 
 def shows_activity(text: str) -> bool:
