@@ -58,7 +58,8 @@ def _records(levels: str, glog: str) -> re.Pattern[str]:
         rf"|^{_TS} - [\w.]+ - (?:{levels}) - "  # logging's "asctime - name - level - msg"
         rf"|^(?:\[[^\]\n]*\]\s*)?\[(?:{levels})\]"  # [ERROR] msg, [time][ERROR] msg
         rf"|^\[{_TS} (?:{glog}) \d+ \d+\]"  # Ray's C++ logger: [2025-06-12 11:12:31,602 E 39877 39877]
-        rf"|^(?:\[rank\d+\]:)?\[?(?:{glog})\d{{3,4}} \d\d:\d\d:\d\d"  # glog / c10d: E0612 10:00:00, [rank3]:[E612
+        rf"|^(?:\[rank\d+\]:)?\[(?:{glog})(?:\d{{3,4}}(?: \d\d:\d\d:\d\d\S*)?)? [\w.]+:\d+\]"  # c10d, [rank3]:[E612 ..
+        rf"|^(?:{glog})\d{{4}} \d\d:\d\d:\d\d"  # glog: E0612 10:00:00.123456  1234 file.cc:12] ...
     )
 
 
