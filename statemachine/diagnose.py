@@ -59,7 +59,6 @@ DEFAULT_TAIL = 200
 CHECKPOINT_VERSION = 2
 _BATCH_LINES = 1024  # diagnose_lines scans this many lines per block
 _TRACEBACK_FOREIGN_LIMIT = 20  # interleaved lines tolerated before a traceback's exception line
-_CAUGHT_WITHIN = 2  # a traceback starting this many lines after a retry announcement was logged while handled
 
 _TRACEBACK_START = "Traceback (most recent call last):"
 _CHAIN_PREFIXES = (
@@ -147,8 +146,7 @@ class LogScanner:
         self._pending_exit: dict[str, Finding] = {}
         self._last_progress_line = 0
         self._max_step = NO_NUMBER  # the highest step number seen (a redrawn bar of an old step is no progress)
-        self._retry_line = -_CAUGHT_WITHIN - 1  # a line announcing a retry, just before a traceback
-        self._recent: tuple[str, str] = ("", "")  # the last two lines scanned
+        self._recent: tuple[str, str] = ("", "")  # the last two lines scanned (a retry announced before a traceback)
 
     # ---- input -------------------------------------------------------------------------
 
@@ -277,7 +275,7 @@ class LogScanner:
             "pending_live": {k: f.model_dump(mode="json") for k, f in self._pending_live.items()},
             "pending_exit": {k: f.model_dump(mode="json") for k, f in self._pending_exit.items()},
             "last_progress_line": self._last_progress_line, "max_step": self._max_step,
-            "retry_line": self._retry_line, "recent": list(self._recent),
+            "recent": list(self._recent),
             "traceback": asdict(self._traceback) if self._traceback is not None else None,
             "metrics": self.metrics.checkpoint() if self.metrics is not None else None,
         }
@@ -307,7 +305,6 @@ class LogScanner:
             scanner._pending_exit = {str(k): Finding.model_validate(f) for k, f in state["pending_exit"].items()}
             scanner._last_progress_line = int(state["last_progress_line"])
             scanner._max_step = int(state["max_step"])
-            scanner._retry_line = int(state["retry_line"])
             a, b = state["recent"]
             scanner._recent = (str(a), str(b))
             tb = state.get("traceback")
@@ -376,9 +373,7 @@ class LogScanner:
             self._tail.append(text)
             in_traceback = ends_traceback = evidence = False
             if self._traceback is not None or text.startswith(_TRACEBACK_START):
-                if self._traceback is None and any(announces_retry(t) for t in recent):  # a handled error
-                    self._retry_line = number - 1
-                in_traceback, ends_traceback = self._track_traceback(text, number, out)
+                in_traceback, ends_traceback = self._track_traceback(text, number, out, recent)
             if among and text:
                 sig = match_line(text, among)
                 if sig is not None:
@@ -440,15 +435,17 @@ class LogScanner:
             out.append(finding)
         return kind
 
-    def _track_traceback(self, text: str, number: int, out: list[Finding]) -> tuple[bool, bool]:
-        """Follow an open traceback; (the line is part of it, the line is its exception line)."""
+    def _track_traceback(self, text: str, number: int, out: list[Finding],
+                         recent: tuple[str, ...] = ()) -> tuple[bool, bool]:
+        """Follow an open traceback; (the line is part of it, the line is its exception line). A new one
+        right after a line announcing a retry (`recent`: the lines before) is a handled error, logged."""
         tb = self._traceback
         if text.startswith(_TRACEBACK_START):
             if tb is not None and tb.chained:
                 tb.chained = False
                 return True, False
             self._close_traceback(out)
-            caught = number - self._retry_line <= _CAUGHT_WITHIN
+            caught = any(announces_retry(t) for t in recent)
             self._traceback = _OpenTraceback(start=number, caught=caught)
             return True, False
         if tb is None:
