@@ -238,7 +238,7 @@ def ask(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str
         seconds = round(time.monotonic() - started, 3)
         record["advice_seconds"] = seconds
         publish({"type": "adviser", "status": "cancelled", "model": record["advised_by"], "asked_at": asked_at,
-                 "seconds": seconds, "message": f"ask aborted after {seconds:.1f}s: {exc}"})
+                 "seconds": seconds, "message": f"ask aborted after {format_duration(seconds)}: {exc}"})
         return AdviceResult(actions=[], why=f"adviser ({record['advised_by']}) not heard: {exc}", record=record)
     except (AdviserUnavailable, AdviceError) as exc:
         kind = "gave no usable answer" if isinstance(exc, AdviserUnavailable) else "answer refused"
