@@ -2,6 +2,13 @@
 
 One code path serves both uses: `LogScanner` for a worker tailing a growing multi-GB log
 with constant memory, and `diagnose_lines` / `diagnose_text` for a finished log.
+
+A catalogue pattern only makes a line a candidate. It is evidence when the line reports the
+failure (statemachine/evidence.py: an exception line, a traceback's last line, an ERROR record,
+the shell's report); other matches are look-alikes, kept as non-fatal findings. Evidence stays
+open until the log shows progress after it: any progress (progress_lines.py) clears it for the
+live verdict (`live_cause`), a training step that advances clears it for the verdict on the
+ended run (`cause`) — what the run survived did not end it.
 """
 
 from __future__ import annotations
@@ -15,10 +22,24 @@ from typing import Any
 
 from pydantic import Field
 
+from ajet_runner.statemachine.evidence import evidence_shape, lookalike_note
 from ajet_runner.statemachine.first_step import shows_training_step
+from ajet_runner.statemachine.lineshape import (
+    announces_retry,
+    is_exception_line,
+    is_info_record,
+    is_warning_record,
+)
 from ajet_runner.statemachine.logmetrics import METRIC_MARKERS, LogMetrics
 from ajet_runner.statemachine.logtext import clean_line, clean_lines
 from ajet_runner.statemachine.models import Diagnosis, Finding
+from ajet_runner.statemachine.progress_lines import (
+    NO_NUMBER,
+    may_show_progress,
+    may_show_steps,
+    shows_activity,
+    step_number,
+)
 from ajet_runner.statemachine.signatures import CATALOGUE, TRACEBACK_ID, Signature, candidates, match_line, signature
 
 __all__ = [
@@ -35,7 +56,7 @@ __all__ = [
 
 MAX_LINE_CHARS = 64 * 1024  # longer lines are cut: no real log line needs more to be recognised
 DEFAULT_TAIL = 200
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 _BATCH_LINES = 1024  # diagnose_lines scans this many lines per block
 _TRACEBACK_FOREIGN_LIMIT = 20  # interleaved lines tolerated before a traceback's exception line
 
@@ -54,6 +75,8 @@ _PROGRESS_DONE = re.compile(r"Training Progress:\s*100%.*\|\s*(\d+)/(\d+)\b")
 _COMPLETION_NOTE = "Seen after the run completed (line {line}): shutdown noise, not a failure."
 _EARLIER_NOTE = "The run went on to complete (line {line}), so this was not fatal."
 _SYMPTOM_NOTE = "Only a symptom here: the cause is {cause} (line {line})."
+_WENT_ON_NOTE = "Training went on after it, so it did not end the run."
+_EVIDENCE, _LOOKALIKE, _INFO = "evidence", "lookalike", "info"
 
 
 class LogDiagnosis(Diagnosis):
@@ -71,6 +94,7 @@ class _OpenTraceback:
     exception_text: str = ""
     chained: bool = False
     foreign: int = 0
+    caught: bool = False  # introduced by a line announcing a retry: a handled error, logged
 
 
 def _bound(text: str) -> str:
@@ -109,12 +133,20 @@ class LogScanner:
         self._closed = False
         self._line_no = 0
         self._tail: deque[str] = deque(maxlen=max(tail_lines, 1))
-        self._findings: list[Finding] = []
+        self._findings: list[Finding] = []  # the first finding of each (signature, kind)
+        self._first_keys: set[tuple[str, str]] = set()
         self._counts: dict[str, int] = {}
         self._completed_line: int | None = None
-        self._last_fatal_match = 0  # line of the latest fatal match, deduped or not
+        self._last_fatal_match = 0  # line of the latest evidence of a fatal signature, deduped or not
         self._traceback: _OpenTraceback | None = None
         self._last_step_line = 0  # latest line showing a training step (kl_loss, progress bar, global_step)
+        # Evidence not yet followed by progress, the first per signature: since the last progress of
+        # any kind (the live verdict), and since the last training step that advanced (the ended run's).
+        self._pending_live: dict[str, Finding] = {}
+        self._pending_exit: dict[str, Finding] = {}
+        self._last_progress_line = 0
+        self._max_step = NO_NUMBER  # the highest step number seen (a redrawn bar of an old step is no progress)
+        self._recent: tuple[str, str] = ("", "")  # the last two lines scanned (a retry announced before a traceback)
 
     # ---- input -------------------------------------------------------------------------
 
@@ -168,9 +200,14 @@ class LogScanner:
 
     @property
     def progress_after_cause(self) -> bool:
-        """Training steps were logged after the live cause's line."""
+        """Progress was logged after the live cause's line (never: progress clears the live cause)."""
         cause = self.live_cause
-        return cause is not None and self._last_step_line > cause.line
+        return cause is not None and self._last_progress_line > cause.line
+
+    @property
+    def last_progress_line(self) -> int:
+        """The latest line that showed progress while evidence was open (0: none)."""
+        return self._last_progress_line
 
     @property
     def counts(self) -> dict[str, int]:
@@ -179,22 +216,31 @@ class LogScanner:
 
     @property
     def findings(self) -> list[Finding]:
-        """All findings in log order, with fatal flags resolved for the whole log so far."""
-        return _resolve(self._findings, self._completed_line)
+        """All findings in log order, with fatal flags resolved for the whole log so far: only evidence
+        that no advancing training step followed stays fatal (specific before generic)."""
+        items = {(f.signature, f.line): f for f in self._findings}
+        for f in self._pending_exit.values():
+            items.setdefault((f.signature, f.line), f)
+        open_ = {(f.signature, f.line) for f in self._pending_exit.values()}
+        return _resolve(sorted(items.values(), key=lambda f: f.line), self._completed_line, open_)
 
     @property
     def cause(self) -> Finding | None:
-        """The first fatal finding after resolution: specific signatures beat generic ones."""
+        """Why the ended run failed: the first fatal finding after resolution (specific beats generic)."""
         return next((f for f in self.findings if f.fatal), None)
 
     @property
     def live_cause(self) -> Finding | None:
-        """The first fatal *specific* finding: safe to act on while the process still runs.
+        """The first *specific* evidence that nothing has progressed after: the candidate verdict while
+        the process still runs (the diagnosis rule confirms it once it has settled).
 
         Generic symptoms (a logged traceback, a dead actor) also appear in healthy runs that
         catch and log errors; they explain an exit, but should not stop a live run.
         """
-        return next((f for f in self.findings if f.fatal and not signature(f.signature).generic), None)
+        if self._completed_line is not None:
+            return None
+        specific = [f for f in self._pending_live.values() if not signature(f.signature).generic]
+        return min(specific, key=lambda f: f.line) if specific else None
 
     def tail(self, n: int) -> list[str]:
         """The last `n` cleaned lines (at most the capacity given at construction)."""
@@ -223,8 +269,13 @@ class LogScanner:
             "partial": "".join(self._parts), "discarding": self._discarding,
             "line_no": self._line_no, "tail": list(self._tail), "tail_len": self._tail.maxlen,
             "findings": [f.model_dump(mode="json") for f in self._findings],
+            "first_keys": sorted([list(k) for k in self._first_keys]),
             "counts": dict(self._counts), "completed_line": self._completed_line,
             "last_fatal_match": self._last_fatal_match, "last_step_line": self._last_step_line,
+            "pending_live": {k: f.model_dump(mode="json") for k, f in self._pending_live.items()},
+            "pending_exit": {k: f.model_dump(mode="json") for k, f in self._pending_exit.items()},
+            "last_progress_line": self._last_progress_line, "max_step": self._max_step,
+            "recent": list(self._recent),
             "traceback": asdict(self._traceback) if self._traceback is not None else None,
             "metrics": self.metrics.checkpoint() if self.metrics is not None else None,
         }
@@ -245,10 +296,17 @@ class LogScanner:
             scanner._line_no = int(state["line_no"])
             scanner._tail.extend(str(t) for t in state["tail"])
             scanner._findings = [Finding.model_validate(f) for f in state["findings"]]
+            scanner._first_keys = {(str(a), str(b)) for a, b in state["first_keys"]}
             scanner._counts = {str(k): int(v) for k, v in state["counts"].items()}
             scanner._completed_line = state["completed_line"]
             scanner._last_fatal_match = int(state["last_fatal_match"])
             scanner._last_step_line = int(state["last_step_line"])
+            scanner._pending_live = {str(k): Finding.model_validate(f) for k, f in state["pending_live"].items()}
+            scanner._pending_exit = {str(k): Finding.model_validate(f) for k, f in state["pending_exit"].items()}
+            scanner._last_progress_line = int(state["last_progress_line"])
+            scanner._max_step = int(state["max_step"])
+            a, b = state["recent"]
+            scanner._recent = (str(a), str(b))
             tb = state.get("traceback")
             scanner._traceback = _OpenTraceback(**tb) if tb else None
         except (KeyError, TypeError, ValueError) as exc:
@@ -306,61 +364,107 @@ class LogScanner:
         if self.metrics is not None and (self.metrics.pending or any(m in block for m in METRIC_MARKERS)):
             self.metrics.feed_lines(texts)
         steps = shows_training_step(block)  # one search per block; per line only when it matched
+        step_lines = may_show_steps(block)  # then a substring test per line, a regex only on marked lines
+        recent = self._recent  # the two lines before this one (a traceback's announcement is among them)
+        progress_hint: bool | None = None  # may_show_progress(block), asked only while evidence is open
         for text in texts:
             self._line_no += 1
             number = self._line_no
             self._tail.append(text)
+            in_traceback = ends_traceback = evidence = False
             if self._traceback is not None or text.startswith(_TRACEBACK_START):
-                self._track_traceback(text, number, out)
+                in_traceback, ends_traceback = self._track_traceback(text, number, out, recent)
             if among and text:
                 sig = match_line(text, among)
                 if sig is not None:
-                    self._record(sig, number, text, out)
+                    caught = in_traceback and self._traceback is not None and self._traceback.caught
+                    evidence = self._record(sig, number, text, out, ends_traceback=ends_traceback,
+                                            caught=caught) == _EVIDENCE
             if self._completed_line is None and _is_completion(text):
                 self._completed_line = number
+            step = None
+            if step_lines and ("step" in text or "Training Progress" in text or "kl_loss" in text):
+                step = step_number(text)
             if steps and shows_training_step(text):
                 self._last_step_line = number
+            if (self._pending_live or (self._pending_exit and step is not None)) and not (in_traceback or evidence):
+                if progress_hint is None:
+                    progress_hint = may_show_progress(block)
+                if progress_hint:
+                    self._note_progress(text, number, step)
+            if step is not None and step > self._max_step:
+                self._max_step = step
+            recent = (recent[1], text)
+        self._recent = recent
 
-    def _record(self, sig: Signature, number: int, text: str, out: list[Finding]) -> None:
-        if sig.fatal:
-            self._last_fatal_match = number
-        seen = self._counts.get(sig.id, 0)
-        self._counts[sig.id] = seen + 1
-        if seen:
-            return
-        if sig.fatal and self._completed_line is not None:
-            note = _COMPLETION_NOTE.format(line=self._completed_line)
-            finding = sig.finding(number, text, fatal=False, note=note)
+    def _note_progress(self, text: str, number: int, step: int | None) -> None:
+        """Clear the open evidence when this line shows the run going on: a training step past the
+        highest one seen clears both verdicts, other progress only the live one."""
+        if step is not None:
+            if step == NO_NUMBER or step > self._max_step:
+                self._pending_live.clear()
+                self._pending_exit.clear()
+                self._last_progress_line = number
+            return  # a bar redrawn at an old step (tqdm does so as the process exits) is no progress
+        if self._pending_live and not is_exception_line(text) and shows_activity(text):
+            self._pending_live.clear()
+            self._last_progress_line = number
+
+    def _record(self, sig: Signature, number: int, text: str, out: list[Finding], *,
+                ends_traceback: bool = False, caught: bool = False) -> str:
+        """Count the match and keep its finding (the first of each kind); returns the kind."""
+        self._counts[sig.id] = self._counts.get(sig.id, 0) + 1
+        if not sig.fatal:
+            kind, finding = _INFO, sig.finding(number, text)
+        elif evidence_shape(sig, text, ends_traceback=ends_traceback, caught=caught) is None:
+            kind = _LOOKALIKE
+            finding = sig.finding(number, text, fatal=False, note=lookalike_note(sig, text, caught=caught))
         else:
-            finding = sig.finding(number, text)
-        self._findings.append(finding)
-        out.append(finding)
+            kind = _EVIDENCE
+            self._last_fatal_match = number
+            if self._completed_line is not None:
+                note = _COMPLETION_NOTE.format(line=self._completed_line)
+                finding = sig.finding(number, text, fatal=False, note=note)
+            else:
+                finding = sig.finding(number, text)
+                self._pending_live.setdefault(sig.id, finding)
+                self._pending_exit.setdefault(sig.id, finding)
+        if (sig.id, kind) not in self._first_keys:
+            self._first_keys.add((sig.id, kind))
+            self._findings.append(finding)
+            out.append(finding)
+        return kind
 
-    def _track_traceback(self, text: str, number: int, out: list[Finding]) -> None:
+    def _track_traceback(self, text: str, number: int, out: list[Finding],
+                         recent: tuple[str, ...] = ()) -> tuple[bool, bool]:
+        """Follow an open traceback; (the line is part of it, the line is its exception line). A new one
+        right after a line announcing a retry (`recent`: the lines before) is a handled error, logged."""
         tb = self._traceback
         if text.startswith(_TRACEBACK_START):
             if tb is not None and tb.chained:
                 tb.chained = False
-                return
+                return True, False
             self._close_traceback(out)
-            self._traceback = _OpenTraceback(start=number)
-            return
+            caught = any(announces_retry(t) for t in recent)
+            self._traceback = _OpenTraceback(start=number, caught=caught)
+            return True, False
         if tb is None:
-            return
+            return False, False
         if not text.strip() or text[0] in " \t":
-            return  # frames, source lines, ^^^ markers, blank separators
+            return True, False  # frames, source lines, ^^^ markers, blank separators
         if text.startswith(_CHAIN_PREFIXES):
             tb.chained = True
-            return
-        if _EXCEPTION_LINE.match(text):
+            return True, False
+        if _ends_traceback(text, after_exception=bool(tb.exception_line)):
             tb.exception_line, tb.exception_text = number, text
-            return
+            return True, True
         if tb.exception_line:
             self._close_traceback(out)
-            return
+            return False, False
         tb.foreign += 1
         if tb.foreign > _TRACEBACK_FOREIGN_LIMIT:
             self._traceback = None
+        return False, False
 
     def _close_traceback(self, out: list[Finding]) -> None:
         tb, self._traceback = self._traceback, None
@@ -368,28 +472,42 @@ class LogScanner:
             return
         if self._last_fatal_match >= tb.start:
             return  # a known signature inside this traceback already explains it
-        self._record(signature(TRACEBACK_ID), tb.exception_line, tb.exception_text, out)
+        self._record(signature(TRACEBACK_ID), tb.exception_line, tb.exception_text, out, ends_traceback=True,
+                     caught=tb.caught)
 
 
-def _resolve(findings: list[Finding], completed_line: int | None) -> list[Finding]:
-    """Final fatal flags: nothing is fatal in a completed run; a specific cause beats symptoms."""
-    ordered = sorted(findings, key=lambda f: f.line)
+def _ends_traceback(text: str, *, after_exception: bool) -> bool:
+    """An exception line of an open traceback: `Name: message` — not a log record interleaved from
+    another process (`WARNING: ...`); after a first exception line, only a real exception line (Ray's
+    RayTaskError is followed by the remote frames and the remote exception)."""
+    if not _EXCEPTION_LINE.match(text) or is_warning_record(text) or is_info_record(text):
+        return False
+    return not after_exception or is_exception_line(text)
+
+
+def _resolve(findings: list[Finding], completed_line: int | None, open_: set[tuple[str, int]]) -> list[Finding]:
+    """Final fatal flags: nothing is fatal in a completed run; evidence that training went on after is
+    not what ended it; a specific cause beats symptoms."""
     if completed_line is not None:
         note = _EARLIER_NOTE.format(line=completed_line)
         return [
             f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {note}"}) if f.fatal else f
-            for f in ordered
+            for f in findings
         ]
-    cause = next((f for f in ordered if f.fatal and not signature(f.signature).generic), None)
-    if cause is None:
-        return ordered
-    note = _SYMPTOM_NOTE.format(cause=cause.signature, line=cause.line)
-    return [
-        f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {note}"})
-        if f.fatal and signature(f.signature).generic
-        else f
-        for f in ordered
-    ]
+    still = [f for f in findings if f.fatal and (f.signature, f.line) in open_]
+    cause = next((f for f in still if not signature(f.signature).generic), None)
+    out = []
+    for f in findings:
+        if not f.fatal:
+            out.append(f)
+        elif (f.signature, f.line) not in open_:
+            out.append(f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {_WENT_ON_NOTE}"}))
+        elif cause is not None and signature(f.signature).generic:
+            note = _SYMPTOM_NOTE.format(cause=cause.signature, line=cause.line)
+            out.append(f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {note}"}))
+        else:
+            out.append(f)
+    return out
 
 
 QUOTE_CHARS = 240

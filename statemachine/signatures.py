@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ajet_runner.statemachine.lineshape import DEFAULT_SHAPES, Shape
 from ajet_runner.statemachine.models import Finding, RepairAction
 
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
@@ -39,6 +40,30 @@ class TransientSpec(BaseModel):
         return self
 
 
+class BenignSpec(BaseModel):
+    """A benign look-alike of an entry: a line its patterns match that is not the failure.
+
+    `example` is a real-looking line (tests prove it never becomes a verdict); `pattern`, when given,
+    makes every line it matches a look-alike of this entry whatever its shape (a veto)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    example: str = Field(min_length=1)
+    why: str = Field(min_length=1)
+    pattern: str | None = None
+
+    @model_validator(mode="after")
+    def _pattern_matches_example(self) -> BenignSpec:
+        if self.pattern is not None:
+            try:
+                compiled = re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"bad benign pattern {self.pattern!r}: {exc}") from None
+            if compiled.search(self.example) is None:
+                raise ValueError(f"the benign pattern {self.pattern!r} does not match its own example")
+        return self
+
+
 class SignatureSpec(BaseModel):
     """One catalogue entry as written in the YAML, validated before compiling."""
 
@@ -51,6 +76,8 @@ class SignatureSpec(BaseModel):
     repair: list[RepairAction] = Field(default_factory=list)
     settle_seconds: float | None = Field(default=None, ge=0, le=600)
     transient: TransientSpec | None = None
+    benign: list[BenignSpec] = Field(default_factory=list)
+    shapes: list[Shape] = Field(default_factory=list)  # evidence shapes besides lineshape.DEFAULT_SHAPES
 
     @model_validator(mode="after")
     def _plan_matches_repairable(self) -> SignatureSpec:
@@ -72,10 +99,27 @@ class Signature:
     repair: tuple[RepairAction, ...]
     settle_seconds: float | None = None  # a live process may linger this long after the line (None: default)
     transient: TransientSpec | None = None  # an unchanged relaunch is allowed after a backoff (see TransientSpec)
+    benign: tuple[BenignSpec, ...] = ()
+    vetoes: tuple[re.Pattern[str], ...] = ()  # the benign entries' patterns
+    shapes: frozenset[Shape] = DEFAULT_SHAPES  # the line shapes that count as evidence for this entry
 
     def matches(self, line: str) -> bool:
-        """True when any pattern is found in the (cleaned) line."""
+        """True when any pattern is found in the (cleaned) line: a candidate, not yet evidence."""
         return any(p.search(line) for p in self.patterns)
+
+    def starts(self, line: str) -> bool:
+        """True when a pattern matches at the very start of the (cleaned) line."""
+        return any(p.match(line) for p in self.patterns)
+
+    def veto_reason(self, line: str) -> str | None:
+        """Why the line is a known look-alike of this entry (one of its benign patterns matches), or None."""
+        if not self.vetoes:
+            return None
+        vetoing = [b for b in self.benign if b.pattern is not None]
+        return next((b.why for b, p in zip(vetoing, self.vetoes, strict=True) if p.search(line)), None)
+
+    def vetoed(self, line: str) -> bool:
+        return self.veto_reason(line) is not None
 
     def finding(self, line: int, text: str, *, fatal: bool | None = None, note: str = "") -> Finding:
         """A Finding for this signature at 1-based `line`; each gets its own copy of the plan."""
@@ -114,6 +158,9 @@ def _compile(specs: list[SignatureSpec], path: Path, taken: set[str] | None = No
                 repair=tuple(spec.repair),
                 settle_seconds=spec.settle_seconds,
                 transient=spec.transient,
+                benign=tuple(spec.benign),
+                vetoes=tuple(re.compile(b.pattern) for b in spec.benign if b.pattern is not None),
+                shapes=DEFAULT_SHAPES | frozenset(spec.shapes),
             )
         )
     return result

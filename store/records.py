@@ -46,7 +46,7 @@ class Loose(BaseModel):
 
 
 _OPTIONAL_ATTEMPT_FIELDS = ("console_evaluations", "console_train_steps", "inputs", "experiment_name", "start_step",
-                            "resumed_from", "val_offset", "gpu_check")
+                            "resumed_from", "val_offset", "gpu_check", "unscanned")
 
 
 class Attempt(Loose):
@@ -74,12 +74,15 @@ class Attempt(Loose):
     resumed_from: str = ""
     val_offset: int | None = None  # size of the results file when the attempt started (its own lines follow)
     gpu_check: str = ""  # what the runner's own GPU check before launch saw (empty: no check)
+    # Byte ranges of this attempt's log that were never scanned, each {"start", "end", "bytes", "reason"}
+    # (e.g. a backlog left when the attempt ended): the report names them.
+    unscanned: list[dict[str, Any]] = []
 
     @model_serializer(mode="wrap")
     def _without_unset_evaluations(self, handler: Any) -> dict[str, Any]:
         data = handler(self)
         for name in _OPTIONAL_ATTEMPT_FIELDS:
-            if data.get(name) in (None, ""):
+            if data.get(name) in (None, "", []):
                 data.pop(name, None)  # an older record keeps its shape
         return data
 

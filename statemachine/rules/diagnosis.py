@@ -1,10 +1,12 @@
-"""A fatal log signature while the process still lives: give it a moment to exit on its own.
+"""A fatal log signature while the process still lives: confirm it before calling the run failing.
 
-Real launchers print the failure, then tear Ray down and exit 1; acting on the exit keeps the
-exit code. If the process lingers past the signature's `settle_seconds` (catalogue.yaml; else
-the rule's default) we call it an anomaly ourselves — an OOM in one Ray actor while the driver
-hangs must not wait for the stall rule. Training steps logged after the line mean it did not
-kill the run (a dead actor that Ray replaced): no proposal then.
+The scanner only offers evidence (an exception-shaped line, statemachine/evidence.py) that nothing
+has progressed after yet (`Observation.cause`); any progress — a training step, a rollout or
+evaluation line, validation output, the trainer's own INFO records — withdraws it (a caught OOM,
+a dead actor that Ray replaced). Real launchers print the failure, tear Ray down and exit 1:
+acting on the exit keeps the exit code. If the process lingers past the signature's
+`settle_seconds` (catalogue.yaml; else the rule's default) with no progress, we call it an
+anomaly ourselves — an OOM in one Ray actor while the driver hangs must not wait for the stall rule.
 """
 
 from __future__ import annotations

@@ -6,10 +6,9 @@
 (2) the swarm skills' layout (`[exp_yaml_path]` NA, server and client as `- server:` / `- client:`
     bullets): the server is started, the client run, results collected, the server stopped.
 
-Both need the markdown-tokenizer blueprint parser and the swarm split of branch `parse` (issue 24
-items 2 and 3); until it lands they fail here and are marked `xfail(strict=True)`, so the day they
-pass the mark has to go. The swarm case also needs the swarm stand-ins (ajet_conformance.swarm_*)
-of the conformance harness.
+Both were refused or misjudged by the parser before it read markdown tokens (the command file then
+held `- command:` and `- hint:`); the swarm case uses the harness's swarm stand-ins
+(ajet_conformance.swarm_*), since 0.0.1 ships no swarm server.
 """
 
 from __future__ import annotations
@@ -34,9 +33,6 @@ from tests.integration.test_api import free_port
 
 pytestmark = [pytest.mark.conformance, pytest.mark.slow, FULL_TIER]
 
-NEEDS_PARSE = "needs the markdown-tokenizer blueprint parser of branch `parse` (issue 24 item 2)"
-NEEDS_SWARM = ("needs the skill-shaped swarm split of branch `parse` (issue 24 item 3) and the harness's swarm "
-               "stand-ins")
 
 COMMAND_FIELD = """python -m ajet.launcher \\
     --conf {conf} \\
@@ -86,7 +82,6 @@ Note: This yaml file must contain the `ajet` root key and keep its `hydra` and `
     return path
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_PARSE)
 def test_a_leader_skill_bullet_blueprint_completes_and_runs_exactly_its_command_field(
         codebase, make_env, tmux_socket, tmp_path, pytestconfig) -> None:
     conf = codebase / "minimal.yaml"
@@ -137,7 +132,6 @@ NA
     return path
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_SWARM)
 def test_a_skill_shaped_swarm_blueprint_starts_the_server_runs_the_client_and_stops_the_server(
         codebase, make_env, tmux_socket, tmp_path, pytestconfig) -> None:
     results = tmp_path / "results-swarm"

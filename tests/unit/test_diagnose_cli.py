@@ -70,7 +70,8 @@ def test_json_shape_holds_across_the_corpus(name: str) -> None:
 
 def test_crlf_and_no_trailing_newline(tmp_path: Path) -> None:
     log = tmp_path / "attempt-1.log"
-    log.write_bytes(b"starting\r\n(TaskRunner pid=3) Model path /m/q does not exist. Please check\r\nKilled")
+    log.write_bytes(b"starting\r\n(TaskRunner pid=3) AssertionError: Model path /m/q does not exist. Please check"
+                    b"\r\nKilled")
     doc = run_json(log)
     assert doc["line_count"] == 3
     assert [(f["signature"], f["line"], f["fatal"]) for f in doc["findings"]] == [

@@ -161,6 +161,20 @@ def test_failing_with_the_budget_spent_gives_up(store: Store, tmp_path: Path) ->
     assert "repair budget spent" in rec.reason
 
 
+def test_failing_with_a_stop_request_ends_cancelled_without_a_repair(store: Store, tmp_path: Path) -> None:
+    """Stop wins: a run that failed while a stop was on its way is cancelled, not repaired or failed."""
+    exp_id = failing(store, tmp_path)
+    store.request_cancel(exp_id)
+    plan = {"actions": [{"kind": "set_env", "key": "FIX", "value": "1"}]}
+    runner = InMemoryRunner()
+    outcome, rec = drive(store, exp_id, runner, repair_hook=hook(plan))
+    assert outcome == "cancelled" and runner.started == []
+    assert triggers(rec)[-2:] == ["cancel", "collected"] and "repair" not in triggers(rec)
+    (record,) = rec.ctx.repairs
+    assert record.result == "" and record.next.startswith("stopped: a stop request arrived before a repair")
+    assert flag(tmp_path)["outcome"] == "cancelled"
+
+
 # -- failing -> repairing -> launching: relaunch until the budget runs out ---------------------------------
 def test_repairs_relaunch_with_the_fix_until_the_budget_runs_out(store: Store, tmp_path: Path) -> None:
     exp_id = failing(store, tmp_path)

@@ -495,3 +495,18 @@ def test_repair_log_shows_an_advised_and_a_refused_answer(tmp_path: Path) -> Non
     assert "+    tensor_model_parallel_size: 4" in first
     assert "— refused by the runner." in second and "PATH may not be overridden" in second
     assert "No change was made." in second
+
+
+def test_unscanned_log_ranges_are_named_in_the_report_and_results_json(tmp_path: Path) -> None:
+    gap = {"start": 1024, "end": 9_000_000, "bytes": 8_998_976,
+           "reason": "the attempt ended with its log not yet scanned"}
+    data = ReportData(id="gap", result_dir=str(tmp_path), outcome="failed", reason="x", attempts=[
+        AttemptInfo(number=1, started_at=1.0, ended_at=2.0, exit_code=1, log_path=str(tmp_path / "a.log"),
+                    unscanned=[gap]),
+        AttemptInfo(number=2, started_at=3.0, ended_at=4.0, exit_code=0, log_path=str(tmp_path / "b.log"))])
+    write_report(data)
+    report = (tmp_path / REPORT_NAME).read_text()
+    assert "attempt 1: bytes 1024–9000000 of its log (8998976 bytes) were not scanned: the attempt ended" in report
+    assert "attempt 2: bytes" not in report
+    doc = json.loads((tmp_path / RESULTS_NAME).read_text())
+    assert doc["attempts"][0]["unscanned"] == [gap] and "unscanned" not in doc["attempts"][1]

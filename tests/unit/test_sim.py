@@ -143,6 +143,22 @@ def test_clean_run_validates_on_schedule_and_finishes(tmp_path: Path) -> None:
     assert rewards[0] < 0.4 < 0.7 < rewards[-1]
 
 
+def test_a_benign_injection_prints_its_lines_as_written_and_training_goes_on(tmp_path: Path) -> None:
+    sim = Sim(tmp_path, "demo")
+    (sim.codebase / "benign.log").write_text("\x1b[36m(TaskRunner pid=1)\x1b[0m from a file\nsecond\n")
+    sim.edit(lambda cfg: cfg["ajet_sim"].update(fail=[
+        {"signature": "benign", "at_step": 3, "lines": ["PYTORCH_CUDA_ALLOC_CONF=x (to avoid CUDA out of memory)"],
+         "file": "benign.log", "then_seconds": 0.05},
+        {"signature": "benign", "at_end": True, "lines": ["ray.exceptions.ActorDiedError: late"]}]))
+    out = sim.run()
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    echo = text.index("PYTORCH_CUDA_ALLOC_CONF=x (to avoid CUDA out of memory)\n")
+    assert text.index("\x1b[36m(TaskRunner pid=1)\x1b[0m from a file\nsecond\n") > echo
+    assert text.rindex("2/10", 0, echo) < echo < text.index("3/10")  # at step 3, before its training step
+    assert text.index("Final validation metrics") < text.index("ray.exceptions.ActorDiedError: late")
+
+
 def test_plateau_goes_flat_after_the_first_evaluations(tmp_path: Path) -> None:
     sim = Sim(tmp_path, "plateau")
     sim.edit(lambda cfg: cfg["ajet"]["trainer_common"].update(total_training_steps=20))

@@ -20,7 +20,7 @@ from ajet_runner.statemachine.logmetrics import LogMetrics
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules import DiagnosisRule, Observation
 from ajet_runner.workers.drive import scan_checkpoint
-from ajet_runner.workers.drive.watch import SLICE_BYTES, AttemptWatch
+from ajet_runner.workers.drive.watch import FINISH_TAIL, SLICE_BYTES, AttemptWatch
 from ajet_runner.workers.process.exit_wait import ExitWaiter
 from ajet_runner.workers.process.tmux import RunHandle
 
@@ -72,6 +72,9 @@ def test_an_ended_attempt_with_a_huge_backlog_jumps_to_its_end_and_still_finds_t
     assert time.monotonic() - t0 < 10  # bounded: it did not scan the whole 80 MiB backlog first
     assert watch.skipped_bytes > 0 and watch.offset == log.stat().st_size
     assert watch.scanner.cause is not None and watch.scanner.cause.signature == "cuda_oom"
+    (gap,) = watch.unscanned  # named: where, how much, why
+    assert gap["end"] == log.stat().st_size - FINISH_TAIL and gap["bytes"] == gap["end"] - gap["start"] > 0
+    assert "not yet scanned" in gap["reason"]
 
 
 # -- checkpoint ----------------------------------------------------------------------------
@@ -166,8 +169,12 @@ def test_training_steps_after_a_fatal_line_mean_it_did_not_kill_the_run() -> Non
     scanner = LogScanner()
     scanner.feed(oom.encode())
     assert scanner.live_cause is not None and not scanner.progress_after_cause
-    scanner.feed(b"\n(TaskRunner pid=1) Training Progress:  40%|####      | 4/10 [01:00<01:30]\n")
-    assert scanner.progress_after_cause
+    scanner.feed(b"\n(TaskRunner pid=1) Training Progress:  25%|##        | 5/20 [30:00<90:00]\n")
+    assert scanner.live_cause is not None  # the bar redrawn at the step it had reached (tqdm at exit): no progress
+    scanner.feed(b"(TaskRunner pid=1) Training Progress:  30%|###       | 6/20 [36:00<84:00]\n")
+    assert scanner.live_cause is None and scanner.cause is None  # the step that followed cleared it
+    host_oom = next(f for f in scanner.findings if f.signature == "host_oom")
+    assert not host_oom.fatal and "went on" in host_oom.explanation
     done = LogScanner()
     done.feed((CORPUS / "success_actor_died.log").read_bytes())  # ActorDiedError after Final validation metrics
     assert done.completed_run and done.live_cause is None
@@ -207,21 +214,56 @@ def test_the_waiter_ignores_a_pid_that_is_not_the_process_started_then() -> None
         proc.wait(10)
 
 
-def test_a_live_log_far_ahead_of_the_scanner_is_skipped_not_read_for_minutes(tmp_path: Path, monkeypatch) -> None:
-    import ajet_runner.workers.drive.watch as watch_module
-
-    monkeypatch.setattr(watch_module, "MAX_LAG", 8 << 20)
+def test_a_live_log_far_ahead_of_the_scanner_is_read_whole_slice_by_slice(tmp_path: Path) -> None:
+    """No byte of a live log is skipped, however far ahead the writer is: a fatal line in the middle
+    of the backlog is found, and the rules could run between the slices."""
     log = tmp_path / "attempt-1.log"
-    write_log(log, 20, end=(CORPUS / "cuda_oom_ray.log").read_bytes())
+    write_log(log, 12, end=b"\n" + (CORPUS / "host_oom_ray.log").read_bytes())
+    noise = b"(TaskRunner pid=1) kv 0042 1.0 12 xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n" * 50  # not progress
+    with log.open("ab") as f:
+        for _ in range(12 * (1 << 20) // len(noise)):
+            f.write(noise)
     watch = AttemptWatch(handle_for(log), None)
-    watch.read_log(time.time())
-    assert watch.skipped_bytes > 10 << 20  # the first pass jumped to one slice before the end
-    passes = 1
-    while watch.behind:  # the rest of that slice (the time budget may have cut the first pass short)
+    passes = 0
+    while True:
         watch.read_log(time.time())
         passes += 1
-    assert watch.offset == log.stat().st_size and passes <= 8
-    assert watch.scanner.live_cause is not None and watch.scanner.live_cause.signature == "cuda_oom"
+        if not watch.behind:
+            break
+    assert watch.offset == log.stat().st_size and passes >= 6 and watch.skipped_bytes == 0
+    assert watch.unscanned == []
+    assert watch.scanner.live_cause is not None and watch.scanner.live_cause.signature == "host_oom"
+
+
+def test_the_checkpoint_is_saved_every_few_mb_under_a_fast_writer(tmp_path: Path) -> None:
+    log = tmp_path / "attempt-1.log"
+    write_log(log, 24)
+    watch = AttemptWatch(handle_for(log), None)
+    mono = time.monotonic()  # the clock stands still: only the bytes read make a save due
+    assert watch.maybe_save(mono, force=True)
+    worst = 0
+    while True:
+        watch.read_log(time.time())
+        watch.maybe_save(mono)
+        worst = max(worst, watch.offset - json.loads(scan_checkpoint.checkpoint_path(log).read_text())["offset"])
+        if not watch.behind:
+            break
+    assert worst <= scan_checkpoint.SAVE_BYTES + SLICE_BYTES
+    assert json.loads(scan_checkpoint.checkpoint_path(log).read_text())["offset"] >= log.stat().st_size - (
+        scan_checkpoint.SAVE_BYTES + SLICE_BYTES)
+
+
+def test_an_unscanned_range_survives_a_checkpoint(tmp_path: Path) -> None:
+    log = tmp_path / "attempt-1.log"
+    write_log(log, 3)
+    first = AttemptWatch(handle_for(log), None)
+    first.read_log(time.time(), max_bytes=1 << 20)
+    first._jump(2 << 20, "a test gap")
+    assert first.maybe_save(time.monotonic(), force=True)
+    second = AttemptWatch(handle_for(log), None)
+    assert second.resume()
+    assert second.unscanned == [{"start": first.unscanned[0]["start"], "end": 2 << 20,
+                                 "bytes": (2 << 20) - first.unscanned[0]["start"], "reason": "a test gap"}]
 
 
 def test_console_evaluations_kept_at_an_attempts_end_are_used_instead_of_its_log(tmp_path: Path) -> None:

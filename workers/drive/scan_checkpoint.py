@@ -1,9 +1,10 @@
 """Where a watcher is in its log, saved beside the log so an adopting worker resumes from there.
 
 A restarted worker re-adopting a run with a 5 GB log must not read it again from byte 0 (minutes
-blind): `save` writes the scanner's state (offset, open findings, partial line, log tail,
-console metrics, the rule clocks) to `<log stem>.scan.json` atomically every few seconds, and
-`load` gives it back if it still describes the same log file (same inode and first bytes, not truncated).
+blind): `save` writes the scanner's state (offset, open findings and evidence, partial line, log
+tail, console metrics, the rule clocks) to `<log stem>.scan.json` atomically every SAVE_BYTES of
+log read and every SAVE_EVERY seconds, and `load` gives it back if it still describes the same log
+file (same inode and first bytes, not truncated).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 from ajet_runner.resultdir.confined import atomic_write_bytes
 
 log = logging.getLogger(__name__)
-SAVE_EVERY = 10.0  # seconds between checkpoints while the log grows (an adopter reads at most that much again)
+SAVE_EVERY = 10.0  # seconds between checkpoints while the log grows slowly ...
+SAVE_BYTES = 4 << 20  # ... and at least every this many bytes scanned: an adopter reads at most that much again
 
 
 def checkpoint_path(log_path: str | os.PathLike[str]) -> Path:

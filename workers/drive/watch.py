@@ -3,7 +3,10 @@
 Cheap enough to call every half second: the log is read incrementally from the last offset
 (constant memory on a multi-GB log), at most one bounded slice per call so the rules are never
 starved by a fast writer, and the validation file is parsed only when it changed. The scanner's
-state is checkpointed beside the log, so a worker adopting the run goes on from there.
+state is checkpointed beside the log (every few MB and every few seconds), so a worker adopting
+the run goes on from there and scans the gap the same way, slice by slice. No byte of a live log
+is skipped; what an ended attempt leaves unread (a backlog read only at its end) is named, range
+and reason, in `unscanned`.
 
 Only this run's results count: a validation file that already held an earlier run's lines
 at launch is read from the size it had then (`FileStart`); a file replaced or truncated
@@ -46,7 +49,8 @@ FINISH_SECONDS = 0.15
 FINISH_TAIL = 1 << 20  # ... to its last MiB (~10k lines: where the failure is)
 CONSOLE_KEY = "console_evaluations"  # in each ctx.attempts entry: what the watcher read from that log
 TRAIN_KEY = "console_train_steps"  # ... and the training steps it printed, as [first, last] runs
-MAX_LAG = 512 << 20  # a live log further ahead than this (a writer faster than the scanner) is skipped
+UNSCANNED_KEY = "unscanned"  # in each ctx.attempts entry: the byte ranges of its log never scanned, with why
+MAX_RANGES = 16  # unscanned ranges kept per attempt (later ones are merged into the last)
 
 
 def file_start(path: str | os.PathLike[str] | None) -> dict[str, int]:
@@ -145,9 +149,11 @@ class AttemptWatch:
     offset: int = 0
     last_output_at: float = 0.0
     bytes_read: int = 0
-    cause_seen_at: float | None = None
+    cause_seen_at: float | None = None  # when the current live cause (cause_key) was first read
+    cause_key: tuple[str, int] | None = None  # (signature, line) of the live cause the settle clock is for
     behind: bool = False  # the last read stopped at its budget: more bytes are waiting
     skipped_bytes: int = 0  # a backlog left unread when the attempt ended (see finish_log)
+    unscanned: list[dict[str, Any]] = field(default_factory=list)  # {"start", "end", "bytes", "reason"}
     resumed_from: int | None = None  # the offset a checkpoint let us start at
     _val_stamp: tuple[Any, ...] | None = None
     summary: ResultSummary = field(default_factory=ResultSummary)
@@ -188,8 +194,6 @@ class AttemptWatch:
         if fd is None:
             self.behind = False
             return found
-        if st.st_size - self.offset > MAX_LAG:  # never minutes behind: lose the middle, keep up
-            self._jump(st.st_size - max_bytes)
         while budget > 0 and (chunk := os.pread(fd, min(CHUNK, budget), self.offset)):
             self.offset += len(chunk)
             self.bytes_read += len(chunk)
@@ -199,8 +203,11 @@ class AttemptWatch:
             if time.monotonic() >= deadline:
                 break
         self.behind = os.fstat(fd).st_size > self.offset
-        if self.scanner.live_cause is not None and self.cause_seen_at is None:
-            self.cause_seen_at = now
+        live = self.scanner.live_cause
+        key = (live.signature, live.line) if live is not None else None
+        if key != self.cause_key:  # a new candidate (or none): its settle starts now
+            self.cause_key = key
+            self.cause_seen_at = now if key is not None else None
         return found
 
     def _log_fd(self, st: os.stat_result) -> int | None:
@@ -226,21 +233,28 @@ class AttemptWatch:
         """Read what the ended attempt left: a bounded amount, then its last FINISH_TAIL bytes.
 
         A backlog of gigabytes is not read before acting (a stop must stay quick); the end of
-        the log, where the failure is, always is. The gap is counted in `skipped_bytes`."""
+        the log, where the failure is, always is. The gap is named in `unscanned`."""
         self.read_log(now, FINISH_BYTES, FINISH_SECONDS)
         if self.behind:
             with contextlib.suppress(OSError):
-                self._jump(os.stat(self.handle.log_path).st_size - FINISH_TAIL)
+                size = os.stat(self.handle.log_path).st_size
+                self._jump(size - FINISH_TAIL, f"the attempt ended with {size - self.offset} bytes of its log "
+                           f"not yet scanned; only its last {FINISH_TAIL} bytes were read before acting on the end")
             self.read_log(now, FINISH_TAIL + CHUNK, FINISH_SECONDS * 3)
         self.scanner.close()
 
-    def _jump(self, offset: int) -> None:
-        """Leave the bytes up to `offset` unread (counted in `skipped_bytes`)."""
+    def _jump(self, offset: int, reason: str) -> None:
+        """Leave the bytes up to `offset` unread: counted in `skipped_bytes`, named in `unscanned`."""
         if offset <= self.offset:
             return
-        log.warning("%s: %d bytes behind; skipping to the last part of the log", self.handle.log_path,
-                    offset - self.offset)
+        log.warning("%s: bytes %d-%d not scanned: %s", self.handle.log_path, self.offset, offset, reason)
         self.skipped_bytes += offset - self.offset
+        entry = {"start": self.offset, "end": offset, "bytes": offset - self.offset, "reason": reason}
+        if len(self.unscanned) >= MAX_RANGES:
+            last = self.unscanned[-1]
+            last.update(end=offset, bytes=last["bytes"] + entry["bytes"], reason=f"{last['reason']}; {reason}")
+        else:
+            self.unscanned.append(entry)
         self.scanner.skip_gap()
         self.offset = offset
 
@@ -255,12 +269,17 @@ class AttemptWatch:
 
     def checkpoint(self) -> dict[str, Any]:
         return {"offset": self.offset, "bytes_read": self.bytes_read, "last_output_at": self.last_output_at,
-                "cause_seen_at": self.cause_seen_at, "last_eval_at": self.last_eval_at,
-                "skipped_bytes": self.skipped_bytes, "scanner": self.scanner.checkpoint()}
+                "cause_seen_at": self.cause_seen_at, "cause_key": list(self.cause_key) if self.cause_key else None,
+                "last_eval_at": self.last_eval_at, "skipped_bytes": self.skipped_bytes,
+                "unscanned": self.unscanned, "scanner": self.scanner.checkpoint()}
 
     def maybe_save(self, mono: float, force: bool = False) -> bool:
-        """Save the checkpoint every SAVE_EVERY seconds while the log grows."""
-        if self.bytes_read == self._saved_bytes or (mono < self._next_save and not force):
+        """Save the checkpoint once SAVE_BYTES more were read or SAVE_EVERY seconds passed (while the log
+        grows): an adopter never has more than a few MB to read again."""
+        if self.bytes_read == self._saved_bytes:
+            return False
+        due = mono >= self._next_save or self.bytes_read - self._saved_bytes >= scan_checkpoint.SAVE_BYTES
+        if not (due or force):
             return False
         self._next_save = mono + scan_checkpoint.SAVE_EVERY
         self._saved_bytes = self.bytes_read
@@ -284,8 +303,11 @@ class AttemptWatch:
         self._saved_bytes = read
         self.last_output_at = float(state.get("last_output_at") or self.last_output_at)
         self.cause_seen_at = state.get("cause_seen_at")
+        key = state.get("cause_key")
+        self.cause_key = (str(key[0]), int(key[1])) if isinstance(key, list) and len(key) == 2 else None
         self.last_eval_at = state.get("last_eval_at")
         self.skipped_bytes = int(state.get("skipped_bytes") or 0)
+        self.unscanned = [dict(r) for r in state.get("unscanned") or [] if isinstance(r, dict)]
         return True
 
     def read_results(self, now: float) -> list[Evaluation]:

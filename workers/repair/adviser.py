@@ -3,12 +3,16 @@
 It talks to any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, Ollama, a hosted API)
 with httpx: JSON mode (`response_format`) when the endpoint offers it, a hard deadline for the
 whole exchange, no redirects (the key goes to the configured URL only) and no proxy from the
-environment. What it sends is redacted (ajet_runner.statemachine.redact); what it answers is validated
-(ajet_runner.statemachine.advice) and becomes ordinary repair actions, or is refused with the reason.
+environment. What it sends is redacted (ajet_runner.statemachine.redact); what it answers is
+validated (ajet_runner.statemachine.advice) and becomes ordinary repair actions, or is refused
+with the reason. A stop wins over an ask: `cancelled` is polled while the request is in flight
+and aborts it at once (the request is a task on its own event loop, cancelled with its connection).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -42,8 +46,18 @@ LOG_TAIL_BYTES = 2 * 1024 * 1024
 MAX_RESPONSE_BYTES = 1024 * 1024
 
 
+CANCEL_POLL_SECONDS = 0.05  # how often an ask in flight looks at the stop request
+
+
 class AdviserUnavailable(RuntimeError):
     """No usable answer came back (HTTP error, timeout, not an OpenAI-shaped response)."""
+
+
+class AskCancelled(RuntimeError):
+    """A stop was requested while the ask was in flight: it was aborted, its answer will not be used."""
+
+
+Cancelled = Callable[[], bool]
 
 
 def endpoint_url(url: str) -> str:
@@ -102,8 +116,10 @@ class AdviserConfig:
         return ""
 
 
-def chat(cfg: AdviserConfig, messages: list[dict[str, str]], *, deadline: float) -> tuple[str, str]:
-    """POST the messages; (the answer's text, the model that answered). Raises AdviserUnavailable."""
+def chat(cfg: AdviserConfig, messages: list[dict[str, str]], *, deadline: float,
+         cancelled: Cancelled | None = None) -> tuple[str, str]:
+    """POST the messages; (the answer's text, the model that answered). Raises AdviserUnavailable, or
+    AskCancelled as soon as `cancelled()` is true."""
     headers = {"Content-Type": "application/json"}
     key = cfg.key()
     if key:
@@ -114,7 +130,7 @@ def chat(cfg: AdviserConfig, messages: list[dict[str, str]], *, deadline: float)
     modes = [True, False] if cfg.json_mode else [False]
     for json_mode in modes:
         payload = {**body, "response_format": {"type": "json_object"}} if json_mode else body
-        status, data = _post(endpoint_url(cfg.url), headers, payload, deadline)
+        status, data = _post(endpoint_url(cfg.url), headers, payload, deadline, cancelled)
         if status in (400, 404, 415, 422, 501) and json_mode:
             log.info("the adviser endpoint refused JSON mode (HTTP %s); asking without it", status)
             continue  # an endpoint without response_format support: the prompt still asks for JSON
@@ -131,16 +147,40 @@ def chat(cfg: AdviserConfig, messages: list[dict[str, str]], *, deadline: float)
     raise AdviserUnavailable("the endpoint refused the request")
 
 
-def _post(url: str, headers: dict[str, str], payload: dict[str, Any], deadline: float) -> tuple[int, str]:
+def _post(url: str, headers: dict[str, str], payload: dict[str, Any], deadline: float,
+          cancelled: Cancelled | None = None) -> tuple[int, str]:
+    """One POST with a hard deadline; aborted within CANCEL_POLL_SECONDS once `cancelled()` says so."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise AdviserUnavailable("timed out before asking")
+    if cancelled is not None and cancelled():
+        raise AskCancelled("a stop was requested before asking")
+    return asyncio.run(_race(_post_async(url, headers, payload, deadline, left), cancelled))
+
+
+async def _race(request: Any, cancelled: Cancelled | None) -> tuple[int, str]:
+    """Await the request, or cancel it (closing its connection) the moment `cancelled()` is true."""
+    task = asyncio.ensure_future(request)
+    if cancelled is None:
+        return await task
+    while not task.done():
+        if cancelled():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise AskCancelled("a stop was requested while the adviser was asked")
+        await asyncio.wait({task}, timeout=CANCEL_POLL_SECONDS)
+    return task.result()
+
+
+async def _post_async(url: str, headers: dict[str, str], payload: dict[str, Any], deadline: float,
+                      left: float) -> tuple[int, str]:
     try:
-        with httpx.Client(timeout=httpx.Timeout(left), follow_redirects=False, trust_env=False) as client, \
+        async with httpx.AsyncClient(timeout=httpx.Timeout(left), follow_redirects=False, trust_env=False) as client, \
                 client.stream("POST", url, headers=headers, content=json.dumps(payload)) as resp:
             chunks: list[bytes] = []
             size = 0
-            for chunk in resp.iter_bytes():
+            async for chunk in resp.aiter_bytes():
                 size += len(chunk)
                 if size > MAX_RESPONSE_BYTES:
                     raise AdviserUnavailable(f"the answer is larger than {MAX_RESPONSE_BYTES} bytes")
@@ -178,8 +218,10 @@ class AdviceResult:
 
 
 def ask(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str, Any],
-        publish: Callable[[dict[str, Any]], None], env: Mapping[str, str] | None = None) -> AdviceResult:
-    """Ask once: build the redacted context, call the endpoint, validate the answer. Never raises."""
+        publish: Callable[[dict[str, Any]], None], env: Mapping[str, str] | None = None,
+        cancelled: Cancelled | None = None) -> AdviceResult:
+    """Ask once: build the redacted context, call the endpoint, validate the answer. Never raises; a stop
+    (`cancelled()`) aborts the ask at once and the result says so (`record["advice_result"] == "cancelled"`)."""
     env = os.environ if env is None else env
     started = time.monotonic()
     asked_at = time.time()
@@ -188,9 +230,16 @@ def ask(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str
     publish({"type": "adviser", "status": "asking", "model": cfg.label, "ask": ctx.advice_asks})
     try:
         messages = _messages(cfg, bp=bp, ctx=ctx, pending=pending, env=env)
-        text, model = chat(cfg, messages, deadline=started + cfg.timeout)
+        text, model = chat(cfg, messages, deadline=started + cfg.timeout, cancelled=cancelled)
         record["advised_by"] = cfg.model or model
         answer = parse_answer(text)
+    except AskCancelled as exc:
+        record.update(advice_result="cancelled", refused=[str(exc)])
+        seconds = round(time.monotonic() - started, 3)
+        record["advice_seconds"] = seconds
+        publish({"type": "adviser", "status": "cancelled", "model": record["advised_by"], "asked_at": asked_at,
+                 "seconds": seconds, "message": f"ask aborted after {format_duration(seconds)}: {exc}"})
+        return AdviceResult(actions=[], why=f"adviser ({record['advised_by']}) not heard: {exc}", record=record)
     except (AdviserUnavailable, AdviceError) as exc:
         kind = "gave no usable answer" if isinstance(exc, AdviserUnavailable) else "answer refused"
         record["advice_result"] = "no answer" if isinstance(exc, AdviserUnavailable) else "refused"
@@ -257,16 +306,18 @@ def _messages(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mappi
 
 
 def advice_source(settings: Any, *, bp: Blueprint, ctx: Context, pending: dict[str, Any], budget_left: bool,
-                  publish: Callable[[dict[str, Any]], None]) -> Callable[[], tuple[list[RepairAction], str] | None]:
+                  publish: Callable[[dict[str, Any]], None], cancelled: Cancelled | None = None,
+                  ) -> Callable[[], tuple[list[RepairAction], str] | None]:
     """The adviser as a repair-plan source for `plan_repair`; it returns None when it is not asked.
 
-    Not asked when it is off, when this experiment used its asks, or when the repair budget is
-    spent (an answer could not be used). An ask's details go to `pending["advice"]` for the record.
+    Not asked when it is off, when this experiment used its asks, when the repair budget is
+    spent (an answer could not be used), or once a stop was requested (`cancelled()`, which also
+    aborts an ask in flight). An ask's details go to `pending["advice"]` for the record.
     """
 
     def advise() -> tuple[list[RepairAction], str] | None:
         cfg = AdviserConfig.from_settings(settings)
-        if cfg is None:
+        if cfg is None or (cancelled is not None and cancelled()):
             return None
         if ctx.advice_asks >= cfg.max_asks or not budget_left:
             why = (f"already asked {ctx.advice_asks} time(s) (AJET_RUNNER_LLM_MAX_ASKS={cfg.max_asks})"
@@ -275,7 +326,7 @@ def advice_source(settings: Any, *, bp: Blueprint, ctx: Context, pending: dict[s
             return None
         ctx.advice_asks += 1
         try:
-            result = ask(cfg, bp=bp, ctx=ctx, pending=pending, publish=publish)
+            result = ask(cfg, bp=bp, ctx=ctx, pending=pending, publish=publish, cancelled=cancelled)
         except Exception as exc:  # noqa: BLE001 - an adviser bug must not keep the run from finishing
             log.exception("the adviser failed")
             result = AdviceResult([], f"adviser ({cfg.label}) failed: {type(exc).__name__}: {exc}",

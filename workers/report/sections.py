@@ -232,7 +232,15 @@ def _attempts(c: ReportContext) -> list[str]:
         lines += ["", f"Command: {code_span(commands[0])}"]
     else:
         lines += [""] + [f"- attempt {a.number}: {code_span(a.command)}" for a in d.attempts if a.command]
-    return lines
+    return lines + _unscanned(d.attempts)
+
+
+def _unscanned(attempts: list[Any]) -> list[str]:
+    """Byte ranges of an attempt's log the watcher never scanned, with why: a verdict read from the rest."""
+    lines = [f"- attempt {a.number}: bytes {r.get('start')}–{r.get('end')} of its log ({r.get('bytes')} bytes) "
+             f"were not scanned: {md_cell(str(r.get('reason') or NA))}"
+             for a in attempts for r in (getattr(a, "unscanned", None) or []) if isinstance(r, dict)]
+    return ["", "Not scanned (no verdict was read from these bytes):", *lines] if lines else []
 
 
 def _start_cell(a: AttemptInfo, start: dict[str, Any] | None) -> str:

@@ -4,12 +4,16 @@ The facts: the plan (catalogue, hook or adviser), resolved against this experime
 and node (are any of its processes still running for a cleanup to stop; which GPUs are free), the
 next attempt's inputs compared with every earlier attempt that failed for the same cause, and the
 catalogue's backoff when the cause is transient.
+
+A stop wins: requested before the repair is decided (or while the LLM adviser is asked, which aborts
+the ask at once), the run ends `cancelled`, the failure recorded with no repair tried.
 """
 
 from __future__ import annotations
 
 import errno
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +52,18 @@ def handle(d: ExperimentDriver) -> bool:
     if cause is not None and cause.signature == EXIT_NOT_RECORDED:
         _exit_not_recorded(d, record, cause)
         return True
+    stop = threading.Event()
+    d.journal.on_cancel = stop.set  # the journal's listener: a stop request aborts an ask in flight
+    try:
+        if d.journal.cancel_requested():
+            return _stopped(d, record, "before a repair was decided")
+        return _judge(d, record, pending, cause, sig_id, stop)
+    finally:
+        d.journal.on_cancel = None
+
+
+def _judge(d: ExperimentDriver, record: RepairRecord, pending: dict[str, Any], cause: Finding | None, sig_id: str,
+           stop: threading.Event) -> bool:
     launched = d.lc.attempt > 0 and bool(d.ctx.command)
     actions: list[Any] = []
     resolved: ResolvedRepair | None = None
@@ -56,14 +72,18 @@ def handle(d: ExperimentDriver) -> bool:
     quote, why = "", ""
     budget_left = d.lc.can("repair", signature=sig_id)
     if launched:
-        advise = advice_source(d.settings, bp=d.bp, ctx=d.ctx, pending=pending,
-                               publish=d.journal.publish, budget_left=budget_left)
+        advise = advice_source(d.settings, bp=d.bp, ctx=d.ctx, pending=pending, publish=d.journal.publish,
+                               budget_left=budget_left, cancelled=stop.is_set)
         quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
         actions, source, why = plan_repair(cause, pending, hook=d.settings.repair_hook, bp=d.bp,
                                            attempt=d.lc.attempt, config_path=d.ctx.config_path,
                                            advise=advise)
         if source == "adviser":
             record = record.model_copy(update=advice_fields(pending))
+        if stop.is_set() or d.journal.cancel_requested():
+            record.source = source
+            return _stopped(d, record, "while the adviser was asked" if source == "adviser"
+                            else "before a repair was decided")
         if actions:
             resolved, identical_to = _resolve(d, actions, sig_id)
             backoff = _transient_backoff(d, sig_id, resolved)
@@ -144,6 +164,15 @@ def _gpu_facts(d: ExperimentDriver, data: dict[str, Any]) -> GpuFacts:
     listed, why = (None, "") if assigned is not None else query_gpus()
     return GpuFacts(assigned=assigned, listed=listed, unavailable=why, needed=max(per_node, 1),
                     skip_flag=supported is not False, current=parse_visible(d.ctx.env.get("CUDA_VISIBLE_DEVICES")))
+
+
+def _stopped(d: ExperimentDriver, record: RepairRecord, when: str) -> bool:
+    """A stop request during failing: the failure is recorded, no repair is tried, the run is cancelled."""
+    record.next = f"stopped: a stop request arrived {when}; no repair was tried"
+    d.ctx.repairs.append(record)
+    d.ctx.pending_repair = None
+    d.fire("cancel", f"stop requested {when}")
+    return True
 
 
 def _exit_not_recorded(d: ExperimentDriver, record: RepairRecord, cause: Finding) -> None:

@@ -7,6 +7,7 @@ watch metrics — are observers (`OBSERVERS`), called at fixed points of each ti
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from ajet_runner.statemachine.rules import Observation, Proposal, SwarmServerRul
 from ajet_runner.store.records import PendingRepair
 from ajet_runner.workers.drive.journal import HandedBack
 from ajet_runner.workers.drive.scan_checkpoint import remove as remove_checkpoint
-from ajet_runner.workers.drive.watch import CONSOLE_KEY, TRAIN_KEY, AttemptWatch, attempt_evaluations
+from ajet_runner.workers.drive.watch import CONSOLE_KEY, TRAIN_KEY, UNSCANNED_KEY, AttemptWatch, attempt_evaluations
 from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.process.exit_cause import exit_record_problem
 from ajet_runner.workers.process.exit_wait import ExitWaiter
@@ -135,6 +136,9 @@ def handle(d: ExperimentDriver) -> bool:
     watch.last_output_at = d.handle.started_at
     if watch.resume():  # an adopted run: go on where the last watcher saved, not from byte 0
         log.info("%s: log scan resumed at byte %d", d.id, watch.offset)
+        d.journal.publish({"type": "scan_resumed", "offset": watch.offset, "log_bytes": _log_size(watch),
+                           "message": f"log scan resumed at byte {watch.offset}; the "
+                           f"{max(0, _log_size(watch) - watch.offset)} bytes after it are scanned slice by slice"})
     d.server_watch = ServerWatch.of(d.runner, d.ctx.swarm)  # swarm mode: the server, beside the client
     preload_plotting()  # in the background: the plot at the end must not pay the import
     waiter = ExitWaiter()
@@ -158,6 +162,8 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
     local = not d.runner.remote()
     first_step_timeout = first_step_timeout_from_text(d.bp.exp_max_time_text)
     next_results = 0.0
+    gap = watch.resumed_from  # an adopted run: announce once the gap after the checkpoint is scanned
+    gap_t0 = time.monotonic()
     while True:
         tick = Tick(t0=time.monotonic(), now=time.time(), started=started, watch=watch, read_before=0)
         for o in hooks:
@@ -173,6 +179,11 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
         tick.read_before = watch.bytes_read
         watch.read_log(tick.now)
         watch.maybe_save(tick.t0)
+        if gap is not None and not watch.behind:
+            d.journal.publish({"type": "scan_caught_up", "from": gap, "to": watch.offset,
+                               "seconds": round(time.monotonic() - gap_t0, 3), "unscanned": list(watch.unscanned),
+                               "message": f"scanned bytes {gap}-{watch.offset} of the log after adopting the run"})
+            gap = None
         # New evaluations feed slow rules (plateau, progress): looked for every RESULTS_EVERY s, and at the end.
         new_evals = []
         if not alive or tick.t0 >= next_results:
@@ -213,6 +224,13 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
             return True
         if not watch.behind:
             waiter.wait(_until_next_look(d, started, time.time()))
+
+
+def _log_size(watch: AttemptWatch) -> int:
+    try:
+        return os.stat(watch.handle.log_path).st_size
+    except OSError:
+        return 0
 
 
 def _until_next_look(d: ExperimentDriver, started: float, now: float) -> float:
@@ -281,9 +299,10 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
         d.watch.finish_log(time.time())
     else:
         exit_code = d.runner.exit_code(d.handle)
-    if d.watch.skipped_bytes:
-        d.journal.publish({"type": "warning", "message": f"{d.watch.skipped_bytes} bytes of the log were not "
-                           "scanned: it grew faster than it could be read; its end was"})
+    for gap in d.watch.unscanned:  # named, never silent: the report lists them too
+        d.journal.publish({"type": "unscanned", "attempt": d.lc.attempt, **gap,
+                           "message": f"bytes {gap['start']}-{gap['end']} of the log were not scanned: "
+                           f"{gap['reason']}"})
     remove_checkpoint(d.handle.log_path)
     d._cleanup_processes()
     gang.stop_members(d)  # a multi-node run: every other rank too
@@ -292,6 +311,7 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
         attempt.ended_at, attempt.exit_code, attempt.end_reason = time.time(), exit_code, proposal.reason
         setattr(attempt, CONSOLE_KEY, d.watch.console_evaluations())
         setattr(attempt, TRAIN_KEY, d.watch.console_train_steps())
+        setattr(attempt, UNSCANNED_KEY, list(d.watch.unscanned))
     if proposal.trigger == "anomaly":
         d.ctx.pending_repair = PendingRepair(
             cause=cause.model_dump() if cause else None,

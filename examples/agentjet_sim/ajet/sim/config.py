@@ -109,6 +109,12 @@ class Injection:
     at_step: int | None = None
     when: str = "always"
     conditions: dict[str, Any] = field(default_factory=dict)
+    # signature "benign": lines printed as they are (from `lines` and/or the file `file`), then training goes on
+    lines: list[str] = field(default_factory=list)
+    file: str = ""
+    line_seconds: float = 0.0  # pause after each line
+    then_seconds: float = 0.0  # pause after the last one (no output at all)
+    at_end: bool = False  # print after `Final validation metrics` instead of at a step
 
 
 @dataclass
@@ -152,11 +158,17 @@ _CONDITION_KEYS = (
 
 def _injection(raw: dict[str, Any]) -> Injection:
     at = raw.get("at_step")
+    lines = raw.get("lines")
     return Injection(
         signature=str(raw.get("signature", "python_traceback")),
         at_step=int(at) if at is not None else None,
         when=str(raw.get("when", "always")),
         conditions={k: raw[k] for k in _CONDITION_KEYS if raw.get(k) is not None},
+        lines=[str(x) for x in lines] if isinstance(lines, list) else [],
+        file=str(raw.get("file") or ""),
+        line_seconds=float(raw.get("line_seconds") or 0.0),
+        then_seconds=float(raw.get("then_seconds") or 0.0),
+        at_end=bool(raw.get("at_end", False)),
     )
 
 

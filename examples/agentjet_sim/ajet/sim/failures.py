@@ -248,6 +248,19 @@ def trinity_force_stop(ctx: FailureContext) -> list[tuple[str, str]]:
     ]
 
 
+BENIGN = "benign"  # not a failure: lines that only look like one (an echoed env var, a caught OOM, ...)
+
+
+def benign_lines(inj: Injection, cwd: Path) -> list[str]:
+    """What a `benign` injection prints, raw (ANSI and Ray prefixes as written): `lines`, then `file`'s
+    lines (relative to the working directory)."""
+    lines = list(inj.lines)
+    if inj.file:
+        path = Path(inj.file) if os.path.isabs(inj.file) else cwd / inj.file
+        lines += path.read_bytes().decode("utf-8", "replace").removesuffix("\n").split("\n")
+    return lines
+
+
 # Launcher-phase signatures: printed by the launcher itself (see ajet/launcher.py).
 LAUNCHER_PHASE = {"gpu_busy", "ray_already_running", "missing_api_key", "model_path_missing"}
 INIT_PHASE = {"vllm_kv_cache", "gpu_count_mismatch", "network_unreachable", "tp_heads_mismatch",
@@ -287,6 +300,8 @@ def available_gpus(cfg: dict[str, Any]) -> int:
 
 
 def phase_of(inj: Injection) -> str:
+    if inj.signature == BENIGN:
+        return "end" if inj.at_end else "benign"
     if inj.signature in LAUNCHER_PHASE:
         return "launcher"
     if inj.at_step is not None:

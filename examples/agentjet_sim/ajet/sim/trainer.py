@@ -114,6 +114,16 @@ class Trainer:
                 return EXIT_FAILED
         return None
 
+    def benign(self, phase: str, step: int | None = None) -> None:
+        """Print the `benign` injections of this phase (and step) exactly as written, then go on."""
+        for inj in self.sim.fail:
+            if failures.phase_of(inj) != phase or (step is not None and failures.default_step(inj) != step):
+                continue
+            for line in failures.benign_lines(inj, self.cwd):
+                console.emit(line)
+                self.pause(inj.line_seconds)
+            self.pause(inj.then_seconds)
+
     def fires(self, inj: Any) -> bool:
         return failures.should_fire(inj, self.cfg, self.cwd, self.experiment, set())
 
@@ -198,6 +208,7 @@ class Trainer:
             code = self.step_failure(step)
             if code is not None:
                 return code
+            self.benign("benign", step)
             self.train_step(step)
             if get(self.cfg, "ajet.execute_test", False) and step >= self.sim.probe_step:
                 self.print_failure(failures.execute_test_probe(self.context(step)))
@@ -213,6 +224,7 @@ class Trainer:
             pick = metrics.console_val_metrics if self.console_only else metrics.val_metrics
             last_val = metrics.dict_line(pick(self.sim, self.total, self.total, self.test_freq, self.pass_n))
         self.announce("Final", last_val)
+        self.benign("end")
         self.say("Training finished, shutting down workers ...")
         if self.sim.actor_died_at_exit:
             self.print_failure([
