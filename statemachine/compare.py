@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from ajet_runner.statemachine.models import Evaluation
 from ajet_runner.statemachine.results import higher_is_better, summarize
@@ -131,6 +131,7 @@ class StageComparison(BaseModel):
     not_succeeded: list[str]  # ids (finished without success, or not finished), in row order
     curves: dict[str, dict[str, list[list[float]]]]  # metric -> id -> [[step, value], ...]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def compared_keys(self) -> list[str]:
         """The differing keys that are not seeds: what the stage compares."""
@@ -158,8 +159,12 @@ def _text(value: Any) -> str:
     return format_value(value)
 
 
-def _config_text(config: Mapping[str, Any], key: str) -> str:
-    return _text(config[key]) if key in config else UNSET
+def _value(f: ExperimentFacts, key: str) -> str:
+    """The experiment's value of `key` as text: from its YAML (UNSET when it has none), else from its sweep
+    values alone (UNKNOWN for any other key: its YAML could not be read)."""
+    if f.config is not None:
+        return _text(f.config[key]) if key in f.config else UNSET
+    return _text(f.sweep[key]) if key in f.sweep else UNKNOWN
 
 
 def decisive_of(reason: str, repairs: Iterable[Mapping[str, Any]] = (), log_tail: Iterable[str] = ()) -> str:
@@ -316,9 +321,8 @@ def compare(stage: str, experiments: Iterable[ExperimentFacts], metric: str = DE
     """The comparison of `experiments` (in the order given) by `metric`."""
     facts = list(experiments)
     summaries = {f.id: _summary(f) for f in facts}
-    known = [f for f in facts if f.config is not None]
-    keys = sorted({k for f in known for k in f.config or {}})
-    differing = [k for k in keys if len({_config_text(f.config or {}, k) for f in known}) > 1]
+    keys = sorted({k for f in facts for k in (f.config if f.config is not None else f.sweep)})
+    differing = [k for k in keys if len({v for f in facts if (v := _value(f, k)) != UNKNOWN}) > 1]
     seeds = [k for k in differing if is_seed_key(k)]
     commands = {f.id: f.launch_command for f in facts if f.launch_command is not None}
     command_differs = len(set(commands.values())) > 1
@@ -326,7 +330,7 @@ def compare(stage: str, experiments: Iterable[ExperimentFacts], metric: str = DE
     rows: list[Row] = []
     for f in facts:
         metrics, _ = summaries[f.id]
-        differs = {k: _config_text(f.config, k) if f.config is not None else UNKNOWN for k in differing}
+        differs = {k: _value(f, k) for k in differing}
         rows.append(Row(
             id=f.id, purpose=f.purpose, state=f.state, outcome=f.outcome, attempts=f.attempts, repairs=f.repairs,
             repair_signatures=f.repair_signatures, elapsed_seconds=f.elapsed_seconds, train_steps=f.train_steps,

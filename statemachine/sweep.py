@@ -96,15 +96,13 @@ def scalar(text: str) -> Any:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    if isinstance(value, str):
+    if isinstance(value, str) and text[0] not in "'\"":  # a quoted value stays text
         try:
             number = float(value)
         except ValueError:
             return value
         return number if math.isfinite(number) else value
-    if isinstance(value, (dict, list)):
-        return text  # `{a: 1}` as one value is not what a sweep means: keep the text, refused below
-    return value
+    return value  # a mapping or a list is not one value: `_values` refuses it
 
 
 def _values(rest: str) -> tuple[list[Any], str]:

@@ -89,7 +89,8 @@ def _differs_section(c: StageComparison) -> list[str]:
               "left out; a repair made during a run is counted in its row and described in its repair log."]
     if c.unknown_config:
         unread = ", ".join(code_span(i) for i in c.unknown_config)
-        lines.append(f"Not compared (their YAML could not be read here): {unread}.")
+        lines.append(f"The YAML of {unread} could not be read here (not launched yet, or its result dir is not "
+                     "visible): only its sweep values are compared.")
     return lines
 
 
@@ -188,7 +189,7 @@ def render_stage_report(c: StageComparison, base: str, plot_written: bool, now: 
 
 def stage_document(c: StageComparison, base: str, plot_written: bool, now: float) -> dict[str, Any]:
     doc = {"report_version": STAGE_REPORT_VERSION, "generated_at": iso_utc(now), "generated_at_epoch": now,
-           **c.model_dump(mode="json"), "compared_keys": c.compared_keys,
+           **c.model_dump(mode="json"),
            "files": {"report": STAGE_REPORT_NAME, "results": STAGE_RESULTS_NAME,
                      "plot": STAGE_PLOT_NAME if plot_written else None}}
     for row in doc["rows"]:
