@@ -41,7 +41,7 @@ from ajet_runner.service.submit import NODE_ALIVE_SECONDS
 from ajet_runner.statemachine.absence import node_absent_for
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import TRANSITIONS, Outcome, State
-from ajet_runner.store.keys import INDEX, NODES, duration_bucket_key, exp_key, node_key, stats_key
+from ajet_runner.store.keys import INDEX, NODES, STAGES, duration_bucket_key, exp_key, node_key, stage_key, stats_key
 from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue
 from ajet_runner.store.settings import get_settings
 from ajet_runner.store.stats import split_pair, split_transition, transition_label
@@ -354,6 +354,70 @@ class ClusterCollector(Collector):
         yield from queue_families(snap)
         yield from node_families(snap)
         yield absent_node_family(snap, self.absent_after)
+        yield from stage_families(self.store)
+
+
+STAGES_EXPORTED = 200  # the newest stages get series: a scrape's cost stays bounded however many there were
+STAGE_FIELDS = ("state", "outcome", "best_metrics", "latest_metrics")
+
+
+def stage_families(store: Store, limit: int = STAGES_EXPORTED) -> Iterable[Metric]:
+    """Per stage: experiments by state and by outcome, and the best mean_reward any of them reached (the
+    report's best of a finished one, the latest value of one still running). Stages whose records have
+    all expired are left out."""
+    experiments = GaugeMetricFamily("ajet_runner_stage_experiments", "Experiments of a stage per lifecycle state.",
+                                    labels=["stage", "state"])
+    outcomes = GaugeMetricFamily("ajet_runner_stage_outcomes", "Finished experiments of a stage per outcome.",
+                                 labels=["stage", "outcome"])
+    best = GaugeMetricFamily("ajet_runner_stage_best_mean_reward",
+                             "The best mean_reward any experiment of the stage reached.", labels=["stage"])
+    r = store.r
+    names = [_text(n) for n in r.zrevrange(STAGES, 0, max(0, limit - 1))]
+    pipe = r.pipeline(transaction=False)
+    for name in names:
+        pipe.zrange(stage_key(name), 0, -1)
+    members = pipe.execute() if names else []
+    pipe = r.pipeline(transaction=False)
+    for ids in members:
+        for i in ids:
+            pipe.hmget(exp_key(_text(i)), *STAGE_FIELDS)
+    rows = iter(pipe.execute() if any(members) else [])
+    for name, ids in zip(names, members, strict=True):
+        states: dict[str, int] = {}
+        ends: dict[str, int] = {}
+        top: float | None = None
+        for _ in ids:
+            state, outcome, best_raw, latest_raw = (_text(v) if v is not None else "" for v in next(rows))
+            if not state:
+                continue  # expired
+            states[state] = states.get(state, 0) + 1
+            if state == FINISHED and outcome:
+                ends[outcome] = ends.get(outcome, 0) + 1
+            value = _stage_reward(best_raw, latest_raw)
+            if value is not None and (top is None or value > top):
+                top = value
+        if not states:
+            continue
+        for state in sorted(states):
+            experiments.add_metric([name, state], states[state])
+        for outcome in sorted(ends):
+            outcomes.add_metric([name, outcome], ends[outcome])
+        if top is not None:
+            best.add_metric([name], top)
+    return experiments, outcomes, best
+
+
+def _stage_reward(best_raw: str, latest_raw: str) -> float | None:
+    try:
+        best = json.loads(best_raw) if best_raw else {}
+        latest = json.loads(latest_raw) if latest_raw else {}
+    except json.JSONDecodeError:
+        return None
+    entry = best.get("mean_reward") if isinstance(best, dict) else None
+    value = entry.get("value") if isinstance(entry, dict) else (latest.get("mean_reward")
+                                                               if isinstance(latest, dict) else None)
+    number = _num(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def absent_node_family(snap: Snapshot, after: float) -> Metric:
@@ -670,7 +734,7 @@ def _metrics_response(store: Store) -> tuple[bytes, str]:
     snap = read_snapshot(store, collector.finished_ttl, collector.clock(), ROWS)
     body = experiment_text(snap).encode()
     body += generate_latest(_One(*counter_families(snap), *queue_families(snap), *node_families(snap),
-                                 absent_node_family(snap, collector.absent_after)))
+                                 absent_node_family(snap, collector.absent_after), *stage_families(store)))
     registry = _http_registry()
     if registry is not None:
         body += generate_latest(WithoutCreated(registry))

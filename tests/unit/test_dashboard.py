@@ -149,6 +149,9 @@ def test_dashboard_covers_the_metrics_that_matter() -> None:
         "ajet_runner_http_request_duration_seconds_bucket",
         "ajet_runner_worker_watch_loop_seconds_bucket",
         "ajet_runner_worker_last_output_age_seconds",
+        "ajet_runner_stage_experiments",
+        "ajet_runner_stage_outcomes",
+        "ajet_runner_stage_best_mean_reward",
     ):
         assert name in used, name
 

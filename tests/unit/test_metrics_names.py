@@ -69,10 +69,11 @@ def fill(store: Store, now: float) -> None:
     rows = {
         "q1": {"state": "queued"},
         "r1": {"state": "running", "node": "n1", "started_at": now - 300, "attempt": 2, "latest_metrics": metrics,
-               "nnodes": 2},
+               "nnodes": 2, "stage": "s1"},
         "f1": {"state": "failing", "node": "n1", "started_at": now - 50, "attempt": 1},
         "done-new": {"state": "finished", "outcome": "completed", "node": "n1", "started_at": now - 500,
-                     "finished_at": now - 100, "attempt": 1, "latest_metrics": metrics},
+                     "finished_at": now - 100, "attempt": 1, "latest_metrics": metrics, "stage": "s1",
+                     "best_metrics": {"mean_reward": {"value": 0.7, "step": 10}}},
         "done-old": {"state": "finished", "outcome": "failed", "node": "n1", "started_at": now - 90_000,
                      "finished_at": now - 80_000, "attempt": 3},
     }
@@ -128,6 +129,11 @@ def test_cluster_metrics_export_every_api_name_with_store_values(store: Store) -
     assert value(body, "ajet_runner_experiment_info", experiment="r1") == 1
     with_purpose = {name for name, lab, _ in samples(body) if "purpose" in lab}
     assert with_purpose == {"ajet_runner_experiment_info"}
+    # per stage: counts by state and outcome, and the best mean_reward (the report's best, over a running one's)
+    assert value(body, "ajet_runner_stage_experiments", stage="s1", state="running") == 1
+    assert value(body, "ajet_runner_stage_experiments", stage="s1", state="finished") == 1
+    assert value(body, "ajet_runner_stage_outcomes", stage="s1", outcome="completed") == 1
+    assert value(body, "ajet_runner_stage_best_mean_reward", stage="s1") == pytest.approx(0.7)
     assert value(body, "ajet_runner_experiment_attempt", experiment="r1", node="n1") == 2
     # A multi-node run is one experiment: one series, on its head's node, with its node count.
     assert [lab for name, lab, _ in samples(body) if name == "ajet_runner_experiment_nodes"

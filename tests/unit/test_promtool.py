@@ -35,7 +35,7 @@ API = 'job="ajet-runner", namespace="ml", instance="10.0.0.1:8080"'
 API2 = 'job="ajet-runner", namespace="ml", instance="10.0.0.2:8080"'  # a second replica: same cluster metrics
 WORKER = 'job="ml/ajet-runner-worker", namespace="ml", instance="10.0.1.1:9101"'
 VARIABLES = {"$__rate_interval": "5m", "$__range": "1h", "$worker_job": "ml/ajet-runner-worker",
-             "$job": "ajet-runner", "$namespace": "ml", "$purpose": ".*", "$experiment": ".*"}
+             "$job": "ajet-runner", "$namespace": "ml", "$purpose": ".*", "$experiment": ".*", "$stage": ".*"}
 PURPOSE = "对比 GRPO 与 `ppo`"
 EVAL = "6h10m"  # every counter below has more than 6 h of samples: the 6 h windows are full
 RUNBOOK = "https://github.com/ajet-runner/ajet-runner/blob/main/docs/runbook.md#"
@@ -106,6 +106,15 @@ PANEL_SERIES: list[dict[str, str]] = [
     s(f"process_resident_memory_bytes{{{API}}}", "100000000x400"),
     s('process_cpu_seconds_total{job="node-exporter", namespace="ml", instance="decoy"}', "0+600x400"),
     s('process_resident_memory_bytes{job="node-exporter", namespace="ml", instance="decoy"}', "7x400"),
+    s(f'ajet_runner_stage_experiments{{{API}, stage="sweep", state="finished"}}', "3x400"),
+    s(f'ajet_runner_stage_experiments{{{API}, stage="sweep", state="running"}}', "1x400"),
+    s(f'ajet_runner_stage_experiments{{{API2}, stage="sweep", state="running"}}', "1x400"),  # the other replica
+    s('ajet_runner_stage_experiments{job="ajet-runner", namespace="other", instance="x", stage="sweep", '
+      'state="running"}', "9x400"),
+    s(f'ajet_runner_stage_outcomes{{{API}, stage="sweep", outcome="completed"}}', "2x400"),
+    s(f'ajet_runner_stage_outcomes{{{API}, stage="sweep", outcome="failed"}}', "1x400"),
+    s(f'ajet_runner_stage_best_mean_reward{{{API}, stage="sweep"}}', "0.75x400"),
+    s(f'ajet_runner_stage_best_mean_reward{{{API}, stage="base"}}', "0.5x400"),
     s(f"ajet_runner_worker_tree_cpu_seconds_total{{{WORKER}}}", "0+90x400"),
     s(f"ajet_runner_worker_tree_resident_memory_bytes{{{WORKER}}}", "500000000x400"),
 ]
@@ -157,6 +166,9 @@ EXPECTED: dict[tuple[int, str], list[tuple[str, float]]] = {
     (29, "B"): [(f"{{{WORKER_INSTANCE}}}", 1.5)],
     (30, "A"): [(f"{{{API_INSTANCE}}}", 100_000_000)],
     (30, "B"): [(f"{{{WORKER_INSTANCE}}}", 500_000_000)],
+    (32, "A"): [('{stage="sweep", state="finished"}', 3), ('{stage="sweep", state="running"}', 1)],
+    (32, "B"): [('{stage="sweep", outcome="completed"}', 2), ('{stage="sweep", outcome="failed"}', 1)],
+    (33, "A"): [('{stage="sweep"}', 0.75), ('{stage="base"}', 0.5)],
 }
 
 
