@@ -65,7 +65,8 @@ class StageView(StageSummary):
 
 
 class StageAddRequest(BaseModel):
+    # Bounds: one more than the most of each still fits the request size limit, so too many is a 422, not a 413.
     ids: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(default_factory=list,
-                                                                                      max_length=1000)
+                                                                                      max_length=200)
     result_dirs: list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]] = Field(
-        default_factory=list, max_length=1000, description="each names the experiment last run in it")
+        default_factory=list, max_length=200, description="each names the experiment last run in it")

@@ -26,6 +26,7 @@ import redis
 from ajet_runner.resultdir.roots import confined, parse_roots
 from ajet_runner.resultdir.stage_inputs import facts_for
 from ajet_runner.statemachine.compare import compare
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.store.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED, Outbox
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.stages import evaluation_events, note_report, stage_ids, stage_meta
@@ -173,7 +174,7 @@ class Deliverer:
         delay = self._delay(attempt)
         self._publish(ids, {"type": "webhook_failed", **common, "error": result.error, "retry_in": delay,
                             "message": f"{task.get('kind')} to {shown_url(url)} failed ({result.error}); "
-                                       f"retried in {delay:g}s"})
+                                       f"retried in {format_limit(delay)}"})
         self.outbox.later(task_id, task, delay)
 
     def _later(self, task_id: str, task: dict[str, Any], why: str) -> None:
