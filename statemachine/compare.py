@@ -200,7 +200,7 @@ def facts_from_results(doc: Mapping[str, Any], *, config: Mapping[str, Any] | No
         repairs=int(doc.get("repair_count") or len(repairs)),
         repair_signatures=[str(r.get("signature") or "unknown") for r in repairs],
         elapsed_seconds=_number(doc.get("elapsed_seconds")), train_steps=int(doc.get("train_steps") or 0),
-        evaluations=[e for e in doc.get("evaluations") or [] if isinstance(e, Mapping)],
+        evaluations=[dict(e) for e in doc.get("evaluations") or [] if isinstance(e, Mapping)],
         config=flat, config_source=config_source,
         launch_command=doc.get("launch_command") if isinstance(doc.get("launch_command"), str) else None,
         sweep=sweep, result_dir=str(doc.get("result_dir") or ""), report_path=report_path,
@@ -213,8 +213,8 @@ def facts_from_record(rec: Mapping[str, Any], evaluations: Iterable[Mapping[str,
                       config: Mapping[str, Any] | None = None, config_source: str = "") -> ExperimentFacts:
     """From a record (decoded, as the store returns it) and its `evaluation` events: for an experiment not
     finished yet, or whose results.json cannot be read where the comparison runs."""
-    ctx = rec.get("ctx") if isinstance(rec.get("ctx"), Mapping) else {}
-    bp = rec.get("blueprint_json") if isinstance(rec.get("blueprint_json"), Mapping) else {}
+    ctx: Mapping[str, Any] = rec["ctx"] if isinstance(rec.get("ctx"), Mapping) else {}
+    bp: Mapping[str, Any] = rec["blueprint_json"] if isinstance(rec.get("blueprint_json"), Mapping) else {}
     sweep = dict(bp.get("exp_sweep_values") or {})
     flat = None
     if config is not None:
@@ -300,7 +300,8 @@ def _command_parts(commands: Mapping[str, str]) -> dict[str, str]:
 
 def _ranked(rows: list[Row], metric: str, which: str) -> list[Ranked]:
     lower = not higher_is_better(metric)
-    have, missing = [], []
+    have: list[Ranked] = []
+    missing: list[Ranked] = []
     for row in rows:
         mv = row.metrics.get(metric)
         value = getattr(mv, which) if mv else None

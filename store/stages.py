@@ -13,6 +13,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from redis.typing import EncodableT, FieldT
+
 from ajet_runner.store.keys import STAGES, exp_key, stage_key, stage_meta_key
 from ajet_runner.store.records import text
 from ajet_runner.store.scripts import lua
@@ -45,7 +47,7 @@ def define_stage(store: Store, name: str, *, directory: str = "", webhook_url: s
     pipe = store.r.pipeline(transaction=True)
     pipe.zadd(STAGES, {name: now}, nx=True)
     pipe.hsetnx(stage_meta_key(name), "created_at", now)
-    fields = {k: v for k, v in (("dir", directory), ("webhook_url", webhook_url)) if v}
+    fields: dict[FieldT, EncodableT] = {k: v for k, v in (("dir", directory), ("webhook_url", webhook_url)) if v}
     if fields:
         pipe.hset(stage_meta_key(name), mapping=fields)
     pipe.execute()
@@ -97,5 +99,6 @@ def evaluation_events(store: Store, exp_id: str) -> list[dict[str, Any]]:
 
 def note_report(store: Store, name: str, *, written: str = "", error: str = "") -> None:
     """Where the stage report was written (or why it could not be), for GET /v1/stages and the console."""
-    fields = {"report_written": written, "report_error": error, "report_at": time.time()}
+    fields: dict[FieldT, EncodableT] = {"report_written": written, "report_error": error,
+                                              "report_at": time.time()}
     store.r.hset(stage_meta_key(name), mapping=fields)

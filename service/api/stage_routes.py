@@ -37,7 +37,8 @@ def _records(store: Store, ids: list[str], fields: tuple[str, ...] = SUMMARY_FIE
         pipe.hmget(exp_key(i), [*fields, "best_metrics"])
     out = []
     for values in pipe.execute():
-        raw = {k: v for k, v in zip([*fields, "best_metrics"], values, strict=True) if v is not None}
+        raw: dict[bytes | str, bytes | str] = {k: v for k, v in zip([*fields, "best_metrics"], values, strict=True)
+                                               if v is not None}
         if raw.get("id"):
             out.append(decode(raw))
     return out

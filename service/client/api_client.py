@@ -21,10 +21,11 @@ status, the server's message and, for rejected blueprints, the problems list) an
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -186,7 +187,7 @@ def _list_params(state: str | None, node: str | None, outcome: str | None, limit
 BlueprintInput = str | os.PathLike[str] | tuple[str, str]
 
 
-def _stage_blueprints(blueprints: list[BlueprintInput]) -> list[dict[str, Any]]:
+def _stage_blueprints(blueprints: Sequence[BlueprintInput]) -> list[dict[str, Any]]:
     """Paths are read (their absolute path recorded); a (text, path) pair is sent as it is."""
     out = []
     for item in blueprints:
@@ -199,7 +200,7 @@ def _stage_blueprints(blueprints: list[BlueprintInput]) -> list[dict[str, Any]]:
     return out
 
 
-def _stage_body(stage: str, blueprints: list[BlueprintInput], sweep: list[str] | None, stage_dir: str | None,
+def _stage_body(stage: str, blueprints: Sequence[BlueprintInput], sweep: list[str] | None, stage_dir: str | None,
                 webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool
                 ) -> dict[str, Any]:
     body: dict[str, Any] = {"stage": stage, "blueprints": _stage_blueprints(blueprints)}
@@ -414,7 +415,7 @@ class AjetRunnerClient:
             time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
 
     # -- stages -----------------------------------------------------------------------------------
-    def submit_stage(self, stage: str, blueprints: list[BlueprintInput], *, sweep: list[str] | None = None,
+    def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
                      stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
                      priority: str | None = None, wait_for_node: bool = False) -> StageSubmission:
         """Submit blueprints (paths, or (text, path) pairs) as stage `stage`; a blueprint with an `[exp_sweep]`
@@ -456,7 +457,7 @@ class AjetRunnerClient:
             if name:
                 recs = backoff.call(lambda: self.stage(name)).experiments
             else:
-                recs = [backoff.call(lambda i=i: self.get(i)) for i in wanted]
+                recs = [backoff.call(functools.partial(self.get, i)) for i in wanted]
             if on_update is not None:
                 on_update(recs)
             if recs and all(r.finished for r in recs):
@@ -603,7 +604,7 @@ class AsyncAjetRunnerClient:
         except asyncio.TimeoutError as exc:
             raise TimeoutError(f"{exp_id} is not finished after {timeout}s") from exc
 
-    async def submit_stage(self, stage: str, blueprints: list[BlueprintInput], *, sweep: list[str] | None = None,
+    async def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
                            stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
                            priority: str | None = None, wait_for_node: bool = False) -> StageSubmission:
         return StageSubmission.model_validate(await self._json("POST", "/v1/stages", json=_stage_body(

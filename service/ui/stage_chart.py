@@ -57,13 +57,13 @@ def overlay_chart(metric: str, series: Series, width: int = 640, plot_height: in
         parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"><title>{escape(name)} '
                   f'step {x:g}: {y:.4f}</title></circle>' for x, y in pts]
     for r, row in enumerate(rows):
-        x, y = float(pad_l), plot_height + 8 + 18 * r
+        lx, ly = float(pad_l), float(plot_height + 8 + 18 * r)
         for k in row:
             i, name, _ = drawn[k]
             colour = PALETTE[i % len(PALETTE)]
-            parts.append(f'<g class="legend-item"><line class="swatch" x1="{x:.1f}" x2="{x + 22:.1f}" y1="{y + 5}" '
-                         f'y2="{y + 5}" stroke="{colour}" stroke-width="4"/>'
-                         f'<text x="{x + 28:.1f}" y="{y + 9}">{escape(name)}</text></g>')
-            x += 40 + 6.8 * len(name)
+            parts.append(f'<g class="legend-item"><line class="swatch" x1="{lx:.1f}" x2="{lx + 22:.1f}" '
+                         f'y1="{ly + 5}" y2="{ly + 5}" stroke="{colour}" stroke-width="4"/>'
+                         f'<text x="{lx + 28:.1f}" y="{ly + 9}">{escape(name)}</text></g>')
+            lx += 40 + 6.8 * len(name)
     parts.append("</svg>")
     return Markup("".join(parts))  # numbers and escaped names only

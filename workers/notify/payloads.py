@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["experiment_payload", "stage_payload"]
@@ -24,7 +24,7 @@ def _metrics(rec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def experiment_payload(rec: Mapping[str, Any], delivery: str) -> dict[str, Any]:
     final, best = _metrics(rec)
-    bp = rec.get("blueprint_json") if isinstance(rec.get("blueprint_json"), dict) else {}
+    bp: Mapping[str, Any] = rec["blueprint_json"] if isinstance(rec.get("blueprint_json"), dict) else {}
     return {
         "type": "experiment_finished", "delivery": delivery, "sent_at": time.time(),
         "id": rec.get("id"), "stage": rec.get("stage") or None, "purpose": rec.get("purpose") or "",
@@ -35,7 +35,7 @@ def experiment_payload(rec: Mapping[str, Any], delivery: str) -> dict[str, Any]:
     }
 
 
-def stage_payload(stage: str, meta: Mapping[str, str], records: list[Mapping[str, Any]], delivery: str,
+def stage_payload(stage: str, meta: Mapping[str, str], records: Sequence[Mapping[str, Any]], delivery: str,
                   report: str | None, metric: str = "mean_reward") -> dict[str, Any]:
     members = []
     top: dict[str, Any] | None = None
