@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         sup = NodeSupervisor(settings, info, url)
         from ajet_runner.workers.notify.deliverer import start_deliverer
 
-        start_deliverer(settings, url, info.name, sup.stopping)  # webhooks and stage reports (the outbox)
+        outbox = start_deliverer(settings, url, info.name, sup.stopping)  # webhooks, stage reports (the outbox)
         port = settings.metrics_port if metrics_port < 0 else metrics_port
         if port:
             from ajet_runner.workers.node.worker_metrics import serve_worker_metrics
@@ -74,6 +74,7 @@ def register(app: typer.Typer) -> None:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         sup.run()
+        outbox.join(10)  # what is due now still gets its chance (workers/notify/deliverer.py DRAIN_SECONDS)
 
     @app.command(epilog='Example: ajet-runner drain --node gpu-a --sticky --reason "bad GPU 3"')
     def drain(
