@@ -7,9 +7,7 @@ blueprint was rejected), 2 (it cannot be read) or 130 (cancelled with Ctrl-C).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,21 +18,10 @@ from rich.console import Console
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
-from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local, wait_for_node
 from ajet_runner.store.settings import get_settings
 
 EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
-
-
-def _wait_for_node(store: Any, node: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the worker exited with code {proc.returncode} before it started")
-        if any(n["name"] == node for n in store.nodes()):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"the worker did not register within {format_limit(timeout)}")
 
 
 def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "",
@@ -58,15 +45,12 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
         url = embedded.url
         console.print(f"embedded Redis at {url}")
     node = node or settings.node
-    env = {**os.environ, "REDIS_URL": url, "AJET_RUNNER_NODE": node}
-    worker = subprocess.Popen([sys.executable, "-m", "ajet_runner", "worker", "--node", node], env=env,
-                              start_new_session=True,  # Ctrl-C here must not reach the worker
-                              stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL if embedded and not show_worker_log else None)
+    worker = start_local_worker({**os.environ, "REDIS_URL": url}, node,
+                                quiet=bool(embedded) and not show_worker_log)
     store = Store.from_url(url)
     try:
         try:
-            _wait_for_node(store, node, worker)
+            wait_for_node(store, node, worker)
         except RuntimeError as exc:
             output.err(f"error: the local worker did not start: {exc}")
             return output.FAILED
@@ -98,14 +82,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
                       highlight=False, markup=False)
         return EXIT_CODES.get(outcome, 1)
     finally:
-        worker.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            worker.wait(20)
-        if worker.poll() is None:
-            worker.kill()
-        store.r.close()
-        if embedded:
-            embedded.stop()
+        stop_local(worker, store, embedded)
 
 
 def _socket_flag(settings: Any) -> str:

@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
         """The API, the web console and a local worker on this machine (embedded Redis unless REDIS_URL is set)."""
         import uvicorn
 
-        from ajet_runner.cli.commands.run_command import _wait_for_node
+        from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local, wait_for_node
         from ajet_runner.cli.commands.serve_command import is_loopback
         from ajet_runner.service.embedded import EmbeddedRedis, EmbeddedRedisError
         from ajet_runner.store.store import Store
@@ -115,13 +115,11 @@ def register(app: typer.Typer) -> None:
         get_settings.cache_clear()
         settings = get_settings()
         node = node or settings.node
-        worker = subprocess.Popen([sys.executable, "-m", "ajet_runner", "worker", "--node", node],
-                                  env={**os.environ, "AJET_RUNNER_NODE": node}, start_new_session=True,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        worker = start_local_worker(os.environ, node)
         store = Store.from_url(settings.redis_url)
         try:
             try:
-                _wait_for_node(store, node, worker)
+                wait_for_node(store, node, worker)
             except RuntimeError as exc:
                 raise output.fail(f"error: the local worker did not start: {exc}", output.FAILED) from None
             demo_id = _submit_demo(store, workdir, node) if demo else ""
@@ -143,14 +141,7 @@ def register(app: typer.Typer) -> None:
             with contextlib.suppress(KeyboardInterrupt):
                 _stop_experiments(store, STOP_WAIT_SECONDS)
         finally:
-            worker.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                worker.wait(20)
-            if worker.poll() is None:
-                worker.kill()
-            store.r.close()
-            if embedded:
-                embedded.stop()
+            stop_local(worker, store, embedded)
             if settings.tmux_socket == str(workdir / "tmux.sock"):  # our private tmux server: its panes linger
                 subprocess.run(["tmux", "-S", settings.tmux_socket, "kill-server"], capture_output=True,
                                check=False)
