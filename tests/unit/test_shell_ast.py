@@ -106,3 +106,19 @@ def test_the_grammar_is_loaded_on_first_parse_not_on_import() -> None:
                              "parse; parse('a'); print('tree_sitter' in sys.modules)"],
                             capture_output=True, text=True, check=True, timeout=120)
     assert parsed.stdout.strip() == "True"
+
+
+def test_code_points_that_crash_tree_sitter_bash_are_parsed_in_a_process_that_survives() -> None:
+    """tree-sitter-bash 0.25.1 segfaults on `{` before a code point far above the BMP in about two
+    processes of three; five fresh processes all surviving means the parser never sees those bytes."""
+    probe = (
+        "from ajet_runner.statemachine.shell_ast import parse\n"
+        "for c in (0x7A000, 0xC1E8F, 0xE0100, 0xF0000, 0x10FFFF):\n"
+        "    for text in ('{' + chr(c), '{' + chr(c) + ' ', 'x{' + chr(c), 'echo {' + chr(c) + ';'):\n"
+        "        script = parse(text)\n"
+        "        assert script.data == text.encode(), text\n"
+        "print('survived')\n"
+    )
+    for _ in range(5):
+        run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        assert (run.returncode, run.stdout.strip()) == (0, "survived"), run.stderr[-500:]
