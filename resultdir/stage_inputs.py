@@ -18,6 +18,7 @@ import yaml
 
 from ajet_runner.resultdir.names import REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 from ajet_runner.statemachine.compare import ExperimentFacts, facts_from_record, facts_from_results
+from ajet_runner.statemachine.lifecycle import FINISHED
 
 __all__ = ["ORIGINAL_CONFIG", "facts_for", "read_facts", "read_original_config"]
 
@@ -84,7 +85,7 @@ def facts_for(records: Iterable[Mapping[str, Any]], evaluations_of: Callable[[st
     for rec in records:
         exp_id = str(rec.get("id") or "")
         result_dir = str(rec.get("result_dir") or "")
-        facts = read_facts(result_dir) if read_files and rec.get("state") == "finished" else None
+        facts = read_facts(result_dir) if read_files and rec.get("state") == FINISHED else None
         if facts is not None and facts.id != exp_id:
             facts = None  # a later run's files (the dir was reused): not this experiment's
         if facts is None:

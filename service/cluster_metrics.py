@@ -37,15 +37,14 @@ from rq.queue import Queue
 from rq.utils import utcparse
 
 from ajet_runner.service.api.http_metrics import HTTP_REGISTRY
-from ajet_runner.service.submit import NODE_ALIVE_SECONDS
 from ajet_runner.statemachine.absence import node_absent_for
 from ajet_runner.statemachine.durations import format_limit
-from ajet_runner.statemachine.lifecycle import TRANSITIONS, Outcome, State
+from ajet_runner.statemachine.lifecycle import FINISHED, TRANSITIONS, Outcome, State
 from ajet_runner.store.keys import INDEX, NODES, STAGES, duration_bucket_key, exp_key, node_key, stage_key, stats_key
 from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue
 from ajet_runner.store.settings import get_settings
 from ajet_runner.store.stats import split_pair, split_transition, transition_label
-from ajet_runner.store.store import DURATION_BUCKETS, Store
+from ajet_runner.store.store import DURATION_BUCKETS, NODE_ALIVE_SECONDS, Store
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,6 @@ DETAIL_FIELDS = ("state", "purpose", "node", "started_at", "finished_at", "creat
                  "max_seconds", "attempt", "latest_metrics", "target_node", "nnodes")
 PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
 STATS = ("transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures")
-FINISHED = State.finished.value
 
 
 def _text(value: Any) -> str:

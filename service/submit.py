@@ -21,9 +21,8 @@ from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
 from ajet_runner.store.naming import session_name
 from ajet_runner.store.queue import drive_job_id, enqueue_drive, target_queue
-from ajet_runner.store.store import ResultDirTaken, Store, new_id
+from ajet_runner.store.store import NODE_ALIVE_SECONDS, ResultDirTaken, Store, new_id
 
-NODE_ALIVE_SECONDS = 30.0
 # A blueprint parses in well under 100 ms whatever it holds (tests/fuzz, bench/bench_hostile_parse.py); the
 # deadline is the backstop that keeps one request from holding a submission thread if that ever stops being so.
 PARSE_DEADLINE_SECONDS = 1.0

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
+from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
 from ajet_runner.statemachine.models import Evaluation
 from ajet_runner.statemachine.results import higher_is_better, summarize
 from ajet_runner.statemachine.sweep import format_value, is_seed_key
@@ -33,7 +34,6 @@ __all__ = ["DEFAULT_METRIC", "SUCCEEDED", "ExperimentFacts", "MetricValues", "St
            "decisive_of", "facts_from_record", "facts_from_results", "flatten"]
 
 DEFAULT_METRIC = "mean_reward"
-SUCCEEDED = ("completed", "early_stopped")
 UNSET = "(unset)"
 UNKNOWN = "(unknown)"
 _QUOTED_LINE = re.compile(r'((?:log line \d+|last log line): ".*")')
@@ -44,7 +44,7 @@ class ExperimentFacts(BaseModel):
 
     id: str
     purpose: str = ""
-    state: str = "finished"
+    state: str = FINISHED
     outcome: str = ""
     reason: str = ""
     attempts: int = 0
@@ -195,7 +195,7 @@ def facts_from_results(doc: Mapping[str, Any], *, config: Mapping[str, Any] | No
     outcome = str(doc.get("outcome") or "")
     reason = str(doc.get("reason") or "")
     return ExperimentFacts(
-        id=str(doc.get("id") or ""), purpose=str(doc.get("purpose") or ""), state="finished", outcome=outcome,
+        id=str(doc.get("id") or ""), purpose=str(doc.get("purpose") or ""), state=FINISHED, outcome=outcome,
         reason=reason, attempts=int(doc.get("attempt_count") or len(doc.get("attempts") or [])),
         repairs=int(doc.get("repair_count") or len(repairs)),
         repair_signatures=[str(r.get("signature") or "unknown") for r in repairs],
@@ -235,7 +235,7 @@ def facts_from_record(rec: Mapping[str, Any], evaluations: Iterable[Mapping[str,
         train_steps=0, evaluations=evals, config=flat, config_source=config_source,
         launch_command=bp.get("exp_launch_command") if isinstance(bp.get("exp_launch_command"), str) else None,
         sweep=sweep, result_dir=str(rec.get("result_dir") or ""), source="record",
-        decisive="" if outcome in SUCCEEDED or state != "finished" else decisive_of(reason, repairs),
+        decisive="" if outcome in SUCCEEDED or state != FINISHED else decisive_of(reason, repairs),
     )
 
 
@@ -338,7 +338,7 @@ def compare(stage: str, experiments: Iterable[ExperimentFacts], metric: str = DE
             metrics=metrics, differs=differs,
             command_part=(parts.get(f.id, UNKNOWN) if command_differs else None), result_dir=f.result_dir,
             report_path=f.report_path, repair_log_path=f.repair_log_path, source=f.source, decisive=f.decisive,
-            succeeded=f.state == "finished" and f.outcome in SUCCEEDED))
+            succeeded=f.state == FINISHED and f.outcome in SUCCEEDED))
     groups = _repeat_groups(rows, differing, seeds, metric, command_differs)
     names = sorted({m for metrics, _ in summaries.values() for m in metrics},
                    key=lambda m: (m != DEFAULT_METRIC, m))

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.lifecycle import Trigger
 
 __all__ = ["AttemptInputs", "EarlierAttempt", "RepairResult", "Verdict", "identical_attempt", "judge_failure",
            "repeats_of", "yaml_digest"]
@@ -89,7 +90,7 @@ def identical_attempt(next_inputs: AttemptInputs, earlier: Iterable[EarlierAttem
 
 @dataclass(frozen=True)
 class Verdict:
-    trigger: str  # "give_up" or "repair" (lifecycle triggers)
+    trigger: Trigger  # give_up or repair
     result: RepairResult
     reason: str  # the transition's reason (shown as the experiment's reason)
     counted: bool  # counts in ajet_runner_repairs_total{signature, result}
@@ -106,10 +107,11 @@ def judge_failure(*, launched: bool, signature: str, planned: bool, applicable: 
     wait before this repeat) is left; no repair budget left → budget spent; else relaunch with the fix.
     `quote` is the log line the reason quotes."""
     if not launched:
-        return Verdict("give_up", RepairResult.not_repairable, rejection or "rejected by preflight", counted=False)
+        return Verdict(Trigger.give_up, RepairResult.not_repairable, rejection or "rejected by preflight",
+                       counted=False)
     quoted = f" — {quote}" if quote else ""
     if not planned:
-        return Verdict("give_up", RepairResult.not_repairable,
+        return Verdict(Trigger.give_up, RepairResult.not_repairable,
                        f"{signature}: {why or RepairResult.not_repairable.value}{quoted}", counted=True)
     repeat = identical_to is not None or not applicable
     if repeat and backoff is None:
@@ -118,14 +120,14 @@ def judge_failure(*, launched: bool, signature: str, planned: bool, applicable: 
                     "and failed the same way")
         else:
             text = why or RepairResult.no_applicable_change.value
-        return Verdict("give_up", RepairResult.no_applicable_change, f"{signature}: {text}{quoted}", counted=True,
+        return Verdict(Trigger.give_up, RepairResult.no_applicable_change, f"{signature}: {text}{quoted}", counted=True,
                        identical_to=identical_to)
     if not budget_left:
-        return Verdict("give_up", RepairResult.budget_spent, f"{signature}: repair budget spent{quoted}", counted=True,
-                       identical_to=identical_to)
+        return Verdict(Trigger.give_up, RepairResult.budget_spent, f"{signature}: repair budget spent{quoted}",
+                       counted=True, identical_to=identical_to)
     if repeat:
         same = f" as attempt {identical_to} did" if identical_to is not None else ""
-        return Verdict("repair", RepairResult.relaunched,
+        return Verdict(Trigger.repair, RepairResult.relaunched,
                        f"{signature}: transient; relaunching unchanged{same} after {format_limit(backoff)}",
                        counted=True, backoff=float(backoff or 0.0), identical_to=identical_to)
-    return Verdict("repair", RepairResult.relaunched, f"{signature}: {why}", counted=True)
+    return Verdict(Trigger.repair, RepairResult.relaunched, f"{signature}: {why}", counted=True)

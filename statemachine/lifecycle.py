@@ -15,6 +15,17 @@ from typing import Any
 from transitions import EventData, Machine, MachineError
 
 
+class Name(str, Enum):
+    """A str-valued enum whose str() and format() are its value (like 3.11's StrEnum), so an f-string, a
+    log line or a Redis field shows `cancel`, never `Trigger.cancel`."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
 class State(str, Enum):
     queued = "queued"
     launching = "launching"
@@ -33,40 +44,92 @@ class Outcome(str, Enum):
     cancelled = "cancelled"
 
 
+class Trigger(Name):
+    """The lifecycle's triggers (what `Lifecycle.fire` takes; stored as the value in the history)."""
+
+    start = "start"
+    reject = "reject"
+    launched = "launched"
+    completed = "completed"
+    anomaly = "anomaly"
+    time_up = "time_up"
+    plateau = "plateau"
+    cancel = "cancel"
+    repair = "repair"
+    give_up = "give_up"
+    relaunch = "relaunch"
+    collected = "collected"
+    write_failed = "write_failed"
+
+
+class EventType(Name):
+    """Every `type` an experiment's event stream carries (the values are on the wire: stored streams, the
+    API's JSON and SSE `event:` names, webhooks' readers). store/events.py models each one's fields."""
+
+    submitted = "submitted"  # the record was created (its first transition: to queued)
+    transition = "transition"  # the lifecycle moved (from, to, trigger, reason, attempt)
+    adoption = "adoption"  # a node's supervisor queued a drive job for a run whose driver's lease expired
+    adopted = "adopted"  # a driver took over such a run (the lease is its own now)
+    requeued = "requeued"  # a queued run's job died before any worker claimed it: queued again
+    node_absent = "node_absent"  # the node a queued run is pinned to has not been seen for a while
+    cleanup = "cleanup"  # processes a stop or relaunch killed
+    result_write_failed = "result_write_failed"
+    gpu_check = "gpu_check"  # what the runner's own GPU check before launch saw
+    scan_resumed = "scan_resumed"  # an adopted run's log scan goes on from a checkpoint
+    scan_caught_up = "scan_caught_up"
+    evaluation = "evaluation"  # a validation row of the log (step, dataset, metrics)
+    progress = "progress"
+    warning = "warning"
+    unscanned = "unscanned"  # a byte range of the log that was never scanned
+    gang = "gang"  # multi-node: the ranks' news
+    swarm_server = "swarm_server"
+    adviser = "adviser"  # the LLM adviser was asked, answered, ...
+    stage_report = "stage_report"
+    stage_report_failed = "stage_report_failed"
+    webhook_delivered = "webhook_delivered"
+    webhook_gave_up = "webhook_gave_up"
+    webhook_failed = "webhook_failed"
+    info = "info"  # what an event without a type reads as
+
+
 ACTIVE_STATES = (State.launching, State.running, State.failing, State.repairing, State.collecting)
 UNFINISHED_STATES = (State.queued, *ACTIVE_STATES)
 # Outcomes a user counts as success (the `run` command exits 0 for them).
 SUCCESS_OUTCOMES = (Outcome.completed, Outcome.early_stopped)
+# The same as plain strings, the one definition every layer compares stored values with.
+FINISHED = State.finished.value
+SUCCEEDED = tuple(o.value for o in SUCCESS_OUTCOMES)
+ACTIVE_STATE_NAMES = frozenset(s.value for s in ACTIVE_STATES)
 
 # The trigger that leads to `collecting` decides the outcome.
 OUTCOME_OF_TRIGGER = {
-    "completed": Outcome.completed,
-    "time_up": Outcome.timed_out,
-    "plateau": Outcome.early_stopped,
-    "cancel": Outcome.cancelled,
-    "give_up": Outcome.failed,
-    "write_failed": Outcome.failed,  # the result files (finish.flag) could not be written: never "completed"
+    Trigger.completed: Outcome.completed,
+    Trigger.time_up: Outcome.timed_out,
+    Trigger.plateau: Outcome.early_stopped,
+    Trigger.cancel: Outcome.cancelled,
+    Trigger.give_up: Outcome.failed,
+    Trigger.write_failed: Outcome.failed,  # the result files (finish.flag) could not be written: never "completed"
 }
 
-_S = State
+_S, _T = State, Trigger
 TRANSITIONS: list[dict[str, Any]] = [
-    {"trigger": "start", "source": _S.queued, "dest": _S.launching},
-    {"trigger": "reject", "source": [_S.queued, _S.launching], "dest": _S.failing},
-    {"trigger": "launched", "source": _S.launching, "dest": _S.running},
-    {"trigger": "completed", "source": _S.running, "dest": _S.collecting},
-    {"trigger": "anomaly", "source": [_S.launching, _S.running], "dest": _S.failing},
-    {"trigger": "time_up", "source": [_S.launching, _S.running, _S.failing, _S.repairing],
+    {"trigger": _T.start, "source": _S.queued, "dest": _S.launching},
+    {"trigger": _T.reject, "source": [_S.queued, _S.launching], "dest": _S.failing},
+    {"trigger": _T.launched, "source": _S.launching, "dest": _S.running},
+    {"trigger": _T.completed, "source": _S.running, "dest": _S.collecting},
+    {"trigger": _T.anomaly, "source": [_S.launching, _S.running], "dest": _S.failing},
+    {"trigger": _T.time_up, "source": [_S.launching, _S.running, _S.failing, _S.repairing],
      "dest": _S.collecting},
-    {"trigger": "plateau", "source": _S.running, "dest": _S.collecting},
-    {"trigger": "cancel", "source": [_S.queued, _S.launching, _S.running, _S.failing, _S.repairing],
+    {"trigger": _T.plateau, "source": _S.running, "dest": _S.collecting},
+    {"trigger": _T.cancel, "source": [_S.queued, _S.launching, _S.running, _S.failing, _S.repairing],
      "dest": _S.collecting},
-    {"trigger": "repair", "source": _S.failing, "dest": _S.repairing, "conditions": "repair_allowed"},
-    {"trigger": "give_up", "source": _S.failing, "dest": _S.collecting},
-    {"trigger": "relaunch", "source": _S.repairing, "dest": _S.launching, "after": "_next_attempt"},
-    {"trigger": "collected", "source": _S.collecting, "dest": _S.finished},
-    {"trigger": "write_failed", "source": _S.collecting, "dest": _S.finished},
+    {"trigger": _T.repair, "source": _S.failing, "dest": _S.repairing, "conditions": "repair_allowed"},
+    {"trigger": _T.give_up, "source": _S.failing, "dest": _S.collecting},
+    {"trigger": _T.relaunch, "source": _S.repairing, "dest": _S.launching, "after": "_next_attempt"},
+    {"trigger": _T.collected, "source": _S.collecting, "dest": _S.finished},
+    {"trigger": _T.write_failed, "source": _S.collecting, "dest": _S.finished},
 ]
-TRIGGERS = tuple(dict.fromkeys(t["trigger"] for t in TRANSITIONS))
+TRIGGERS = tuple(t.value for t in Trigger)
 
 
 class TransitionRefused(RuntimeError):
@@ -119,10 +182,10 @@ class Lifecycle:
         trigger = event.event.name
         if trigger in OUTCOME_OF_TRIGGER:
             self.outcome = OUTCOME_OF_TRIGGER[trigger].value
-        if trigger == "repair":
+        if trigger == Trigger.repair:
             signature = str(event.kwargs.get("signature", ""))
             self.repairs[signature] = self.repairs.get(signature, 0) + 1
-        if trigger == "start" and self.attempt == 0:
+        if trigger == Trigger.start and self.attempt == 0:
             self.attempt = 1
         self.reason = str(event.kwargs.get("reason", "")) or self.reason
         self.history.append(
@@ -138,9 +201,10 @@ class Lifecycle:
 
     # -- the one entry point adapters use -------------------------------------------------
     def fire(
-        self, trigger: str, *, reason: str = "", at: float | None = None, **detail: Any
+        self, trigger: Trigger | str, *, reason: str = "", at: float | None = None, **detail: Any
     ) -> dict[str, Any]:
         """Apply `trigger`; return the history entry it made. Raises TransitionRefused."""
+        trigger = str(trigger)
         if trigger not in TRIGGERS:
             raise TransitionRefused(f"unknown trigger {trigger!r}")
         before = len(self.history)  # every transition appends one entry (_record)
@@ -152,8 +216,9 @@ class Lifecycle:
             raise TransitionRefused(f"{trigger!r} refused in state {self.state!r}: guard said no")
         return self.history[-1]
 
-    def can(self, trigger: str, **detail: Any) -> bool:
+    def can(self, trigger: Trigger | str, **detail: Any) -> bool:
         """Whether `trigger` is valid now (guards included)."""
+        trigger = str(trigger)
         if trigger not in TRIGGERS:
             return False
         return bool(self.may_trigger(trigger, **detail))  # type: ignore[attr-defined]

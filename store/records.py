@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from ajet_runner.statemachine.failure import RepairResult
+from ajet_runner.statemachine.lifecycle import FINISHED
 
 
 def text(value: Any) -> str:
@@ -270,4 +271,4 @@ class ExperimentRecord(Loose):
 
     @property
     def finished(self) -> bool:
-        return self.state == "finished"
+        return self.state == FINISHED

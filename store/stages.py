@@ -15,6 +15,7 @@ from typing import Any
 
 from redis.typing import EncodableT, FieldT
 
+from ajet_runner.statemachine.lifecycle import FINISHED, EventType
 from ajet_runner.store.keys import STAGES, exp_key, stage_key, stage_meta_key
 from ajet_runner.store.records import text
 from ajet_runner.store.scripts import lua
@@ -82,7 +83,7 @@ def add_to_stage(store: Store, name: str, ids: list[str]) -> list[str]:
 def stage_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """{"states": {state: n}, "outcomes": {outcome: n}} of a stage's records (fields `state`, `outcome`)."""
     states = Counter(str(r.get("state") or "") for r in records)
-    outcomes = Counter(str(r.get("outcome")) for r in records if r.get("state") == "finished" and r.get("outcome"))
+    outcomes = Counter(str(r.get("outcome")) for r in records if r.get("state") == FINISHED and r.get("outcome"))
     return {"states": dict(sorted(states.items())), "outcomes": dict(sorted(outcomes.items()))}
 
 
@@ -92,7 +93,7 @@ def evaluation_events(store: Store, exp_id: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     after = "0-0"
     while batch := store.events(exp_id, after=after, count=1000):
-        out += [e for e in batch if e.get("type") == "evaluation"]
+        out += [e for e in batch if e.get("type") == EventType.evaluation]
         after = batch[-1]["event_id"]
     return out
 

@@ -17,7 +17,8 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
-from ajet_runner.statemachine.lifecycle import Outcome, State
+from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, FINISHED, EventType, Outcome, State
+from ajet_runner.store.events import EventBase, checked
 from ajet_runner.store.keys import (
     GLOBAL_STREAM,
     INDEX,
@@ -54,12 +55,12 @@ __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "ResultDir
 STREAM_MAXLEN = 10_000
 LOG_TAIL_CAP = 200  # lines of log kept in Redis, so the API can show a log without the node's disk
 NODE_RECORD_TTL = 3600
+NODE_ALIVE_SECONDS = 30.0  # a node whose last heartbeat is older is down (node_up 0, not offered work)
 GLOBAL_STREAM_MAXLEN = 100_000
 STATE_NAMES = tuple(s.value for s in State)  # the order of the per-state index keys given to the script
 OUTCOME_NAMES = tuple(o.value for o in Outcome)  # the duration-bucket keys whose expiry the script refreshes
 CLAIM_FIELD = "result_dir_claim"  # the record's claimed result dir (a real path), released when it finishes
 HOLD_SECONDS = 60.0  # a claim without a record (while a refusal report is written) lapses after this
-ACTIVE_STATE_NAMES = frozenset(STATE_NAMES) - {State.queued.value, State.finished.value}
 INDEX_VERSION = 1  # bump when the indexes the transition script keeps change: they are rebuilt once
 DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, float("inf"))
 
@@ -186,7 +187,8 @@ class Store:
         record = {"id": exp_id, "version": 0, "created_at": now, **fields}
         if result_dir_key:
             record[CLAIM_FIELD] = result_dir_key
-        keys, args = self._transition_call(exp_id, expected_version=0, fields={}, event={"type": "submitted", **event},
+        keys, args = self._transition_call(exp_id, expected_version=0, fields={}, event={"type": EventType.submitted,
+                                                                                  **event},
                                            node=str(fields.get("target_node") or ""))
         pipe = self.r.pipeline(transaction=True)
         pipe.multi()  # explicit: what `also` adds (RQ's enqueue with a pipeline) expects a MULTI under way
@@ -255,7 +257,7 @@ class Store:
         rows = sorted((text(flat[k]), flat[k + 1], flat[k + 2]) for k in range(2, len(flat), 3))
         nodes = [_node_info(name, dict(zip(raw[0::2], raw[1::2], strict=True)), drain)
                  for name, raw, drain in rows if raw]
-        if holder is None or state is None or state == b"finished":
+        if holder is None or state is None or state == FINISHED.encode():
             return None, nodes
         return (text(holder), text(state)), nodes
 
@@ -332,7 +334,7 @@ class Store:
         """The KEYS and ARGV of the transition script (store/transition.lua documents them)."""
         counted = TransitionStats.of(stats)
         packed = counted.packed(["inf" if b == float("inf") else repr(b) for b in DURATION_BUCKETS])
-        payload = {"at": time.time(), **event}
+        payload = {"at": time.time(), **checked(event, EventType.transition)}
         keys = [exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED,
                 stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
                 duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
@@ -358,13 +360,16 @@ class Store:
         if fields:
             self.r.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(fields))] * 2, strict=True)))
 
-    def publish(self, exp_id: str, event: Mapping[str, Any], *, once: tuple[str, int] | None = None) -> str:
-        """An event that is not a transition (progress, repair note, log excerpt).
+    def publish(self, exp_id: str, event: Mapping[str, Any] | EventBase, *,
+                once: tuple[str, int] | None = None) -> str:
+        """An event that is not a transition (progress, repair note, log excerpt), checked against its
+        model (store/events.py: an unknown type raises EventRefused).
 
         `once=(writer, seq)` makes a retried send harmless: Redis adds the event only if that
         writer's `seq` is new (returns "" otherwise)."""
+        event = checked(event)
         payload = json.dumps({"at": time.time(), **event}, default=str)
-        kind = str(event.get("type", "info"))
+        kind = str(event.get("type", EventType.info))
         if once is not None:
             got = self._publish_once(
                 keys=[stream_key(exp_id), GLOBAL_STREAM, published_key(exp_id)],

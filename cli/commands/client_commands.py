@@ -39,6 +39,7 @@ from ajet_runner.service.client.api_client import (
     token_from_env,
 )
 from ajet_runner.statemachine.durations import format_duration, format_progress
+from ajet_runner.statemachine.lifecycle import FINISHED
 
 URL_OPTION = typer.Option(DEFAULT_URL, "--url", envvar="AJET_RUNNER_URL", help="the API's base URL")
 TOKEN_OPTION = typer.Option("", "--token", envvar="AJET_RUNNER_TOKEN", show_envvar=False,
@@ -59,7 +60,7 @@ def status_word(rec: Any) -> str:
     state = rec.get("state")
     if state == "queued":
         return "Queuing"
-    if state == "finished":
+    if state == FINISHED:
         return STATUS_WORDS.get(str(rec.get("outcome")), "Failed")
     return "Running"
 
@@ -130,7 +131,7 @@ def _reward(rec: Any) -> str:
 
 
 def _state_or_outcome(rec: Any) -> str:
-    if rec.get("state") == "finished":
+    if rec.get("state") == FINISHED:
         return str(rec.get("outcome") or "finished")
     return str(rec.get("state")) + (" (stopping)" if rec.get("cancel_requested") else "")
 
@@ -425,8 +426,8 @@ def _follow_log(client: AjetRunnerClient, exp_id: str, tail: int, follow: bool, 
         exp_id, tail=tail, raw=raw)
     show(chunk.text, chunk)
     lines = chunk.text.splitlines()
-    while follow and not (chunk.state == "finished" and chunk.source == "redis"):
-        if chunk.state == "finished" and not chunk.text:
+    while follow and not (chunk.state == FINISHED and chunk.source == "redis"):
+        if chunk.state == FINISHED and not chunk.text:
             return
         time.sleep(interval)
         if chunk.source == "file" and chunk.offset is not None:

@@ -8,13 +8,15 @@ Used by `run` (reading Redis directly) and `watch` (through the HTTP API): both 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
 from ajet_runner.statemachine.durations import format_progress
+from ajet_runner.statemachine.lifecycle import FINISHED, EventType
+from ajet_runner.store.events import AdoptedEvent, EvaluationEvent, EventBase, TransitionEvent, parse_event
 
 Poll = Callable[[str], tuple[dict[str, Any] | None, list[dict[str, Any]], str]]
 
@@ -28,16 +30,23 @@ def headline(metrics: dict[str, Any]) -> str:
     return "mean_reward n/a"
 
 
-def describe(event: dict[str, Any]) -> str | None:
-    kind = event.get("type")
-    if kind == "transition":
-        return f"{event.get('from')} → {event.get('to')} ({event.get('trigger')}) {event.get('reason', '')}".strip()
-    if kind == "evaluation":
-        m = event.get("metrics") or {}
+# The events `describe` writes a line of its own for (the others: `event_line` shows their message or fields).
+DESCRIBED = (EventType.transition, EventType.evaluation, EventType.adopted, EventType.adoption, EventType.cleanup,
+             EventType.warning)
+
+
+def describe(event: Mapping[str, Any] | EventBase) -> str | None:
+    typed = event if isinstance(event, EventBase) else parse_event(event)
+    if isinstance(typed, TransitionEvent):
+        return f"{typed.from_} → {typed.to} ({typed.trigger}) {typed.reason}".strip()
+    if isinstance(typed, EvaluationEvent):
+        m = typed.metrics
         bits = [f"{k}={m[k]:.4g}" for k in ("mean_reward", "task_pass_rate@1") if isinstance(m.get(k), int | float)]
-        return f"evaluation at step {event.get('step')}: {' '.join(bits)}"
-    if kind in ("adopted", "adoption", "cleanup", "warning"):
-        return f"{kind}: {event.get('message') or event.get('owner') or ''}"
+        return f"evaluation at step {typed.step}: {' '.join(bits)}"
+    if isinstance(typed, AdoptedEvent):
+        return f"{typed.type}: {typed.message or typed.owner}"
+    if typed.type in DESCRIBED:
+        return f"{typed.type}: {typed.message}"
     return None
 
 
@@ -51,7 +60,7 @@ def elapsed_of(rec: dict[str, Any]) -> float:
 
 def fraction(rec: dict[str, Any]) -> float:
     """How full the bar is: elapsed / max time, and full once the experiment is finished (whatever the clock)."""
-    if rec.get("state") == "finished":
+    if rec.get("state") == FINISHED:
         return 1.0
     max_s = float(rec.get("max_seconds") or 0)
     return min(1.0, elapsed_of(rec) / max_s) if max_s else 0.0
@@ -91,7 +100,7 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                     clock=format_progress(elapsed, max_s),
                     attempt=rec.get("attempt") or "-", reward=reward,
                 )
-                if rec.get("state") == "finished":
+                if rec.get("state") == FINISHED:
                     return rec
                 time.sleep(interval if not events else 0)
             except KeyboardInterrupt:

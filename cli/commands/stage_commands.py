@@ -21,8 +21,8 @@ from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.client_commands import TOKEN_OPTION, URL_OPTION, connect
 from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, echo_json, err, print_table
 from ajet_runner.statemachine.durations import format_duration
+from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
 
-SUCCEEDED = ("completed", "early_stopped")
 WAIT_COLUMNS = ("id", "purpose", "state", "attempt", "elapsed", "mean_reward")
 
 
@@ -32,7 +32,7 @@ def _purpose(rec: Any) -> str:
 
 
 def _state(rec: Any) -> str:
-    if rec.get("state") == "finished":
+    if rec.get("state") == FINISHED:
         return str(rec.get("outcome") or "finished")
     return str(rec.get("state") or "?") + (" (stopping)" if rec.get("cancel_requested") else "")
 
@@ -65,7 +65,7 @@ def _live_table(recs: list[Any]) -> Table:
 def summary_line(rec: Any) -> str:
     """One line per experiment once the wait is over: id, outcome, elapsed, final mean_reward, result dir."""
     line = f"{rec.id}  {_state(rec)}  {_elapsed(rec)}  mean_reward {_reward(rec)}  {rec.get('result_dir') or ''}"
-    if rec.get("state") == "finished" and rec.get("outcome") not in SUCCEEDED and rec.get("reason"):
+    if rec.get("state") == FINISHED and rec.get("outcome") not in SUCCEEDED and rec.get("reason"):
         line += f"  ({' '.join(str(rec.get('reason')).split())[:300]})"
     return line
 
@@ -113,7 +113,7 @@ def _local_or_served(served: dict[str, Any]) -> Any:
     from ajet_runner.statemachine.compare import ExperimentFacts
 
     facts = ExperimentFacts.model_validate(served)
-    if facts.source != "results.json" and facts.state == "finished" and facts.result_dir:
+    if facts.source != "results.json" and facts.state == FINISHED and facts.result_dir:
         local = read_facts(facts.result_dir)
         if local is not None and local.id == facts.id:
             return local

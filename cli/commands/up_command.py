@@ -26,6 +26,7 @@ import typer
 
 from ajet_runner.cli.commands import output
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.store.settings import get_settings
 
 STOP_WAIT_SECONDS = 60.0  # after Ctrl-C: how long the running experiments get to stop and write their reports
@@ -71,7 +72,7 @@ def _stop_experiments(store: Any, wait: float) -> None:
                    "Ctrl-C again to leave them)")
     deadline = time.monotonic() + wait
     while live and time.monotonic() < deadline:
-        live = [i for i in live if (store.get(i) or {}).get("state") not in (None, "finished")]
+        live = [i for i in live if (store.get(i) or {}).get("state") not in (None, FINISHED)]
         time.sleep(0.2)
 
 

@@ -87,7 +87,7 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False, port
     """The API app. Without any token configured, /v1 answers 401 unless `insecure` (loopback only: `serve`
     checks that). `port` and `bind`: where it is served, for the Host names an open API answers
     (service/api/hosts.py; HostsError for an allowed-hosts setting it cannot honour)."""
-    from ajet_runner.service.api.events import router as events_router
+    from ajet_runner.service.api.event_routes import router as events_router
     from ajet_runner.service.api.experiments import nodes_router
     from ajet_runner.service.api.experiments import router as experiments_router
     from ajet_runner.service.api.stage_routes import router as stages_router

@@ -31,10 +31,8 @@ from ajet_runner.service.api.schemas import (
     view_dict,
 )
 from ajet_runner.service.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
-from ajet_runner.statemachine.lifecycle import Outcome, State
-from ajet_runner.store.store import decode, exp_key
-
-FINISHED = State.finished.value
+from ajet_runner.statemachine.lifecycle import FINISHED, Outcome, State
+from ajet_runner.store.store import NODE_ALIVE_SECONDS, decode, exp_key
 
 router = APIRouter(prefix="/v1", tags=["experiments"], responses=error_responses(*V1_ERRORS))
 NOT_FOUND = error_responses(404)
@@ -306,7 +304,6 @@ nodes_router = APIRouter(prefix="/v1", tags=["nodes"], responses=error_responses
 @nodes_router.get("/nodes", response_model=list[NodeView])
 def nodes(be: Backend = Depends(backend)) -> list[dict[str, Any]]:
     """Every node that sent a heartbeat recently: GPUs, busy GPUs, slots, its running experiments."""
-    from ajet_runner.service.submit import NODE_ALIVE_SECONDS
 
     now = time.time()
     return [node_dict(n, now, NODE_ALIVE_SECONDS) for n in be.store.nodes()]

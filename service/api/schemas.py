@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from ajet_runner.statemachine.models import Problem
+from ajet_runner.store.events import Event
 
 NODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 STREAM_ID_PATTERN = r"^\d{1,20}(-\d{1,20})?$"
@@ -112,7 +113,7 @@ class DeleteResult(BaseModel):
 
 class EventPage(BaseModel):
     id: str
-    events: list[dict[str, Any]]
+    events: list[Event] = Field(..., description="each event's fields depend on its `type` (store/events.py)")
     next_after: str = Field(..., description="pass as `after` (or Last-Event-ID) to get the events that follow")
     finished: bool = Field(..., description="the experiment is finished and every event was returned")
 

@@ -22,13 +22,13 @@ from ajet_runner.service.api.stage_schemas import (
     StageView,
 )
 from ajet_runner.statemachine.compare import DEFAULT_METRIC, ExperimentFacts, compare
+from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
 from ajet_runner.store.keys import stage_key
 from ajet_runner.store.stages import evaluation_events, stage_counts, stage_ids, stage_meta, stage_names
 from ajet_runner.store.store import Store, decode, exp_key
 
 router = APIRouter(prefix="/v1", tags=["stages"], responses=error_responses(*V1_ERRORS))
 NOT_FOUND = error_responses(404, notes={404: "no stage with that name"})
-SUCCEEDED = ("completed", "early_stopped")
 
 
 def _records(store: Store, ids: list[str], fields: tuple[str, ...] = SUMMARY_FIELDS) -> list[dict[str, Any]]:
@@ -67,7 +67,7 @@ def stage_summary(store: Store, name: str, with_experiments: bool = False) -> di
     if len(records) < len(ids):  # records that expired after the retention time leave the index
         store.r.zrem(stage_key(name), *(set(ids) - {r["id"] for r in records}))
     counts = stage_counts(records)
-    finished = bool(records) and all(r.get("state") == "finished" for r in records)
+    finished = bool(records) and all(r.get("state") == FINISHED for r in records)
     now = time.time()
     out: dict[str, Any] = {
         "name": name, "created_at": float(meta["created_at"]) if meta.get("created_at") else None,

@@ -11,8 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FINISHED = "finished"
-SUCCEEDED = ("completed", "early_stopped")
+from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
+from ajet_runner.store.events import Event as AnyEvent
+from ajet_runner.store.events import EventBase as Event
+from ajet_runner.store.events import parse_event
+
+__all__ = ["AnyEvent", "DeleteResult", "Event", "EventPage", "Experiment", "ExperimentPage", "Node", "Record", "Stage",
+           "StageSubmission", "parse_event"]
+
 
 
 class Record(BaseModel):
@@ -86,17 +92,9 @@ class ExperimentPage(Record):
     offset: int
 
 
-class Event(Record):
-    """One published event; its type-specific fields (`to`, `step`, `metrics`, ...) are extras."""
-
-    type: str = "message"
-    event_id: str = ""
-    at: float | None = None
-
-
 class EventPage(Record):
     id: str
-    events: list[Event]
+    events: list[AnyEvent]  # each the model of its type (store/events.py), all of them an `Event`
     next_after: str
     finished: bool
 

@@ -44,10 +44,10 @@ from ajet_runner.service.client.answers import (
     Node,
     Stage,
     StageSubmission,
+    parse_event,
 )
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-FINISHED = "finished"
 RECONNECT_LIMIT = 30.0  # seconds without any contact with the API before a follower gives up
 SSE_READ_TIMEOUT = 45.0  # the server sends a keep-alive every 15 s: three missed ones = a dead connection
 T = TypeVar("T")
@@ -247,7 +247,7 @@ def _event_of(sse: ServerSentEvent) -> Event | None:
         body = {"data": body}
     body.setdefault("event_id", sse.id or "")
     body.setdefault("type", sse.event or "message")
-    return Event.model_validate(body)
+    return parse_event(body)
 
 
 def _sse_timeout(limit: float) -> httpx.Timeout:

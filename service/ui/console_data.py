@@ -15,6 +15,7 @@ from typing import Any
 
 from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 from ajet_runner.service.api.schemas import SUMMARY_FIELDS, summary_dict
+from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.store.stages import stage_ids, stage_names
 from ajet_runner.store.store import Store, decode, exp_key
 
@@ -102,7 +103,7 @@ def evaluations(store: Store, exp_id: str) -> list[dict[str, Any]]:
         batch = store.events(exp_id, after=after, count=1000)
         if not batch:
             return out
-        out += [e for e in batch if e.get("type") == "evaluation"]
+        out += [e for e in batch if e.get("type") == EventType.evaluation]
         after = batch[-1]["event_id"]
 
 

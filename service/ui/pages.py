@@ -22,12 +22,11 @@ from ajet_runner.service.ui import html as render
 from ajet_runner.service.ui.session import COOKIE, Sessions, Viewer, check_origin, safe_next
 from ajet_runner.service.ui.streams import follow, last_id
 from ajet_runner.statemachine.lifecycle import Outcome, State
-from ajet_runner.store.store import GLOBAL_STREAM, exp_key, stream_key
+from ajet_runner.store.store import GLOBAL_STREAM, NODE_ALIVE_SECONDS, exp_key, stream_key
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]?")
-NODE_ALIVE_SECONDS = 30.0  # as ajet_runner.service.submit.NODE_ALIVE_SECONDS (not imported: it loads the worker side)
 
 env = Environment(loader=PackageLoader("ajet_runner.service.ui", "templates"),
                   autoescape=select_autoescape(default=True), trim_blocks=True, lstrip_blocks=True)

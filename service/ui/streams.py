@@ -14,12 +14,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ajet_runner.service.api.events import is_final
-from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.service.api.event_routes import is_final
+from ajet_runner.statemachine.lifecycle import FINISHED, EventType
+from ajet_runner.store.events import TransitionEvent, parse_event
 from ajet_runner.store.store import GLOBAL_STREAM, exp_key, stream_key
 
+FINISHED_B = FINISHED.encode()  # as a Redis reply reads
 KEEPALIVE_MS = 15_000
-FINISHED = State.finished.value.encode()
 
 
 async def last_id(r: aioredis.Redis, key: str) -> str:
@@ -33,8 +34,10 @@ def _message(entry_id: bytes, data: dict[bytes, bytes]) -> tuple[str, dict[str, 
         event = json.loads(data.get(b"data", b"{}"))
     except ValueError:
         event = {}
-    event["type"] = data.get(b"type", b"info").decode()
-    slim = {"id": data.get(b"id", b"").decode(), "type": event["type"], "to": event.get("to")}
+    event["type"] = data.get(b"type", EventType.info.value.encode()).decode()
+    typed = parse_event(event)
+    slim = {"id": data.get(b"id", b"").decode(), "type": event["type"],
+            "to": typed.to if isinstance(typed, TransitionEvent) else None}
     return f"id: {entry_id.decode()}\ndata: {json.dumps(slim)}\n\n", event
 
 
@@ -59,7 +62,7 @@ async def follow(r: aioredis.Redis, after: str, exp_id: str | None = None) -> As
             continue
         if exp_id:
             state = await r.hget(exp_key(exp_id), "state")
-            if state is None or state == FINISHED:
+            if state is None or state == FINISHED_B:
                 yield 'data: {"type": "end"}\n\n'
                 return
         yield ": keepalive\n\n"

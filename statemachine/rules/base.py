@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Evaluation, Finding
 
 
@@ -44,7 +45,7 @@ class Observation:
 class Proposal:
     """A rule's suggestion: fire `trigger` because `reason`. The machine has the last word."""
 
-    trigger: str
+    trigger: Trigger
     reason: str
     rule: str
     finding: Finding | None = None

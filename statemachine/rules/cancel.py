@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 
 
@@ -13,5 +14,5 @@ class CancelRule:
 
     def check(self, obs: Observation) -> Proposal | None:
         if obs.cancel_requested:
-            return Proposal("cancel", "stop requested", self.name)
+            return Proposal(Trigger.cancel, "stop requested", self.name)
         return None

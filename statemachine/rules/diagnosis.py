@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 from ajet_runner.statemachine.signatures import signature
 
@@ -37,4 +38,4 @@ class DiagnosisRule:
         seen = obs.cause_seen_at if obs.cause_seen_at is not None else obs.now
         if obs.now - seen < self.settle_for(obs.cause.signature):
             return None
-        return Proposal("anomaly", f"fatal log signature {obs.cause.signature}", self.name, obs.cause)
+        return Proposal(Trigger.anomaly, f"fatal log signature {obs.cause.signature}", self.name, obs.cause)

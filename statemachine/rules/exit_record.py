@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 
@@ -23,4 +24,4 @@ class ExitRecordRule:
         reason = f"the command's exit code could not be recorded{code}: {obs.exit_record_error}"
         finding = Finding(signature=EXIT_NOT_RECORDED, fatal=True, line=0, text=obs.exit_record_error,
                           explanation=reason, repairable=False)
-        return Proposal("anomaly", reason, self.name, finding)
+        return Proposal(Trigger.anomaly, reason, self.name, finding)

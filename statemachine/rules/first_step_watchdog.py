@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.first_step import DEFAULT_FIRST_STEP_SECONDS
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 
@@ -31,4 +32,4 @@ class FirstStepRule:
         reason = f"no training step within the first-step timeout of {format_limit(limit)}"
         finding = Finding(signature=SIGNATURE, fatal=True, line=0, text="", repairable=False,
                           explanation=reason + " (no kl_loss value, Training Progress step or global_step)")
-        return Proposal("anomaly", reason, self.name, finding)
+        return Proposal(Trigger.anomaly, reason, self.name, finding)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Finding, RepairAction
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 
@@ -34,4 +35,4 @@ class GangRule:
     def check(self, obs: Observation) -> Proposal | None:
         if not obs.gang_problem or not obs.process_alive:
             return None
-        return Proposal("anomaly", obs.gang_problem, self.name, gang_finding(obs.gang_problem))
+        return Proposal(Trigger.anomaly, obs.gang_problem, self.name, gang_finding(obs.gang_problem))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.policies import plateaued
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 
@@ -27,7 +28,7 @@ class PlateauRule:
             epsilon=self.epsilon,
         ):
             return Proposal(
-                "plateau",
+                Trigger.plateau,
                 f"mean_reward and task_pass_rate@1 moved less than {self.epsilon} over the last "
                 f"{self.window} evaluations",
                 self.name,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 
 
@@ -16,10 +17,10 @@ class ProcessExitRule:
             return None
         code = obs.exit_code
         if code == 0:
-            return Proposal("completed", "the command exited 0", self.name)
+            return Proposal(Trigger.completed, "the command exited 0", self.name)
         if code is None and obs.completed_run:
-            return Proposal("completed", "the command ended after its final validation", self.name)
+            return Proposal(Trigger.completed, "the command ended after its final validation", self.name)
         what = "ended without recording an exit code" if code is None else f"exited with code {code}"
         if obs.cause is not None:
-            return Proposal("anomaly", f"the command {what}: {obs.cause.signature}", self.name, obs.cause)
-        return Proposal("anomaly", f"the command {what}", self.name)
+            return Proposal(Trigger.anomaly, f"the command {what}: {obs.cause.signature}", self.name, obs.cause)
+        return Proposal(Trigger.anomaly, f"the command {what}", self.name)

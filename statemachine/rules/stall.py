@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.policies import stalled
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 
@@ -19,5 +20,5 @@ class StallRule:
             return None
         last_output = max(obs.last_output_at, obs.attempt_started_at)
         if stalled(obs.now, last_output, obs.last_eval_at, self.stall_seconds):
-            return Proposal("anomaly", f"stalled: no output for {format_limit(self.stall_seconds)}", self.name)
+            return Proposal(Trigger.anomaly, f"stalled: no output for {format_limit(self.stall_seconds)}", self.name)
         return None

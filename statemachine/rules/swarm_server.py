@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 from ajet_runner.statemachine.signatures import signature
@@ -40,12 +41,12 @@ class SwarmServerRule:
             return None  # the client finished first: its exit decides (a server may stop after that)
         if not obs.server_alive:
             finding = server_failure_finding(obs.server_cause, obs.server_last_line)
-            return Proposal("anomaly", f"the swarm server died while the client ran: {finding.signature}",
+            return Proposal(Trigger.anomaly, f"the swarm server died while the client ran: {finding.signature}",
                             self.name, finding)
         server = obs.server_cause
         if (not obs.process_alive and server is not None and server.signature.startswith("swarm_")
                 and _unspecific(obs.cause)):
             code = "no exit code" if obs.exit_code is None else f"code {obs.exit_code}"
-            return Proposal("anomaly", f"the client exited ({code}); the swarm server's log shows "
+            return Proposal(Trigger.anomaly, f"the client exited ({code}); the swarm server's log shows "
                             f"{server.signature}", self.name, server)
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.policies import time_limit_phase
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 
@@ -19,5 +20,6 @@ class TimeLimitRule:
         if phase == "ok":
             return None
         return Proposal(
-            "time_up", f"max time of {format_limit(obs.max_seconds)} reached", self.name, force_kill=phase == "kill"
+            Trigger.time_up, f"max time of {format_limit(obs.max_seconds)} reached", self.name,
+            force_kill=phase == "kill",
         )

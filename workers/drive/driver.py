@@ -17,7 +17,7 @@ from typing import Any
 
 from ajet_runner.logsetup import bind
 from ajet_runner.resultdir.roots import OutsideRoots, check_inside, confined, parse_roots
-from ajet_runner.statemachine.lifecycle import Lifecycle, RepairBudget, State
+from ajet_runner.statemachine.lifecycle import EventType, Lifecycle, RepairBudget, State
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.statemachine.policies import parse_backoff
 from ajet_runner.statemachine.rules import default_rules
@@ -119,7 +119,7 @@ class ExperimentDriver:
         lease = self.store.server_time() + self.settings.lease_seconds
         self.journal.transition({"owner": self.owner, "lease_until": lease, "node": self.node.name,
                                  **driver_identity()},
-                                {"type": "adopted", "owner": self.owner, "state": self.lc.state}, ack=True)
+                                {"type": EventType.adopted, "owner": self.owner, "state": self.lc.state}, ack=True)
         self._renew()
 
     def fire(self, trigger: str, reason: str = "", fields: dict[str, Any] | None = None, ack: bool = False,
@@ -143,7 +143,7 @@ class ExperimentDriver:
             start = self.started_at or self.rec.created_at or entry["at"]
             stats.outcome = self.lc.outcome
             stats.duration = max(0.0, entry["at"] - start)
-        self.journal.transition(record, {"type": "transition", **entry, **detail}, stats, ack=ack)
+        self.journal.transition(record, {"type": EventType.transition, **entry, **detail}, stats, ack=ack)
         bind(state=self.lc.state)
         log.info("%s: %s -> %s (%s) %s", self.id, before, self.lc.state, trigger, reason)
 
@@ -178,7 +178,7 @@ class ExperimentDriver:
         returns the pids it stopped."""
         killed = self.runner.kill_marked(MARKER, self.id, grace=5.0)  # where the runs live (session host)
         if killed:
-            self.journal.publish({"type": "cleanup", "killed_pids": killed,
+            self.journal.publish({"type": EventType.cleanup, "killed_pids": killed,
                                   "message": f"killed {len(killed)} leftover process(es) of this experiment"})
         return list(killed)
 

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from typing import Any
 
-from ajet_runner.statemachine.lifecycle import ACTIVE_STATES
+from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, FINISHED
 from ajet_runner.statemachine.models import Blueprint
 from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.queue import enqueue_rank
@@ -18,7 +18,6 @@ from ajet_runner.workers.process.tmux import TmuxRunner
 
 log = logging.getLogger(__name__)
 
-ACTIVE = {s.value for s in ACTIVE_STATES}
 
 
 def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
@@ -35,7 +34,8 @@ def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
             continue  # not a member here, or no launch asked yet: the head dispatches the first rank jobs
         found = store.fields_of([exp_id], ("state", "node", "nnodes"))  # the scan's few fields, not the record
         rec = found[0] if found else None
-        if rec is None or int(rec.get("nnodes") or 1) <= 1 or rec.get("state") not in ACTIVE or rec.get("node") == node:
+        if rec is None or int(rec.get("nnodes") or 1) <= 1 or rec.get("state") not in ACTIVE_STATE_NAMES \
+                or rec.get("node") == node:
             continue
         rank = gang.nodes.index(node)
         if gang.rank_lease(rank) > now or now - gang.rank_enqueued_at(rank) < 2 * lease_seconds:
@@ -48,7 +48,7 @@ def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
 
 def held_by_gang(gangs: GangStore, rec: dict[str, Any] | None, node: str) -> bool:
     """GPUs on `node` held for an unfinished multi-node run this node is a member of: not stale."""
-    if rec is None or rec.get("state") == "finished" or int(rec.get("nnodes") or 1) <= 1:
+    if rec is None or rec.get("state") == FINISHED or int(rec.get("nnodes") or 1) <= 1:
         return False
     gang = gangs.get(str(rec["id"]))
     return gang is not None and node in gang.nodes
@@ -62,7 +62,7 @@ def sweep_left_ranks(store: Store, gangs: GangStore, runner: TmuxRunner, node: s
         rec = store.get(exp_id)
         gang = gangs.get(exp_id)
         placed_here = gang is not None and rank < len(gang.nodes) and gang.nodes[rank] == node
-        if rec is not None and rec.get("state") in ACTIVE and placed_here:
+        if rec is not None and rec.get("state") in ACTIVE_STATE_NAMES and placed_here:
             continue  # still ours: adopt_ranks keeps it driven
         if placed_here and gang is not None and gang.rank_lease(rank) > store.server_time():
             continue  # its rank job is stopping it right now

@@ -12,15 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ajet_runner.statemachine.durations import format_duration, format_limit
+from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.store.gangs import Gang, GangStore
 from ajet_runner.store.queue import enqueue_rank
 from ajet_runner.store.records import ExperimentRecord
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.store import Store
+from ajet_runner.store.store import NODE_ALIVE_SECONDS, Store
 from ajet_runner.workers.gang.env import free_port
 from ajet_runner.workers.node.this_node import NodeInfo
-
-NODE_ALIVE_SECONDS = 30.0
 
 
 class GangFailed(RuntimeError):
@@ -127,7 +126,8 @@ class GangHead:
         moved = self.gangs.replace_members(self.id, lost, self.candidates())
         if moved is None:
             return gang
-        self.store.publish(self.id, {"type": "gang", "message": f"node(s) {', '.join(lost)} gone: their rank(s) "
+        self.store.publish(self.id, {"type": EventType.gang,
+                                     "message": f"node(s) {', '.join(lost)} gone: their rank(s) "
                                      f"now run on {', '.join(n for n in moved.nodes if n not in gang.nodes)}",
                                      "nodes": moved.nodes})
         return moved

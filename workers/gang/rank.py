@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.statemachine.models import Blueprint
 from ajet_runner.store.gangs import Gang, GangStore
 from ajet_runner.store.settings import Settings
@@ -92,7 +93,7 @@ class RankDriver:
         launch = gang.launch
         attempt = int(launch.get("attempt") or 0)
         phase = str(launch.get("phase") or "")
-        if rec.get("state") == "finished" or phase == "done":
+        if rec.get("state") == FINISHED or phase == "done":
             self._stop(gang)
             return "done"
         if phase == "stop":

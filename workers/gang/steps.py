@@ -11,6 +11,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.rules.gang_members import gang_finding
 from ajet_runner.store.records import PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_paths
@@ -57,7 +58,7 @@ def launch_members(d: ExperimentDriver) -> dict[str, str] | None:
         _launch_failed(d, str(exc))
         return None
     d.ctx.gang = {k: launch[k] for k in ("attempt", "master_addr", "master_port", "nnodes")}
-    d.journal.publish({"type": "gang", "message": f"{launch['nnodes'] - 1} non-head rank(s) running; starting "
+    d.journal.publish({"type": EventType.gang, "message": f"{launch['nnodes'] - 1} non-head rank(s) running; starting "
                        f"the head with MASTER_ADDR={launch['master_addr']} MASTER_PORT={launch['master_port']}",
                        **d.ctx.gang})
     return gang_env(launch, 0)
@@ -67,12 +68,12 @@ def _launch_failed(d: ExperimentDriver, reason: str) -> None:
     """Stop what did start; a stop request is a cancel, anything else a repairable gang failure."""
     stop_members(d)
     if d.journal.cancel_requested():
-        d.fire("cancel", "stop requested")
+        d.fire(Trigger.cancel, "stop requested")
         return
     finding = gang_finding(reason)
     d.ctx.pending_repair = PendingRepair(cause=finding.model_dump(), reason=reason, log_excerpt=reason,
                                          log_tail=[reason])
-    d.fire("anomaly", f"the gang did not start: {reason}", signature=finding.signature)
+    d.fire(Trigger.anomaly, f"the gang did not start: {reason}", signature=finding.signature)
 
 
 def record_head(d: ExperimentDriver, handle: RunHandle, log_path: Path) -> None:
@@ -99,7 +100,7 @@ def stop_members(d: ExperimentDriver, phase: str = "stop") -> None:
     except REDIS_ERRORS as exc:  # the ranks stop by themselves once they see the experiment finished
         left = [f"every rank (redis unreachable: {exc})"]
     if left:
-        d.journal.publish({"type": "warning", "message": f"{', '.join(left)} did not confirm the stop"})
+        d.journal.publish({"type": EventType.warning, "message": f"{', '.join(left)} did not confirm the stop"})
 
 
 def finish(d: ExperimentDriver) -> None:

@@ -12,10 +12,10 @@ from typing import Any
 
 from ajet_runner.statemachine.absence import node_absent_for
 from ajet_runner.statemachine.durations import format_duration
-from ajet_runner.store.store import Store
+from ajet_runner.statemachine.lifecycle import EventType
+from ajet_runner.store.store import NODE_ALIVE_SECONDS, Store
 
 log = logging.getLogger(__name__)
-NODE_ALIVE_SECONDS = 30.0  # the same window as the API's node_up (ajet_runner.service.submit.NODE_ALIVE_SECONDS)
 REPORTED_FIELD = "node_absent_reported_at"
 
 
@@ -32,7 +32,7 @@ def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float,
             continue
         if not store.set_once(rec["id"], REPORTED_FIELD, now):
             continue  # another supervisor reported it first
-        store.publish(rec["id"], {"type": "node_absent", "node": node, "absent_seconds": round(gone, 1),
+        store.publish(rec["id"], {"type": EventType.node_absent, "node": node, "absent_seconds": round(gone, 1),
                                   "message": f"queued for node {node}, which no live worker has served "
                                              f"for {format_duration(gone)}"})
         log.warning("%s: queued for node %s, absent for %s", rec["id"], node, format_duration(gone))

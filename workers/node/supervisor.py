@@ -23,6 +23,7 @@ from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
+from ajet_runner.statemachine.lifecycle import FINISHED, EventType
 from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
 from ajet_runner.store.settings import Settings
@@ -135,7 +136,7 @@ class NodeSupervisor:
             self.store.update(rec["id"], {"adopt_enqueued_at": now})
             enqueue_drive(self.store.r, self.store, rec["id"], node_queue(self.node.name), at_front=True,
                           max_seconds=float(rec.get("max_seconds") or 0) or None)
-            self.store.publish(rec["id"], {"type": "adoption", "node": self.node.name,
+            self.store.publish(rec["id"], {"type": EventType.adoption, "node": self.node.name,
                                            "message": "driver lease expired: re-adopting the run"})
             adopted.append(rec["id"])
         self._release_stale_gpus()
@@ -168,7 +169,8 @@ class NodeSupervisor:
                 continue  # another supervisor did it
             enqueue_drive(self.store.r, self.store, rec["id"], str(rec.get("queue") or DEFAULT_QUEUE), at_front=True,
                           max_seconds=float(rec.get("max_seconds") or 0) or None)
-            self.store.publish(rec["id"], {"type": "requeued", "job": job_id, "status": str(status or "missing"),
+            self.store.publish(rec["id"], {"type": EventType.requeued, "job": job_id,
+                                           "status": str(status or "missing"),
                                            "message": "its job died before any worker claimed it: queued again"})
             requeued.append(rec["id"])
         return requeued
@@ -186,7 +188,7 @@ class NodeSupervisor:
     def _holder_is_stale(self, exp_id: str) -> bool:
         """A GPU or swarm port holder that finished, vanished, or now runs on another node."""
         rec = self.store.get(exp_id)
-        return rec is None or rec.get("state") == "finished" or (
+        return rec is None or rec.get("state") == FINISHED or (
             rec.get("state") != "queued" and rec.get("node") not in ("", self.node.name))
 
     def _release_stale_gpus(self) -> None:
@@ -201,7 +203,7 @@ class NodeSupervisor:
             rec = self.store.get(exp_id)
             if held_by_gang(self.gangs, rec, self.node.name):
                 continue  # a member's GPUs of a multi-node run: the record names the head's node
-            if rec is not None and rec.get("state") == "finished" and int(rec.get("nnodes") or 1) > 1 and (
+            if rec is not None and rec.get("state") == FINISHED and int(rec.get("nnodes") or 1) > 1 and (
                     released_all := self.gangs.release(exp_id)):  # every node's; the gang record expires
                 log.info("released the GPUs %s of multi-node run %s (stale)", released_all, exp_id)
                 continue

@@ -27,6 +27,7 @@ from ajet_runner.resultdir.roots import confined, parse_roots
 from ajet_runner.resultdir.stage_inputs import facts_for
 from ajet_runner.statemachine.compare import compare
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.store.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED, Outbox
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.stages import evaluation_events, note_report, stage_ids, stage_meta
@@ -138,18 +139,18 @@ class Deliverer:
             why = f"{type(exc).__name__}: {exc}"[:300]
             task["report_attempts"] = tries
             if tries < self.settings.webhook_max_attempts:
-                self._publish(ids, {"type": "stage_report_failed", "stage": stage, "dir": directory, "error": why,
-                                    "attempt": tries, "retry_in": self._delay(tries)})
+                self._publish(ids, {"type": EventType.stage_report_failed, "stage": stage, "dir": directory,
+                                    "error": why, "attempt": tries, "retry_in": self._delay(tries)})
                 self.outbox.later(task_id, task, self._delay(tries))
                 return False
             note_report(self.store, stage, error=why)
-            self._publish(ids, {"type": "stage_report_failed", "stage": stage, "dir": directory, "error": why,
+            self._publish(ids, {"type": EventType.stage_report_failed, "stage": stage, "dir": directory, "error": why,
                                 "attempt": tries, "message": "given up: the stage report was not written"})
             task["report_done"] = True
             return True
         task["report_done"], task["report"] = True, str(written["report"])
         note_report(self.store, stage, written=str(written["report"]))
-        self._publish(ids, {"type": "stage_report", "stage": stage, "path": str(written["report"]),
+        self._publish(ids, {"type": EventType.stage_report, "stage": stage, "path": str(written["report"]),
                             "message": f"stage report written: {written['report']}"})
         return True
 
@@ -160,19 +161,19 @@ class Deliverer:
         common = {"kind": task.get("kind"), "delivery": task.get("delivery") or task_id, "url": shown_url(url),
                   "attempt": attempt, **({"stage": task.get("stage")} if what == "stage" else {})}
         if result.ok:
-            self._publish(ids, {"type": "webhook_delivered", **common, "status": result.status,
+            self._publish(ids, {"type": EventType.webhook_delivered, **common, "status": result.status,
                                 "message": f"{task.get('kind')} posted to {shown_url(url)} (HTTP {result.status})"})
             self.outbox.done(task_id)
             return
         task["attempts"], task["last_error"] = attempt, result.error
         if attempt >= self.settings.webhook_max_attempts:
-            self._publish(ids, {"type": "webhook_gave_up", **common, "error": result.error,
+            self._publish(ids, {"type": EventType.webhook_gave_up, **common, "error": result.error,
                                 "message": f"{task.get('kind')} not delivered to {shown_url(url)} after {attempt} "
                                            f"attempt(s): {result.error}"})
             self.outbox.give_up(task_id, task, result.error)
             return
         delay = self._delay(attempt)
-        self._publish(ids, {"type": "webhook_failed", **common, "error": result.error, "retry_in": delay,
+        self._publish(ids, {"type": EventType.webhook_failed, **common, "error": result.error, "retry_in": delay,
                             "message": f"{task.get('kind')} to {shown_url(url)} failed ({result.error}); "
                                        f"retried in {format_limit(delay)}"})
         self.outbox.later(task_id, task, delay)

@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["experiment_payload", "stage_payload"]
-
-SUCCEEDED = ("completed", "early_stopped")
+from ajet_runner.statemachine.lifecycle import SUCCEEDED
 
 
 def _metrics(rec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

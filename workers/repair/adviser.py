@@ -35,6 +35,7 @@ from ajet_runner.statemachine.advice import (
 )
 from ajet_runner.statemachine.advice_context import build_messages, error_window
 from ajet_runner.statemachine.durations import format_duration
+from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.statemachine.models import Blueprint, RepairAction
 from ajet_runner.statemachine.redact import Redactor
 from ajet_runner.store.records import Context, RepairRecord
@@ -227,7 +228,7 @@ def ask(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str
     asked_at = time.time()
     record: dict[str, Any] = {"advised_by": cfg.label, "advice_result": "no answer",
                               "signature_text": str((pending.get("cause") or {}).get("text") or "")}
-    publish({"type": "adviser", "status": "asking", "model": cfg.label, "ask": ctx.advice_asks})
+    publish({"type": EventType.adviser, "status": "asking", "model": cfg.label, "ask": ctx.advice_asks})
     try:
         messages = _messages(cfg, bp=bp, ctx=ctx, pending=pending, env=env)
         text, model = chat(cfg, messages, deadline=started + cfg.timeout, cancelled=cancelled)
@@ -237,7 +238,7 @@ def ask(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str
         record.update(advice_result="cancelled", refused=[str(exc)])
         seconds = round(time.monotonic() - started, 3)
         record["advice_seconds"] = seconds
-        publish({"type": "adviser", "status": "cancelled", "model": record["advised_by"], "asked_at": asked_at,
+        publish({"type": EventType.adviser, "status": "cancelled", "model": record["advised_by"], "asked_at": asked_at,
                  "seconds": seconds, "message": f"ask aborted after {format_duration(seconds)}: {exc}"})
         return AdviceResult(actions=[], why=f"adviser ({record['advised_by']}) not heard: {exc}", record=record)
     except (AdviserUnavailable, AdviceError) as exc:
@@ -267,7 +268,7 @@ def _done(record: dict[str, Any], actions: list[RepairAction], why: str, started
           publish: Callable[[dict[str, Any]], None]) -> AdviceResult:
     seconds = round(time.monotonic() - started, 3)
     record["advice_seconds"] = seconds
-    publish({"type": "adviser", "status": "answered", "model": record["advised_by"], "asked_at": asked_at,
+    publish({"type": EventType.adviser, "status": "answered", "model": record["advised_by"], "asked_at": asked_at,
              "seconds": seconds, "result": record["advice_result"], "message": why[:1000]})
     log.info("adviser %s answered in %s: %s", record["advised_by"], format_duration(seconds),
              record["advice_result"])
@@ -322,7 +323,7 @@ def advice_source(settings: Any, *, bp: Blueprint, ctx: Context, pending: dict[s
         if ctx.advice_asks >= cfg.max_asks or not budget_left:
             why = (f"already asked {ctx.advice_asks} time(s) (AJET_RUNNER_LLM_MAX_ASKS={cfg.max_asks})"
                    if budget_left else "the repair budget is spent")
-            publish({"type": "adviser", "status": "not asked", "model": cfg.label, "message": why})
+            publish({"type": EventType.adviser, "status": "not asked", "model": cfg.label, "message": why})
             return None
         ctx.advice_asks += 1
         try:

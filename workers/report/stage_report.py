@@ -16,6 +16,7 @@ from typing import Any
 from ajet_runner.resultdir.confined import open_dir
 from ajet_runner.resultdir.flag import atomic_write_text, iso_utc, remove_file
 from ajet_runner.statemachine.compare import StageComparison
+from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.workers.report.markdown import code_span, fmt_duration, fmt_value, md_cell, table
 from ajet_runner.workers.report.results_json import json_safe
 from ajet_runner.workers.report.stage_plot import STAGE_PLOT_NAME, experiment_label, write_stage_plot
@@ -55,7 +56,7 @@ def _purpose(text: str) -> str:
 
 
 def _outcome(row: Any) -> str:
-    return row.outcome if row.state == "finished" else f"{row.state} (not finished)"
+    return row.outcome if row.state == FINISHED else f"{row.state} (not finished)"
 
 
 def _plus_minus(mean: float | None, std: float | None) -> str:
@@ -159,7 +160,7 @@ def _not_succeeded(c: StageComparison, base: str) -> list[str]:
     if not failed:
         return [*lines, "Every experiment completed or early-stopped."]
     for r in failed:
-        if r.state != "finished":
+        if r.state != FINISHED:
             lines.append(f"- {code_span(r.id)}: still {r.state} when this report was written")
             continue
         decisive = r.decisive or "the runner recorded no decisive log line"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.statemachine.swarm_blueprint import (
     SwarmSpec,
@@ -103,7 +104,7 @@ def start_or_reuse(
     if server.reused:
         state["reused"] = True
         history.append({"attempt": attempt, "what": "reused", "at": time.time(), "port": spec.port})
-        publish({"type": "swarm_server", "message": f"reusing the swarm server already listening on port "
+        publish({"type": EventType.swarm_server, "message": f"reusing the swarm server already listening on port "
                  f"{spec.port}; it is not started again and not stopped at the end"})
     else:
         assert server.handle is not None
@@ -115,7 +116,7 @@ def start_or_reuse(
         history.append({"attempt": attempt, "what": "restarted" if again else "started",
                         "at": time.time(), "port": spec.port, "session": server.handle.session,
                         "log": str(server.handle.log_path), "seconds": waited})
-        publish({"type": "swarm_server", "message": f"swarm server listening on port {spec.port} in tmux "
+        publish({"type": EventType.swarm_server, "message": f"swarm server listening on port {spec.port} in tmux "
                  f"session {server.handle.session} (log {server.handle.log_path})"})
     return client_env(spec, bp.exp_launch_command, env)
 
@@ -131,9 +132,9 @@ def stop_ours(runner: TmuxRunner, state: dict[str, Any], grace: float,
     try:
         SwarmServer(spec=spec, reused=False, handle=handle).stop(runner, grace)
     except RuntimeError as exc:
-        publish({"type": "warning", "message": f"stopping the swarm server left processes behind: {exc}"})
+        publish({"type": EventType.warning, "message": f"stopping the swarm server left processes behind: {exc}"})
     else:
-        publish({"type": "swarm_server", "message": f"swarm server on port {spec.port} stopped"})
+        publish({"type": EventType.swarm_server, "message": f"swarm server on port {spec.port} stopped"})
     state.setdefault("history", []).append({"what": "stopped", "at": time.time(), "port": spec.port,
                                             "session": handle.session, "was_running": was_running})
     state["handle"] = None

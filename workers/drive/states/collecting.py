@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ajet_runner.resultdir.flag import atomic_write_bytes, remove_temp_files, write_error_reason
+from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.results import latest_metrics
 from ajet_runner.statemachine.rules import EXIT_NOT_RECORDED
 from ajet_runner.workers.gang import steps as gang
@@ -63,7 +64,7 @@ def handle(d: ExperimentDriver) -> bool:
     if failure is not None:
         _result_write_failed(d, failure, metrics)
         return True
-    d.fire("collected", fields={"latest_metrics": metrics, **best}, advised=advised)  # keeps the outcome's reason
+    d.fire(Trigger.collected, fields={"latest_metrics": metrics, **best}, advised=advised)  # keeps the outcome's reason
     return True
 
 
@@ -72,10 +73,10 @@ def _result_write_failed(d: ExperimentDriver, exc: OSError, metrics: Any) -> Non
     (re-adopted for ever), nor end it as anything but failed: recorded, counted, temp files removed."""
     why = write_error_reason(exc)
     code = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
-    d.journal.publish({"type": "result_write_failed", "errno": code, "path": str(exc.filename or ""),
+    d.journal.publish({"type": EventType.result_write_failed, "errno": code, "path": str(exc.filename or ""),
                        "message": f"could not write the result files: {why}"})
     counted = any(r.signature == EXIT_NOT_RECORDED for r in d.ctx.repairs)  # one count a run
-    d.fire("write_failed", f"result files not written: {why}", fields={"latest_metrics": metrics},
+    d.fire(Trigger.write_failed, f"result files not written: {why}", fields={"latest_metrics": metrics},
            write_failure="" if counted else code, previous_outcome=d.lc.outcome)
 
 

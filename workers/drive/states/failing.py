@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ajet_runner.statemachine.diagnose import decisive_line
 from ajet_runner.statemachine.failure import RepairResult, judge_failure, repeats_of
 from ajet_runner.statemachine.gpu_check import GpuFacts, parse_visible
+from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.preflight import gang_shape
 from ajet_runner.statemachine.repairs import ResolvedRepair, resolve_avoiding_repeats
@@ -70,7 +71,7 @@ def _judge(d: ExperimentDriver, record: RepairRecord, pending: dict[str, Any], c
     identical_to: int | None = None
     backoff: float | None = None
     quote, why = "", ""
-    budget_left = d.lc.can("repair", signature=sig_id)
+    budget_left = d.lc.can(Trigger.repair, signature=sig_id)
     if launched:
         advise = advice_source(d.settings, bp=d.bp, ctx=d.ctx, pending=pending, publish=d.journal.publish,
                                budget_left=budget_left, cancelled=stop.is_set)
@@ -96,21 +97,21 @@ def _judge(d: ExperimentDriver, record: RepairRecord, pending: dict[str, Any], c
                             rejection=d.lc.reason, identical_to=identical_to, backoff=backoff)
     record.result = verdict.result
     record.identical_to = verdict.identical_to
-    if resolved is not None and verdict.trigger == "repair":
+    if resolved is not None and verdict.trigger == Trigger.repair:
         record.changes, record.skipped = list(resolved.applied), list(resolved.skipped)
     elif resolved is not None:  # nothing is applied when the run ends here: say what was considered
         record.skipped = [*resolved.skipped, *(f"not applied (no relaunch): {line}" for line in resolved.applied)]
     d.ctx.repairs.append(record)
     stat = (sig_id, verdict.result.value) if verdict.counted else None
-    if verdict.trigger == "repair":
+    if verdict.trigger == Trigger.repair:
         assert resolved is not None
         repeat = verdict.identical_to is not None  # an unchanged relaunch of a transient cause
         plan = {**resolved.model_dump(mode="json"), "backoff_seconds": verdict.backoff, "repeat": repeat,
                 "until": _until(sig_id) if repeat else None}
         d.ctx.pending_repair = PendingRepair.model_validate({**pending, "resolved": plan})
-        d.fire("repair", verdict.reason, repair_stat=stat, signature=sig_id)
+        d.fire(Trigger.repair, verdict.reason, repair_stat=stat, signature=sig_id)
     else:
-        d.fire("give_up", verdict.reason, repair_stat=stat)
+        d.fire(Trigger.give_up, verdict.reason, repair_stat=stat)
     return True
 
 
@@ -171,7 +172,7 @@ def _stopped(d: ExperimentDriver, record: RepairRecord, when: str) -> bool:
     record.next = f"stopped: a stop request arrived {when}; no repair was tried"
     d.ctx.repairs.append(record)
     d.ctx.pending_repair = None
-    d.fire("cancel", f"stop requested {when}")
+    d.fire(Trigger.cancel, f"stop requested {when}")
     return True
 
 
@@ -183,6 +184,7 @@ def _exit_not_recorded(d: ExperimentDriver, record: RepairRecord, cause: Finding
     record.result = RepairResult.not_repairable
     d.ctx.repairs.append(record)
     path = str(d.handle.rc_path) if d.handle is not None else ""
-    d.journal.publish({"type": "result_write_failed", "errno": code, "path": path, "message": cause.explanation})
-    d.fire("give_up", cause.explanation, write_failure=code,
+    d.journal.publish({"type": EventType.result_write_failed, "errno": code, "path": path,
+                       "message": cause.explanation})
+    d.fire(Trigger.give_up, cause.explanation, write_failure=code,
            repair_stat=(EXIT_NOT_RECORDED, RepairResult.not_repairable.value))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
+from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.signatures import signature
 from ajet_runner.store.records import Attempt, PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_env
@@ -33,14 +34,14 @@ if TYPE_CHECKING:
 def handle(d: ExperimentDriver) -> bool:
     d._renew()
     if d.journal.cancel_requested():
-        d.fire("cancel", "stop requested")
+        d.fire(Trigger.cancel, "stop requested")
         return True
     session, paths = gang.session_and_paths(d)
     adopted = _find_running_attempt(d, session, paths)
     if adopted is None:
         outside = d._root_problems()  # checked at each launch: a path may have been swapped since
         if outside:
-            d.fire("anomaly", "refused to launch: " + "; ".join(str(p) for p in outside))
+            d.fire(Trigger.anomaly, "refused to launch: " + "; ".join(str(p) for p in outside))
             return True
         if d.runner.exists(session):
             d.runner.kill_session(session)  # the previous attempt's lingering pane
@@ -62,7 +63,7 @@ def handle(d: ExperimentDriver) -> bool:
                                      boot_timeout=d.settings.swarm_boot_timeout_seconds)
             except SwarmServerFailed as exc:  # diagnosed from the server's log
                 d.ctx.pending_repair = PendingRepair.model_validate(server_failure_pending(exc))
-                d.fire("anomaly", f"swarm server: {exc.reason}",
+                d.fire(Trigger.anomaly, f"swarm server: {exc.reason}",
                        signature=(d.ctx.pending_repair.cause or {}).get("signature", ""))
                 return True
         try:
@@ -73,7 +74,7 @@ def handle(d: ExperimentDriver) -> bool:
             )
         except (OSError, RuntimeError) as exc:
             gang.stop_members(d)
-            d.fire("anomaly", f"could not start the tmux session: {exc}")
+            d.fire(Trigger.anomaly, f"could not start the tmux session: {exc}")
             return True
         gang.record_head(d, d.handle, paths["log"])
         d.ctx.attempts.append(Attempt(
@@ -84,7 +85,7 @@ def handle(d: ExperimentDriver) -> bool:
         d.ctx.cleanups_done = []
     else:
         d.handle = adopted
-    d.fire("launched", f"attempt {d.lc.attempt} running in tmux session {session}",
+    d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in tmux session {session}",
            fields={"handle": d.handle.to_dict(), "tmux_session": session})
     return True
 
@@ -106,12 +107,12 @@ def _check_known_gpus(d: ExperimentDriver) -> tuple[str, list[str]]:
     listed, why = query_gpus()
     if listed is None:
         seen = f"GPU(s) {shown} not checked before launch: {why}"
-        d.journal.publish({"type": "gpu_check", "gpus": gpus, "message": seen})
+        d.journal.publish({"type": EventType.gpu_check, "gpus": gpus, "message": seen})
         return seen, []
     busy = too_busy(listed, gpus)
     seen = (f"GPU(s) {shown} checked before launch (nvidia-smi: {describe(listed, gpus)}): "
             + ("; ".join(busy) if busy else "all at least 95 % free"))
-    d.journal.publish({"type": "gpu_check", "gpus": gpus, "message": seen})
+    d.journal.publish({"type": EventType.gpu_check, "gpus": gpus, "message": seen})
     return seen, busy
 
 
@@ -127,7 +128,7 @@ def _refuse_busy_gpus(d: ExperimentDriver, log_path: Path, inputs: dict, seen: s
     finding = signature("gpu_busy").finding(0, text)
     d.ctx.pending_repair = PendingRepair(cause=finding.model_dump(mode="json"), reason=text, log_excerpt=seen,
                                          log_tail=[text])
-    d.fire("anomaly", f"gpu_busy: {'; '.join(busy)}", signature="gpu_busy")
+    d.fire(Trigger.anomaly, f"gpu_busy: {'; '.join(busy)}", signature="gpu_busy")
 
 
 def _size(path: str) -> int | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.confined import make_dir
 from ajet_runner.resultdir.flag import atomic_write_bytes, write_error_reason
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.preflight import gpu_check_decision, launch_workdir, preflight
 from ajet_runner.workers.drive.owner_identity import driver_identity
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 def handle(d: ExperimentDriver) -> bool:
     if d.store.cancel_requested(d.id):
-        _claim_and_fire(d, "cancel", "stop requested before launch")
+        _claim_and_fire(d, Trigger.cancel, "stop requested before launch")
         return True
     # The same preflight `ajet-runner check` runs, on this node's environment (swarm: no YAML).
     spec, _ = swarm_plan(d.bp)  # [exp_swarm_server], or `ajet.enable_swarm_mode: true` in the YAML
@@ -43,7 +44,7 @@ def handle(d: ExperimentDriver) -> bool:
     d.ctx.preflight_env = {"environment": plan.environment,
                            "decisions": [x.model_dump(mode="json") for x in plan.env_decisions]}
     if errors:
-        _claim_and_fire(d, "reject", "; ".join(str(p) for p in errors))
+        _claim_and_fire(d, Trigger.reject, "; ".join(str(p) for p in errors))
         return True
     if d.gang is not None or d.node.manages_gpus:
         gpus = gang.reserve(d)
@@ -58,11 +59,11 @@ def handle(d: ExperimentDriver) -> bool:
     except (OSError, ValueError) as exc:  # e.g. a YAML the patcher cannot edit safely, a read-only dir
         _release_gpus_now(d)
         why = write_error_reason(exc) if isinstance(exc, OSError) else str(exc)
-        _claim_and_fire(d, "reject", f"preflight could not be applied: {why}")
+        _claim_and_fire(d, Trigger.reject, f"preflight could not be applied: {why}")
         return True
     _share_node_gpus(d)
     d.started_at = time.time()
-    _claim_and_fire(d, "start", "preflight passed", fields={
+    _claim_and_fire(d, Trigger.start, "preflight passed", fields={
         "node": d.node.name, "started_at": d.started_at,
         "tmux_session": session_name(d.bp.exp_purpose, d.id), "gpus": d.ctx.gpus,
     })

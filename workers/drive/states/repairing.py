@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ajet_runner.statemachine.durations import format_duration, format_limit
 from ajet_runner.statemachine.gpu_check import describe, parse_visible, too_busy
+from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.preflight import launch_workdir
 from ajet_runner.statemachine.repairs import PROCESS_CLEANUPS
 from ajet_runner.workers.repair.gpus import query_gpus
@@ -34,7 +35,7 @@ def handle(d: ExperimentDriver) -> bool:
             record.changes.append(line)
             record.backoff_seconds = wait
         if cancelled:
-            d.fire("cancel", "stop requested")
+            d.fire(Trigger.cancel, "stop requested")
             return True
     d.ctx.env.update(resolved.get("env") or {})
     d.ctx.command = resolved.get("command") or d.ctx.command
@@ -60,7 +61,7 @@ def handle(d: ExperimentDriver) -> bool:
     if record is not None:
         record.diff = diff
     d.ctx.pending_repair = None
-    d.fire("relaunch", f"fix applied; attempt {d.lc.attempt + 1}")
+    d.fire(Trigger.relaunch, f"fix applied; attempt {d.lc.attempt + 1}")
     return True  # what the relaunch led to is linked when collecting (link_repair_outcomes)
 
 

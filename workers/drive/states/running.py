@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ajet_runner.statemachine.first_step import first_step_timeout_from_text
+from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.policies import report_due_at
 from ajet_runner.statemachine.results import latest_metrics
@@ -136,7 +137,7 @@ def handle(d: ExperimentDriver) -> bool:
     watch.last_output_at = d.handle.started_at
     if watch.resume():  # an adopted run: go on where the last watcher saved, not from byte 0
         log.info("%s: log scan resumed at byte %d", d.id, watch.offset)
-        d.journal.publish({"type": "scan_resumed", "offset": watch.offset, "log_bytes": _log_size(watch),
+        d.journal.publish({"type": EventType.scan_resumed, "offset": watch.offset, "log_bytes": _log_size(watch),
                            "message": f"log scan resumed at byte {watch.offset}; the "
                            f"{max(0, _log_size(watch) - watch.offset)} bytes after it are scanned slice by slice"})
     d.server_watch = ServerWatch.of(d.runner, d.ctx.swarm)  # swarm mode: the server, beside the client
@@ -180,7 +181,7 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
         watch.read_log(tick.now)
         watch.maybe_save(tick.t0)
         if gap is not None and not watch.behind:
-            d.journal.publish({"type": "scan_caught_up", "from": gap, "to": watch.offset,
+            d.journal.publish({"type": EventType.scan_caught_up, "from": gap, "to": watch.offset,
                                "seconds": round(time.monotonic() - gap_t0, 3), "unscanned": list(watch.unscanned),
                                "message": f"scanned bytes {gap}-{watch.offset} of the log after adopting the run"})
             gap = None
@@ -268,7 +269,7 @@ def _publish_evaluations(d: ExperimentDriver, new: list[Any]) -> None:
     d.journal.update({"latest_metrics": metrics})
     for e in new:
         d.journal.publish(
-            {"type": "evaluation", "step": e.step, "dataset": e.dataset, "metrics": e.metrics}
+            {"type": EventType.evaluation, "step": e.step, "dataset": e.dataset, "metrics": e.metrics}
         )
 
 
@@ -280,7 +281,7 @@ def _maybe_report(d: ExperimentDriver, elapsed: float) -> None:
     d.ctx.reports_sent += 1
     assert d.watch is not None
     d.journal.publish({
-        "type": "progress", "elapsed": round(elapsed, 1), "max_seconds": d.bp.exp_max_time_seconds,
+        "type": EventType.progress, "elapsed": round(elapsed, 1), "max_seconds": d.bp.exp_max_time_seconds,
         "log_excerpt": d.watch.scanner.tail(20), "metrics": latest_metrics(d.watch.summary),
     })
 
@@ -295,12 +296,12 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
         try:
             exit_code = d.runner.stop(d.handle, grace)
         except RuntimeError as exc:  # ProcessesSurvived: record it, go on
-            d.journal.publish({"type": "warning", "message": f"stop left processes behind: {exc}"})
+            d.journal.publish({"type": EventType.warning, "message": f"stop left processes behind: {exc}"})
         d.watch.finish_log(time.time())
     else:
         exit_code = d.runner.exit_code(d.handle)
     for gap in d.watch.unscanned:  # named, never silent: the report lists them too
-        d.journal.publish({"type": "unscanned", "attempt": d.lc.attempt, **gap,
+        d.journal.publish({"type": EventType.unscanned, "attempt": d.lc.attempt, **gap,
                            "message": f"bytes {gap['start']}-{gap['end']} of the log were not scanned: "
                            f"{gap['reason']}"})
     remove_checkpoint(d.handle.log_path)
@@ -312,7 +313,7 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
         setattr(attempt, CONSOLE_KEY, d.watch.console_evaluations())
         setattr(attempt, TRAIN_KEY, d.watch.console_train_steps())
         setattr(attempt, UNSCANNED_KEY, list(d.watch.unscanned))
-    if proposal.trigger == "anomaly":
+    if proposal.trigger == Trigger.anomaly:
         d.ctx.pending_repair = PendingRepair(
             cause=cause.model_dump() if cause else None,
             reason=proposal.reason,

@@ -20,12 +20,13 @@ from ajet_runner.service.api.backend import Backend, backend
 from ajet_runner.service.api.errors import V1_ERRORS, error_body, error_responses
 from ajet_runner.service.api.experiments import NOT_FOUND, not_found
 from ajet_runner.service.api.schemas import EventPage, StreamId, stream_id_problem
-from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.statemachine.lifecycle import FINISHED, EventType, State
+from ajet_runner.store.events import parse_event
 from ajet_runner.store.store import exp_key, stream_key
 
 router = APIRouter(prefix="/v1", tags=["events"], responses=error_responses(*V1_ERRORS))
+FINISHED_B = FINISHED.encode()  # as a Redis reply reads
 KEEPALIVE_SECONDS = 15.0
-FINISHED = State.finished.value.encode()
 
 
 def _parse(resp: Any) -> list[dict[str, Any]]:
@@ -37,13 +38,13 @@ def _parse(resp: Any) -> list[dict[str, Any]]:
             except (KeyError, ValueError):
                 event = {}
             event["event_id"] = entry_id.decode()
-            event["type"] = data.get(b"type", b"info").decode()
-            out.append(event)
+            event["type"] = data.get(b"type", EventType.info.value.encode()).decode()
+            out.append(parse_event(event).to_dict())  # read through its model: what it stored, as stored
     return out
 
 
 def is_final(event: dict[str, Any]) -> bool:
-    return event.get("type") == "transition" and event.get("to") == State.finished.value
+    return event.get("type") == EventType.transition and event.get("to") == State.finished.value
 
 
 def _sse(event: dict[str, Any]) -> str:
@@ -53,7 +54,7 @@ def _sse(event: dict[str, Any]) -> str:
 async def _follow(r: aioredis.Redis, exp_id: str, after: str, keepalive: float) -> AsyncIterator[str]:
     yield "retry: 2000\n\n"
     key = stream_key(exp_id)
-    finished = await r.hget(exp_key(exp_id), "state") == FINISHED
+    finished = await r.hget(exp_key(exp_id), "state") == FINISHED_B
     last = after
     while True:
         resp = await r.xread({key: last}, count=200, block=None if finished else int(keepalive * 1000))
@@ -71,7 +72,7 @@ async def _follow(r: aioredis.Redis, exp_id: str, after: str, keepalive: float) 
         if state is None:
             yield f"event: deleted\ndata: {json.dumps({'id': exp_id, 'type': 'deleted'})}\n\n"
             return
-        if state == FINISHED:
+        if state == FINISHED_B:
             finished = True  # drain what is left without blocking, then end
             continue
         yield ": keepalive\n\n"
@@ -104,9 +105,11 @@ async def events(
         return StreamingResponse(_follow(r, exp_id, start, KEEPALIVE_SECONDS), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     state = await r.hget(exp_key(exp_id), "state")
-    block = None if state == FINISHED or not wait_ms else wait_ms  # nothing more will come once finished
+    block = None if state == FINISHED_B or not wait_ms else wait_ms  # nothing more will come once finished
     page = _parse(await r.xread({stream_key(exp_id): after}, count=limit, block=block))
     if block and page:
         state = await r.hget(exp_key(exp_id), "state")
-    return {"id": exp_id, "events": page, "next_after": page[-1]["event_id"] if page else after,
-            "finished": state == FINISHED and len(page) < limit}
+    # EventPage documents the answer; the events were read through their models already, and are sent as
+    # stored (an older writer's odd field stays readable rather than failing the page).
+    return JSONResponse({"id": exp_id, "events": page, "next_after": page[-1]["event_id"] if page else after,
+                         "finished": state == FINISHED_B and len(page) < limit})
