@@ -52,7 +52,7 @@ def main() -> None:
                 y.write_text(y.read_text().replace("step_seconds: 1.0", "step_seconds: 0.02")
                              .replace("total_training_steps: 10", "total_training_steps: 2"))
                 t0 = time.time()
-                exp_id = submit(store, store.r, bp.read_text(), node="bench")["id"]
+                exp_id = submit(store, bp.read_text(), node="bench")["id"]
                 wait(lambda i=exp_id: (store.get(i) or {}).get("state") in ("running", "collecting", "finished"), 60)
                 running_at = next(e["at"] for e in store.events(exp_id) if e.get("trigger") == "launched")
                 wait(lambda i=exp_id: (store.get(i) or {}).get("state") == "finished", 60)

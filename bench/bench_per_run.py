@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
         wait(lambda: c.store.nodes(), 30, "the worker")
         time.sleep(8)  # the slots' start-up (imports) is over
         idle_cpu, idle_pss = measure(lambda: tree(worker.pid), seconds / 2)
-        ids = [submit(c.store, c.store.r, blueprint(c.work / f"run{i}", SCRIPT).read_text(), node="bench")["id"]
+        ids = [submit(c.store, blueprint(c.work / f"run{i}", SCRIPT).read_text(), node="bench")["id"]
                for i in range(runs)]
         wait(lambda: all(c.state(e) == "running" for e in ids), 90, "all running")
         time.sleep(5)

@@ -77,7 +77,7 @@ def main(argv: list[str]) -> None:
         ids = []
         for i in range(runs):
             bp = blueprint(c.work / f"run{i}", SCRIPT)
-            ids.append(submit(c.store, c.store.r, bp.read_text(), node="bench")["id"])
+            ids.append(submit(c.store, bp.read_text(), node="bench")["id"])
         wait(lambda: all(c.state(e) == "running" for e in ids), 90, "all running")
         time.sleep(5)  # steady state: launch writes and first flushes are over
         busy_cpu = redis_cpu(c.store.r, seconds / 2)  # without MONITOR, which costs Redis CPU itself

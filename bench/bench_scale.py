@@ -43,7 +43,7 @@ def setup(store: Store, nodes: int, runs: int) -> None:
             exp_id = f"n{n}r{r}"
             store.create(exp_id, {"state": "queued", "blueprint": "x" * 3000}, {})
             store.transition(exp_id, expected_version=None, fields={"state": "running", "node": f"node{n}",
-                             "owner": f"o{n}", "lease_until": time.time() + 60}, event={"type": "t"},
+                             "owner": f"o{n}", "lease_until": time.time() + 60}, event={"type": "transition"},
                              node=f"node{n}")
 
 

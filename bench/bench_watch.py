@@ -65,7 +65,7 @@ def bench_stop(runs: int) -> None:
             floor.append(time.monotonic() - t0)
             # ours: submitted, watched by the worker, stopped through the cancel flag
             bp = blueprint(c.work / f"run{i}", WRITER)
-            exp_id = submit(c.store, c.store.r, bp.read_text(), node="bench")["id"]
+            exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
             wait(lambda e=exp_id: c.state(e) == "running", 60, "running")
             log = c.work / f"run{i}/results/logs/attempt-1.log"
             wait(log.exists, 10, "the log")
@@ -96,7 +96,7 @@ def bench_exit(runs: int) -> None:
             y = wd / "codebase/tests/bench/benchmark_math/benchmark_math.yaml"
             y.write_text(y.read_text().replace("step_seconds: 1.0", "step_seconds: 0.05")
                          .replace("total_training_steps: 10", "total_training_steps: 2"))
-            exp_id = submit(c.store, c.store.r, bp.read_text(), node="bench")["id"]
+            exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
             wait(lambda e=exp_id: c.state(e) == "finished", 90, "finished")
             results = wd / "results"
             assert json.loads((results / "finish.flag").read_text())["outcome"] == "completed"
@@ -130,7 +130,7 @@ def _adopt_once(c, name: str, size: int) -> tuple[float, float, float]:
     bp = blueprint(c.work / name, script + "exec sleep 600")
     first = c.worker()
     wait(lambda: c.store.nodes(), 30, "the worker")
-    exp_id = submit(c.store, c.store.r, bp.read_text(), node="bench")["id"]
+    exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
     wait(lambda: c.state(exp_id) == "running", 60, "running")
     wait(lambda: log.exists() and log.stat().st_size >= size - 4096, 120, "the log to be written", interval=0.1)
     ckpt = log.with_name("attempt-1.scan.json")
@@ -175,7 +175,7 @@ def bench_fatal(runs: int) -> None:
             script = (f"{PY} -c 'import time; print(\"BENCH_FATAL_AT %r\" % time.time(), flush=True)'\n"
                       f"cat {oom}\nexec sleep 600")
             wd = c.work / f"run{i}"
-            exp_id = submit(c.store, c.store.r, blueprint(wd, script).read_text(), node="bench")["id"]
+            exp_id = submit(c.store, blueprint(wd, script).read_text(), node="bench")["id"]
             failing = wait(lambda e=exp_id: next((x for x in c.store.events(e) if x.get("type") == "transition"
                                                   and x.get("to") == "failing"), None), 120, "failing")
             text = (wd / "results/logs/attempt-1.log").read_text()

@@ -345,7 +345,7 @@ def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=pri
             raise RuntimeError("the workers did not register")
         scenarios = _scenarios(work, n, steps, step_seconds)
         t0 = time.monotonic()
-        ids = [submit(store, store.r, sc.blueprint.read_text())["id"] for sc in scenarios]
+        ids = [submit(store, sc.blueprint.read_text())["id"] for sc in scenarios]
         out(f"submitted {n} experiments; chaos begins")
         # Redis restart, worker upgrade and host cut happen once each, at a third, a half and two thirds of
         # the way (a short run is over too soon for that: there they follow the first round of kills at once,

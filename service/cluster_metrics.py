@@ -25,65 +25,34 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-from rq.job import Job
-from rq.queue import Queue
-from rq.utils import utcparse
 
 from ajet_runner.service.api.http_metrics import HTTP_REGISTRY
 from ajet_runner.statemachine.absence import node_absent_for
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import FINISHED, TRANSITIONS, Outcome, State
-from ajet_runner.store.keys import INDEX, NODES, STAGES, duration_bucket_key, exp_key, node_key, stage_key, stats_key
-from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue
 from ajet_runner.store.settings import get_settings
+from ajet_runner.store.snapshot import ROWS, Row, Snapshot
+from ajet_runner.store.snapshot import as_num as _num
+from ajet_runner.store.snapshot import as_text as _text
+from ajet_runner.store.snapshot import run_times as _run_times
 from ajet_runner.store.stats import split_pair, split_transition, transition_label
 from ajet_runner.store.store import DURATION_BUCKETS, NODE_ALIVE_SECONDS, Store
 
 log = logging.getLogger(__name__)
 
 PURPOSE_MAX_CHARS = 60
-# How many job ids from the head of a queue are looked at for the oldest one: `at_front` jobs
-# (adoptions, high priority) sit newest-first before the FIFO part, so the oldest job is at the
-# boundary, which is near the head unless dozens of jobs were pushed to the front.
-QUEUE_HEAD_SCAN = 32
-BULK_DETAILS = 1000  # above this many experiments with gauges, their fields come from one SORT … GET
 # `purpose` is free text (CJK, backticks, up to 60 chars): it rides on one info series per experiment,
 # `ajet_runner_experiment_info`, and dashboards join it in (`* on (experiment) group_left (purpose)`),
 # so a long label value is stored once and not on every gauge.
 EXP_LABELS = ["experiment", "node"]
 INFO_LABELS = ["experiment", "purpose", "node"]
-DETAIL_FIELDS = ("state", "purpose", "node", "started_at", "finished_at", "created_at",
-                 "max_seconds", "attempt", "latest_metrics", "target_node", "nnodes")
 PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
-STATS = ("transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures")
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _num(value: Any) -> float | None:
-    """A finite-or-not float from a Redis/JSON value; None when absent or not a number."""
-    kind = type(value)
-    if kind is float:  # JSON numbers: the common case, first (a 10,000-run scrape calls this 100,000 times)
-        return value
-    if value is None or kind is bool:
-        return None
-    if kind is int:
-        return float(value)
-    try:
-        return float(value.decode("utf-8", "replace") if kind is bytes else value if kind is str else _text(value))
-    except (ValueError, TypeError):
-        return None
 
 
 _MEMO_MAX = 4096
@@ -127,203 +96,10 @@ def _pass_k(key: str) -> str:
     return k
 
 
-def _hash(raw: dict[bytes, bytes]) -> dict[str, float]:
-    out = {}
-    for k, v in raw.items():
-        num = _num(v)
-        if num is not None:
-            out[_text(k)] = num
-    return out
-
-
 def purpose_label(purpose: str) -> str:
     """One line, at most PURPOSE_MAX_CHARS characters: a label, not the blueprint's prose."""
     flat = " ".join(purpose.split())
     return flat if len(flat) <= PURPOSE_MAX_CHARS else flat[: PURPOSE_MAX_CHARS - 1] + "…"
-
-
-@dataclass
-class Snapshot:
-    """Everything one scrape needs, read from Redis in three pipelined round trips."""
-
-    now: float
-    states: dict[str, int] = field(default_factory=dict)
-    experiments: list[dict[str, Any]] = field(default_factory=list)  # the ones that get gauges
-    stats: dict[str, dict[str, float]] = field(default_factory=dict)
-    buckets: dict[str, dict[str, float]] = field(default_factory=dict)  # outcome -> stored le -> count
-    nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # None: heartbeat hash expired
-    queues: dict[str, tuple[int, float | None]] = field(default_factory=dict)  # name -> (jobs, oldest enqueued)
-    rows: list[Row] = field(default_factory=list)  # the raw fields behind each of `experiments`, in order
-
-
-@dataclass
-class Row:
-    """One experiment's fields as Redis returned them, decoded once, and its series text (all but the
-    elapsed time, which moves with the clock) written once: reused by the next scrape while the
-    fields are the same bytes, so a scrape pays parsing and formatting only for what changed."""
-
-    raw: tuple[Any, ...]
-    rec: dict[str, Any]
-    lines: tuple[tuple[str, str], ...] | None = None  # (family, line) in family order, elapsed excluded
-    started: float = 0.0
-    end: float | None = None  # finished_at of a finished run: its elapsed time is frozen
-
-
-class RowCache:
-    """The rows of the last scrape (per process). Rows are replaced, never changed, so a scrape
-    racing another one at worst decodes a record again."""
-
-    def __init__(self) -> None:
-        self.rows: dict[Any, Row] = {}  # by the id as Redis returned it
-
-
-ROWS = RowCache()
-
-
-def _row(exp_id: Any, values: Any, cached: Row | None) -> Row:
-    raw = tuple(values)
-    if cached is not None and cached.raw == raw:
-        return cached
-    rec = {k: v.decode("utf-8", "replace") if type(v) is bytes else _text(v)
-           for k, v in zip(DETAIL_FIELDS, raw, strict=True)}
-    rec["id"] = _text(exp_id)
-    try:
-        rec["latest_metrics"] = json.loads(rec["latest_metrics"]) if rec["latest_metrics"] else {}
-    except json.JSONDecodeError:
-        rec["latest_metrics"] = {}
-    started, end = _run_times(rec)
-    return Row(raw=raw, rec=rec, started=started, end=end)
-
-
-def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:
-    """`cache`: the rows of the previous scrape, reused where a record's fields did not change
-    (and replaced by this scrape's)."""
-    r = store.r
-    snap = Snapshot(now=now)
-    outcomes = [o.value for o in Outcome]
-
-    # 1: id, state and finish time of every experiment in one SORT (Redis walks the hashes in C:
-    #    ~12 ms for 10,000, against ~200 ms for a pipeline of HMGETs parsed by redis-py), node names, counters.
-    pipe = r.pipeline(transaction=False)
-    pipe.sort(INDEX, by="nosort", get=["#", exp_key("*") + "->state", exp_key("*") + "->finished_at"])
-    pipe.smembers(NODES)
-    for name in STATS:
-        pipe.hgetall(stats_key(name))
-    for outcome in outcomes:
-        pipe.hgetall(duration_bucket_key(outcome))
-    flat, raw_nodes, *rest = pipe.execute()
-    node_names = sorted(_text(n) for n in raw_nodes)
-    snap.stats = {name: _hash(raw) for name, raw in zip(STATS, rest[: len(STATS)], strict=True)}
-    snap.buckets = {o: _hash(raw) for o, raw in zip(outcomes, rest[len(STATS):], strict=True)}
-    extra_outcomes = [o for o in snap.stats["outcomes"] if o not in snap.buckets]
-    queue_names = [DEFAULT_QUEUE, *(node_queue(n) for n in node_names)]
-    queue_keys = [Queue(name, connection=r).key for name in queue_names]
-    # Ids and states stay bytes here (10,000 decodes are ~10 ms): states are decoded once per name,
-    # ids only for records that changed since the last scrape.
-    counts: dict[Any, int] = {}
-    ids_with_gauges: list[Any] = []
-    horizon = now - finished_ttl
-    finished = (FINISHED, FINISHED.encode())
-    for exp_id, state, finished_at in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
-        if state is None:
-            continue  # an index entry whose hash is gone
-        counts[state] = counts.get(state, 0) + 1
-        if state not in finished or (_num(finished_at) or 0.0) >= horizon:
-            ids_with_gauges.append(exp_id)
-    for state, count in counts.items():
-        name = _text(state)
-        snap.states[name] = snap.states.get(name, 0) + count
-
-    # 2: details of the experiments that get gauges, node hashes, queue lengths and heads. Many of them:
-    #    one SORT … GET of every record's fields (Redis walks the hashes in C; packing and parsing
-    #    thousands of HMGETs in redis-py cost ~300 ms at 10,000), filtered here; a few: their HMGETs.
-    bulk = len(ids_with_gauges) > BULK_DETAILS
-    pipe = r.pipeline(transaction=False)
-    if bulk:
-        pipe.sort(INDEX, by="nosort", get=["#", *(exp_key("*") + "->" + f for f in DETAIL_FIELDS)])
-    else:
-        for i in ids_with_gauges:
-            pipe.hmget(exp_key(_text(i)), *DETAIL_FIELDS)
-    for n in node_names:
-        pipe.hgetall(node_key(n))
-    for key in queue_keys:
-        pipe.llen(key)
-        pipe.lrange(key, 0, QUEUE_HEAD_SCAN - 1)
-    for o in extra_outcomes:
-        pipe.hgetall(duration_bucket_key(o))
-    res = pipe.execute()
-    if bulk:
-        width = len(DETAIL_FIELDS) + 1
-        wanted = set(ids_with_gauges)
-        rows = res[0]
-        by_id = {rows[k]: rows[k + 1: k + width] for k in range(0, len(rows), width)}
-        details = [(i, by_id[i]) for i in ids_with_gauges if i in by_id and i in wanted]
-        res = [None, *res[1:]]
-        first = 1
-    else:
-        details = list(zip(ids_with_gauges, res[: len(ids_with_gauges)], strict=True))
-        first = len(ids_with_gauges)
-    previous = cache.rows if cache is not None else {}
-    kept: dict[Any, Row] = {}
-    for exp_id, values in details:
-        if values[0] is None:
-            continue  # deleted between the two reads
-        row = kept[exp_id] = _row(exp_id, values, previous.get(exp_id))
-        snap.rows.append(row)
-        snap.experiments.append(row.rec)
-    if cache is not None:
-        cache.rows = kept  # experiments gone since the last scrape drop out
-    pos = first
-    for n in node_names:
-        snap.nodes[n] = _node_info(res[pos]) if res[pos] else None
-        pos += 1
-    heads = []
-    for _ in queue_keys:
-        heads.append((int(res[pos]), [_text(j) for j in res[pos + 1]]))
-        pos += 2
-    for o in extra_outcomes:
-        snap.buckets[o] = _hash(res[pos])
-        pos += 1
-
-    # 3: enqueue times of the jobs at the queue heads.
-    pipe = r.pipeline(transaction=False)
-    for _, job_ids in heads:
-        for j in job_ids:
-            pipe.hget(Job.key_for(j), "enqueued_at")
-    res = pipe.execute()
-    pos = 0
-    for name, (count, job_ids) in zip(queue_names, heads, strict=True):
-        times = [_enqueued_at(v) for v in res[pos: pos + len(job_ids)]]
-        pos += len(job_ids)
-        known = [t for t in times if t is not None]
-        snap.queues[name] = (count, min(known) if known else None)
-    return snap
-
-
-def _node_info(raw: dict[bytes, bytes]) -> dict[str, Any]:
-    info: dict[str, Any] = {}
-    for k, v in raw.items():
-        try:
-            info[_text(k)] = json.loads(v)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            info[_text(k)] = _text(v)
-    return info
-
-
-def _enqueued_at(raw: Any) -> float | None:
-    if not raw:
-        return None
-    try:
-        return utcparse(_text(raw)).timestamp()
-    except ValueError:
-        return None
-
-
-def _run_times(rec: dict[str, Any]) -> tuple[float, float | None]:
-    """(started, end): `end` is a finished run's finish time (its elapsed time is frozen), else None."""
-    started = _num(rec.get("started_at")) or 0.0
-    end = (_num(rec.get("finished_at")) or None) if rec.get("state") == FINISHED else None
-    return started, end
 
 
 def _elapsed_between(started: float, end: float | None, now: float) -> float:
@@ -346,7 +122,7 @@ class ClusterCollector(Collector):
         self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
-        snap = read_snapshot(self.store, self.finished_ttl, self.clock())
+        snap = self.store.snapshot(self.finished_ttl, self.clock())
         yield from experiment_families(snap)
         yield from counter_families(snap)
         yield from queue_families(snap)
@@ -369,23 +145,12 @@ def stage_families(store: Store, limit: int = STAGES_EXPORTED) -> Iterable[Metri
                                  labels=["stage", "outcome"])
     best = GaugeMetricFamily("ajet_runner_stage_best_mean_reward",
                              "The best mean_reward any experiment of the stage reached.", labels=["stage"])
-    r = store.r
-    names = [_text(n) for n in r.zrevrange(STAGES, 0, max(0, limit - 1))]
-    pipe = r.pipeline(transaction=False)
-    for name in names:
-        pipe.zrange(stage_key(name), 0, -1)
-    members = pipe.execute() if names else []
-    pipe = r.pipeline(transaction=False)
-    for ids in members:
-        for i in ids:
-            pipe.hmget(exp_key(_text(i)), *STAGE_FIELDS)
-    rows = iter(pipe.execute() if any(members) else [])
-    for name, ids in zip(names, members, strict=True):
+    for name, rows in store.stage_snapshot(limit, STAGE_FIELDS):
         states: dict[str, int] = {}
         ends: dict[str, int] = {}
         top: float | None = None
-        for _ in ids:
-            state, outcome, best_raw, latest_raw = (_text(v) if v is not None else "" for v in next(rows))
+        for row in rows:
+            state, outcome, best_raw, latest_raw = (_text(v) if v is not None else "" for v in row)
             if not state:
                 continue  # expired
             states[state] = states.get(state, 0) + 1
@@ -709,7 +474,7 @@ def _one_scrape() -> Iterator[None]:
                 gc.enable()
 
 
-# (the store's client, monotonic time it was done, body) of the last scrape
+# (the store's Redis client's identity, monotonic time it was done, body) of the last scrape
 _LAST: list[tuple[Any, float, bytes]] = [(None, 0.0, b"")]
 
 
@@ -720,16 +485,16 @@ def metrics_response(store: Store) -> tuple[bytes, str]:
     arrived = time.monotonic()
     with _one_scrape():
         client, done_at, body = _LAST[0]
-        if client is store.r and done_at > arrived:
+        if client == store.redis_id and done_at > arrived:
             return body, CONTENT_TYPE_PLAIN_0_0_4
         body, content_type = _metrics_response(store)
-        _LAST[0] = (store.r, time.monotonic(), body)
+        _LAST[0] = (store.redis_id, time.monotonic(), body)
         return body, content_type
 
 
 def _metrics_response(store: Store) -> tuple[bytes, str]:
     collector = ClusterCollector(store)
-    snap = read_snapshot(store, collector.finished_ttl, collector.clock(), ROWS)
+    snap = store.snapshot(collector.finished_ttl, collector.clock(), ROWS)
     body = experiment_text(snap).encode()
     body += generate_latest(_One(*counter_families(snap), *queue_families(snap), *node_families(snap),
                                  absent_node_family(snap, collector.absent_after), *stage_families(store)))

@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from ajet_runner.service.submit import PARSE_DEADLINE_SECONDS, SubmissionRejected, submit
 from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint
 from ajet_runner.statemachine.models import Level, Problem
@@ -99,7 +97,7 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
     return planned, implied, problems
 
 
-def submit_stage(store: Store, conn: redis.Redis, stage: str, blueprints: Sequence[tuple[str, str]], *,
+def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]], *,
                  sweep: Sequence[str] = (), stage_dir: str = "", webhook_url: str = "",
                  node: str | None = None, priority: str | None = None, allowed_roots: Sequence[str] = (),
                  check_disk: bool = True, wait_for_node: bool = False) -> StageSubmission:
@@ -124,7 +122,7 @@ def submit_stage(store: Store, conn: redis.Redis, stage: str, blueprints: Sequen
     result = StageSubmission(stage=stage, stage_dir=directory)
     for p in planned:
         try:
-            rec = submit(store, conn, p.text, blueprint_path=p.blueprint_path, node=node, priority=priority,
+            rec = submit(store, p.text, blueprint_path=p.blueprint_path, node=node, priority=priority,
                          allowed_roots=allowed_roots, check_disk=check_disk, wait_for_node=wait_for_node,
                          stage=stage, overrides=p.overrides or None)
         except SubmissionRejected as exc:

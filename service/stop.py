@@ -22,7 +22,6 @@ from typing import Any
 from pydantic import SecretStr
 
 from ajet_runner.statemachine.lifecycle import State
-from ajet_runner.store.queue import remove_queued
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 
@@ -66,7 +65,7 @@ def _flag(store: Store, exp_id: str, delete: bool) -> dict[str, Any]:
 
 def _dequeue(store: Store, rec: dict[str, Any]) -> bool:
     """Take the record's RQ job out of its queue; True if it was still waiting there."""
-    return remove_queued(store.r, str(rec.get("job_id") or ""), str(rec.get("queue") or ""))
+    return store.remove_queued(str(rec.get("job_id") or ""), str(rec.get("queue") or ""))
 
 
 def _writable_here(result_dir: str) -> bool:

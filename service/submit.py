@@ -9,8 +9,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.refusal import write_refusal
 from ajet_runner.resultdir.roots import confined
@@ -20,8 +18,8 @@ from ajet_runner.statemachine.lifecycle import Lifecycle, State
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
 from ajet_runner.store.naming import session_name
-from ajet_runner.store.queue import drive_job_id, enqueue_drive, target_queue
-from ajet_runner.store.store import NODE_ALIVE_SECONDS, ResultDirTaken, Store, new_id
+from ajet_runner.store.queue import drive_job_id, target_queue
+from ajet_runner.store.store import NODE_ALIVE_SECONDS, RedisError, ResultDirTaken, Store, new_id
 
 # A blueprint parses in well under 100 ms whatever it holds (tests/fuzz, bench/bench_hostile_parse.py); the
 # deadline is the backstop that keeps one request from holding a submission thread if that ever stops being so.
@@ -57,7 +55,6 @@ def live_nodes(store: Store, now: float | None = None, nodes: list[dict[str, Any
 
 def submit(
     store: Store,
-    conn: redis.Redis,
     text: str,
     *,
     blueprint_path: str = "",
@@ -165,11 +162,11 @@ def submit(
                     level=Level.error, field="exp_result_dir",
                     message=f"an earlier run's files could not be moved to previous/: {exc}")]) from None
         # The job only once the dir is ready: a worker never starts while the earlier run is being moved.
-        return store.admit(exp_id, {"previous_run": previous}, also=lambda pipe: enqueue_drive(
-            conn, store, exp_id, queue_name, at_front=priority == "high", max_seconds=bp.exp_max_time_seconds,
+        return store.admit(exp_id, {"previous_run": previous}, also=lambda pipe: store.enqueue_drive(
+            exp_id, queue_name, at_front=priority == "high", max_seconds=bp.exp_max_time_seconds,
             job_id=job_id, pipeline=pipe))
     except BaseException:
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(RedisError):
             store.withdraw(exp_id)  # never admitted: the record goes and the dir is free again
         raise
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from typing import TYPE_CHECKING
 
 import redis
 from redis.client import Pipeline
@@ -18,7 +19,9 @@ from rq.serializers import JSONSerializer
 
 from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue, queue_names, target_queue
 from ajet_runner.store.settings import get_settings
-from ajet_runner.store.store import Store
+
+if TYPE_CHECKING:
+    from ajet_runner.store.store import Store  # only a parameter's type: store.py imports this module
 
 __all__ = ["DEFAULT_QUEUE", "DRIVE_JOB", "JOB_MARGIN_SECONDS", "LEGACY_JOB_NAMES", "RANK_JOB", "drive_job_id",
            "enqueue_drive", "enqueue_rank", "job_timeout", "node_queue", "queue", "queue_names", "remove_queued",

@@ -69,6 +69,12 @@ def stage_ids(store: Store, name: str) -> list[str]:
     return [text(i) for i in store.r.zrange(stage_key(name), 0, -1)]
 
 
+def forget_members(store: Store, name: str, ids: set[str] | list[str]) -> None:
+    """Drop ids whose records are gone (expired after the retention time) from the stage's index."""
+    if ids:
+        store.r.zrem(stage_key(name), *ids)
+
+
 def add_to_stage(store: Store, name: str, ids: list[str]) -> list[str]:
     """Put existing experiments into stage `name` (leaving any other stage); returns the ids with no record."""
     check_stage_name(name)

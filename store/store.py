@@ -15,10 +15,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import redis
-from redis.client import Pipeline
+from redis.client import Pipeline, PubSub
+from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, FINISHED, EventType, Outcome, State
 from ajet_runner.store.events import EventBase, checked
+from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.keys import (
     GLOBAL_STREAM,
     INDEX,
@@ -44,13 +47,21 @@ from ajet_runner.store.keys import (
     stream_key,
     swarm_port_key,
 )
+from ajet_runner.store.outbox import Outbox
 from ajet_runner.store.records import ExperimentRecord, text
 from ajet_runner.store.scripts import lua
+from ajet_runner.store.snapshot import RowCache, Snapshot, read_snapshot, read_stages
 from ajet_runner.store.stats import TransitionStats
 
-__all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "UNFINISHED", "ResultDirTaken", "Store", "TransitionConflict",
+__all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "REDIS_DOWN", "UNFINISHED", "RedisError", "ResultDirTaken",
+           "Store", "TransitionConflict",
            "decode",
            "drain_key", "exp_key", "gpu_key", "new_id", "node_key", "stream_key", "swarm_port_key"]
+
+# What callers above the store catch, without importing redis themselves: any Redis failure, and the ones
+# that mean it is unreachable (retry later) rather than a bug.
+RedisError = redis.RedisError
+REDIS_DOWN: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
 
 STREAM_MAXLEN = 10_000
 LOG_TAIL_CAP = 200  # lines of log kept in Redis, so the API can show a log without the node's disk
@@ -164,8 +175,55 @@ class Store:
         self._claim = client.register_script(lua("claim_result_dir"))
 
     @classmethod
-    def from_url(cls, url: str) -> Store:
-        return cls(redis.Redis.from_url(url, health_check_interval=10))
+    def from_url(cls, url: str, retention_seconds: float | None = None, **options: Any) -> Store:
+        """A store on its own client; `options` are redis-py's (socket_timeout, health_check_interval, ...)."""
+        options.setdefault("health_check_interval", 10)
+        return cls(redis.Redis.from_url(url, **options), retention_seconds)
+
+    def outbox(self) -> Outbox:
+        """The outbox of notices to deliver (store/outbox.py), on this store's client."""
+        return Outbox(self.r)
+
+    def gangs(self) -> GangStore:
+        """The multi-node gangs (store/gangs.py), on this store's client."""
+        return GangStore(self.r)
+
+    def pubsub(self) -> PubSub:
+        """A pub/sub connection (e.g. to hear a cancel announced on `cancel_channel`): the caller closes it."""
+        return self.r.pubsub(ignore_subscribe_messages=True)
+
+    # -- the job queue (RQ, store/queue.py) on this store's client ----------------------------
+    def enqueue_drive(self, exp_id: str, queue_name: str, *, at_front: bool = False,
+                      max_seconds: float | None = None, job_id: str = "", pipeline: Pipeline | None = None) -> str:
+        """The experiment's drive job on `queue_name` (its id noted in the record; with `pipeline`, only the
+        job is added to that MULTI: store/queue.py's enqueue_drive); returns the job id."""
+        from ajet_runner.store.queue import enqueue_drive
+
+        return enqueue_drive(self.r, self, exp_id, queue_name, at_front=at_front, max_seconds=max_seconds,
+                             job_id=job_id, pipeline=pipeline)
+
+    def enqueue_rank(self, exp_id: str, rank: int, node: str, max_seconds: float | None = None) -> str:
+        """A multi-node run's rank job on that node's queue, ahead of new work; returns the job id."""
+        from ajet_runner.store.queue import enqueue_rank
+
+        return enqueue_rank(self.r, exp_id, rank, node, max_seconds)
+
+    def remove_queued(self, job_id: str, queue_name: str) -> bool:
+        """Take a drive job out of its queue (and cancel it); True if it was still waiting there."""
+        from ajet_runner.store.queue import remove_queued
+
+        return remove_queued(self.r, job_id, queue_name)
+
+    def fetch_job(self, job_id: str) -> Job:
+        """The RQ job (raises rq's NoSuchJobError when it is gone)."""
+        return Job.fetch(job_id, connection=self.r, serializer=JSONSerializer)
+
+    def ping(self) -> bool:
+        return bool(self.r.ping())
+
+    def close(self) -> None:
+        """Close the client's connections (a short-lived process: its pool goes with it)."""
+        self.r.close()
 
     # -- experiments ---------------------------------------------------------------------
     def create(self, exp_id: str, fields: Mapping[str, Any], event: Mapping[str, Any], *,
@@ -447,6 +505,20 @@ class Store:
         key = state_index_key(state) if state else node_index_key(node or "") if node else INDEX
         return [i.decode() for i in self.r.zrevrange(key, 0, -1)]
 
+    def partial(self, ids: Iterable[str], names: Iterable[str]) -> list[dict[str, Any]]:
+        """Only `names` of each record, decoded like `get` (JSON fields parsed, absent fields left out), in
+        `ids` order (one pipeline); records that are gone (no `id` field) are left out."""
+        names = list(names)
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hmget(exp_key(i), names)
+        out = []
+        for values in pipe.execute():
+            raw = {k: v for k, v in zip(names, values, strict=True) if v is not None}
+            if raw.get("id"):
+                out.append(decode(raw))
+        return out
+
     def fields_of(self, ids: list[str], names: Iterable[str]) -> list[dict[str, str]]:
         """Only `names` of each record (one pipeline); records that are gone are left out."""
         names = list(names)
@@ -675,6 +747,19 @@ class Store:
         return {int(k): v.decode() for k, v in self.r.hgetall(gpu_key(node)).items()}
 
     # -- counters for /metrics ---------------------------------------------------------------
+    @property
+    def redis_id(self) -> int:
+        """Which Redis client this store reads (two stores over one client share a /metrics answer)."""
+        return id(self.r)
+
+    def snapshot(self, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:
+        """Everything one /metrics scrape reads (store/snapshot.py), in three pipelined round trips."""
+        return read_snapshot(self, finished_ttl, now, cache)
+
+    def stage_snapshot(self, limit: int, fields: tuple[str, ...]) -> list[tuple[str, list[list[Any]]]]:
+        """The newest `limit` stages with `fields` of each member (raw replies: None when absent)."""
+        return read_stages(self, limit, fields)
+
     def stats(self) -> dict[str, dict[str, float]]:
         pipe = self.r.pipeline(transaction=False)
         names = list(STATS_NAMES)

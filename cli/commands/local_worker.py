@@ -40,6 +40,6 @@ def stop_local(worker: subprocess.Popen[bytes], store: Any, embedded: Any | None
         worker.wait(20)
     if worker.poll() is None:
         worker.kill()
-    store.r.close()
+    store.close()
     if embedded:
         embedded.stop()

@@ -55,7 +55,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
             output.err(f"error: the local worker did not start: {exc}")
             return output.FAILED
         try:
-            rec = submit(store, store.r, text, blueprint_path="" if str(path) == "-" else str(path.resolve()),
+            rec = submit(store, text, blueprint_path="" if str(path) == "-" else str(path.resolve()),
                          node=node)
         except SubmissionRejected as exc:
             output.err(f"error: blueprint rejected: {path}")

@@ -58,7 +58,7 @@ def _submit_demo(store: Any, workdir: Path, node: str) -> str:
     from ajet_runner.service.submit import submit
 
     blueprint = materialize("demo", workdir / "demo")
-    rec = submit(store, store.r, blueprint.read_text(encoding="utf-8"), blueprint_path=str(blueprint), node=node)
+    rec = submit(store, blueprint.read_text(encoding="utf-8"), blueprint_path=str(blueprint), node=node)
     return str(rec["id"])
 
 

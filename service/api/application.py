@@ -42,7 +42,7 @@ def _install_probes(app: FastAPI, be: Backend, metrics_guard: list[Any]) -> None
     def readyz() -> JSONResponse:
         """Readiness: Redis answers a PING."""
         try:
-            be.store.r.ping()
+            be.store.ping()
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
             detail = getattr(exc, "detail", None) or type(exc).__name__
             return JSONResponse(status_code=503, content={"status": "unavailable", "detail": f"redis: {detail}"})

@@ -11,7 +11,6 @@ import logging
 import re
 from typing import Any
 
-import redis
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -19,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ajet_runner.service.api.schemas import ErrorBody
+from ajet_runner.store.store import REDIS_DOWN, RedisError
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def _allowed_methods(request: Request) -> list[str]:
 def is_outage(exc: BaseException) -> bool:
     """A Redis error that means "cannot reach Redis" (connection refused or lost, a timeout), as opposed
     to an answer Redis gave (a range out of bounds, a wrong type, a script error)."""
-    return isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
+    return isinstance(exc, REDIS_DOWN)
 
 
 def install_handlers(app: FastAPI) -> None:
@@ -102,8 +102,8 @@ def install_handlers(app: FastAPI) -> None:
             headers["Allow"] = ", ".join(_allowed_methods(request))
         return JSONResponse(status_code=exc.status_code, content=error_body(detail, problems), headers=headers)
 
-    @app.exception_handler(redis.RedisError)
-    async def redis_error(_: Request, exc: redis.RedisError) -> JSONResponse:
+    @app.exception_handler(RedisError)
+    async def redis_error(_: Request, exc: RedisError) -> JSONResponse:
         """Only a lost connection (or a timeout) is an outage; any other Redis error is ours (500), with
         what Redis said, e.g. a range it refused."""
         if is_outage(exc):

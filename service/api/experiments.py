@@ -32,7 +32,7 @@ from ajet_runner.service.api.schemas import (
 )
 from ajet_runner.service.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ajet_runner.statemachine.lifecycle import FINISHED, Outcome, State
-from ajet_runner.store.store import NODE_ALIVE_SECONDS, decode, exp_key
+from ajet_runner.store.store import NODE_ALIVE_SECONDS
 
 router = APIRouter(prefix="/v1", tags=["experiments"], responses=error_responses(*V1_ERRORS))
 NOT_FOUND = error_responses(404)
@@ -103,7 +103,7 @@ def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: st
         return JSONResponse(status_code=409, content=error_body(str(exc), [
             {"level": "error", "field": "Idempotency-Key", "message": str(exc)}]))
     try:
-        rec = submit(be.store, be.store.r, body.blueprint, blueprint_path=body.blueprint_path or "", node=body.node,
+        rec = submit(be.store, body.blueprint, blueprint_path=body.blueprint_path or "", node=body.node,
                      nodes=body.nodes, priority=body.priority, allowed_roots=be.allowed_roots,
                      check_disk=be.settings.submit_check_disk, exp_id=held.exp_id if held else None,
                      wait_for_node=body.wait_for_node, stage=body.stage)
@@ -131,16 +131,8 @@ def _matches(rec: dict[str, Any], state: str | None, node: str | None, outcome: 
 
 
 def _summaries(be: Backend, ids: list[str]) -> list[dict[str, Any]]:
-    pipe = be.store.r.pipeline(transaction=False)
-    for i in ids:
-        pipe.hmget(exp_key(i), SUMMARY_FIELDS)
-    out = []
     now = time.time()
-    for values in pipe.execute():
-        raw = {k: v for k, v in zip(SUMMARY_FIELDS, values, strict=True) if v is not None}
-        if raw.get("id"):
-            out.append(summary_dict(decode(raw), now))
-    return out
+    return [summary_dict(rec, now) for rec in be.store.partial(ids, SUMMARY_FIELDS)]
 
 
 @router.get("/experiments", response_model=ExperimentPage)

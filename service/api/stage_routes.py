@@ -23,25 +23,15 @@ from ajet_runner.service.api.stage_schemas import (
 )
 from ajet_runner.statemachine.compare import DEFAULT_METRIC, ExperimentFacts, compare
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
-from ajet_runner.store.keys import stage_key
-from ajet_runner.store.stages import evaluation_events, stage_counts, stage_ids, stage_meta, stage_names
-from ajet_runner.store.store import Store, decode, exp_key
+from ajet_runner.store.stages import evaluation_events, forget_members, stage_counts, stage_ids, stage_meta, stage_names
+from ajet_runner.store.store import Store
 
 router = APIRouter(prefix="/v1", tags=["stages"], responses=error_responses(*V1_ERRORS))
 NOT_FOUND = error_responses(404, notes={404: "no stage with that name"})
 
 
 def _records(store: Store, ids: list[str], fields: tuple[str, ...] = SUMMARY_FIELDS) -> list[dict[str, Any]]:
-    pipe = store.r.pipeline(transaction=False)
-    for i in ids:
-        pipe.hmget(exp_key(i), [*fields, "best_metrics"])
-    out = []
-    for values in pipe.execute():
-        raw: dict[bytes | str, bytes | str] = {k: v for k, v in zip([*fields, "best_metrics"], values, strict=True)
-                                               if v is not None}
-        if raw.get("id"):
-            out.append(decode(raw))
-    return out
+    return store.partial(ids, [*fields, "best_metrics"])
 
 
 def _best(records: list[dict[str, Any]], metric: str = DEFAULT_METRIC) -> dict[str, Any] | None:
@@ -65,7 +55,7 @@ def stage_summary(store: Store, name: str, with_experiments: bool = False) -> di
         return None
     records = _records(store, ids)
     if len(records) < len(ids):  # records that expired after the retention time leave the index
-        store.r.zrem(stage_key(name), *(set(ids) - {r["id"] for r in records}))
+        forget_members(store, name, set(ids) - {r["id"] for r in records})
     counts = stage_counts(records)
     finished = bool(records) and all(r.get("state") == FINISHED for r in records)
     now = time.time()
@@ -92,7 +82,7 @@ def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Dep
     from ajet_runner.service.stage_submit import StageRejected, submit_stage
 
     try:
-        result = submit_stage(be.store, be.store.r, body.stage,
+        result = submit_stage(be.store, body.stage,
                               [(b.blueprint, b.blueprint_path or "") for b in body.blueprints], sweep=body.sweep,
                               stage_dir=body.stage_dir or "", webhook_url=body.webhook_url or "", node=body.node,
                               priority=body.priority, allowed_roots=be.allowed_roots,
@@ -139,7 +129,6 @@ def _resolve_dir(store: Store, result_dir: str) -> str | None:
 def add_to_stage(name: str, body: StageAddRequest, be: Backend = Depends(backend)) -> Any:
     """Put existing experiments into a stage after the fact (by id, or by a result dir they ran in). A stage
     whose experiments are then all finished gets its report and `stage_finished` webhook."""
-    from ajet_runner.store.outbox import Outbox
     from ajet_runner.store.stages import StageNameError, add_to_stage, check_stage_name
 
     try:
@@ -162,7 +151,7 @@ def add_to_stage(name: str, body: StageAddRequest, be: Backend = Depends(backend
         return JSONResponse(status_code=422, content=error_body(f"nothing added to stage {name}: {detail}",
                                                                 problems))
     add_to_stage(be.store, name, list(dict.fromkeys(ids)))
-    Outbox(be.store.r).check_stage(name)  # all finished already: the stage's report and webhook are due
+    be.store.outbox().check_stage(name)  # all finished already: the stage's report and webhook are due
     return stage_summary(be.store, name, with_experiments=True)
 
 

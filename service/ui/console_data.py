@@ -17,7 +17,7 @@ from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME,
 from ajet_runner.service.api.schemas import SUMMARY_FIELDS, summary_dict
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.store.stages import stage_ids, stage_names
-from ajet_runner.store.store import Store, decode, exp_key
+from ajet_runner.store.store import Store
 
 SERVED_FILES = {REPORT_NAME: "text/markdown; charset=utf-8", REPAIR_LOG_NAME: "text/markdown; charset=utf-8",
                 PLOT_NAME: "image/png", RESULTS_NAME: "application/json"}
@@ -59,16 +59,8 @@ def _matches(rec: dict[str, str], f: Filters) -> bool:
 
 
 def summaries(store: Store, ids: list[str]) -> list[dict[str, Any]]:
-    pipe = store.r.pipeline(transaction=False)
-    for i in ids:
-        pipe.hmget(exp_key(i), SUMMARY_FIELDS)
     now = time.time()
-    out = []
-    for values in pipe.execute():
-        raw = {k: v for k, v in zip(SUMMARY_FIELDS, values, strict=True) if v is not None}
-        if raw.get("id"):
-            out.append(summary_dict(decode(raw), now))
-    return out
+    return [summary_dict(rec, now) for rec in store.partial(ids, SUMMARY_FIELDS)]
 
 
 def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE) -> Page:
@@ -80,15 +72,7 @@ def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE) -> Page:
     else:
         all_ids = stage_ids(store, f.stage)[::-1] if f.stage else store.ids(0, 10_000_000)
         keys = ("state", "outcome", "node", "target_node", "purpose")
-        pipe = store.r.pipeline(transaction=False)
-        for i in all_ids:
-            pipe.hmget(exp_key(i), keys)
-        matching = []
-        for exp_id, values in zip(all_ids, pipe.execute(), strict=True):
-            rec = {k: (v.decode("utf-8", "replace") if v is not None else "")
-                   for k, v in zip(keys, values, strict=True)}
-            if _matches(rec, f):
-                matching.append(exp_id)
+        matching = [rec["id"] for rec in store.fields_of(all_ids, keys) if _matches(rec, f)]
         total, ids = len(matching), matching[start:start + page_size]
     pages = max(1, -(-total // page_size))
     return Page(summaries(store, ids), total, max(1, f.page), pages, sorted(n["name"] for n in store.nodes()),

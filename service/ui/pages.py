@@ -346,7 +346,7 @@ async def _submit_stage(request: Request, who: Viewer, be: Backend, text: str, s
             "problems": [{"level": "error", "field": "stage", "message": "a sweep needs a stage name"}]}})
     try:
         await run_in_threadpool(lambda: submit_stage(
-            be.store, be.store.r, stage, [(text, "")], node=ctx["node"] or None, priority=ctx["priority"],
+            be.store, stage, [(text, "")], node=ctx["node"] or None, priority=ctx["priority"],
             allowed_roots=be.allowed_roots, check_disk=be.settings.submit_check_disk))
     except StageRejected as exc:
         return page("submit.html", request, who, status_code=exc.status, checked=checked, **{**ctx, "rejected": {

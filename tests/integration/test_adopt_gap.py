@@ -76,7 +76,7 @@ def test_a_worker_killed_under_a_50_mb_s_writer_is_adopted_and_the_gap_is_scanne
     first = start_worker(env, "n1", "--gpus", "0")
     try:
         wait_for(store.nodes, 30, "the worker to register")
-        exp_id = submit(store, store.r, bp.read_text(), node="n1")["id"]
+        exp_id = submit(store, bp.read_text(), node="n1")["id"]
         wait_for(lambda: ckpt.exists() and json.loads(ckpt.read_text())["offset"] >= 32 << 20, 120,
                  "a checkpoint past 32 MB")
     finally:

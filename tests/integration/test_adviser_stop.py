@@ -52,7 +52,7 @@ def test_a_stop_during_an_adviser_ask_ends_the_run_cancelled_within_2_s(
                          AJET_RUNNER_CATALOGUE_SUGGESTIONS=str(tmp_path / "suggestions.yaml"))
         with running_worker(env, "n1", "--gpus", "0"):
             wait_for(store.nodes, 30, "the worker to register")
-            exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+            exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
             asking = wait_for(lambda: [e for e in store.events(exp_id)
                                        if e.get("type") == "adviser" and e.get("status") == "asking"],
                               120, "the adviser to be asked")

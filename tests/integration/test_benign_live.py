@@ -62,7 +62,7 @@ def test_the_benign_corpus_in_a_live_run_ends_completed_with_one_attempt(
     t0 = time.monotonic()
     with running_worker(env, "n1", "--gpus", "0"):
         wait_for(store.nodes, 30, "the worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
     took = time.monotonic() - t0
     rec = store.get(exp_id) or {}
@@ -91,7 +91,7 @@ def test_a_real_fatal_line_in_a_live_process_is_failing_once_its_settle_has_pass
     needle = "Set the environment variable HYDRA_FULL_ERROR=1"  # the OOM file's last lines are out
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
         wait_for(store.nodes, 30, "the worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
         wait_for(lambda: log.exists() and needle in log.read_text(errors="replace"), 120, "the OOM to be printed",
                  interval=0.02)
         printed_at = time.time()

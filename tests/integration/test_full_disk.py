@@ -81,7 +81,7 @@ def _run_filling_the_disk(tmp_path: Path, disk: Path, redis_url: str, tmux_socke
     env = worker_env(redis_url, tmux_socket, AJET_RUNNER_RESULT_RESERVE_BYTES=reserve)
     with running_worker(env, "n1", "--gpus", "0"):
         wait_for(lambda: store.nodes(), 30, "the worker to register")
-        exp_id = submit(store, store.r, text)["id"]
+        exp_id = submit(store, text)["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
         assert _fill(disk) > 0
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")

@@ -99,7 +99,7 @@ def test_submission_refuses_only_what_no_set_of_live_nodes_could_hold(redis_url:
     for name, gpus in (("a", 8), ("b", 8), ("small", 4)):
         store.heartbeat(name, {"gpus": gpus, "gpus_busy": 0, "slots": 2}, ttl=2)
     store.reserve_gpus("a", "busy", 8, 8)  # busy now: a gang that fits later waits queued
-    rec = submit(store, store.r, gang_blueprint("fits", 2, 8))
+    rec = submit(store, gang_blueprint("fits", 2, 8))
     assert rec["state"] == "queued" and rec["nnodes"] == "2" and rec["gpus_per_node"] == "8"
     assert rec["gpus_needed"] == "16"
     for name, nnodes, per_node, node, words in (
@@ -108,10 +108,10 @@ def test_submission_refuses_only_what_no_set_of_live_nodes_could_hold(redis_url:
         ("head", 2, 8, "small", "the named head node small has fewer than 8 GPUs"),
     ):
         with pytest.raises(SubmissionRejected) as refused:
-            submit(store, store.r, gang_blueprint(name, nnodes, per_node), node=node)
+            submit(store, gang_blueprint(name, nnodes, per_node), node=node)
         assert refused.value.status == 409 and words in str(refused.value), str(refused.value)
         assert "ajet-runner worker --node <name>" in str(refused.value) and "DaemonSet" in str(refused.value)
-    assert submit(store, store.r, gang_blueprint("three-small", 3, 4))["state"] == "queued"  # a, b and small
+    assert submit(store, gang_blueprint("three-small", 3, 4))["state"] == "queued"  # a, b and small
 
 
 def test_a_submission_may_name_the_gangs_nodes(redis_url: str, tmp_path) -> None:
@@ -128,12 +128,12 @@ def test_a_submission_may_name_the_gangs_nodes(redis_url: str, tmp_path) -> None
     for name in ("a", "b", "c"):
         store.heartbeat(name, {"gpus": 8, "gpus_busy": 0, "slots": 2}, ttl=2)
     with pytest.raises(SubmissionRejected, match="names 1 node"):
-        submit(store, store.r, sc.blueprint.read_text(), nodes=["a"])
+        submit(store, sc.blueprint.read_text(), nodes=["a"])
     with pytest.raises(SubmissionRejected, match="no live worker serves node zz"):
-        submit(store, store.r, sc.blueprint.read_text(), nodes=["a", "zz"])
+        submit(store, sc.blueprint.read_text(), nodes=["a", "zz"])
     with pytest.raises(SubmissionRejected, match="the first of nodes"):
-        submit(store, store.r, sc.blueprint.read_text(), nodes=["a", "c"], node="b")
-    rec = submit(store, store.r, sc.blueprint.read_text(), nodes=["c", "a"])
+        submit(store, sc.blueprint.read_text(), nodes=["a", "c"], node="b")
+    rec = submit(store, sc.blueprint.read_text(), nodes=["c", "a"])
     assert rec["target_node"] == "c" and rec["queue"] == "node:c" and rec["target_nodes"] == "c,a"
     # The head on c reserves only among the named nodes: b stays free even though it comes first.
     typed = store.record(rec["id"])
@@ -162,7 +162,7 @@ def test_a_single_cpu_node_cannot_hold_a_two_node_run(redis_url: str, tmp_path) 
     y.write_text(y.read_text().replace("nnodes: 1", "nnodes: 2"))
     store.heartbeat("only", {"gpus": 0, "gpus_busy": 0, "slots": 2}, ttl=2)  # what `ajet-runner run` has
     with pytest.raises(SubmissionRejected, match=r"needs 2 nodes .* only 1 live node"):
-        submit(store, store.r, sc.blueprint.read_text())
+        submit(store, sc.blueprint.read_text())
 
 
 def test_a_member_keeps_a_running_gangs_gpus_and_frees_a_finished_ones(redis_url: str) -> None:

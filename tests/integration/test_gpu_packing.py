@@ -23,7 +23,7 @@ def test_two_four_gpu_runs_share_an_eight_gpu_node(tmp_path, redis_url, tmux_soc
     env = worker_env(redis_url, tmux_socket, AJET_SIM_GPUS="8")
     with running_worker(env, "gpu8", "--gpus", "8"):
         wait_for(lambda: store.nodes(), 30, "the worker to register")
-        ids = [submit(store, store.r, sc.blueprint.read_text())["id"] for sc in scenarios]
+        ids = [submit(store, sc.blueprint.read_text())["id"] for sc in scenarios]
         assert [store.get(i)["gpus_needed"] for i in ids] == ["4", "4"]  # type: ignore[index]
 
         def both_running() -> bool:

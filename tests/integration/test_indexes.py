@@ -65,7 +65,7 @@ def test_a_finished_record_expires_after_the_retention_time_and_leaves_the_index
     assert 3500 < store.r.ttl(exp_key("a")) <= 3600
     assert 3500 < store.r.ttl(exp_key("a") + ":events") <= 3600 and store.r.ttl(exp_key("a") + ":tail") > 3500
     assert store.r.ttl(exp_key("a") + ":published") > 3500
-    store.publish("a", {"type": "note"}, once=("late", 1))  # an event after the end expires with the rest
+    store.publish("a", {"type": "info"}, once=("late", 1))  # an event after the end expires with the rest
     assert store.r.ttl(exp_key("a") + ":published") > 3500
     store.r.delete(exp_key("a"))  # what the expiry does
     assert store.prune(["a"]) == 1

@@ -88,7 +88,7 @@ def test_overflow_drops_events_but_never_a_transition(server, monkeypatch) -> No
     j = Journal(store, "e", "me", version=1, retry_seconds=0.1)
     os.kill(server.process.pid, signal.SIGSTOP)
     try:
-        wait_for(lambda: (j.publish({"type": "probe"}), not j.online)[1], 10, "the journal to notice the outage")
+        wait_for(lambda: (j.publish({"type": "warning"}), not j.online)[1], 10, "the journal to notice the outage")
         j.transition({"state": "collecting"}, {"type": "transition", "to": "collecting"})
         for n in range(10):
             j.publish({"type": "progress", "n": n})

@@ -37,7 +37,7 @@ def _age(store: Store, job: Job, seconds: float) -> None:
 
 def test_a_job_popped_and_dropped_by_a_killed_slot_is_queued_again(tmp_path, redis_url) -> None:
     store = Store.from_url(redis_url)
-    exp_id = submit(store, store.r, make("demo", tmp_path).blueprint.read_text())["id"]
+    exp_id = submit(store, make("demo", tmp_path).blueprint.read_text())["id"]
     job = _job(store, exp_id)
     queue = Queue(job.origin, connection=store.r)
     sup = NodeSupervisor(Settings(redis_url=redis_url), NodeInfo(name="n1", gpus=0, slots=1), redis_url)

@@ -101,7 +101,7 @@ def worker_scrape(port: int) -> Scrape:
 
 def submit_long_run(store: Store, tmp_path: Path) -> str:
     sc = make("long_run", tmp_path)
-    return str(submit(store, store.r, sc.blueprint.read_text())["id"])
+    return str(submit(store, sc.blueprint.read_text())["id"])
 
 
 def cancel_and_wait(store: Store, exp_id: str) -> dict:

@@ -130,7 +130,7 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
         yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
         yaml_path.write_text(yaml_path.read_text().replace("total_training_steps: 10", "total_training_steps: 20"))
         scenarios.append(sc)
-    ids = [submit(store, store.r, sc.blueprint.read_text())["id"] for sc in scenarios]
+    ids = [submit(store, sc.blueprint.read_text())["id"] for sc in scenarios]
 
     def records() -> list[dict]:
         return [store.get(i) or {} for i in ids]

@@ -24,7 +24,7 @@ def start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, step_seconds: s
     first = start_worker(env, "n1", "--gpus", "0")
     try:
         wait_for(lambda: store.nodes(), 30, "the first worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
         checks = {"evaluated": lambda: (store.get(exp_id) or {}).get("latest_metrics"),
                   "running": lambda: (store.get(exp_id) or {}).get("state") == "running"}
         wait_for(checks[until], 60, f"the run to be {until}")

@@ -34,7 +34,7 @@ def _race(url: str, texts: list[str]) -> tuple[list[dict], list[SubmissionReject
         own = Store.from_url(url)  # a client each, as separate API processes would have
         barrier.wait()
         try:
-            rec = submit(own, own.r, text)
+            rec = submit(own, text)
             with lock:
                 won.append(rec)
         except SubmissionRejected as exc:
@@ -70,23 +70,23 @@ def test_a_dir_inside_or_around_a_live_ones_is_refused_and_the_finish_releases_t
         redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
     outer = make("demo", tmp_path / "outer")
-    first = submit(store, store.r, outer.blueprint.read_text())
+    first = submit(store, outer.blueprint.read_text())
     real = os.path.realpath(outer.results)
     inner = make("demo", tmp_path / "inner")
     text = inner.blueprint.read_text().replace(str(inner.results), str(outer.results / "sub"))
     with pytest.raises(SubmissionRejected) as refused:
-        submit(store, store.r, text)
+        submit(store, text)
     assert refused.value.status == 409 and first["id"] in str(refused.value) and "is inside" in str(refused.value)
     around = inner.blueprint.read_text().replace(str(inner.results), str(outer.workdir))
     with pytest.raises(SubmissionRejected, match="contains") as refused:
-        submit(store, store.r, around)
+        submit(store, around)
     assert first["id"] in str(refused.value)
 
     # The finishing transition gives the dir back, atomically with the state change.
     store.transition(first["id"], expected_version=1, fields={"state": "finished", "outcome": "cancelled"},
                      event={"type": "transition", "to": "finished"})
     assert store.r.hget(RESULT_DIRS, real) is None
-    second = submit(store, store.r, text)
+    second = submit(store, text)
     assert store.r.hget(RESULT_DIRS, os.path.realpath(outer.results / "sub")) == second["id"].encode()
     store.delete(second["id"])  # a deleted record releases its claim too
     assert store.r.hlen(RESULT_DIRS) == 0
@@ -95,7 +95,7 @@ def test_a_dir_inside_or_around_a_live_ones_is_refused_and_the_finish_releases_t
 def test_stale_claims_are_dropped_as_they_are_met(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
     store.r.hset(RESULT_DIRS, mapping={"/gone/a": "nosuchrecord", "/gone/b": "someone 1.0"})  # vanished, lapsed
-    rec = submit(store, store.r, make("demo", tmp_path).blueprint.read_text())
+    rec = submit(store, make("demo", tmp_path).blueprint.read_text())
     assert store.r.hgetall(RESULT_DIRS) == {os.path.realpath(rec["result_dir"]).encode(): rec["id"].encode()}
 
 
@@ -105,25 +105,25 @@ def test_a_hold_without_a_record_blocks_the_dir_until_released_or_lapsed(redis_u
     real = os.path.realpath(sc.results)
     store.hold_result_dir(real, "refusing1", seconds=30)
     with pytest.raises(SubmissionRejected, match="refusal report") as refused:
-        submit(store, store.r, sc.blueprint.read_text())
+        submit(store, sc.blueprint.read_text())
     assert refused.value.status == 409
     with pytest.raises(ResultDirTaken):
         store.hold_result_dir(real, "refusing2")
     assert store.release_result_dir(real, "someone-else") is False
     assert store.release_result_dir(real, "refusing1") is True
     store.hold_result_dir(real, "refusing3", seconds=0.001)  # lapses at once
-    assert submit(store, store.r, sc.blueprint.read_text())["state"] == "queued"
+    assert submit(store, sc.blueprint.read_text())["state"] == "queued"
 
 
 def test_a_refusal_never_writes_its_report_into_a_dir_a_live_run_holds(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
     sc = make("demo", tmp_path)
-    live = submit(store, store.r, sc.blueprint.read_text())
+    live = submit(store, sc.blueprint.read_text())
     (sc.results / "logs").mkdir(parents=True)
     (sc.results / "logs" / "attempt-1.log").write_text("the live run's log\n")
     broken = sc.blueprint.read_text().replace(str(sc.codebase), str(tmp_path / "no-such-code"))
     with pytest.raises(SubmissionRejected) as refused:
-        submit(store, store.r, broken)
+        submit(store, broken)
     assert refused.value.status == 422 and refused.value.report_dir == ""
     assert any(p.level.value == "warning" and live["id"] in p.message for p in refused.value.problems)
     assert sorted(p.name for p in sc.results.iterdir()) == ["logs"]  # nothing archived, no flag written
@@ -137,10 +137,10 @@ def test_a_submission_refused_after_its_claim_is_withdrawn_and_frees_the_dir(red
     (sc.results / "finish.flag").write_text("{}")
     (sc.results / "previous").write_text("a file where the archive dir goes\n")  # the archive must fail
     with pytest.raises(SubmissionRejected, match="could not be moved to previous/"):
-        submit(store, store.r, sc.blueprint.read_text())
+        submit(store, sc.blueprint.read_text())
     assert store.r.zcard(INDEX) == 0 and store.r.hlen(RESULT_DIRS) == 0 and store.r.llen("rq:queue:default") == 0
     (sc.results / "previous").unlink()
-    assert submit(store, store.r, sc.blueprint.read_text())["state"] == "queued"
+    assert submit(store, sc.blueprint.read_text())["state"] == "queued"
 
 
 def test_counters_take_the_retention_of_the_records_they_count(redis_url: str) -> None:

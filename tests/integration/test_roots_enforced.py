@@ -69,7 +69,7 @@ def test_venv_and_yaml_outside_the_roots_are_refused_at_submission(redis_url: st
     sc = make("demo", tmp_path / "in")
     store = Store.from_url(redis_url)
     with pytest.raises(SubmissionRejected) as err:
-        submit(store, store.r, sc.blueprint.read_text(), allowed_roots=[str(tmp_path)])  # venv is elsewhere
+        submit(store, sc.blueprint.read_text(), allowed_roots=[str(tmp_path)])  # venv is elsewhere
     fields = {p.field for p in err.value.problems}
     assert fields == {"exp_venv_exe"}, err.value.problems
     assert store.count() == 0
@@ -103,7 +103,7 @@ def test_a_worker_refuses_to_launch_or_write_through_a_swapped_result_dir(
     sc = make("demo", root)
     store = Store.from_url(redis_url)
     roots = f"{root}:{VENV}"
-    exp_id = submit(store, store.r, sc.blueprint.read_text(), allowed_roots=parse_roots(roots))["id"]
+    exp_id = submit(store, sc.blueprint.read_text(), allowed_roots=parse_roots(roots))["id"]
     _swap_for_symlink(sc.results, outside)  # after submission, before any worker took it
     with running_worker(worker_env(redis_url, tmux_socket, AJET_RUNNER_ALLOWED_ROOTS=roots), "n1", "--gpus", "0"):
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the refusal")
@@ -126,7 +126,7 @@ def _swap_mid_run(redis_url: str, tmux_socket: str, tmp_path: Path, swap: str,
         text = re.sub(r"```bash\n.*?```", f"```bash\n{command}\n```", text, count=1, flags=re.S)
     store = Store.from_url(redis_url)
     roots = f"{root}:{VENV}"
-    exp_id = submit(store, store.r, text, allowed_roots=parse_roots(roots))["id"]
+    exp_id = submit(store, text, allowed_roots=parse_roots(roots))["id"]
     target = sc.results / "logs" if swap == "logs" else sc.results
     with running_worker(worker_env(redis_url, tmux_socket, AJET_RUNNER_ALLOWED_ROOTS=roots), "n1", "--gpus", "0"):
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")

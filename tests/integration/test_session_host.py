@@ -77,7 +77,7 @@ def test_a_run_outlives_its_workers_pid_namespace_and_is_readopted_once(tmp_path
     first = start_namespaced_worker(env, "n1")
     try:
         wait_for(lambda: store.nodes(), 30, "the first worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
     finally:
         kill_namespace(first)
@@ -141,7 +141,7 @@ def test_the_charts_layout_keeps_a_run_through_a_worker_pod_restart(tmp_path, re
         first = start_namespaced_worker(env, "n1")
         try:
             wait_for(lambda: store.nodes(), 30, "the first worker to register")
-            exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+            exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
             wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
         finally:
             kill_namespace(first)
@@ -170,7 +170,7 @@ def test_a_namespaced_worker_stops_a_run_hosted_by_a_hand_started_tmux(tmp_path,
     worker = start_namespaced_worker(env, "n1")
     try:
         wait_for(lambda: store.nodes(), 30, "the worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
         store.request_cancel(exp_id)
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the stopped run to finish")

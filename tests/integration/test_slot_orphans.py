@@ -38,7 +38,7 @@ def test_sigkilled_supervisor_leaves_no_orphan_watcher_and_the_run_is_readopted(
     first = start_worker(env, "n1", "--gpus", "0", "--slots", "2")
     try:
         wait_for(lambda: store.nodes(), 30, "the worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
         supervisor = psutil.Process(first.pid)
         # The watcher, whose thread drives the run (two slots: still one process).
@@ -76,10 +76,10 @@ def test_a_node_no_worker_serves_is_refused_unless_waiting_and_then_reported(tmp
                         "n1", "--gpus", "0"):
         wait_for(lambda: store.nodes(), 30, "the worker to register")
         with pytest.raises(SubmissionRejected) as err:
-            submit(store, store.r, sc.blueprint.read_text(), node="ghost")
+            submit(store, sc.blueprint.read_text(), node="ghost")
         assert err.value.problems[0].field == "node" and "no live worker serves node ghost" in str(err.value)
         assert store.count() == 0
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="ghost", wait_for_node=True)["id"]
+        exp_id = submit(store, sc.blueprint.read_text(), node="ghost", wait_for_node=True)["id"]
         event = wait_for(lambda: [e for e in store.events(exp_id) if e.get("type") == "node_absent"], 30,
                          "the absent node to be reported")
     assert len(event) == 1 and event[0]["node"] == "ghost"  # type: ignore[index]

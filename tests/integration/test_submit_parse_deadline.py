@@ -21,9 +21,9 @@ def test_a_parse_past_the_deadline_is_refused_and_records_nothing(redis_url: str
     text = make("demo", tmp_path).blueprint.read_text()
     monkeypatch.setattr(submit_module, "PARSE_DEADLINE_SECONDS", -1.0)  # already past when parsing starts
     with pytest.raises(SubmissionRejected) as refused:
-        submit(store, store.r, text, check_disk=False)
+        submit(store, text, check_disk=False)
     (problem,) = refused.value.problems
     assert refused.value.status == 422 and problem.field == "blueprint" and "to parse" in problem.message
     assert store.r.dbsize() == 0  # no record, no index, no job
     monkeypatch.setattr(submit_module, "PARSE_DEADLINE_SECONDS", 1.0)
-    assert submit(store, store.r, text, check_disk=False)["state"] == "queued"
+    assert submit(store, text, check_disk=False)["state"] == "queued"

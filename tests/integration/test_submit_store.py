@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 def test_a_submission_writes_record_event_indexes_and_job_together(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
     text = make("demo", tmp_path / "a").blueprint.read_text()
-    rec = submit(store, store.r, text)
+    rec = submit(store, text)
     exp_id = rec["id"]
     assert rec == store.get(exp_id)  # what submit returns is the record as stored
     assert rec["state"] == "queued" and rec["version"] == "1" and rec["queue"] == "default"
@@ -45,7 +45,7 @@ def test_the_submission_view_reads_nodes_drains_and_the_holder(redis_url: str, t
     holder, nodes = store.submission_view("/no/such/dir")
     assert holder is None and nodes == store.nodes() and [n["name"] for n in nodes] == ["gpu-a", "gpu-b"]
     assert nodes[1]["drain"]["by"] == "ops@x" and nodes[0]["drain"] is None
-    rec = submit(store, store.r, make("demo", tmp_path / "b").blueprint.read_text())
+    rec = submit(store, make("demo", tmp_path / "b").blueprint.read_text())
     real = os.path.realpath(rec["result_dir"])
     assert store.submission_view(real)[0] == (rec["id"], "queued")
     store.r.hset(f"ajet:exp:{rec['id']}", "state", "finished")
@@ -55,9 +55,9 @@ def test_the_submission_view_reads_nodes_drains_and_the_holder(redis_url: str, t
 def test_a_refused_submission_writes_nothing(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
     text = make("demo", tmp_path / "c").blueprint.read_text()
-    first = submit(store, store.r, text)
+    first = submit(store, text)
     before = (store.r.zcard(INDEX), store.r.llen("rq:queue:default"), store.r.xlen("ajet:events"))
     with pytest.raises(SubmissionRejected) as refused:
-        submit(store, store.r, text)  # the same result dir, still queued
+        submit(store, text)  # the same result dir, still queued
     assert refused.value.status == 409 and first["id"] in str(refused.value)
     assert (store.r.zcard(INDEX), store.r.llen("rq:queue:default"), store.r.xlen("ajet:events")) == before

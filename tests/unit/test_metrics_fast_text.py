@@ -12,14 +12,12 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from ajet_runner.service.cluster_metrics import (
-    RowCache,
-    Snapshot,
     _One,
     experiment_families,
     experiment_text,
-    read_snapshot,
 )
 from ajet_runner.store.keys import exp_key
+from ajet_runner.store.snapshot import RowCache, Snapshot, read_snapshot
 from ajet_runner.store.store import Store
 
 

@@ -80,10 +80,10 @@ def fill(store: Store, now: float) -> None:
     for exp_id, fields in rows.items():
         store.create(exp_id, {"purpose": LONG_PURPOSE, "max_seconds": 3600, "attempt": 0, **fields},
                      {"message": "test"})
-    store.transition("done-new", expected_version=None, fields={}, event={"type": "test"},
+    store.transition("done-new", expected_version=None, fields={}, event={"type": "transition"},
                      stats={"transition": "collecting>finished", "outcome": "completed", "duration": 400,
                             "repair": "cuda_oom|applied", "advised": "qwen-7b|then completed"})
-    store.transition("done-old", expected_version=None, fields={}, event={"type": "test"},
+    store.transition("done-old", expected_version=None, fields={}, event={"type": "transition"},
                      stats={"transition": "failing>collecting", "outcome": "failed", "duration": 10_000})
     store.heartbeat("n1", {"gpus": 4, "gpus_busy": 1, "slots": 4, "running": ["r1", "f1"]}, ttl=2)
     queue(store.r, "default").enqueue("ajet_runner.workers.drive.jobs.drive", "q1", job_id="drive-q1")

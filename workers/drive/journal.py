@@ -22,12 +22,12 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import redis
-
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.lifecycle import EventType
+from ajet_runner.store.events import checked
 from ajet_runner.store.keys import cancel_channel
 from ajet_runner.store.stats import TransitionStats
-from ajet_runner.store.store import Store, TransitionConflict
+from ajet_runner.store.store import REDIS_DOWN, Store, TransitionConflict
 
 log = logging.getLogger(__name__)
 MAX_BUFFERED = 100_000
@@ -35,7 +35,7 @@ POLL_SECONDS = 0.5  # the ownership/cancel look without a live cancel subscripti
 SUBSCRIBED_POLL_SECONDS = 5.0  # ... and with one (a stop request is pushed; the poll is the fallback)
 IDLE_WAKE_SECONDS = 5.0  # the sender thread's longest sleep with nothing to send (new ops and close() notify it)
 LISTEN_WAKE_SECONDS = 5.0  # the cancel listener's wait per look; close() does not wait for it
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+REDIS_ERRORS = REDIS_DOWN
 
 
 class LostOwnership(RuntimeError):
@@ -92,7 +92,7 @@ class Journal:
         """Queue a compare-and-set transition; with `ack`, return only once Redis accepted it."""
         expected = self.version
         self.version += 1
-        fields, event, counted = dict(fields), dict(event), TransitionStats.of(stats)
+        fields, event, counted = dict(fields), checked(event, EventType.transition), TransitionStats.of(stats)
 
         def op() -> None:
             try:
@@ -107,7 +107,8 @@ class Journal:
         self._wait_for(seq, timeout=60.0 if ack else wait, required=ack)
 
     def publish(self, event: Mapping[str, Any]) -> None:
-        event = {"at": time.time(), **event}  # when it happened, not when Redis got it
+        # Checked here (store/events.py), so a malformed event fails its caller, not the writer thread.
+        event = {"at": time.time(), **checked(event)}  # when it happened, not when Redis got it
         with self._cv:  # numbered in queue order, which is the order they are sent in
             once = (self._writer, next(self._event_numbers))
             self._put(lambda: self.store.publish(self.exp_id, event, once=once), droppable=True)
@@ -267,7 +268,7 @@ class Journal:
     def _listen(self) -> None:
         """Wait for the stop announcement on the experiment's channel (no Redis command while idle)."""
         while not self._stop:
-            pubsub = self.store.r.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.store.pubsub()
             try:
                 pubsub.subscribe(cancel_channel(self.exp_id))
                 self._subscribed = True

@@ -10,7 +10,6 @@ from typing import Any
 from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, FINISHED
 from ajet_runner.statemachine.models import Blueprint
 from ajet_runner.store.gangs import GangStore
-from ajet_runner.store.queue import enqueue_rank
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.attempt import MARKER
 from ajet_runner.workers.gang.paths import rank_marker, rank_session
@@ -41,7 +40,7 @@ def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
         if gang.rank_lease(rank) > now or now - gang.rank_enqueued_at(rank) < 2 * lease_seconds:
             continue
         gangs.mark_enqueued(exp_id, rank, now)
-        enqueue_rank(gangs.r, exp_id, rank, node)
+        store.enqueue_rank(exp_id, rank, node)
         sent.append((exp_id, rank))
     return sent
 

@@ -14,7 +14,6 @@ from typing import Any
 from ajet_runner.statemachine.durations import format_duration, format_limit
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.store.gangs import Gang, GangStore
-from ajet_runner.store.queue import enqueue_rank
 from ajet_runner.store.records import ExperimentRecord
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import NODE_ALIVE_SECONDS, Store
@@ -32,7 +31,7 @@ def gang_head(store: Store, rec: ExperimentRecord, settings: Settings, node: Nod
     if rec.nnodes <= 1:
         return None
     named = [n for n in rec.target_nodes.split(",") if n]
-    return GangHead(store, GangStore(store.r), rec.id, settings, node, renew=renew, cancelled=cancelled,
+    return GangHead(store, store.gangs(), rec.id, settings, node, renew=renew, cancelled=cancelled,
                     nnodes=rec.nnodes, per_node=rec.gpus_per_node or 1, named=named)
 
 
@@ -142,7 +141,7 @@ class GangHead:
             if now - gang.rank_enqueued_at(rank) < 2 * self.settings.lease_seconds:
                 continue
             self.gangs.mark_enqueued(self.id, rank, now)
-            enqueue_rank(self.store.r, self.id, rank, node)
+            self.store.enqueue_rank(self.id, rank, node)
             sent.append(rank)
         return sent
 

@@ -17,17 +17,14 @@ import threading
 import time
 from collections.abc import Callable
 
-import redis
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.queue import Queue
-from rq.serializers import JSONSerializer
 
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
-from ajet_runner.store.gangs import GangStore
-from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
+from ajet_runner.store.queue import DEFAULT_QUEUE, node_queue
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.store import Store
+from ajet_runner.store.store import REDIS_DOWN, Store
 from ajet_runner.workers.drive.owner_identity import driver_alive
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from ajet_runner.workers.node.absent_nodes import REPORTED_FIELD, report_absent_nodes
@@ -62,8 +59,8 @@ class NodeSupervisor:
         self.settings = settings
         self.node = node
         self.url = redis_url
-        self.store = Store(redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5))
-        self.gangs = GangStore(self.store.r)
+        self.store = Store.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=0)
+        self.gangs = self.store.gangs()
         self._runner: TmuxRunner | None = None  # for sweeping ranks left on this node (workers/gang/adopt.py)
         self.watcher: subprocess.Popen[bytes] | None = None
         self._indexed = False  # ensure_indexes() runs at the first scan
@@ -134,8 +131,8 @@ class NodeSupervisor:
             if lease > now or now - last_try < 2 * self.settings.lease_seconds or driver_alive(rec):
                 continue
             self.store.update(rec["id"], {"adopt_enqueued_at": now})
-            enqueue_drive(self.store.r, self.store, rec["id"], node_queue(self.node.name), at_front=True,
-                          max_seconds=float(rec.get("max_seconds") or 0) or None)
+            self.store.enqueue_drive(rec["id"], node_queue(self.node.name), at_front=True,
+                                     max_seconds=float(rec.get("max_seconds") or 0) or None)
             self.store.publish(rec["id"], {"type": EventType.adoption, "node": self.node.name,
                                            "message": "driver lease expired: re-adopting the run"})
             adopted.append(rec["id"])
@@ -152,7 +149,7 @@ class NodeSupervisor:
             if rec.get("state") != "queued" or not job_id or rec.get("owner"):
                 continue
             try:
-                job = Job.fetch(job_id, connection=self.store.r, serializer=JSONSerializer)
+                job = self.store.fetch_job(job_id)
                 status = job.get_status(refresh=False)
                 started = job.started_at.timestamp() if job.started_at else None
                 stuck = (status == JobStatus.STARTED and started is not None
@@ -167,8 +164,8 @@ class NodeSupervisor:
                 continue
             if not self.store.set_once(rec["id"], f"requeued:{job_id}", now):
                 continue  # another supervisor did it
-            enqueue_drive(self.store.r, self.store, rec["id"], str(rec.get("queue") or DEFAULT_QUEUE), at_front=True,
-                          max_seconds=float(rec.get("max_seconds") or 0) or None)
+            self.store.enqueue_drive(rec["id"], str(rec.get("queue") or DEFAULT_QUEUE), at_front=True,
+                                     max_seconds=float(rec.get("max_seconds") or 0) or None)
             self.store.publish(rec["id"], {"type": EventType.requeued, "job": job_id,
                                            "status": str(status or "missing"),
                                            "message": "its job died before any worker claimed it: queued again"})
@@ -224,7 +221,7 @@ class NodeSupervisor:
         try:
             undone = self.store.undrain_on_start(self.node.name)
             kept = None if undone else self.store.drain_info(self.node.name)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             log.warning("redis unreachable, drain state not checked: %s", exc)
             return
         if undone:
@@ -250,7 +247,7 @@ class NodeSupervisor:
                     if now >= next_beat:
                         self.heartbeat(draining)
                         next_beat = now + HEARTBEAT_SECONDS
-                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                except REDIS_DOWN as exc:
                     log.warning("redis unreachable: %s", exc)
                     draining = False
                 self._keep_watcher()
@@ -267,5 +264,5 @@ class NodeSupervisor:
         try:
             if not self._unfinished_here():
                 self.store.forget_node(self.node.name)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             log.warning("could not unregister node %s: %s", self.node.name, exc)

@@ -21,17 +21,16 @@ import time
 from typing import Any
 
 import httpx
-import redis
 
 from ajet_runner.resultdir.roots import confined, parse_roots
 from ajet_runner.resultdir.stage_inputs import facts_for
 from ajet_runner.statemachine.compare import compare
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import EventType
-from ajet_runner.store.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED, Outbox
+from ajet_runner.store.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.stages import evaluation_events, note_report, stage_ids, stage_meta
-from ajet_runner.store.store import Store
+from ajet_runner.store.store import REDIS_DOWN, Store
 from ajet_runner.workers.notify.payloads import experiment_payload, stage_payload
 from ajet_runner.workers.notify.webhook import Delivery, post_json, shown_url
 from ajet_runner.workers.report.stage_report import write_stage_report
@@ -40,7 +39,7 @@ log = logging.getLogger(__name__)
 LEASE_SECONDS = 120.0  # a task being handled; longer than a POST's timeout and a report's drawing
 FIRST_BACKOFF = 2.0
 DRAIN_SECONDS = 5.0  # on shutdown: what is due now still gets its chance
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+REDIS_ERRORS = REDIS_DOWN
 
 
 class Deliverer:
@@ -49,7 +48,7 @@ class Deliverer:
         self.store = store
         self.settings = settings
         self.node = node
-        self.outbox = Outbox(store.r)
+        self.outbox = store.outbox()
         self.transport = transport  # tests: a mounted transport instead of the network
         self.roots = parse_roots(settings.allowed_roots)
 
@@ -210,7 +209,7 @@ class Deliverer:
 
 def start_deliverer(settings: Settings, redis_url: str, node: str, stopping: threading.Event) -> threading.Thread:
     """The deliverer in a daemon thread of this process, until `stopping` is set."""
-    store = Store(redis.Redis.from_url(redis_url, health_check_interval=10, socket_timeout=30))
+    store = Store.from_url(redis_url, health_check_interval=10, socket_timeout=30)
     thread = threading.Thread(target=Deliverer(store, settings, node).run, args=(stopping,), name="outbox",
                               daemon=True)
     thread.start()
