@@ -102,7 +102,7 @@ SUCCEEDED = tuple(o.value for o in SUCCESS_OUTCOMES)
 ACTIVE_STATE_NAMES = frozenset(s.value for s in ACTIVE_STATES)
 
 # The trigger that leads to `collecting` decides the outcome.
-OUTCOME_OF_TRIGGER = {
+OUTCOME_OF_TRIGGER: dict[str, Outcome] = {
     Trigger.completed: Outcome.completed,
     Trigger.time_up: Outcome.timed_out,
     Trigger.plateau: Outcome.early_stopped,

@@ -106,8 +106,8 @@ def _row(exp_id: Any, values: Any, cached: Row | None) -> Row:
     raw = tuple(values)
     if cached is not None and cached.raw == raw:
         return cached
-    rec = {k: v.decode("utf-8", "replace") if type(v) is bytes else as_text(v)
-           for k, v in zip(DETAIL_FIELDS, raw, strict=True)}
+    rec: dict[str, Any] = {k: v.decode("utf-8", "replace") if type(v) is bytes else as_text(v)
+                           for k, v in zip(DETAIL_FIELDS, raw, strict=True)}
     rec["id"] = as_text(exp_id)
     try:
         rec["latest_metrics"] = json.loads(rec["latest_metrics"]) if rec["latest_metrics"] else {}

@@ -61,7 +61,7 @@ __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "REDIS_DOWN", "UNFINISHE
 # What callers above the store catch, without importing redis themselves: any Redis failure, and the ones
 # that mean it is unreachable (retry later) rather than a bug.
 RedisError = redis.RedisError
-REDIS_DOWN: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 STREAM_MAXLEN = 10_000
 LOG_TAIL_CAP = 200  # lines of log kept in Redis, so the API can show a log without the node's disk
@@ -514,7 +514,7 @@ class Store:
             pipe.hmget(exp_key(i), names)
         out = []
         for values in pipe.execute():
-            raw = {k: v for k, v in zip(names, values, strict=True) if v is not None}
+            raw: dict[bytes | str, bytes | str] = {k: v for k, v in zip(names, values, strict=True) if v is not None}
             if raw.get("id"):
                 out.append(decode(raw))
         return out
