@@ -364,9 +364,10 @@ def to_actions(changes: Iterable[AdviceChange], why: str = "") -> list[RepairAct
         elif c.kind == "env_set":
             value = ("1" if c.value else "0") if isinstance(c.value, bool) else str(c.value)
             actions.append(RepairAction(kind="set_env", key=c.key, value=value, description=note))
-        elif c.kind in ("flag_add", "flag_remove"):
-            kind = "add_flag" if c.kind == "flag_add" else "remove_flag"
-            actions.append(RepairAction(kind=kind, value=c.key.strip(), description=note))
+        elif c.kind == "flag_add":
+            actions.append(RepairAction(kind="add_flag", value=c.key.strip(), description=note))
+        elif c.kind == "flag_remove":
+            actions.append(RepairAction(kind="remove_flag", value=c.key.strip(), description=note))
         elif c.kind == "prefix":
             prefix = " ".join(str(c.value).split())
             actions.append(RepairAction(kind="prefix_command", value=prefix, requires=prefix.split()[0],

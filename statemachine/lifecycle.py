@@ -125,11 +125,13 @@ class Lifecycle:
         if trigger == "start" and self.attempt == 0:
             self.attempt = 1
         self.reason = str(event.kwargs.get("reason", "")) or self.reason
+        transition = event.transition
+        assert transition is not None  # after_state_change: the transition was made
         self.history.append(
             {
                 "at": float(event.kwargs.get("at") or time.time()),
-                "from": event.transition.source,
-                "to": event.transition.dest,
+                "from": transition.source,
+                "to": transition.dest,
                 "trigger": trigger,
                 "reason": str(event.kwargs.get("reason", "")),
                 "attempt": self.attempt,

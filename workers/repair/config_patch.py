@@ -154,7 +154,7 @@ def _splice_one(text: str, key: str, value: Any) -> str | None:
         if not last:
             if not isinstance(child, CommentedMap) or child.fa.flow_style():
                 return None
-            header = tuple(node.lc.key(part))  # type: ignore[assignment]
+            header = tuple(node.lc.key(part))
             node = child
             continue
         if isinstance(child, (CommentedMap, CommentedSeq)):

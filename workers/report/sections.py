@@ -169,7 +169,8 @@ def _best_final(c: ReportContext) -> list[str]:
     if not final and c.evals:  # the parser gave nothing: fall back to the newest evaluation
         last = c.evals[-1]
         final = {"step": last.step, "dataset": last.dataset, "metrics": last.metrics}
-    f_metrics = final.get("metrics") if isinstance(final.get("metrics"), dict) else {
+    given = final.get("metrics")
+    f_metrics: dict[str, Any] = given if isinstance(given, dict) else {
         k: v for k, v in final.items() if k not in ("step", "dataset") and number(v) is not None
     }
     best = c.data.best or {}

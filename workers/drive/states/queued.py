@@ -154,7 +154,8 @@ def _share_node_gpus(d: ExperimentDriver) -> None:
         return
     hazard = d.ctx.cleanup_on_stop  # the preflight removed --autokill / --kill
     shared = d.ctx.gpus is not None and len(d.ctx.gpus) < d.node.gpus
-    supported, launcher = (True, "")
+    supported: bool | None = True
+    launcher = ""
     if (hazard or shared) and d.ctx.gpus is not None:
         supported, launcher = launcher_skip_support(launch_workdir(d.bp, d.ctx.command), d.bp.exp_venv_exe)
     change, problem = gpu_check_decision(d.ctx.command, gpus=d.ctx.gpus, node_gpus=d.node.gpus, hazard_removed=hazard,

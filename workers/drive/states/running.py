@@ -320,7 +320,7 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
             else _excerpt(d, cause),
             log_tail=d.watch.scanner.tail(80),
         )
-    detail = {"rule": proposal.rule}
+    detail: dict[str, Any] = {"rule": proposal.rule}
     if cause is not None:
         detail["signature"] = cause.signature
     d.fire(proposal.trigger, proposal.reason, **detail)
