@@ -68,7 +68,7 @@ def _gpu_shape(bp: Blueprint, check_disk: bool) -> tuple[int, int, int]:
         return 1, 1, 1
 
 
-def submit(
+def submit(  # noqa: C901 - each check a refusal of its own, in the order a person reads them
     store: Store,
     conn: redis.Redis,
     text: str,

@@ -208,7 +208,7 @@ def _same_type(current: Any, new: Any) -> bool:
     return type(current) is type(new)
 
 
-def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
+def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:  # noqa: C901 - one branch per rule an adviser's YAML change must pass
     key = change.key
     if not _YAML_KEY.match(key):
         return f"YAML key {key!r} is not under `ajet.` (only `ajet.<section>.<key>` may be changed)"

@@ -246,7 +246,7 @@ def _rewrite_numpy(text: str) -> str:
 def _literal_dict(text: str) -> dict[Any, Any] | None:
     try:
         value = ast.literal_eval(_rewrite_numpy(text))
-    except Exception:  # SyntaxError, ValueError, MemoryError, RecursionError, ...
+    except Exception:  # noqa: BLE001 - SyntaxError, ValueError, MemoryError, RecursionError, ...: not a dict
         return None
     return value if isinstance(value, dict) else None
 
@@ -268,7 +268,7 @@ _MISSING = object()
 def _literal_scalar(text: str) -> Any:
     try:
         return ast.literal_eval(_rewrite_numpy(text))
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever literal_eval raises: the value is missing
         return _MISSING
 
 
@@ -351,7 +351,7 @@ def _iter_lines(stream: IO[str]) -> Iterator[str]:
 
 
 def _open_text(path: str | os.PathLike[str]) -> IO[str]:
-    return open(path, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
+    return open(path, encoding="utf-8", errors="replace", newline="")
 
 
 # ----------------------------------------------------------------------------- val parsing

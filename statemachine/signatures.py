@@ -246,7 +246,7 @@ CATALOGUE: list[Signature] = load_catalogue()
 _BY_ID: dict[str, Signature] = {s.id: s for s in CATALOGUE}
 
 
-def signature(id: str) -> Signature:  # noqa: A002 - the public name other modules use
+def signature(id: str) -> Signature:  # `id` (a builtin): the public name other modules use
     """The catalogue entry with this id (KeyError names the unknown id)."""
     try:
         return _BY_ID[id]

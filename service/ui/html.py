@@ -72,7 +72,7 @@ def markdown(text: str, exp_id: str) -> Markup:
                 child.attrSet(attr, target)
                 if attr == "href" and target.startswith("http"):
                     child.attrSet("rel", "noopener noreferrer nofollow")
-    return Markup(_MD.renderer.render(tokens, _MD.options, {}))  # noqa: S704 - markdown-it escaped it (html off)
+    return Markup(_MD.renderer.render(tokens, _MD.options, {}))  # markdown-it escaped it (html off)
 
 
 def duration(seconds: float | None) -> str:
@@ -217,4 +217,4 @@ def chart(evals: list[dict[str, Any]], width: int = 640, plot_height: int = 220)
                          f'<text x="{lx + 28:.1f}" y="{ly + 9}">{escape(names[i])}</text></g>')
             lx += 40 + 6.8 * len(names[i])
     parts.append("</svg>")
-    return Markup("".join(parts))  # noqa: S704 - numbers and escaped names only
+    return Markup("".join(parts))  # numbers and escaped names only

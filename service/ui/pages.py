@@ -75,7 +75,7 @@ def _record(be: Backend, exp_id: str) -> dict[str, Any]:
 
 
 @router.get("/login")
-def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:  # noqa: A002 - the conventional name
+def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:  # `next` (a builtin): the conventional name
     return page("login.html", request, None, next=safe_next(next), error="")
 
 

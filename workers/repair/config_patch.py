@@ -266,7 +266,7 @@ def _round_trip_all(text: str, changes: list[ConfigChange]) -> str:
     rt.indent(mapping=2, sequence=seq_offset + 2, offset=seq_offset)
     try:
         root = rt.load(text)
-    except Exception as exc:  # noqa: BLE001 - any ruamel failure means this YAML cannot be round-tripped
+    except Exception as exc:  # any ruamel failure means this YAML cannot be round-tripped
         raise PatchError(f"the YAML cannot be round-tripped: {exc}") from exc
     if not isinstance(root, CommentedMap):
         raise PatchError("the YAML's root is not a mapping")
@@ -325,7 +325,7 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
         patched = _round_trip_all(text, changes)
     except PatchError:
         raise
-    except Exception as exc:  # noqa: BLE001 - ruamel's own limits become a refusal, not a crash
+    except Exception as exc:  # ruamel's own limits become a refusal, not a crash
         raise PatchError(f"the YAML cannot be round-tripped: {exc}") from exc
     if faithful(patched):
         return patched

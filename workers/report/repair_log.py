@@ -137,7 +137,7 @@ def _guarded(render: Callable[[], list[str]], heading: str) -> list[str]:
     """A broken entry must not cost the whole log: say it could not be rendered, keep going."""
     try:
         return render()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - one broken entry must not cost the repair log
         return [heading, "", f"_This entry could not be rendered ({type(exc).__name__}: {exc})._", ""]
 
 

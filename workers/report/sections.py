@@ -350,7 +350,7 @@ def repair_next(data: ReportData, record: RepairRecord) -> str:
 def _section(title: str, render: Callable[[ReportContext], list[str]], c: ReportContext) -> list[str]:
     try:
         body = render(c)
-    except Exception as exc:  # a report with one broken section beats no report
+    except Exception as exc:  # noqa: BLE001 - a report with one broken section beats no report
         body = [f"_This section could not be rendered ({type(exc).__name__}: {clean(exc)[:300]})._"]
     return [f"## {title}", "", *body, ""]
 
