@@ -37,7 +37,7 @@ fuzz: install-test
 		-p no:randomly tests/fuzz tests/unit/test_command_safety.py tests/integration/test_openapi_conformance.py
 
 lint: install-test
-	$(BIN)/ruff check .
+	$(BIN)/ruff check . && $(BIN)/mypy
 
 bench: install-test
 	for b in bench/bench_*.py; do $(BIN)/python $$b; done
