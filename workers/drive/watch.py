@@ -38,7 +38,8 @@ from ajet_runner.statemachine.logmetrics import (
 from ajet_runner.statemachine.models import Evaluation, Finding
 from ajet_runner.statemachine.results import ResultSummary, parse_val_file
 from ajet_runner.workers.drive import scan_checkpoint
-from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
+from ajet_runner.workers.process.runner import Runner
+from ajet_runner.workers.process.tmux import RunHandle
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20
@@ -343,10 +344,10 @@ class AttemptWatch:
             self.last_eval_at = now
         return new
 
-    def alive(self, runner: TmuxRunner) -> bool:
+    def alive(self, runner: Runner) -> bool:
         return runner.is_running(self.handle)
 
-    def exit_code(self, runner: TmuxRunner, wait: float = 6.0) -> int | None:
+    def exit_code(self, runner: Runner, wait: float = 6.0) -> int | None:
         """The recorded exit code; the wrapper writes it a moment after the process ends."""
         return runner.wait_for_exit(self.handle, wait) if wait > 0 else runner.exit_code(self.handle)
 
