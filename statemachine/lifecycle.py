@@ -147,7 +147,7 @@ class Lifecycle:
             raise TransitionRefused(f"unknown trigger {trigger!r}")
         before = len(self.history)  # every transition appends one entry (_record)
         try:
-            self.trigger(trigger, reason=reason, at=at, **detail)  # type: ignore[attr-defined]
+            self.trigger(trigger, reason=reason, at=at, **detail)  # type: ignore[attr-defined]  # added by transitions
         except MachineError as exc:
             raise TransitionRefused(f"{trigger!r} is not allowed from state {self.state!r}") from exc
         if len(self.history) == before:
@@ -158,7 +158,7 @@ class Lifecycle:
         """Whether `trigger` is valid now (guards included)."""
         if trigger not in TRIGGERS:
             return False
-        return bool(self.may_trigger(trigger, **detail))  # type: ignore[attr-defined]
+        return bool(self.may_trigger(trigger, **detail))  # type: ignore[attr-defined]  # added by transitions
 
     @property
     def finished(self) -> bool:

@@ -146,7 +146,7 @@ class AttemptWatch:
     earlier_log: list[Evaluation] = field(default_factory=list)  # earlier attempts' console evaluations
     val_source: Any = None  # several discovered files instead of `val_path` (ajet_runner.workers.swarm.found_results)
     log_metrics: LogMetrics = field(default_factory=LogMetrics)
-    scanner: LogScanner = field(default=None)  # type: ignore[assignment]
+    scanner: LogScanner = field(init=False)  # made in __post_init__: it shares log_metrics
     offset: int = 0
     last_output_at: float = 0.0
     bytes_read: int = 0
@@ -167,8 +167,7 @@ class AttemptWatch:
     _log_ino: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        if self.scanner is None:
-            self.scanner = LogScanner(metrics=self.log_metrics)
+        self.scanner = LogScanner(metrics=self.log_metrics)
 
     @property
     def first_step_seen(self) -> bool:

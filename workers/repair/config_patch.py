@@ -319,8 +319,8 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
         if patched is None:
             break
         patched = _remove_one(patched, change.key) if change.unset else _splice_one(patched, change.key, change.new)
-    if faithful(patched):
-        return patched  # type: ignore[return-value]
+    if patched is not None and faithful(patched):
+        return patched
     try:
         patched = _round_trip_all(text, changes)
     except PatchError:

@@ -72,8 +72,8 @@ def _summary(c: ReportContext) -> list[str]:
         elapsed = fmt_duration(c.elapsed) + ("" if d.finished_at is not None else " (not finished)")
     limit = fmt_limit(d.max_seconds) if d.max_seconds else "none"
     used = finite(c.elapsed)
-    if used is not None and finite(d.max_seconds):
-        limit += f" ({100 * used / float(d.max_seconds):.0f}% used)"  # type: ignore[arg-type]
+    if used is not None and (max_seconds := finite(d.max_seconds)):
+        limit += f" ({100 * used / max_seconds:.0f}% used)"
     repairs = f"{repair_summary(d)} (see [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}))"
     rows = [
         ["Experiment", code_span(d.id)],

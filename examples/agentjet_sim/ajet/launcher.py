@@ -294,8 +294,8 @@ def launch(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     interrupts.install()
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # typed TextIO; a TextIOWrapper here
+    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # typed TextIO; a TextIOWrapper here
     args = parse_args(argv)
     try:
         code = launch(args)
