@@ -206,8 +206,8 @@ def absent_node_family(snap: Snapshot, after: float) -> Metric:
 
 def experiment_families(snap: Snapshot) -> Iterable[Metric]:
     states = GaugeMetricFamily("ajet_runner_experiments", "Experiments per lifecycle state.", labels=["state"])
-    for state in [s.value for s in State] + sorted(set(snap.states) - {s.value for s in State}):
-        states.add_metric([state], snap.states.get(state, 0))
+    for name in [s.value for s in State] + sorted(set(snap.states) - {s.value for s in State}):
+        states.add_metric([name], snap.states.get(name, 0))
     yield states
 
     def gauge(name: str, doc: str, extra: list[str] | None = None) -> GaugeMetricFamily:

@@ -117,7 +117,7 @@ def _row(exp_id: Any, values: Any, cached: Row | None) -> Row:
     return Row(raw=raw, rec=rec, started=started, end=end)
 
 
-def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:
+def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:  # noqa: C901 - one pass over every record builds every family
     """`cache`: the rows of the previous scrape, reused where a record's fields did not change
     (and replaced by this scrape's)."""
     r = store.r
