@@ -1,8 +1,9 @@
 """What an experiment's event stream carries, typed: one model per `EventType`, one union on `type`.
 
-The one definition of an event's shape: `Store.publish`/`Store.transition` check what the journal writes
-against it (`checked`), the API's event endpoints answer with it (and document every type in the OpenAPI
-schema), the console and the CLI read events through it, and the Python client returns these models.
+The one definition of an event's shape: `Store.publish`/`Store.transition` (and the journal, before it
+queues a write) check what is written against it (`checked`), the API's event endpoints document their
+answer with it (every type in the OpenAPI schema; the events themselves are sent as stored), the console
+and the CLI read events through it, and the Python client returns these models.
 
 Reading is lenient (a stream holds what older versions wrote): fields not named here are kept
 (`extra="allow"`), and a type this version does not know reads as `OtherEvent`. Writing is strict: a type
