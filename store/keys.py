@@ -143,3 +143,8 @@ def stage_meta_key(name: str) -> str:
 OUTBOX = f"{PREFIX}:outbox"  # zset task id -> when it is due (store/outbox.py)
 OUTBOX_TASKS = f"{PREFIX}:outbox:tasks"  # hash task id -> the task's JSON
 OUTBOX_DEAD = f"{PREFIX}:outbox:dead"  # list of tasks given up on (JSON, newest first, capped)
+
+
+def lease_key(name: str) -> str:
+    """A cluster-wide lease: the id of the one process doing a once-per-cluster job (store/lease.py)."""
+    return f"{PREFIX}:lease:{name}"

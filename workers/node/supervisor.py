@@ -3,7 +3,8 @@
 It runs no experiment itself. It keeps the node's watcher process alive (workers/node/watcher.py:
 `slots` experiments at once, a thread each), tells Redis the node is up and what it has, and
 hands every unfinished experiment of this node whose driver died or gave it back (its lease
-ended) to the watcher, which re-adopts the tmux session.
+ended) to the watcher, which re-adopts the tmux session. Its scan reads only this node's work;
+the queue (lost jobs, absent nodes) is checked by one supervisor per cluster (queue_check.py).
 """
 
 from __future__ import annotations
@@ -18,18 +19,14 @@ import time
 from collections.abc import Callable
 
 import redis
-from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
-from rq.queue import Queue
-from rq.serializers import JSONSerializer
 
 from ajet_runner.store.gangs import GangStore
-from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
+from ajet_runner.store.queue import enqueue_drive, node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.owner_identity import driver_alive
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
-from ajet_runner.workers.node.absent_nodes import REPORTED_FIELD, report_absent_nodes
+from ajet_runner.workers.node.queue_check import QueueChecker
 from ajet_runner.workers.node.this_node import NodeInfo
 from ajet_runner.workers.process.lifeline import PARENT_ENV
 from ajet_runner.workers.process.tmux import TmuxRunner
@@ -39,21 +36,6 @@ HEARTBEAT_SECONDS = 2.0
 ADOPT_SCAN_SECONDS = 3.0
 SCAN_FIELDS = ("lease_until", "adopt_enqueued_at", "max_seconds", "owner", "driver_pid", "driver_pidns",
                "driver_started")
-QUEUED_FIELDS = ("job_id", "owner", "queue", "max_seconds", "target_node", "created_at", REPORTED_FIELD)
-DEAD_JOB = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
-LOST_JOB_SECONDS = 60.0  # a started job whose record is still unclaimed this long after: its horse is gone
-
-
-def _popped_and_dropped(job: Job, status: JobStatus | None) -> bool:
-    """A job still "queued" but in no queue, long after it was enqueued: a slot listening on several
-    queues pops the id (BLPOP, no intermediate list) and was killed before marking it started, so
-    RQ itself would never run or fail it (seen in `make chaos`: one of 200 stayed queued for ever)."""
-    if status != JobStatus.QUEUED or job.enqueued_at is None:
-        return False
-    if time.time() - job.enqueued_at.timestamp() <= LOST_JOB_SECONDS:
-        return False
-    queue = Queue(job.origin, connection=job.connection)
-    return queue.get_job_position(job.id) is None and job.id not in queue.intermediate_queue.get_job_ids()
 
 
 class NodeSupervisor:
@@ -70,6 +52,8 @@ class NodeSupervisor:
         self.started_at = time.time()
         self.running: list[str] = []
         self.on_tick: Callable[[NodeSupervisor], None] | None = None
+        # the queue's health: checked by one supervisor of the cluster, the lease holder (queue_check.py)
+        self.queue_check = QueueChecker(self.store, node.name, settings.node_absent_report_seconds)
 
     # -- the watcher -------------------------------------------------------------------------
     def _spawn(self) -> None:
@@ -120,9 +104,7 @@ class NodeSupervisor:
         if not self._indexed:
             self._indexed = True
             self.store.ensure_indexes()  # records from before the indexes existed: once per cluster
-        queued = self.store.queued(QUEUED_FIELDS)  # the queue, not every record of the cluster
-        report_absent_nodes(self.store, queued, now, self.settings.node_absent_report_seconds)
-        self._requeue_lost_jobs(queued, now)
+        self.queue_check.run(now)  # one round trip here, unless this supervisor holds the cluster's lease
         adopt_ranks(self.store, self.gangs, self.node.name, now, self.settings.lease_seconds)
         sweep_left_ranks(self.store, self.gangs, self._tmux(), self.node.name)
         mine = self._unfinished_here()
@@ -141,37 +123,6 @@ class NodeSupervisor:
         self._release_stale_gpus()
         self._release_stale_swarm_ports()
         return adopted
-
-    def _requeue_lost_jobs(self, unfinished: list[dict], now: float) -> list[str]:
-        """Queued experiments whose RQ job died before any driver claimed them (a slot or work-horse killed
-        between dequeue and claim: RQ marks the job failed/abandoned and nothing else would ever run it)."""
-        requeued = []
-        for rec in unfinished:
-            job_id = str(rec.get("job_id") or "")
-            if rec.get("state") != "queued" or not job_id or rec.get("owner"):
-                continue
-            try:
-                job = Job.fetch(job_id, connection=self.store.r, serializer=JSONSerializer)
-                status = job.get_status(refresh=False)
-                started = job.started_at.timestamp() if job.started_at else None
-                stuck = (status == JobStatus.STARTED and started is not None
-                         and time.time() - started > LOST_JOB_SECONDS) or _popped_and_dropped(job, status)
-            except NoSuchJobError:
-                # A submission adds the job once its result dir is archived (service/submit.py): a young
-                # record's job may simply not be there yet.
-                status, stuck = None, False
-                if time.time() - float(rec.get("created_at") or 0) < LOST_JOB_SECONDS:
-                    continue
-            if status is not None and status not in DEAD_JOB and not stuck:
-                continue
-            if not self.store.set_once(rec["id"], f"requeued:{job_id}", now):
-                continue  # another supervisor did it
-            enqueue_drive(self.store.r, self.store, rec["id"], str(rec.get("queue") or DEFAULT_QUEUE), at_front=True,
-                          max_seconds=float(rec.get("max_seconds") or 0) or None)
-            self.store.publish(rec["id"], {"type": "requeued", "job": job_id, "status": str(status or "missing"),
-                                           "message": "its job died before any worker claimed it: queued again"})
-            requeued.append(rec["id"])
-        return requeued
 
     def _tmux(self) -> TmuxRunner:
         if self._runner is None:
@@ -261,8 +212,10 @@ class NodeSupervisor:
 
     def _leave(self) -> None:
         """A clean exit with nothing left running here: stop listing the node (no "down" alert for
-        a node that left on purpose). With runs still in tmux it stays listed, and shows as down."""
+        a node that left on purpose). With runs still in tmux it stays listed, and shows as down.
+        The queue check passes to another supervisor at once."""
         try:
+            self.queue_check.leave()
             if not self._unfinished_here():
                 self.store.forget_node(self.node.name)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
