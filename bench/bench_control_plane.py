@@ -3,9 +3,9 @@
 Simulated records are written through the real store (the transition script keeps the indexes as in
 production): N nodes x R launched runs, a queue of Q, and F finished records with realistic big fields.
 
-- scan: what one supervisor reads every 3 s (the queue + its own node's active set, only the needed
-  fields), next to what the old scan read (every unfinished record, whole) — and the same scan with
-  1 node in the cluster: the ratio shows it does not grow with the other nodes' runs;
+- scan: what one supervisor reads every 3 s (the queue-check lease, held by another node, + its own
+  node's active set, only the needed fields), next to what the old scan read (every unfinished record,
+  whole) — and the same scan with 1 node in the cluster: the ratio shows it does not grow with the other nodes' runs;
 - list: `GET /v1/experiments?state=running|queued` through a real `ajet-runner serve`, next to the
   same server's `/healthz` (the floor).
 
@@ -27,8 +27,10 @@ import httpx  # noqa: E402
 import redis  # noqa: E402
 
 from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
+from ajet_runner.store.lease import ClusterLease  # noqa: E402
 from ajet_runner.store.store import Store  # noqa: E402
-from ajet_runner.workers.node.supervisor import QUEUED_FIELDS, SCAN_FIELDS  # noqa: E402
+from ajet_runner.workers.node.queue_check import LEASE_NAME, QueueChecker  # noqa: E402
+from ajet_runner.workers.node.supervisor import SCAN_FIELDS  # noqa: E402
 from bench.bench_api import TOKEN, serving_api  # noqa: E402
 
 with __import__("contextlib").suppress(OSError):
@@ -73,7 +75,10 @@ def timed(fn, repeat: int = 20) -> tuple[float, int]:  # noqa: ANN001
 
 
 def scan_costs(store: Store, node: str) -> tuple[tuple[float, int], tuple[float, int]]:
-    new = timed(lambda: (store.queued(QUEUED_FIELDS), store.node_active(node, SCAN_FIELDS)))
+    # a node whose supervisor does not hold the queue-check lease (all but one: workers/node/queue_check.py)
+    ClusterLease(store.r, LEASE_NAME, "another-node", 3600).hold()
+    check = QueueChecker(store, node, 300.0)
+    new = timed(lambda: (check.run(0.0), store.node_active(node, SCAN_FIELDS)))
     old = timed(lambda: store.unfinished(), repeat=5)
     return new, old
 
