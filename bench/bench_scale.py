@@ -28,17 +28,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 import redis  # noqa: E402
+from redis.client import Pipeline  # noqa: E402
 
 from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
+from ajet_runner.store.keys import INDEX, exp_key, gpu_key  # noqa: E402
 from ajet_runner.store.lease import ClusterLease  # noqa: E402
 from ajet_runner.store.queue import DEFAULT_QUEUE, drive_job_id, enqueue_drive, node_queue  # noqa: E402
 from ajet_runner.store.settings import Settings  # noqa: E402
-from ajet_runner.store.store import Store  # noqa: E402
+from ajet_runner.store.store import Store, _encode  # noqa: E402
 from ajet_runner.workers.node.queue_check import LEASE_NAME  # noqa: E402
 from ajet_runner.workers.node.supervisor import ADOPT_SCAN_SECONDS, HEARTBEAT_SECONDS, NodeSupervisor  # noqa: E402
 from ajet_runner.workers.node.this_node import NodeInfo  # noqa: E402
@@ -84,27 +87,48 @@ def measured(r: redis.Redis, out: list[Cost]) -> Iterator[None]:
 
 
 # -- the simulated cluster -----------------------------------------------------------------------
+def _bulk(store: Store, items: range, write: Callable[[Pipeline, int, float], None]) -> None:
+    """Records written as `Store.create` and `Store.transition` write them (the same commands, the real
+    transition script), 250 to a MULTI: a create per round trip took ~25 ms each on a busy 2-core box."""
+    for lo in range(items.start, items.stop, 250):
+        pipe = store.r.pipeline(transaction=True)
+        pipe.multi()
+        for k in range(lo, min(items.stop, lo + 250)):
+            write(pipe, k, time.time())
+        pipe.execute()
+
+
+def _create(store: Store, pipe: Pipeline, exp_id: str, fields: dict[str, Any], now: float) -> None:
+    record = {"id": exp_id, "version": 0, "created_at": now, "state": "queued", **fields}
+    pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(record))] * 2, strict=True)))
+    pipe.zadd(INDEX, {exp_id: now})
+    keys, args = store._transition_call(exp_id, expected_version=0, fields={}, event={"type": "submitted"},
+                                        node=str(fields.get("target_node") or ""))
+    store._transition(keys=keys, args=args, client=pipe)
+
+
 def add_running(store: Store, nodes: int, runs: int) -> None:
-    for n in range(nodes):
-        for k in range(runs):
-            exp_id = f"n{n}r{k}"
-            store.create(exp_id, {"state": "queued", "blueprint": BLUEPRINT}, {})
-            store.transition(exp_id, expected_version=None, fields={"state": "running", "node": f"node{n}",
-                             "owner": f"o{n}", "lease_until": time.time() + 3600}, event={"type": "t"},
-                             node=f"node{n}")
-            store.reserve_gpus(f"node{n}", exp_id, 1, 8)
+    def write(pipe: Pipeline, k: int, now: float) -> None:
+        n, exp_id = k // runs, f"n{k // runs}r{k % runs}"
+        _create(store, pipe, exp_id, {"blueprint": BLUEPRINT}, now)
+        keys, args = store._transition_call(exp_id, expected_version=None, event={"type": "t"}, node=f"node{n}",
+                                            fields={"state": "running", "node": f"node{n}", "owner": f"o{n}",
+                                                    "lease_until": now + 3600})
+        store._transition(keys=keys, args=args, client=pipe)
+        store._reserve(keys=[gpu_key(f"node{n}")], args=[exp_id, 1, 8], client=pipe)
+    _bulk(store, range(nodes * runs), write)
 
 
 def add_queued(store: Store, start: int, stop: int, nodes: int) -> None:
     """Queued experiments `start`..`stop`, each with its drive job waiting in its RQ queue."""
-    for k in range(start, stop):
+    def write(pipe: Pipeline, k: int, now: float) -> None:
         exp_id, job_id = f"q{k}", drive_job_id(f"q{k}")
         target = f"node{k % nodes}" if k % 10 == 0 else ""
         queue = node_queue(target) if target else DEFAULT_QUEUE
-        store.create(exp_id, {"state": "queued", "blueprint": BLUEPRINT, "job_id": job_id, "queue": queue,
-                              "target_node": target}, {"type": "submitted"},
-                     also=lambda pipe, e=exp_id, j=job_id, q=queue: enqueue_drive(store.r, store, e, q, job_id=j,
-                                                                                   pipeline=pipe))
+        _create(store, pipe, exp_id, {"blueprint": BLUEPRINT, "job_id": job_id, "queue": queue,
+                                      "target_node": target}, now)
+        enqueue_drive(store.r, store, exp_id, queue, job_id=job_id, pipeline=pipe)
+    _bulk(store, range(start, stop), write)
 
 
 def supervisors(url: str, nodes: int, runs: int) -> list[NodeSupervisor]:
@@ -250,23 +274,24 @@ def measure(srv: EmbeddedRedis, api_url: str, nodes: int, runs: int, queued: int
     return row
 
 
-def print_table(rows: list[Row], seconds: float) -> None:
+def print_table(rows: list[Row], seconds: float, file: Any = None) -> None:
+    out = file or sys.stdout
     print("\nPer scan of a node not holding the queue-check lease, and per check of the holder "
-          "(Redis CPU ms / commands / kB in+out):")
-    print("nodes x runs x queued | node scan: ms  cmds   kB | queue check: ms   cmds     kB")
+          "(Redis CPU ms / commands / kB in+out):", file=out)
+    print("nodes x runs x queued | node scan: ms  cmds   kB | queue check: ms   cmds     kB", file=out)
     for w in rows:
         print(f"{w.nodes:5d} x {w.runs:2d} x {w.queued:6d} | {w.scan.cpu * 1e3:10.3f} {w.scan.commands:5.1f} "
               f"{w.scan.bytes / 1e3:5.2f} | {w.check.cpu * 1e3:14.2f} {w.check.commands:6.0f} "
-              f"{w.check.bytes / 1e3:6.1f}")
-    print(f"\nOn the real schedule, {seconds:.0f} s each: Redis CPU % of a core / commands/s / kB/s in+out")
+              f"{w.check.bytes / 1e3:6.1f}", file=out)
+    print(f"\nOn the real schedule, {seconds:.0f} s each: Redis CPU % of a core / commands/s / kB/s in+out", file=out)
     print("nodes x runs x queued |         nodes          |        drivers         |          API           |"
-          "          all           | API p95 ms alone: running queued /metrics | with all running: same")
+          "          all           | API p95 ms alone: running queued /metrics | with all running: same", file=out)
     for w in rows:
         cells = " | ".join(f"{c.cpu * 100:5.1f}% {c.commands:6.0f} {c.bytes / 1e3:7.1f}"
                            for c in (w.phases[k] for k in ("nodes", "drivers", "api", "all")))
         alone = " ".join(f"{w.api[k]:7.1f}" for k, _ in ENDPOINTS)
         loaded = " ".join(f"{w.api_loaded[k]:7.1f}" for k, _ in ENDPOINTS)
-        print(f"{w.nodes:5d} x {w.runs:2d} x {w.queued:6d} | {cells} | {alone:>41} | {loaded}")
+        print(f"{w.nodes:5d} x {w.runs:2d} x {w.queued:6d} | {cells} | {alone:>41} | {loaded}", file=out)
 
 
 def main(argv: list[str]) -> None:
@@ -297,6 +322,7 @@ def main(argv: list[str]) -> None:
                 row = measure(srv, api_url, nodes, args.runs, q, seconds, drivers)
                 drivers = row.phases["drivers"]  # the drivers read nothing of the queue: measured once per size
                 rows.append(row)
+                print_table([row], seconds, file=sys.stderr)
     print_table(rows, seconds)
 
 

@@ -21,7 +21,7 @@ from rq.utils import now, utcformat
 from ajet_runner.service.submit import submit
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
-from ajet_runner.workers.node.queue_check import LOST_JOB_SECONDS
+from ajet_runner.workers.node.queue_check import LOST_JOB_SECONDS, QueueChecker
 from ajet_runner.workers.node.supervisor import NodeSupervisor
 from ajet_runner.workers.node.this_node import NodeInfo
 from tests.integration.scenario import make
@@ -120,3 +120,18 @@ def test_one_supervisor_checks_the_queue_and_another_takes_over_when_it_dies(tmp
 
     b.queue_check.leave()  # a clean exit hands it over at once
     assert a.queue_check.run(store.server_time()) == []
+
+
+def test_work_queued_for_an_absent_node_is_reported_once_by_the_checker(tmp_path, redis_url) -> None:
+    store = Store.from_url(redis_url)
+    ghost = submit(store, store.r, make("demo", tmp_path / "a").blueprint.read_text(), node="ghost",
+                   wait_for_node=True)["id"]
+    other = submit(store, store.r, make("demo", tmp_path / "b").blueprint.read_text())["id"]
+    check = QueueChecker(store, "n1", absent_report_seconds=0.0)
+    assert [r["id"] for r in check.suspects(["n1"])] == [ghost]  # its job waits, but for a node gone
+    assert check.suspects(["ghost"]) == []
+    for _ in range(2):
+        assert check.run(store.server_time() + 1) == []  # reported, not queued again: its job waits
+    assert [e["node"] for e in store.events(ghost) if e.get("type") == "node_absent"] == ["ghost"]
+    assert not [e for e in store.events(other) if e.get("type") == "node_absent"]
+    assert check.suspects([]) == []  # once reported, no longer read
