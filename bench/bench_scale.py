@@ -9,7 +9,9 @@ Per size (nodes x running runs per node x queued experiments), on a fresh Redis,
   0.5 s, heartbeat every 2 s, scan every 3 s, a real election), the drivers (per run: poll every 2 s,
   5 log lines every 1 s, watch metrics every 15 s), the API (a real `ajet-runner serve` asked
   `?state=running`, `?state=queued` lists and `/metrics`), and all of them at once: Redis CPU (% of a
-  core, INFO used_cpu_user+sys), commands/s and kB/s in+out (INFO stats), the API's p95.
+  core, INFO used_cpu_user+sys), commands/s and kB/s in+out (INFO stats), the API's p95. Each figure
+  is less Redis' idle floor, measured just before once Redis is quiet (the API warms its rows after
+  new records are written: its reads would otherwise count as the scan's).
 
 Queued experiments are real RQ drive jobs waiting in their queues (a tenth for a live node's queue).
 
@@ -78,12 +80,32 @@ class Cost:
     def per(self, n: float) -> Cost:
         return Cost(self.cpu / n, self.commands / n, self.bytes / n)
 
+    def scaled(self, k: float) -> Cost:
+        return Cost(self.cpu * k, self.commands * k, self.bytes * k)
+
 
 @contextmanager
 def measured(r: redis.Redis, out: list[Cost]) -> Iterator[None]:
-    before = Cost.now(r)
+    """The interval's cost less Redis' idle floor over as long (the API's own background reads — it warms
+    its rows after new records — once they have settled: see `quiet`)."""
+    floor = quiet(r)
+    before, t0 = Cost.now(r), time.monotonic()
     yield
-    out.append(Cost.now(r) - before)
+    spent = Cost.now(r) - before
+    out.append(spent - floor.scaled(time.monotonic() - t0))
+
+
+def quiet(r: redis.Redis, deadline: float = 60.0) -> Cost:
+    """Wait until Redis is idle (< 20 commands in 0.5 s: the API done warming up), then its idle cost per s."""
+    limit = time.monotonic() + deadline
+    while time.monotonic() < limit:
+        a = Cost.now(r)
+        time.sleep(0.5)
+        if (Cost.now(r) - a).commands < 20:
+            break
+    a = Cost.now(r)
+    time.sleep(1.0)
+    return Cost.now(r) - a
 
 
 # -- the simulated cluster -----------------------------------------------------------------------
@@ -209,12 +231,13 @@ class Row:
 
 
 def phase(r: redis.Redis, seconds: float, starters: list[Callable[[threading.Event], threading.Thread]]) -> Cost:
+    floor = quiet(r)
     stop = threading.Event()
     threads = [start(stop) for start in starters]
     time.sleep(1.0)  # every loop started, past the first scans
-    out: list[Cost] = []
-    with measured(r, out):
-        time.sleep(seconds)
+    before = Cost.now(r)
+    time.sleep(seconds)
+    out = [Cost.now(r) - before - floor.scaled(seconds)]
     stop.set()
     for t in threads:
         t.join(30)
