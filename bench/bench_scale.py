@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -48,7 +50,7 @@ from ajet_runner.workers.node.queue_check import LEASE_NAME  # noqa: E402
 from ajet_runner.workers.node.supervisor import ADOPT_SCAN_SECONDS, HEARTBEAT_SECONDS, NodeSupervisor  # noqa: E402
 from ajet_runner.workers.node.this_node import NodeInfo  # noqa: E402
 from ajet_runner.workers.node.worker_metrics import WatchReporter  # noqa: E402
-from bench.bench_api import TOKEN, serving_api  # noqa: E402
+from bench.bench_api import TOKEN, free_port  # noqa: E402
 
 with suppress(OSError):
     os.nice(10)
@@ -95,13 +97,13 @@ def measured(r: redis.Redis, out: list[Cost]) -> Iterator[None]:
     out.append(spent - floor.scaled(time.monotonic() - t0))
 
 
-def quiet(r: redis.Redis, deadline: float = 60.0) -> Cost:
-    """Wait until Redis is idle (< 20 commands in 0.5 s: the API done warming up), then its idle cost per s."""
+def quiet(r: redis.Redis, deadline: float = 120.0) -> Cost:
+    """Wait until Redis is idle (< 10 commands in 1 s: the API done warming up), then its idle cost per s."""
     limit = time.monotonic() + deadline
     while time.monotonic() < limit:
         a = Cost.now(r)
-        time.sleep(0.5)
-        if (Cost.now(r) - a).commands < 20:
+        time.sleep(1.0)
+        if (Cost.now(r) - a).commands < 10:
             break
     a = Cost.now(r)
     time.sleep(1.0)
@@ -212,6 +214,39 @@ def api_loop(url: str, out: dict[str, list[float]], stop: threading.Event) -> No
             stop.wait(0.2)
 
 
+@contextmanager
+def api_server(redis_url: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real `ajet-runner serve` (as bench_api.serving_api), with its process: it is paused (SIGSTOP)
+    while a scan or a check is counted, so that its own reads (it warms its rows after new records,
+    in bursts) never count as theirs."""
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": redis_url, "AJET_RUNNER_TOKEN": TOKEN}
+    server = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--port", str(port), "--log-level", "warning"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        limit = time.monotonic() + 60
+        while time.monotonic() < limit:
+            with suppress(httpx.TransportError):
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.1)
+        yield url, server
+    finally:
+        server.send_signal(signal.SIGCONT)
+        server.terminate()
+        server.wait(15)
+
+
+@contextmanager
+def paused(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGCONT)
+
+
 def p95(xs: list[float]) -> float:
     if len(xs) < 2:
         return xs[0] * 1000 if xs else float("nan")
@@ -228,6 +263,7 @@ class Row:
     phases: dict[str, Cost] = field(default_factory=dict)  # per second
     api: dict[str, float] = field(default_factory=dict)  # p95 ms alone
     api_loaded: dict[str, float] = field(default_factory=dict)  # p95 ms with everything running
+    sups: list[NodeSupervisor] = field(default_factory=list)
 
 
 def phase(r: redis.Redis, seconds: float, starters: list[Callable[[threading.Event], threading.Thread]]) -> Cost:
@@ -252,8 +288,31 @@ def thread(target: Callable[..., None], *args: object) -> Callable[[threading.Ev
     return start
 
 
-def measure(srv: EmbeddedRedis, api_url: str, nodes: int, runs: int, queued: int, seconds: float,
-            drivers: Cost | None) -> Row:
+def measure(srv: EmbeddedRedis, api: tuple[str, subprocess.Popen[bytes]], nodes: int, runs: int, queued: int,
+            seconds: float, drivers: Cost | None) -> Row:
+    api_url, api_proc = api
+    with paused(api_proc):
+        row = counted(srv, nodes, runs, queued)
+    sups = row.sups
+    r = redis.Redis.from_url(srv.url)
+    node_threads = [thread(node_loop, sup, (i % 30) / 10) for i, sup in enumerate(sups)]
+    driver_threads = [thread(driver_loop, srv.url, n, runs) for n in range(nodes)]
+    alone: dict[str, list[float]] = {name: [] for name, _ in ENDPOINTS}
+    loaded: dict[str, list[float]] = {name: [] for name, _ in ENDPOINTS}
+    row.phases["nodes"] = phase(r, seconds, node_threads)
+    row.phases["drivers"] = drivers if drivers is not None else phase(r, seconds, driver_threads)
+    row.phases["api"] = phase(r, seconds, [thread(api_loop, api_url, alone)])
+    row.phases["all"] = phase(r, seconds, [*node_threads, *driver_threads, thread(api_loop, api_url, loaded)])
+    row.api = {k: p95(v) for k, v in alone.items()}
+    row.api_loaded = {k: p95(v) for k, v in loaded.items()}
+    for sup in sups:
+        sup.queue_check.leave()
+        sup.store.r.close()
+    return row
+
+
+def counted(srv: EmbeddedRedis, nodes: int, runs: int, queued: int) -> Row:
+    """Per scan of a node that does not hold the lease, per check of the one that does."""
     r = redis.Redis.from_url(srv.url)
     row = Row(nodes, runs, queued)
     sups = supervisors(srv.url, nodes, runs)
@@ -280,20 +339,7 @@ def measure(srv: EmbeddedRedis, api_url: str, nodes: int, runs: int, queued: int
             holder.check(sups[0].store.server_time())
     row.check = out[0].per(5)
     holder.leave()
-
-    node_threads = [thread(node_loop, sup, (i % 30) / 10) for i, sup in enumerate(sups)]
-    driver_threads = [thread(driver_loop, srv.url, n, runs) for n in range(nodes)]
-    alone: dict[str, list[float]] = {name: [] for name, _ in ENDPOINTS}
-    loaded: dict[str, list[float]] = {name: [] for name, _ in ENDPOINTS}
-    row.phases["nodes"] = phase(r, seconds, node_threads)
-    row.phases["drivers"] = drivers if drivers is not None else phase(r, seconds, driver_threads)
-    row.phases["api"] = phase(r, seconds, [thread(api_loop, api_url, alone)])
-    row.phases["all"] = phase(r, seconds, [*node_threads, *driver_threads, thread(api_loop, api_url, loaded)])
-    row.api = {k: p95(v) for k, v in alone.items()}
-    row.api_loaded = {k: p95(v) for k, v in loaded.items()}
-    for sup in sups:
-        sup.queue_check.leave()
-        sup.store.r.close()
+    row.sups = sups
     return row
 
 
@@ -332,7 +378,7 @@ def main(argv: list[str]) -> None:
     queue_sizes = sorted(int(x) for x in args.queued.split(","))
     rows = []
     for nodes in node_sizes:
-        with EmbeddedRedis() as srv, serving_api(srv.url) as api_url:
+        with EmbeddedRedis() as srv, api_server(srv.url) as api:
             store = Store(redis.Redis.from_url(srv.url), retention_seconds=0)
             t0 = time.monotonic()
             add_running(store, nodes, args.runs)
@@ -342,7 +388,7 @@ def main(argv: list[str]) -> None:
                 have = q
                 print(f"{nodes} nodes x {args.runs} running, {q} queued (set up in "
                       f"{time.monotonic() - t0:.0f} s so far)...", file=sys.stderr, flush=True)
-                row = measure(srv, api_url, nodes, args.runs, q, seconds, drivers)
+                row = measure(srv, api, nodes, args.runs, q, seconds, drivers)
                 drivers = row.phases["drivers"]  # the drivers read nothing of the queue: measured once per size
                 rows.append(row)
                 print_table([row], seconds, file=sys.stderr)
