@@ -36,21 +36,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
-import redis  # noqa: E402
-from redis.client import Pipeline  # noqa: E402
+import httpx
+import redis
+from redis.client import Pipeline
 
-from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
-from ajet_runner.store.keys import INDEX, exp_key, gpu_key  # noqa: E402
-from ajet_runner.store.lease import ClusterLease  # noqa: E402
-from ajet_runner.store.queue import DEFAULT_QUEUE, drive_job_id, enqueue_drive, node_queue  # noqa: E402
-from ajet_runner.store.settings import Settings  # noqa: E402
-from ajet_runner.store.store import Store, _encode  # noqa: E402
-from ajet_runner.workers.node.queue_check import LEASE_NAME  # noqa: E402
-from ajet_runner.workers.node.supervisor import ADOPT_SCAN_SECONDS, HEARTBEAT_SECONDS, NodeSupervisor  # noqa: E402
-from ajet_runner.workers.node.this_node import NodeInfo  # noqa: E402
-from ajet_runner.workers.node.worker_metrics import WatchReporter  # noqa: E402
-from bench.bench_api import TOKEN, free_port  # noqa: E402
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.store.keys import INDEX, exp_key, gpu_key
+from ajet_runner.store.lease import ClusterLease
+from ajet_runner.store.queue import DEFAULT_QUEUE, drive_job_id, enqueue_drive, node_queue
+from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import Store, _encode
+from ajet_runner.workers.node.queue_check import LEASE_NAME
+from ajet_runner.workers.node.supervisor import ADOPT_SCAN_SECONDS, HEARTBEAT_SECONDS, NodeSupervisor
+from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.node.worker_metrics import WatchReporter
+from bench.bench_api import TOKEN, free_port
 
 with suppress(OSError):
     os.nice(10)
