@@ -106,7 +106,7 @@ def main(argv: list[str]) -> None:
                 lists[name] = timed(lambda p=path: c.get(p).raise_for_status() and None)[0]
     total = nodes * runs + queued + finished
     print(f"control plane: {nodes} nodes x {runs} runs, {queued} queued, {finished:,} finished ({total:,} records)")
-    print(f"node scan (queue + own active set, needed fields): {many_ms:7.2f} ms {many_b / 1000:8.1f} kB"
+    print(f"node scan (lease look + own active set, fields): {many_ms:7.2f} ms {many_b / 1000:8.1f} kB"
           f" | same scan, 1 node x {runs} runs: {one_ms:7.2f} ms {one_b / 1000:6.1f} kB"
           f" | ratio {many_ms / one_ms:4.2f}x")
     print(f"old scan (every unfinished record, whole):       {old_ms:7.2f} ms {old_b / 1000:8.1f} kB"
