@@ -33,6 +33,16 @@ def state_index_key(state: str) -> str:
     return f"{PREFIX}:state:{state}"
 
 
+def outcome_index_key(outcome: str) -> str:
+    """Finished experiments with one outcome (zset id -> created_at), kept by the transition script."""
+    return f"{PREFIX}:outcome:{outcome}"
+
+
+EXPIRING = f"{PREFIX}:expiring"  # zset id -> when its finished record expires (the indexes' clean-up reads it)
+EXPIRING_WHERE = f"{PREFIX}:expiring:where"  # hash id -> "<node>\n<stage>": the index keys it leaves then
+INDEX_TMP = f"{PREFIX}:tmp:filter"  # scratch zset of a combined filter, written and deleted in one script
+
+
 def node_active_key(node: str) -> str:
     """A node's launched, unfinished experiments (a set, kept by the transition script): what its
     supervisor scans, without reading the rest of the cluster."""
