@@ -95,11 +95,23 @@ class ExperimentView(ExperimentSummary):
     history: list[dict[str, Any]] = Field(default_factory=list, description="every transition, oldest first")
 
 
+class SearchWindow(BaseModel):
+    """A purpose search reads a bounded window of the newest candidates, not every record."""
+
+    start: int = Field(..., description="rank (newest first) of the first candidate searched")
+    end: int = Field(..., description="rank after the last candidate searched")
+    candidates: int = Field(..., description="experiments matching the other filters, searched or not")
+    partial: bool = Field(..., description="true: candidates outside [start, end) were not searched")
+    next_scan_from: int | None = Field(None, description="pass as scan_from to search the next, older window; "
+                                       "null when this window reached the oldest candidate")
+
+
 class ExperimentPage(BaseModel):
     items: list[ExperimentSummary]
-    total: int
+    total: int = Field(..., description="every match (with q: every match in the searched window)")
     limit: int
     offset: int
+    search: SearchWindow | None = Field(None, description="with q: which candidates were searched")
 
 
 class DeleteResult(BaseModel):
