@@ -11,7 +11,7 @@ index, so a count never includes them. Records written before these indexes are 
 (store/reindex.lua, in batches, each record read inside the script).
 
 The purpose search reads a bounded window of the newest candidates (store/search_page.lua): its result
-says which ranks it covered and where the next window starts.
+says how many it searched and gives the cursor (a created_at) of the next, older window.
 """
 
 from __future__ import annotations
@@ -86,21 +86,18 @@ class Query:
 
 @dataclass(frozen=True)
 class SearchWindow:
-    """One window of a purpose search: the matching ids (newest first) among candidates [start, end)."""
+    """One window of a purpose search: the matching ids (newest first) among the `searched` candidates
+    created before the cursor `before` ("" = the newest), of `candidates` in all."""
 
     ids: list[str]
-    start: int
-    end: int
+    before: str
+    searched: int
     candidates: int
+    next_before: str | None  # the cursor of the next (older) window; None when none is left
 
     @property
     def partial(self) -> bool:
-        return self.start > 0 or self.end < self.candidates
-
-    @property
-    def next_start(self) -> int | None:
-        """Where the next (older) window starts; None when this one reached the oldest candidate."""
-        return self.end if self.end < self.candidates else None
+        return bool(self.before) or self.next_before is not None
 
 
 class Indexes:
@@ -134,17 +131,21 @@ class Indexes:
         _, (total, page) = pipe.execute()
         return [text(i) for i in page], int(total)
 
-    def search(self, query: Query, needle: str, start: int = 0, window: int = SEARCH_WINDOW) -> SearchWindow:
-        """The candidates of `query` from rank `start` (newest first), at most `window` of them, whose
-        purpose contains `needle` (ASCII letters case-insensitive)."""
+    def search(self, query: Query, needle: str, before: str = "", window: int = SEARCH_WINDOW) -> SearchWindow:
+        """The candidates of `query` created before the cursor `before` (a created_at score; "" = from the
+        newest), at most `window` ids of the smallest index read, whose purpose contains `needle` (ASCII
+        letters case-insensitive)."""
         keys = query.keys()
         if keys is None:
-            return SearchWindow([], 0, 0, 0)
+            return SearchWindow([], before, 0, 0, None)
+        if before:
+            float(before)  # a number, or ValueError (the script would fail on it)
         pipe = self.r.pipeline(transaction=False)
         self._sweep_call(pipe)
-        self._search(keys=[*keys, INDEX_TMP], args=[fold(needle), start, window, exp_key("")], client=pipe)
-        _, (total, end, found) = pipe.execute()
-        return SearchWindow([text(i) for i in found], start, int(end), int(total))
+        self._search(keys=[*keys, INDEX_TMP], args=[fold(needle), before, window, exp_key("")], client=pipe)
+        _, (total, searched, nxt, found) = pipe.execute()
+        return SearchWindow([text(i) for i in found], before, int(searched), int(total),
+                            text(nxt) if nxt is not None else None)
 
     def backfill(self, force: bool = False) -> bool:
         """Index every record as the transition script would now, once per INDEX_VERSION (idempotent: a

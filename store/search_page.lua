@@ -1,35 +1,54 @@
--- A purpose search over a bounded window of a list: the `window` newest candidates from rank `from`
--- (one index zset, or the intersection of several, as list_page.lua), each record's purpose checked for
--- the text (ASCII letters case-folded; a plain substring, no patterns). The caller shows the result as
--- partial and offers the next window (`from` = the rank returned) while candidates remain.
+-- A purpose search over a bounded window of a filtered list: at most ARGV[3] ids of the smallest filter
+-- index, newest first, created before the cursor ARGV[2]; of those every other index has (the candidates),
+-- the ones whose purpose contains the text (ASCII letters case-folded, a plain substring) are returned.
+-- The caller shows the result as partial and offers the next window (the cursor returned) while ids remain.
 --
 -- KEYS[1]    the first filter's index, zset id -> created_at (keys.INDEX, state_index_key,
---            outcome_index_key, node_index_key or stage_key): the order of the result is its
--- KEYS[2..n]  the other filters' indexes (n = #KEYS - 1)
--- KEYS[n+1]  scratch zset (keys.INDEX_TMP), deleted before the script returns
--- ARGV[1]    the text looked for, lower-cased
--- ARGV[2]    from: rank (newest first) the window starts at
--- ARGV[3]    window: candidates read at most
+--            outcome_index_key, node_index_key or stage_key); every index has the same scores
+-- KEYS[2..n] the other filters' indexes (n = #KEYS - 1)
+-- KEYS[n+1]  scratch zset (keys.INDEX_TMP): the count on a Redis without ZINTERCARD (< 7.0), deleted at once
+-- ARGV[1]    the text looked for
+-- ARGV[2]    cursor: only ids whose created_at is below this score ("" = from the newest)
+-- ARGV[3]    window: ids of the smallest index read at most
 -- ARGV[4]    an experiment's record key is ARGV[4] .. id (keys.exp_key(""))
--- Returns {candidates in all, rank after the window, {matching id, ...} (newest first)}.
+-- Returns {candidates in all, candidates searched, next cursor or false (none older), {matching id, ...}}.
 local n = #KEYS - 1
-local src = KEYS[1]
+local small, size = 1, redis.call('ZCARD', KEYS[1])
+for i = 2, n do
+  local c = redis.call('ZCARD', KEYS[i])
+  if c < size then small, size = i, c end
+end
+local total = size
 if n > 1 then
-  local args = {KEYS[n + 1], n}
-  for i = 1, n do args[#args + 1] = KEYS[i] end
-  args[#args + 1] = 'WEIGHTS'
-  for i = 1, n do args[#args + 1] = (i == 1) and 1 or 0 end
-  redis.call('ZINTERSTORE', unpack(args))
-  src = KEYS[n + 1]
+  local ok, count = pcall(redis.call, 'ZINTERCARD', n, unpack(KEYS, 1, n))
+  if not ok then
+    redis.call('ZINTERSTORE', KEYS[n + 1], n, unpack(KEYS, 1, n))
+    count = redis.call('ZCARD', KEYS[n + 1])
+    redis.call('DEL', KEYS[n + 1])
+  end
+  total = count
 end
-local from = tonumber(ARGV[2])
-local ids = redis.call('ZREVRANGE', src, from, from + tonumber(ARGV[3]) - 1)
-local total = redis.call('ZCARD', src)
-if n > 1 then redis.call('DEL', src) end
+local top = '+inf'
+if ARGV[2] ~= '' then top = '(' .. ARGV[2] end
+local window = tonumber(ARGV[3])
+local got = redis.call('ZREVRANGEBYSCORE', KEYS[small], top, '-inf', 'WITHSCORES', 'LIMIT', 0, window)
 local needle = string.lower(ARGV[1])
-local found = {}
-for _, id in ipairs(ids) do
-  local purpose = redis.call('HGET', ARGV[4] .. id, 'purpose')
-  if purpose and string.find(string.lower(purpose), needle, 1, true) then found[#found + 1] = id end
+local found, searched, last = {}, 0, false
+for k = 1, #got, 2 do
+  local id = got[k]
+  last = got[k + 1]
+  local all = true
+  for i = 1, n do
+    if i ~= small and not redis.call('ZSCORE', KEYS[i], id) then all = false break end
+  end
+  if all then
+    searched = searched + 1
+    local purpose = redis.call('HGET', ARGV[4] .. id, 'purpose')
+    if purpose and string.find(string.lower(purpose), needle, 1, true) then found[#found + 1] = id end
+  end
 end
-return {total, from + #ids, found}
+local nxt = false
+if #got / 2 >= window and #redis.call('ZREVRANGEBYSCORE', KEYS[small], '(' .. last, '-inf', 'LIMIT', 0, 1) > 0 then
+  nxt = last
+end
+return {total, searched, nxt, found}

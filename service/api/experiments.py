@@ -132,9 +132,10 @@ def list_experiments(
     q: str | None = Query(None, max_length=200, description="only those whose purpose contains this text (ASCII "
                           "letters case-insensitive), searched among a bounded window of the newest "
                           "candidates (AJET_RUNNER_SEARCH_WINDOW, default 5000): `search` says which, and "
-                          "the scan_from of the next window"),
-    scan_from: int = Query(0, ge=0, le=MAX_OFFSET, description="with q: the rank (newest first) the searched "
-                           "window starts at (a previous page's search.next_scan_from)"),
+                          "the scan_before of the next window"),
+    scan_before: str | None = Query(None, pattern=r"^[0-9]{1,12}(\.[0-9]{1,9})?$", description="with q: "
+                                    "search the window older than this cursor (a previous page's "
+                                    "search.next_scan_before)"),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
     be: Backend = Depends(backend),
@@ -142,7 +143,7 @@ def list_experiments(
     """Newest first. `total` counts every match, so a client can page with `offset`. Every filter, alone or
     combined, is read from indexes (a page costs the page, not the number of records)."""
     query = ListQuery(state.value if state else "", node or "", outcome.value if outcome else "", stage or "")
-    return list_page(be.store, query, offset, limit, q=q or "", scan_from=scan_from,
+    return list_page(be.store, query, offset, limit, q=q or "", scan_before=scan_before or "",
                      window=be.settings.search_window)
 
 

@@ -27,17 +27,19 @@ def summaries(store: Store, ids: list[str]) -> tuple[list[dict[str, Any]], list[
     return out, gone
 
 
-def list_page(store: Store, query: Query, offset: int, limit: int, q: str = "", scan_from: int = 0,
+def list_page(store: Store, query: Query, offset: int, limit: int, q: str = "", scan_before: str = "",
               window: int = SEARCH_WINDOW) -> dict[str, Any]:
     """{"items", "total", "limit", "offset", "search"}: newest first. With `q`, the matches of one bounded
-    window of candidates (from rank `scan_from`); `search` says which, and where the next one starts."""
+    window of candidates (created before the cursor `scan_before`); `search` says how many were searched
+    and gives the next window's cursor."""
     for _ in range(2):  # a record gone without the expiry sweep seeing it (deleted under an older version):
         search = None   # it leaves the indexes, and the page is read again
         if q:
-            found = store.indexes.search(query, q, scan_from, window)
+            found = store.indexes.search(query, q, scan_before, window)
             ids, total = found.ids[offset:offset + limit], len(found.ids)
-            search = {"start": found.start, "end": found.end, "candidates": found.candidates,
-                      "partial": found.partial, "next_scan_from": found.next_start}
+            search = {"scan_before": found.before or None, "searched": found.searched,
+                      "candidates": found.candidates, "partial": found.partial,
+                      "next_scan_before": found.next_before}
         else:
             ids, total = store.indexes.page(query, offset, limit)
         items, gone = summaries(store, ids)

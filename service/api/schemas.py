@@ -98,12 +98,13 @@ class ExperimentView(ExperimentSummary):
 class SearchWindow(BaseModel):
     """A purpose search reads a bounded window of the newest candidates, not every record."""
 
-    start: int = Field(..., description="rank (newest first) of the first candidate searched")
-    end: int = Field(..., description="rank after the last candidate searched")
-    candidates: int = Field(..., description="experiments matching the other filters, searched or not")
-    partial: bool = Field(..., description="true: candidates outside [start, end) were not searched")
-    next_scan_from: int | None = Field(None, description="pass as scan_from to search the next, older window; "
-                                       "null when this window reached the oldest candidate")
+    scan_before: str | None = Field(None, description="the cursor this window started at (null: the newest)")
+    searched: int = Field(..., description="candidates (experiments matching the other filters) searched")
+    candidates: int = Field(..., description="candidates in all, searched or not")
+    partial: bool = Field(..., description="true: some candidates were not searched (older, or newer than the "
+                          "cursor)")
+    next_scan_before: str | None = Field(None, description="pass as scan_before to search the next, older window; "
+                                         "null when this window reached the oldest candidate")
 
 
 class ExperimentPage(BaseModel):

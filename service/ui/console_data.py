@@ -32,7 +32,7 @@ class Filters:
     q: str = ""
     page: int = 1
     stage: str = ""
-    scan: int = 0  # with q: the rank (newest first) the searched window starts at
+    scan: str = ""  # with q: the cursor (a created_at) the searched window is older than; "" = the newest
 
     def any(self) -> bool:
         return bool(self.state or self.outcome or self.node or self.q or self.stage)
@@ -46,15 +46,15 @@ class Page:
     pages: int
     nodes: list[str] = field(default_factory=list)
     stages: list[str] = field(default_factory=list)
-    search: dict[str, Any] | None = None  # with q: {start, end, candidates, partial, next_scan_from}
+    search: dict[str, Any] | None = None  # with q: listing.list_page's "search"
 
 
 def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE, window: int = SEARCH_WINDOW) -> Page:
     """Newest first, filtered by the API's own path (store/filters.py indexes; the search in the purpose
-    reads a bounded window of the newest candidates, from rank `f.scan`)."""
+    reads a bounded window of the newest candidates older than the cursor `f.scan`)."""
     start = (max(1, f.page) - 1) * page_size
     query = Query(f.state, f.node, f.outcome, f.stage)
-    got = listing.list_page(store, query, start, page_size, q=f.q, scan_from=f.scan, window=window)
+    got = listing.list_page(store, query, start, page_size, q=f.q, scan_before=f.scan, window=window)
     total = int(got["total"])
     pages = max(1, -(-total // page_size))
     return Page(got["items"], total, max(1, f.page), pages, sorted(n["name"] for n in store.nodes()),

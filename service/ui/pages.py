@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ajet_runner.service.api.backend import Backend, backend
-from ajet_runner.service.api.schemas import MAX_OFFSET, node_dict, stream_id_problem, view_dict
+from ajet_runner.service.api.schemas import node_dict, stream_id_problem, view_dict
 from ajet_runner.service.ui import console_data as data
 from ajet_runner.service.ui import html as render
 from ajet_runner.service.ui.session import COOKIE, Sessions, Viewer, check_origin, safe_next
@@ -122,6 +122,9 @@ def static(name: str, _: Viewer = Depends(viewer)) -> Response:
 # ------------------------------------------------------------------------------------------------ experiments
 
 
+_CURSOR = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,9})?$")  # a search window's cursor (a created_at)
+
+
 def _filters(request: Request) -> data.Filters:
     q = request.query_params
     try:
@@ -130,10 +133,7 @@ def _filters(request: Request) -> data.Filters:
         page_no = 1
     state = q.get("state", "") if q.get("state", "") in {s.value for s in State} else ""
     outcome = q.get("outcome", "") if q.get("outcome", "") in {o.value for o in Outcome} else ""
-    try:
-        scan = min(max(0, int(q.get("scan", "0"))), MAX_OFFSET)
-    except ValueError:
-        scan = 0
+    scan = q.get("scan", "") if _CURSOR.match(q.get("scan", "")) else ""
     return data.Filters(state=state, outcome=outcome, node=q.get("node", "")[:64], q=q.get("q", "")[:200],
                         page=page_no, stage=q.get("stage", "")[:64], scan=scan)
 
@@ -141,7 +141,7 @@ def _filters(request: Request) -> data.Filters:
 def _table(be: Backend, f: data.Filters) -> dict[str, Any]:
     result = data.experiments(be.store, f, window=be.settings.search_window)
     base = {k: v for k, v in (("state", f.state), ("outcome", f.outcome), ("node", f.node), ("q", f.q),
-                              ("stage", f.stage), ("scan", f.scan if f.q else 0)) if v}
+                              ("stage", f.stage), ("scan", f.scan if f.q else "")) if v}
     return {"result": result, "f": f, "query": lambda **kw: "?" + urlencode({**base, **kw}), "now": time.time()}
 
 
