@@ -33,6 +33,8 @@ from ajet_runner.store.keys import (
     exp_key,
     node_active_key,
     node_index_key,
+    node_outcome_key,
+    node_state_key,
     outcome_index_key,
     stage_key,
     state_index_key,
@@ -52,6 +54,8 @@ VERSION_KEY = f"{PREFIX}:index_version"
 _NODE_PREFIX = node_index_key("\0").split("\0")[0]
 _NODE_SUFFIX = node_index_key("\0").split("\0")[1]
 _ACTIVE_SUFFIX = node_active_key("\0").split("\0")[1]
+_NODE_STATE = node_state_key("\0", "").split("\0")[1]
+_NODE_OUTCOME = node_outcome_key("\0", "").split("\0")[1]
 # What an expired id leaves besides its node's and stage's index: (key, "z" zset | "s" set).
 _FIXED = ((INDEX, "z"), (UNFINISHED, "s"), *((state_index_key(n), "z") for n in STATE_NAMES),
           *((outcome_index_key(n), "z") for n in OUTCOME_NAMES))
@@ -73,12 +77,13 @@ class Query:
         if self.outcome and self.state and self.state != FINISHED:
             return None
         keys = []
-        if self.outcome:
+        if self.node:  # a node's own per-state and per-outcome zsets: node + state is one zset, not two
+            keys.append(node_outcome_key(self.node, self.outcome) if self.outcome else
+                        node_state_key(self.node, self.state) if self.state else node_index_key(self.node))
+        elif self.outcome:
             keys.append(outcome_index_key(self.outcome))
         elif self.state:
             keys.append(state_index_key(self.state))
-        if self.node:
-            keys.append(node_index_key(self.node))
         if self.stage:
             keys.append(stage_key(self.stage))
         return keys or [INDEX]
@@ -114,7 +119,8 @@ class Indexes:
     def _sweep_call(self, client: object) -> object:
         return self._sweep(keys=[EXPIRING, EXPIRING_WHERE, *(k for k, _ in _FIXED)],
                            args=[exp_key(""), _NODE_PREFIX, _NODE_SUFFIX, stage_key(""),
-                                 "".join(t for _, t in _FIXED), SWEEP_BATCH], client=client)
+                                 "".join(t for _, t in _FIXED), SWEEP_BATCH, _NODE_STATE, _NODE_OUTCOME,
+                                 ",".join(OUTCOME_NAMES)], client=client)
 
     def sweep(self) -> int:
         """Take the ids of records that expired out of every index; how many (at most SWEEP_BATCH a call)."""
@@ -155,7 +161,7 @@ class Indexes:
         keys = [INDEX, UNFINISHED, EXPIRING, EXPIRING_WHERE, *(state_index_key(n) for n in STATE_NAMES),
                 *(outcome_index_key(n) for n in OUTCOME_NAMES)]
         head = [",".join(STATE_NAMES), ",".join(OUTCOME_NAMES), exp_key(""), _NODE_PREFIX, _NODE_SUFFIX,
-                _ACTIVE_SUFFIX, stage_key(""), ",".join(ACTIVE_STATE_NAMES)]
+                _ACTIVE_SUFFIX, stage_key(""), ",".join(ACTIVE_STATE_NAMES), _NODE_STATE, _NODE_OUTCOME]
         ids = [text(i) for i in self.r.zrange(INDEX, 0, -1)]
         for k in range(0, len(ids), BACKFILL_BATCH):
             self._reindex(keys=keys, args=[*head, *ids[k:k + BACKFILL_BATCH]])

@@ -54,6 +54,16 @@ def node_index_key(node: str) -> str:
     return f"{PREFIX}:node:{node}:experiments"
 
 
+def node_state_key(node: str, state: str) -> str:
+    """A node's experiments (as node_index_key) in one state: `?node=&state=` reads only this zset."""
+    return f"{PREFIX}:node:{node}:state:{state}"
+
+
+def node_outcome_key(node: str, outcome: str) -> str:
+    """A node's finished experiments with one outcome: `?node=&outcome=` reads only this zset."""
+    return f"{PREFIX}:node:{node}:outcome:{outcome}"
+
+
 def log_tail_key(exp_id: str) -> str:
     """The experiment's last log lines (a capped list, appended by its watcher)."""
     return f"{PREFIX}:exp:{exp_id}:tail"

@@ -15,7 +15,9 @@
 -- ARGV[6]  the node active set key's suffix (keys.node_active_key)
 -- ARGV[7]  a stage's index key is ARGV[7] .. name (keys.stage_key(""))
 -- ARGV[8]  the states of a launched, unfinished run (in its node's active set), comma-separated
--- ARGV[9..] ids
+-- ARGV[9]  a node's per-state index key is ARGV[4] .. node .. ARGV[9] .. state (keys.node_state_key)
+-- ARGV[10] a node's per-outcome index key is ARGV[4] .. node .. ARGV[10] .. outcome (keys.node_outcome_key)
+-- ARGV[11..] ids
 -- Returns the number of ids whose record is gone.
 local states, outcomes, active = {}, {}, {}
 for name in string.gmatch(ARGV[1], '[^,]+') do states[#states + 1] = name end
@@ -24,7 +26,7 @@ for name in string.gmatch(ARGV[8], '[^,]+') do active[name] = true end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local gone = 0
-for i = 9, #ARGV do
+for i = 11, #ARGV do
   local id = ARGV[i]
   local key = ARGV[3] .. id
   local f = redis.call('HMGET', key, 'state', 'created_at', 'node', 'target_node', 'outcome', 'stage')
@@ -51,7 +53,17 @@ for i = 9, #ARGV do
     if state == 'finished' then redis.call('SREM', KEYS[2], id) else redis.call('SADD', KEYS[2], id) end
     local placed = node
     if placed == '' then placed = target end
-    if placed ~= '' then redis.call('ZADD', ARGV[4] .. placed .. ARGV[5], created, id) end
+    if placed ~= '' then
+      redis.call('ZADD', ARGV[4] .. placed .. ARGV[5], created, id)
+      for _, name in ipairs(states) do
+        local index = ARGV[4] .. placed .. ARGV[9] .. name
+        if name == state then redis.call('ZADD', index, created, id) else redis.call('ZREM', index, id) end
+      end
+      for _, name in ipairs(outcomes) do
+        local index = ARGV[4] .. placed .. ARGV[10] .. name
+        if name == outcome then redis.call('ZADD', index, created, id) else redis.call('ZREM', index, id) end
+      end
+    end
     if node ~= '' and active[state] then redis.call('SADD', ARGV[4] .. node .. ARGV[6], id) end
     if stage ~= '' then redis.call('ZADD', ARGV[7] .. stage, created, id) end
     if state == 'finished' then

@@ -38,6 +38,8 @@ from ajet_runner.store.keys import (
     node_active_key,
     node_index_key,
     node_key,
+    node_outcome_key,
+    node_state_key,
     outcome_index_key,
     published_key,
     stage_key,
@@ -359,6 +361,8 @@ class Store:
             ",".join(OUTCOME_NAMES),
             node_prefix,
             node_suffix,
+            node_state_key("\0", "").split("\0")[1],
+            node_outcome_key("\0", "").split("\0")[1],
             *_encode(fields),
         ]
         return keys, args
@@ -439,6 +443,10 @@ class Store:
         for node in nodes:
             pipe.zrem(node_index_key(node), *ids)
             pipe.srem(node_active_key(node), *ids)
+            for name in STATE_NAMES:
+                pipe.zrem(node_state_key(node, name), *ids)
+            for name in OUTCOME_NAMES:
+                pipe.zrem(node_outcome_key(node, name), *ids)
 
     # -- indexes: what a filtered list or a node's scan reads instead of every record ----------
     def ids_in(self, state: str | None = None, node: str | None = None, offset: int = 0, limit: int = 100,

@@ -12,6 +12,9 @@
 -- ARGV[4]    a stage's index key is ARGV[4] .. name (keys.stage_key(""))
 -- ARGV[5]    for KEYS[3..], "z" (a zset) or "s" (a set) each, e.g. "zzzs"
 -- ARGV[6]    most ids looked at in one call
+-- ARGV[7]    a node's per-state index key is ARGV[2] .. node .. ARGV[7] .. state (keys.node_state_key)
+-- ARGV[8]    a node's per-outcome index key is ARGV[2] .. node .. ARGV[8] .. outcome (keys.node_outcome_key)
+-- ARGV[9]    the outcome names, comma-separated
 -- Returns the number of expired records whose ids left the indexes.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -26,7 +29,11 @@ for _, id in ipairs(due) do
     end
     local where = redis.call('HGET', KEYS[2], id) or ''
     local node, stage = string.match(where, '^(.-)\n(.*)$')
-    if node and node ~= '' then redis.call('ZREM', ARGV[2] .. node .. ARGV[3], id) end
+    if node and node ~= '' then
+      redis.call('ZREM', ARGV[2] .. node .. ARGV[3], id)
+      redis.call('ZREM', ARGV[2] .. node .. ARGV[7] .. 'finished', id)
+      for name in string.gmatch(ARGV[9], '[^,]+') do redis.call('ZREM', ARGV[2] .. node .. ARGV[8] .. name, id) end
+    end
     if stage and stage ~= '' then redis.call('ZREM', ARGV[4] .. stage, id) end
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[2], id)

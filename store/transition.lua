@@ -51,7 +51,10 @@
 -- ARGV[11] a node's index key is ARGV[11] .. node .. ARGV[12] (keys.node_index_key): the record's node
 --          (else its target node) has it in its index, and a node it left does not
 -- ARGV[12] the node index key's suffix
--- ARGV[13..] field, value, field, value, ... to set on the hash
+-- ARGV[13] a node's per-state index key is ARGV[11] .. node .. ARGV[13] .. state (keys.node_state_key)
+-- ARGV[14] a node's per-outcome index key is ARGV[11] .. node .. ARGV[14] .. outcome (keys.node_outcome_key):
+--          the combined filters node + state and node + outcome read one zset
+-- ARGV[15..] field, value, field, value, ... to set on the hash
 -- Returns {1, new version} or {0, "missing" | "version" | "owner"}.
 local cur = redis.call('HGET', KEYS[1], 'version')
 if not cur then return {0, 'missing'} end
@@ -64,9 +67,9 @@ if ARGV[2] ~= '' then
     if lease > tonumber(t[1]) + tonumber(t[2]) / 1e6 then return {0, 'owner'} end
   end
 end
-local before = redis.call('HMGET', KEYS[1], 'node', 'target_node')
+local before = redis.call('HMGET', KEYS[1], 'node', 'target_node', 'state', 'outcome')
 local fields = {}
-for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 15, #ARGV do fields[#fields + 1] = ARGV[i] end
 if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
 local event = cjson.decode(ARGV[3])
@@ -106,6 +109,19 @@ local was = before[1] or ''
 if was == '' then was = before[2] or '' end
 if was ~= '' and was ~= placed then redis.call('ZREM', ARGV[11] .. was .. ARGV[12], id) end
 if placed ~= '' then redis.call('ZADD', ARGV[11] .. placed .. ARGV[12], created, id) end
+local was_state = before[3] or ''
+local was_outcome = ''
+if was_state == 'finished' then was_outcome = before[4] or '' end
+if was ~= '' and was_state ~= '' and (was ~= placed or was_state ~= state) then
+  redis.call('ZREM', ARGV[11] .. was .. ARGV[13] .. was_state, id)
+end
+if placed ~= '' and state ~= '' then redis.call('ZADD', ARGV[11] .. placed .. ARGV[13] .. state, created, id) end
+if was ~= '' and was_outcome ~= '' and (was ~= placed or was_outcome ~= outcome) then
+  redis.call('ZREM', ARGV[11] .. was .. ARGV[14] .. was_outcome, id)
+end
+if placed ~= '' and outcome ~= '' then
+  redis.call('ZADD', ARGV[11] .. placed .. ARGV[14] .. outcome, created, id)
+end
 if ARGV[8] ~= '' then
   if node == ARGV[8] and state ~= 'finished' and state ~= 'queued' then
     redis.call('SADD', KEYS[19], id)

@@ -21,6 +21,8 @@ from ajet_runner.store.keys import (
     INDEX,
     exp_key,
     node_index_key,
+    node_outcome_key,
+    node_state_key,
     outcome_index_key,
     stage_key,
     state_index_key,
@@ -180,7 +182,7 @@ def test_expired_records_leave_every_index_before_the_next_list(redis_url: str) 
     wait_for(lambda: store.ids_in(node="n1") == (["kept"], 1), 10, "the expired record to leave the node's list")
     assert store.ids_in() == (["kept"], 1) and store.ids_in(outcome="failed") == ([], 0)
     for key in (INDEX, state_index_key("finished"), outcome_index_key("failed"), node_index_key("n1"),
-                stage_key("s1"), EXPIRING):
+                node_state_key("n1", "finished"), node_outcome_key("n1", "failed"), stage_key("s1"), EXPIRING):
         assert store.r.zscore(key, "gone") is None, key
     assert not store.r.hexists(EXPIRING_WHERE, "gone")
 
