@@ -28,6 +28,7 @@ from ajet_runner.store.keys import (
     INDEX_TMP,
     NODES,
     PREFIX,
+    PURPOSES,
     STAGES,
     UNFINISHED,
     exp_key,
@@ -46,7 +47,7 @@ STATE_NAMES = tuple(s.value for s in State)
 OUTCOME_NAMES = tuple(o.value for o in Outcome)
 ACTIVE_STATE_NAMES = tuple(n for n in STATE_NAMES if n not in (State.queued.value, State.finished.value))
 FINISHED = State.finished.value
-SEARCH_WINDOW = 5000  # candidates one purpose search reads at most (newest first); the rest: "search older"
+SEARCH_WINDOW = 1000  # candidates one purpose search reads at most (newest first); the rest: "search older"
 SWEEP_BATCH = 1000  # expired ids taken out of the indexes per list call at most
 BACKFILL_BATCH = 500
 INDEX_VERSION = 2  # bump when the indexes change: `backfill` runs again, once
@@ -57,7 +58,7 @@ _ACTIVE_SUFFIX = node_active_key("\0").split("\0")[1]
 _NODE_STATE = node_state_key("\0", "").split("\0")[1]
 _NODE_OUTCOME = node_outcome_key("\0", "").split("\0")[1]
 # What an expired id leaves besides its node's and stage's index: (key, "z" zset | "s" set).
-_FIXED = ((INDEX, "z"), (UNFINISHED, "s"), *((state_index_key(n), "z") for n in STATE_NAMES),
+_FIXED = ((INDEX, "z"), (UNFINISHED, "s"), (PURPOSES, "h"), *((state_index_key(n), "z") for n in STATE_NAMES),
           *((outcome_index_key(n), "z") for n in OUTCOME_NAMES))
 
 
@@ -148,7 +149,7 @@ class Indexes:
             float(before)  # a number, or ValueError (the script would fail on it)
         pipe = self.r.pipeline(transaction=False)
         self._sweep_call(pipe)
-        self._search(keys=[*keys, INDEX_TMP], args=[fold(needle), before, window, exp_key("")], client=pipe)
+        self._search(keys=[*keys, INDEX_TMP, PURPOSES], args=[fold(needle), before, window, exp_key("")], client=pipe)
         _, (total, searched, nxt, found) = pipe.execute()
         return SearchWindow([text(i) for i in found], before, int(searched), int(total),
                             text(nxt) if nxt is not None else None)
@@ -158,7 +159,7 @@ class Indexes:
         marker says it was done; `force` runs it anyway). True when it ran."""
         if not force and int(self.r.get(VERSION_KEY) or 0) >= INDEX_VERSION:
             return False
-        keys = [INDEX, UNFINISHED, EXPIRING, EXPIRING_WHERE, *(state_index_key(n) for n in STATE_NAMES),
+        keys = [INDEX, UNFINISHED, EXPIRING, EXPIRING_WHERE, PURPOSES, *(state_index_key(n) for n in STATE_NAMES),
                 *(outcome_index_key(n) for n in OUTCOME_NAMES)]
         head = [",".join(STATE_NAMES), ",".join(OUTCOME_NAMES), exp_key(""), _NODE_PREFIX, _NODE_SUFFIX,
                 _ACTIVE_SUFFIX, stage_key(""), ",".join(ACTIVE_STATE_NAMES), _NODE_STATE, _NODE_OUTCOME]

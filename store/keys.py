@@ -40,6 +40,7 @@ def outcome_index_key(outcome: str) -> str:
 
 EXPIRING = f"{PREFIX}:expiring"  # zset id -> when its finished record expires (the indexes' clean-up reads it)
 EXPIRING_WHERE = f"{PREFIX}:expiring:where"  # hash id -> "<node>\n<stage>": the index keys it leaves then
+PURPOSES = f"{PREFIX}:purposes"  # hash id -> its purpose lower-cased: what a search reads (one HMGET a window)
 INDEX_TMP = f"{PREFIX}:tmp:filter"  # scratch zset of a combined filter, written and deleted in one script
 
 

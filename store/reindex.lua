@@ -6,7 +6,8 @@
 -- KEYS[2]  set of unfinished ids           (keys.UNFINISHED)
 -- KEYS[3]  expiry schedule                 (keys.EXPIRING)
 -- KEYS[4]  id -> "<node>\n<stage>"          (keys.EXPIRING_WHERE)
--- KEYS[5..] the per-state indexes in ARGV[1]'s order, then the per-outcome ones in ARGV[2]'s
+-- KEYS[5]  id -> purpose, lower-cased      (keys.PURPOSES)
+-- KEYS[6..] the per-state indexes in ARGV[1]'s order, then the per-outcome ones in ARGV[2]'s
 -- ARGV[1]  state names, comma-separated
 -- ARGV[2]  outcome names, comma-separated
 -- ARGV[3]  an experiment's record key is ARGV[3] .. id (keys.exp_key(""))
@@ -29,13 +30,14 @@ local gone = 0
 for i = 11, #ARGV do
   local id = ARGV[i]
   local key = ARGV[3] .. id
-  local f = redis.call('HMGET', key, 'state', 'created_at', 'node', 'target_node', 'outcome', 'stage')
+  local f = redis.call('HMGET', key, 'state', 'created_at', 'node', 'target_node', 'outcome', 'stage', 'purpose')
   local state = f[1]
   if not state then
     if redis.call('EXISTS', key) == 0 then
       redis.call('ZREM', KEYS[1], id)
       redis.call('SREM', KEYS[2], id)
-      for k = 5, #KEYS do redis.call('ZREM', KEYS[k], id) end
+      redis.call('HDEL', KEYS[5], id)
+      for k = 6, #KEYS do redis.call('ZREM', KEYS[k], id) end
       gone = gone + 1
     end
   else
@@ -44,13 +46,14 @@ for i = 11, #ARGV do
     local outcome = ''
     if state == 'finished' then outcome = f[5] or '' end
     for k, name in ipairs(states) do
-      if name == state then redis.call('ZADD', KEYS[4 + k], created, id) else redis.call('ZREM', KEYS[4 + k], id) end
+      if name == state then redis.call('ZADD', KEYS[5 + k], created, id) else redis.call('ZREM', KEYS[5 + k], id) end
     end
     for k, name in ipairs(outcomes) do
-      local index = KEYS[4 + #states + k]
+      local index = KEYS[5 + #states + k]
       if name == outcome then redis.call('ZADD', index, created, id) else redis.call('ZREM', index, id) end
     end
     if state == 'finished' then redis.call('SREM', KEYS[2], id) else redis.call('SADD', KEYS[2], id) end
+    redis.call('HSET', KEYS[5], id, string.lower(f[7] or ''))
     local placed = node
     if placed == '' then placed = target end
     if placed ~= '' then

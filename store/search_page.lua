@@ -5,14 +5,16 @@
 --
 -- KEYS[1]    the first filter's index, zset id -> created_at (keys.INDEX, state_index_key,
 --            outcome_index_key, node_index_key or stage_key); every index has the same scores
--- KEYS[2..n] the other filters' indexes (n = #KEYS - 1)
+-- KEYS[2..n] the other filters' indexes (n = #KEYS - 2)
 -- KEYS[n+1]  scratch zset (keys.INDEX_TMP): the count on a Redis without ZINTERCARD (< 7.0), deleted at once
+-- KEYS[n+2]  id -> purpose, lower-cased (keys.PURPOSES): one HMGET for the window (the record's own field
+--            for an id it lacks)
 -- ARGV[1]    the text looked for
 -- ARGV[2]    cursor: only ids whose created_at is below this score ("" = from the newest)
 -- ARGV[3]    window: ids of the smallest index read at most
 -- ARGV[4]    an experiment's record key is ARGV[4] .. id (keys.exp_key(""))
 -- Returns {candidates in all, candidates searched, next cursor or false (none older), {matching id, ...}}.
-local n = #KEYS - 1
+local n = #KEYS - 2
 local small, size = 1, redis.call('ZCARD', KEYS[1])
 for i = 2, n do
   local c = redis.call('ZCARD', KEYS[i])
@@ -33,7 +35,7 @@ if ARGV[2] ~= '' then top = '(' .. ARGV[2] end
 local window = tonumber(ARGV[3])
 local got = redis.call('ZREVRANGEBYSCORE', KEYS[small], top, '-inf', 'WITHSCORES', 'LIMIT', 0, window)
 local needle = string.lower(ARGV[1])
-local found, searched, last = {}, 0, false
+local candidates, searched, last = {}, 0, false
 for k = 1, #got, 2 do
   local id = got[k]
   last = got[k + 1]
@@ -41,10 +43,21 @@ for k = 1, #got, 2 do
   for i = 1, n do
     if i ~= small and not redis.call('ZSCORE', KEYS[i], id) then all = false break end
   end
-  if all then
-    searched = searched + 1
-    local purpose = redis.call('HGET', ARGV[4] .. id, 'purpose')
-    if purpose and string.find(string.lower(purpose), needle, 1, true) then found[#found + 1] = id end
+  if all then candidates[#candidates + 1] = id end
+end
+searched = #candidates
+local found = {}
+for first = 1, searched, 1000 do  -- HMGET in slices: unpack has a limit
+  local last_k = math.min(first + 999, searched)
+  local purposes = redis.call('HMGET', KEYS[n + 2], unpack(candidates, first, last_k))
+  for k = first, last_k do
+    local id = candidates[k]
+    local purpose = purposes[k - first + 1]
+    if not purpose then
+      purpose = redis.call('HGET', ARGV[4] .. id, 'purpose')
+      if purpose then purpose = string.lower(purpose) end
+    end
+    if purpose and string.find(purpose, needle, 1, true) then found[#found + 1] = id end
   end
 end
 local nxt = false

@@ -25,6 +25,7 @@ from ajet_runner.store.keys import (
     INDEX,
     NODES,
     PREFIX,
+    PURPOSES,
     RESULT_DIRS,
     STAGES,
     STATS_NAMES,
@@ -346,7 +347,7 @@ class Store:
                 stats_key("result_write_failures"), *(state_index_key(n) for n in STATE_NAMES),
                 node_active_key(node or "-"), EXPIRING, log_tail_key(exp_id),
                 published_key(exp_id), RESULT_DIRS, *(duration_bucket_key(o) for o in OUTCOME_NAMES),
-                EXPIRING_WHERE, *(outcome_index_key(o) for o in OUTCOME_NAMES)]
+                EXPIRING_WHERE, *(outcome_index_key(o) for o in OUTCOME_NAMES), PURPOSES]
         node_prefix, node_suffix = node_index_key("\0").split("\0")
         args = [
             "" if expected_version is None else str(expected_version),
@@ -436,6 +437,7 @@ class Store:
         pipe.srem(UNFINISHED, *ids)
         pipe.zrem(EXPIRING, *ids)
         pipe.hdel(EXPIRING_WHERE, *ids)
+        pipe.hdel(PURPOSES, *ids)
         for name in STATE_NAMES:
             pipe.zrem(state_index_key(name), *ids)
         for name in OUTCOME_NAMES:

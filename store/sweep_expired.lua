@@ -4,13 +4,13 @@
 --
 -- KEYS[1]    when each finished record expires, zset id -> time (keys.EXPIRING)
 -- KEYS[2]    id -> "<node>\n<stage>" (keys.EXPIRING_WHERE): its node's and its stage's index
--- KEYS[3..]  indexes every id leaves: keys.INDEX, the per-state and per-outcome zsets (ZREM), and
---            keys.UNFINISHED (a set: SREM), as ARGV[5] says
+-- KEYS[3..]  indexes every id leaves: keys.INDEX, the per-state and per-outcome zsets (ZREM),
+--            keys.UNFINISHED (a set: SREM) and keys.PURPOSES (a hash: HDEL), as ARGV[5] says
 -- ARGV[1]    an experiment's record key is ARGV[1] .. id (keys.exp_key(""))
 -- ARGV[2]    a node's index key is ARGV[2] .. node .. ARGV[3] (keys.node_index_key)
 -- ARGV[3]    the node index key's suffix
 -- ARGV[4]    a stage's index key is ARGV[4] .. name (keys.stage_key(""))
--- ARGV[5]    for KEYS[3..], "z" (a zset) or "s" (a set) each, e.g. "zzzs"
+-- ARGV[5]    for KEYS[3..], "z" (a zset), "s" (a set) or "h" (a hash) each, e.g. "zszh"
 -- ARGV[6]    most ids looked at in one call
 -- ARGV[7]    a node's per-state index key is ARGV[2] .. node .. ARGV[7] .. state (keys.node_state_key)
 -- ARGV[8]    a node's per-outcome index key is ARGV[2] .. node .. ARGV[8] .. outcome (keys.node_outcome_key)
@@ -24,7 +24,9 @@ for _, id in ipairs(due) do
   local left = redis.call('PTTL', ARGV[1] .. id)
   if left == -2 then
     for i = 3, #KEYS do
-      if string.sub(ARGV[5], i - 2, i - 2) == 's' then redis.call('SREM', KEYS[i], id)
+      local kind = string.sub(ARGV[5], i - 2, i - 2)
+      if kind == 's' then redis.call('SREM', KEYS[i], id)
+      elseif kind == 'h' then redis.call('HDEL', KEYS[i], id)
       else redis.call('ZREM', KEYS[i], id) end
     end
     local where = redis.call('HGET', KEYS[2], id) or ''

@@ -36,6 +36,7 @@
 -- KEYS[32] per-outcome index: the 3rd outcome ARGV[10] names (keys.outcome_index_key)
 -- KEYS[33] per-outcome index: the 4th outcome ARGV[10] names (keys.outcome_index_key)
 -- KEYS[34] per-outcome index: the 5th outcome ARGV[10] names (keys.outcome_index_key)
+-- KEYS[35] id -> purpose, lower-cased (keys.PURPOSES): what a purpose search reads, written once
 -- ARGV[1]  expected version ("" = any)
 -- ARGV[2]  owner that must hold the record ("" = none required)
 -- ARGV[3]  event JSON
@@ -84,6 +85,9 @@ if state == 'finished' then
   redis.call('SREM', KEYS[4], id)
 else
   redis.call('SADD', KEYS[4], id)
+end
+if redis.call('HEXISTS', KEYS[35], id) == 0 then
+  redis.call('HSET', KEYS[35], id, string.lower(redis.call('HGET', KEYS[1], 'purpose') or ''))
 end
 local state_keys = {KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]}
 local k = 1

@@ -131,7 +131,7 @@ def list_experiments(
     stage: str | None = Query(None, pattern=STAGE_PATTERN, description="only the experiments of this stage"),
     q: str | None = Query(None, max_length=200, description="only those whose purpose contains this text (ASCII "
                           "letters case-insensitive), searched among a bounded window of the newest "
-                          "candidates (AJET_RUNNER_SEARCH_WINDOW, default 5000): `search` says which, and "
+                          "candidates (AJET_RUNNER_SEARCH_WINDOW, default 1000): `search` says which, and "
                           "the scan_before of the next window"),
     scan_before: str | None = Query(None, pattern=r"^[0-9]{1,12}(\.[0-9]{1,9})?$", description="with q: "
                                     "search the window older than this cursor (a previous page's "
