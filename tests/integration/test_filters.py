@@ -19,6 +19,7 @@ from ajet_runner.store.keys import (
     EXPIRING,
     EXPIRING_WHERE,
     INDEX,
+    PURPOSES,
     exp_key,
     node_index_key,
     node_outcome_key,
@@ -193,7 +194,9 @@ def test_records_from_before_the_indexes_are_backfilled_once(store: Store) -> No
     want = full_scan(store)
     # What an older version left: only its own indexes (no outcome index, no expiry schedule), a run adopted
     # away still in its first node's index, an index entry of a record that expired long ago.
-    for key in [*(outcome_index_key(o) for o in OUTCOMES), EXPIRING, EXPIRING_WHERE]:
+    for key in [*(outcome_index_key(o) for o in OUTCOMES), EXPIRING, EXPIRING_WHERE, PURPOSES,
+                *(node_state_key(n, s) for n in NODES for s in STATES),
+                *(node_outcome_key(n, o) for n in NODES for o in OUTCOMES)]:
         store.r.delete(key)
     moved = next(r for r in want if r.get("node"))
     store.r.zadd(node_index_key("elsewhere" if moved["node"] != "elsewhere" else "x"), {moved["id"]: 1})
@@ -206,6 +209,7 @@ def test_records_from_before_the_indexes_are_backfilled_once(store: Store) -> No
     assert store.r.zscore(INDEX, "ghost") is None and store.r.zscore(node_index_key("n1"), "ghost") is None
     finished = {r["id"] for r in want if r["state"] == "finished"}
     assert {m.decode() for m in store.r.zrange(EXPIRING, 0, -1)} == finished  # each will leave when it expires
+    assert store.r.hlen(PURPOSES) == len(want)  # what the search reads
     assert not store.ensure_indexes()  # once
     store.indexes.backfill(force=True)  # and idempotent
     assert_filters_match_a_full_scan(store, rng)
