@@ -2,21 +2,24 @@
 
 Every filter the API and the console offer has an index zset (id -> created_at) that the transition
 script keeps: per state, per outcome (finished records only), per node (the record's node, else its target
-node), per stage (store/stages.py). One filter is a page of its zset; several are the intersection of
-theirs, in one script (store/list_page.lua), so a page costs the smallest index, not every record.
+node), per node and state, per node and outcome, per stage (store/stages.py). A query is one zset, or (with
+a stage) two: store/list_page.lua walks the smaller one newest first and checks the other, so a page
+costs the page (and how rare a match is in the smaller zset), never the number of records.
 
 A finished record's hash expires after the retention time by itself; the transition script schedules it in
 keys.EXPIRING, and `sweep` (run in the same round trip before every list) takes the expired ids out of every
 index, so a count never includes them. Records written before these indexes are indexed once by `backfill`
 (store/reindex.lua, in batches, each record read inside the script).
 
-The purpose search reads a bounded window of the newest candidates (store/search_page.lua): its result
-says how many it searched and gives the cursor (a created_at) of the next, older window.
+The purpose search reads a bounded window of the newest candidates (store/search_page.lua, one HMGET of
+keys.PURPOSES): its result says how many it searched and gives the cursor (a created_at) of the next,
+older window.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -117,7 +120,7 @@ class Indexes:
         self._reindex = client.register_script(lua("reindex"))
         self._members = client.register_script(lua("reindex_members"))
 
-    def _sweep_call(self, client: object) -> object:
+    def _sweep_call(self, client: Any) -> Any:
         return self._sweep(keys=[EXPIRING, EXPIRING_WHERE, *(k for k, _ in _FIXED)],
                            args=[exp_key(""), _NODE_PREFIX, _NODE_SUFFIX, stage_key(""),
                                  "".join(t for _, t in _FIXED), SWEEP_BATCH, _NODE_STATE, _NODE_OUTCOME,
@@ -125,7 +128,7 @@ class Indexes:
 
     def sweep(self) -> int:
         """Take the ids of records that expired out of every index; how many (at most SWEEP_BATCH a call)."""
-        return int(self._sweep_call(self.r))  # type: ignore[call-overload]
+        return int(self._sweep_call(self.r))
 
     def page(self, query: Query, offset: int = 0, limit: int = 100) -> tuple[list[str], int]:
         """Newest first, one page of the matching ids and how many match (expired records swept first)."""

@@ -19,7 +19,8 @@ def summaries(store: Store, ids: list[str]) -> tuple[list[dict[str, Any]], list[
     out, gone = [], []
     now = time.time()
     for exp_id, values in zip(ids, pipe.execute(), strict=True):
-        raw = {k: v for k, v in zip(SUMMARY_FIELDS, values, strict=True) if v is not None}
+        raw: dict[bytes | str, bytes | str] = {k: v for k, v in zip(SUMMARY_FIELDS, values, strict=True)
+                                               if v is not None}
         if raw.get("id"):
             out.append(summary_dict(decode(raw), now))
         else:
