@@ -33,17 +33,19 @@ end
 local top = '+inf'
 if ARGV[2] ~= '' then top = '(' .. ARGV[2] end
 local window = tonumber(ARGV[3])
-local got = redis.call('ZREVRANGEBYSCORE', KEYS[small], top, '-inf', 'WITHSCORES', 'LIMIT', 0, window)
+local got = redis.call('ZREVRANGEBYSCORE', KEYS[small], top, '-inf', 'LIMIT', 0, window)
 local needle = string.lower(ARGV[1])
-local candidates, searched, last = {}, 0, false
-for k = 1, #got, 2 do
-  local id = got[k]
-  last = got[k + 1]
-  local all = true
-  for i = 1, n do
-    if i ~= small and not redis.call('ZSCORE', KEYS[i], id) then all = false break end
+local candidates, searched, last = got, 0, false
+if #got > 0 then last = redis.call('ZSCORE', KEYS[small], got[#got]) end
+if n > 1 then
+  candidates = {}
+  for _, id in ipairs(got) do
+    local all = true
+    for i = 1, n do
+      if i ~= small and not redis.call('ZSCORE', KEYS[i], id) then all = false break end
+    end
+    if all then candidates[#candidates + 1] = id end
   end
-  if all then candidates[#candidates + 1] = id end
 end
 searched = #candidates
 local found = {}
@@ -61,7 +63,7 @@ for first = 1, searched, 1000 do  -- HMGET in slices: unpack has a limit
   end
 end
 local nxt = false
-if #got / 2 >= window and #redis.call('ZREVRANGEBYSCORE', KEYS[small], '(' .. last, '-inf', 'LIMIT', 0, 1) > 0 then
+if #got >= window and #redis.call('ZREVRANGEBYSCORE', KEYS[small], '(' .. last, '-inf', 'LIMIT', 0, 1) > 0 then
   nxt = last
 end
 return {total, searched, nxt, found}
