@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-from ajet_runner.statemachine.lifecycle import Outcome, State
+from ajet_runner.statemachine.lifecycle import ACTIVE_STATES, FINISHED, Outcome, State
 from ajet_runner.store.keys import (
     EXPIRING,
     EXPIRING_WHERE,
@@ -48,8 +48,6 @@ from ajet_runner.store.scripts import lua
 
 STATE_NAMES = tuple(s.value for s in State)
 OUTCOME_NAMES = tuple(o.value for o in Outcome)
-ACTIVE_STATE_NAMES = tuple(n for n in STATE_NAMES if n not in (State.queued.value, State.finished.value))
-FINISHED = State.finished.value
 SEARCH_WINDOW = 1000  # candidates one purpose search reads at most (newest first); the rest: "search older"
 SWEEP_BATCH = 1000  # expired ids taken out of the indexes per list call at most
 BACKFILL_BATCH = 500
@@ -165,7 +163,7 @@ class Indexes:
         keys = [INDEX, UNFINISHED, EXPIRING, EXPIRING_WHERE, PURPOSES, *(state_index_key(n) for n in STATE_NAMES),
                 *(outcome_index_key(n) for n in OUTCOME_NAMES)]
         head = [",".join(STATE_NAMES), ",".join(OUTCOME_NAMES), exp_key(""), _NODE_PREFIX, _NODE_SUFFIX,
-                _ACTIVE_SUFFIX, stage_key(""), ",".join(ACTIVE_STATE_NAMES), _NODE_STATE, _NODE_OUTCOME]
+                _ACTIVE_SUFFIX, stage_key(""), ",".join(s.value for s in ACTIVE_STATES), _NODE_STATE, _NODE_OUTCOME]
         ids = [text(i) for i in self.r.zrange(INDEX, 0, -1)]
         for k in range(0, len(ids), BACKFILL_BATCH):
             self._reindex(keys=keys, args=[*head, *ids[k:k + BACKFILL_BATCH]])

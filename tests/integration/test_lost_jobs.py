@@ -74,8 +74,8 @@ def test_a_job_popped_and_dropped_by_a_killed_slot_is_queued_again(tmp_path, red
 
 def test_a_failed_job_and_a_vanished_one_are_queued_again(tmp_path, redis_url) -> None:
     store = Store.from_url(redis_url)
-    failed = submit(store, store.r, make("demo", tmp_path / "a").blueprint.read_text())["id"]
-    vanished = submit(store, store.r, make("demo", tmp_path / "b").blueprint.read_text())["id"]
+    failed = submit(store, make("demo", tmp_path / "a").blueprint.read_text())["id"]
+    vanished = submit(store, make("demo", tmp_path / "b").blueprint.read_text())["id"]
     check = _supervisor(redis_url, "n1").queue_check
     fjob, vjob = _job(store, failed), _job(store, vanished)
     for job in (fjob, vjob):
@@ -96,7 +96,7 @@ def _commands(store: Store) -> set[str]:
 def test_one_supervisor_checks_the_queue_and_another_takes_over_when_it_dies(tmp_path, redis_url) -> None:
     store = Store.from_url(redis_url)
     for k in range(2):
-        submit(store, store.r, make("demo", tmp_path / str(k)).blueprint.read_text())
+        submit(store, make("demo", tmp_path / str(k)).blueprint.read_text())
     a, b = _supervisor(redis_url, "n1"), _supervisor(redis_url, "n2")
     lease = 0.6
     a.queue_check.lease.seconds = b.queue_check.lease.seconds = lease
@@ -124,9 +124,9 @@ def test_one_supervisor_checks_the_queue_and_another_takes_over_when_it_dies(tmp
 
 def test_work_queued_for_an_absent_node_is_reported_once_by_the_checker(tmp_path, redis_url) -> None:
     store = Store.from_url(redis_url)
-    ghost = submit(store, store.r, make("demo", tmp_path / "a").blueprint.read_text(), node="ghost",
+    ghost = submit(store, make("demo", tmp_path / "a").blueprint.read_text(), node="ghost",
                    wait_for_node=True)["id"]
-    other = submit(store, store.r, make("demo", tmp_path / "b").blueprint.read_text())["id"]
+    other = submit(store, make("demo", tmp_path / "b").blueprint.read_text())["id"]
     check = QueueChecker(store, "n1", absent_report_seconds=0.0)
     assert [r["id"] for r in check.suspects(["n1"])] == [ghost]  # its job waits, but for a node gone
     assert check.suspects(["ghost"]) == []
