@@ -1,0 +1,80 @@
+"""Start-up time of the CLI, next to the floor `python -c "import typer, rich"` measured in the same run.
+
+Run: .venv/bin/python bench/bench_cli.py [--runs 15]
+Each command is a fresh process of the installed console script (what a research agent runs hundreds of
+times a day): `--help`, `scan` and `status` against a real `ajet-runner serve` on a private Redis holding
+one queued experiment, `check` of the demo blueprint, `alpha-scan-jobs`, `diagnose` of a small log.
+Runs are interleaved (floor, then each command, N rounds) so a load spike hits all of them alike.
+Prints median / p95 of each and its ratio to the floor's median; the target is <= 3x for --help, scan, status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ajet_runner.service.demo import materialize  # noqa: E402
+from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
+from ajet_runner.service.submit import submit  # noqa: E402
+from ajet_runner.store.store import Store  # noqa: E402
+from bench._harness import line  # noqa: E402
+from bench.bench_api import TOKEN, serving_api  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    took = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode()[-500:]}")
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=15)
+    args = parser.parse_args()
+    cli = str(BIN / "ajet-runner")
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp, EmbeddedRedis() as redis_server:
+        bp = materialize("demo", Path(tmp) / "demo")
+        store = Store.from_url(redis_server.url)
+        exp_id = submit(store, store.r, bp.read_text(), wait_for_node=True)["id"]
+        log = Path(tmp) / "attempt-1.log"
+        log.write_text("step 1\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+        with serving_api(redis_server.url) as url:
+            env = {**os.environ, "AJET_RUNNER_URL": url, "AJET_RUNNER_TOKEN": TOKEN}
+            cases = {
+                "floor: import typer, rich": [sys.executable, "-c", "import typer, rich"],
+                "ajet-runner --help": [cli, "--help"],
+                "ajet-runner scan": [cli, "scan"],
+                "ajet-runner status ID": [cli, "status", exp_id],
+                "ajet-runner check BLUEPRINT": [cli, "check", str(bp)],
+                "ajet-runner diagnose LOG": [cli, "diagnose", str(log)],
+                "ajet-runner scan --help": [cli, "scan", "--help"],
+                "alpha-scan-jobs": [str(BIN / "alpha-scan-jobs")],
+            }
+            samples: dict[str, list[float]] = {name: [] for name in cases}
+            for argv in cases.values():  # warm the page cache and the .pyc files
+                timed(argv, env)
+            for _ in range(args.runs):
+                for name, argv in cases.items():
+                    samples[name].append(timed(argv, env))
+    floor = samples.pop("floor: import typer, rich")
+    print(f"ajet-runner CLI start-up: {args.runs} runs each, interleaved; {os.cpu_count()} CPUs visible, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(line("floor: import typer, rich", floor, floor))
+    for name, xs in samples.items():
+        print(line(name, xs, floor))
+
+
+if __name__ == "__main__":
+    main()
