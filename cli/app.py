@@ -41,6 +41,9 @@ def _root(
 
 def main() -> None:
     from ajet_runner.cli.commands.help_text import tidy
+    from ajet_runner.cli.startup import skip_unused_imports
+
+    skip_unused_imports()
 
     tidy(typer.main.get_command(app))(prog_name="ajet-runner")
 

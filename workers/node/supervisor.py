@@ -27,7 +27,7 @@ from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
-from ajet_runner.workers.drive.owner_identity import driver_alive
+from ajet_runner.workers.drive.owner_identity import driver_alive, owner_dead
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from ajet_runner.workers.node.absent_nodes import REPORTED_FIELD, report_absent_nodes
 from ajet_runner.workers.node.this_node import NodeInfo
@@ -129,6 +129,8 @@ class NodeSupervisor:
         self.running = [rec["id"] for rec in mine]
         for rec in mine:
             lease = float(rec.get("lease_until") or 0)
+            if lease > now and self._owner_gone(rec):
+                lease = 0.0
             last_try = float(rec.get("adopt_enqueued_at") or 0)
             if lease > now or now - last_try < 2 * self.settings.lease_seconds or driver_alive(rec):
                 continue
@@ -141,6 +143,15 @@ class NodeSupervisor:
         self._release_stale_gpus()
         self._release_stale_swarm_ports()
         return adopted
+
+    def _owner_gone(self, rec: dict) -> bool:
+        """The owner is provably dead (this node and boot, its pid gone or reused): its lease is ended now,
+        not waited out (workers/drive/owner_identity.py)."""
+        owner = str(rec.get("owner") or "")
+        if not owner_dead(owner, self.node.name) or not self.store.end_dead_lease(rec["id"], owner):
+            return False
+        log.info("%s: its driver %s is gone: re-adopting the run without waiting for its lease", rec["id"], owner)
+        return True
 
     def _requeue_lost_jobs(self, unfinished: list[dict], now: float) -> list[str]:
         """Queued experiments whose RQ job died before any driver claimed them (a slot or work-horse killed
@@ -235,6 +246,7 @@ class NodeSupervisor:
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> None:
         log.info("node %s: %d GPU(s), %d slot(s)", self.node.name, self.node.gpus, self.node.slots)
+        self._keep_watcher()  # first: its start-up overlaps ours, so the runs we re-adopt are taken sooner
         self._undrain_on_start()
         next_beat = next_scan = 0.0
         try:
