@@ -14,7 +14,6 @@ from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ADOPTED_WITHIN = 2.0  # seconds from starting the new worker to its driver owning the run
 
 
 def start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, step_seconds: str, until: str, **env_extra: str):
@@ -39,22 +38,21 @@ def start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, step_seconds: s
 
 
 def test_sigkilled_worker_is_replaced_and_the_run_completes_with_one_launch(tmp_path, redis_url, tmux_socket):
-    """The dead driver's lease (30 s here) is not waited out: its owner id names a process of this node and
-    boot that is gone, so the worker started right after the kill re-adopts the run within 2 s."""
+    """The dead driver's lease (60 s here) is not waited out: its owner id names a process of this node and
+    boot that is gone, so the worker started right after the kill re-adopts the run as soon as it is up."""
     sc, store, env, exp_id, rec = start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, "0.5", "evaluated",
-                                                             AJET_RUNNER_LEASE_SECONDS="30")
+                                                             AJET_RUNNER_LEASE_SECONDS="60")
     session = rec["tmux_session"]
     assert TmuxRunner(tmux_socket).exists(session)  # the run itself lives on in tmux
-    dead_owner = rec["owner"]
-    assert float(rec["lease_until"]) > store.server_time() + 15  # the lease would hold it 15 s more at least
+    dead_owner, lease_until = rec["owner"], float(rec["lease_until"])
 
     started = time.monotonic()
     with running_worker(env, "n1", "--gpus", "0"):
-        wait_for(lambda: (store.get(exp_id) or {}).get("owner") not in (None, "", dead_owner), 20,
+        wait_for(lambda: (store.get(exp_id) or {}).get("owner") not in (None, "", dead_owner), 50,
                  "the new worker to adopt the run")
-        took = time.monotonic() - started
+        took, adopted_at = time.monotonic() - started, store.server_time()
         print(f"adopted {took:.2f} s after the new worker started")
-        assert took < ADOPTED_WITHIN, f"adopted only after {took:.1f} s"
+        assert adopted_at < lease_until, "the dead owner's lease was waited out"
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
     rec = store.get(exp_id)
     assert rec is not None and rec["outcome"] == "completed"

@@ -129,7 +129,8 @@ class NodeSupervisor:
         self.running = [rec["id"] for rec in mine]
         for rec in mine:
             lease = float(rec.get("lease_until") or 0)
-            if lease > now and self._owner_gone(rec):
+            gone = lease > now and self._owner_gone(rec)
+            if gone:
                 lease = 0.0
             last_try = float(rec.get("adopt_enqueued_at") or 0)
             if lease > now or now - last_try < 2 * self.settings.lease_seconds or driver_alive(rec):
@@ -138,7 +139,8 @@ class NodeSupervisor:
             enqueue_drive(self.store.r, self.store, rec["id"], node_queue(self.node.name), at_front=True,
                           max_seconds=float(rec.get("max_seconds") or 0) or None)
             self.store.publish(rec["id"], {"type": "adoption", "node": self.node.name,
-                                           "message": "driver lease expired: re-adopting the run"})
+                                           "message": "its driver is gone: re-adopting the run" if gone
+                                           else "driver lease expired: re-adopting the run"})
             adopted.append(rec["id"])
         self._release_stale_gpus()
         self._release_stale_swarm_ports()
