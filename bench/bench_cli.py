@@ -5,7 +5,9 @@ Each command is a fresh process of the installed console script (what a research
 times a day): `--help`, `scan` and `status` against a real `ajet-runner serve` on a private Redis holding
 one queued experiment, `check` of the demo blueprint, `alpha-scan-jobs`, `diagnose` of a small log.
 Runs are interleaved (floor, then each command, N rounds) so a load spike hits all of them alike.
-Prints median / p95 of each and its ratio to the floor's median; the target is <= 3x for --help, scan, status.
+Prints median / p95 of each and its ratio to the floor's median, in wall-clock time and in CPU time (user +
+system, from wait4: on a machine shared with other work, wall time mostly measures the others' load).
+The target is <= 3x the floor for --help, scan and status.
 """
 
 from __future__ import annotations
@@ -30,13 +32,18 @@ from bench.bench_api import TOKEN, serving_api  # noqa: E402
 BIN = Path(sys.executable).parent
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the process and its children) of one run."""
     t0 = time.perf_counter()
-    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
     took = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode()[-500:]}")
-    return took
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err.decode()[-500:]}")
+    return took, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -62,18 +69,23 @@ def main() -> None:
                 "ajet-runner scan --help": [cli, "scan", "--help"],
                 "alpha-scan-jobs": [str(BIN / "alpha-scan-jobs")],
             }
-            samples: dict[str, list[float]] = {name: [] for name in cases}
+            wall: dict[str, list[float]] = {name: [] for name in cases}
+            cpu: dict[str, list[float]] = {name: [] for name in cases}
             for argv in cases.values():  # warm the page cache and the .pyc files
                 timed(argv, env)
             for _ in range(args.runs):
                 for name, argv in cases.items():
-                    samples[name].append(timed(argv, env))
-    floor = samples.pop("floor: import typer, rich")
+                    took, used = timed(argv, env)
+                    wall[name].append(took)
+                    cpu[name].append(used)
     print(f"ajet-runner CLI start-up: {args.runs} runs each, interleaved; {os.cpu_count()} CPUs visible, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(line("floor: import typer, rich", floor, floor))
-    for name, xs in samples.items():
-        print(line(name, xs, floor))
+    floor = "floor: import typer, rich"
+    for title, samples in (("wall clock (what the caller waits)", wall),
+                           ("CPU time, user + system (steady on a shared machine)", cpu)):
+        print(f"-- {title}")
+        for name, xs in samples.items():
+            print(line(name, xs, samples[floor]))
 
 
 if __name__ == "__main__":
