@@ -17,4 +17,4 @@ SKIPPED = ("trio", "httpx._main")
 
 def skip_unused_imports() -> None:
     for name in SKIPPED:
-        sys.modules.setdefault(name, None)  # type: ignore[assignment]
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
