@@ -34,9 +34,6 @@ class Outcome(str, Enum):
 
 
 ACTIVE_STATES = (State.launching, State.running, State.failing, State.repairing, State.collecting)
-UNFINISHED_STATES = (State.queued, *ACTIVE_STATES)
-# Outcomes a user counts as success (the `run` command exits 0 for them).
-SUCCESS_OUTCOMES = (Outcome.completed, Outcome.early_stopped)
 
 # The trigger that leads to `collecting` decides the outcome.
 OUTCOME_OF_TRIGGER = {

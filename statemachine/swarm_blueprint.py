@@ -96,11 +96,6 @@ def swarm_spec(bp: Blueprint, yaml_text: str | None = None) -> SwarmSpec | None:
                      defaulted_command=defaulted)
 
 
-def declares_swarm(bp: Blueprint) -> bool:
-    """Swarm mode known from the blueprint alone (the `[exp_swarm_server]` part is present)."""
-    return bool(bp.exp_swarm_server.strip())
-
-
 def swarm_problems(bp: Blueprint, spec: SwarmSpec | None) -> list[Problem]:
     """Errors that keep a swarm blueprint from running: no server command, a port that is no number."""
     if spec is None:

@@ -166,10 +166,6 @@ def event_line(event: Any) -> str:
     return f"{_when(data.get('at'))} {data.get('type', '?'):<11} {text}"
 
 
-def _dump(value: Any) -> Any:
-    return value.to_dict() if hasattr(value, "to_dict") else value
-
-
 # -- submit ------------------------------------------------------------------------------------------
 def read_blueprints(paths: list[str]) -> list[tuple[str, str]]:
     """(name, text) of every blueprint, `-` = stdin; any unreadable one → one line each and exit 2, nothing sent."""
