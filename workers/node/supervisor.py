@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from ajet_runner.workers.drive.owner_identity import driver_alive, owner_dead
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from ajet_runner.workers.node.absent_nodes import REPORTED_FIELD, report_absent_nodes
 from ajet_runner.workers.node.this_node import NodeInfo
-from ajet_runner.workers.process.lifeline import PARENT_ENV
+from ajet_runner.workers.node.watcher_process import spawn_watcher
 from ajet_runner.workers.process.tmux import TmuxRunner
 
 log = logging.getLogger(__name__)
@@ -73,15 +72,7 @@ class NodeSupervisor:
 
     # -- the watcher -------------------------------------------------------------------------
     def _spawn(self) -> None:
-        # REDIS_URL (its password included) and every token go through the environment, never the command
-        # line: /proc/<pid>/cmdline (ps) is readable by every user of the node, the environment is not.
-        env = {**os.environ, "AJET_RUNNER_NODE": self.node.name, "AJET_RUNNER_GPUS": str(self.node.gpus),
-               "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url,
-               PARENT_ENV: str(os.getpid())}  # the watcher dies with this process (PR_SET_PDEATHSIG)
-        self.watcher = subprocess.Popen(
-            [sys.executable, "-m", "ajet_runner.workers.node.watcher", self.node.name, str(self.node.slots)],
-            env=env,
-        )
+        self.watcher = spawn_watcher(self.node, self.url)
 
     def _keep_watcher(self) -> None:
         """Restart the watcher if it died (a drain does not stop it: it takes no new job then, and
