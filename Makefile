@@ -35,7 +35,7 @@ test: lint
 	$(BIN)/python -m pytest -n 4 -q
 
 lint: install-test
-	$(BIN)/ruff check .
+	$(BIN)/ruff check . && $(BIN)/mypy
 
 # Hypothesis on every parser, the command lexer and rewrites (bash-executed), with time budgets.
 # AJET_FUZZ_EXAMPLES: examples per property (make test runs a few). An API schemathesis suite

@@ -23,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
-import redis  # noqa: E402
+import httpx
+import redis
 
-from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
-from ajet_runner.store.store import Store  # noqa: E402
-from ajet_runner.workers.node.supervisor import QUEUED_FIELDS, SCAN_FIELDS  # noqa: E402
-from bench.bench_api import TOKEN, serving_api  # noqa: E402
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.store.store import Store
+from ajet_runner.workers.node.supervisor import QUEUED_FIELDS, SCAN_FIELDS
+from bench.bench_api import TOKEN, serving_api
 
 with __import__("contextlib").suppress(OSError):
     os.nice(10)
@@ -62,7 +62,7 @@ def fill(store: Store, nodes: int, runs: int, queued: int, finished: int) -> Non
     store.ensure_indexes()
 
 
-def timed(fn, repeat: int = 20) -> tuple[float, int]:  # noqa: ANN001
+def timed(fn, repeat: int = 20) -> tuple[float, int]:
     out, size = [], 0
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ajet_runner.service.submit import submit  # noqa: E402
-from bench._harness import blueprint, cluster, wait  # noqa: E402
+from ajet_runner.service.submit import submit
+from bench._harness import blueprint, cluster, wait
 
 PY = sys.executable
 SCRIPT = f"""{PY} -c '
@@ -57,7 +57,7 @@ def monitor(url: str, ids: list[str], seconds: float) -> tuple[dict[str, int], i
     return by_cmd, per_run, other, size
 
 
-def redis_cpu(r, seconds: float) -> float:  # noqa: ANN001
+def redis_cpu(r, seconds: float) -> float:
     """Redis' own CPU seconds per second over `seconds` (INFO cpu)."""
     def used() -> float:
         info = r.info("cpu")

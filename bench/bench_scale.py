@@ -21,15 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
-import redis  # noqa: E402
+import httpx
+import redis
 
-from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
-from ajet_runner.store.store import Store  # noqa: E402
-from ajet_runner.workers.node.supervisor import QUEUED_FIELDS, SCAN_FIELDS  # noqa: E402
-from ajet_runner.workers.node.worker_metrics import WatchReporter  # noqa: E402
-from bench.bench_api import TOKEN, serving_api  # noqa: E402
-from bench.bench_redis_traffic import redis_cpu  # noqa: E402
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.store.store import Store
+from ajet_runner.workers.node.supervisor import QUEUED_FIELDS, SCAN_FIELDS
+from ajet_runner.workers.node.worker_metrics import WatchReporter
+from bench.bench_api import TOKEN, serving_api
+from bench.bench_redis_traffic import redis_cpu
 
 with __import__("contextlib").suppress(OSError):
     os.nice(10)

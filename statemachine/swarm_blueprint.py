@@ -247,7 +247,7 @@ def _cannot_split(line: str, why: str) -> str:
             f"{line.strip()!r}. Write the server in its own part, e.g.\n{_EXAMPLE}")
 
 
-def split_swarm_command(command: str) -> tuple[SwarmSplit | None, str]:
+def split_swarm_command(command: str) -> tuple[SwarmSplit | None, str]:  # noqa: C901 - one refusal per way a server start cannot be split
     """(the split, "") when the command starts a swarm server and then a client; (None, a refusal naming the
     line and what to write) when it starts a server in a way that cannot be split with certainty; (None, "")
     when no line starts a swarm server."""

@@ -12,10 +12,11 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.client import Pipeline
+from redis.typing import EncodableT, FieldT
 
 from ajet_runner.statemachine.lifecycle import Outcome, State
 from ajet_runner.store.keys import (
@@ -122,8 +123,11 @@ def _encode(fields: Mapping[str, Any]) -> list[str]:
     return flat
 
 
-def decode(raw: Mapping[bytes | str, bytes | str]) -> dict[str, Any]:
-    """A Redis hash → a dict with JSON fields decoded."""
+_Key = TypeVar("_Key", bound="bytes | str")
+
+
+def decode(raw: Mapping[_Key, Any]) -> dict[str, Any]:
+    """A Redis hash (bytes from the server, or str fields a caller already picked) → a dict with JSON fields decoded."""
     out: dict[str, Any] = {}
     for k, v in raw.items():
         key = k.decode() if isinstance(k, bytes) else k
@@ -273,7 +277,7 @@ class Store:
 
     def ids(self, offset: int = 0, limit: int = 1000, newest_first: bool = True) -> list[str]:
         fn = self.r.zrevrange if newest_first else self.r.zrange
-        return [i.decode() for i in fn(INDEX, offset, offset + limit - 1)]
+        return [text(i) for i in fn(INDEX, offset, offset + limit - 1)]
 
     def count(self) -> int:
         return int(self.r.zcard(INDEX))
@@ -288,7 +292,7 @@ class Store:
 
     def unfinished(self) -> list[dict[str, Any]]:
         """Records of every experiment not yet finished: what a node scans, without reading the rest."""
-        return self.all(sorted(i.decode() for i in self.r.smembers(UNFINISHED)))
+        return self.all(sorted(text(i) for i in self.r.smembers(UNFINISHED)))
 
     def transition(
         self,
@@ -370,7 +374,7 @@ class Store:
                 keys=[stream_key(exp_id), GLOBAL_STREAM, published_key(exp_id)],
                 args=[once[0], once[1], STREAM_MAXLEN, GLOBAL_STREAM_MAXLEN, exp_id, kind, payload])
             return got.decode() if isinstance(got, bytes) else str(got)
-        entry = {"id": exp_id, "type": kind, "data": payload}
+        entry: dict[FieldT, EncodableT] = {"id": exp_id, "type": kind, "data": payload}
         pipe = self.r.pipeline(transaction=False)
         pipe.xadd(stream_key(exp_id), entry, maxlen=STREAM_MAXLEN, approximate=True)
         pipe.xadd(GLOBAL_STREAM, entry, maxlen=GLOBAL_STREAM_MAXLEN, approximate=True)
@@ -380,6 +384,7 @@ class Store:
                ) -> list[dict[str, Any]]:
         """Events after stream id `after`; with `block_ms`, wait for at least one."""
         resp = self.r.xread({stream_key(exp_id): after}, count=count, block=block_ms)
+        assert not isinstance(resp, dict)  # RESP2 (our clients): a list of [stream, entries]
         out: list[dict[str, Any]] = []
         for _stream, entries in resp or []:
             for entry_id, data in entries:
@@ -398,7 +403,8 @@ class Store:
 
     def log_tail(self, exp_id: str, lines: int = LOG_TAIL_CAP) -> list[str]:
         """The last `lines` lines the watcher sent (an older record's JSON `log_tail` field as fallback)."""
-        got = [x.decode("utf-8", errors="replace") for x in self.r.lrange(log_tail_key(exp_id), -max(1, lines), -1)]
+        got = [x.decode("utf-8", errors="replace") if isinstance(x, bytes) else x
+               for x in self.r.lrange(log_tail_key(exp_id), -max(1, lines), -1)]
         if got:
             return got
         old = decode({"log_tail": self.r.hget(exp_key(exp_id), "log_tail") or b""}).get("log_tail") or []
@@ -407,7 +413,7 @@ class Store:
     def delete(self, exp_id: str) -> None:
         """The record, its events and indexes go; a result dir it still claims is released with them."""
         node, target, claim, stage = self.r.hmget(exp_key(exp_id), "node", "target_node", CLAIM_FIELD, "stage")
-        nodes = {n.decode() for n in (node, target) if n}
+        nodes = {text(n) for n in (node, target) if n}
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(exp_key(exp_id), stream_key(exp_id), published_key(exp_id), log_tail_key(exp_id))
         if stage:
@@ -440,7 +446,7 @@ class Store:
     def index_ids(self, state: str | None = None, node: str | None = None) -> list[str]:
         """Every id of one index (newest first): the candidates a combined filter checks."""
         key = state_index_key(state) if state else node_index_key(node or "") if node else INDEX
-        return [i.decode() for i in self.r.zrevrange(key, 0, -1)]
+        return [text(i) for i in self.r.zrevrange(key, 0, -1)]
 
     def fields_of(self, ids: list[str], names: Iterable[str]) -> list[dict[str, str]]:
         """Only `names` of each record (one pipeline); records that are gone are left out."""
@@ -473,11 +479,12 @@ class Store:
         """`names` of every record whose id is in the set or zset `key`, in one command (SORT … GET:
         Redis reads the hashes itself), whatever the number of records."""
         flat = self.r.sort(key, by="nosort", get=["#", *(exp_key("*") + "->" + n for n in names)])
+        assert isinstance(flat, list)  # no `store=`: SORT returns the elements
         width = len(names) + 1
         out = []
         for k in range(0, len(flat), width):
-            exp_id, values = flat[k].decode(), flat[k + 1:k + width]
-            rec = {n: (v.decode() if v is not None else "") for n, v in zip(names, values, strict=True)}
+            exp_id, values = text(flat[k]), flat[k + 1:k + width]
+            rec = {n: (text(v) if v is not None else "") for n, v in zip(names, values, strict=True)}
             rec["id"] = exp_id
             out.append(rec)
         return out
@@ -511,9 +518,10 @@ class Store:
             return False
         fields = ("state", "created_at", "node", "target_node")
         flat = self.r.sort(INDEX, by="nosort", get=["#", *(exp_key("*") + "->" + f for f in fields)])
+        assert isinstance(flat, list)  # no `store=`: SORT returns the elements
         pipe = self.r.pipeline(transaction=False)
         for k in range(0, len(flat), len(fields) + 1):
-            exp_id, state, created, node, target = (x.decode() if x is not None else "" for x in flat[k:k + 5])
+            exp_id, state, created, node, target = (text(x) if x is not None else "" for x in flat[k:k + 5])
             if not state:
                 continue
             score = float(created or 0)
@@ -592,7 +600,7 @@ class Store:
         pipe.execute()
 
     def nodes(self) -> list[dict[str, Any]]:
-        names = sorted(n.decode() for n in self.r.smembers(NODES))
+        names = sorted(text(n) for n in self.r.smembers(NODES))
         pipe = self.r.pipeline(transaction=False)
         for n in names:
             pipe.hgetall(node_key(n))
@@ -669,10 +677,10 @@ class Store:
         return bool(self._release_if_owner(keys=[swarm_port_key(node)], args=[str(port), exp_id]))
 
     def swarm_port_owners(self, node: str) -> dict[int, str]:
-        return {int(k): v.decode() for k, v in self.r.hgetall(swarm_port_key(node)).items()}
+        return {int(k): text(v) for k, v in self.r.hgetall(swarm_port_key(node)).items()}
 
     def gpu_owners(self, node: str) -> dict[int, str]:
-        return {int(k): v.decode() for k, v in self.r.hgetall(gpu_key(node)).items()}
+        return {int(k): text(v) for k, v in self.r.hgetall(gpu_key(node)).items()}
 
     # -- counters for /metrics ---------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, float]]:
@@ -684,5 +692,5 @@ class Store:
                                                                                     strict=True)}
         for outcome in out["outcomes"]:
             raw = self.r.hgetall(duration_bucket_key(outcome))
-            out[f"duration_bucket:{outcome}"] = {k.decode(): float(v) for k, v in raw.items()}
+            out[f"duration_bucket:{outcome}"] = {text(k): float(v) for k, v in raw.items()}
         return out

@@ -96,7 +96,7 @@ def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE) -> Page:
 
 def evaluations(store: Store, exp_id: str) -> list[dict[str, Any]]:
     """Every `evaluation` event, oldest first: step, dataset, metrics."""
-    out = []
+    out: list[dict[str, Any]] = []
     after = "0-0"
     while True:
         batch = store.events(exp_id, after=after, count=1000)

@@ -38,7 +38,7 @@ env.filters.update(duration=render.duration, limit=render.limit, age=render.age,
 
 
 def sessions(request: Request) -> Sessions:
-    return request.app.state.ui_sessions  # type: ignore[no-any-return]
+    return request.app.state.ui_sessions
 
 
 def viewer(request: Request) -> Viewer:
@@ -75,7 +75,7 @@ def _record(be: Backend, exp_id: str) -> dict[str, Any]:
 
 
 @router.get("/login")
-def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:  # noqa: A002 - the conventional name
+def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:  # `next` (a builtin): the conventional name
     return page("login.html", request, None, next=safe_next(next), error="")
 
 
@@ -107,7 +107,7 @@ async def logout(request: Request, who: Viewer = Depends(viewer)) -> Response:
 @router.get("/login.css")
 def login_css() -> Response:
     """The login page's own small stylesheet: part of the login page, so readable without a session."""
-    body = resources.files("ajet_runner.service.ui").joinpath("static", "login.css").read_bytes()
+    body = resources.files("ajet_runner.service.ui").joinpath("static").joinpath("login.css").read_bytes()
     return Response(body, media_type="text/css; charset=utf-8", headers={"Cache-Control": "public, max-age=300"})
 
 
@@ -115,7 +115,7 @@ def login_css() -> Response:
 def static(name: str, _: Viewer = Depends(viewer)) -> Response:
     if name not in STATIC:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "no such file")
-    body = resources.files("ajet_runner.service.ui").joinpath("static", name).read_bytes()
+    body = resources.files("ajet_runner.service.ui").joinpath("static").joinpath(name).read_bytes()
     return Response(body, media_type=STATIC[name], headers={"Cache-Control": "private, max-age=300"})
 
 
@@ -304,7 +304,8 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
     priority = fields.get("priority") if fields.get("priority") in ("normal", "high") else "normal"
     nodes = await run_in_threadpool(_live_nodes, be)
     stage = fields.get("stage", "").strip()[:64]
-    ctx = {"text": text, "node": node or "", "priority": priority, "nodes": nodes, "rejected": None, "stage": stage}
+    ctx: dict[str, Any] = {"text": text, "node": node or "", "priority": priority, "nodes": nodes, "rejected": None,
+                           "stage": stage}
     if not text.strip():
         return page("submit.html", request, who, status_code=422, checked=None,
                     rejected={"detail": "the blueprint is empty: paste it or choose a file", "problems": []}, **{
