@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
-from ajet_runner.service.submit import submit  # noqa: E402
-from ajet_runner.store.store import Store  # noqa: E402
-from bench._harness import wait  # noqa: E402
-from tests.integration.scenario import make  # noqa: E402
-from tests.integration.workers import kill_group, start_worker, worker_env  # noqa: E402
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.service.submit import submit
+from ajet_runner.store.store import Store
+from bench._harness import wait
+from tests.integration.scenario import make
+from tests.integration.workers import kill_group, start_worker, worker_env
 
 
 def one_run(tmp: Path, lease: float) -> tuple[float, float, float]:

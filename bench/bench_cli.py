@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ajet_runner.service.demo import materialize  # noqa: E402
-from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
-from ajet_runner.service.submit import submit  # noqa: E402
-from ajet_runner.store.store import Store  # noqa: E402
-from bench._harness import line  # noqa: E402
-from bench.bench_api import TOKEN, serving_api  # noqa: E402
+from ajet_runner.service.demo import materialize
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.service.submit import submit
+from ajet_runner.store.store import Store
+from bench._harness import line
+from bench.bench_api import TOKEN, serving_api
 
 BIN = Path(sys.executable).parent
 
