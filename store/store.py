@@ -20,10 +20,13 @@ from redis.typing import EncodableT, FieldT
 
 from ajet_runner.statemachine.lifecycle import Outcome, State
 from ajet_runner.store.keys import (
+    EXPIRING,
+    EXPIRING_WHERE,
     GLOBAL_STREAM,
     INDEX,
     NODES,
     PREFIX,
+    PURPOSES,
     RESULT_DIRS,
     STAGES,
     STATS_NAMES,
@@ -37,6 +40,9 @@ from ajet_runner.store.keys import (
     node_active_key,
     node_index_key,
     node_key,
+    node_outcome_key,
+    node_state_key,
+    outcome_index_key,
     published_key,
     stage_key,
     state_index_key,
@@ -61,7 +67,6 @@ OUTCOME_NAMES = tuple(o.value for o in Outcome)  # the duration-bucket keys whos
 CLAIM_FIELD = "result_dir_claim"  # the record's claimed result dir (a real path), released when it finishes
 HOLD_SECONDS = 60.0  # a claim without a record (while a refusal report is written) lapses after this
 ACTIVE_STATE_NAMES = frozenset(STATE_NAMES) - {State.queued.value, State.finished.value}
-INDEX_VERSION = 1  # bump when the indexes the transition script keeps change: they are rebuilt once
 DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, float("inf"))
 
 # JSON-encoded hash fields (everything else is a plain string).
@@ -165,6 +170,9 @@ class Store:
         self._publish_once = client.register_script(lua("publish_once"))
         self._submit_view = client.register_script(lua("submit_view"))
         self._claim = client.register_script(lua("claim_result_dir"))
+        from ajet_runner.store.filters import Indexes
+
+        self.indexes = Indexes(client)  # the filtered lists, the expiry sweep, the backfill
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -341,8 +349,10 @@ class Store:
                 stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
                 duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
                 stats_key("result_write_failures"), *(state_index_key(n) for n in STATE_NAMES),
-                node_active_key(node or "-"), node_index_key(node or "-"), log_tail_key(exp_id),
-                published_key(exp_id), RESULT_DIRS, *(duration_bucket_key(o) for o in OUTCOME_NAMES)]
+                node_active_key(node or "-"), EXPIRING, log_tail_key(exp_id),
+                published_key(exp_id), RESULT_DIRS, *(duration_bucket_key(o) for o in OUTCOME_NAMES),
+                EXPIRING_WHERE, *(outcome_index_key(o) for o in OUTCOME_NAMES), PURPOSES]
+        node_prefix, node_suffix = node_index_key("\0").split("\0")
         args = [
             "" if expected_version is None else str(expected_version),
             owner,
@@ -353,6 +363,11 @@ class Store:
             ",".join(STATE_NAMES),
             node,
             self.retention_seconds,
+            ",".join(OUTCOME_NAMES),
+            node_prefix,
+            node_suffix,
+            node_state_key("\0", "").split("\0")[1],
+            node_outcome_key("\0", "").split("\0")[1],
             *_encode(fields),
         ]
         return keys, args
@@ -426,27 +441,29 @@ class Store:
     def _unindex(self, pipe: Any, ids: list[str], nodes: Iterable[str] = ()) -> None:
         pipe.zrem(INDEX, *ids)
         pipe.srem(UNFINISHED, *ids)
+        pipe.zrem(EXPIRING, *ids)
+        pipe.hdel(EXPIRING_WHERE, *ids)
+        pipe.hdel(PURPOSES, *ids)
         for name in STATE_NAMES:
             pipe.zrem(state_index_key(name), *ids)
+        for name in OUTCOME_NAMES:
+            pipe.zrem(outcome_index_key(name), *ids)
         for node in nodes:
             pipe.zrem(node_index_key(node), *ids)
             pipe.srem(node_active_key(node), *ids)
+            for name in STATE_NAMES:
+                pipe.zrem(node_state_key(node, name), *ids)
+            for name in OUTCOME_NAMES:
+                pipe.zrem(node_outcome_key(node, name), *ids)
 
     # -- indexes: what a filtered list or a node's scan reads instead of every record ----------
-    def ids_in(self, state: str | None = None, node: str | None = None, offset: int = 0, limit: int = 100
-               ) -> tuple[list[str], int]:
-        """Newest first, one page of the experiments in `state` (or on `node`), and how many there are."""
-        key = state_index_key(state) if state else node_index_key(node or "")
-        pipe = self.r.pipeline(transaction=False)
-        pipe.zrevrange(key, offset, offset + limit - 1)
-        pipe.zcard(key)
-        page, total = pipe.execute()
-        return [i.decode() for i in page], int(total)
+    def ids_in(self, state: str | None = None, node: str | None = None, offset: int = 0, limit: int = 100,
+               *, outcome: str | None = None, stage: str | None = None) -> tuple[list[str], int]:
+        """Newest first, one page of the experiments matching every filter given, and how many match
+        (store/filters.py: index zsets only, expired records swept out first)."""
+        from ajet_runner.store.filters import Query
 
-    def index_ids(self, state: str | None = None, node: str | None = None) -> list[str]:
-        """Every id of one index (newest first): the candidates a combined filter checks."""
-        key = state_index_key(state) if state else node_index_key(node or "") if node else INDEX
-        return [text(i) for i in self.r.zrevrange(key, 0, -1)]
+        return self.indexes.page(Query(state or "", node or "", outcome or "", stage or ""), offset, limit)
 
     def fields_of(self, ids: list[str], names: Iterable[str]) -> list[dict[str, str]]:
         """Only `names` of each record (one pipeline); records that are gone are left out."""
@@ -495,8 +512,9 @@ class Store:
         recs = self._sort_fields(state_index_key(State.queued.value), names)
         return [r for r in recs if r["state"] == State.queued.value]
 
-    def prune(self, ids: Iterable[str]) -> int:
-        """Drop ids whose record is gone (expired after the retention time, deleted) from the indexes."""
+    def prune(self, ids: Iterable[str], keys: Iterable[str] = ()) -> int:
+        """Drop ids whose record is gone (expired after the retention time, deleted) from the indexes
+        (and from the index zsets `keys`, e.g. the node's or stage's a page was read from)."""
         ids = list(ids)
         if not ids:
             return 0
@@ -507,32 +525,15 @@ class Store:
         if gone:
             pipe = self.r.pipeline(transaction=False)
             self._unindex(pipe, gone)
+            for key in keys:
+                pipe.zrem(key, *gone)
             pipe.execute()
         return len(gone)
 
     def ensure_indexes(self) -> bool:
-        """Build the per-state and per-node indexes once for records written before they existed
-        (idempotent; a marker key says it was done). True when it built them now."""
-        marker = f"{PREFIX}:index_version"
-        if int(self.r.get(marker) or 0) >= INDEX_VERSION:
-            return False
-        fields = ("state", "created_at", "node", "target_node")
-        flat = self.r.sort(INDEX, by="nosort", get=["#", *(exp_key("*") + "->" + f for f in fields)])
-        assert isinstance(flat, list)  # no `store=`: SORT returns the elements
-        pipe = self.r.pipeline(transaction=False)
-        for k in range(0, len(flat), len(fields) + 1):
-            exp_id, state, created, node, target = (text(x) if x is not None else "" for x in flat[k:k + 5])
-            if not state:
-                continue
-            score = float(created or 0)
-            pipe.zadd(state_index_key(state), {exp_id: score})
-            if node or target:
-                pipe.zadd(node_index_key(node or target), {exp_id: score})
-            if node and state in ACTIVE_STATE_NAMES:
-                pipe.sadd(node_active_key(node), exp_id)
-        pipe.set(marker, INDEX_VERSION)
-        pipe.execute()
-        return True
+        """Index records written before the current indexes existed, once per cluster (idempotent; a marker
+        key says it was done; store/filters.py). True when it ran now."""
+        return self.indexes.backfill()
 
     # -- ownership -----------------------------------------------------------------------
     def renew_lease(self, exp_id: str, owner: str, seconds: float) -> bool:

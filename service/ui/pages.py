@@ -122,6 +122,9 @@ def static(name: str, _: Viewer = Depends(viewer)) -> Response:
 # ------------------------------------------------------------------------------------------------ experiments
 
 
+_CURSOR = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,9})?$")  # a search window's cursor (a created_at)
+
+
 def _filters(request: Request) -> data.Filters:
     q = request.query_params
     try:
@@ -130,14 +133,15 @@ def _filters(request: Request) -> data.Filters:
         page_no = 1
     state = q.get("state", "") if q.get("state", "") in {s.value for s in State} else ""
     outcome = q.get("outcome", "") if q.get("outcome", "") in {o.value for o in Outcome} else ""
+    scan = q.get("scan", "") if _CURSOR.match(q.get("scan", "")) else ""
     return data.Filters(state=state, outcome=outcome, node=q.get("node", "")[:64], q=q.get("q", "")[:200],
-                        page=page_no, stage=q.get("stage", "")[:64])
+                        page=page_no, stage=q.get("stage", "")[:64], scan=scan)
 
 
 def _table(be: Backend, f: data.Filters) -> dict[str, Any]:
-    result = data.experiments(be.store, f)
+    result = data.experiments(be.store, f, window=be.settings.search_window)
     base = {k: v for k, v in (("state", f.state), ("outcome", f.outcome), ("node", f.node), ("q", f.q),
-                              ("stage", f.stage)) if v}
+                              ("stage", f.stage), ("scan", f.scan if f.q else "")) if v}
     return {"result": result, "f": f, "query": lambda **kw: "?" + urlencode({**base, **kw}), "now": time.time()}
 
 
