@@ -34,7 +34,7 @@ LAYOUT = {
     "service": ({"api", "client", "ui"},
                 {"cluster_metrics", "demo", "embedded", "idempotency", "metric_names", "stop", "submit",
                  "stage_submit"}),
-    "cli": ({"commands"}, {"app", "__main__"}),
+    "cli": ({"commands"}, {"app", "__main__", "lazy", "startup"}),
 }
 
 
