@@ -24,9 +24,10 @@ _NEVER = object()  # no run whose inputs can be reused
 class RuleSchedule:
     def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules = list(rules)
-        self._inputs: list[Callable[[Observation], Any] | None] = [
-            attrgetter(*r.inputs) if getattr(r, "inputs", None) and hasattr(r, "wake_at") else None
-            for r in self.rules]
+        self._inputs: list[Callable[[Observation], Any] | None] = []
+        for rule in self.rules:
+            names: tuple[str, ...] = getattr(rule, "inputs", ())
+            self._inputs.append(attrgetter(*names) if names and hasattr(rule, "wake_at") else None)
         self._last: list[Any] = [_NEVER] * len(self.rules)
         self._wake = [math.inf] * len(self.rules)
         self.checks = 0  # rule checks run, and skipped (their inputs and the clock said nothing changed)
