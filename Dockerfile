@@ -18,7 +18,8 @@ COPY resultdir ./resultdir
 COPY ajet_runner ./ajet_runner
 # The samples ship in the wheel (package ajet_runner.examples) so `ajet-runner demo` works in the image.
 COPY examples ./examples
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+COPY constraints.txt ./
+RUN pip wheel --no-cache-dir -c constraints.txt --wheel-dir /wheels .
 
 FROM python:3.11-slim
 # tmux runs the experiments; procps gives ps/pkill for scoped clean-ups; tini reaps the orphans that
@@ -28,7 +29,8 @@ RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tmux procps tini \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+COPY --from=build /src/constraints.txt /constraints.txt
+RUN pip install --no-cache-dir -c /constraints.txt /wheels/*.whl && rm -rf /wheels /constraints.txt
 
 # The worker must run as the user who owns the experiment files and tmux sessions; the chart sets
 # runAsUser (1000 by default). This user only gives that uid a home and a name.

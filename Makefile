@@ -1,31 +1,41 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   -- install into .venv, then run a demo blueprint end to end (embedded Redis)
-#   make test   -- install into .venv (with test extras), then run the whole suite
+#   make test   -- install into .venv (with test extras), lint (ruff, mypy), then run the whole suite
+# An up-to-date venv is not reinstalled: the installs leave stamps that only pyproject.toml makes stale.
 PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
+PIP = $(BIN)/python -m pip install -qq
 
-.PHONY: install install-test demo test lint bench fuzz chaos redteam conformance clean
+.PHONY: install install-test demo test lint bench fuzz chaos redteam conformance constraints clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -qq --upgrade pip
 
-install: $(BIN)/python
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@bash scripts/ensure-system-deps.sh
-	$(BIN)/pip install -q -e .
+	$(PIP) -e .
+	@touch $@
 
-install-test: $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	@bash scripts/ensure-system-deps.sh
 	@bash scripts/ensure-test-deps.sh
-	$(BIN)/pip install -q -e '.[test]'
+	$(PIP) -e '.[test]'
+	@touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
 
 demo: install
-	$(BIN)/ajet-runner demo
+	@$(BIN)/ajet-runner demo
 
-test: install-test
-	$(BIN)/ruff check .
+test: lint
 	$(BIN)/python -m pytest -n 4 -q
+
+lint: install-test
+	$(BIN)/ruff check . && $(BIN)/mypy
 
 # Hypothesis on every parser, the command lexer and rewrites (bash-executed), with time budgets.
 # AJET_FUZZ_EXAMPLES: examples per property (make test runs a few). An API schemathesis suite
@@ -35,9 +45,6 @@ FUZZ_API_EXAMPLES ?= 500
 fuzz: install-test
 	AJET_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) AJET_RUNNER_SCHEMATHESIS_EXAMPLES=$(FUZZ_API_EXAMPLES) $(BIN)/python -m pytest -q \
 		-p no:randomly tests/fuzz tests/unit/test_command_safety.py tests/integration/test_openapi_conformance.py
-
-lint: install-test
-	$(BIN)/ruff check .
 
 bench: install-test
 	for b in bench/bench_*.py; do $(BIN)/python $$b; done
@@ -59,6 +66,14 @@ redteam: install-test
 conformance: install-test
 	bash scripts/conformance-venv.sh
 	AJET_CONFORMANCE=1 $(BIN)/python -m pytest -q -p no:randomly -p no:xdist -rxXs tests/conformance
+
+# Regenerate the pins from a fresh venv with every extra (run after changing dependencies).
+constraints:
+	rm -rf build/constraints-venv && $(PY) -m venv build/constraints-venv
+	build/constraints-venv/bin/python -m pip install -qq --upgrade pip
+	build/constraints-venv/bin/python -m pip install -qq '.[test]'
+	{ echo "# pip constraints for CI and the image: make constraints regenerates them"; \
+	  build/constraints-venv/bin/python -m pip freeze --exclude ajet-runner; } > constraints.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -3,6 +3,13 @@
 Run: .venv/bin/python bench/bench_api.py [--submissions 300] [--threads 4] [--reads 500] [--max-seconds 60]
 No workers: submissions just queue. Every submission parses and validates the blueprint and
 reads its YAML from disk, like a real one. Prints requests/s and p50/p95/p99 in milliseconds.
+
+    .venv/bin/python bench/bench_api.py filters [--sizes 1000,10000,30000] [--samples 40]
+
+times every documented list filter (state, node, outcome, stage, their combinations, the purpose search)
+through the API and the console's table, at each size: records with realistic big fields are written
+straight into Redis and indexed by the upgrade's backfill (what the transition script keeps is the same,
+tests/integration/test_filters.py). Prints p50/p95 per query, next to `/healthz` (the floor).
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import json
 import os
 import re
 import socket
@@ -82,7 +90,115 @@ def timed_calls(fn: Callable[[int], object], count: int, threads: int, deadline:
     return samples, time.perf_counter() - started
 
 
+WORDS = ("GRPO", "PPO", "math", "countdown", "lr sweep", "kl", "entropy", "qwen", "webshop", "baseline")
+OUTCOME_MIX = ("completed",) * 5 + ("failed",) * 2 + ("early_stopped", "timed_out", "cancelled")
+STATE_MIX = ("finished",) * 90 + ("running",) * 5 + ("queued",) * 3 + ("failing", "collecting")
+BIG_FIELDS = {"blueprint": "## [exp_purpose]\nGRPO vs PPO\n" + "notes " * 400,
+              "ctx": json.dumps({"attempts": [{"number": 1}], "yaml_changes": [{"key": "a", "old": 1, "new": 2}] * 10})}
+NODE_COUNT, STAGE_COUNT = 8, 40
+FILTER_QUERIES = (
+    ("API no filter", "/v1/experiments"),
+    ("API state=running", "/v1/experiments?state=running"),
+    ("API state=queued", "/v1/experiments?state=queued"),
+    ("API state=finished", "/v1/experiments?state=finished"),
+    ("API node=node0", "/v1/experiments?node=node0"),
+    ("API outcome=failed", "/v1/experiments?outcome=failed"),
+    ("API outcome=completed", "/v1/experiments?outcome=completed"),
+    ("API state=running&node=node0", "/v1/experiments?state=running&node=node0"),
+    ("API node=node0&outcome=failed", "/v1/experiments?node=node0&outcome=failed"),
+    ("API state=finished&outcome=failed", "/v1/experiments?state=finished&outcome=failed"),
+    ("API stage=stage3", "/v1/experiments?stage=stage3"),
+    ("API stage=stage3&outcome=completed", "/v1/experiments?stage=stage3&outcome=completed"),
+    ("API state+node+outcome+stage", "/v1/experiments?state=finished&node=node1&outcome=completed&stage=stage5"),
+    ("API outcome=failed offset=2000", "/v1/experiments?outcome=failed&offset=2000"),
+    ("API q=grpo (search)", "/v1/experiments?q=grpo"),
+    ("API q=grpo&outcome=failed", "/v1/experiments?q=grpo&outcome=failed"),
+    ("API q=<no match>", "/v1/experiments?q=no-such-purpose"),
+    ("API q=grpo older window", "/v1/experiments?q=grpo&scan_before=1700000500"),
+    ("console no filter", "/ui/fragments/experiments"),
+    ("console state=running", "/ui/fragments/experiments?state=running"),
+    ("console outcome=failed", "/ui/fragments/experiments?outcome=failed"),
+    ("console node=node0&outcome=failed", "/ui/fragments/experiments?node=node0&outcome=failed"),
+    ("console stage=stage3", "/ui/fragments/experiments?stage=stage3"),
+    ("console q=grpo", "/ui/fragments/experiments?q=grpo"),
+    ("console q=grpo&state=finished page 3", "/ui/fragments/experiments?q=grpo&state=finished&page=3"),
+    ("console page (full, q=grpo)", "/ui/?q=grpo"),
+)
+
+
+def fill_records(redis_url: str, start: int, stop: int) -> None:
+    """Records start..stop-1 written as an older version would have (hash + the all-records index), then the
+    backfill indexes them (once, as an upgraded API does at its start)."""
+    import random
+
+    import redis
+
+    from ajet_runner.store.store import Store
+
+    rng = random.Random(start)
+    client = redis.Redis.from_url(redis_url)
+    pipe = client.pipeline(transaction=False)
+    for i in range(start, stop):
+        state = rng.choice(STATE_MIX)
+        fields = {"id": f"x{i:06d}", "version": "3", "state": state, "created_at": repr(1.7e9 + i),
+                  "purpose": " ".join(rng.sample(WORDS, 3)), "node": f"node{i % NODE_COUNT}",
+                  "outcome": rng.choice(OUTCOME_MIX) if state == "finished" else "",
+                  "stage": f"stage{rng.randrange(STAGE_COUNT)}" if rng.random() < 0.3 else "", **BIG_FIELDS}
+        pipe.hset(f"ajet:exp:x{i:06d}", mapping=fields)
+        pipe.zadd("ajet:experiments", {f"x{i:06d}": 1.7e9 + i})
+        if fields["stage"]:
+            pipe.zadd("ajet:stages", {fields["stage"]: 1.7e9}, nx=True)
+        if i % 1000 == 999:
+            pipe.execute()
+    pipe.execute()
+    Store(client, retention_seconds=30 * 86400).indexes.backfill(force=True)
+    client.close()
+
+
+def bench_filters(sizes: list[int], samples: int) -> None:
+    """p50/p95 of every documented filter through a real `serve`, at each size."""
+    with EmbeddedRedis() as redis_server, serving_api(redis_server.url) as url, httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {TOKEN}", "Accept": "text/html"}, timeout=60) as c:
+        print(f"ajet-runner list filters: {samples} sequential requests per query, 2 cores "
+              f"({os.cpu_count()} visible), load average {os.getloadavg()[0]:.1f} at the start")
+        import redis
+
+        stats = redis.Redis.from_url(redis_server.url)
+        done = 0
+        for size in sizes:
+            fill_records(redis_server.url, done, size)
+            done = size
+            print(f"\n{size:,} records ({NODE_COUNT} nodes, {STAGE_COUNT} stages; load average "
+                  f"{os.getloadavg()[0]:.1f})")
+            worst = 0.0
+            for name, path in (("/healthz (floor)", "/healthz"), *FILTER_QUERIES):
+                c.get(path).raise_for_status()
+                ms = []
+                stats.config_resetstat()
+                for _ in range(samples):
+                    t0 = time.perf_counter()
+                    resp = c.get(path)
+                    ms.append((time.perf_counter() - t0) * 1000)
+                    resp.raise_for_status()
+                redis_ms = sum(v["usec"] for k, v in stats.info("commandstats").items()
+                               if k != "cmdstat_config") / 1000 / samples
+                q = statistics.quantiles(ms, n=100, method="inclusive")
+                total = resp.json().get("total", "") if path.startswith("/v1/") else ""
+                if path != "/healthz":
+                    worst = max(worst, q[94])
+                print(f"  {name:<40} p50 {q[49]:7.2f}  p95 {q[94]:7.2f} ms | Redis {redis_ms:6.2f} ms/request"
+                      f"{f' | total {total}' if total != '' else ''}")
+            print(f"  worst p95 at {size:,}: {worst:.2f} ms (target <= 20 ms)")
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "filters":
+        parser = argparse.ArgumentParser(prog="bench_api.py filters")
+        parser.add_argument("--sizes", default="1000,10000,30000")
+        parser.add_argument("--samples", type=int, default=40)
+        opts = parser.parse_args(sys.argv[2:])
+        bench_filters([int(x) for x in opts.sizes.split(",")], opts.samples)
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--submissions", type=int, default=300)
     parser.add_argument("--threads", type=int, default=4)

@@ -23,7 +23,7 @@ from ajet_runner.store.store import Store
 N = int(os.environ.get("BENCH_RUNS", "6"))
 
 
-def wait(cond, timeout: float):  # noqa: ANN001, ANN201 - tiny local helper
+def wait(cond, timeout: float):  # tiny local helper
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = cond()

@@ -20,13 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ajet_runner.service.client.api_client import AjetRunnerClient  # noqa: E402
-from ajet_runner.service.demo import materialize  # noqa: E402
-from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
-from ajet_runner.statemachine.blueprint import parse_blueprint, validate_blueprint  # noqa: E402
-from bench.bench_api import TOKEN, serving_api  # noqa: E402
-from tests.fuzz.test_growth import GROWTH_SHAPES  # noqa: E402
-from tests.fuzz.test_parser_budgets import ADVERSARIAL, MAX_BYTES  # noqa: E402
+from ajet_runner.service.client.api_client import AjetRunnerClient
+from ajet_runner.service.demo import materialize
+from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.statemachine.blueprint import parse_blueprint, validate_blueprint
+from bench.bench_api import TOKEN, serving_api
+from tests.fuzz.test_growth import GROWTH_SHAPES
+from tests.fuzz.test_parser_budgets import ADVERSARIAL, MAX_BYTES
 
 with __import__("contextlib").suppress(OSError):
     __import__("os").nice(10)
@@ -77,7 +77,7 @@ def api_latency(normal: int, seconds: float) -> tuple[list[float], list[float], 
                         try:
                             client.submit(hostile_text)
                             answered.append(201)
-                        except Exception as exc:  # a refusal (422) is the expected answer
+                        except Exception as exc:  # noqa: BLE001 - a refusal (422) is the expected answer
                             answered.append(getattr(exc, "status", 0) or 422)
 
             workers = [threading.Thread(target=hostile, daemon=True) for _ in range(4)]

@@ -31,7 +31,7 @@ from ajet_runner.service.cluster_metrics import ROWS, metrics_response
 from ajet_runner.service.embedded import EmbeddedRedis
 from ajet_runner.store.queue import queue
 from ajet_runner.store.store import INDEX, Store, exp_key
-from bench.bench_api import serving_api  # noqa: E402
+from bench.bench_api import serving_api
 
 STATES = ("queued", "launching", "running", "failing", "repairing", "collecting")
 BLUEPRINT = "## [exp_purpose]\nCompare GRPO and PPO on gsm8k.\n" + "notes " * 300

@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psutil  # noqa: E402
+import psutil
 
-from ajet_runner.service.submit import submit  # noqa: E402
-from ajet_runner.store.settings import get_settings  # noqa: E402
-from bench._harness import blueprint, cluster, wait  # noqa: E402
-from bench.bench_redis_traffic import SCRIPT  # noqa: E402
+from ajet_runner.service.submit import submit
+from ajet_runner.store.settings import get_settings
+from bench._harness import blueprint, cluster, wait
+from bench.bench_redis_traffic import SCRIPT
 
 MINIMAL = """
 import os, re, sys, time
@@ -48,7 +48,7 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def measure(procs_of, seconds: float) -> tuple[float, float]:  # noqa: ANN001
+def measure(procs_of, seconds: float) -> tuple[float, float]:
     """(CPU seconds per second, PSS bytes) of the processes `procs_of()` returns, over `seconds`."""
     def cpu(ps: list[psutil.Process]) -> dict[int, float]:
         out = {}
@@ -71,7 +71,7 @@ def measure(procs_of, seconds: float) -> tuple[float, float]:  # noqa: ANN001
     return used / seconds, float(pss)
 
 
-def settle(procs_of, timeout: float = 60.0) -> None:  # noqa: ANN001
+def settle(procs_of, timeout: float = 60.0) -> None:
     """Until the processes use under 1 % of a core over 2 s (an idle figure taken during the start-up's
     imports made the per-run figure negative on a loaded machine)."""
     time.sleep(3)

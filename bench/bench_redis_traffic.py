@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psutil  # noqa: E402
+import psutil
 
-from ajet_runner.service.submit import submit  # noqa: E402
-from bench._harness import blueprint, cluster, wait  # noqa: E402
+from ajet_runner.service.submit import submit
+from bench._harness import blueprint, cluster, wait
 
 PY = sys.executable
 SCRIPT = f"""{PY} -c '
@@ -106,7 +106,7 @@ def watcher_pid(worker_pid: int) -> int:
     return 0
 
 
-def redis_cpu(r, seconds: float) -> float:  # noqa: ANN001
+def redis_cpu(r, seconds: float) -> float:
     """Redis' own CPU seconds per second over `seconds` (INFO cpu)."""
     def used() -> float:
         info = r.info("cpu")

@@ -19,14 +19,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis  # noqa: E402
-from rq import Queue  # noqa: E402
-from rq.serializers import JSONSerializer  # noqa: E402
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
 
-from ajet_runner.service.client.api_client import AjetRunnerClient  # noqa: E402
-from ajet_runner.service.demo import materialize  # noqa: E402
-from ajet_runner.service.embedded import EmbeddedRedis  # noqa: E402
-from bench.bench_api import TOKEN, serving_api, timed_calls  # noqa: E402
+from ajet_runner.service.client.api_client import AjetRunnerClient
+from ajet_runner.service.demo import materialize
+from ajet_runner.service.embedded import EmbeddedRedis
+from bench.bench_api import TOKEN, serving_api, timed_calls
 
 with __import__("contextlib").suppress(OSError):
     os.nice(10)
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
             rates: dict[str, float] = {}
             p50: dict[str, float] = {}
 
-            def phase(name: str, fn, n: int, k: int) -> None:  # noqa: ANN001
+            def phase(name: str, fn, n: int, k: int) -> None:
                 samples, wall = timed_calls(fn, n, k, time.monotonic() + 60)
                 rates[name] = len(samples) / wall
                 p50[name] = statistics.median(samples)

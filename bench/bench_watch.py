@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ajet_runner.service.submit import submit  # noqa: E402
-from ajet_runner.workers.process.tmux import TmuxRunner  # noqa: E402
-from bench._harness import blueprint, cluster, line, wait  # noqa: E402
+from ajet_runner.service.submit import submit
+from ajet_runner.workers.process.tmux import TmuxRunner
+from bench._harness import blueprint, cluster, line, wait
 
 PY = sys.executable
 RATE = float(os.environ.get("BENCH_WRITE_MBPS", "50"))

@@ -313,7 +313,7 @@ def _judge(store: Store, ids: list[str], scenarios: list, figures: Figures) -> N
             print(f"  flag: {exp_id} flags={[p.name for p in flags]} flag={flag} outcome={rec.get('outcome')}")
 
 
-def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=print,  # type: ignore[no-untyped-def]
+def run_chaos(n: int, seed: int, slots: int, timeout: float, work: Path, out=print,  # type: ignore[no-untyped-def]  # noqa: C901 - one scenario loop: its phases read in order
               steps: int = 4, step_seconds: float = 0.3) -> Figures:
     if os.geteuid() != 0 or not shutil.which("ip"):
         raise CannotRun("network namespaces need root and iproute2 (`ip`)")

@@ -24,7 +24,8 @@ def is_charted(name: str) -> bool:
 def chart_metrics(names: Iterable[str]) -> list[str]:
     """The charted metrics present in `names`, in colour order: mean_reward, then task_pass_rate@k by k."""
     present = set(names)
-    rates = sorted((n for n in present if _RATE.match(n)), key=lambda n: int(_RATE.match(n).group(1)))  # type: ignore[union-attr]
+    by_k = sorted((int(m.group(1)), n) for n in present if (m := _RATE.match(n)))
+    rates = [n for _, n in by_k]
     return (["mean_reward"] if "mean_reward" in present else []) + rates
 
 

@@ -186,8 +186,8 @@ def _row(exp_id: Any, values: Any, cached: Row | None) -> Row:
     raw = tuple(values)
     if cached is not None and cached.raw == raw:
         return cached
-    rec = {k: v.decode("utf-8", "replace") if type(v) is bytes else _text(v)
-           for k, v in zip(DETAIL_FIELDS, raw, strict=True)}
+    rec: dict[str, Any] = {k: v.decode("utf-8", "replace") if type(v) is bytes else _text(v)
+                           for k, v in zip(DETAIL_FIELDS, raw, strict=True)}
     rec["id"] = _text(exp_id)
     try:
         rec["latest_metrics"] = json.loads(rec["latest_metrics"]) if rec["latest_metrics"] else {}
@@ -197,7 +197,7 @@ def _row(exp_id: Any, values: Any, cached: Row | None) -> Row:
     return Row(raw=raw, rec=rec, started=started, end=end)
 
 
-def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:
+def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:  # noqa: C901 - one pass over every record builds every family
     """`cache`: the rows of the previous scrape, reused where a record's fields did not change
     (and replaced by this scrape's)."""
     r = store.r
@@ -443,8 +443,8 @@ def absent_node_family(snap: Snapshot, after: float) -> Metric:
 
 def experiment_families(snap: Snapshot) -> Iterable[Metric]:
     states = GaugeMetricFamily("ajet_runner_experiments", "Experiments per lifecycle state.", labels=["state"])
-    for state in [s.value for s in State] + sorted(set(snap.states) - {s.value for s in State}):
-        states.add_metric([state], snap.states.get(state, 0))
+    for name in [s.value for s in State] + sorted(set(snap.states) - {s.value for s in State}):
+        states.add_metric([name], snap.states.get(name, 0))
     yield states
 
     def gauge(name: str, doc: str, extra: list[str] | None = None) -> GaugeMetricFamily:

@@ -17,7 +17,7 @@ from ajet_runner.resultdir.roots import confined
 from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import Lifecycle, State
-from ajet_runner.statemachine.models import Level, Problem
+from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
 from ajet_runner.store.naming import session_name
 from ajet_runner.store.queue import drive_job_id, enqueue_drive, target_queue
@@ -56,7 +56,19 @@ def live_nodes(store: Store, now: float | None = None, nodes: list[dict[str, Any
             if now - float(n.get("last_seen", 0)) < NODE_ALIVE_SECONDS]
 
 
-def submit(
+def _gpu_shape(bp: Blueprint, check_disk: bool) -> tuple[int, int, int]:
+    """GPUs needed, nodes, GPUs per node, from the user's YAML (1, 1, 1 when it is not read)."""
+    if not check_disk:
+        return 1, 1, 1
+    try:
+        data = read_yaml_data(Path(bp.yaml_abspath()))
+        nnodes, per_node = gang_shape(data)
+        return gpus_needed(data), nnodes, per_node
+    except (OSError, ValueError):
+        return 1, 1, 1
+
+
+def submit(  # noqa: C901 - each check a refusal of its own, in the order a person reads them
     store: Store,
     conn: redis.Redis,
     text: str,
@@ -111,24 +123,18 @@ def submit(
     roots = tuple(os.path.realpath(r) for r in allowed_roots)  # every write below stays inside them
     if errors:
         raise _refused(store, bp, exp_id, problems, blueprint_path, check_disk, roots=roots)
-    needed, nodes, per_node = 1, 1, 1
-    if check_disk:
-        try:
-            data = read_yaml_data(Path(bp.yaml_abspath()))
-            needed, (nodes, per_node) = gpus_needed(data), gang_shape(data)
-        except (OSError, ValueError):
-            needed, nodes, per_node = 1, 1, 1
+    needed, nnodes, per_node = _gpu_shape(bp, check_disk)
     dir_key = os.path.realpath(bp.exp_result_dir)
     holder, nodes_seen = store.submission_view(dir_key)  # one round trip for every check below
     try:
         live = live_nodes(store, nodes=nodes_seen)
         for name in [node, *named[1:]] if node and not wait_for_node else []:
             _check_node_served(live, name)
-        if named and len(named) < nodes:
+        if named and len(named) < nnodes:
             raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
-                f"names {len(named)} node(s) but the run needs {nodes} (ajet.trainer_common.nnodes): name {nodes}"))])
-        if nodes > 1:
-            _check_gang_capacity(live, nodes, per_node, node, named)
+                f"names {len(named)} node(s) but the run needs {nnodes} (ajet.trainer_common.nnodes): name {nnodes}"))])
+        if nnodes > 1:
+            _check_gang_capacity(live, nnodes, per_node, node, named)
         else:
             _check_capacity(live, needed, node)
     except SubmissionRejected as exc:
@@ -142,7 +148,7 @@ def submit(
         "state": State.queued.value, "lifecycle": Lifecycle.initial_dict(exp_id), "purpose": bp.exp_purpose,
         "result_dir": bp.exp_result_dir, "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text,
         "blueprint_json": bp.stored(), "blueprint_path": blueprint_path, "target_node": node or "", "node": "",
-        "gpus_needed": needed, "nnodes": nodes, "gpus_per_node": per_node, "target_nodes": ",".join(named),
+        "gpus_needed": needed, "nnodes": nnodes, "gpus_per_node": per_node, "target_nodes": ",".join(named),
         "priority": priority or "normal", "queue": queue_name, "job_id": job_id, "attempt": 0, "outcome": "",
         "tmux_session": session_name(bp.exp_purpose, exp_id),
         "problems": [p.model_dump(mode="json") for p in problems], "previous_run": "",

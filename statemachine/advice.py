@@ -208,7 +208,7 @@ def _same_type(current: Any, new: Any) -> bool:
     return type(current) is type(new)
 
 
-def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
+def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:  # noqa: C901 - one branch per rule an adviser's YAML change must pass
     key = change.key
     if not _YAML_KEY.match(key):
         return f"YAML key {key!r} is not under `ajet.` (only `ajet.<section>.<key>` may be changed)"
@@ -364,9 +364,10 @@ def to_actions(changes: Iterable[AdviceChange], why: str = "") -> list[RepairAct
         elif c.kind == "env_set":
             value = ("1" if c.value else "0") if isinstance(c.value, bool) else str(c.value)
             actions.append(RepairAction(kind="set_env", key=c.key, value=value, description=note))
-        elif c.kind in ("flag_add", "flag_remove"):
-            kind = "add_flag" if c.kind == "flag_add" else "remove_flag"
-            actions.append(RepairAction(kind=kind, value=c.key.strip(), description=note))
+        elif c.kind == "flag_add":
+            actions.append(RepairAction(kind="add_flag", value=c.key.strip(), description=note))
+        elif c.kind == "flag_remove":
+            actions.append(RepairAction(kind="remove_flag", value=c.key.strip(), description=note))
         elif c.kind == "prefix":
             prefix = " ".join(str(c.value).split())
             actions.append(RepairAction(kind="prefix_command", value=prefix, requires=prefix.split()[0],

@@ -145,7 +145,7 @@ def quoted_context(user_message: str) -> dict[str, Any]:
     """The JSON between the data markers of a user message built by `build_messages` (for tests, tools)."""
     begin = user_message.index(">>>\n") + 4
     end = user_message.index("\n<<<END RUN DATA ")
-    return json.loads(user_message[begin:end])  # type: ignore[no-any-return]
+    return json.loads(user_message[begin:end])
 
 
 def signature_pattern(text: str) -> str:

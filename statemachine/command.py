@@ -335,7 +335,7 @@ def _unreadable(script: Script, scan: _Scan) -> bool:
 
 
 @lru_cache(maxsize=256)
-def _scan(text: str, depth: int) -> _Scan:
+def _scan(text: str, depth: int) -> _Scan:  # noqa: C901 - a shell lexer: one branch per quoting/expansion construct
     """The launcher calls and nested shell strings of `text` (one level), and what cannot be read.
 
     Cached: the preflight asks several questions of one command (analyse, drop hazards, point

@@ -131,7 +131,7 @@ class StageComparison(BaseModel):
     not_succeeded: list[str]  # ids (finished without success, or not finished), in row order
     curves: dict[str, dict[str, list[list[float]]]]  # metric -> id -> [[step, value], ...]
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented use; mypy rejects decorated properties
     @property
     def compared_keys(self) -> list[str]:
         """The differing keys that are not seeds: what the stage compares."""

@@ -34,9 +34,6 @@ class Outcome(str, Enum):
 
 
 ACTIVE_STATES = (State.launching, State.running, State.failing, State.repairing, State.collecting)
-UNFINISHED_STATES = (State.queued, *ACTIVE_STATES)
-# Outcomes a user counts as success (the `run` command exits 0 for them).
-SUCCESS_OUTCOMES = (Outcome.completed, Outcome.early_stopped)
 
 # The trigger that leads to `collecting` decides the outcome.
 OUTCOME_OF_TRIGGER = {
@@ -125,11 +122,13 @@ class Lifecycle:
         if trigger == "start" and self.attempt == 0:
             self.attempt = 1
         self.reason = str(event.kwargs.get("reason", "")) or self.reason
+        transition = event.transition
+        assert transition is not None  # after_state_change: the transition was made
         self.history.append(
             {
                 "at": float(event.kwargs.get("at") or time.time()),
-                "from": event.transition.source,
-                "to": event.transition.dest,
+                "from": transition.source,
+                "to": transition.dest,
                 "trigger": trigger,
                 "reason": str(event.kwargs.get("reason", "")),
                 "attempt": self.attempt,
@@ -145,7 +144,7 @@ class Lifecycle:
             raise TransitionRefused(f"unknown trigger {trigger!r}")
         before = len(self.history)  # every transition appends one entry (_record)
         try:
-            self.trigger(trigger, reason=reason, at=at, **detail)  # type: ignore[attr-defined]
+            self.trigger(trigger, reason=reason, at=at, **detail)  # type: ignore[attr-defined]  # added by transitions
         except MachineError as exc:
             raise TransitionRefused(f"{trigger!r} is not allowed from state {self.state!r}") from exc
         if len(self.history) == before:
@@ -156,7 +155,7 @@ class Lifecycle:
         """Whether `trigger` is valid now (guards included)."""
         if trigger not in TRIGGERS:
             return False
-        return bool(self.may_trigger(trigger, **detail))  # type: ignore[attr-defined]
+        return bool(self.may_trigger(trigger, **detail))  # type: ignore[attr-defined]  # added by transitions
 
     @property
     def finished(self) -> bool:

@@ -105,6 +105,10 @@ _HIGHER_IS_BETTER_RE = re.compile(
 _EVAL_FIELDS = set(Evaluation.model_fields)
 
 
+ResultFormat = Literal["", "classic", "swarm", "mixed", "console"]
+_FORMATS: dict[str, ResultFormat] = {"classic": "classic", "swarm": "swarm", "mixed": "mixed", "console": "console"}
+
+
 class ResultSummary(BaseModel):
     """Everything a report or the watcher needs from one validation file (or a merge of several)."""
 
@@ -114,7 +118,7 @@ class ResultSummary(BaseModel):
     baseline: dict[str, Any] = Field(default_factory=dict)
     primary_dataset: str = ""
     datasets: list[str] = Field(default_factory=list)
-    format: Literal["", "classic", "swarm", "mixed", "console"] = ""  # console: from log lines
+    format: ResultFormat = ""  # console: from log lines
     skipped: int = 0
     files: list[str] = Field(default_factory=list)
 
@@ -242,7 +246,7 @@ def _rewrite_numpy(text: str) -> str:
 def _literal_dict(text: str) -> dict[Any, Any] | None:
     try:
         value = ast.literal_eval(_rewrite_numpy(text))
-    except Exception:  # SyntaxError, ValueError, MemoryError, RecursionError, ...
+    except Exception:  # noqa: BLE001 - SyntaxError, ValueError, MemoryError, RecursionError, ...: not a dict
         return None
     return value if isinstance(value, dict) else None
 
@@ -264,7 +268,7 @@ _MISSING = object()
 def _literal_scalar(text: str) -> Any:
     try:
         return ast.literal_eval(_rewrite_numpy(text))
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever literal_eval raises: the value is missing
         return _MISSING
 
 
@@ -347,7 +351,7 @@ def _iter_lines(stream: IO[str]) -> Iterator[str]:
 
 
 def _open_text(path: str | os.PathLike[str]) -> IO[str]:
-    return open(path, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
+    return open(path, encoding="utf-8", errors="replace", newline="")
 
 
 # ----------------------------------------------------------------------------- val parsing
@@ -585,7 +589,7 @@ def summarize(
         baseline=baseline,
         primary_dataset=primary,
         datasets=datasets,
-        format=fmt if fmt in ("classic", "swarm", "mixed", "console") else "",
+        format=_FORMATS.get(fmt, ""),
         skipped=skipped,
     )
 
@@ -644,15 +648,15 @@ def parse_val_files(
     qualified by the file's path relative to `root` (`saved_val_result/a.md:main_val_dataset`)
     so that two files never overwrite each other's evaluations. `starts` maps a path to the
     byte offset its own part begins at (what earlier runs wrote before is not read)."""
-    paths = [Path(p) for p in paths]
+    files = [Path(p) for p in paths]
     offsets = {str(k): int(v) for k, v in (starts or {}).items()}
-    if len(paths) == 1:
-        return parse_val_file(paths[0], start=offsets.get(str(paths[0]), 0))
+    if len(files) == 1:
+        return parse_val_file(files[0], start=offsets.get(str(files[0]), 0))
     evaluations: list[Evaluation] = []
     order: dict[str, int] = {}
     skipped = 0
     formats: set[str] = set()
-    for path in paths:
+    for path in files:
         part = parse_val_file(path, start=offsets.get(str(path), 0))
         skipped += part.skipped
         if part.format:
@@ -668,7 +672,7 @@ def parse_val_files(
     evaluations.sort(key=lambda e: (e.step, e.dataset))
     fmt = "mixed" if len(formats) > 1 else next(iter(formats), "")
     summary = summarize(evaluations, skipped=skipped, dataset_order=order, fmt=fmt)
-    summary.files = [str(p) for p in paths]
+    summary.files = [str(p) for p in files]
     return summary
 
 

@@ -7,6 +7,7 @@ failure by the same stable id, and lets a new signature be added without new cod
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -135,7 +136,7 @@ class Signature:
         )
 
 
-def _compile(specs: list[SignatureSpec], path: Path, taken: set[str] | None = None) -> list[Signature]:
+def _compile(specs: Sequence[SignatureSpec], path: Path, taken: set[str] | None = None) -> list[Signature]:
     seen: set[str] = set(taken or ())
     result: list[Signature] = []
     for spec in specs:
@@ -245,7 +246,7 @@ CATALOGUE: list[Signature] = load_catalogue()
 _BY_ID: dict[str, Signature] = {s.id: s for s in CATALOGUE}
 
 
-def signature(id: str) -> Signature:  # noqa: A002 - the public name other modules use
+def signature(id: str) -> Signature:  # `id` (a builtin): the public name other modules use
     """The catalogue entry with this id (KeyError names the unknown id)."""
     try:
         return _BY_ID[id]

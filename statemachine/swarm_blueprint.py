@@ -96,11 +96,6 @@ def swarm_spec(bp: Blueprint, yaml_text: str | None = None) -> SwarmSpec | None:
                      defaulted_command=defaulted)
 
 
-def declares_swarm(bp: Blueprint) -> bool:
-    """Swarm mode known from the blueprint alone (the `[exp_swarm_server]` part is present)."""
-    return bool(bp.exp_swarm_server.strip())
-
-
 def swarm_problems(bp: Blueprint, spec: SwarmSpec | None) -> list[Problem]:
     """Errors that keep a swarm blueprint from running: no server command, a port that is no number."""
     if spec is None:
@@ -252,7 +247,7 @@ def _cannot_split(line: str, why: str) -> str:
             f"{line.strip()!r}. Write the server in its own part, e.g.\n{_EXAMPLE}")
 
 
-def split_swarm_command(command: str) -> tuple[SwarmSplit | None, str]:
+def split_swarm_command(command: str) -> tuple[SwarmSplit | None, str]:  # noqa: C901 - one refusal per way a server start cannot be split
     """(the split, "") when the command starts a swarm server and then a client; (None, a refusal naming the
     line and what to write) when it starts a server in a way that cannot be split with certainty; (None, "")
     when no line starts a swarm server."""

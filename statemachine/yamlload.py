@@ -29,7 +29,7 @@ _lock = threading.Lock()
 def load_yaml_text(text: str) -> Any:
     """`yaml.safe_load(text)`, with libyaml when available."""
     try:
-        return yaml.load(text, Loader=SafeLoader)  # noqa: S506 - a safe loader (C or Python)
+        return yaml.load(text, Loader=SafeLoader)  # a safe loader (C or Python)
     except yaml.YAMLError:
         if SafeLoader is yaml.SafeLoader:
             raise

@@ -33,6 +33,17 @@ def state_index_key(state: str) -> str:
     return f"{PREFIX}:state:{state}"
 
 
+def outcome_index_key(outcome: str) -> str:
+    """Finished experiments with one outcome (zset id -> created_at), kept by the transition script."""
+    return f"{PREFIX}:outcome:{outcome}"
+
+
+EXPIRING = f"{PREFIX}:expiring"  # zset id -> when its finished record expires (the indexes' clean-up reads it)
+EXPIRING_WHERE = f"{PREFIX}:expiring:where"  # hash id -> "<node>\n<stage>": the index keys it leaves then
+PURPOSES = f"{PREFIX}:purposes"  # hash id -> its purpose lower-cased: what a search reads (one HMGET a window)
+INDEX_TMP = f"{PREFIX}:tmp:filter"  # scratch zset of a combined filter, written and deleted in one script
+
+
 def node_active_key(node: str) -> str:
     """A node's launched, unfinished experiments (a set, kept by the transition script): what its
     supervisor scans, without reading the rest of the cluster."""
@@ -42,6 +53,16 @@ def node_active_key(node: str) -> str:
 def node_index_key(node: str) -> str:
     """Every experiment on (or submitted to) a node (zset id -> created_at): `?node=` lists."""
     return f"{PREFIX}:node:{node}:experiments"
+
+
+def node_state_key(node: str, state: str) -> str:
+    """A node's experiments (as node_index_key) in one state: `?node=&state=` reads only this zset."""
+    return f"{PREFIX}:node:{node}:state:{state}"
+
+
+def node_outcome_key(node: str, outcome: str) -> str:
+    """A node's finished experiments with one outcome: `?node=&outcome=` reads only this zset."""
+    return f"{PREFIX}:node:{node}:outcome:{outcome}"
 
 
 def log_tail_key(exp_id: str) -> str:
@@ -143,3 +164,8 @@ def stage_meta_key(name: str) -> str:
 OUTBOX = f"{PREFIX}:outbox"  # zset task id -> when it is due (store/outbox.py)
 OUTBOX_TASKS = f"{PREFIX}:outbox:tasks"  # hash task id -> the task's JSON
 OUTBOX_DEAD = f"{PREFIX}:outbox:dead"  # list of tasks given up on (JSON, newest first, capped)
+
+
+def lease_key(name: str) -> str:
+    """A cluster-wide lease: the id of the one process doing a once-per-cluster job (store/lease.py)."""
+    return f"{PREFIX}:lease:{name}"

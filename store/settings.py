@@ -48,6 +48,8 @@ class Settings(BaseSettings):
                                            "log tail) expires from Redis this long after it finished; 0 = never "
                                            "(the result dir keeps the report for ever)")
     capacity_wait_seconds: float = 5.0
+    search_window: int = Field(default=1000, ge=1, le=100_000, description="experiments a purpose search (API q=, "
+                               "console search) reads at most per request, newest first; older ones: next window")
     # Multi-node runs (nnodes > 1)
     node_address: str = Field(default="", description="MASTER_ADDR when this node is a gang's head (worker "
                               "--address); empty = its hostname as the experiment sees it")

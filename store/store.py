@@ -12,17 +12,21 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.client import Pipeline
+from redis.typing import EncodableT, FieldT
 
 from ajet_runner.statemachine.lifecycle import Outcome, State
 from ajet_runner.store.keys import (
+    EXPIRING,
+    EXPIRING_WHERE,
     GLOBAL_STREAM,
     INDEX,
     NODES,
     PREFIX,
+    PURPOSES,
     RESULT_DIRS,
     STAGES,
     STATS_NAMES,
@@ -36,6 +40,9 @@ from ajet_runner.store.keys import (
     node_active_key,
     node_index_key,
     node_key,
+    node_outcome_key,
+    node_state_key,
+    outcome_index_key,
     published_key,
     stage_key,
     state_index_key,
@@ -60,7 +67,6 @@ OUTCOME_NAMES = tuple(o.value for o in Outcome)  # the duration-bucket keys whos
 CLAIM_FIELD = "result_dir_claim"  # the record's claimed result dir (a real path), released when it finishes
 HOLD_SECONDS = 60.0  # a claim without a record (while a refusal report is written) lapses after this
 ACTIVE_STATE_NAMES = frozenset(STATE_NAMES) - {State.queued.value, State.finished.value}
-INDEX_VERSION = 1  # bump when the indexes the transition script keeps change: they are rebuilt once
 DURATION_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, float("inf"))
 
 # JSON-encoded hash fields (everything else is a plain string).
@@ -122,8 +128,11 @@ def _encode(fields: Mapping[str, Any]) -> list[str]:
     return flat
 
 
-def decode(raw: Mapping[bytes | str, bytes | str]) -> dict[str, Any]:
-    """A Redis hash → a dict with JSON fields decoded."""
+_Key = TypeVar("_Key", bound="bytes | str")
+
+
+def decode(raw: Mapping[_Key, Any]) -> dict[str, Any]:
+    """A Redis hash (bytes from the server, or str fields a caller already picked) → a dict with JSON fields decoded."""
     out: dict[str, Any] = {}
     for k, v in raw.items():
         key = k.decode() if isinstance(k, bytes) else k
@@ -162,6 +171,9 @@ class Store:
         self._submit_view = client.register_script(lua("submit_view"))
         self._claim = client.register_script(lua("claim_result_dir"))
         self._heartbeat = client.register_script(lua("heartbeat"))
+        from ajet_runner.store.filters import Indexes
+
+        self.indexes = Indexes(client)  # the filtered lists, the expiry sweep, the backfill
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -274,7 +286,7 @@ class Store:
 
     def ids(self, offset: int = 0, limit: int = 1000, newest_first: bool = True) -> list[str]:
         fn = self.r.zrevrange if newest_first else self.r.zrange
-        return [i.decode() for i in fn(INDEX, offset, offset + limit - 1)]
+        return [text(i) for i in fn(INDEX, offset, offset + limit - 1)]
 
     def count(self) -> int:
         return int(self.r.zcard(INDEX))
@@ -289,7 +301,7 @@ class Store:
 
     def unfinished(self) -> list[dict[str, Any]]:
         """Records of every experiment not yet finished: what a node scans, without reading the rest."""
-        return self.all(sorted(i.decode() for i in self.r.smembers(UNFINISHED)))
+        return self.all(sorted(text(i) for i in self.r.smembers(UNFINISHED)))
 
     def transition(
         self,
@@ -338,8 +350,10 @@ class Store:
                 stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
                 duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
                 stats_key("result_write_failures"), *(state_index_key(n) for n in STATE_NAMES),
-                node_active_key(node or "-"), node_index_key(node or "-"), log_tail_key(exp_id),
-                published_key(exp_id), RESULT_DIRS, *(duration_bucket_key(o) for o in OUTCOME_NAMES)]
+                node_active_key(node or "-"), EXPIRING, log_tail_key(exp_id),
+                published_key(exp_id), RESULT_DIRS, *(duration_bucket_key(o) for o in OUTCOME_NAMES),
+                EXPIRING_WHERE, *(outcome_index_key(o) for o in OUTCOME_NAMES), PURPOSES]
+        node_prefix, node_suffix = node_index_key("\0").split("\0")
         args = [
             "" if expected_version is None else str(expected_version),
             owner,
@@ -350,6 +364,11 @@ class Store:
             ",".join(STATE_NAMES),
             node,
             self.retention_seconds,
+            ",".join(OUTCOME_NAMES),
+            node_prefix,
+            node_suffix,
+            node_state_key("\0", "").split("\0")[1],
+            node_outcome_key("\0", "").split("\0")[1],
             *_encode(fields),
         ]
         return keys, args
@@ -371,7 +390,7 @@ class Store:
                 keys=[stream_key(exp_id), GLOBAL_STREAM, published_key(exp_id)],
                 args=[once[0], once[1], STREAM_MAXLEN, GLOBAL_STREAM_MAXLEN, exp_id, kind, payload])
             return got.decode() if isinstance(got, bytes) else str(got)
-        entry = {"id": exp_id, "type": kind, "data": payload}
+        entry: dict[FieldT, EncodableT] = {"id": exp_id, "type": kind, "data": payload}
         pipe = self.r.pipeline(transaction=False)
         pipe.xadd(stream_key(exp_id), entry, maxlen=STREAM_MAXLEN, approximate=True)
         pipe.xadd(GLOBAL_STREAM, entry, maxlen=GLOBAL_STREAM_MAXLEN, approximate=True)
@@ -381,6 +400,7 @@ class Store:
                ) -> list[dict[str, Any]]:
         """Events after stream id `after`; with `block_ms`, wait for at least one."""
         resp = self.r.xread({stream_key(exp_id): after}, count=count, block=block_ms)
+        assert not isinstance(resp, dict)  # RESP2 (our clients): a list of [stream, entries]
         out: list[dict[str, Any]] = []
         for _stream, entries in resp or []:
             for entry_id, data in entries:
@@ -399,7 +419,8 @@ class Store:
 
     def log_tail(self, exp_id: str, lines: int = LOG_TAIL_CAP) -> list[str]:
         """The last `lines` lines the watcher sent (an older record's JSON `log_tail` field as fallback)."""
-        got = [x.decode("utf-8", errors="replace") for x in self.r.lrange(log_tail_key(exp_id), -max(1, lines), -1)]
+        got = [x.decode("utf-8", errors="replace") if isinstance(x, bytes) else x
+               for x in self.r.lrange(log_tail_key(exp_id), -max(1, lines), -1)]
         if got:
             return got
         old = decode({"log_tail": self.r.hget(exp_key(exp_id), "log_tail") or b""}).get("log_tail") or []
@@ -408,7 +429,7 @@ class Store:
     def delete(self, exp_id: str) -> None:
         """The record, its events and indexes go; a result dir it still claims is released with them."""
         node, target, claim, stage = self.r.hmget(exp_key(exp_id), "node", "target_node", CLAIM_FIELD, "stage")
-        nodes = {n.decode() for n in (node, target) if n}
+        nodes = {text(n) for n in (node, target) if n}
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(exp_key(exp_id), stream_key(exp_id), published_key(exp_id), log_tail_key(exp_id))
         if stage:
@@ -421,27 +442,29 @@ class Store:
     def _unindex(self, pipe: Any, ids: list[str], nodes: Iterable[str] = ()) -> None:
         pipe.zrem(INDEX, *ids)
         pipe.srem(UNFINISHED, *ids)
+        pipe.zrem(EXPIRING, *ids)
+        pipe.hdel(EXPIRING_WHERE, *ids)
+        pipe.hdel(PURPOSES, *ids)
         for name in STATE_NAMES:
             pipe.zrem(state_index_key(name), *ids)
+        for name in OUTCOME_NAMES:
+            pipe.zrem(outcome_index_key(name), *ids)
         for node in nodes:
             pipe.zrem(node_index_key(node), *ids)
             pipe.srem(node_active_key(node), *ids)
+            for name in STATE_NAMES:
+                pipe.zrem(node_state_key(node, name), *ids)
+            for name in OUTCOME_NAMES:
+                pipe.zrem(node_outcome_key(node, name), *ids)
 
     # -- indexes: what a filtered list or a node's scan reads instead of every record ----------
-    def ids_in(self, state: str | None = None, node: str | None = None, offset: int = 0, limit: int = 100
-               ) -> tuple[list[str], int]:
-        """Newest first, one page of the experiments in `state` (or on `node`), and how many there are."""
-        key = state_index_key(state) if state else node_index_key(node or "")
-        pipe = self.r.pipeline(transaction=False)
-        pipe.zrevrange(key, offset, offset + limit - 1)
-        pipe.zcard(key)
-        page, total = pipe.execute()
-        return [i.decode() for i in page], int(total)
+    def ids_in(self, state: str | None = None, node: str | None = None, offset: int = 0, limit: int = 100,
+               *, outcome: str | None = None, stage: str | None = None) -> tuple[list[str], int]:
+        """Newest first, one page of the experiments matching every filter given, and how many match
+        (store/filters.py: index zsets only, expired records swept out first)."""
+        from ajet_runner.store.filters import Query
 
-    def index_ids(self, state: str | None = None, node: str | None = None) -> list[str]:
-        """Every id of one index (newest first): the candidates a combined filter checks."""
-        key = state_index_key(state) if state else node_index_key(node or "") if node else INDEX
-        return [i.decode() for i in self.r.zrevrange(key, 0, -1)]
+        return self.indexes.page(Query(state or "", node or "", outcome or "", stage or ""), offset, limit)
 
     def fields_of(self, ids: list[str], names: Iterable[str]) -> list[dict[str, str]]:
         """Only `names` of each record (one pipeline); records that are gone are left out."""
@@ -474,11 +497,12 @@ class Store:
         """`names` of every record whose id is in the set or zset `key`, in one command (SORT … GET:
         Redis reads the hashes itself), whatever the number of records."""
         flat = self.r.sort(key, by="nosort", get=["#", *(exp_key("*") + "->" + n for n in names)])
+        assert isinstance(flat, list)  # no `store=`: SORT returns the elements
         width = len(names) + 1
         out = []
         for k in range(0, len(flat), width):
-            exp_id, values = flat[k].decode(), flat[k + 1:k + width]
-            rec = {n: (v.decode() if v is not None else "") for n, v in zip(names, values, strict=True)}
+            exp_id, values = text(flat[k]), flat[k + 1:k + width]
+            rec = {n: (text(v) if v is not None else "") for n, v in zip(names, values, strict=True)}
             rec["id"] = exp_id
             out.append(rec)
         return out
@@ -489,8 +513,9 @@ class Store:
         recs = self._sort_fields(state_index_key(State.queued.value), names)
         return [r for r in recs if r["state"] == State.queued.value]
 
-    def prune(self, ids: Iterable[str]) -> int:
-        """Drop ids whose record is gone (expired after the retention time, deleted) from the indexes."""
+    def prune(self, ids: Iterable[str], keys: Iterable[str] = ()) -> int:
+        """Drop ids whose record is gone (expired after the retention time, deleted) from the indexes
+        (and from the index zsets `keys`, e.g. the node's or stage's a page was read from)."""
         ids = list(ids)
         if not ids:
             return 0
@@ -501,31 +526,15 @@ class Store:
         if gone:
             pipe = self.r.pipeline(transaction=False)
             self._unindex(pipe, gone)
+            for key in keys:
+                pipe.zrem(key, *gone)
             pipe.execute()
         return len(gone)
 
     def ensure_indexes(self) -> bool:
-        """Build the per-state and per-node indexes once for records written before they existed
-        (idempotent; a marker key says it was done). True when it built them now."""
-        marker = f"{PREFIX}:index_version"
-        if int(self.r.get(marker) or 0) >= INDEX_VERSION:
-            return False
-        fields = ("state", "created_at", "node", "target_node")
-        flat = self.r.sort(INDEX, by="nosort", get=["#", *(exp_key("*") + "->" + f for f in fields)])
-        pipe = self.r.pipeline(transaction=False)
-        for k in range(0, len(flat), len(fields) + 1):
-            exp_id, state, created, node, target = (x.decode() if x is not None else "" for x in flat[k:k + 5])
-            if not state:
-                continue
-            score = float(created or 0)
-            pipe.zadd(state_index_key(state), {exp_id: score})
-            if node or target:
-                pipe.zadd(node_index_key(node or target), {exp_id: score})
-            if node and state in ACTIVE_STATE_NAMES:
-                pipe.sadd(node_active_key(node), exp_id)
-        pipe.set(marker, INDEX_VERSION)
-        pipe.execute()
-        return True
+        """Index records written before the current indexes existed, once per cluster (idempotent; a marker
+        key says it was done; store/filters.py). True when it ran now."""
+        return self.indexes.backfill()
 
     # -- ownership -----------------------------------------------------------------------
     def renew_lease(self, exp_id: str, owner: str, seconds: float) -> bool:
@@ -590,7 +599,7 @@ class Store:
         return bool(self._heartbeat(keys=[NODES, node_key(node), drain_key(node)], args=args))
 
     def nodes(self) -> list[dict[str, Any]]:
-        names = sorted(n.decode() for n in self.r.smembers(NODES))
+        names = sorted(text(n) for n in self.r.smembers(NODES))
         pipe = self.r.pipeline(transaction=False)
         for n in names:
             pipe.hgetall(node_key(n))
@@ -667,10 +676,10 @@ class Store:
         return bool(self._release_if_owner(keys=[swarm_port_key(node)], args=[str(port), exp_id]))
 
     def swarm_port_owners(self, node: str) -> dict[int, str]:
-        return {int(k): v.decode() for k, v in self.r.hgetall(swarm_port_key(node)).items()}
+        return {int(k): text(v) for k, v in self.r.hgetall(swarm_port_key(node)).items()}
 
     def gpu_owners(self, node: str) -> dict[int, str]:
-        return {int(k): v.decode() for k, v in self.r.hgetall(gpu_key(node)).items()}
+        return {int(k): text(v) for k, v in self.r.hgetall(gpu_key(node)).items()}
 
     # -- counters for /metrics ---------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, float]]:
@@ -682,5 +691,5 @@ class Store:
                                                                                     strict=True)}
         for outcome in out["outcomes"]:
             raw = self.r.hgetall(duration_bucket_key(outcome))
-            out[f"duration_bucket:{outcome}"] = {k.decode(): float(v) for k, v in raw.items()}
+            out[f"duration_bucket:{outcome}"] = {text(k): float(v) for k, v in raw.items()}
         return out

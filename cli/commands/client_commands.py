@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -164,10 +165,6 @@ def event_line(event: Any) -> str:
         extra = {k: v for k, v in data.items() if k not in ("at", "event_id", "type", "id")}
         text = str(extra.get("message") or json.dumps(extra, default=str)[:300])
     return f"{_when(data.get('at'))} {data.get('type', '?'):<11} {text}"
-
-
-def _dump(value: Any) -> Any:
-    return value.to_dict() if hasattr(value, "to_dict") else value
 
 
 # -- submit ------------------------------------------------------------------------------------------
@@ -430,7 +427,7 @@ def _follow_log(client: AjetRunnerClient, exp_id: str, tail: int, follow: bool, 
             return
         time.sleep(interval)
         if chunk.source == "file" and chunk.offset is not None:
-            nxt = backoff.call(lambda c=chunk: client.log(exp_id, since=c.offset, raw=raw))
+            nxt = backoff.call(partial(client.log, exp_id, since=chunk.offset, raw=raw))
             if nxt.path != chunk.path:  # a new attempt: its log from the start
                 nxt = backoff.call(lambda: client.log(exp_id, since=0, raw=raw))
             show(nxt.text, nxt)

@@ -57,7 +57,7 @@ def fraction(rec: dict[str, Any]) -> float:
     return min(1.0, elapsed_of(rec) / max_s) if max_s else 0.0
 
 
-def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[], None] | None = None,
+def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[], object] | None = None,
            interval: float = 0.5, quiet: bool = False) -> dict[str, Any]:
     """Show progress until the experiment is finished (the bar then full); returns its final record.
 

@@ -158,18 +158,18 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, consol
     ids, states, names and numbers are always whole. When those cannot all stand side by side,
     every row becomes a block of `column  value` lines.
     """
-    rows = [[cell(v) for v in row] for row in rows]
+    cells = [[cell(v) for v in row] for row in rows]
     if not is_terminal() and console is None:
         typer.echo("\t".join(columns))
-        for row in rows:
+        for row in cells:
             typer.echo("\t".join(v.replace("\t", " ") for v in row))
         return
     out = console or Console()
     width = out.width
-    if _fits(columns, rows, shrink, width) or not rows:
-        out.print(_columns_table(columns, rows, shrink, width), crop=False, highlight=False)
+    if _fits(columns, cells, shrink, width) or not cells:
+        out.print(_columns_table(columns, cells, shrink, width), crop=False, highlight=False)
     else:
-        out.print(_records(columns, rows), crop=False, highlight=False)
+        out.print(_records(columns, cells), crop=False, highlight=False)
 
 
 def print_fields(fields: Sequence[tuple[str, Any]], *, console: Console | None = None) -> None:

@@ -215,7 +215,7 @@ def _head_logs(result_dir: Path) -> list[Path]:
 
 def _console(logs: list[Path]) -> ResultSummary | None:
     """Console evaluations of the logs in order (a later attempt's step wins); None when there are none."""
-    merged: dict[int, object] = {}
+    merged: dict[int, Evaluation] = {}
     last: ResultSummary | None = None
     for log in logs:
         try:
@@ -227,7 +227,7 @@ def _console(logs: list[Path]) -> ResultSummary | None:
         last = part
     if last is None or not merged:
         return None
-    return summarize([merged[k] for k in sorted(merged)], fmt="console")  # type: ignore[misc]
+    return summarize([merged[k] for k in sorted(merged)], fmt="console")
 
 
 def _group() -> None:

@@ -58,4 +58,4 @@ class Backend:
 
 async def backend(request: Request) -> Backend:
     """The dependency (async: a sync one would cost a threadpool hop on every request)."""
-    return request.app.state.backend  # type: ignore[no-any-return]
+    return request.app.state.backend

@@ -16,23 +16,22 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from ajet_runner.service.api.backend import Backend, backend
 from ajet_runner.service.api.errors import BODY_ERRORS, V1_ERRORS, error_body, error_responses
+from ajet_runner.service.api.listing import list_page
 from ajet_runner.service.api.schemas import (
     MAX_BYTE_OFFSET,
     MAX_OFFSET,
     STAGE_PATTERN,
-    SUMMARY_FIELDS,
     DeleteResult,
     ExperimentPage,
     ExperimentView,
     NodeView,
     SubmitRequest,
     node_dict,
-    summary_dict,
     view_dict,
 )
 from ajet_runner.service.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ajet_runner.statemachine.lifecycle import Outcome, State
-from ajet_runner.store.store import decode, exp_key
+from ajet_runner.store.filters import Query as ListQuery
 
 FINISHED = State.finished.value
 
@@ -124,63 +123,28 @@ def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: st
     return view_dict(rec)
 
 
-def _matches(rec: dict[str, Any], state: str | None, node: str | None, outcome: str | None) -> bool:
-    if state and rec.get("state") != state:
-        return False
-    if outcome and rec.get("outcome") != outcome:
-        return False
-    return not node or (rec.get("node") or rec.get("target_node")) == node
-
-
-def _summaries(be: Backend, ids: list[str]) -> list[dict[str, Any]]:
-    pipe = be.store.r.pipeline(transaction=False)
-    for i in ids:
-        pipe.hmget(exp_key(i), SUMMARY_FIELDS)
-    out = []
-    now = time.time()
-    for values in pipe.execute():
-        raw = {k: v for k, v in zip(SUMMARY_FIELDS, values, strict=True) if v is not None}
-        if raw.get("id"):
-            out.append(summary_dict(decode(raw), now))
-    return out
-
-
 @router.get("/experiments", response_model=ExperimentPage)
 def list_experiments(
     state: State | None = Query(None, description="only experiments in this state"),
     node: str | None = Query(None, description="only those on (or submitted to) this node"),
     outcome: Outcome | None = Query(None, description="only finished ones with this outcome"),
     stage: str | None = Query(None, pattern=STAGE_PATTERN, description="only the experiments of this stage"),
+    q: str | None = Query(None, max_length=200, description="only those whose purpose contains this text (ASCII "
+                          "letters case-insensitive), searched among a bounded window of the newest "
+                          "candidates (AJET_RUNNER_SEARCH_WINDOW, default 1000): `search` says which, and "
+                          "the scan_before of the next window"),
+    scan_before: str | None = Query(None, pattern=r"^[0-9]{1,12}(\.[0-9]{1,9})?$", description="with q: "
+                                    "search the window older than this cursor (a previous page's "
+                                    "search.next_scan_before)"),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
     be: Backend = Depends(backend),
 ) -> dict[str, Any]:
-    """Newest first. `total` counts every match, so a client can page with `offset`."""
-    store = be.store
-    st, oc = (state.value if state else None), (outcome.value if outcome else None)
-    if stage:  # a stage's own index (a few experiments), filtered by the rest
-        from ajet_runner.store.stages import stage_ids
-
-        recs = store.fields_of(stage_ids(store, stage)[::-1], ("state", "node", "target_node", "outcome"))
-        matching = [r["id"] for r in recs if _matches(r, st, node, oc)]
-        return {"items": _summaries(be, matching[offset:offset + limit]), "total": len(matching), "limit": limit,
-                "offset": offset}
-    if not (st or node or oc):
-        return {"items": _summaries(be, store.ids(offset, limit)), "total": store.count(), "limit": limit,
-                "offset": offset}
-    if bool(st) + bool(node) + bool(oc) == 1 and not oc:
-        # One state or one node: a page of its index (the transition script keeps them): O(page).
-        page, total = store.ids_in(state=st, node=node, offset=offset, limit=limit)
-        items = _summaries(be, page)
-        if len(items) < len(page):
-            store.prune(page)  # records that expired after the retention time leave the indexes
-        return {"items": items, "total": total, "limit": limit, "offset": offset}
-    # Combined filters (or an outcome): the candidates of the narrowest index, checked one field each.
-    candidates = store.index_ids(state=st or (FINISHED if oc else None), node=node if not st and not oc else None)
-    recs = store.fields_of(candidates, ("state", "node", "target_node", "outcome"))
-    matching = [r["id"] for r in recs if _matches(r, st, node, oc)]
-    return {"items": _summaries(be, matching[offset:offset + limit]), "total": len(matching), "limit": limit,
-            "offset": offset}
+    """Newest first. `total` counts every match, so a client can page with `offset`. Every filter, alone or
+    combined, is read from indexes (a page costs the page, not the number of records)."""
+    query = ListQuery(state.value if state else "", node or "", outcome.value if outcome else "", stage or "")
+    return list_page(be.store, query, offset, limit, q=q or "", scan_before=scan_before or "",
+                     window=be.settings.search_window)
 
 
 @router.get("/experiments/{exp_id}", response_model=ExperimentView, responses=NOT_FOUND)

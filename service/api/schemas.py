@@ -95,11 +95,24 @@ class ExperimentView(ExperimentSummary):
     history: list[dict[str, Any]] = Field(default_factory=list, description="every transition, oldest first")
 
 
+class SearchWindow(BaseModel):
+    """A purpose search reads a bounded window of the newest candidates, not every record."""
+
+    scan_before: str | None = Field(None, description="the cursor this window started at (null: the newest)")
+    searched: int = Field(..., description="candidates (experiments matching the other filters) searched")
+    candidates: int = Field(..., description="candidates in all, searched or not")
+    partial: bool = Field(..., description="true: some candidates were not searched (older, or newer than the "
+                          "cursor)")
+    next_scan_before: str | None = Field(None, description="pass as scan_before to search the next, older window; "
+                                         "null when this window reached the oldest candidate")
+
+
 class ExperimentPage(BaseModel):
     items: list[ExperimentSummary]
-    total: int
+    total: int = Field(..., description="every match (with q: every match in the searched window)")
     limit: int
     offset: int
+    search: SearchWindow | None = Field(None, description="with q: which candidates were searched")
 
 
 class DeleteResult(BaseModel):

@@ -84,6 +84,7 @@ class ExperimentPage(Record):
     total: int
     limit: int
     offset: int
+    search: dict[str, Any] | None = None  # with q: {start, end, candidates, partial, next_scan_from}
 
 
 class Event(Record):

@@ -178,9 +178,9 @@ def _idempotency(key: str | None) -> dict[str, str]:
 
 
 def _list_params(state: str | None, node: str | None, outcome: str | None, limit: int, offset: int,
-                 stage: str | None = None) -> dict[str, Any]:
+                 stage: str | None = None, q: str | None = None, scan_before: str | None = None) -> dict[str, Any]:
     params: dict[str, Any] = {k: v for k, v in {"state": state, "node": node, "outcome": outcome,
-                                                "stage": stage}.items() if v}
+                                                "stage": stage, "q": q, "scan_before": scan_before}.items() if v}
     return {**params, "limit": limit, "offset": offset}
 
 
@@ -318,10 +318,13 @@ class AjetRunnerClient:
                            wait_for_node=wait_for_node, nodes=nodes)
 
     def list_experiments(self, *, state: str | None = None, node: str | None = None, outcome: str | None = None,
-                         limit: int = 100, offset: int = 0, stage: str | None = None) -> ExperimentPage:
-        """One page, newest first: `items`, `total`, `limit`, `offset`."""
+                         limit: int = 100, offset: int = 0, stage: str | None = None, q: str | None = None,
+                         scan_before: str | None = None) -> ExperimentPage:
+        """One page, newest first: `items`, `total`, `limit`, `offset`. With `q` (a purpose search over one
+        bounded window of the newest candidates), `search` says how many were searched and gives the
+        `scan_before` of the next, older window (`next_scan_before`)."""
         return ExperimentPage.model_validate(self._json(
-            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset, stage)))
+            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset, stage, q, scan_before)))
 
     def iter_experiments(self, *, state: str | None = None, node: str | None = None,
                          outcome: str | None = None, page_size: int = 500, stage: str | None = None
@@ -537,9 +540,11 @@ class AsyncAjetRunnerClient:
 
     async def list_experiments(self, *, state: str | None = None, node: str | None = None,
                                outcome: str | None = None, limit: int = 100, offset: int = 0,
-                               stage: str | None = None) -> ExperimentPage:
+                               stage: str | None = None, q: str | None = None,
+                               scan_before: str | None = None) -> ExperimentPage:
         return ExperimentPage.model_validate(await self._json(
-            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset, stage)))
+            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset, stage, q,
+                                                          scan_before)))
 
     async def get(self, exp_id: str) -> Experiment:
         return Experiment.model_validate(await self._json("GET", f"/v1/experiments/{exp_id}"))

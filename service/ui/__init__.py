@@ -61,6 +61,7 @@ def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: 
             return HTMLResponse(env.get_template("error.html").render(
                 title=f"Error {exc.status_code}", message=str(exc.detail), viewer=True), status_code=exc.status_code)
         if default is not None:
-            return await default(request, exc)  # type: ignore[no-any-return]
+            got = default(request, exc)  # Starlette's handler may be sync or async
+            return got if isinstance(got, Response) else await got
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 

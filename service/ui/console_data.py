@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
-from ajet_runner.service.api.schemas import SUMMARY_FIELDS, summary_dict
-from ajet_runner.store.stages import stage_ids, stage_names
-from ajet_runner.store.store import Store, decode, exp_key
+from ajet_runner.service.api import listing
+from ajet_runner.store.filters import SEARCH_WINDOW, Query
+from ajet_runner.store.stages import stage_names
+from ajet_runner.store.store import Store
 
 SERVED_FILES = {REPORT_NAME: "text/markdown; charset=utf-8", REPAIR_LOG_NAME: "text/markdown; charset=utf-8",
                 PLOT_NAME: "image/png", RESULTS_NAME: "application/json"}
@@ -32,6 +32,7 @@ class Filters:
     q: str = ""
     page: int = 1
     stage: str = ""
+    scan: str = ""  # with q: the cursor (a created_at) the searched window is older than; "" = the newest
 
     def any(self) -> bool:
         return bool(self.state or self.outcome or self.node or self.q or self.stage)
@@ -45,58 +46,24 @@ class Page:
     pages: int
     nodes: list[str] = field(default_factory=list)
     stages: list[str] = field(default_factory=list)
+    search: dict[str, Any] | None = None  # with q: listing.list_page's "search"
 
 
-def _matches(rec: dict[str, str], f: Filters) -> bool:
-    if f.state and rec["state"] != f.state:
-        return False
-    if f.outcome and rec["outcome"] != f.outcome:
-        return False
-    if f.node and f.node not in (rec["node"], rec["target_node"]):
-        return False
-    return not f.q or f.q.casefold() in rec["purpose"].casefold()
-
-
-def summaries(store: Store, ids: list[str]) -> list[dict[str, Any]]:
-    pipe = store.r.pipeline(transaction=False)
-    for i in ids:
-        pipe.hmget(exp_key(i), SUMMARY_FIELDS)
-    now = time.time()
-    out = []
-    for values in pipe.execute():
-        raw = {k: v for k, v in zip(SUMMARY_FIELDS, values, strict=True) if v is not None}
-        if raw.get("id"):
-            out.append(summary_dict(decode(raw), now))
-    return out
-
-
-def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE) -> Page:
-    """Newest first, filtered like the API's list (plus a case-insensitive search in the purpose)."""
+def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE, window: int = SEARCH_WINDOW) -> Page:
+    """Newest first, filtered by the API's own path (store/filters.py indexes; the search in the purpose
+    reads a bounded window of the newest candidates older than the cursor `f.scan`)."""
     start = (max(1, f.page) - 1) * page_size
-    if not f.any():
-        total = store.count()
-        ids = store.ids(start, page_size)
-    else:
-        all_ids = stage_ids(store, f.stage)[::-1] if f.stage else store.ids(0, 10_000_000)
-        keys = ("state", "outcome", "node", "target_node", "purpose")
-        pipe = store.r.pipeline(transaction=False)
-        for i in all_ids:
-            pipe.hmget(exp_key(i), keys)
-        matching = []
-        for exp_id, values in zip(all_ids, pipe.execute(), strict=True):
-            rec = {k: (v.decode("utf-8", "replace") if v is not None else "")
-                   for k, v in zip(keys, values, strict=True)}
-            if _matches(rec, f):
-                matching.append(exp_id)
-        total, ids = len(matching), matching[start:start + page_size]
+    query = Query(f.state, f.node, f.outcome, f.stage)
+    got = listing.list_page(store, query, start, page_size, q=f.q, scan_before=f.scan, window=window)
+    total = int(got["total"])
     pages = max(1, -(-total // page_size))
-    return Page(summaries(store, ids), total, max(1, f.page), pages, sorted(n["name"] for n in store.nodes()),
-                stage_names(store))
+    return Page(got["items"], total, max(1, f.page), pages, sorted(n["name"] for n in store.nodes()),
+                stage_names(store), got["search"])
 
 
 def evaluations(store: Store, exp_id: str) -> list[dict[str, Any]]:
     """Every `evaluation` event, oldest first: step, dataset, metrics."""
-    out = []
+    out: list[dict[str, Any]] = []
     after = "0-0"
     while True:
         batch = store.events(exp_id, after=after, count=1000)

@@ -72,7 +72,7 @@ def markdown(text: str, exp_id: str) -> Markup:
                 child.attrSet(attr, target)
                 if attr == "href" and target.startswith("http"):
                     child.attrSet("rel", "noopener noreferrer nofollow")
-    return Markup(_MD.renderer.render(tokens, _MD.options, {}))  # noqa: S704 - markdown-it escaped it (html off)
+    return Markup(_MD.renderer.render(tokens, _MD.options, {}))  # markdown-it escaped it (html off)
 
 
 def duration(seconds: float | None) -> str:
@@ -117,7 +117,7 @@ def _chart_series(evals: Iterable[dict[str, Any]]) -> Series:
     series: dict[tuple[str, str], dict[float, float]] = {}
     for e in evals:
         try:
-            step = float(e.get("step"))
+            step = float(e.get("step", ""))  # missing or None: skipped below
         except (TypeError, ValueError):
             continue
         for key, value in (e.get("metrics") or {}).items():
@@ -207,14 +207,14 @@ def chart(evals: list[dict[str, Any]], width: int = 640, plot_height: int = 220)
         parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"><title>{escape(name)} '
                   f'step {x:g}: {y:.4f}</title></circle>' for x, y in series[key]]
     for r, row in enumerate(rows):  # the legend, outside the plot: a swatch in the series' colour, its name
-        x, y = float(pad_l), plot_height + 8 + 18 * r
+        lx, ly = float(pad_l), plot_height + 8 + 18 * r
         for i in row:
             dataset, metric = order[i]
             colour, dash = metric_colour(metric, metrics), DASHES[datasets.index(dataset) % len(DASHES)]
             dashed = f' stroke-dasharray="{dash}"' if dash else ""
-            parts.append(f'<g class="legend-item"><line class="swatch" x1="{x:.1f}" x2="{x + 22:.1f}" y1="{y + 5}" '
-                         f'y2="{y + 5}" stroke="{colour}" stroke-width="4"{dashed}/>'
-                         f'<text x="{x + 28:.1f}" y="{y + 9}">{escape(names[i])}</text></g>')
-            x += 40 + 6.8 * len(names[i])
+            parts.append(f'<g class="legend-item"><line class="swatch" x1="{lx:.1f}" x2="{lx + 22:.1f}" y1="{ly + 5}" '
+                         f'y2="{ly + 5}" stroke="{colour}" stroke-width="4"{dashed}/>'
+                         f'<text x="{lx + 28:.1f}" y="{ly + 9}">{escape(names[i])}</text></g>')
+            lx += 40 + 6.8 * len(names[i])
     parts.append("</svg>")
-    return Markup("".join(parts))  # noqa: S704 - numbers and escaped names only
+    return Markup("".join(parts))  # numbers and escaped names only

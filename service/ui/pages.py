@@ -38,7 +38,7 @@ env.filters.update(duration=render.duration, limit=render.limit, age=render.age,
 
 
 def sessions(request: Request) -> Sessions:
-    return request.app.state.ui_sessions  # type: ignore[no-any-return]
+    return request.app.state.ui_sessions
 
 
 def viewer(request: Request) -> Viewer:
@@ -75,7 +75,7 @@ def _record(be: Backend, exp_id: str) -> dict[str, Any]:
 
 
 @router.get("/login")
-def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:  # noqa: A002 - the conventional name
+def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:  # `next` (a builtin): the conventional name
     return page("login.html", request, None, next=safe_next(next), error="")
 
 
@@ -107,7 +107,7 @@ async def logout(request: Request, who: Viewer = Depends(viewer)) -> Response:
 @router.get("/login.css")
 def login_css() -> Response:
     """The login page's own small stylesheet: part of the login page, so readable without a session."""
-    body = resources.files("ajet_runner.service.ui").joinpath("static", "login.css").read_bytes()
+    body = resources.files("ajet_runner.service.ui").joinpath("static").joinpath("login.css").read_bytes()
     return Response(body, media_type="text/css; charset=utf-8", headers={"Cache-Control": "public, max-age=300"})
 
 
@@ -115,11 +115,14 @@ def login_css() -> Response:
 def static(name: str, _: Viewer = Depends(viewer)) -> Response:
     if name not in STATIC:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "no such file")
-    body = resources.files("ajet_runner.service.ui").joinpath("static", name).read_bytes()
+    body = resources.files("ajet_runner.service.ui").joinpath("static").joinpath(name).read_bytes()
     return Response(body, media_type=STATIC[name], headers={"Cache-Control": "private, max-age=300"})
 
 
 # ------------------------------------------------------------------------------------------------ experiments
+
+
+_CURSOR = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,9})?$")  # a search window's cursor (a created_at)
 
 
 def _filters(request: Request) -> data.Filters:
@@ -130,14 +133,15 @@ def _filters(request: Request) -> data.Filters:
         page_no = 1
     state = q.get("state", "") if q.get("state", "") in {s.value for s in State} else ""
     outcome = q.get("outcome", "") if q.get("outcome", "") in {o.value for o in Outcome} else ""
+    scan = q.get("scan", "") if _CURSOR.match(q.get("scan", "")) else ""
     return data.Filters(state=state, outcome=outcome, node=q.get("node", "")[:64], q=q.get("q", "")[:200],
-                        page=page_no, stage=q.get("stage", "")[:64])
+                        page=page_no, stage=q.get("stage", "")[:64], scan=scan)
 
 
 def _table(be: Backend, f: data.Filters) -> dict[str, Any]:
-    result = data.experiments(be.store, f)
+    result = data.experiments(be.store, f, window=be.settings.search_window)
     base = {k: v for k, v in (("state", f.state), ("outcome", f.outcome), ("node", f.node), ("q", f.q),
-                              ("stage", f.stage)) if v}
+                              ("stage", f.stage), ("scan", f.scan if f.q else "")) if v}
     return {"result": result, "f": f, "query": lambda **kw: "?" + urlencode({**base, **kw}), "now": time.time()}
 
 
@@ -304,7 +308,8 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
     priority = fields.get("priority") if fields.get("priority") in ("normal", "high") else "normal"
     nodes = await run_in_threadpool(_live_nodes, be)
     stage = fields.get("stage", "").strip()[:64]
-    ctx = {"text": text, "node": node or "", "priority": priority, "nodes": nodes, "rejected": None, "stage": stage}
+    ctx: dict[str, Any] = {"text": text, "node": node or "", "priority": priority, "nodes": nodes, "rejected": None,
+                           "stage": stage}
     if not text.strip():
         return page("submit.html", request, who, status_code=422, checked=None,
                     rejected={"detail": "the blueprint is empty: paste it or choose a file", "problems": []}, **{

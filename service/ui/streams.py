@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from ajet_runner.service.api.events import is_final
 from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.store.records import text as reply_text
 from ajet_runner.store.store import GLOBAL_STREAM, exp_key, stream_key
 
 KEEPALIVE_MS = 15_000
@@ -25,7 +26,7 @@ FINISHED = State.finished.value.encode()
 async def last_id(r: aioredis.Redis, key: str) -> str:
     """The newest entry id of a stream ("0-0" when empty): a page follows from what it rendered."""
     newest = await r.xrevrange(key, count=1)
-    return newest[0][0].decode() if newest else "0-0"
+    return reply_text(newest[0][0]) if newest else "0-0"
 
 
 def _message(entry_id: bytes, data: dict[bytes, bytes]) -> tuple[str, dict[str, Any]]:
@@ -45,6 +46,7 @@ async def follow(r: aioredis.Redis, after: str, exp_id: str | None = None) -> As
     last = after
     while True:
         resp = await r.xread({key: last}, count=200, block=KEEPALIVE_MS)
+        assert not isinstance(resp, dict)  # RESP2 (our clients): a list of [stream, entries]
         got = False
         for _stream, entries in resp or []:
             for entry_id, data in entries:

@@ -52,6 +52,10 @@ class Proposal:
 
 
 class Rule(Protocol):
-    name: str
+    """A watch rule. Rules are frozen dataclasses, so `name` is read-only here (a plain attribute in a
+    Protocol would demand a settable one)."""
+
+    @property
+    def name(self) -> str: ...
 
     def check(self, obs: Observation) -> Proposal | None: ...

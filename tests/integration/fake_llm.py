@@ -46,7 +46,7 @@ def fake_llm() -> Iterator[FakeLLM]:
         def log_message(self, *args: Any) -> None:  # keep test output quiet
             pass
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:  # http.server's name
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8")
             body = json.loads(raw)
             fake.requests.append({"path": self.path, "headers": dict(self.headers.items()), "raw": raw,

@@ -39,13 +39,13 @@ YAML = "ajet:\n  execute_test: false\nhydra:\n  searchpath: [file://x]\ndefaults
 LAUNCH = "python -m ajet.launcher --conf a.yaml"
 
 
-def _plan(command: str):  # noqa: ANN202
+def _plan(command: str):
     bp = Blueprint(exp_codebase_dir="/repo", exp_yaml_path="a.yaml", exp_launch_command=command,
                    exp_result_dir="/r", exp_max_time_seconds=3600)
     return plan_preflight(bp, YAML, env={})
 
 
-def _errors(plan) -> list[str]:  # noqa: ANN001
+def _errors(plan) -> list[str]:
     return [p.message for p in plan.problems if p.level.value == "error" and p.field == "exp_launch_command"]
 
 

@@ -19,7 +19,10 @@ import pytest
 from ajet_runner.store.records import Context, ExperimentRecord, PendingRepair, RepairResult
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.driver import ExperimentDriver
+from ajet_runner.workers.drive.seam import Drive
 from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.process.runner import Runner
+from ajet_runner.workers.process.tmux import TmuxRunner
 from tests.doubles import InMemoryRunner, Script, seed, settings_for
 
 NODE = NodeInfo(name="test-node", gpus=0, slots=1)
@@ -42,7 +45,7 @@ def hook(answer: dict[str, Any]) -> str:
 
 def drive(store: Store, exp_id: str, runner: InMemoryRunner, **settings: Any) -> tuple[str, ExperimentRecord]:
     driver = ExperimentDriver(store, exp_id, settings_for(store_url(store), **settings), NODE, "test/1",
-                              runner=runner)  # type: ignore[arg-type]
+                              runner=runner)  # an InMemoryRunner is a Runner (workers/process/runner.py)
     outcome = driver.run()
     rec = store.record(exp_id)
     assert rec is not None
@@ -202,6 +205,14 @@ def test_the_same_fix_twice_is_no_applicable_change(store: Store, tmp_path: Path
     assert [r.result for r in rec.ctx.repairs] == [RepairResult.relaunched, RepairResult.no_applicable_change]
 
 
+# -- the seam: what handlers may use ----------------------------------------------------------------------
+def test_the_tmux_runner_and_the_in_memory_one_are_both_runners(tmp_path: Path) -> None:
+    double: Runner = InMemoryRunner()  # mypy checks the double against the protocol here
+    assert isinstance(double, Runner)
+    assert isinstance(TmuxRunner(str(tmp_path / "no-server.sock")), Runner)  # no tmux server is started
+    assert not isinstance(object(), Runner)
+
+
 # -- running: the observers ------------------------------------------------------------------------------
 def test_the_watch_loop_calls_its_observers_and_the_log_tail_reaches_the_record(
         store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,18 +221,22 @@ def test_the_watch_loop_calls_its_observers_and_the_log_tail_reaches_the_record(
     seen: list[str] = []
 
     class Recorder(running.WatchObserver):
-        def before_tick(self, d: ExperimentDriver, tick: running.Tick) -> None:
+        def before_tick(self, d: Drive, tick: running.Tick) -> None:
             seen.append("before")
 
-        def after_tick(self, d: ExperimentDriver, tick: running.Tick) -> None:
+        def after_tick(self, d: Drive, tick: running.Tick) -> None:
             seen.append(f"after:{tick.watch.bytes_read - tick.read_before}")
+
+        def on_attempt_end(self, d: Drive, tick: running.Tick) -> None:
+            seen.append("end")
 
     defaults = running.observers
     monkeypatch.setattr(running, "observers", lambda: [*defaults(), Recorder()])
     exp_id = new_id()
     seed(store, exp_id, tmp_path)
     outcome, rec = drive(store, exp_id, InMemoryRunner(Script(["hello", "world"], exit_code=0)))
-    assert outcome == "completed" and seen[0] == "before" and seen[-1].startswith("after:")
+    assert outcome == "completed" and seen[0] == "before" and seen[-2].startswith("after:") and seen[-1] == "end"
+    assert seen.count("end") == 1  # once, when the rules ended the attempt
     assert any(s != "after:0" for s in seen if s.startswith("after:"))  # the tick that read the log
     assert store.log_tail(exp_id)[-2:] == ["hello", "world"]  # LogTail: appended to the capped list
     assert [type(o).__name__ for o in defaults()] == ["Lease", "Evaluations", "Progress", "LogTail", "WatchMetrics"]

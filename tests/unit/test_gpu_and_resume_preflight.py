@@ -83,7 +83,7 @@ def checkpoint(codebase: Path, name: str, step: int) -> Path:
     return ckpt
 
 
-def plan_for(tmp_path: Path, name_line: str, now: float | None = None):  # noqa: ANN201
+def plan_for(tmp_path: Path, name_line: str, now: float | None = None):
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
     bp = Blueprint(exp_codebase_dir=str(code), exp_yaml_path="tests/math.yaml",
@@ -92,7 +92,7 @@ def plan_for(tmp_path: Path, name_line: str, now: float | None = None):  # noqa:
     return plan_preflight(bp, YAML.format(name=name_line), env={}, now=now)
 
 
-def isolated(plan) -> str | None:  # noqa: ANN001
+def isolated(plan) -> str | None:
     return next((c.new for c in plan.changes if c.key == "ajet.trainer_common.checkpoint_base_dir"), None)
 
 

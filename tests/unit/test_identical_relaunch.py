@@ -76,7 +76,7 @@ def test_a_transient_cause_relaunches_unchanged_after_its_backoff_while_budget_l
 
 
 def resolve_ray(earlier: list[EarlierAttempt], own_processes: bool | None, command: str = CMD) -> tuple:
-    def identical(resolved) -> int | None:  # noqa: ANN001
+    def identical(resolved) -> int | None:
         nxt = AttemptInputs(command=resolved.command, yaml_digest=resolved.yaml_digest, env=dict(resolved.env),
                             cleanups=list(resolved.cleanups))
         return identical_attempt(nxt, earlier, "ray_already_running")
@@ -127,7 +127,7 @@ BUSY = [GpuMemory(0, "H100", 81559, 48000), GpuMemory(1, "H100", 81559, 100), Gp
 CONFINE = [RepairAction(kind="confine_gpus", description="run on free GPUs")]
 
 
-def confine(facts: GpuFacts, command: str = CMD, env: dict[str, str] | None = None):  # noqa: ANN201
+def confine(facts: GpuFacts, command: str = CMD, env: dict[str, str] | None = None):
     return resolve_repair(CONFINE, yaml_data=DATA, command=command, env=env or {}, installed=lambda p: False,
                           gpus=facts)
 

@@ -56,9 +56,10 @@ def test_the_store_passes_every_documented_key_to_the_transition_script() -> Non
     store.transition("e1", expected_version=1, fields={"reason": "done"}, event={"type": "transition"},
                      stats={"transition": "collecting>finished", "outcome": "completed", "duration": 3.0})
     text = resources.files("ajet_runner.store").joinpath("transition.lua").read_text(encoding="utf-8")
-    # 11 + 7 state indexes, the node's set and index, the log tail, the event numbers, the result dir
-    # claims, the 5 outcomes' duration buckets (their expiry)
-    assert len(recorder.keys) == len(_documented(text, "KEYS")) == 28
+    # 11 + 7 state indexes, the node's set, the expiry schedule, the log tail, the event numbers, the result
+    # dir claims, the 5 outcomes' duration buckets (their expiry), the schedule's index keys, 5 outcome indexes,
+    # the purposes a search reads
+    assert len(recorder.keys) == len(_documented(text, "KEYS")) == 35
     assert all(k.startswith(f"{PREFIX}:") for k in recorder.keys)
     assert recorder.keys[7].endswith(":duration_bucket:completed")
     assert recorder.args[4:6] == [10_000, 100_000]  # the stream limits, from store/store.py

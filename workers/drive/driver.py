@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,12 @@ from ajet_runner.store.store import Store, TransitionConflict
 from ajet_runner.workers.drive.attempt import MARKER
 from ajet_runner.workers.drive.journal import REDIS_ERRORS, Journal, LostOwnership
 from ajet_runner.workers.drive.owner_identity import driver_identity
+from ajet_runner.workers.drive.seam import WatchCallback
 from ajet_runner.workers.drive.states import HANDLERS
 from ajet_runner.workers.drive.watch import AttemptWatch
 from ajet_runner.workers.gang.head import GangHead, gang_head
 from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.process.runner import Runner
 from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
 from ajet_runner.workers.repair.adviser import advised_stat
 from ajet_runner.workers.repair.config_patch import patch_config_copy
@@ -43,16 +44,18 @@ log = logging.getLogger(__name__)
 
 
 class ExperimentDriver:
+    """Drives one experiment; its state handlers see it as a `Drive` (workers/drive/seam.py)."""
+
     def __init__(self, store: Store, exp_id: str, settings: Settings, node: NodeInfo, owner: str,
-                 runner: TmuxRunner | None = None,
-                 on_watch: Callable[[str, float, int, float], None] | None = None,
+                 runner: Runner | None = None,
+                 on_watch: WatchCallback | None = None,
                  handback: threading.Event | None = None) -> None:
         self.store = store
         self.id = exp_id
         self.settings = settings
         self.node = node
         self.owner = owner
-        self.runner = runner or TmuxRunner(settings.tmux_socket or None, linger=settings.pane_linger_seconds)
+        self.runner: Runner = runner or TmuxRunner(settings.tmux_socket or None, linger=settings.pane_linger_seconds)
         self.on_watch = on_watch
         self.handback = handback  # set once the hosting process stops: the watch gives the run back
         rec = store.record(exp_id)
@@ -81,7 +84,7 @@ class ExperimentDriver:
         self.backoff = parse_backoff(settings.progress_backoff)
         self.roots = parse_roots(settings.allowed_roots)
         # A multi-node run (nnodes > 1): this driver is the head's (rank 0); see workers/gang/steps.py.
-        self.gang: GangHead | None = gang_head(store, rec, settings, node, renew=self._renew,
+        self.gang: GangHead | None = gang_head(store, rec, settings, node, renew=self.renew,
                                                 cancelled=lambda: self.store.cancel_requested(self.id))
 
     # -- the loop ----------------------------------------------------------------------------
@@ -120,7 +123,7 @@ class ExperimentDriver:
         self.journal.transition({"owner": self.owner, "lease_until": lease, "node": self.node.name,
                                  **driver_identity()},
                                 {"type": "adopted", "owner": self.owner, "state": self.lc.state}, ack=True)
-        self._renew()
+        self.renew()
 
     def fire(self, trigger: str, reason: str = "", fields: dict[str, Any] | None = None, ack: bool = False,
              repair_stat: tuple[str, str] | None = None, advised: tuple[str, str] | None = None,
@@ -147,19 +150,19 @@ class ExperimentDriver:
         bind(state=self.lc.state)
         log.info("%s: %s -> %s (%s) %s", self.id, before, self.lc.state, trigger, reason)
 
-    # -- helpers several state handlers use (the handlers are in workers/drive/states/) ------------------
-    def _swarm_port(self) -> int | None:
+    # -- steps several state handlers share (the handlers are in workers/drive/states/; the Drive protocol) ----
+    def swarm_port(self) -> int | None:
         if self.ctx.swarm.get("spec"):
             return SwarmSpec.model_validate(self.ctx.swarm["spec"]).port
         spec, _ = swarm_plan(self.bp)
         return spec.port if spec else None
 
-    def _patch_config(self, new_changes: list[dict[str, Any]]) -> str:
+    def patch_config(self, new_changes: list[dict[str, Any]]) -> str:
         """Every change so far onto a fresh copy of the user's YAML (workers/repair/config_patch.py); the diff."""
         return patch_config_copy(self.ctx, Path(self.bp.yaml_abspath()), self.id, self.bp.exp_codebase_dir,
                                  new_changes)
 
-    def _root_problems(self) -> list[Problem]:
+    def root_problems(self) -> list[Problem]:
         """Codebase, result dir, YAML and venv resolved now, each inside the allowed roots."""
         out = []
         for fld, path, keep_name in (("exp_codebase_dir", self.bp.exp_codebase_dir, False),
@@ -173,7 +176,7 @@ class ExperimentDriver:
                 out.append(Problem(level=Level.error, field=fld, message=str(exc)))
         return out
 
-    def _cleanup_processes(self) -> list[int]:
+    def cleanup_processes(self) -> list[int]:
         """Scoped cleanup: this experiment's own processes only (never `--autokill`'s host-wide kill);
         returns the pids it stopped."""
         killed = self.runner.kill_marked(MARKER, self.id, grace=5.0)  # where the runs live (session host)
@@ -182,7 +185,7 @@ class ExperimentDriver:
                                   "message": f"killed {len(killed)} leftover process(es) of this experiment"})
         return list(killed)
 
-    def _renew(self) -> None:
+    def renew(self) -> None:
         self.journal.renew(self.settings.lease_seconds)
 
 __all__ = ["ExperimentDriver", "LostOwnership", "TransitionConflict"]

@@ -13,6 +13,7 @@ import uuid
 
 import redis
 from rq import get_current_job
+from rq.job import Job
 
 from ajet_runner.statemachine.lifecycle import State
 from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, job_timeout, node_queue, queue, target_queue
@@ -35,12 +36,21 @@ def drive_rank(exp_id: str, rank: int) -> str:
 
     job = get_current_job()
     settings = get_settings()
-    url = settings.redis_url or _connection_url(job.connection)  # type: ignore[union-attr]
+    url = _redis_url(settings.redis_url, job)
     conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
     return RankDriver(Store(conn), GangStore(conn), exp_id, int(rank), settings, node, owner,
                       handback=HOST.handback()).run()
+
+
+def _redis_url(configured: str, job: Job | None) -> str:
+    """The configured Redis, else the one the current RQ job came from."""
+    if configured:
+        return configured
+    if job is None:
+        raise RuntimeError("redis_url is not set and this is not an RQ job: no Redis to use")
+    return _connection_url(job.connection)
 
 
 def _connection_url(conn: redis.Redis) -> str:
@@ -55,7 +65,7 @@ def drive(exp_id: str) -> str:
     job = get_current_job()
     settings = get_settings()
     # Our own connection, with timeouts: a node cut off from Redis must keep watching, not hang.
-    url = settings.redis_url or _connection_url(job.connection)  # type: ignore[union-attr]
+    url = _redis_url(settings.redis_url, job)
     conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     store = Store(conn)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)

@@ -38,7 +38,8 @@ from ajet_runner.statemachine.logmetrics import (
 from ajet_runner.statemachine.models import Evaluation, Finding
 from ajet_runner.statemachine.results import ResultSummary, parse_val_file
 from ajet_runner.workers.drive import scan_checkpoint
-from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
+from ajet_runner.workers.process.runner import Runner
+from ajet_runner.workers.process.tmux import RunHandle
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20
@@ -145,7 +146,7 @@ class AttemptWatch:
     earlier_log: list[Evaluation] = field(default_factory=list)  # earlier attempts' console evaluations
     val_source: Any = None  # several discovered files instead of `val_path` (ajet_runner.workers.swarm.found_results)
     log_metrics: LogMetrics = field(default_factory=LogMetrics)
-    scanner: LogScanner = field(default=None)  # type: ignore[assignment]
+    scanner: LogScanner = field(init=False)  # made in __post_init__: it shares log_metrics
     offset: int = 0
     last_output_at: float = 0.0
     bytes_read: int = 0
@@ -168,8 +169,7 @@ class AttemptWatch:
     primary_cache: tuple[Any, list[Evaluation]] | None = None  # (summary, its primary evaluations): running.py
 
     def __post_init__(self) -> None:
-        if self.scanner is None:
-            self.scanner = LogScanner(metrics=self.log_metrics)
+        self.scanner = LogScanner(metrics=self.log_metrics)
 
     @property
     def first_step_seen(self) -> bool:
@@ -355,10 +355,10 @@ class AttemptWatch:
             self.last_eval_at = now
         return new
 
-    def alive(self, runner: TmuxRunner) -> bool:
+    def alive(self, runner: Runner) -> bool:
         return runner.is_running(self.handle)
 
-    def exit_code(self, runner: TmuxRunner, wait: float = 6.0) -> int | None:
+    def exit_code(self, runner: Runner, wait: float = 6.0) -> int | None:
         """The recorded exit code; the wrapper writes it a moment after the process ends."""
         return runner.wait_for_exit(self.handle, wait) if wait > 0 else runner.exit_code(self.handle)
 

@@ -21,10 +21,10 @@ from ajet_runner.workers.gang.paths import rank_paths, rank_session
 from ajet_runner.workers.process.tmux import RunHandle, session_name
 
 if TYPE_CHECKING:
-    from ajet_runner.workers.drive.driver import ExperimentDriver
+    from ajet_runner.workers.drive.seam import Drive
 
 
-def reserve(d: ExperimentDriver) -> list[int] | None:
+def reserve(d: Drive) -> list[int] | None:
     """This run's GPUs here (None: not now); a multi-node run reserves every node's at once, all or nothing."""
     if d.gang is not None:
         gpus = d.gang.reserve()
@@ -32,7 +32,7 @@ def reserve(d: ExperimentDriver) -> list[int] | None:
     return d.store.reserve_gpus(d.node.name, d.id, max(1, d.rec.gpus_needed), d.node.gpus)
 
 
-def release(d: ExperimentDriver) -> None:
+def release(d: Drive) -> None:
     """Give back this run's GPUs: every node's for a gang, this node's otherwise."""
     if d.gang is not None:
         d.gang.release()
@@ -40,14 +40,14 @@ def release(d: ExperimentDriver) -> None:
         d.store.release_gpus(d.node.name, d.id)
 
 
-def session_and_paths(d: ExperimentDriver) -> tuple[str, dict[str, Path]]:
+def session_and_paths(d: Drive) -> tuple[str, dict[str, Path]]:
     """The tmux session and files of this attempt; a multi-node head's carry its rank (0)."""
     if d.gang is not None:
         return rank_session(d.bp.exp_purpose, d.id, 0), rank_paths(d.bp.exp_result_dir, d.lc.attempt, 0)
     return session_name(d.bp.exp_purpose, d.id), attempt_paths(d.bp.exp_result_dir, d.lc.attempt)
 
 
-def launch_members(d: ExperimentDriver) -> dict[str, str] | None:
+def launch_members(d: Drive) -> dict[str, str] | None:
     """The other ranks first (each on its node, in its own session); the head's variables once they run.
     None when they did not start: the attempt already failed (or was cancelled) here."""
     assert d.gang is not None
@@ -63,7 +63,7 @@ def launch_members(d: ExperimentDriver) -> dict[str, str] | None:
     return gang_env(launch, 0)
 
 
-def _launch_failed(d: ExperimentDriver, reason: str) -> None:
+def _launch_failed(d: Drive, reason: str) -> None:
     """Stop what did start; a stop request is a cancel, anything else a repairable gang failure."""
     stop_members(d)
     if d.journal.cancel_requested():
@@ -75,12 +75,12 @@ def _launch_failed(d: ExperimentDriver, reason: str) -> None:
     d.fire("anomaly", f"the gang did not start: {reason}", signature=finding.signature)
 
 
-def record_head(d: ExperimentDriver, handle: RunHandle, log_path: Path) -> None:
+def record_head(d: Drive, handle: RunHandle, log_path: Path) -> None:
     if d.gang is not None:
         d.gang.record_head(d.lc.attempt, handle, log_path)
 
 
-def problem(d: ExperimentDriver) -> str | None:
+def problem(d: Drive) -> str | None:
     """Why a non-head rank is gone; unknown (None) while Redis is unreachable: the head keeps watching."""
     if d.gang is None:
         return None
@@ -90,7 +90,7 @@ def problem(d: ExperimentDriver) -> str | None:
         return None
 
 
-def stop_members(d: ExperimentDriver, phase: str = "stop") -> None:
+def stop_members(d: Drive, phase: str = "stop") -> None:
     """The head's attempt ended (any reason): every other rank's command is stopped too, no process left."""
     if d.gang is None:
         return
@@ -102,7 +102,7 @@ def stop_members(d: ExperimentDriver, phase: str = "stop") -> None:
         d.journal.publish({"type": "warning", "message": f"{', '.join(left)} did not confirm the stop"})
 
 
-def finish(d: ExperimentDriver) -> None:
+def finish(d: Drive) -> None:
     """Collecting: every rank stopped for good, and listed (node, rank, session, log) for the report."""
     if d.gang is None:
         return

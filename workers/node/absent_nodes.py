@@ -1,8 +1,8 @@
 """Report queued work for a node that no worker has served for a while (event once per experiment).
 
-Every supervisor looks at the whole queue of unfinished records each scan, so the report comes
-from any live node; when no worker is alive at all, the API's `ajet_runner_queued_for_absent_node`
-gauge and its alert still show it.
+The cluster's queue checker (workers/node/queue_check.py, one elected supervisor) looks at the
+queued records each scan, so the report comes from any live node; when no worker is alive at all,
+the API's `ajet_runner_queued_for_absent_node` gauge and its alert still show it.
 """
 
 from __future__ import annotations
@@ -19,9 +19,12 @@ NODE_ALIVE_SECONDS = 30.0  # the same window as the API's node_up (ajet_runner.s
 REPORTED_FIELD = "node_absent_reported_at"
 
 
-def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float, after_seconds: float) -> list[str]:
-    """Publish a `node_absent` event for each queued record whose node has been gone `after_seconds`."""
-    seen = {n["name"]: float(n.get("last_seen") or 0) or None for n in store.nodes()}
+def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float, after_seconds: float,
+                        seen: dict[str, float | None] | None = None) -> list[str]:
+    """Publish a `node_absent` event for each queued record whose node has been gone `after_seconds`
+    (`seen`: each known node's last heartbeat, if the caller has read them already)."""
+    if seen is None:
+        seen = {n["name"]: float(n.get("last_seen") or 0) or None for n in store.nodes()}
     reported = []
     for rec in records:
         node = str(rec.get("target_node") or "")

@@ -3,7 +3,8 @@
 It runs no experiment itself. It keeps the node's watcher process alive (workers/node/watcher.py:
 `slots` experiments at once, a thread each), tells Redis the node is up and what it has, and
 hands every unfinished experiment of this node whose driver died or gave it back (its lease
-ended) to the watcher, which re-adopts the tmux session.
+ended) to the watcher, which re-adopts the tmux session. Its scan reads only this node's work;
+the queue (lost jobs, absent nodes) is checked by one supervisor per cluster (queue_check.py).
 """
 
 from __future__ import annotations
@@ -18,18 +19,14 @@ import time
 from collections.abc import Callable
 
 import redis
-from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
-from rq.queue import Queue
-from rq.serializers import JSONSerializer
 
 from ajet_runner.store.gangs import GangStore
-from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, node_queue
+from ajet_runner.store.queue import enqueue_drive, node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.owner_identity import driver_alive
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
-from ajet_runner.workers.node.absent_nodes import REPORTED_FIELD, report_absent_nodes
+from ajet_runner.workers.node.queue_check import QueueChecker
 from ajet_runner.workers.node.this_node import NodeInfo
 from ajet_runner.workers.process.lifeline import PARENT_ENV
 from ajet_runner.workers.process.tmux import TmuxRunner
@@ -43,21 +40,7 @@ ADOPT_SCAN_SECONDS = 3.0
 IDLE_SCAN_SECONDS = 10.0
 SCAN_FIELDS = ("lease_until", "adopt_enqueued_at", "max_seconds", "owner", "driver_pid", "driver_pidns",
                "driver_started")
-QUEUED_FIELDS = ("job_id", "owner", "queue", "max_seconds", "target_node", "created_at", REPORTED_FIELD)
-DEAD_JOB = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
-LOST_JOB_SECONDS = 60.0  # a started job whose record is still unclaimed this long after: its horse is gone
-
-
-def _popped_and_dropped(job: Job, status: JobStatus | None) -> bool:
-    """A job still "queued" but in no queue, long after it was enqueued: a slot listening on several
-    queues pops the id (BLPOP, no intermediate list) and was killed before marking it started, so
-    RQ itself would never run or fail it (seen in `make chaos`: one of 200 stayed queued for ever)."""
-    if status != JobStatus.QUEUED or job.enqueued_at is None:
-        return False
-    if time.time() - job.enqueued_at.timestamp() <= LOST_JOB_SECONDS:
-        return False
-    queue = Queue(job.origin, connection=job.connection)
-    return queue.get_job_position(job.id) is None and job.id not in queue.intermediate_queue.get_job_ids()
+HOLDER_FIELDS = ("state", "node", "nnodes")  # what the GPU / swarm port checks read of a holder
 
 
 class NodeSupervisor:
@@ -74,6 +57,8 @@ class NodeSupervisor:
         self.started_at = time.time()
         self.running: list[str] = []
         self.on_tick: Callable[[NodeSupervisor], None] | None = None
+        # the queue's health: checked by one supervisor of the cluster, the lease holder (queue_check.py)
+        self.queue_check = QueueChecker(self.store, node.name, settings.node_absent_report_seconds)
 
     # -- the watcher -------------------------------------------------------------------------
     def _spawn(self) -> None:
@@ -132,9 +117,7 @@ class NodeSupervisor:
         if not self._indexed:
             self._indexed = True
             self.store.ensure_indexes()  # records from before the indexes existed: once per cluster
-        queued = self.store.queued(QUEUED_FIELDS)  # the queue, not every record of the cluster
-        report_absent_nodes(self.store, queued, now, self.settings.node_absent_report_seconds)
-        self._requeue_lost_jobs(queued, now)
+        self.queue_check.run(now)  # one round trip here, unless this supervisor holds the cluster's lease
         adopt_ranks(self.store, self.gangs, self.node.name, now, self.settings.lease_seconds)
         sweep_left_ranks(self.store, self.gangs, self._tmux(), self.node.name)
         mine = self._unfinished_here()
@@ -154,37 +137,6 @@ class NodeSupervisor:
         self._release_stale_swarm_ports()
         return adopted
 
-    def _requeue_lost_jobs(self, unfinished: list[dict], now: float) -> list[str]:
-        """Queued experiments whose RQ job died before any driver claimed them (a slot or work-horse killed
-        between dequeue and claim: RQ marks the job failed/abandoned and nothing else would ever run it)."""
-        requeued = []
-        for rec in unfinished:
-            job_id = str(rec.get("job_id") or "")
-            if rec.get("state") != "queued" or not job_id or rec.get("owner"):
-                continue
-            try:
-                job = Job.fetch(job_id, connection=self.store.r, serializer=JSONSerializer)
-                status = job.get_status(refresh=False)
-                started = job.started_at.timestamp() if job.started_at else None
-                stuck = (status == JobStatus.STARTED and started is not None
-                         and time.time() - started > LOST_JOB_SECONDS) or _popped_and_dropped(job, status)
-            except NoSuchJobError:
-                # A submission adds the job once its result dir is archived (service/submit.py): a young
-                # record's job may simply not be there yet.
-                status, stuck = None, False
-                if time.time() - float(rec.get("created_at") or 0) < LOST_JOB_SECONDS:
-                    continue
-            if status is not None and status not in DEAD_JOB and not stuck:
-                continue
-            if not self.store.set_once(rec["id"], f"requeued:{job_id}", now):
-                continue  # another supervisor did it
-            enqueue_drive(self.store.r, self.store, rec["id"], str(rec.get("queue") or DEFAULT_QUEUE), at_front=True,
-                          max_seconds=float(rec.get("max_seconds") or 0) or None)
-            self.store.publish(rec["id"], {"type": "requeued", "job": job_id, "status": str(status or "missing"),
-                                           "message": "its job died before any worker claimed it: queued again"})
-            requeued.append(rec["id"])
-        return requeued
-
     def _tmux(self) -> TmuxRunner:
         if self._runner is None:
             self._runner = TmuxRunner(self.settings.tmux_socket or None, linger=self.settings.pane_linger_seconds)
@@ -195,9 +147,13 @@ class NodeSupervisor:
         own index, so the scan costs the same whatever the other nodes run."""
         return self.store.node_active(self.node.name, SCAN_FIELDS)
 
-    def _holder_is_stale(self, exp_id: str) -> bool:
+    def _holders(self, ids: list[str]) -> dict[str, dict[str, str]]:
+        """The few fields the stale checks read of each GPU or port holder (one pipeline, never the whole
+        records: their blueprints made each scan read ~50 kB at 8 runs a node)."""
+        return {rec["id"]: rec for rec in self.store.fields_of(sorted(set(ids)), HOLDER_FIELDS)}
+
+    def _holder_is_stale(self, rec: dict[str, str] | None) -> bool:
         """A GPU or swarm port holder that finished, vanished, or now runs on another node."""
-        rec = self.store.get(exp_id)
         return rec is None or rec.get("state") == "finished" or (
             rec.get("state") != "queued" and rec.get("node") not in ("", self.node.name))
 
@@ -206,26 +162,31 @@ class NodeSupervisor:
         if not self.node.manages_gpus:
             return
         seen: set[str] = set()
-        for gpu, exp_id in self.store.gpu_owners(self.node.name).items():
+        owners = self.store.gpu_owners(self.node.name)
+        holders = self._holders(list(owners.values())) if owners else {}
+        for gpu, exp_id in owners.items():
             if exp_id in seen:
                 continue
             seen.add(exp_id)
-            rec = self.store.get(exp_id)
+            rec = holders.get(exp_id)
             if held_by_gang(self.gangs, rec, self.node.name):
                 continue  # a member's GPUs of a multi-node run: the record names the head's node
             if rec is not None and rec.get("state") == "finished" and int(rec.get("nnodes") or 1) > 1 and (
                     released_all := self.gangs.release(exp_id)):  # every node's; the gang record expires
                 log.info("released the GPUs %s of multi-node run %s (stale)", released_all, exp_id)
                 continue
-            if self._holder_is_stale(exp_id):
+            if self._holder_is_stale(rec):
                 released = self.store.release_gpus(self.node.name, exp_id)
                 log.info("released GPU(s) %s of %s (gpu %d was stale)", released, exp_id, gpu)
 
     def _release_stale_swarm_ports(self) -> None:
         """Swarm ports held by experiments that finished or vanished while their driver was dead:
         otherwise every later swarm experiment on that port would wait queued for ever."""
-        for port, exp_id in self.store.swarm_port_owners(self.node.name).items():
-            if self._holder_is_stale(exp_id) and self.store.release_swarm_port(self.node.name, exp_id, port):
+        owners = self.store.swarm_port_owners(self.node.name)
+        holders = self._holders(list(owners.values())) if owners else {}
+        for port, exp_id in owners.items():
+            stale = self._holder_is_stale(holders.get(exp_id))
+            if stale and self.store.release_swarm_port(self.node.name, exp_id, port):
                 log.info("released swarm port %d of %s (stale)", port, exp_id)
 
     def _undrain_on_start(self) -> None:
@@ -271,8 +232,10 @@ class NodeSupervisor:
 
     def _leave(self) -> None:
         """A clean exit with nothing left running here: stop listing the node (no "down" alert for
-        a node that left on purpose). With runs still in tmux it stays listed, and shows as down."""
+        a node that left on purpose). With runs still in tmux it stays listed, and shows as down.
+        The queue check passes to another supervisor at once."""
         try:
+            self.queue_check.leave()
             if not self._unfinished_here():
                 self.store.forget_node(self.node.name)
         except (redis.ConnectionError, redis.TimeoutError) as exc:

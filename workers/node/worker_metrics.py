@@ -110,7 +110,7 @@ class WatchReporter:
             self._age[exp_id] = (max(0.0, float(last_output_age)), now)
             if now - self._last_flush >= FLUSH_SECONDS:
                 self.flush()
-        except Exception as exc:  # never break the watch loop for a metric
+        except Exception as exc:  # noqa: BLE001 - never break the watch loop for a metric
             self.errors += 1
             if self.errors in (1, 10, 100) or self.errors % 1000 == 0:
                 log.warning("watch metrics not reported (%d errors so far): %s", self.errors, exc)
@@ -119,7 +119,7 @@ class WatchReporter:
         """Flush what the last passes left in memory; for the end of a job. Never raises."""
         try:
             self.flush()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed flush is counted, never raised
             self.errors += 1
             log.warning("watch metrics: flush failed: %s", exc)
 
@@ -258,7 +258,7 @@ class _Handler(BaseHTTPRequestHandler):
     registry: CollectorRegistry
     healthy: Callable[[], bool]
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         path = urlsplit(self.path).path
         if path == "/healthz":
             ok = type(self).healthy()
@@ -282,7 +282,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args: Any) -> None:  # http.server's signature
         log.debug("metrics http: " + format, *args)
 
 

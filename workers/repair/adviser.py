@@ -327,7 +327,7 @@ def advice_source(settings: Any, *, bp: Blueprint, ctx: Context, pending: dict[s
         ctx.advice_asks += 1
         try:
             result = ask(cfg, bp=bp, ctx=ctx, pending=pending, publish=publish, cancelled=cancelled)
-        except Exception as exc:  # noqa: BLE001 - an adviser bug must not keep the run from finishing
+        except Exception as exc:  # an adviser bug must not keep the run from finishing
             log.exception("the adviser failed")
             result = AdviceResult([], f"adviser ({cfg.label}) failed: {type(exc).__name__}: {exc}",
                                   {"advised_by": cfg.label, "advice_result": "no answer", "refused": [str(exc)]})

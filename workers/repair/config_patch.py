@@ -154,7 +154,7 @@ def _splice_one(text: str, key: str, value: Any) -> str | None:
         if not last:
             if not isinstance(child, CommentedMap) or child.fa.flow_style():
                 return None
-            header = tuple(node.lc.key(part))  # type: ignore[assignment]
+            header = tuple(node.lc.key(part))
             node = child
             continue
         if isinstance(child, (CommentedMap, CommentedSeq)):
@@ -266,7 +266,7 @@ def _round_trip_all(text: str, changes: list[ConfigChange]) -> str:
     rt.indent(mapping=2, sequence=seq_offset + 2, offset=seq_offset)
     try:
         root = rt.load(text)
-    except Exception as exc:  # noqa: BLE001 - any ruamel failure means this YAML cannot be round-tripped
+    except Exception as exc:  # any ruamel failure means this YAML cannot be round-tripped
         raise PatchError(f"the YAML cannot be round-tripped: {exc}") from exc
     if not isinstance(root, CommentedMap):
         raise PatchError("the YAML's root is not a mapping")
@@ -319,13 +319,13 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
         if patched is None:
             break
         patched = _remove_one(patched, change.key) if change.unset else _splice_one(patched, change.key, change.new)
-    if faithful(patched):
-        return patched  # type: ignore[return-value]
+    if patched is not None and faithful(patched):
+        return patched
     try:
         patched = _round_trip_all(text, changes)
     except PatchError:
         raise
-    except Exception as exc:  # noqa: BLE001 - ruamel's own limits become a refusal, not a crash
+    except Exception as exc:  # ruamel's own limits become a refusal, not a crash
         raise PatchError(f"the YAML cannot be round-tripped: {exc}") from exc
     if faithful(patched):
         return patched

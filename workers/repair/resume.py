@@ -35,7 +35,7 @@ def start_facts(log_path: str, limit: int = HEAD_BYTES) -> StartFacts:
     """The start facts in the first `limit` bytes of an attempt's log (empty when unreadable)."""
     try:
         with open(log_path, "rb") as fh:
-            def lines():  # noqa: ANN202 - a local generator
+            def lines():  # a local generator
                 read = 0
                 for raw in fh:
                     read += len(raw)

@@ -56,8 +56,9 @@ def normalize_evaluations(raw: Iterable[Any]) -> list[Eval]:
 
 def rate_metrics(evals: list[Eval]) -> list[str]:
     """`task_pass_rate@k` names present, by k."""
-    names = {m for e in evals for m in e.metrics if RATE_RE.match(m)}
-    return sorted(names, key=lambda m: int(RATE_RE.match(m).group(1)))  # type: ignore[union-attr]
+    names = {m for e in evals for m in e.metrics}
+    by_k = sorted((int(hit.group(1)), m) for m in names if (hit := RATE_RE.match(m)))
+    return [m for _, m in by_k]
 
 
 def table_metrics(evals: list[Eval]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from ajet_runner.resultdir.flag import atomic_write_text
@@ -136,7 +137,7 @@ def _guarded(render: Callable[[], list[str]], heading: str) -> list[str]:
     """A broken entry must not cost the whole log: say it could not be rendered, keep going."""
     try:
         return render()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - one broken entry must not cost the repair log
         return [heading, "", f"_This entry could not be rendered ({type(exc).__name__}: {exc})._", ""]
 
 
@@ -170,7 +171,7 @@ def render_repair_log(data: ReportData) -> str:
     if not records:
         lines += ["No failures.", ""]
     for index, record in enumerate(records, 1):
-        lines += _guarded(lambda i=index, r=record: _failure(data, i, r), f"### {index}. Failure")
+        lines += _guarded(partial(_failure, data, index, record), f"### {index}. Failure")
     lines += ["---", "", closing_line(data)]
     return "\n".join(lines) + "\n"
 

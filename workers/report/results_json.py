@@ -35,6 +35,12 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
+def _iso(epoch: float | None) -> str | None:
+    """A finite time as ISO-8601 UTC, else None (never a made-up date)."""
+    at = finite(epoch)
+    return iso_utc(at) if at is not None else None
+
+
 def results_document(data: ReportData, evals: list[Eval], plot_written: bool, now: float) -> dict[str, Any]:
     """ReportData's fields at the top level (so `ReportData.model_validate` reads it back) plus computed ones."""
     elapsed = ReportContext(data=data, evals=evals, now=now, plot_note="").elapsed
@@ -42,9 +48,9 @@ def results_document(data: ReportData, evals: list[Eval], plot_written: bool, no
     doc.update(
         generated_at=iso_utc(now),
         generated_at_epoch=now,
-        created_at_iso=iso_utc(data.created_at) if finite(data.created_at) is not None else None,
-        started_at_iso=iso_utc(data.started_at) if finite(data.started_at) is not None else None,
-        finished_at_iso=iso_utc(data.finished_at) if finite(data.finished_at) is not None else None,
+        created_at_iso=_iso(data.created_at),
+        started_at_iso=_iso(data.started_at),
+        finished_at_iso=_iso(data.finished_at),
         elapsed_seconds=elapsed,
         attempt_count=len(data.attempts),
         repair_count=len(data.repairs),

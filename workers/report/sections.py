@@ -72,8 +72,8 @@ def _summary(c: ReportContext) -> list[str]:
         elapsed = fmt_duration(c.elapsed) + ("" if d.finished_at is not None else " (not finished)")
     limit = fmt_limit(d.max_seconds) if d.max_seconds else "none"
     used = finite(c.elapsed)
-    if used is not None and finite(d.max_seconds):
-        limit += f" ({100 * used / float(d.max_seconds):.0f}% used)"  # type: ignore[arg-type]
+    if used is not None and (max_seconds := finite(d.max_seconds)):
+        limit += f" ({100 * used / max_seconds:.0f}% used)"
     repairs = f"{repair_summary(d)} (see [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}))"
     rows = [
         ["Experiment", code_span(d.id)],
@@ -169,7 +169,8 @@ def _best_final(c: ReportContext) -> list[str]:
     if not final and c.evals:  # the parser gave nothing: fall back to the newest evaluation
         last = c.evals[-1]
         final = {"step": last.step, "dataset": last.dataset, "metrics": last.metrics}
-    f_metrics = final.get("metrics") if isinstance(final.get("metrics"), dict) else {
+    given = final.get("metrics")
+    f_metrics: dict[str, Any] = given if isinstance(given, dict) else {
         k: v for k, v in final.items() if k not in ("step", "dataset") and number(v) is not None
     }
     best = c.data.best or {}
@@ -349,7 +350,7 @@ def repair_next(data: ReportData, record: RepairRecord) -> str:
 def _section(title: str, render: Callable[[ReportContext], list[str]], c: ReportContext) -> list[str]:
     try:
         body = render(c)
-    except Exception as exc:  # a report with one broken section beats no report
+    except Exception as exc:  # noqa: BLE001 - a report with one broken section beats no report
         body = [f"_This section could not be rendered ({type(exc).__name__}: {clean(exc)[:300]})._"]
     return [f"## {title}", "", *body, ""]
 

@@ -209,7 +209,7 @@ def write_stage_report(out_dir: str | Path, c: StageComparison) -> dict[str, Pat
     plot = out / STAGE_PLOT_NAME
     try:
         drawn = write_stage_plot(plot, c)
-    except Exception:  # matplotlib trouble must not cost the report
+    except Exception:  # noqa: BLE001 - matplotlib trouble must not cost the report
         drawn = False
     if drawn:
         written["plot"] = plot

@@ -32,7 +32,7 @@ def write_report(data: ReportData, plot_background: Background | None = None) ->
     plot_path = out_dir / PLOT_NAME
     try:
         plot_note = write_plot(plot_path, evals, f"{data.id}: {data.outcome or 'unknown'}", plot_background)
-    except Exception as exc:  # matplotlib trouble must not cost the report
+    except Exception as exc:  # noqa: BLE001 - matplotlib trouble must not cost the report
         plot_note = f"the plot could not be drawn ({type(exc).__name__}: {clean(exc)[:200]})"
     if plot_note:
         remove_file(plot_path)  # a stale plot from an earlier run would contradict the report

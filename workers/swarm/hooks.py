@@ -25,7 +25,8 @@ from ajet_runner.statemachine.swarm_blueprint import (
     yaml_placeholder,
 )
 from ajet_runner.workers.drive.attempt import MARKER
-from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
+from ajet_runner.workers.process.runner import Runner
+from ajet_runner.workers.process.tmux import RunHandle
 from ajet_runner.workers.swarm.server import (
     SwarmServer,
     SwarmServerFailed,
@@ -79,7 +80,7 @@ def swarm_results_path(bp: Blueprint) -> str:
 
 
 def start_or_reuse(
-    runner: TmuxRunner, state: dict[str, Any], bp: Blueprint, *, exp_id: str, env: Mapping[str, str],
+    runner: Runner, state: dict[str, Any], bp: Blueprint, *, exp_id: str, env: Mapping[str, str],
     attempt: int, boot_timeout: float, publish: Callable[[dict[str, Any]], None],
 ) -> dict[str, str]:
     """Make sure a swarm server listens; returns the client's environment.
@@ -120,7 +121,7 @@ def start_or_reuse(
     return client_env(spec, bp.exp_launch_command, env)
 
 
-def stop_ours(runner: TmuxRunner, state: dict[str, Any], grace: float,
+def stop_ours(runner: Runner, state: dict[str, Any], grace: float,
               publish: Callable[[dict[str, Any]], None]) -> None:
     """Stop the server this experiment started (gracefully, nothing left); a reused one stays."""
     if not state or state.get("reused") or not state.get("handle"):

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.swarm_blueprint import SwarmSpec
-from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner, session_name
+from ajet_runner.workers.process.runner import Runner
+from ajet_runner.workers.process.tmux import RunHandle, session_name
 
 __all__ = ["READY_LINE", "SwarmServer", "SwarmServerFailed", "port_listening", "answers_http",
            "server_session", "client_env", "ensure_server"]
@@ -85,13 +86,13 @@ class SwarmServer:
     handle: RunHandle | None = None
     log_path: Path | None = None
 
-    def alive(self, runner: TmuxRunner) -> bool:
+    def alive(self, runner: Runner) -> bool:
         """A reused server is alive while the port listens; ours while its process runs."""
         if self.handle is None:
             return port_listening(self.spec.port or 0)
         return runner.is_running(self.handle)
 
-    def stop(self, runner: TmuxRunner, grace: float = 10.0) -> int | None:
+    def stop(self, runner: Runner, grace: float = 10.0) -> int | None:
         """Stop a server we started (gracefully, nothing left behind); a reused one is left alone."""
         if self.reused or self.handle is None:
             return None
@@ -105,7 +106,7 @@ def _log_has_ready_line(path: Path) -> bool:
         return False
 
 
-def await_ready(runner: TmuxRunner, handle: RunHandle, port: int, timeout: float) -> None:
+def await_ready(runner: Runner, handle: RunHandle, port: int, timeout: float) -> None:
     """Return once the server listens; raise SwarmServerFailed when it exits or `timeout` passes."""
     deadline = time.monotonic() + timeout
     while True:
@@ -122,7 +123,7 @@ def await_ready(runner: TmuxRunner, handle: RunHandle, port: int, timeout: float
 
 
 def ensure_server(
-    runner: TmuxRunner,
+    runner: Runner,
     spec: SwarmSpec,
     *,
     purpose: str,

@@ -17,7 +17,8 @@ from typing import Any
 from ajet_runner.statemachine.diagnose import LogScanner
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.swarm_blueprint import SwarmSpec, server_failure_finding
-from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
+from ajet_runner.workers.process.runner import Runner
+from ajet_runner.workers.process.tmux import RunHandle
 from ajet_runner.workers.swarm.server import SwarmServerFailed, port_listening
 
 __all__ = ["ServerWatch", "server_failure_pending"]
@@ -44,7 +45,7 @@ def _scan_file(scanner: LogScanner, path: Path, offset: int) -> int:
 class ServerWatch:
     """One look per poll at the experiment's swarm server (ours by its handle, or reused by its port)."""
 
-    runner: TmuxRunner
+    runner: Runner
     port: int | None
     handle: RunHandle | None
     scanner: LogScanner = field(default_factory=LogScanner)
@@ -54,7 +55,7 @@ class ServerWatch:
     _next_probe: float = 0.0
 
     @classmethod
-    def of(cls, runner: TmuxRunner, swarm: dict[str, Any] | None) -> ServerWatch | None:
+    def of(cls, runner: Runner, swarm: dict[str, Any] | None) -> ServerWatch | None:
         """The watch for an experiment's swarm state (`ctx.swarm`), or None when there is no server."""
         if not swarm or not swarm.get("spec"):
             return None

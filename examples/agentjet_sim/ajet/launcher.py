@@ -286,7 +286,7 @@ def launch(args: argparse.Namespace) -> int:
     except subprocess.CalledProcessError as e:
         console.log("ERROR", f"Error running subprocess: {e}", "ajet.utils.launch_utils:execute_training_process:248")
         return EXIT_FAILED
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the real launcher's catch-all, mirrored
         console.log("ERROR", f"Unexpected error: {e}", "ajet.utils.launch_utils:execute_training_process:251")
         return EXIT_FAILED
     return 0
@@ -294,8 +294,8 @@ def launch(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     interrupts.install()
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # typed TextIO; a TextIOWrapper here
+    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # typed TextIO; a TextIOWrapper here
     args = parse_args(argv)
     try:
         code = launch(args)

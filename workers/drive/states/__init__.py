@@ -2,7 +2,7 @@
 trigger; False hands the job back to its queue without finishing (e.g. no GPUs free here).
 
 The driver (workers/drive/driver.py) keeps what every state shares: loading the record, `fire`, the lease,
-the journal. A handler module imports the driver only for type checking.
+the journal. A handler sees it only through the `Drive` protocol (workers/drive/seam.py): what it may use.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from ajet_runner.statemachine.lifecycle import State
 from ajet_runner.workers.drive.states import collecting, failing, launching, queued, repairing, running
 
 if TYPE_CHECKING:
-    from ajet_runner.workers.drive.driver import ExperimentDriver
+    from ajet_runner.workers.drive.seam import Drive
 
-Handler = Callable[["ExperimentDriver"], bool]
+Handler = Callable[["Drive"], bool]
 
 HANDLERS: dict[str, Handler] = {
     State.queued.value: queued.handle,

@@ -21,16 +21,16 @@ from ajet_runner.workers.report.result_files import finish_result_dir
 from ajet_runner.workers.swarm.hooks import stop_ours
 
 if TYPE_CHECKING:
-    from ajet_runner.workers.drive.driver import ExperimentDriver
+    from ajet_runner.workers.drive.seam import Drive
 
 
-def handle(d: ExperimentDriver) -> bool:
+def handle(d: Drive) -> bool:
     if d.lc.attempt:
-        d._renew()
+        d.renew()
     if d.handle is not None and d.runner.is_running(d.handle):
         d.runner.stop(d.handle, d.settings.stop_grace_seconds)
     if d.lc.attempt:
-        d._cleanup_processes()
+        d.cleanup_processes()
     gang.finish(d)
     stop_ours(d.runner, d.ctx.swarm, d.settings.stop_grace_seconds, d.journal.publish)
     link_repair_outcomes(d.ctx, d.lc.outcome)
@@ -45,7 +45,7 @@ def handle(d: ExperimentDriver) -> bool:
         _tidy_config_copy(d)  # before the report: it points at the kept copy
         made.append(report_data(d.id, d.bp, d.rec, d.lc, d.ctx, node=d.node.name,
                                 watch=d.watch, started_at=d.started_at,
-                                tmux_socket=getattr(d.runner, "socket_path", None) or d.settings.tmux_socket))
+                                tmux_socket=d.runner.socket_path or d.settings.tmux_socket))
         return made[-1]
 
     # The plot drawn while the run was watched: pasted with its title if still exact, else drawn again.
@@ -54,7 +54,7 @@ def handle(d: ExperimentDriver) -> bool:
         d.journal.call(d.gang.release)  # every node's GPUs of the gang at once
     elif d.node.manages_gpus:
         d.journal.call(lambda: d.store.release_gpus(d.node.name, d.id))
-    if d.ctx.swarm and (port := d._swarm_port()) is not None:
+    if d.ctx.swarm and (port := d.swarm_port()) is not None:
         d.journal.call(lambda: d.store.release_swarm_port(d.node.name, d.id, port))
     metrics = latest_metrics(d.watch.summary) if d.watch else d.rec.latest_metrics
     best = {"best_metrics": made[-1].best} if made and made[-1].best else {}  # the report's: webhooks, /metrics
@@ -67,7 +67,7 @@ def handle(d: ExperimentDriver) -> bool:
     return True
 
 
-def _result_write_failed(d: ExperimentDriver, exc: OSError, metrics: Any) -> None:
+def _result_write_failed(d: Drive, exc: OSError, metrics: Any) -> None:
     """An unwritable result dir (full disk, outside the roots) must not keep the experiment unfinished
     (re-adopted for ever), nor end it as anything but failed: recorded, counted, temp files removed."""
     why = write_error_reason(exc)
@@ -79,7 +79,7 @@ def _result_write_failed(d: ExperimentDriver, exc: OSError, metrics: Any) -> Non
            write_failure="" if counted else code, previous_outcome=d.lc.outcome)
 
 
-def _tidy_config_copy(d: ExperimentDriver) -> None:
+def _tidy_config_copy(d: Drive) -> None:
     """Keep the patched config in the result dir, and out of the user's codebase."""
     cfg = Path(d.ctx.config_path) if d.ctx.config_path else None
     if cfg and cfg != Path(d.bp.yaml_abspath()) and cfg.exists():

@@ -37,11 +37,11 @@ from ajet_runner.workers.repair.plan import plan_repair
 
 if TYPE_CHECKING:
     from ajet_runner.statemachine.models import RepairAction
-    from ajet_runner.workers.drive.driver import ExperimentDriver
+    from ajet_runner.workers.drive.seam import Drive
 
 
-def handle(d: ExperimentDriver) -> bool:
-    d._renew()
+def handle(d: Drive) -> bool:
+    d.renew()
     pending = d.ctx.pending_repair.as_dict() if d.ctx.pending_repair else {}
     cause = Finding.model_validate(pending["cause"]) if pending.get("cause") else None
     sig_id = cause.signature if cause else "unknown"
@@ -62,7 +62,7 @@ def handle(d: ExperimentDriver) -> bool:
         d.journal.on_cancel = None
 
 
-def _judge(d: ExperimentDriver, record: RepairRecord, pending: dict[str, Any], cause: Finding | None, sig_id: str,
+def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Finding | None, sig_id: str,
            stop: threading.Event) -> bool:
     launched = d.lc.attempt > 0 and bool(d.ctx.command)
     actions: list[Any] = []
@@ -114,7 +114,7 @@ def _judge(d: ExperimentDriver, record: RepairRecord, pending: dict[str, Any], c
     return True
 
 
-def _resolve(d: ExperimentDriver, actions: list[RepairAction], sig_id: str) -> tuple[ResolvedRepair, int | None]:
+def _resolve(d: Drive, actions: list[RepairAction], sig_id: str) -> tuple[ResolvedRepair, int | None]:
     """The plan against this experiment, avoiding a next attempt an earlier failed one already ran."""
     data = read_yaml_data(Path(d.ctx.config_path)) if d.ctx.config_path else {}
     earlier = earlier_failures(d.ctx, d.lc.attempt, sig_id)
@@ -132,7 +132,7 @@ def _resolve(d: ExperimentDriver, actions: list[RepairAction], sig_id: str) -> t
                                     own_processes=own, gpus=gpus)
 
 
-def _transient_backoff(d: ExperimentDriver, sig_id: str, resolved: ResolvedRepair) -> float | None:
+def _transient_backoff(d: Drive, sig_id: str, resolved: ResolvedRepair) -> float | None:
     """The wait before an unchanged relaunch of a transient cause (None: not transient, or its waits
     are used up). The n-th repeat of the same inputs waits the catalogue's n-th backoff."""
     try:
@@ -156,7 +156,7 @@ def _until(sig_id: str) -> str | None:
     return spec.until if spec is not None else None
 
 
-def _gpu_facts(d: ExperimentDriver, data: dict[str, Any]) -> GpuFacts:
+def _gpu_facts(d: Drive, data: dict[str, Any]) -> GpuFacts:
     """What `confine_gpus` needs: the node's GPUs for this run, or what nvidia-smi reports free."""
     nodes, per_node = gang_shape(data)
     supported, _ = launcher_skip_support(d.bp.exp_codebase_dir, d.bp.exp_venv_exe)
@@ -166,7 +166,7 @@ def _gpu_facts(d: ExperimentDriver, data: dict[str, Any]) -> GpuFacts:
                     skip_flag=supported is not False, current=parse_visible(d.ctx.env.get("CUDA_VISIBLE_DEVICES")))
 
 
-def _stopped(d: ExperimentDriver, record: RepairRecord, when: str) -> bool:
+def _stopped(d: Drive, record: RepairRecord, when: str) -> bool:
     """A stop request during failing: the failure is recorded, no repair is tried, the run is cancelled."""
     record.next = f"stopped: a stop request arrived {when}; no repair was tried"
     d.ctx.repairs.append(record)
@@ -175,7 +175,7 @@ def _stopped(d: ExperimentDriver, record: RepairRecord, when: str) -> bool:
     return True
 
 
-def _exit_not_recorded(d: ExperimentDriver, record: RepairRecord, cause: Finding) -> None:
+def _exit_not_recorded(d: Drive, record: RepairRecord, cause: Finding) -> None:
     """A full disk or a swapped result dir at the command's end: failed, counted as a result write
     failure, not repaired (a relaunch would meet the same disk or refusal)."""
     code = cause.text.split(" ", 1)[0]  # the finding's text starts with the errno name

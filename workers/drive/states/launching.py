@@ -27,18 +27,18 @@ from ajet_runner.workers.swarm.hooks import SwarmServerFailed, start_or_reuse
 from ajet_runner.workers.swarm.server_watch import server_failure_pending
 
 if TYPE_CHECKING:
-    from ajet_runner.workers.drive.driver import ExperimentDriver
+    from ajet_runner.workers.drive.seam import Drive
 
 
-def handle(d: ExperimentDriver) -> bool:
-    d._renew()
+def handle(d: Drive) -> bool:
+    d.renew()
     if d.journal.cancel_requested():
         d.fire("cancel", "stop requested")
         return True
     session, paths = gang.session_and_paths(d)
     adopted = _find_running_attempt(d, session, paths)
     if adopted is None:
-        outside = d._root_problems()  # checked at each launch: a path may have been swapped since
+        outside = d.root_problems()  # checked at each launch: a path may have been swapped since
         if outside:
             d.fire("anomaly", "refused to launch: " + "; ".join(str(p) for p in outside))
             return True
@@ -89,14 +89,14 @@ def handle(d: ExperimentDriver) -> bool:
     return True
 
 
-def _known_gpus(d: ExperimentDriver) -> list[int] | None:
+def _known_gpus(d: Drive) -> list[int] | None:
     """The GPUs this run uses as far as the runner decided them: the node's, or a repair's confinement."""
     if d.ctx.gpus is not None:
         return list(d.ctx.gpus)
     return parse_visible(d.ctx.env.get("CUDA_VISIBLE_DEVICES"))
 
 
-def _check_known_gpus(d: ExperimentDriver) -> tuple[str, list[str]]:
+def _check_known_gpus(d: Drive) -> tuple[str, list[str]]:
     """(what the runner saw, why GPUs are busy) for a launch that skips the launcher's own check."""
     gpus = _known_gpus(d)
     if d.ctx.swarm or gpus is None or cmdlib.launcher_segment(d.ctx.command) is None \
@@ -115,7 +115,7 @@ def _check_known_gpus(d: ExperimentDriver) -> tuple[str, list[str]]:
     return seen, busy
 
 
-def _refuse_busy_gpus(d: ExperimentDriver, log_path: Path, inputs: dict, seen: str, busy: list[str]) -> None:
+def _refuse_busy_gpus(d: Drive, log_path: Path, inputs: dict, seen: str, busy: list[str]) -> None:
     """The runner's own GPU check failed: no launch; the failure is `gpu_busy`, with what nvidia-smi said."""
     text = f"GPU memory check failed (the runner's check of this run's GPUs before launch): {'; '.join(busy)}"
     now = time.time()
@@ -139,7 +139,7 @@ def _size(path: str) -> int | None:
         return 0
 
 
-def _find_running_attempt(d: ExperimentDriver, session: str, paths: dict[str, Path]) -> RunHandle | None:
+def _find_running_attempt(d: Drive, session: str, paths: dict[str, Path]) -> RunHandle | None:
     """After a crash between starting tmux and recording it (or a Redis restart that lost the record
     of it): find that attempt, never relaunch it. Its wrapper wrote the pid file: the attempt started.
     Still running, it is watched; already ended (its rc file written), the running state sees the exit

@@ -24,10 +24,10 @@ from ajet_runner.workers.swarm.found_results import snapshot
 from ajet_runner.workers.swarm.hooks import port_problems, swarm_plan, swarm_results_path
 
 if TYPE_CHECKING:
-    from ajet_runner.workers.drive.driver import ExperimentDriver
+    from ajet_runner.workers.drive.seam import Drive
 
 
-def handle(d: ExperimentDriver) -> bool:
+def handle(d: Drive) -> bool:
     if d.store.cancel_requested(d.id):
         _claim_and_fire(d, "cancel", "stop requested before launch")
         return True
@@ -37,7 +37,7 @@ def handle(d: ExperimentDriver) -> bool:
     plan = preflight(d.bp, env=os.environ, environment=f"node {d.node.name} (the worker's environment)")
     problems = list(plan.problems) + (port_problems(spec) if spec is not None else [])
     _move_earlier_run(d, problems)
-    problems += d._root_problems()
+    problems += d.root_problems()
     errors = [p for p in problems if p.level == Level.error]
     d.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
     d.ctx.preflight_env = {"environment": plan.environment,
@@ -69,7 +69,7 @@ def handle(d: ExperimentDriver) -> bool:
     return True
 
 
-def _move_earlier_run(d: ExperimentDriver, problems: list[Problem]) -> None:
+def _move_earlier_run(d: Drive, problems: list[Problem]) -> None:
     """An earlier run's files go to previous/ before this run writes anything (submission
     did it already when it could see the disk; this covers an API that could not)."""
     d.ctx.previous_run = d.ctx.previous_run or d.rec.previous_run
@@ -84,22 +84,22 @@ def _move_earlier_run(d: ExperimentDriver, problems: list[Problem]) -> None:
     d.ctx.previous_run = moved or d.ctx.previous_run
 
 
-def _claim_and_fire(d: ExperimentDriver, trigger: str, reason: str, fields: dict[str, Any] | None = None) -> None:
+def _claim_and_fire(d: Drive, trigger: str, reason: str, fields: dict[str, Any] | None = None) -> None:
     lease = d.store.server_time() + d.settings.lease_seconds
     d.fire(trigger, reason, fields={"owner": d.owner, "lease_until": lease, "node": d.node.name,
                                     **driver_identity(),
                                     **(fields or {})}, ack=True)  # a conflict: another worker won
-    d._renew()
+    d.renew()
 
 
-def _release_gpus_now(d: ExperimentDriver) -> None:
+def _release_gpus_now(d: Drive) -> None:
     gang.release(d)
     d.ctx.gpus = None
 
 
-def _reserve_swarm_port(d: ExperimentDriver) -> bool:
+def _reserve_swarm_port(d: Drive) -> bool:
     """Wait a little for the swarm port on this node; False hands the job back to its queue."""
-    port = d._swarm_port()
+    port = d.swarm_port()
     if port is None:
         return True
     deadline = time.monotonic() + d.settings.capacity_wait_seconds
@@ -110,7 +110,7 @@ def _reserve_swarm_port(d: ExperimentDriver) -> bool:
     return True
 
 
-def _wait_for_gpus(d: ExperimentDriver) -> bool:
+def _wait_for_gpus(d: Drive) -> bool:
     """Wait a little for GPUs here; if none free up, hand the job back to its queue."""
     deadline = time.monotonic() + d.settings.capacity_wait_seconds
     while time.monotonic() < deadline:
@@ -124,7 +124,7 @@ def _wait_for_gpus(d: ExperimentDriver) -> bool:
     return False
 
 
-def _apply_preflight(d: ExperimentDriver, plan: Any) -> None:
+def _apply_preflight(d: Drive, plan: Any) -> None:
     original = Path(d.bp.yaml_abspath())
     result_dir = Path(d.bp.exp_result_dir)
     atomic_write_bytes(result_dir / "config.original.yaml", original.read_bytes())
@@ -135,7 +135,7 @@ def _apply_preflight(d: ExperimentDriver, plan: Any) -> None:
     d.ctx.config_path = str(original)
     d.ctx.command = command
     if changes:
-        d._patch_config([c.model_dump(mode="json") for c in changes])
+        d.patch_config([c.model_dump(mode="json") for c in changes])
     d.ctx.cleanup_on_stop = bool(plan.cleanup_on_stop)
     d.ctx.preflight_changes = [c.model_dump(mode="json") for c in [*changes, *plan.command_changes]]
     d.ctx.val_path = plan.val_result_path  # absolute, resolved from the launch directory
@@ -146,7 +146,7 @@ def _apply_preflight(d: ExperimentDriver, plan: Any) -> None:
     d.ctx.val_start = file_start(plan.val_result_path)
 
 
-def _share_node_gpus(d: ExperimentDriver) -> None:
+def _share_node_gpus(d: Drive) -> None:
     """AgentJet's all-GPUs check on a shared node, or after `--autokill` was stripped: skipped where the
     runner knows this run's GPUs (it checks them itself before launch), else a warning that it will run
     (statemachine/preflight.py: gpu_check_decision)."""
@@ -154,7 +154,8 @@ def _share_node_gpus(d: ExperimentDriver) -> None:
         return
     hazard = d.ctx.cleanup_on_stop  # the preflight removed --autokill / --kill
     shared = d.ctx.gpus is not None and len(d.ctx.gpus) < d.node.gpus
-    supported, launcher = (True, "")
+    supported: bool | None = True
+    launcher = ""
     if (hazard or shared) and d.ctx.gpus is not None:
         supported, launcher = launcher_skip_support(launch_workdir(d.bp, d.ctx.command), d.bp.exp_venv_exe)
     change, problem = gpu_check_decision(d.ctx.command, gpus=d.ctx.gpus, node_gpus=d.node.gpus, hazard_removed=hazard,
@@ -166,7 +167,7 @@ def _share_node_gpus(d: ExperimentDriver) -> None:
         d.ctx.preflight_problems.append(problem.model_dump(mode="json"))
 
 
-def _apply_swarm(d: ExperimentDriver) -> None:
+def _apply_swarm(d: Drive) -> None:
     """Swarm mode: the launch command is the client; its results file is named, or discovered
     (workers/swarm/found_results.py) from the sizes the candidate files have now."""
     spec, _ = swarm_plan(d.bp)

@@ -16,13 +16,13 @@ from ajet_runner.workers.repair.resume import pin_experiment_name
 from ajet_runner.workers.swarm.hooks import stop_ours
 
 if TYPE_CHECKING:
-    from ajet_runner.workers.drive.driver import ExperimentDriver
+    from ajet_runner.workers.drive.seam import Drive
 
 GPU_POLL_SECONDS = 5.0
 
 
-def handle(d: ExperimentDriver) -> bool:
-    d._renew()
+def handle(d: Drive) -> bool:
+    d.renew()
     resolved = (d.ctx.pending_repair.resolved if d.ctx.pending_repair else None) or {}
     record = d.ctx.repairs[-1] if d.ctx.repairs else None
     wait = float(resolved.get("backoff_seconds") or 0.0)
@@ -45,12 +45,12 @@ def handle(d: ExperimentDriver) -> bool:
             changes.append(pin.model_dump(mode="json"))
         if line and record is not None:
             record.changes.append(line)
-    diff = d._patch_config(changes)
+    diff = d.patch_config(changes)
     cleanups = list(resolved.get("cleanups") or [])
     if "swarm_server" in cleanups:
         stop_ours(d.runner, d.ctx.swarm, d.settings.stop_grace_seconds, d.journal.publish)
     if any(c in PROCESS_CLEANUPS for c in cleanups):
-        killed = d._cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
+        killed = d.cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
         if record is not None:  # the plan's "clean up …" lines become what the cleanup did
             planned = [c for c in record.changes if c.startswith(tuple(f"clean up {k} " for k in PROCESS_CLEANUPS))]
             at = record.changes.index(planned[0]) if planned else len(record.changes)
@@ -72,7 +72,7 @@ def _cleanup_line(cleanups: list[str], killed: list[int]) -> str:
     return f"cleanup ({what}): no process of this experiment was left to stop"
 
 
-def _wait(d: ExperimentDriver, seconds: float, until: str | None, known: list[int] | None) -> tuple[str, bool]:
+def _wait(d: Drive, seconds: float, until: str | None, known: list[int] | None) -> tuple[str, bool]:
     """Wait before an unchanged relaunch of a transient cause; `gpus_free` ends it early once the run's
     GPUs (`known`; else every GPU nvidia-smi lists, as the launcher checks) are at least 95 % free.
     Returns the repair-log line and whether a stop came."""
@@ -81,7 +81,7 @@ def _wait(d: ExperimentDriver, seconds: float, until: str | None, known: list[in
     seen = ""
     next_look = start
     while True:
-        d._renew()
+        d.renew()
         if d.journal.cancel_requested():
             waited = format_duration(time.monotonic() - start)
             return f"waited {waited} for the transient cause; a stop was requested", True

@@ -1,7 +1,8 @@
 """Running: watch the attempt, let the rules propose, the machine decides.
 
 What the loop does besides deciding — the lease, evaluations, progress reports, the log tail, the
-watch metrics — are observers (`OBSERVERS`), called at fixed points of each tick.
+watch metrics — are observers (`observers()`), called at fixed points of each tick and once when the
+attempt ends.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ajet_runner.workers.swarm.found_results import swarm_results_source
 from ajet_runner.workers.swarm.server_watch import ServerWatch
 
 if TYPE_CHECKING:
-    from ajet_runner.workers.drive.driver import ExperimentDriver
+    from ajet_runner.workers.drive.seam import Drive
 
 
 log = logging.getLogger(__name__)
@@ -54,31 +55,34 @@ class Tick:
 class WatchObserver:
     """Hooks of the watch loop (dramatiq-middleware style); each does one cross-cutting job."""
 
-    def before_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+    def before_tick(self, d: Drive, tick: Tick) -> None:
         """At the start of every tick, before anything is read."""
 
-    def on_evaluations(self, d: ExperimentDriver, tick: Tick, new: list[Any]) -> None:
+    def on_evaluations(self, d: Drive, tick: Tick, new: list[Any]) -> None:
         """New evaluations were read from the results file (or the log)."""
 
-    def after_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+    def after_tick(self, d: Drive, tick: Tick) -> None:
         """After the tick's observation is made, before the rules decide."""
+
+    def on_attempt_end(self, d: Drive, tick: Tick) -> None:
+        """The rules ended the attempt (the process is stopped and its log read to the end)."""
 
 
 class Lease(WatchObserver):
     """Keep the owner's lease alive (raises LostOwnership once it is gone), or give the run back
     (HandedBack) once the hosting process is stopping."""
 
-    def before_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+    def before_tick(self, d: Drive, tick: Tick) -> None:
         if d.handback is not None and d.handback.is_set():
             tick.watch.maybe_save(tick.t0, force=True)  # the adopter goes on from exactly here
             raise HandedBack(f"{d.id}: the worker process is stopping")
-        d._renew()
+        d.renew()
 
 
 class Evaluations(WatchObserver):
     """Latest metrics on the record, one event per evaluation."""
 
-    def on_evaluations(self, d: ExperimentDriver, tick: Tick, new: list[Any]) -> None:
+    def on_evaluations(self, d: Drive, tick: Tick, new: list[Any]) -> None:
         _publish_evaluations(d, new)
         if tick.alive:  # the report's plot, drawn ahead in a thread (once the run ended, collecting draws it)
             d.plot_ahead.update(tick.watch.summary.evaluations)
@@ -87,7 +91,7 @@ class Evaluations(WatchObserver):
 class Progress(WatchObserver):
     """Progress events on a person's backoff cadence (docs/background.md#manual-workflow)."""
 
-    def after_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+    def after_tick(self, d: Drive, tick: Tick) -> None:
         _maybe_report(d, tick.now - tick.started)
 
 
@@ -99,12 +103,15 @@ class LogTail(WatchObserver):
         self.next_at = 0.0
         self.sent = -1  # lines of this watch already in the list (-1: none: the first send replaces the list)
 
-    def after_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+    def after_tick(self, d: Drive, tick: Tick) -> None:
         if tick.watch.bytes_read != tick.read_before and tick.t0 >= self.next_at:
             self.send(d, tick.watch)
             self.next_at = tick.t0 + LOG_TAIL_EVERY
 
-    def send(self, d: ExperimentDriver, watch: AttemptWatch) -> None:
+    def on_attempt_end(self, d: Drive, tick: Tick) -> None:
+        self.send(d, tick.watch)  # the last lines, read after the process ended
+
+    def send(self, d: Drive, watch: AttemptWatch) -> None:
         total = watch.scanner.line_count
         new = total - self.sent if self.sent >= 0 else LOG_TAIL_LINES
         if new > 0:
@@ -116,7 +123,7 @@ class LogTail(WatchObserver):
 class WatchMetrics(WatchObserver):
     """The worker's watch-loop metrics (workers/node/worker_metrics.py), through the driver's `on_watch` callback."""
 
-    def after_tick(self, d: ExperimentDriver, tick: Tick) -> None:
+    def after_tick(self, d: Drive, tick: Tick) -> None:
         if d.on_watch:
             w = tick.watch
             d.on_watch(d.id, time.monotonic() - tick.t0, w.bytes_read - tick.read_before, tick.now - w.last_output_at)
@@ -127,7 +134,7 @@ def observers() -> list[WatchObserver]:
     return [Lease(), Evaluations(), Progress(), LogTail(), WatchMetrics()]
 
 
-def handle(d: ExperimentDriver) -> bool:
+def handle(d: Drive) -> bool:
     assert d.handle is not None
     earlier = [a for a in d.ctx.attempts if a.number != d.lc.attempt]
     watch = d.watch = AttemptWatch(d.handle, Path(d.ctx.val_path) if d.ctx.val_path else None,
@@ -151,7 +158,7 @@ def handle(d: ExperimentDriver) -> bool:
         watch.close()
 
 
-def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
+def _watch(d: Drive, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
     """One tick: one bounded slice of the log, the results file, then every rule. Ticks follow each
     other at once while the log has a backlog, else every poll interval — or at once when the
     command's process ends (pidfd) or a stop is announced."""
@@ -220,8 +227,7 @@ def _watch(d: ExperimentDriver, watch: AttemptWatch, waiter: ExitWaiter) -> bool
         if proposal is not None:
             _end_attempt(d, proposal, alive)
             for o in hooks:
-                if isinstance(o, LogTail):
-                    o.send(d, watch)  # the last lines, read after the process ended
+                o.on_attempt_end(d, tick)
             return True
         if not watch.behind:
             waiter.wait(_until_next_look(d, started, time.time()))
@@ -234,7 +240,7 @@ def _log_size(watch: AttemptWatch) -> int:
         return 0
 
 
-def _until_next_look(d: ExperimentDriver, started: float, now: float) -> float:
+def _until_next_look(d: Drive, started: float, now: float) -> float:
     """The poll interval, cut short to wake right at the time limit (and at its grace's end): the
     exit, a stop request and a hand-back wake the loop by themselves (pidfd, pipe)."""
     wait = d.settings.poll_interval
@@ -246,7 +252,7 @@ def _until_next_look(d: ExperimentDriver, started: float, now: float) -> float:
     return wait
 
 
-def _server_fields(d: ExperimentDriver) -> dict[str, Any]:
+def _server_fields(d: Drive) -> dict[str, Any]:
     """Swarm mode: the server's state for the Observation (the `swarm_server` rule decides)."""
     server = d.server_watch
     if server is None:
@@ -256,7 +262,7 @@ def _server_fields(d: ExperimentDriver) -> dict[str, Any]:
             "server_last_line": "" if server.alive else server.last_line()}
 
 
-def _primary_evaluations(d: ExperimentDriver) -> list[Any]:
+def _primary_evaluations(d: Drive) -> list[Any]:
     """The primary dataset's evaluations: the same list object while the summary is the same (it is
     replaced when the results change), so the rules' inputs compare by identity, without a copy a tick."""
     assert d.watch is not None
@@ -270,7 +276,7 @@ def _primary_evaluations(d: ExperimentDriver) -> list[Any]:
     return evals
 
 
-def _publish_evaluations(d: ExperimentDriver, new: list[Any]) -> None:
+def _publish_evaluations(d: Drive, new: list[Any]) -> None:
     assert d.watch is not None
     metrics = latest_metrics(d.watch.summary)
     d.journal.update({"latest_metrics": metrics})
@@ -280,7 +286,7 @@ def _publish_evaluations(d: ExperimentDriver, new: list[Any]) -> None:
         )
 
 
-def _maybe_report(d: ExperimentDriver, elapsed: float) -> None:
+def _maybe_report(d: Drive, elapsed: float) -> None:
     """Progress events on a person's backoff cadence (docs/background.md#manual-workflow): a log excerpt
     and the latest metrics."""
     if elapsed < report_due_at(d.ctx.reports_sent, d.backoff):
@@ -293,7 +299,7 @@ def _maybe_report(d: ExperimentDriver, elapsed: float) -> None:
     })
 
 
-def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
+def _end_attempt(d: Drive, proposal: Proposal, alive: bool) -> None:
     assert d.handle is not None and d.watch is not None
     exit_code = None
     # What the log said before we stopped it: our own SIGINT makes the job print a traceback.
@@ -312,7 +318,7 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
                            "message": f"bytes {gap['start']}-{gap['end']} of the log were not scanned: "
                            f"{gap['reason']}"})
     remove_checkpoint(d.handle.log_path)
-    d._cleanup_processes()
+    d.cleanup_processes()
     gang.stop_members(d)  # a multi-node run: every other rank too
     attempt = d.ctx.attempts[-1] if d.ctx.attempts else None
     if attempt is not None:
@@ -328,12 +334,12 @@ def _end_attempt(d: ExperimentDriver, proposal: Proposal, alive: bool) -> None:
             else _excerpt(d, cause),
             log_tail=d.watch.scanner.tail(80),
         )
-    detail = {"rule": proposal.rule}
+    detail: dict[str, Any] = {"rule": proposal.rule}
     if cause is not None:
         detail["signature"] = cause.signature
     d.fire(proposal.trigger, proposal.reason, **detail)
 
 
-def _excerpt(d: ExperimentDriver, cause: Finding | None) -> str:
+def _excerpt(d: Drive, cause: Finding | None) -> str:
     assert d.watch is not None
     return "\n".join(d.watch.scanner.tail(25 if cause is not None else 40))

@@ -13,7 +13,7 @@ from ajet.sim.trainer import Trainer, run_safely
 
 def main(argv: list[str] | None = None, backbone: str = "verl") -> int:
     interrupts.install()
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # typed TextIO; a TextIOWrapper here
     parser = argparse.ArgumentParser(prog=f"ajet.backbone.main_{backbone}")
     parser.add_argument("--config-path", "--config", dest="config_path", required=True)
     parser.add_argument("--config-name", dest="config_name", default="")

@@ -247,7 +247,7 @@ def run_safely(trainer: Trainer) -> int:
         else:
             console.emit(f"(TaskRunner pid={trainer.pid}) Received signal {stop.signum}, shutting down.")
         return stop.exit_code
-    except Exception:
+    except Exception:  # noqa: BLE001 - the traceback goes to the log, as the real trainer's
         for line in traceback.format_exc().splitlines():
             trainer.say(line)
         console.emit("Error executing job with overrides: []")

@@ -37,7 +37,7 @@ def run_ppo(config) -> None:
     with rayemu.actor_output("TaskRunner", enabled=bool(knobs["ray_prefix"])):
         try:
             TaskRunner().run(config)
-        except Exception as exc:  # leaves the "actor" the way ray.get delivers it
+        except Exception as exc:  # noqa: BLE001 - leaves the "actor" the way ray.get delivers it
             error = exc
     if error is not None:
         raise rayemu.ray_task_error(error) from None

@@ -1,0 +1,50 @@
+"""The filtered list the API and the console both serve: index pages (store/filters.py), then the summary
+fields of the page's records only."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ajet_runner.service.api.schemas import SUMMARY_FIELDS, summary_dict
+from ajet_runner.store.filters import SEARCH_WINDOW, Query
+from ajet_runner.store.store import Store, decode, exp_key
+
+
+def summaries(store: Store, ids: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The summaries of `ids` (one pipeline of HMGETs), and the ids whose record is gone."""
+    pipe = store.r.pipeline(transaction=False)
+    for i in ids:
+        pipe.hmget(exp_key(i), SUMMARY_FIELDS)
+    out, gone = [], []
+    now = time.time()
+    for exp_id, values in zip(ids, pipe.execute(), strict=True):
+        raw: dict[bytes | str, bytes | str] = {k: v for k, v in zip(SUMMARY_FIELDS, values, strict=True)
+                                               if v is not None}
+        if raw.get("id"):
+            out.append(summary_dict(decode(raw), now))
+        else:
+            gone.append(exp_id)
+    return out, gone
+
+
+def list_page(store: Store, query: Query, offset: int, limit: int, q: str = "", scan_before: str = "",
+              window: int = SEARCH_WINDOW) -> dict[str, Any]:
+    """{"items", "total", "limit", "offset", "search"}: newest first. With `q`, the matches of one bounded
+    window of candidates (created before the cursor `scan_before`); `search` says how many were searched
+    and gives the next window's cursor."""
+    for _ in range(2):  # a record gone without the expiry sweep seeing it (deleted under an older version):
+        search = None   # it leaves the indexes, and the page is read again
+        if q:
+            found = store.indexes.search(query, q, scan_before, window)
+            ids, total = found.ids[offset:offset + limit], len(found.ids)
+            search = {"scan_before": found.before or None, "searched": found.searched,
+                      "candidates": found.candidates, "partial": found.partial,
+                      "next_scan_before": found.next_before}
+        else:
+            ids, total = store.indexes.page(query, offset, limit)
+        items, gone = summaries(store, ids)
+        if not gone:
+            break
+        store.prune(gone, query.keys() or [])
+    return {"items": items, "total": total, "limit": limit, "offset": offset, "search": search}
