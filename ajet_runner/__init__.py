@@ -6,9 +6,18 @@ the type checker and an editable install all see the same names. The public Pyth
 `ajet_runner.client`.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("ajet-runner")
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    """`__version__` on first use: reading the installed metadata costs every `ajet-runner` call ~30 ms."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("ajet-runner")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found

@@ -1,39 +1,18 @@
-"""`ajet-runner` command line: one typer app; its command groups live in cli/commands/."""
+"""`ajet-runner` command line: one typer app; its command groups live in cli/commands/.
+
+The root group is lazy (cli/lazy.py): a command's module is imported only when that command runs, so
+`--help` and the light commands start in a fraction of the time importing all of them took.
+"""
 
 from __future__ import annotations
 
 import typer
 
-from ajet_runner.cli.commands import (
-    catalogue_command as catalogue,
-)
-from ajet_runner.cli.commands import (
-    check_command as check,
-)
-from ajet_runner.cli.commands import (
-    client_commands as client,
-)
-from ajet_runner.cli.commands import (
-    diagnose_command as diagnose,
-)
-from ajet_runner.cli.commands import (
-    results_command as results,
-)
-from ajet_runner.cli.commands import (
-    run_command as run,
-)
-from ajet_runner.cli.commands import (
-    serve_command as serve,
-)
-from ajet_runner.cli.commands import (
-    session_host_command as session_host,
-)
-from ajet_runner.cli.commands import stage_commands as stages
-from ajet_runner.cli.commands import up_command as up
-from ajet_runner.cli.commands import worker_command as worker
+from ajet_runner.cli.lazy import LazyGroup
 
 app = typer.Typer(
     name="ajet-runner",
+    cls=LazyGroup,
     help="Run AgentJet experiment blueprints: tmux, watching, repairs, reports, finish.flag.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
@@ -60,12 +39,11 @@ def _root(
     """Run AgentJet experiment blueprints: tmux, watching, repairs, reports, finish.flag."""
 
 
-for module in (check, results, diagnose, run, up, worker, session_host, serve, client, stages, catalogue):
-    module.register(app)
-
-
 def main() -> None:
     from ajet_runner.cli.commands.help_text import tidy
+    from ajet_runner.cli.startup import skip_unused_imports
+
+    skip_unused_imports()
 
     tidy(typer.main.get_command(app))(prog_name="ajet-runner")
 

@@ -544,6 +544,11 @@ class Store:
         """End our lease now (only while we own it): the node's supervisor re-adopts the run at its next scan."""
         return bool(self._hand_back(keys=[exp_key(exp_id)], args=[owner]))
 
+    def end_dead_lease(self, exp_id: str, dead_owner: str) -> bool:
+        """End the lease of an owner the caller proved dead (workers/drive/owner_identity.owner_dead), so the
+        run is re-adopted now: compare-and-set on that exact owner value (hand_back.lua), never another's."""
+        return bool(self._hand_back(keys=[exp_key(exp_id)], args=[dead_owner]))
+
     def poll_run(self, exp_id: str, owner: str, renew_seconds: float = 0.0) -> tuple[bool, bool]:
         """(still ours, stop requested), renewing the lease when `renew_seconds` > 0: one round trip."""
         owned, cancel = self._poll_run(keys=[exp_key(exp_id)], args=[owner, renew_seconds or 0])

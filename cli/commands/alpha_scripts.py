@@ -27,6 +27,7 @@ from ajet_runner.cli.commands.client_commands import (
     submit_drop_in,
 )
 from ajet_runner.cli.commands.output import USAGE, err
+from ajet_runner.cli.startup import skip_unused_imports
 
 
 def _app(name: str, help_text: str) -> typer.Typer:
@@ -81,12 +82,15 @@ def stop_jobs(
 
 
 def run_blueprint_main() -> None:
+    skip_unused_imports()
     run_blueprint_app()
 
 
 def scan_jobs_main() -> None:
+    skip_unused_imports()
     scan_jobs_app()
 
 
 def stop_jobs_main() -> None:
+    skip_unused_imports()
     stop_jobs_app()

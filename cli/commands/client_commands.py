@@ -573,11 +573,12 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         token: str = TOKEN_OPTION,
     ) -> None:
         """Experiments: id, purpose, state or outcome, node, elapsed, latest mean_reward (tab-separated when piped)."""
-        from ajet_runner.statemachine.lifecycle import Outcome, State
+        if state is not None or outcome is not None:  # the state machine (transitions) only when asked
+            from ajet_runner.statemachine.lifecycle import Outcome, State
 
-        for flag, value, known in (("--state", state, State), ("--outcome", outcome, Outcome)):
-            if value is not None and value not in {v.value for v in known}:
-                raise output.fail(f"error: {flag} {value!r} is not one of {', '.join(v.value for v in known)}")
+            for flag, value, known in (("--state", state, State), ("--outcome", outcome, Outcome)):
+                if value is not None and value not in {v.value for v in known}:
+                    raise output.fail(f"error: {flag} {value!r} is not one of {', '.join(v.value for v in known)}")
         with connect(url, token) as client:
             items: list[Experiment] = []
             for rec in client.iter_experiments(state=state, node=node, outcome=outcome, stage=stage):

@@ -39,8 +39,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run this node's worker: the watcher (a thread per run), heartbeat, re-adoption of running experiments."""
         from ajet_runner.logsetup import LogSetupError, configure
-        from ajet_runner.workers.node.supervisor import NodeSupervisor
         from ajet_runner.workers.node.this_node import NodeInfo
+        from ajet_runner.workers.node.watcher_process import spawn_watcher
 
         if address:  # the watcher (a separate process) reads it from the environment
             import os
@@ -58,7 +58,11 @@ def register(app: typer.Typer) -> None:
         install_site_catalogue("worker")  # validated here; each slot loads it again
         info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
                                       slots or settings.slots)
+        watcher = spawn_watcher(info, url)  # before the supervisor's import: both processes start at once
+        from ajet_runner.workers.node.supervisor import NodeSupervisor
+
         sup = NodeSupervisor(settings, info, url)
+        sup.watcher = watcher
         from ajet_runner.workers.notify.deliverer import start_deliverer
 
         outbox = start_deliverer(settings, url, info.name, sup.stopping)  # webhooks, stage reports (the outbox)

@@ -20,7 +20,6 @@ status, the server's message and, for rejected blueprints, the problems list) an
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import os
@@ -564,6 +563,8 @@ class AsyncAjetRunnerClient:
     async def follow(self, exp_id: str, *, last_event_id: str | None = None,
                      reconnect_limit: float = RECONNECT_LIMIT) -> AsyncIterator[Event]:
         """Server-sent events until finished, with the same bounded reconnect as the sync client."""
+        import asyncio  # only the async client needs it: every CLI call would pay for it
+
         last = last_event_id
         backoff = Reconnect(self.url, reconnect_limit)
         while True:
@@ -597,6 +598,8 @@ class AsyncAjetRunnerClient:
 
     async def wait(self, exp_id: str, timeout: float | None = None, *, interval: float = 2.0) -> Experiment:
         """The final record once finished; TimeoutError after `timeout` seconds."""
+        import asyncio  # only the async client needs it: every CLI call would pay for it
+
         async def until_finished() -> Experiment:
             while True:
                 rec = await self.get(exp_id)
@@ -636,6 +639,8 @@ class AsyncAjetRunnerClient:
                          timeout: float | None = None, interval: float = 2.0,
                          on_update: Callable[[list[Experiment]], None] | None = None) -> list[Experiment]:
         """As the sync client's: every experiment's final record once all are finished."""
+        import asyncio  # only the async client needs it: every CLI call would pay for it
+
         wanted = _wait_args(name, ids)
 
         async def until_finished() -> list[Experiment]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ajet_runner.service.submit import submit
@@ -14,13 +16,13 @@ from tests.integration.workers import kill_group, running_worker, start_worker, 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, step_seconds: str, until: str):
+def start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, step_seconds: str, until: str, **env_extra: str):
     """Run the demo on node n1, SIGKILL the worker (supervisor and watcher) once `until` holds."""
     sc = make("demo", tmp_path)
     yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
     yaml_path.write_text(yaml_path.read_text().replace("step_seconds: 1.0", f"step_seconds: {step_seconds}"))
     store = Store.from_url(redis_url)
-    env = worker_env(redis_url, tmux_socket)
+    env = worker_env(redis_url, tmux_socket, **env_extra)
     first = start_worker(env, "n1", "--gpus", "0")
     try:
         wait_for(lambda: store.nodes(), 30, "the first worker to register")
@@ -36,11 +38,21 @@ def start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, step_seconds: s
 
 
 def test_sigkilled_worker_is_replaced_and_the_run_completes_with_one_launch(tmp_path, redis_url, tmux_socket):
-    sc, store, env, exp_id, rec = start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, "0.5", "evaluated")
+    """The dead driver's lease (60 s here) is not waited out: its owner id names a process of this node and
+    boot that is gone, so the worker started right after the kill re-adopts the run as soon as it is up."""
+    sc, store, env, exp_id, rec = start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, "0.5", "evaluated",
+                                                             AJET_RUNNER_LEASE_SECONDS="60")
     session = rec["tmux_session"]
     assert TmuxRunner(tmux_socket).exists(session)  # the run itself lives on in tmux
+    dead_owner, lease_until = rec["owner"], float(rec["lease_until"])
 
+    started = time.monotonic()
     with running_worker(env, "n1", "--gpus", "0"):
+        wait_for(lambda: (store.get(exp_id) or {}).get("owner") not in (None, "", dead_owner), 50,
+                 "the new worker to adopt the run")
+        took, adopted_at = time.monotonic() - started, store.server_time()
+        print(f"adopted {took:.2f} s after the new worker started")
+        assert adopted_at < lease_until, "the dead owner's lease was waited out"
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
     rec = store.get(exp_id)
     assert rec is not None and rec["outcome"] == "completed"

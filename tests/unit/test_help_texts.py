@@ -17,9 +17,10 @@ ROOT = tidy(typer.main.get_command(app))
 
 
 def _leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    subs = getattr(command, "commands", None)
-    if not subs:
+    if not hasattr(command, "list_commands"):
         return [path]
+    ctx = typer.Context(command, info_name=path[-1] if path else "ajet-runner")
+    subs = {name: command.get_command(ctx, name) for name in command.list_commands(ctx)}  # the lazy ones built
     return [leaf for name, sub in sorted(subs.items()) for leaf in _leaves(sub, (*path, name))]
 
 

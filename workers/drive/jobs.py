@@ -8,8 +8,6 @@ above the experiment's max time.
 from __future__ import annotations
 
 import logging
-import os
-import uuid
 
 import redis
 from rq import get_current_job
@@ -22,6 +20,7 @@ from ajet_runner.store.store import Store, TransitionConflict
 from ajet_runner.workers.drive.driver import ExperimentDriver
 from ajet_runner.workers.drive.hosting import HOST
 from ajet_runner.workers.drive.journal import HandedBack, LostOwnership, RedisUnavailable
+from ajet_runner.workers.drive.owner_identity import owner_id
 from ajet_runner.workers.node.this_node import NodeInfo
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,7 @@ def drive_rank(exp_id: str, rank: int) -> str:
     url = _redis_url(settings.redis_url, job)
     conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
-    owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    owner = owner_id(node.name)
     return RankDriver(Store(conn), GangStore(conn), exp_id, int(rank), settings, node, owner,
                       handback=HOST.handback()).run()
 
@@ -69,7 +68,7 @@ def drive(exp_id: str) -> str:
     conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     store = Store(conn)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
-    owner = f"{node.name}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    owner = owner_id(node.name)
     reporter = HOST.reporter(store, node.name)
     try:
         try:

@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,11 +23,11 @@ from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.queue import enqueue_drive, node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
-from ajet_runner.workers.drive.owner_identity import driver_alive
+from ajet_runner.workers.drive.owner_identity import driver_alive, owner_dead
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from ajet_runner.workers.node.queue_check import QueueChecker
 from ajet_runner.workers.node.this_node import NodeInfo
-from ajet_runner.workers.process.lifeline import PARENT_ENV
+from ajet_runner.workers.node.watcher_process import spawn_watcher
 from ajet_runner.workers.process.tmux import TmuxRunner
 
 log = logging.getLogger(__name__)
@@ -62,15 +61,7 @@ class NodeSupervisor:
 
     # -- the watcher -------------------------------------------------------------------------
     def _spawn(self) -> None:
-        # REDIS_URL (its password included) and every token go through the environment, never the command
-        # line: /proc/<pid>/cmdline (ps) is readable by every user of the node, the environment is not.
-        env = {**os.environ, "AJET_RUNNER_NODE": self.node.name, "AJET_RUNNER_GPUS": str(self.node.gpus),
-               "AJET_RUNNER_SLOTS": str(self.node.slots), "REDIS_URL": self.url,
-               PARENT_ENV: str(os.getpid())}  # the watcher dies with this process (PR_SET_PDEATHSIG)
-        self.watcher = subprocess.Popen(
-            [sys.executable, "-m", "ajet_runner.workers.node.watcher", self.node.name, str(self.node.slots)],
-            env=env,
-        )
+        self.watcher = spawn_watcher(self.node, self.url)
 
     def _keep_watcher(self) -> None:
         """Restart the watcher if it died (a drain does not stop it: it takes no new job then, and
@@ -124,6 +115,9 @@ class NodeSupervisor:
         self.running = [rec["id"] for rec in mine]
         for rec in mine:
             lease = float(rec.get("lease_until") or 0)
+            gone = lease > now and self._owner_gone(rec)
+            if gone:
+                lease = 0.0
             last_try = float(rec.get("adopt_enqueued_at") or 0)
             if lease > now or now - last_try < 2 * self.settings.lease_seconds or driver_alive(rec):
                 continue
@@ -131,11 +125,21 @@ class NodeSupervisor:
             enqueue_drive(self.store.r, self.store, rec["id"], node_queue(self.node.name), at_front=True,
                           max_seconds=float(rec.get("max_seconds") or 0) or None)
             self.store.publish(rec["id"], {"type": "adoption", "node": self.node.name,
-                                           "message": "driver lease expired: re-adopting the run"})
+                                           "message": "its driver is gone: re-adopting the run" if gone
+                                           else "driver lease expired: re-adopting the run"})
             adopted.append(rec["id"])
         self._release_stale_gpus()
         self._release_stale_swarm_ports()
         return adopted
+
+    def _owner_gone(self, rec: dict) -> bool:
+        """The owner is provably dead (this node and boot, its pid gone or reused): its lease is ended now,
+        not waited out (workers/drive/owner_identity.py)."""
+        owner = str(rec.get("owner") or "")
+        if not owner_dead(owner, self.node.name) or not self.store.end_dead_lease(rec["id"], owner):
+            return False
+        log.info("%s: its driver %s is gone: re-adopting the run without waiting for its lease", rec["id"], owner)
+        return True
 
     def _tmux(self) -> TmuxRunner:
         if self._runner is None:
@@ -208,6 +212,7 @@ class NodeSupervisor:
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> None:
         log.info("node %s: %d GPU(s), %d slot(s)", self.node.name, self.node.gpus, self.node.slots)
+        self._keep_watcher()  # first: its start-up overlaps ours, so the runs we re-adopt are taken sooner
         self._undrain_on_start()
         next_beat = next_scan = 0.0
         try:

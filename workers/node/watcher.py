@@ -68,8 +68,10 @@ def main(argv: list[str]) -> int:
     if settings.catalogue_extra:
         use_extension(settings.catalogue_extra)  # checked by `ajet-runner worker` before it started us
     HOST.active = True
-    preload_plotting()  # once per node, in the background: no report's plot pays matplotlib's import
     importlib.import_module(DRIVE_JOB.rpartition(".")[0])  # the driver's code, before the first job needs it
+    # Once per node, in the background: no report's plot pays matplotlib's import. After the driver's import,
+    # not beside it: a restarted worker's first jobs (re-adopting runs) wait for that import, not for this.
+    preload_plotting()
     conn = redis.Redis.from_url(url, health_check_interval=30)
     store = Store(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5))
     worker = SlotWorker([queue(conn, name) for name in queue_names(node)], slots=slots,
