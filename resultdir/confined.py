@@ -132,10 +132,11 @@ def read_at(dfd: int, name: str, limit: int = 1 << 20) -> bytes:
         os.close(fd)
 
 
-def atomic_write_at(dfd: int, name: str, data: bytes, mode: int | None = None) -> None:
+def atomic_write_at(dfd: int, name: str, data: bytes, mode: int | None = None, *, durable: bool = True) -> None:
     """Readers of `name` in `dfd` see the old file or the whole new one, never a part: a temp file created
     with O_EXCL|O_NOFOLLOW, fsynced, renamed over `name` relative to `dfd`. The temp file is removed
-    on any error (e.g. ENOSPC) before the error propagates."""
+    on any error (e.g. ENOSPC) before the error propagates. `durable=False` skips both fsyncs: for a
+    cache that only has to survive a process (not the machine) going down."""
     if mode is None:
         try:
             mode = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode & 0o7777
@@ -147,22 +148,25 @@ def atomic_write_at(dfd: int, name: str, data: bytes, mode: int | None = None) -
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
             os.fchmod(fh.fileno(), mode)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dfd)
         raise
-    fsync_dir(dfd)
+    if durable:
+        fsync_dir(dfd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None, *,
+                       durable: bool = True) -> Path:
     """:func:`atomic_write_at` in `path`'s directory, opened the confined way (created if missing)."""
     target = Path(path)
     dfd = open_dir(target.parent)
     try:
-        atomic_write_at(dfd, target.name, data, mode)
+        atomic_write_at(dfd, target.name, data, mode, durable=durable)
     except OSError as exc:
         if not os.path.isabs(str(exc.filename or "")):
             exc.filename = str(target)  # the reason names the file, e.g. ENOSPC on finish.flag

@@ -182,6 +182,7 @@ class Store:
         self._publish_once = client.register_script(lua("publish_once"))
         self._submit_view = client.register_script(lua("submit_view"))
         self._claim = client.register_script(lua("claim_result_dir"))
+        self._heartbeat = client.register_script(lua("heartbeat"))
         from ajet_runner.store.filters import Indexes
 
         self.indexes = Indexes(client)  # the filtered lists, the expiry sweep, the backfill
@@ -669,13 +670,15 @@ class Store:
         return float(sec) + usec / 1e6
 
     # -- nodes and GPUs --------------------------------------------------------------------
-    def heartbeat(self, node: str, info: Mapping[str, Any], ttl: float) -> None:
-        pipe = self.r.pipeline(transaction=False)
-        pipe.sadd(NODES, node)
-        pipe.hset(node_key(node), mapping={**{k: json.dumps(v) for k, v in info.items()},
-                                           "last_seen": json.dumps(time.time())})
-        pipe.expire(node_key(node), NODE_RECORD_TTL)  # long after node_up says 0, so alerts can see how late
-        pipe.execute()
+    def heartbeat(self, node: str, info: Mapping[str, Any], ttl: float, *, with_drain: bool = False) -> bool:
+        """List the node and write its record (kept NODE_RECORD_TTL: long after node_up says 0, so alerts
+        can see how late), in one round trip; returns whether the node is drained, read in the same
+        script (`with_drain` also writes it as the record's `draining`): a supervisor needs no drain poll."""
+        fields = {**{k: json.dumps(v) for k, v in info.items()}, "last_seen": json.dumps(time.time())}
+        args: list[Any] = [node, NODE_RECORD_TTL, "1" if with_drain else "0"]
+        for k, v in fields.items():
+            args += [k, v]
+        return bool(self._heartbeat(keys=[NODES, node_key(node), drain_key(node)], args=args))
 
     def nodes(self) -> list[dict[str, Any]]:
         names = sorted(text(n) for n in self.r.smembers(NODES))

@@ -16,13 +16,14 @@ from ajet_runner.statemachine.rules.first_step_watchdog import FirstStepRule
 from ajet_runner.statemachine.rules.gang_members import GangRule
 from ajet_runner.statemachine.rules.plateau import PlateauRule
 from ajet_runner.statemachine.rules.process_exit import ProcessExitRule
+from ajet_runner.statemachine.rules.schedule import RuleSchedule
 from ajet_runner.statemachine.rules.stall import StallRule
 from ajet_runner.statemachine.rules.swarm_server import SwarmServerRule
 from ajet_runner.statemachine.rules.time_limit import TimeLimitRule
 
 __all__ = [
     "EXIT_NOT_RECORDED", "CancelRule", "DiagnosisRule", "ExitRecordRule", "FirstStepRule", "GangRule",
-    "Observation", "PlateauRule", "ProcessExitRule", "Proposal", "Rule", "StallRule", "SwarmServerRule",
+    "Observation", "PlateauRule", "ProcessExitRule", "Proposal", "Rule", "RuleSchedule", "StallRule", "SwarmServerRule",
     "TimeLimitRule", "decide", "default_rules",
 ]
 

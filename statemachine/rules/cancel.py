@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.lifecycle import Trigger
@@ -11,6 +12,10 @@ from ajet_runner.statemachine.rules.base import Observation, Proposal
 @dataclass(frozen=True)
 class CancelRule:
     name: str = "cancel"
+    inputs = ("cancel_requested",)
+
+    def wake_at(self, obs: Observation) -> float:
+        return math.inf
 
     def check(self, obs: Observation) -> Proposal | None:
         if obs.cancel_requested:

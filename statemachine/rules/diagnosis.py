@@ -11,6 +11,7 @@ anomaly ourselves — an OOM in one Ray actor while the driver hangs must not wa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.lifecycle import Trigger
@@ -24,6 +25,14 @@ DEFAULT_SETTLE_SECONDS = 8.0
 class DiagnosisRule:
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     name: str = "diagnosis"
+    inputs = ("process_alive", "cause", "completed_run", "progress_after_cause", "cause_seen_at")
+
+    def wake_at(self, obs: Observation) -> float:
+        """When the live cause will have settled."""
+        if not obs.process_alive or obs.cause is None or obs.completed_run or obs.progress_after_cause:
+            return math.inf
+        seen = obs.cause_seen_at if obs.cause_seen_at is not None else obs.now
+        return seen + self.settle_for(obs.cause.signature)
 
     def settle_for(self, sig_id: str) -> float:
         try:

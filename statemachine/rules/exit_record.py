@@ -4,6 +4,7 @@ a relaunch would meet the same disk or the same refusal."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.lifecycle import Trigger
@@ -16,6 +17,10 @@ EXIT_NOT_RECORDED = "exit_not_recorded"
 @dataclass(frozen=True)
 class ExitRecordRule:
     name: str = "exit_record"
+    inputs = ("process_alive", "exit_record_error", "exit_code")
+
+    def wake_at(self, obs: Observation) -> float:
+        return math.inf
 
     def check(self, obs: Observation) -> Proposal | None:
         if obs.process_alive or not obs.exit_record_error:

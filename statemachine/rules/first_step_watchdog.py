@@ -7,6 +7,7 @@ signature, `first_step_timeout`, counted from the attempt's start.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.durations import format_limit
@@ -22,6 +23,14 @@ SIGNATURE = "first_step_timeout"
 class FirstStepRule:
     timeout_seconds: float = DEFAULT_FIRST_STEP_SECONDS
     name: str = SIGNATURE
+    inputs = ("process_alive", "first_step_seen", "completed_run", "first_step_timeout", "attempt_started_at")
+
+    def wake_at(self, obs: Observation) -> float:
+        """The first-step timeout, counted from the attempt's start."""
+        if not obs.process_alive or obs.first_step_seen or obs.completed_run:
+            return math.inf
+        limit = obs.first_step_timeout if obs.first_step_timeout is not None else self.timeout_seconds
+        return math.inf if limit <= 0 else obs.attempt_started_at + limit
 
     def check(self, obs: Observation) -> Proposal | None:
         if not obs.process_alive or obs.first_step_seen or obs.completed_run:

@@ -8,6 +8,7 @@ train without it (or hang in a collective), so the attempt fails with the signat
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.lifecycle import Trigger
@@ -31,6 +32,10 @@ def gang_finding(reason: str) -> Finding:
 @dataclass(frozen=True)
 class GangRule:
     name: str = "gang"
+    inputs = ("gang_problem", "process_alive")
+
+    def wake_at(self, obs: Observation) -> float:
+        return math.inf
 
     def check(self, obs: Observation) -> Proposal | None:
         if not obs.gang_problem or not obs.process_alive:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.lifecycle import Trigger
@@ -15,6 +16,14 @@ class PlateauRule:
     window: int = 4
     epsilon: float = 0.005
     name: str = "plateau"
+    inputs = ("process_alive", "evaluations", "started_at", "max_seconds")
+
+    def wake_at(self, obs: Observation) -> float:
+        """When the run will be past `after_fraction` of its time (before, no plateau is judged)."""
+        if not obs.process_alive or not obs.max_seconds or obs.max_seconds <= 0:
+            return math.inf
+        at = obs.started_at + self.after_fraction * obs.max_seconds
+        return at if obs.now < at else math.inf  # past it, only new evaluations can change the verdict
 
     def check(self, obs: Observation) -> Proposal | None:
         if not obs.process_alive:

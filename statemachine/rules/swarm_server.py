@@ -12,6 +12,7 @@ that signature is the diagnosis.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.lifecycle import Trigger
@@ -33,6 +34,11 @@ def _unspecific(cause: Finding | None) -> bool:
 @dataclass(frozen=True)
 class SwarmServerRule:
     name: str = "swarm_server"
+    inputs = ("completed_run", "process_alive", "exit_code", "server_alive", "server_cause", "server_last_line",
+              "cause")
+
+    def wake_at(self, obs: Observation) -> float:
+        return math.inf
 
     def check(self, obs: Observation) -> Proposal | None:
         if obs.completed_run:

@@ -35,16 +35,27 @@ HEAD_BYTES = 4096
 def _head(log_path: str | os.PathLike[str], upto: int) -> str:
     """A fingerprint of the log's first bytes: an inode number can be reused by a new file."""
     with open(log_path, "rb") as f:
-        return hashlib.sha1(f.read(min(HEAD_BYTES, upto))).hexdigest()
+        return head_of(f.read(min(HEAD_BYTES, upto)))
 
 
-def save(log_path: str | os.PathLike[str], state: dict[str, Any]) -> bool:
-    """Write `state` (with the log's inode) atomically; False (logged) when the disk refuses."""
+def head_of(first_bytes: bytes) -> str:
+    """The fingerprint of a log's first (at most HEAD_BYTES) bytes."""
+    return hashlib.sha1(first_bytes[:HEAD_BYTES]).hexdigest()
+
+
+def save(log_path: str | os.PathLike[str], state: dict[str, Any], *, inode: int | None = None,
+         head: str | None = None) -> bool:
+    """Write `state` (with the log's inode) atomically; False (logged) when the disk refuses. A caller
+    that holds the log open passes its `inode` and, once the log is past HEAD_BYTES, its `head`.
+
+    Not fsynced: the checkpoint serves a worker restarted on a live node (the runs live on in tmux); a
+    node that goes down takes its runs with it, and a checkpoint lost that way is only a longer scan."""
     target = checkpoint_path(log_path)
     try:
-        state = {**state, "inode": os.stat(log_path).st_ino, "head": _head(log_path, int(state["offset"]))}
+        state = {**state, "inode": os.stat(log_path).st_ino if inode is None else inode,
+                 "head": head if head is not None else _head(log_path, int(state["offset"]))}
         # The result dir's one writer: temp file + renameat in the logs dir, no symlink followed.
-        atomic_write_bytes(target, json.dumps(state, separators=(",", ":")).encode("utf-8"))
+        atomic_write_bytes(target, json.dumps(state, separators=(",", ":")).encode("utf-8"), durable=False)
         return True
     except OSError as exc:  # a full disk must not stop the watch; the next worker re-reads more
         log.warning("could not save the scan checkpoint %s: %s", target, exc)

@@ -165,6 +165,8 @@ class AttemptWatch:
     _next_save: float = 0.0
     _log: Any = None  # the log file, held open between ticks (see _log_fd)
     _log_ino: tuple[int, int] | None = None
+    _head: str | None = None  # the held log's first-bytes fingerprint, once it has HEAD_BYTES (checkpoints)
+    primary_cache: tuple[Any, list[Evaluation]] | None = None  # (summary, its primary evaluations): running.py
 
     def __post_init__(self) -> None:
         self.scanner = LogScanner(metrics=self.log_metrics)
@@ -187,14 +189,18 @@ class AttemptWatch:
         except FileNotFoundError:
             self.behind = False
             return found
-        if st.st_size == self.offset:  # nothing new: one stat, no read
+        end = st.st_size
+        if end <= self.offset:  # nothing new: one stat, no read
             self.behind = False
             return found
         fd = self._log_fd(st)
         if fd is None:
             self.behind = False
             return found
-        while budget > 0 and (chunk := os.pread(fd, min(CHUNK, budget), self.offset)):
+        # Read up to the size just seen (no pread of an empty EOF, no fstat after): what is written
+        # meanwhile is the next tick's, or the next slice's when this one stopped at its budget.
+        while budget > 0 and self.offset < end and (
+                chunk := os.pread(fd, min(CHUNK, budget, end - self.offset), self.offset)):
             self.offset += len(chunk)
             self.bytes_read += len(chunk)
             budget -= len(chunk)
@@ -202,7 +208,7 @@ class AttemptWatch:
             found += self.scanner.feed(chunk)
             if time.monotonic() >= deadline:
                 break
-        self.behind = os.fstat(fd).st_size > self.offset
+        self.behind = self.offset < end
         live = self.scanner.live_cause
         key = (live.signature, live.line) if live is not None else None
         if key != self.cause_key:  # a new candidate (or none): its settle starts now
@@ -215,6 +221,7 @@ class AttemptWatch:
         opened again when the path now names another file."""
         if self._log is not None and self._log_ino != (st.st_dev, st.st_ino):
             self.close()
+            self._head = None
         if self._log is None:
             try:
                 self._log = open(self.handle.log_path, "rb", buffering=0)  # noqa: SIM115 - kept open on purpose
@@ -283,7 +290,12 @@ class AttemptWatch:
             return False
         self._next_save = mono + scan_checkpoint.SAVE_EVERY
         self._saved_bytes = self.bytes_read
-        return scan_checkpoint.save(self.handle.log_path, self.checkpoint())
+        if self._log is None or self._log_ino is None:
+            return scan_checkpoint.save(self.handle.log_path, self.checkpoint())
+        if self._head is None and self.offset >= scan_checkpoint.HEAD_BYTES:  # fixed from here on: read once
+            with contextlib.suppress(OSError):
+                self._head = scan_checkpoint.head_of(os.pread(self._log.fileno(), scan_checkpoint.HEAD_BYTES, 0))
+        return scan_checkpoint.save(self.handle.log_path, self.checkpoint(), inode=self._log_ino[1], head=self._head)
 
     def resume(self) -> bool:
         """Go on from the checkpoint saved beside this log, if it still fits the file."""

@@ -8,7 +8,9 @@ per worker. What changes:
 
 - the dequeue loop takes a slot first and gives it back when the popped job's thread ends, so a
   node never takes more jobs than its slots;
-- a node that is drained (`paused()`), or a stop request, is seen within DEQUEUE_SECONDS while idle;
+- a node that is drained (`paused()`), or a stop request, is seen within DEQUEUE_SECONDS while idle; the
+  drain is read when a job is popped (a drained node puts it back at the head of its queue, then reads
+  the drain every DEQUEUE_SECONDS until it ends), so an idle worker's only poll is its BLPOP;
 - RQ's job timeout is a no-op: its SIGALRM works only in the main thread, and our own rules
   (time limit, stall, cancel) end every run long before the job timeout would.
 """
@@ -94,6 +96,7 @@ class SlotWorker(SimpleWorker):
                                      max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
         """Pop a job once a slot is free and the node takes work; StopRequested once a stop was asked."""
         wait_s, beat_at = 1.0, 0.0
+        held = False  # the last look found the node drained (then the drain is read before each pop)
         while True:
             if self._stop_requested:
                 raise StopRequested
@@ -106,9 +109,10 @@ class SlotWorker(SimpleWorker):
                 continue  # every slot busy
             popped = None
             try:
-                if self.paused():
+                if held and self.paused():  # drained: look again later, take nothing meanwhile
                     time.sleep(DEQUEUE_SECONDS)
                     continue
+                held = False
                 if not self.running() and self.get_state() != WorkerStatus.IDLE:
                     self.set_state(WorkerStatus.IDLE)  # BUSY is set by prepare_execution
                 popped = self.queue_class.dequeue_any(
@@ -132,9 +136,20 @@ class SlotWorker(SimpleWorker):
                     queue.push_job_id(job.id, at_front=True)
                     self._free.release()
                     raise StopRequested
+                if self._drained_now():  # the drain is read once a job is popped, not before every BLPOP
+                    queue.push_job_id(job.id, at_front=True)
+                    self._free.release()
+                    held = True
+                    continue
                 self.reorder_queues(reference_queue=queue)
                 log.info("%s: %s from %s", self.name, job.id, queue.name)
                 return popped
+
+    def _drained_now(self) -> bool:
+        try:
+            return self.paused()
+        except REDIS_DOWN:
+            return False  # the job's own start meets the same outage
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         """Mark it started here (before the next pop), then perform it in a thread of its own."""

@@ -29,8 +29,12 @@ from ajet_runner.workers.node.watcher_process import spawn_watcher
 from ajet_runner.workers.process.tmux import TmuxRunner
 
 log = logging.getLogger(__name__)
-HEARTBEAT_SECONDS = 2.0
+HEARTBEAT_SECONDS = 2.0  # the drain is read in the same round trip (Store.heartbeat)
 ADOPT_SCAN_SECONDS = 3.0
+# With no run of its own and no multi-node run in the cluster, a node scans this seldom: whatever starts
+# here meanwhile holds a lease longer than this (capped at lease - ADOPT_SCAN_SECONDS below), so the next
+# scan sees it, and goes back to ADOPT_SCAN_SECONDS, before it could need adopting.
+IDLE_SCAN_SECONDS = 10.0
 SCAN_FIELDS = ("lease_until", "adopt_enqueued_at", "max_seconds", "owner", "driver_pid", "driver_pidns",
                "driver_started")
 HOLDER_FIELDS = ("state", "node", "nnodes")  # what the GPU / swarm port checks read of a holder
@@ -80,12 +84,20 @@ class NodeSupervisor:
             proc.wait(5)
 
     # -- node state ---------------------------------------------------------------------------
-    def heartbeat(self, draining: bool) -> None:
+    def heartbeat(self) -> bool:
+        """One round trip (plus the GPU owners on a GPU node); returns whether the node is drained."""
         busy = len(self.store.gpu_owners(self.node.name)) if self.node.manages_gpus else 0
-        self.store.heartbeat(self.node.name, {
+        return self.store.heartbeat(self.node.name, {
             "gpus": self.node.gpus, "gpus_busy": busy, "slots": self.node.slots, "pid": os.getpid(),
-            "running": self.running, "draining": draining, "started_at": self.started_at,
-        }, ttl=HEARTBEAT_SECONDS)
+            "running": self.running, "started_at": self.started_at,
+        }, ttl=HEARTBEAT_SECONDS, with_drain=True)
+
+    def scan_every(self) -> float:
+        """Seconds to the next adoption scan: ADOPT_SCAN_SECONDS while this node has runs (or the cluster a
+        multi-node run, whose ranks may be here), else IDLE_SCAN_SECONDS (see there)."""
+        if self.running or self.gangs.ids():
+            return ADOPT_SCAN_SECONDS
+        return max(ADOPT_SCAN_SECONDS, min(IDLE_SCAN_SECONDS, self.settings.lease_seconds - ADOPT_SCAN_SECONDS))
 
     def adopt_orphans(self) -> list[str]:
         """Enqueue a drive job for each of this node's unfinished experiments that nobody drives."""
@@ -205,16 +217,14 @@ class NodeSupervisor:
             while not self.stopping.is_set():
                 now = time.monotonic()
                 try:
-                    draining = self.store.draining(self.node.name)
                     if now >= next_scan:
                         self.adopt_orphans()
-                        next_scan = now + ADOPT_SCAN_SECONDS
+                        next_scan = now + self.scan_every()
                     if now >= next_beat:
-                        self.heartbeat(draining)
+                        self.heartbeat()
                         next_beat = now + HEARTBEAT_SECONDS
                 except REDIS_DOWN as exc:
                     log.warning("redis unreachable: %s", exc)
-                    draining = False
                 self._keep_watcher()
                 if self.on_tick:
                     self.on_tick(self)

@@ -62,8 +62,11 @@ exps_key = watch_exps_key
 exp_metrics_key = watch_exp_key
 
 
+_BUCKET_NAMES = tuple((b, floatToGoString(b)) for b in WATCH_BUCKETS)  # formatted once, not every tick
+
+
 def _bucket_of(seconds: float) -> str:
-    return floatToGoString(next(b for b in WATCH_BUCKETS if seconds <= b))
+    return next(name for b, name in _BUCKET_NAMES if seconds <= b)
 
 
 def _short_timeout_client(client: redis.Redis) -> redis.Redis:

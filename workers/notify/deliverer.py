@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 LEASE_SECONDS = 120.0  # a task being handled; longer than a POST's timeout and a report's drawing
 FIRST_BACKOFF = 2.0
 DRAIN_SECONDS = 5.0  # on shutdown: what is due now still gets its chance
+IDLE_BACKOFF = 4  # an idle deliverer looks every 1, 2, 4, 4 ... x outbox_poll_seconds
 REDIS_ERRORS = REDIS_DOWN
 
 
@@ -54,9 +55,15 @@ class Deliverer:
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self, stopping: threading.Event) -> None:
+        """Look every `outbox_poll_seconds` while there is work; each look that finds nothing doubles the
+        wait, up to IDLE_BACKOFF times it (an idle worker's Redis commands are few, bench_redis_traffic.py)."""
+        wait = self.settings.outbox_poll_seconds
         while not stopping.is_set():
-            if not self.step():
-                stopping.wait(self.settings.outbox_poll_seconds)
+            if self.step():
+                wait = self.settings.outbox_poll_seconds
+                continue
+            stopping.wait(wait)
+            wait = min(wait * 2, self.settings.outbox_poll_seconds * IDLE_BACKOFF)
         deadline = time.monotonic() + DRAIN_SECONDS
         while time.monotonic() < deadline and self.step():
             pass

@@ -19,7 +19,7 @@ from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.policies import report_due_at
 from ajet_runner.statemachine.results import latest_metrics
-from ajet_runner.statemachine.rules import Observation, Proposal, SwarmServerRule, decide
+from ajet_runner.statemachine.rules import Observation, Proposal, RuleSchedule, SwarmServerRule
 from ajet_runner.store.records import PendingRepair
 from ajet_runner.workers.drive.journal import HandedBack
 from ajet_runner.workers.drive.scan_checkpoint import remove as remove_checkpoint
@@ -167,6 +167,7 @@ def _watch(d: Drive, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
     attempt_started = d.handle.started_at
     started = d.started_at or attempt_started
     hooks = observers()
+    schedule = RuleSchedule(d.rules)  # each rule runs when its inputs changed or its deadline came
     local = not d.runner.remote()
     first_step_timeout = first_step_timeout_from_text(d.bp.exp_max_time_text)
     next_results = 0.0
@@ -223,7 +224,7 @@ def _watch(d: Drive, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
         )
         for o in hooks:
             o.after_tick(d, tick)
-        proposal = decide(d.rules, obs, d.lc.can)
+        proposal = schedule.decide(obs, d.lc.can)
         if proposal is not None:
             _end_attempt(d, proposal, alive)
             for o in hooks:
@@ -263,10 +264,17 @@ def _server_fields(d: Drive) -> dict[str, Any]:
 
 
 def _primary_evaluations(d: Drive) -> list[Any]:
+    """The primary dataset's evaluations: the same list object while the summary is the same (it is
+    replaced when the results change), so the rules' inputs compare by identity, without a copy a tick."""
     assert d.watch is not None
     summary = d.watch.summary
+    cached = d.watch.primary_cache
+    if cached is not None and cached[0] is summary:
+        return cached[1]
     primary = summary.primary_dataset
-    return [e for e in summary.evaluations if not primary or e.dataset == primary]
+    evals = [e for e in summary.evaluations if not primary or e.dataset == primary]
+    d.watch.primary_cache = (summary, evals)
+    return evals
 
 
 def _publish_evaluations(d: Drive, new: list[Any]) -> None:
