@@ -41,7 +41,7 @@ def one_run(tmp: Path, lease: float) -> tuple[float, float, float]:
             t0 = time.monotonic()
             wait(lambda: store.nodes(), 120, "the first worker's heartbeat")
             floor = time.monotonic() - t0
-            exp_id = submit(store, store.r, sc.blueprint.read_text(), node="n1")["id"]
+            exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
             wait(lambda: (store.get(exp_id) or {}).get("state") == "running", 120, "the run to be running", 0.05)
             dead = (store.get(exp_id) or {})["owner"]
         finally:

@@ -54,7 +54,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp, EmbeddedRedis() as redis_server:
         bp = materialize("demo", Path(tmp) / "demo")
         store = Store.from_url(redis_server.url)
-        exp_id = submit(store, store.r, bp.read_text(), wait_for_node=True)["id"]
+        exp_id = submit(store, bp.read_text(), wait_for_node=True)["id"]
         log = Path(tmp) / "attempt-1.log"
         log.write_text("step 1\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
         with serving_api(redis_server.url) as url:
