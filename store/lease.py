@@ -6,10 +6,15 @@ next process to ask takes it over. Redis' own expiry decides, so no clock of our
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import redis
 
 from ajet_runner.store.keys import lease_key
 from ajet_runner.store.scripts import lua
+
+if TYPE_CHECKING:
+    from ajet_runner.store.store import Store
 
 
 class ClusterLease:
@@ -20,6 +25,11 @@ class ClusterLease:
         self.seconds = seconds
         self._take = r.register_script(lua("cluster_lease"))
         self._give_back = r.register_script(lua("del_if_value"))
+
+    @classmethod
+    def on(cls, store: Store, name: str, holder: str, seconds: float) -> ClusterLease:
+        """The lease on `store`'s Redis (callers above the store never hold its raw client)."""
+        return cls(store.r, name, holder, seconds)
 
     def hold(self) -> bool:
         """Take the lease, or renew it if it is ours: True while we hold it (one round trip)."""

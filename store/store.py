@@ -532,16 +532,22 @@ class Store:
     def partial(self, ids: Iterable[str], names: Iterable[str]) -> list[dict[str, Any]]:
         """Only `names` of each record, decoded like `get` (JSON fields parsed, absent fields left out), in
         `ids` order (one pipeline); records that are gone (no `id` field) are left out."""
-        names = list(names)
+        return self.partial_and_gone(ids, names)[0]
+
+    def partial_and_gone(self, ids: Iterable[str], names: Iterable[str]) -> tuple[list[dict[str, Any]], list[str]]:
+        """`partial`, and the ids whose record is gone (no `id` field: the caller prunes them)."""
+        ids, names = list(ids), list(names)
         pipe = self.r.pipeline(transaction=False)
         for i in ids:
             pipe.hmget(exp_key(i), names)
-        out = []
-        for values in pipe.execute():
+        out, gone = [], []
+        for exp_id, values in zip(ids, pipe.execute(), strict=True):
             raw: dict[bytes | str, bytes | str] = {k: v for k, v in zip(names, values, strict=True) if v is not None}
             if raw.get("id"):
                 out.append(decode(raw))
-        return out
+            else:
+                gone.append(exp_id)
+        return out, gone
 
     def fields_of(self, ids: list[str], names: Iterable[str]) -> list[dict[str, str]]:
         """Only `names` of each record (one pipeline); records that are gone are left out."""

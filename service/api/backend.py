@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 
-import redis
-import redis.asyncio as aioredis
 from fastapi import HTTPException, Request, status
 
+from ajet_runner.store.connection import store_at
+from ajet_runner.store.event_reader import EventReader
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 
@@ -18,7 +18,7 @@ class Backend:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._store: Store | None = None
-        self._aio: aioredis.Redis | None = None
+        self._aio: EventReader | None = None
         self._lock = threading.Lock()
 
     def _url(self) -> str:
@@ -30,19 +30,16 @@ class Backend:
     def store(self) -> Store:
         with self._lock:
             if self._store is None:
-                client = redis.Redis.from_url(self._url(), socket_timeout=15, socket_connect_timeout=5,
-                                              health_check_interval=10)
-                store = Store(client)
+                store = store_at(self._url(), socket_timeout=15, socket_connect_timeout=5, health_check_interval=10)
                 store.ensure_indexes()  # records from before the per-state/per-node indexes: once per cluster
                 self._store = store
             return self._store
 
     @property
-    def aio(self) -> aioredis.Redis:
+    def aio(self) -> EventReader:
         """For XREAD BLOCK: no socket timeout, or a long block would be cut off as a timeout."""
         if self._aio is None:
-            self._aio = aioredis.Redis.from_url(self._url(), socket_timeout=None, socket_connect_timeout=5,
-                                                health_check_interval=10)
+            self._aio = EventReader(self._url())
         return self._aio
 
     @property
@@ -53,7 +50,7 @@ class Backend:
         if self._aio is not None:
             await self._aio.aclose()
         if self._store is not None:
-            self._store.r.close()
+            self._store.close()
 
 
 async def backend(request: Request) -> Backend:

@@ -12,7 +12,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, Header, Query, Request, status
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -21,6 +20,7 @@ from ajet_runner.service.api.errors import V1_ERRORS, error_body, error_response
 from ajet_runner.service.api.experiments import NOT_FOUND, not_found
 from ajet_runner.service.api.schemas import EventPage, StreamId, stream_id_problem
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType, State
+from ajet_runner.store.event_reader import EventReader
 from ajet_runner.store.store import exp_key, stream_key
 
 router = APIRouter(prefix="/v1", tags=["events"], responses=error_responses(*V1_ERRORS))
@@ -51,7 +51,7 @@ def _sse(event: dict[str, Any]) -> str:
     return f"id: {event['event_id']}\nevent: {event['type']}\ndata: {json.dumps(event, default=str)}\n\n"
 
 
-async def _follow(r: aioredis.Redis, exp_id: str, after: str, keepalive: float) -> AsyncIterator[str]:
+async def _follow(r: EventReader, exp_id: str, after: str, keepalive: float) -> AsyncIterator[str]:
     yield "retry: 2000\n\n"
     key = stream_key(exp_id)
     finished = await r.hget(exp_key(exp_id), "state") == FINISHED_B

@@ -29,9 +29,9 @@ from ajet_runner.service.api.schemas import (
     node_dict,
     view_dict,
 )
-from ajet_runner.service.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ajet_runner.statemachine.lifecycle import Outcome, State
 from ajet_runner.store.filters import Query as ListQuery
+from ajet_runner.store.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ajet_runner.store.store import NODE_ALIVE_SECONDS
 
 router = APIRouter(prefix="/v1", tags=["experiments"], responses=error_responses(*V1_ERRORS))
@@ -82,19 +82,19 @@ def _submit_pool() -> ThreadPoolExecutor:
 def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: str | None, be: Backend) -> Any:
     """POST /v1/experiments, blocking (the web console's submit page calls it too): the record's view,
     or a JSONResponse with the problems."""
-    from ajet_runner.service.idempotency import IdempotencyConflict, claim, first_record, release
     from ajet_runner.service.submit import SubmissionRejected, submit
+    from ajet_runner.store.idempotency import IdempotencyConflict, claim, first_record, release
     from ajet_runner.store.store import new_id
 
     held = None
     try:
         while idempotency_key:
-            held = claim(be.store.r, idempotency_key, body.blueprint, new_id, placement={
+            held = claim(be.store, idempotency_key, body.blueprint, new_id, placement={
                 "node": body.node, "nodes": body.nodes, "priority": body.priority or "normal",
                 "blueprint_path": body.blueprint_path, **({"stage": body.stage} if body.stage else {})})
             if held.fresh:
                 break
-            rec = first_record(be.store, be.store.r, idempotency_key, held)
+            rec = first_record(be.store, idempotency_key, held)
             if rec is not None:
                 response.status_code = status.HTTP_200_OK
                 response.headers["Location"] = f"/v1/experiments/{rec['id']}"
@@ -109,14 +109,14 @@ def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: st
                      wait_for_node=body.wait_for_node, stage=body.stage)
     except SubmissionRejected as exc:
         if held and idempotency_key:
-            release(be.store.r, idempotency_key, held)
+            release(be.store, idempotency_key, held)
         why = "; ".join(f"{p.field}: {p.message}" for p in exc.problems)
         detail = ("cannot be placed now: " if exc.status == 409 else "blueprint rejected: ") + why
         return JSONResponse(status_code=exc.status, content=error_body(
             detail, [p.model_dump(mode="json") for p in exc.problems]))
     except BaseException:
         if held and idempotency_key:
-            release(be.store.r, idempotency_key, held)
+            release(be.store, idempotency_key, held)
         raise
     response.headers["Location"] = f"/v1/experiments/{rec['id']}"
     return view_dict(rec)

@@ -8,24 +8,14 @@ from typing import Any
 
 from ajet_runner.service.api.schemas import SUMMARY_FIELDS, summary_dict
 from ajet_runner.store.filters import SEARCH_WINDOW, Query
-from ajet_runner.store.store import Store, decode, exp_key
+from ajet_runner.store.store import Store
 
 
 def summaries(store: Store, ids: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The summaries of `ids` (one pipeline of HMGETs), and the ids whose record is gone."""
-    pipe = store.r.pipeline(transaction=False)
-    for i in ids:
-        pipe.hmget(exp_key(i), SUMMARY_FIELDS)
-    out, gone = [], []
+    recs, gone = store.partial_and_gone(ids, SUMMARY_FIELDS)
     now = time.time()
-    for exp_id, values in zip(ids, pipe.execute(), strict=True):
-        raw: dict[bytes | str, bytes | str] = {k: v for k, v in zip(SUMMARY_FIELDS, values, strict=True)
-                                               if v is not None}
-        if raw.get("id"):
-            out.append(summary_dict(decode(raw), now))
-        else:
-            gone.append(exp_id)
-    return out, gone
+    return [summary_dict(rec, now) for rec in recs], gone
 
 
 def list_page(store: Store, query: Query, offset: int, limit: int, q: str = "", scan_before: str = "",

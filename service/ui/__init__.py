@@ -13,7 +13,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ajet_runner.service.api.auth import BEARER, TokenSet
-from ajet_runner.service.ui.session import CsrfRefused, LoginRequired, Revocations, Sessions
+from ajet_runner.service.ui.session import CsrfRefused, LoginRequired, Sessions
+from ajet_runner.store.sessions import Revocations
 from ajet_runner.store.settings import Settings
 
 
@@ -27,7 +28,7 @@ def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: 
     from ajet_runner.service.ui.docs import install_docs
     from ajet_runner.service.ui.pages import env, router
 
-    revocations = Revocations(lambda: app.state.backend.store.r)  # logouts, seen by every replica
+    revocations = Revocations(lambda: app.state.backend.store)  # logouts, seen by every replica
     app.state.ui_sessions = Sessions(tokens, insecure, max(60, int(settings.ui_session_seconds)), revocations)
     app.include_router(router)
     from ajet_runner.service.ui.stage_pages import router as stage_router

@@ -17,15 +17,13 @@ import hmac
 import os
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import redis
 from fastapi import Request
 
 from ajet_runner.service.api.auth import TokenSet, bearer_of
-from ajet_runner.store.keys import ui_session_revoked_key
+from ajet_runner.store.sessions import Revocations
 
 COOKIE = "ajet_session"
 _SESSION_SALT = b"ajet-runner ui session v1"
@@ -67,20 +65,6 @@ class Viewer:
 
     def csrf(self) -> str:
         return _sign(self.key, f"csrf.{self.nonce}")
-
-
-@dataclass
-class Revocations:
-    """Logged-out sessions, by nonce, in Redis (with a TTL: until their cookie would have expired)."""
-
-    client: Callable[[], redis.Redis]
-
-    def revoke(self, nonce: str, expires: int, now: float | None = None) -> None:
-        left = max(1, int(expires - (now or time.time())) + 1)
-        self.client().set(ui_session_revoked_key(nonce), "1", ex=left)
-
-    def revoked(self, nonce: str) -> bool:
-        return bool(self.client().exists(ui_session_revoked_key(nonce)))
 
 
 @dataclass

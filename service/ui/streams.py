@@ -12,10 +12,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from ajet_runner.service.api.event_routes import is_final
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
+from ajet_runner.store.event_reader import EventReader
 from ajet_runner.store.events import TransitionEvent, parse_event
 from ajet_runner.store.records import text as reply_text
 from ajet_runner.store.store import GLOBAL_STREAM, exp_key, stream_key
@@ -24,7 +23,7 @@ FINISHED_B = FINISHED.encode()  # as a Redis reply reads
 KEEPALIVE_MS = 15_000
 
 
-async def last_id(r: aioredis.Redis, key: str) -> str:
+async def last_id(r: EventReader, key: str) -> str:
     """The newest entry id of a stream ("0-0" when empty): a page follows from what it rendered."""
     newest = await r.xrevrange(key, count=1)
     return reply_text(newest[0][0]) if newest else "0-0"
@@ -42,7 +41,7 @@ def _message(entry_id: bytes, data: dict[bytes, bytes]) -> tuple[str, dict[str, 
     return f"id: {entry_id.decode()}\ndata: {json.dumps(slim)}\n\n", event
 
 
-async def follow(r: aioredis.Redis, after: str, exp_id: str | None = None) -> AsyncIterator[str]:
+async def follow(r: EventReader, after: str, exp_id: str | None = None) -> AsyncIterator[str]:
     """Events after stream id `after`: all experiments' (exp_id None) or one experiment's, until it is finished."""
     yield "retry: 3000\n\n"
     key = stream_key(exp_id) if exp_id else GLOBAL_STREAM

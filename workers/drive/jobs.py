@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import logging
 
-import redis
 from rq import get_current_job
 from rq.job import Job
 
 from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.store.connection import connect, connection_url
 from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, job_timeout, node_queue, queue, target_queue
 from ajet_runner.store.settings import get_settings
-from ajet_runner.store.store import Store, TransitionConflict
+from ajet_runner.store.store import RedisError, Store, TransitionConflict
 from ajet_runner.workers.drive.driver import ExperimentDriver
 from ajet_runner.workers.drive.hosting import HOST
 from ajet_runner.workers.drive.journal import HandedBack, LostOwnership, RedisUnavailable
@@ -36,7 +36,7 @@ def drive_rank(exp_id: str, rank: int) -> str:
     job = get_current_job()
     settings = get_settings()
     url = _redis_url(settings.redis_url, job)
-    conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
+    conn = connect(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = owner_id(node.name)
     return RankDriver(Store(conn), GangStore(conn), exp_id, int(rank), settings, node, owner,
@@ -49,14 +49,7 @@ def _redis_url(configured: str, job: Job | None) -> str:
         return configured
     if job is None:
         raise RuntimeError("redis_url is not set and this is not an RQ job: no Redis to use")
-    return _connection_url(job.connection)
-
-
-def _connection_url(conn: redis.Redis) -> str:
-    kw = conn.connection_pool.connection_kwargs
-    if "path" in kw:
-        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
-    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+    return connection_url(job.connection)
 
 
 def drive(exp_id: str) -> str:
@@ -65,7 +58,7 @@ def drive(exp_id: str) -> str:
     settings = get_settings()
     # Our own connection, with timeouts: a node cut off from Redis must keep watching, not hang.
     url = _redis_url(settings.redis_url, job)
-    conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
+    conn = connect(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     store = Store(conn)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = owner_id(node.name)
@@ -106,5 +99,5 @@ def _hand_back(store: Store, exp_id: str, owner: str) -> None:
     try:
         if store.hand_back(exp_id, owner):
             log.info("%s: handed back (lease ended) for the node's supervisor to re-adopt", exp_id)
-    except redis.RedisError as exc:
+    except RedisError as exc:
         log.warning("%s: could not hand back (%s): its lease will run out", exp_id, exc)

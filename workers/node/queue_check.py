@@ -90,8 +90,8 @@ class QueueChecker:
                  lease_seconds: float = LEASE_SECONDS) -> None:
         self.store = store
         self.absent_report_seconds = absent_report_seconds
-        self.lease = ClusterLease(store.r, LEASE_NAME, f"{node}/{os.getpid()}/{uuid.uuid4().hex[:6]}",
-                                  lease_seconds)
+        self.lease = ClusterLease.on(store, LEASE_NAME, f"{node}/{os.getpid()}/{uuid.uuid4().hex[:6]}",
+                                     lease_seconds)
         self.suspects = QueueSuspects(store, REPORTED_FIELD)
         self.checks = 0  # passes done while holding the lease (tests, bench)
 

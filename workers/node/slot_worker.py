@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import redis
 from rq.exceptions import DequeueTimeout, StopRequested
 from rq.job import Job
 from rq.queue import Queue
@@ -33,13 +32,13 @@ from rq.worker import SimpleWorker, WorkerStatus
 
 from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.store.queue import LEGACY_JOB_NAMES
+from ajet_runner.store.store import REDIS_DOWN
 
 log = logging.getLogger(__name__)
 
 DEQUEUE_SECONDS = 2  # BLPOP timeout: how soon an idle worker sees a drain or a stop
 HEARTBEAT_SECONDS = 10.0  # RQ's worker key lives worker_ttl + 60 s after each beat
 MAX_RETRY_SECONDS = 5.0  # longest wait between tries while Redis is unreachable (a stop is seen after it)
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 RQ_TTL_MARGIN = 15  # RQ's dequeue timeout is worker_ttl - 15
 
 

@@ -22,14 +22,14 @@ import signal
 import sys
 import uuid
 
-import redis
 from rq.serializers import JSONSerializer
 
 from ajet_runner.logsetup import configure
 from ajet_runner.statemachine.signatures import use_extension
+from ajet_runner.store.connection import connect, store_at
 from ajet_runner.store.queue import DRIVE_JOB, queue, queue_names
 from ajet_runner.store.settings import get_settings
-from ajet_runner.store.store import Store
+from ajet_runner.store.store import RedisError, Store
 from ajet_runner.workers.drive.hosting import HOST
 from ajet_runner.workers.node.slot_worker import SlotWorker
 from ajet_runner.workers.process.lifeline import die_with_parent, expected_parent_from_env
@@ -42,7 +42,7 @@ HAND_BACK_SECONDS = 7.0  # the supervisor waits 10 s before SIGKILL
 def _draining(store: Store, node: str) -> bool:
     try:
         return store.draining(node)
-    except redis.RedisError:
+    except RedisError:
         return False  # the dequeue fails the same way and retries
 
 
@@ -72,8 +72,8 @@ def main(argv: list[str]) -> int:
     # Once per node, in the background: no report's plot pays matplotlib's import. After the driver's import,
     # not beside it: a restarted worker's first jobs (re-adopting runs) wait for that import, not for this.
     preload_plotting()
-    conn = redis.Redis.from_url(url, health_check_interval=30)
-    store = Store(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5))
+    conn = connect(url, health_check_interval=30)
+    store = store_at(url, socket_timeout=10, socket_connect_timeout=5)
     worker = SlotWorker([queue(conn, name) for name in queue_names(node)], slots=slots,
                         paused=lambda: _draining(store, node), on_stop=HOST.stopping.set,
                         connection=conn, serializer=JSONSerializer,

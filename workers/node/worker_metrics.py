@@ -31,16 +31,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import psutil
-import redis
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from ajet_runner.store.keys import node_key, watch_exp_key, watch_exps_key, watch_metrics_key
-from ajet_runner.store.scripts import lua
-from ajet_runner.store.store import Store
+from ajet_runner.store.keys import watch_exp_key, watch_exps_key, watch_metrics_key
+from ajet_runner.store.store import RedisError, Store
+from ajet_runner.store.watch_metrics import WatchFlusher, read_watch
 
 if TYPE_CHECKING:
     from ajet_runner.workers.node.supervisor import NodeSupervisor
@@ -69,23 +68,13 @@ def _bucket_of(seconds: float) -> str:
     return next(name for b, name in _BUCKET_NAMES if seconds <= b)
 
 
-def _short_timeout_client(client: redis.Redis) -> redis.Redis:
-    """A client like `client` whose calls give up quickly: the job's own one may block forever."""
-    pool = client.connection_pool
-    kwargs = {**pool.connection_kwargs, "socket_timeout": REPORTER_TIMEOUT_SECONDS,
-              "socket_connect_timeout": REPORTER_TIMEOUT_SECONDS}
-    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
-
-
 class WatchReporter:
     """The driver's `on_watch`: accumulate in memory, flush to Redis every FLUSH_SECONDS."""
 
     def __init__(self, store: Store, node: str, clock: Callable[[], float] = time.time) -> None:
         self.node = node
         self.clock = clock
-        self._source = store.r
-        self._client: redis.Redis | None = None
-        self._flush_script: Any = None
+        self._flush_script = WatchFlusher(store, REPORTER_TIMEOUT_SECONDS)
         self._last_flush = -math.inf
         self._buckets: dict[str, int] = {}
         self._sum = 0.0
@@ -136,9 +125,6 @@ class WatchReporter:
         self._buckets, self._sum, self._count, self._bytes, self._age = {}, 0.0, 0, {}, {}
         if not count and not ages:
             return
-        if self._client is None:
-            self._client = _short_timeout_client(self._source)
-            self._flush_script = self._client.register_script(lua("flush_watch"))
         exps = list(ages.items())
         args: list[object] = [NODE_TTL_SECONDS, EXP_TTL_SECONDS, repr(total) if count else "", count, len(buckets)]
         for le, n in buckets.items():
@@ -173,22 +159,12 @@ class WorkerCollector(Collector):
         yield running
         try:
             yield from self._from_redis()
-        except redis.RedisError as exc:
+        except RedisError as exc:
             log.warning("worker metrics: redis unreachable: %s", exc)
 
     def _from_redis(self) -> Iterator[Metric]:
         now = self.clock()
-        pipe = self.store.r.pipeline(transaction=False)
-        pipe.hgetall(watch_key(self.node))
-        pipe.zremrangebyscore(exps_key(self.node), "-inf", now - EXP_TTL_SECONDS)
-        pipe.zrange(exps_key(self.node), 0, -1)
-        pipe.hget(node_key(self.node), "last_seen")
-        raw_watch, _, raw_exps, last_seen = pipe.execute()
-        exps = sorted(e.decode() for e in raw_exps)
-        pipe = self.store.r.pipeline(transaction=False)
-        for exp_id in exps:
-            pipe.hmget(exp_metrics_key(self.node, exp_id), "log_bytes", "age", "at")
-        per_exp = pipe.execute() if exps else []
+        raw_watch, exps, last_seen, per_exp = read_watch(self.store, self.node, now - EXP_TTL_SECONDS)
 
         watch = {k.decode(): _num(v) or 0.0 for k, v in raw_watch.items()}
         hist = HistogramMetricFamily("ajet_runner_worker_watch_loop_seconds",

@@ -18,8 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from ajet_runner.store.keys import idempotency_key
 from ajet_runner.store.scripts import lua
 from ajet_runner.store.store import Store
@@ -49,17 +47,18 @@ def digest(text: str) -> str:
 PLACEMENT = ("node", "nodes", "priority", "blueprint_path")  # what else a repeated key must repeat
 
 
-def claim(r: redis.Redis, key: str, text: str, new_id: Callable[[], str], ttl: int = TTL_SECONDS,
+def claim(store: Store, key: str, text: str, new_id: Callable[[], str], ttl: int = TTL_SECONDS,
           placement: Mapping[str, Any] | None = None) -> Claim:
     """Claim `key` for a new id, or return the id it already names (same blueprint text and placement
     only: `placement` holds the PLACEMENT fields as sent, None or missing = not given)."""
+    r = store.r
     where = {name: _plain((placement or {}).get(name)) for name in PLACEMENT}
     value = json.dumps({"id": new_id(), "digest": digest(text), "placement": where})
     if r.set(redis_key(key), value, nx=True, ex=ttl):
         return Claim(json.loads(value)["id"], True, value)
     raw = r.get(redis_key(key))
     if raw is None:  # released between our SET and GET: try once more
-        return claim(r, key, text, new_id, ttl, placement)
+        return claim(store, key, text, new_id, ttl, placement)
     held = json.loads(raw)
     if held.get("digest") != digest(text):
         raise IdempotencyConflict("this Idempotency-Key was already used for a different blueprint")
@@ -79,12 +78,12 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-def release(r: redis.Redis, key: str, held: Claim) -> None:
+def release(store: Store, key: str, held: Claim) -> None:
     """Give the key up (the submission was refused), only if it still names our claim."""
-    r.eval(lua("del_if_value"), 1, redis_key(key), held.value)
+    store.r.eval(lua("del_if_value"), 1, redis_key(key), held.value)
 
 
-def first_record(store: Store, r: redis.Redis, key: str, held: Claim, timeout: float = 10.0) -> dict[str, Any] | None:
+def first_record(store: Store, key: str, held: Claim, timeout: float = 10.0) -> dict[str, Any] | None:
     """The record the key names; waits while the first request is still creating it.
 
     None when the claim was released meanwhile (the first submission was refused): the caller
@@ -95,7 +94,7 @@ def first_record(store: Store, r: redis.Redis, key: str, held: Claim, timeout: f
         rec = store.get(held.exp_id)
         if rec is not None:
             return rec
-        if r.get(redis_key(key)) is None:
+        if store.r.get(redis_key(key)) is None:
             return None
         if time.monotonic() >= deadline:
             raise IdempotencyConflict(f"the experiment submitted with this Idempotency-Key ({held.exp_id}) "

@@ -1,0 +1,32 @@
+"""The API's async Redis reads for SSE: XREAD BLOCK on an event stream, and the few record reads the
+followers need between blocks. A client of its own (redis.asyncio, no socket timeout, or a long block
+would be cut off as a timeout), so handlers above the store never hold a raw client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+
+class EventReader:
+    """Made from a URL on first use by the API's Backend; each method is the Redis command of its name."""
+
+    def __init__(self, url: str) -> None:
+        self._r = aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=5,
+                                          health_check_interval=10)
+
+    async def xread(self, streams: dict[Any, Any], count: int | None = None, block: int | None = None) -> Any:
+        return await self._r.xread(streams, count=count, block=block)
+
+    async def xrevrange(self, key: str, count: int | None = None) -> Any:
+        return await self._r.xrevrange(key, count=count)
+
+    async def hget(self, key: str, field: str) -> Any:
+        return await self._r.hget(key, field)
+
+    async def exists(self, key: str) -> int:
+        return int(await self._r.exists(key))
+
+    async def aclose(self) -> None:
+        await self._r.aclose()
