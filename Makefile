@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 PIP = $(BIN)/python -m pip install -qq
 
-.PHONY: install install-test demo test lint bench fuzz chaos redteam conformance constraints clean
+.PHONY: install install-test demo test soak lint bench fuzz chaos redteam conformance constraints clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,7 +32,12 @@ demo: install
 	@$(BIN)/ajet-runner demo
 
 test: lint
-	$(BIN)/python -m pytest -n 4 -q
+	$(BIN)/python -m pytest -n 4 -q -m "not soak"
+
+# The long runs kept out of make test (marked soak): the chaos run, the adoption under a 50 MB/s writer,
+# the demo from a wheel in a fresh venv, and the parser budgets' long fuzz.
+soak: install-test
+	$(BIN)/python -m pytest -n 2 -q -m soak
 
 lint: install-test
 	$(BIN)/ruff check . && $(BIN)/mypy

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.soak]
 
 CHAOS = Path(__file__).resolve().parents[2] / "bench" / "chaos.py"
 

@@ -218,6 +218,7 @@ def _rewrite_conf(text: str) -> str:
     return cmdlib.replace_conf(text, "/p.yaml")
 
 
+@pytest.mark.soak  # `make fuzz` / `make soak`; the blueprint and command budgets stay in `make test`
 def test_command_lexer_shapes_just_under_its_cap() -> None:
     """The analysis reads at most LAUNCH_COMMAND_MAX_CHARS; its slowest shapes at that size, each entry
     point (one full parse each: ~20 ms idle, measured ~50 ms on this loaded 2-core machine)."""
@@ -233,6 +234,7 @@ def test_blueprint_parser_budget(text: str) -> None:
     _within_budget(_blueprint, text)
 
 
+@pytest.mark.soak  # `make fuzz` / `make soak`; the blueprint and command budgets stay in `make test`
 @FUZZ
 @given(text=big_text() | st.text(max_size=300))
 def test_duration_parser_budget(text: str) -> None:
@@ -245,24 +247,28 @@ def test_command_lexer_and_rewrites_budget(text: str) -> None:
     _within_budget(_command, text)
 
 
+@pytest.mark.soak  # `make fuzz` / `make soak`; the blueprint and command budgets stay in `make test`
 @FUZZ
 @given(text=big_text())
 def test_results_parser_budget(text: str) -> None:
     _within_budget(_results, text)
 
 
+@pytest.mark.soak  # `make fuzz` / `make soak`; the blueprint and command budgets stay in `make test`
 @FUZZ
 @given(text=big_text())
 def test_log_diagnosis_budget(text: str) -> None:
     _within_budget(diagnose_text, text)
 
 
+@pytest.mark.soak  # `make fuzz` / `make soak`; the blueprint and command budgets stay in `make test`
 @FUZZ
 @given(text=big_text())
 def test_log_metrics_budget(text: str) -> None:
     _within_budget(_log_metrics, text)
 
 
+@pytest.mark.soak  # `make fuzz` / `make soak`; the blueprint and command budgets stay in `make test`
 @FUZZ
 @given(text=big_text() | st.text(max_size=300))
 def test_swarm_part_budget(text: str) -> None:
@@ -272,6 +278,7 @@ def test_swarm_part_budget(text: str) -> None:
 @FUZZ
 @given(unit=st.lists(st.sampled_from(PIECES), min_size=1, max_size=3).map("".join),
        sep=st.sampled_from(["\n", "\n\n", "\n=\n", "\n```\n", "\n## "]))
+@pytest.mark.soak  # `make fuzz` / `make soak`; the blueprint and command budgets stay in `make test`
 def test_blueprint_many_short_lines_budget(unit: str, sep: str) -> None:
     """Tens of thousands of short lines: the per-line cost, not a regex, is what can blow up."""
     _within_budget(_blueprint, _fill(unit + sep))

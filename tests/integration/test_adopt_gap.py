@@ -25,7 +25,7 @@ from ajet_runner.store.store import Store
 from tests.integration.scenario import wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.soak]
 
 RATE = 50 << 20  # bytes per second
 GAP = 600 << 20  # the log grows this much after the checkpoint before the next worker starts (> 512 MB)

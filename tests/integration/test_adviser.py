@@ -148,7 +148,10 @@ def test_bad_answers_are_refused_and_the_run_fails_with_the_reason(tmp_path: Pat
     sc = make("unknown_failure", tmp_path)
     with fake_llm() as llm:
         llm.answer = lambda body: reply
-        env = adviser_env(tmux_socket, redis_url, tmp_path, llm.url, AJET_RUNNER_LLM_TIMEOUT_SECONDS="1.5")
+        # The `slow` case is the timeout; the others answer at once, and their limit only has to outlast a
+        # loaded machine (1.5 s for them timed out under load).
+        limit = "1.5" if case == "slow" else "20"
+        env = adviser_env(tmux_socket, redis_url, tmp_path, llm.url, AJET_RUNNER_LLM_TIMEOUT_SECONDS=limit)
         started = time.monotonic()
         proc = run_cli(sc, env)
         assert proc.returncode == 1, proc.stdout + proc.stderr

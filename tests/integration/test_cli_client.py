@@ -63,7 +63,8 @@ def test_research_workflow_through_a_real_server(redis_url, tmux_socket, tmp_pat
         assert out.returncode == 0, out.stderr
         q1, q2 = (json.loads(line)["id"] for line in out.stdout.splitlines())
         status = jobs(env)
-        assert status[q1] == status[q2] == "Queuing" and status[exp] in ("Queuing", "Running")
+        # The demo takes ~20 s; on a loaded machine the CLI calls before this one can take as long.
+        assert status[q1] == status[q2] == "Queuing" and status[exp] in ("Queuing", "Running", "Succeeded")
 
         follow_logs = background(env, "logs", exp, "-f", "--tail", "1000")
         follow_events = background(env, "events", exp, "-f")

@@ -2,7 +2,7 @@
 
 Fails on any undocumented status or content type, any body that does not match its schema, any
 5xx, an ignored token, a wrong `Allow` header, ... Bounded and reproducible: a fixed seed and
-AJET_RUNNER_SCHEMATHESIS_EXAMPLES examples per operation (default 15; `make fuzz` raises it).
+AJET_RUNNER_SCHEMATHESIS_EXAMPLES examples per operation (default 6 in `make test`; `make fuzz` raises it).
 The only setting is in tests/fuzz/schemathesis.toml (a schema-valid blueprint may still be a 422).
 """
 
@@ -25,7 +25,7 @@ SEED = 20261201
 
 
 def test_every_operation_behaves_as_documented(redis_url, tmp_path) -> None:
-    examples = int(os.environ.get("AJET_RUNNER_SCHEMATHESIS_EXAMPLES", "15"))
+    examples = int(os.environ.get("AJET_RUNNER_SCHEMATHESIS_EXAMPLES", "6"))
     st = Path(sys.executable).parent / "schemathesis"
     assert st.exists(), "schemathesis is in the [test] extra: make install-test"
     with running_server(redis_url, tmp_path / "serve.log") as server:
