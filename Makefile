@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   -- install into .venv, then run a demo blueprint end to end (embedded Redis)
-#   make test   -- install into .venv (with test extras), lint (ruff, mypy), then run the whole suite
+#   make test   -- install into .venv (with test extras), lint (ruff, mypy), then run the suite (not the soak runs: make soak)
 # An up-to-date venv is not reinstalled: the installs leave stamps that only pyproject.toml makes stale.
 PY ?= python3
 VENV ?= .venv
