@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
@@ -22,13 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pydantic
 import typer
 from rich.console import Console
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, UNREACHABLE, USAGE, echo_json, err, print_table
-from ajet_runner.service.client.answers import Experiment
 from ajet_runner.service.client.api_client import (
     DEFAULT_URL,
     RECONNECT_LIMIT,
@@ -37,6 +35,7 @@ from ajet_runner.service.client.api_client import (
     ApiUnavailable,
     Reconnect,
     TokenFileError,
+    UnexpectedAnswer,
     token_from_env,
 )
 from ajet_runner.statemachine.durations import format_duration, format_progress
@@ -109,14 +108,23 @@ def connect(url: str, token: str) -> Iterator[AjetRunnerClient]:
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         err(f"error: bad API URL {url!r}: {exc}")
         raise typer.Exit(USAGE) from None
-    except pydantic.ValidationError as exc:
-        err(f"error: the API at {url} answered something unexpected ({exc.error_count()} field errors); "
+    except ValueError as exc:  # pydantic's ValidationError (typed calls) or UnexpectedAnswer (plain-JSON calls)
+        if not _unexpected_answer(exc):
+            raise
+        what = f"{exc.error_count()} field errors" if hasattr(exc, "error_count") else str(exc)
+        err(f"error: the API at {url} answered something unexpected ({what}); "
             "is it an ajet-runner server of this version?")
         raise typer.Exit(FAILED) from None
     except KeyboardInterrupt:
         raise typer.Exit(INTERRUPTED) from None
     finally:
         client.close()
+
+
+def _unexpected_answer(exc: ValueError) -> bool:
+    """An answer that failed its check; pydantic is looked up only if a typed call imported it."""
+    pydantic = sys.modules.get("pydantic")
+    return isinstance(exc, UnexpectedAnswer) or (pydantic is not None and isinstance(exc, pydantic.ValidationError))
 
 
 def _elapsed(rec: Any) -> str:
@@ -369,8 +377,8 @@ def scan_jobs_drop_in(*, runner: str | None, as_json: bool, url: str, token: str
     """`scan-jobs` / `alpha-scan-jobs`: one Python dict per job (or a JSON list)."""
     runner_note("scan-jobs", runner)
     with connect(url, token) as client:
-        jobs = [{"job_id": r.id, "display_name": _purpose(r), "status": status_word(r),
-                 "create_time": create_time(r.created_at)} for r in client.iter_experiments()]
+        jobs = [{"job_id": r["id"], "display_name": _purpose(r), "status": status_word(r),
+                 "create_time": create_time(r.get("created_at"))} for r in client.iter_json()]
     if as_json:
         echo_json(jobs)
         return
@@ -460,9 +468,10 @@ NODE_TIMES = ("started_at", "last_seen", "drained_at")  # epoch seconds: shown a
 NODE_FREE_TEXT = ("running", "drained_by", "drain_reason")
 
 
-def show_scan(items: list[Experiment], console: Console | None = None) -> None:
+def show_scan(items: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
+    """Records as the API sends them (plain JSON or the typed answers, which read alike)."""
     print_table(SCAN_COLUMNS, (
-        (r.id, _purpose(r), _state_or_outcome(r), r.node or r.target_node, _elapsed(r), _reward(r))
+        (r["id"], _purpose(r), _state_or_outcome(r), r.get("node") or r.get("target_node"), _elapsed(r), _reward(r))
         for r in items), console=console, shrink=("purpose",))
 
 
@@ -487,22 +496,22 @@ def show_nodes(nodes: list[dict[str, Any]], console: Console | None = None) -> N
                 console=console, shrink=NODE_FREE_TEXT)
 
 
-def show_status(rec: Experiment, console: Console | None = None) -> None:
+def show_status(rec: Mapping[str, Any], console: Console | None = None) -> None:
     """The record's facts (`key  value`), its latest metrics, then its history as a table."""
     fields: list[tuple[str, Any]] = [(k, rec.get(k)) for k in ("id", "purpose", "state", "outcome", "reason", "node",
                                                                 "tmux_session", "attempt", "result_dir")
                                      if rec.get(k) not in (None, "")]
     fields += [(name, output.local_time(rec.get(key))) for name, key in
                (("created", "created_at"), ("started", "started_at"), ("finished", "finished_at")) if rec.get(key)]
-    fields.append(("elapsed", format_progress(rec.get("elapsed_seconds"), rec.max_seconds)))
-    fields += [(k, f"{v:.4g}") for k, v in sorted(rec.latest_metrics.items())
+    fields.append(("elapsed", format_progress(rec.get("elapsed_seconds"), rec.get("max_seconds"))))
+    fields += [(k, f"{v:.4g}") for k, v in sorted((rec.get("latest_metrics") or {}).items())
                if isinstance(v, int | float) and not isinstance(v, bool)]
     output.print_fields(fields, console=console)
-    if rec.history:
+    if history := rec.get("history") or []:
         (console or output.console()).print("")
         print_table(("at", "transition", "trigger", "reason"), (
             (_when(h.get("at")), f"{h.get('from')} → {h.get('to')}", h.get("trigger"), h.get("reason"))
-            for h in rec.history), console=console, shrink=("reason",))
+            for h in history), console=console, shrink=("reason",))
 
 
 def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
@@ -581,13 +590,13 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                 if value is not None and value not in {v.value for v in known}:
                     raise output.fail(f"error: {flag} {value!r} is not one of {', '.join(v.value for v in known)}")
         with connect(url, token) as client:
-            items: list[Experiment] = []
-            for rec in client.iter_experiments(state=state, node=node, outcome=outcome, stage=stage):
+            items: list[dict[str, Any]] = []  # plain JSON: printing it needs no models (nor pydantic's import)
+            for rec in client.iter_json(state=state, node=node, outcome=outcome, stage=stage):
                 items.append(rec)
                 if len(items) >= limit:
                     break
         if as_json:
-            echo_json([r.to_dict() for r in items])
+            echo_json(items)
             return
         show_scan(items)
 
@@ -600,9 +609,9 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
     ) -> None:
         """One experiment: state, outcome, node, tmux session, timings, latest metrics, history."""
         with connect(url, token) as client:
-            rec = client.get(exp_id)
+            rec = client.get_json(exp_id)
         if as_json:
-            echo_json(rec.to_dict())
+            echo_json(rec)
             return
         show_status(rec)
 

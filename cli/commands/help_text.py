@@ -40,7 +40,8 @@ def tidy(command: Any, ctx: typer.Context | None = None) -> Any:
             elif param.metavar is None:
                 param.metavar = _metavar(param)
         elif isinstance(param, TyperArgument):
-            param.display_type_rich = types.MethodType(_no_type, param)  # type: ignore[method-assign]  # typer has no hook for it
+            if hasattr(param, "display_type_rich"):  # typer 0.29+ only; typer has no hook for it
+                setattr(param, "display_type_rich", types.MethodType(_no_type, param))  # noqa: B010 - not on 0.28
             if param.metavar:  # the usage line adds its own brackets and "..."
                 param.metavar = param.metavar.strip("[]{}.") or param.metavar
     for name, sub in getattr(command, "commands", {}).items():

@@ -27,29 +27,43 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, TypeVar
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
-from ajet_runner.service.client.answers import (
-    DeleteResult,
-    Event,
-    EventPage,
-    Experiment,
-    ExperimentPage,
-    Node,
-    Stage,
-    StageSubmission,
-    parse_event,
-)
+if TYPE_CHECKING:
+    from ajet_runner.service.client.answers import (
+        DeleteResult,
+        Event,
+        EventPage,
+        Experiment,
+        ExperimentPage,
+        Node,
+        Stage,
+        StageSubmission,
+    )
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 RECONNECT_LIMIT = 30.0  # seconds without any contact with the API before a follower gives up
 SSE_READ_TIMEOUT = 45.0  # the server sends a keep-alive every 15 s: three missed ones = a dead connection
 T = TypeVar("T")
+
+
+def _needs_tls(url: str) -> bool:
+    """Verify certificates for an https API; for a plain-http one skip building the TLS context (loading the CA
+    bundle took 40 ms, a sixth of a CLI call): every request goes to this base URL, redirects are not followed."""
+    return not url.lower().startswith("http://")
+
+
+def _answers() -> ModuleType:
+    """The typed answers (pydantic models), imported at the first typed call: a CLI command that prints the
+    plain JSON (`scan`, `status`) does not pay pydantic's import, a third of its start-up."""
+    from ajet_runner.service.client import answers
+
+    return answers
 
 
 class ApiError(RuntimeError):
@@ -68,6 +82,11 @@ class ApiUnavailable(ApiError):
     def __init__(self, url: str, reason: str) -> None:
         self.reason = reason
         super().__init__(0, f"cannot reach the ajet-runner API at {url}: {reason}")
+
+
+class UnexpectedAnswer(ValueError):
+    """A 2xx answer that is not what this version's API sends (the plain-JSON calls' check; the typed calls raise
+    pydantic's ValidationError, also a ValueError)."""
 
 
 def retryable(exc: BaseException) -> bool:
@@ -246,7 +265,7 @@ def _event_of(sse: ServerSentEvent) -> Event | None:
         body = {"data": body}
     body.setdefault("event_id", sse.id or "")
     body.setdefault("type", sse.event or "message")
-    return parse_event(body)
+    return _answers().parse_event(body)
 
 
 def _sse_timeout(limit: float) -> httpx.Timeout:
@@ -260,7 +279,8 @@ class AjetRunnerClient:
                  transport: httpx.BaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+                                  verify=_needs_tls(self.url))
 
     @classmethod
     def from_env(cls, url: str | None = None, token: str | None = None) -> AjetRunnerClient:
@@ -302,7 +322,7 @@ class AjetRunnerClient:
         (problems, each with `field` and `message`), 409 (needs more GPUs than any live node has,
         or the key was used for another blueprint), 413 (too large).
         """
-        return Experiment.model_validate(self._json(
+        return _answers().Experiment.model_validate(self._json(
             "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node,
                                                          nodes, stage),
             headers=_idempotency(idempotency_key)))
@@ -322,40 +342,58 @@ class AjetRunnerClient:
         """One page, newest first: `items`, `total`, `limit`, `offset`. With `q` (a purpose search over one
         bounded window of the newest candidates), `search` says how many were searched and gives the
         `scan_before` of the next, older window (`next_scan_before`)."""
-        return ExperimentPage.model_validate(self._json(
-            "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset, stage, q, scan_before)))
+        return _answers().ExperimentPage.model_validate(self.list_json(
+            state=state, node=node, outcome=outcome, limit=limit, offset=offset, stage=stage, q=q,
+            scan_before=scan_before))
+
+    def list_json(self, *, state: str | None = None, node: str | None = None, outcome: str | None = None,
+                  limit: int = 100, offset: int = 0, stage: str | None = None, q: str | None = None,
+                  scan_before: str | None = None) -> dict[str, Any]:
+        """`list_experiments` as the server's plain JSON, not validated: for a caller that only prints it."""
+        return _page(self._json("GET", "/v1/experiments",
+                                params=_list_params(state, node, outcome, limit, offset, stage, q, scan_before)))
 
     def iter_experiments(self, *, state: str | None = None, node: str | None = None,
                          outcome: str | None = None, page_size: int = 500, stage: str | None = None
                          ) -> Iterator[Experiment]:
         """Every matching experiment, newest first, page after page."""
+        for rec in self.iter_json(state=state, node=node, outcome=outcome, page_size=page_size, stage=stage):
+            yield _answers().Experiment.model_validate(rec)
+
+    def iter_json(self, *, state: str | None = None, node: str | None = None, outcome: str | None = None,
+                  page_size: int = 500, stage: str | None = None) -> Iterator[dict[str, Any]]:
+        """`iter_experiments` as the server's plain JSON records."""
         offset = 0
         while True:
-            page = self.list_experiments(state=state, node=node, outcome=outcome, limit=page_size, offset=offset,
-                                         stage=stage)
-            yield from page.items
-            offset += len(page.items)
-            if not page.items or offset >= page.total:
+            page = self.list_json(state=state, node=node, outcome=outcome, limit=page_size, offset=offset,
+                                  stage=stage)
+            yield from page["items"]
+            offset += len(page["items"])
+            if not page["items"] or offset >= page["total"]:
                 return
 
     def get(self, exp_id: str) -> Experiment:
         """The record: state, outcome, node, tmux_session, attempt, timings, latest_metrics, history, ..."""
-        return Experiment.model_validate(self._json("GET", f"/v1/experiments/{exp_id}"))
+        return _answers().Experiment.model_validate(self.get_json(exp_id))
+
+    def get_json(self, exp_id: str) -> dict[str, Any]:
+        """`get` as the server's plain JSON, not validated."""
+        return _record(self._json("GET", f"/v1/experiments/{exp_id}"))
 
     def stop(self, exp_id: str) -> Experiment:
         """Stop it. A queued one comes back finished (cancelled); a running one with `cancel_requested`
         (its worker stops it gracefully, collects it and writes finish.flag). ApiError 409 if already finished."""
-        return Experiment.model_validate(self._json("POST", f"/v1/experiments/{exp_id}/stop"))
+        return _answers().Experiment.model_validate(self._json("POST", f"/v1/experiments/{exp_id}/stop"))
 
     def delete(self, exp_id: str) -> DeleteResult:
         """Drop the record, stopping it first if needed (`deleted` false = dropped once finished).
         Result files are never deleted."""
-        return DeleteResult.model_validate(self._json("DELETE", f"/v1/experiments/{exp_id}"))
+        return _answers().DeleteResult.model_validate(self._json("DELETE", f"/v1/experiments/{exp_id}"))
 
     def events(self, exp_id: str, *, after: str = "0-0", limit: int = 1000, wait_ms: int = 0) -> EventPage:
         """A page of events after stream id `after`: `events`, `next_after`, `finished`; `wait_ms` long-polls."""
         timeout = self._http.timeout.read or 30.0
-        return EventPage.model_validate(self._json(
+        return _answers().EventPage.model_validate(self._json(
             "GET", f"/v1/experiments/{exp_id}/events", params={"after": after, "limit": limit, "wait_ms": wait_ms},
             timeout=httpx.Timeout(timeout + wait_ms / 1000)))
 
@@ -423,20 +461,20 @@ class AjetRunnerClient:
         """Submit blueprints (paths, or (text, path) pairs) as stage `stage`; a blueprint with an `[exp_sweep]`
         part, or the `sweep` options (`KEY=V1,V2`), becomes one experiment per combination. `refused` lists
         experiments the submission refused while the others were submitted; ApiError 422/409 when none was."""
-        return StageSubmission.model_validate(self._json("POST", "/v1/stages", json=_stage_body(
+        return _answers().StageSubmission.model_validate(self._json("POST", "/v1/stages", json=_stage_body(
             stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node)))
 
     def stages(self) -> list[Stage]:
         """Every stage, newest first, with counts by state and outcome."""
-        return [Stage.model_validate(s) for s in self._json("GET", "/v1/stages")]
+        return [_answers().Stage.model_validate(s) for s in self._json("GET", "/v1/stages")]
 
     def stage(self, name: str) -> Stage:
         """One stage with its experiments (in submission order); ApiError 404 when there is none."""
-        return Stage.model_validate(self._json("GET", f"/v1/stages/{name}"))
+        return _answers().Stage.model_validate(self._json("GET", f"/v1/stages/{name}"))
 
     def stage_add(self, name: str, *, ids: list[str] | None = None, result_dirs: list[str] | None = None) -> Stage:
         """Put existing experiments (by id, or a result dir they ran in) into stage `name`."""
-        return Stage.model_validate(self._json("POST", f"/v1/stages/{name}/experiments",
+        return _answers().Stage.model_validate(self._json("POST", f"/v1/stages/{name}/experiments",
                                                json={"ids": ids or [], "result_dirs": result_dirs or []}))
 
     def stage_facts(self, name: str) -> list[dict[str, Any]]:
@@ -472,7 +510,7 @@ class AjetRunnerClient:
     # -- cluster ----------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
         """Workers that sent a heartbeat: name, alive, heartbeat_age_seconds, gpus, gpus_busy, running, ..."""
-        return [Node.model_validate(n) for n in self._json("GET", "/v1/nodes")]
+        return [_answers().Node.model_validate(n) for n in self._json("GET", "/v1/nodes")]
 
     def healthy(self) -> bool:
         try:
@@ -495,7 +533,8 @@ class AsyncAjetRunnerClient:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+                                       verify=_needs_tls(self.url))
 
     @classmethod
     def from_env(cls, url: str | None = None, token: str | None = None) -> AsyncAjetRunnerClient:
@@ -526,7 +565,7 @@ class AsyncAjetRunnerClient:
     async def submit(self, blueprint: str, *, node: str | None = None, priority: str | None = None,
                      blueprint_path: str | None = None, idempotency_key: str | None = None,
                      wait_for_node: bool = False, stage: str | None = None) -> Experiment:
-        return Experiment.model_validate(await self._json(
+        return _answers().Experiment.model_validate(await self._json(
             "POST", "/v1/experiments", json=_submit_body(blueprint, node, priority, blueprint_path, wait_for_node,
                                                          stage=stage),
             headers=_idempotency(idempotency_key)))
@@ -541,22 +580,22 @@ class AsyncAjetRunnerClient:
                                outcome: str | None = None, limit: int = 100, offset: int = 0,
                                stage: str | None = None, q: str | None = None,
                                scan_before: str | None = None) -> ExperimentPage:
-        return ExperimentPage.model_validate(await self._json(
+        return _answers().ExperimentPage.model_validate(await self._json(
             "GET", "/v1/experiments", params=_list_params(state, node, outcome, limit, offset, stage, q,
                                                           scan_before)))
 
     async def get(self, exp_id: str) -> Experiment:
-        return Experiment.model_validate(await self._json("GET", f"/v1/experiments/{exp_id}"))
+        return _answers().Experiment.model_validate(await self._json("GET", f"/v1/experiments/{exp_id}"))
 
     async def stop(self, exp_id: str) -> Experiment:
-        return Experiment.model_validate(await self._json("POST", f"/v1/experiments/{exp_id}/stop"))
+        return _answers().Experiment.model_validate(await self._json("POST", f"/v1/experiments/{exp_id}/stop"))
 
     async def delete(self, exp_id: str) -> DeleteResult:
-        return DeleteResult.model_validate(await self._json("DELETE", f"/v1/experiments/{exp_id}"))
+        return _answers().DeleteResult.model_validate(await self._json("DELETE", f"/v1/experiments/{exp_id}"))
 
     async def events(self, exp_id: str, *, after: str = "0-0", limit: int = 1000, wait_ms: int = 0) -> EventPage:
         timeout = self._http.timeout.read or 30.0
-        return EventPage.model_validate(await self._json(
+        return _answers().EventPage.model_validate(await self._json(
             "GET", f"/v1/experiments/{exp_id}/events", params={"after": after, "limit": limit, "wait_ms": wait_ms},
             timeout=httpx.Timeout(timeout + wait_ms / 1000)))
 
@@ -615,18 +654,18 @@ class AsyncAjetRunnerClient:
     async def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
                            stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
                            priority: str | None = None, wait_for_node: bool = False) -> StageSubmission:
-        return StageSubmission.model_validate(await self._json("POST", "/v1/stages", json=_stage_body(
+        return _answers().StageSubmission.model_validate(await self._json("POST", "/v1/stages", json=_stage_body(
             stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node)))
 
     async def stages(self) -> list[Stage]:
-        return [Stage.model_validate(s) for s in await self._json("GET", "/v1/stages")]
+        return [_answers().Stage.model_validate(s) for s in await self._json("GET", "/v1/stages")]
 
     async def stage(self, name: str) -> Stage:
-        return Stage.model_validate(await self._json("GET", f"/v1/stages/{name}"))
+        return _answers().Stage.model_validate(await self._json("GET", f"/v1/stages/{name}"))
 
     async def stage_add(self, name: str, *, ids: list[str] | None = None,
                         result_dirs: list[str] | None = None) -> Stage:
-        return Stage.model_validate(await self._json("POST", f"/v1/stages/{name}/experiments",
+        return _answers().Stage.model_validate(await self._json("POST", f"/v1/stages/{name}/experiments",
                                                      json={"ids": ids or [], "result_dirs": result_dirs or []}))
 
     async def stage_facts(self, name: str) -> list[dict[str, Any]]:
@@ -661,7 +700,27 @@ class AsyncAjetRunnerClient:
             raise TimeoutError(f"stage {name or ', '.join(wanted)} is not finished after {timeout}s") from exc
 
     async def nodes(self) -> list[Node]:
-        return [Node.model_validate(n) for n in await self._json("GET", "/v1/nodes")]
+        return [_answers().Node.model_validate(n) for n in await self._json("GET", "/v1/nodes")]
+
+
+def _record(body: Any) -> dict[str, Any]:
+    """An unvalidated answer is still checked to be a record: anything else is not an ajet-runner server's."""
+    if not isinstance(body, dict) or not isinstance(body.get("id"), str) or not isinstance(body.get("state"), str):
+        raise UnexpectedAnswer(f"expected an experiment record, got {_shape(body)}")
+    return body
+
+
+def _page(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict) or not isinstance(body.get("items"), list) or not isinstance(body.get("total"), int):
+        raise UnexpectedAnswer(f"expected a page of experiments, got {_shape(body)}")
+    for rec in body["items"]:
+        _record(rec)
+    return body
+
+
+def _shape(body: Any) -> str:
+    return f"an object with {', '.join(sorted(map(str, body))[:8]) or 'no fields'}" if isinstance(body, dict) \
+        else type(body).__name__
 
 
 def _body(resp: httpx.Response) -> Any:
