@@ -173,7 +173,7 @@ def node_loop(sup: NodeSupervisor, offset: float, stop: threading.Event) -> None
                 if key == "drain":
                     sup.store.draining(sup.node.name)
                 elif key == "beat":
-                    sup.heartbeat(False)
+                    sup.heartbeat()
                 else:
                     sup.adopt_orphans()
                 due[key] = at + every[key]
@@ -321,7 +321,7 @@ def counted(srv: EmbeddedRedis, nodes: int, runs: int, queued: int) -> Row:
     r.delete(stand_in.key)
     assert stand_in.hold()
     for sup in sups:  # warm: indexes checked, scripts loaded, every node alive
-        sup.heartbeat(False)
+        sup.heartbeat()
         sup.adopt_orphans()
     rounds = max(1, min(5, 300 // nodes))
     out: list[Cost] = []
