@@ -8,7 +8,7 @@ and arguments no type label (their name is already in the usage line). Defaults 
 
 from __future__ import annotations
 
-import types
+import copy
 from typing import Any
 
 import typer
@@ -21,8 +21,12 @@ def _metavar(param: TyperOption) -> str:
     return longest.lstrip("-").rsplit("-", 1)[-1].upper()
 
 
-def _no_type(_self: TyperArgument, ctx: typer.Context) -> None:
-    return None
+def _untyped(kind: Any) -> Any:
+    """A copy of an argument's click type whose metavar is empty: typer's rich help shows an argument's type
+    metavar, else `<type name>`, and has no hook to leave it out (the shared STRING instance stays as it is)."""
+    copied = copy.copy(kind)
+    copied.get_metavar = lambda param, ctx: ""
+    return copied
 
 
 def tidy(command: Any, ctx: typer.Context | None = None) -> Any:
@@ -40,8 +44,7 @@ def tidy(command: Any, ctx: typer.Context | None = None) -> Any:
             elif param.metavar is None:
                 param.metavar = _metavar(param)
         elif isinstance(param, TyperArgument):
-            if hasattr(param, "display_type_rich"):  # typer 0.29+ only; typer has no hook for it
-                setattr(param, "display_type_rich", types.MethodType(_no_type, param))  # noqa: B010 - not on 0.28
+            param.type = _untyped(param.type)
             if param.metavar:  # the usage line adds its own brackets and "..."
                 param.metavar = param.metavar.strip("[]{}.") or param.metavar
     for name, sub in getattr(command, "commands", {}).items():
