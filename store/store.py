@@ -201,9 +201,29 @@ class Store:
         """The multi-node gangs (store/gangs.py), on this store's client."""
         return GangStore(self.r)
 
-    def pubsub(self) -> PubSub:
-        """A pub/sub connection (e.g. to hear a cancel announced on `cancel_channel`): the caller closes it."""
-        return self.r.pubsub(ignore_subscribe_messages=True)
+    def pubsub(self, *, confirmations: bool = False) -> PubSub:
+        """A pub/sub connection (e.g. to hear a cancel announced on `cancel_channel`): the caller closes it.
+        `confirmations`: get_message also returns Redis's (un)subscribe confirmations."""
+        return self.r.pubsub(ignore_subscribe_messages=not confirmations)
+
+    def poke(self, channel: str) -> None:
+        """Publish on a channel of the caller's own (to wake its listener)."""
+        self.r.publish(channel, "1")
+
+    @property
+    def server(self) -> tuple[Any, ...]:
+        """Which server and account this store's client talks to (equal for two clients of one Redis)."""
+        pool = self.r.connection_pool
+        kw = pool.connection_kwargs
+        return (pool.connection_class.__name__, *(kw.get(k) for k in ("host", "port", "path", "db", "username",
+                                                                        "password")))
+
+    def twin(self, **options: Any) -> Store:
+        """A Store on a client of its own (own pool) with this one's connection settings, auth and TLS
+        included; `options` override some (timeouts)."""
+        pool = self.r.connection_pool
+        return Store(redis.Redis(connection_pool=redis.ConnectionPool(
+            connection_class=pool.connection_class, **{**pool.connection_kwargs, **options})))
 
     # -- the job queue (RQ, store/queue.py) on this store's client ----------------------------
     def enqueue_drive(self, exp_id: str, queue_name: str, *, at_front: bool = False,

@@ -57,7 +57,7 @@ def test_a_stop_request_wakes_the_journal_at_once_not_at_its_poll(store: Store, 
     j = Journal(store, "e", "me", version=1)
     j.on_cancel = lambda: woke.append(time.monotonic())
     try:
-        wait_for(lambda: j._subscribed, 10, "the cancel subscription")
+        wait_for(lambda: j._hub.subscribed("e"), 10, "the cancel subscription")
         time.sleep(0.2)  # past the first poll
         t0 = time.monotonic()
         assert store.request_cancel("e")

@@ -25,16 +25,15 @@ from typing import Any
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.store.events import checked
-from ajet_runner.store.keys import cancel_channel
 from ajet_runner.store.stats import TransitionStats
 from ajet_runner.store.store import REDIS_DOWN, Store, TransitionConflict
+from ajet_runner.workers.drive.cancel_hub import hub_for
 
 log = logging.getLogger(__name__)
 MAX_BUFFERED = 100_000
 POLL_SECONDS = 0.5  # the ownership/cancel look without a live cancel subscription ...
 SUBSCRIBED_POLL_SECONDS = 5.0  # ... and with one (a stop request is pushed; the poll is the fallback)
 IDLE_WAKE_SECONDS = 5.0  # the sender thread's longest sleep with nothing to send (new ops and close() notify it)
-LISTEN_WAKE_SECONDS = 5.0  # the cancel listener's wait per look; close() does not wait for it
 REDIS_ERRORS = REDIS_DOWN
 
 
@@ -74,11 +73,10 @@ class Journal:
         self._renew_due = 0.0
         self._cv = threading.Condition()
         self._stop = False
-        self._subscribed = False
+        self._hub = hub_for(store)  # the process's one stop-request subscription (cancel_hub.py)
+        self._hub_entry = self._hub.register(exp_id, self._cancel_seen)
         self._thread = threading.Thread(target=self._run, name=f"journal-{exp_id}", daemon=True)
         self._thread.start()
-        self._listener = threading.Thread(target=self._listen, name=f"cancel-{exp_id}", daemon=True)
-        self._listener.start()
 
     # -- what the driver calls --------------------------------------------------------------
     @property
@@ -151,8 +149,7 @@ class Journal:
             self._stop = True
             self._cv.notify_all()
         self._thread.join(5)
-        # The cancel listener sees _stop within LISTEN_WAKE_SECONDS and ends by itself (a daemon): waiting
-        # for it would hold the driver's slot that long after the run is done.
+        self._hub.unregister(self.exp_id, self._hub_entry)
         return done
 
     def check(self) -> None:
@@ -245,7 +242,7 @@ class Journal:
         return rec.get("owner") == self.owner and int(rec.get("version") or 0) > expected
 
     def _poll_every(self) -> float:
-        every = SUBSCRIBED_POLL_SECONDS if self._subscribed else POLL_SECONDS
+        every = SUBSCRIBED_POLL_SECONDS if self._hub.subscribed(self.exp_id) else POLL_SECONDS
         return min(every, self._lease_seconds / 3) if self._lease_seconds else every
 
     def _poll(self) -> None:
@@ -264,23 +261,6 @@ class Journal:
         was, self._cancel = self._cancel, True
         if not was and (wake := self.on_cancel) is not None:
             wake()  # the watch loop is asleep until its next pass: act on the stop now
-
-    def _listen(self) -> None:
-        """Wait for the stop announcement on the experiment's channel (no Redis command while idle)."""
-        while not self._stop:
-            pubsub = self.store.pubsub()
-            try:
-                pubsub.subscribe(cancel_channel(self.exp_id))
-                self._subscribed = True
-                while not self._stop:
-                    if pubsub.get_message(timeout=LISTEN_WAKE_SECONDS) is not None:
-                        self._cancel_seen()
-            except (*REDIS_ERRORS, OSError, ValueError):
-                self._subscribed = False  # the poll covers it meanwhile
-                time.sleep(self.retry_seconds)
-            finally:
-                self._subscribed = False
-                pubsub.close()
 
     def _set_online(self, online: bool) -> None:
         with self._cv:
