@@ -58,7 +58,10 @@ def main() -> None:
         log = Path(tmp) / "attempt-1.log"
         log.write_text("step 1\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
         with serving_api(redis_server.url) as url:
-            env = {**os.environ, "AJET_RUNNER_URL": url, "AJET_RUNNER_TOKEN": TOKEN}
+            # Bytecode is written (the warm-up rounds leave .pyc files), as on a user's machine: with
+            # PYTHONDONTWRITEBYTECODE set in the environment, every run compiled our changed modules again.
+            env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                   "AJET_RUNNER_URL": url, "AJET_RUNNER_TOKEN": TOKEN}
             cases = {
                 "floor: import typer, rich": [sys.executable, "-c", "import typer, rich"],
                 "ajet-runner --help": [cli, "--help"],

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transitions import EventData, Machine, MachineError
+if TYPE_CHECKING:
+    from transitions import EventData
 
 
 class Name(str, Enum):
@@ -155,6 +156,10 @@ class Lifecycle:
     budget: RepairBudget = field(default_factory=RepairBudget)
 
     def __post_init__(self) -> None:
+        # Imported here: the vocabulary above (states, outcomes, triggers) is read by the CLI's light commands,
+        # which build no machine.
+        from transitions import Machine
+
         self._machine = Machine(
             model=self,
             states=[s.value for s in State],
@@ -208,6 +213,8 @@ class Lifecycle:
         trigger = str(trigger)
         if trigger not in TRIGGERS:
             raise TransitionRefused(f"unknown trigger {trigger!r}")
+        from transitions import MachineError
+
         before = len(self.history)  # every transition appends one entry (_record)
         try:
             self.trigger(trigger, reason=reason, at=at, **detail)  # type: ignore[attr-defined]  # added by transitions
