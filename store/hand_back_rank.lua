@@ -1,7 +1,8 @@
 -- A rank job gives its rank back (its process is stopping, or it failed): lease ended now (the server's
 -- time, not 0: the head's member grace counts from the hand-back, so a rank whose command runs on is not
--- called gone while the next worker starts) and the last-enqueued time cleared, so the member node's supervisor enqueues a new rank job at its next
--- scan instead of waiting out the lease, only while the caller still holds the rank.
+-- called gone while the next worker starts) and the last-enqueued time cleared, so the member node's
+-- supervisor enqueues a new rank job at its next scan instead of waiting out the lease, only while the
+-- caller still holds the rank.
 --
 -- KEYS[1]  the gang hash   (keys.gang_key)
 -- ARGV[1]  rank

@@ -32,11 +32,11 @@ def test_many_journals_share_one_subscription_and_each_hears_its_own_stop(store:
         j = Journal(store, i, "me", version=1)
         j.on_cancel = heard[i].set
         journals.append(j)
-    threads_before = {t.name for t in threading.enumerate()}
+    threads = {t.name for t in threading.enumerate()}
     try:
         wait_for(lambda: all(hub_for(store).subscribed(i) for i in ids), 10, "the subscriptions")
         assert subscribed_clients(store) <= before + 1  # the hub's one connection (if it is new), not five
-        assert not any(name.startswith("cancel-e") for name in threads_before)  # no listener thread per run
+        assert not any(name.startswith("cancel-e") for name in threads)  # no listener thread per run
         assert store.request_cancel("e3")
         assert heard["e3"].wait(5) and journals[3].cancel_requested()
         assert not any(heard[i].is_set() for i in ids if i != "e3")
@@ -59,3 +59,20 @@ def test_two_registrations_of_one_run_are_kept_apart(store: Store) -> None:
     assert store.request_cancel("r1")
     assert new.wait(5)
     assert not old.is_set()
+
+
+def test_a_failing_callback_does_not_deafen_the_other_runs(store: Store) -> None:
+    hub = hub_for(store)
+    heard = threading.Event()
+
+    def broken() -> None:
+        raise RuntimeError("a journal's bug")
+
+    hub.register("bad", broken)
+    hub.register("good", heard.set)
+    wait_for(lambda: hub.subscribed("bad") and hub.subscribed("good"), 10, "the subscriptions")
+    for exp_id in ("bad", "good"):
+        store.create(exp_id, {"state": "running", "owner": "me"}, {})
+    assert store.request_cancel("bad")
+    assert store.request_cancel("good")
+    assert heard.wait(5)

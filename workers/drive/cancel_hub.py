@@ -115,7 +115,10 @@ class CancelHub:
             with self._lock:
                 callbacks = list(self._wanted.get(name, {}).values())
             for callback in callbacks:
-                callback()
+                try:
+                    callback()
+                except Exception:  # one journal's failure must not deafen every other run of this process
+                    log.exception("cancel hub: the callback for %s failed", name)
 
 
 _HUBS: dict[tuple[object, ...], CancelHub] = {}
@@ -124,8 +127,9 @@ _HUBS_LOCK = threading.Lock()
 
 def hub_for(store: Store) -> CancelHub:
     """The process's hub for the Redis `store` reads (one per server, whatever client each driver made)."""
+    server = store.server
     with _HUBS_LOCK:
-        hub = _HUBS.get(store.server)
+        hub = _HUBS.get(server)
         if hub is None:
-            hub = _HUBS[store.server] = CancelHub(store)
+            hub = _HUBS[server] = CancelHub(store)
         return hub
