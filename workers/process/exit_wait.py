@@ -62,16 +62,28 @@ class ExitWaiter:
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to `timeout` seconds; True when woken early (process ended or `wake()`)."""
-        fds = [self._r] if self._pidfd is None else [self._r, self._pidfd]
         try:
-            ready, _, _ = select.select(fds, [], [], max(0.0, timeout))
+            ready, _, _ = select.select(self.fds(), [], [], max(0.0, timeout))
         except (OSError, ValueError):
             return False
         if self._r in ready:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(self._r, 4096):
-                    pass
+            self.drain()
         return bool(ready)
+
+    @property
+    def pipe(self) -> int:
+        """The read end `wake()` writes to (workers/drive/watch_loop.py selects on it with the pidfd)."""
+        return self._r
+
+    def fds(self) -> tuple[int, ...]:
+        """What to select on: readable once the process ended or `wake()` was called."""
+        return (self._r,) if self._pidfd is None else (self._r, self._pidfd)
+
+    def drain(self) -> None:
+        """Empty the wake pipe (after a wake was seen)."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self._r, 4096):
+                pass
 
     def wake(self) -> None:
         """Cut the current (or next) wait short; safe from any thread."""

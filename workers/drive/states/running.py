@@ -24,6 +24,7 @@ from ajet_runner.store.records import PendingRepair
 from ajet_runner.workers.drive.journal import HandedBack
 from ajet_runner.workers.drive.scan_checkpoint import remove as remove_checkpoint
 from ajet_runner.workers.drive.watch import CONSOLE_KEY, TRAIN_KEY, UNSCANNED_KEY, AttemptWatch, attempt_evaluations
+from ajet_runner.workers.drive.watch_loop import LOOP
 from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.process.exit_cause import exit_record_problem
 from ajet_runner.workers.process.exit_wait import ExitWaiter
@@ -160,46 +161,99 @@ def handle(d: Drive) -> bool:
 
 
 def _watch(d: Drive, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
-    """One tick: one bounded slice of the log, the results file, then every rule. Ticks follow each
-    other at once while the log has a backlog, else every poll interval — or at once when the
-    command's process ends (pidfd) or a stop is announced."""
-    assert d.handle is not None
-    attempt_started = d.handle.started_at
-    started = d.started_at or attempt_started
-    hooks = observers()
-    schedule = RuleSchedule(d.rules)  # each rule runs when its inputs changed or its deadline came
-    local = not d.runner.remote()
-    first_step_timeout = first_step_timeout_from_text(d.bp.exp_max_time_text)
-    next_results = 0.0
-    gap = watch.resumed_from  # an adopted run: announce once the gap after the checkpoint is scanned
-    gap_t0 = time.monotonic()
-    while True:
-        tick = Tick(t0=time.monotonic(), now=time.time(), started=started, watch=watch, read_before=0)
-        for o in hooks:
+    """Ticks follow each other at once while the log has a backlog, else every poll interval — or at
+    once when the command's process ends (pidfd) or a stop is announced. A quiet run's ticks are lent
+    to the process's shared watch loop (workers/drive/watch_loop.py); the rest happen here."""
+    passes = WatchPasses(d, watch, waiter)
+    while not passes.tick():
+        if passes.quiet():
+            LOOP.run(passes.shared_tick, waiter, passes.next_due())
+            if passes.proposal is not None:
+                break
+        elif not watch.behind:
+            waiter.wait(_until_next_look(d, passes.started, time.time()))
+    assert passes.proposal is not None and passes.last is not None
+    _end_attempt(d, passes.proposal, passes.last.alive)
+    for o in passes.hooks:
+        o.on_attempt_end(d, passes.last)
+    return True
+
+
+class WatchPasses:
+    """The watch loop's state from tick to tick; `tick()` is one pass: one bounded slice of the log, the
+    results file, then every rule."""
+
+    def __init__(self, d: Drive, watch: AttemptWatch, waiter: ExitWaiter) -> None:
+        assert d.handle is not None
+        self.d, self.watch, self.waiter = d, watch, waiter
+        self.attempt_started = d.handle.started_at
+        self.started = d.started_at or self.attempt_started
+        self.hooks = observers()
+        self.schedule = RuleSchedule(d.rules)  # each rule runs when its inputs changed or its deadline came
+        self.local = not d.runner.remote()
+        self.plain = d.gang is None and d.server_watch is None  # nothing but the run itself to look at
+        self.first_step_timeout = first_step_timeout_from_text(d.bp.exp_max_time_text)
+        self.next_results = 0.0
+        self.gap = watch.resumed_from  # an adopted run: announce once the gap after the checkpoint is scanned
+        self.gap_t0 = time.monotonic()
+        self.proposal: Proposal | None = None
+        self.last: Tick | None = None
+
+    def quiet(self) -> bool:
+        """Alive, its exit watched by a pidfd, its log caught up: a tick that cannot block or take long."""
+        return (self.plain and self.local and self.waiter.watching and not self.watch.behind
+                and self.last is not None and self.last.alive)
+
+    def next_due(self) -> float:
+        """The next tick (monotonic) on the poll interval's grid, so every lent run is ticked in one pass;
+        sooner at the time limit."""
+        now, wall = time.monotonic(), time.time()
+        wait = _until_next_look(self.d, self.started, wall)
+        every = self.d.settings.poll_interval
+        if wait < every or every <= 0:
+            return now + wait
+        return (now // every + 1) * every
+
+    def shared_tick(self) -> float | None:
+        """A tick in the shared loop: the next one's due time, or None to give the run back to its thread."""
+        if self.tick(shared=True) or not self.quiet():
+            return None
+        return self.next_due()
+
+    def tick(self, shared: bool = False) -> bool:
+        """One pass; True when a rule proposed an end (`proposal`) — or, `shared`, when the process was
+        found ended (its driver's thread then waits for the exit code)."""
+        d, watch, waiter = self.d, self.watch, self.waiter
+        assert d.handle is not None
+        tick = Tick(t0=time.monotonic(), now=time.time(), started=self.started, watch=watch, read_before=0)
+        for o in self.hooks:
             o.before_tick(d, tick)
         # The pidfd says whether the process runs (checked against its start time when opened); psutil
         # and the rc file only without one. The wrapper writes the rc only after the process ended.
         alive = waiter.process_alive()
         if alive is None:
             alive = watch.alive(d.runner)
-            if alive and local:
+            if alive and self.local:
                 waiter.watch(d.handle.pid, d.handle.pid_create_time)
+        if shared and not alive:
+            return True
         tick.alive = alive
+        self.last = tick
         tick.read_before = watch.bytes_read
         watch.read_log(tick.now)
         watch.maybe_save(tick.t0)
-        if gap is not None and not watch.behind:
-            d.journal.publish({"type": EventType.scan_caught_up, "from": gap, "to": watch.offset,
-                               "seconds": round(time.monotonic() - gap_t0, 3), "unscanned": list(watch.unscanned),
-                               "message": f"scanned bytes {gap}-{watch.offset} of the log after adopting the run"})
-            gap = None
+        if self.gap is not None and not watch.behind:
+            d.journal.publish({"type": EventType.scan_caught_up, "from": self.gap, "to": watch.offset,
+                               "seconds": round(time.monotonic() - self.gap_t0, 3), "unscanned": list(watch.unscanned),
+                               "message": f"scanned bytes {self.gap}-{watch.offset} of the log after adopting the run"})
+            self.gap = None
         # New evaluations feed slow rules (plateau, progress): looked for every RESULTS_EVERY s, and at the end.
         new_evals = []
-        if not alive or tick.t0 >= next_results:
+        if not alive or tick.t0 >= self.next_results:
             new_evals = watch.read_results(tick.now)
-            next_results = tick.t0 + RESULTS_EVERY
+            self.next_results = tick.t0 + RESULTS_EVERY
         if new_evals:
-            for o in hooks:
+            for o in self.hooks:
                 o.on_evaluations(d, tick, new_evals)
         exit_code = None
         record = None
@@ -208,7 +262,7 @@ def _watch(d: Drive, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
             watch.finish_log(time.time())
             record = exit_record_problem(d.handle.rc_path, d.bp.exp_result_dir, d.roots)
         obs = Observation(
-            now=tick.now, started_at=started, attempt_started_at=attempt_started,
+            now=tick.now, started_at=self.started, attempt_started_at=self.attempt_started,
             max_seconds=d.bp.exp_max_time_seconds, process_alive=alive, exit_code=exit_code,
             cancel_requested=d.journal.cancel_requested(), last_output_at=watch.last_output_at,
             last_eval_at=watch.last_eval_at, completed_run=watch.scanner.completed_run,
@@ -217,21 +271,15 @@ def _watch(d: Drive, watch: AttemptWatch, waiter: ExitWaiter) -> bool:
             progress_after_cause=watch.scanner.progress_after_cause,
             evaluations=_primary_evaluations(d),
             first_step_seen=watch.first_step_seen,
-            first_step_timeout=first_step_timeout,
+            first_step_timeout=self.first_step_timeout,
             gang_problem=gang.problem(d),
             exit_record_error=record.reason if record is not None else "",
             **_server_fields(d),
         )
-        for o in hooks:
+        for o in self.hooks:
             o.after_tick(d, tick)
-        proposal = schedule.decide(obs, d.lc.can)
-        if proposal is not None:
-            _end_attempt(d, proposal, alive)
-            for o in hooks:
-                o.on_attempt_end(d, tick)
-            return True
-        if not watch.behind:
-            waiter.wait(_until_next_look(d, started, time.time()))
+        self.proposal = self.schedule.decide(obs, d.lc.can)
+        return self.proposal is not None
 
 
 def _log_size(watch: AttemptWatch) -> int:
