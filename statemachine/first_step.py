@@ -28,9 +28,17 @@ _TIMEOUT_TEXT = re.compile(
 )
 
 
+_STEP_WORDS = ("kl_loss", "training progress", "global_step")  # each alternative of _STEP holds one
+_FOLD_EXCEPTIONS = ("\u0131", "\u0130")  # ı and İ match i under IGNORECASE, but casefold() keeps them
+
+
 def shows_training_step(text: str) -> bool:
-    """Whether `text` (log lines) shows at least one training step."""
-    return _STEP.search(text) is not None
+    """Whether `text` (log lines) shows at least one training step. The case-folded words first: a block
+    without any (nearly every block) costs no regex search (the IGNORECASE alternation is ~8 µs per 450
+    characters)."""
+    folded = text.casefold()
+    maybe = any(w in folded for w in _STEP_WORDS) or any(c in text for c in _FOLD_EXCEPTIONS)
+    return maybe and _STEP.search(text) is not None
 
 
 def first_step_timeout_from_text(text: str) -> float | None:

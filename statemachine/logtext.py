@@ -69,10 +69,9 @@ def _finish(line: str) -> str:
     if line.startswith("("):
         # Ray nests nothing, but a colour reset can leave the prefix doubled after stripping.
         for _ in range(2):
-            stripped = _RAY_PREFIX.sub("", line, count=1)
-            if stripped == line:
+            line = _RAY_PREFIX.sub("", line, count=1)
+            if not line.startswith("("):
                 break
-            line = stripped
     if "[repeated" in line:
         line = _REPEATED.sub("", line)
     return line.rstrip()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -656,6 +656,13 @@ class Store:
         """(still ours, stop requested), renewing the lease when `renew_seconds` > 0: one round trip."""
         owned, cancel = self._poll_run(keys=[exp_key(exp_id)], args=[owner, renew_seconds or 0])
         return bool(owned), bool(cancel)
+
+    def poll_runs(self, asks: Sequence[tuple[str, str, float]]) -> list[tuple[bool, bool]]:
+        """`poll_run` for each (experiment, owner, renew seconds), all in one round trip (a pipeline)."""
+        pipe = self.r.pipeline(transaction=False)
+        for exp_id, owner, renew in asks:
+            self._poll_run(keys=[exp_key(exp_id)], args=[owner, renew or 0], client=pipe)
+        return [(bool(owned), bool(cancel)) for owned, cancel in pipe.execute()]
 
     def request_cancel(self, exp_id: str) -> bool:
         """Set the cancel flag; False (and nothing written) when the record does not exist."""

@@ -52,6 +52,9 @@ def test_an_owner_is_dead_only_when_this_node_and_boot_prove_it(live, dead) -> N
     node, boot, pidns, rest = dead.owner.split("/", 3)
     assert not owner_dead(f"{node}/{boot}/{int(pidns) + 1}/{rest}", "n1")  # another PID namespace
     assert not owner_dead(f"n1/{dead.pid}/abc123", "n1")  # the old owner format: the lease is waited out
+    starts: dict[int, int | None] = {}  # one scan's memo of /proc reads: the same answers
+    assert [owner_dead(o, "n1", starts) for o in (owner_of(live), dead.owner, owner_of(live))] == [False, True, False]
+    assert set(starts) == {live.pid, dead.pid}
     zombie = subprocess.Popen(["sleep", "60"])
     owner = owner_of(zombie)
     zombie.kill()  # dead, not reaped until wait(): a zombie keeps its pid and start time

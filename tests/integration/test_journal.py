@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -99,3 +100,61 @@ def test_overflow_drops_events_but_never_a_transition(server, monkeypatch) -> No
     assert j.dropped >= 5
     types = [e["type"] for e in store.events("e")]
     assert types.count("transition") == 1 and store.get("e")["state"] == "collecting"  # type: ignore[index]
+
+
+def test_one_pump_thread_sends_for_every_journal_and_tries_redis_once_per_retry_when_it_is_away(server) -> None:
+    """Ten journals of one process: one sender thread, not ten. While Redis is away the pump tries one
+    write per retry period (not one per journal, each waiting out the connect timeout), and once Redis is
+    back every journal's buffered writes land, in order."""
+    store = quick_store(server.url)
+    for i in range(10):
+        store.create(f"p{i}", {"state": "running", "owner": "me"}, {})
+    before = {t.name for t in threading.enumerate()}
+    journals = [Journal(store, f"p{i}", "me", version=1, retry_seconds=0.3) for i in range(10)]
+    started = [t.name for t in threading.enumerate() if t.name not in before]
+    assert started.count("journal-pump") <= 1 and not [n for n in started if n.startswith("journal-p")]
+    for j in journals:
+        j.publish({"type": "progress", "n": 0})
+    assert all(j.flush(10) for j in journals)
+    tries = []
+    real = Store.publish
+
+    def counted(self, *args, **kwargs):
+        tries.append(time.monotonic())
+        return real(self, *args, **kwargs)
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        Store.publish = counted  # type: ignore[method-assign]
+        for j in journals:
+            j.publish({"type": "progress", "n": 1})
+        wait_for(lambda: all(not j.online for j in journals), 10, "every journal to go offline")
+        t0, n0 = time.monotonic(), len(tries)
+        time.sleep(2.0)  # the window whose tries are counted
+        window = time.monotonic() - t0
+        assert len(tries) - n0 <= window / 0.3 + 2, (len(tries) - n0, window)  # one per retry, not ten
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        Store.publish = real  # type: ignore[method-assign]
+    assert all(j.flush(30) for j in journals)
+    for i, j in enumerate(journals):
+        j.close()
+        assert [e.get("n") for e in store.events(f"p{i}") if e["type"] == "progress"] == [0, 1]
+
+
+def test_a_write_that_breaks_fails_its_own_driver_and_the_other_journals_go_on(server) -> None:
+    store = quick_store(server.url)
+    for name in ("bad", "good"):
+        store.create(name, {"state": "running", "owner": "me"}, {})
+    bad, good = Journal(store, "bad", "me", version=1), Journal(store, "good", "me", version=1)
+
+    def broken() -> None:
+        raise TypeError("a bug in a write")
+    bad.call(broken)
+    good.publish({"type": "progress", "n": 1})
+    wait_for(lambda: bad.pending == 0 and good.pending == 0, 10, "the pump to serve both")
+    with pytest.raises(TypeError, match="a bug in a write"):
+        bad.check()
+    good.publish({"type": "progress", "n": 2})
+    assert good.flush(10)
+    assert [e.get("n") for e in store.events("good") if e["type"] == "progress"] == [1, 2]
+    good.close()

@@ -64,3 +64,15 @@ def test_max_time_ignores_the_first_step_clause(text: str, seconds: float) -> No
 
     bp = parse_blueprint(f"[exp_purpose] x\n[exp_max_time] {text}\n")
     assert bp.exp_max_time_seconds == seconds
+
+
+@pytest.mark.parametrize("line", ["kl_loss: 0.31", "KL_LOSS=-1", "Training Progress:  30%|###  | 3/10",
+                                  "TRAINING PROGRESS 1 / 4", "global_steps: 12", "Global_Step=3"])
+@pytest.mark.parametrize("odd", ["", "\u0131", "\u0130", "\u017f", "\u212a"])
+def test_the_word_prefilter_never_hides_a_step_the_pattern_sees(line: str, odd: str) -> None:
+    """shows_training_step looks for case-folded words before the regex: it must answer as the regex
+    alone does, odd case-insensitive letters (dotless i, long s, Kelvin sign) included."""
+    from ajet_runner.statemachine.first_step import _STEP
+    for i in range(len(line)):
+        text = f"(pid=1) {line[:i]}{odd or line[i]}{line[i + 1:]} tail"
+        assert shows_training_step(text) == (_STEP.search(text) is not None), text

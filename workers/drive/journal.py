@@ -1,9 +1,10 @@
-"""The driver's writes to Redis, sent by a background thread and buffered while Redis is away.
+"""The driver's writes to Redis, sent in the background and buffered while Redis is away.
 
 A node cut off from Redis must keep watching its experiment at full speed: the watch loop only
 queues transitions, events and field updates here and reads the cancel flag from a cached
-value; this thread sends them in order, renews the lease and refreshes the cancel flag. When
-Redis answers again the queue drains in order. Versions are counted locally, so replayed
+value; the process's journal pump (workers/drive/journal_pump.py, one thread for every journal)
+sends them in order, renews the lease and refreshes the cancel flag. When Redis answers again the
+queue drains in order. Versions are counted locally, so replayed
 transitions still compare-and-set against what this owner last wrote; a conflict (someone else
 took the experiment over) is raised in the driver at its next call.
 
@@ -28,12 +29,12 @@ from ajet_runner.store.events import checked
 from ajet_runner.store.stats import TransitionStats
 from ajet_runner.store.store import REDIS_DOWN, Store, TransitionConflict
 from ajet_runner.workers.drive.cancel_hub import hub_for
+from ajet_runner.workers.drive.journal_pump import pump_for
 
 log = logging.getLogger(__name__)
 MAX_BUFFERED = 100_000
 POLL_SECONDS = 0.5  # the ownership/cancel look without a live cancel subscription ...
 SUBSCRIBED_POLL_SECONDS = 5.0  # ... and with one (a stop request is pushed; the poll is the fallback)
-IDLE_WAKE_SECONDS = 5.0  # the sender thread's longest sleep with nothing to send (new ops and close() notify it)
 REDIS_ERRORS = REDIS_DOWN
 
 
@@ -68,15 +69,16 @@ class Journal:
         self._done = 0
         self._error: BaseException | None = None
         self._cancel = False
-        self.on_cancel: Callable[[], None] | None = None  # called (journal thread) when a stop request appears
+        self.on_cancel: Callable[[], None] | None = None  # called (hub or pump thread) when a stop request appears
         self._lease_seconds = 0.0
         self._renew_due = 0.0
+        self._next_poll = 0.0  # monotonic: the first poll at once
+        self._sent_at = -1.0  # monotonic: when ops last went out
         self._cv = threading.Condition()
-        self._stop = False
         self._hub = hub_for(store)  # the process's one stop-request subscription (cancel_hub.py)
         self._hub_entry = self._hub.register(exp_id, self._cancel_seen)
-        self._thread = threading.Thread(target=self._run, name=f"journal-{exp_id}", daemon=True)
-        self._thread.start()
+        self._pump = pump_for(store)  # ... and its one sender (journal_pump.py)
+        self._pump.add(self)
 
     # -- what the driver calls --------------------------------------------------------------
     @property
@@ -127,10 +129,10 @@ class Journal:
 
     def renew(self, seconds: float) -> None:
         """Keep our lease alive (done by the thread); raises LostOwnership once Redis says it is gone."""
-        if seconds != self._lease_seconds:  # called every tick: wake the thread only for a change
+        if seconds != self._lease_seconds:  # called every tick: wake the pump only for a change
             with self._cv:
                 self._lease_seconds = seconds
-                self._cv.notify_all()
+            self._pump.poke()
         self.check()
 
     def cancel_requested(self) -> bool:
@@ -145,10 +147,7 @@ class Journal:
 
     def close(self, timeout: float = 30.0) -> bool:
         done = self.flush(timeout)
-        with self._cv:
-            self._stop = True
-            self._cv.notify_all()
-        self._thread.join(5)
+        self._pump.remove(self)
         self._hub.unregister(self.exp_id, self._hub_entry)
         return done
 
@@ -163,11 +162,12 @@ class Journal:
             if len(self._ops) >= MAX_BUFFERED:
                 self._drop_oldest_droppable()
             self._seq += 1
-            self._ops.append((self._seq, op, droppable))
+            seq = self._seq
+            self._ops.append((seq, op, droppable))
             if not self.online:
                 self.buffered_total += 1
-            self._cv.notify_all()
-            return self._seq
+        self._pump.poke()  # outside our lock: the pump takes its own, then ours
+        return seq
 
     def _drop_oldest_droppable(self) -> None:
         """Out of room after a very long outage: lose the oldest event or field update, never a
@@ -195,40 +195,76 @@ class Journal:
                                    f"{format_limit(timeout)}")
         return reached
 
-    def _run(self) -> None:
-        next_poll = 0.0
-        while True:
-            with self._cv:
-                if self._stop:
-                    return
-                if not self._ops and time.monotonic() < next_poll:
-                    # Until the next poll: a new op, a lease change or close() notifies sooner.
-                    self._cv.wait(min(IDLE_WAKE_SECONDS, max(0.0, next_poll - time.monotonic())))
-                    continue
-            try:
-                self._send_queued()
-                if time.monotonic() >= next_poll:
-                    self._poll()
-                    next_poll = time.monotonic() + self._poll_every()
-                self._set_online(True)
-            except REDIS_ERRORS as exc:
-                if self.online:
-                    log.warning("%s: Redis unreachable (%s); buffering writes", self.exp_id, exc)
-                self._set_online(False)
-                time.sleep(self.retry_seconds)
-            except (TransitionConflict, LostOwnership) as exc:
-                with self._cv:
-                    self._error = exc if isinstance(exc, LostOwnership) else LostOwnership(str(exc))
-                    self._ops.clear()
-                    self._cv.notify_all()
-                return
+    # -- what the pump calls (its thread) ------------------------------------------------------
+    def due_at(self) -> float:
+        """When this journal wants the pump next (monotonic): now with ops queued, else at its next poll.
+        Read without our lock (the pump holds its own; a stale answer only moves one pass)."""
+        if self._error is not None:
+            return float("inf")
+        return 0.0 if self._ops else self._next_poll
 
-    def _send_queued(self) -> None:
+    def has_ops(self) -> bool:
+        return self._error is None and bool(self._ops)
+
+    def poll_due(self, now: float) -> bool:
+        """A poll is due — or due within half its period and ops just went out (one pass, not two)."""
+        early = self._poll_every() / 2 if now - self._sent_at < 1.0 else 0.0
+        return self._error is None and now >= self._next_poll - early
+
+    def send(self) -> float:
+        """Send what is queued, in order; the seconds to wait before the next try when Redis is away (else 0)."""
+        try:
+            if self._send_queued():
+                self._sent_at = time.monotonic()
+            self._set_online(True)
+        except REDIS_ERRORS as exc:
+            self.offline(exc)
+            return self.retry_seconds
+        except (TransitionConflict, LostOwnership) as exc:
+            self._fail(exc if isinstance(exc, LostOwnership) else LostOwnership(str(exc)))
+        except Exception as exc:  # a broken write fails its driver (raised at its next call), not the pump
+            log.exception("%s: a journal write failed", self.exp_id)
+            self._fail(exc)
+        return 0.0
+
+    def poll_request(self, now: float) -> tuple[str, str, float]:
+        """(experiment, owner, lease seconds to renew or 0): what `Store.poll_runs` asks for this journal."""
+        renew = self._lease_seconds if self._lease_seconds and now >= self._renew_due else 0.0
+        return self.exp_id, self.owner, renew
+
+    def poll_answer(self, now: float, renew: float, owned: bool, cancel: bool) -> None:
+        """Ownership, the cancel flag and the lease, as the poll found them."""
+        self._set_online(True)
+        self._next_poll = time.monotonic() + self._poll_every()
+        if renew:
+            if not owned:
+                self._fail(LostOwnership(f"{self.exp_id} is owned by another worker now"))
+                return
+            self._renew_due = now + self._lease_seconds / 3
+        if cancel:
+            self._cancel_seen()
+
+    def offline(self, exc: BaseException | None = None) -> None:
+        """Redis is away (found by this journal, or by another of the pump): plain writes stop waiting."""
+        if self.online and exc is not None:
+            log.warning("%s: Redis unreachable (%s); buffering writes", self.exp_id, exc)
+        self._set_online(False)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._cv:
+            self._error = exc
+            self._ops.clear()
+            self._cv.notify_all()
+
+    def _send_queued(self) -> bool:
+        """Send every queued op, in order; whether there was any."""
+        sent = False
         while True:
             with self._cv:
                 if not self._ops:
-                    return
+                    return sent
                 seq, op, _ = self._ops[0]
+            sent = True
             op()
             with self._cv:
                 if self._ops and self._ops[0][0] == seq:
@@ -244,18 +280,6 @@ class Journal:
     def _poll_every(self) -> float:
         every = SUBSCRIBED_POLL_SECONDS if self._hub.subscribed(self.exp_id) else POLL_SECONDS
         return min(every, self._lease_seconds / 3) if self._lease_seconds else every
-
-    def _poll(self) -> None:
-        """Ownership, the cancel flag and (when due) the lease, in one round trip."""
-        now = time.monotonic()
-        renew = self._lease_seconds if self._lease_seconds and now >= self._renew_due else 0.0
-        owned, cancel = self.store.poll_run(self.exp_id, self.owner, renew)
-        if renew:
-            if not owned:
-                raise LostOwnership(f"{self.exp_id} is owned by another worker now")
-            self._renew_due = now + self._lease_seconds / 3
-        if cancel:
-            self._cancel_seen()
 
     def _cancel_seen(self) -> None:
         was, self._cancel = self._cancel, True

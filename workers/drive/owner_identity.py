@@ -84,13 +84,19 @@ def parse_owner(owner: str) -> Owner | None:
     return parsed if node and boot and parsed.pidns and parsed.pid > 0 and parsed.start > 0 else None
 
 
-def owner_dead(owner: str, node: str) -> bool:
+def owner_dead(owner: str, node: str, starts: dict[int, int | None] | None = None) -> bool:
     """True only when `owner` is provably gone: recorded on `node` in this boot and PID namespace, and
-    its pid is gone, a zombie, or a process that started at another time (the pid was reused)."""
+    its pid is gone, a zombie, or a process that started at another time (the pid was reused).
+
+    `starts`: the start times already read in this scan, by pid (every run of a watcher has its pid)."""
     parsed = parse_owner(owner)
     if parsed is None or parsed.node != node or parsed.boot != boot_id() or parsed.pidns != _pid_namespace():
         return False
-    return process_start(parsed.pid) != parsed.start
+    if starts is None:
+        return process_start(parsed.pid) != parsed.start
+    if parsed.pid not in starts:
+        starts[parsed.pid] = process_start(parsed.pid)
+    return starts[parsed.pid] != parsed.start
 
 
 def driver_identity() -> dict[str, Any]:

@@ -90,6 +90,8 @@ class WatchLoop:
                     key.data.due = 0.0  # its process ended, or a stop was announced: tick it now
                     if key.fd == key.data.waiter.pipe:
                         key.data.waiter.drain()
+                    else:
+                        key.data.waiter.exited = True
             now = time.monotonic()
             for lent in [x for x in self._lent if x.due <= now]:
                 self._tick(sel, lent)
@@ -102,6 +104,7 @@ class WatchLoop:
             log.warning("watch loop: could not take a run: %s", exc)
             self._give_back(sel, lent)
             return
+        lent.waiter.selected = True
         self._lent.append(lent)
 
     def _tick(self, sel: selectors.BaseSelector, lent: _Lent) -> None:
@@ -116,6 +119,7 @@ class WatchLoop:
             lent.due = due
 
     def _give_back(self, sel: selectors.BaseSelector, lent: _Lent) -> None:
+        lent.waiter.selected = False
         for fd in lent.waiter.fds():
             with contextlib.suppress(KeyError, ValueError, OSError):
                 sel.unregister(fd)

@@ -111,9 +111,10 @@ class NodeSupervisor:
         sweep_left_ranks(self.store, self.gangs, self._tmux(), self.node.name)
         mine = self._unfinished_here()
         self.running = [rec["id"] for rec in mine]
+        starts: dict[int, int | None] = {}  # /proc read once per owner process, not once per run
         for rec in mine:
             lease = float(rec.get("lease_until") or 0)
-            gone = lease > now and self._owner_gone(rec)
+            gone = lease > now and self._owner_gone(rec, starts)
             if gone:
                 lease = 0.0
             last_try = float(rec.get("adopt_enqueued_at") or 0)
@@ -130,11 +131,11 @@ class NodeSupervisor:
         self._release_stale_swarm_ports()
         return adopted
 
-    def _owner_gone(self, rec: dict) -> bool:
+    def _owner_gone(self, rec: dict, starts: dict[int, int | None]) -> bool:
         """The owner is provably dead (this node and boot, its pid gone or reused): its lease is ended now,
         not waited out (workers/drive/owner_identity.py)."""
         owner = str(rec.get("owner") or "")
-        if not owner_dead(owner, self.node.name) or not self.store.end_dead_lease(rec["id"], owner):
+        if not owner_dead(owner, self.node.name, starts) or not self.store.end_dead_lease(rec["id"], owner):
             return False
         log.info("%s: its driver %s is gone: re-adopting the run without waiting for its lease", rec["id"], owner)
         return True

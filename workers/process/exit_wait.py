@@ -3,7 +3,7 @@
 Polling every half second made exit → `collecting` cost 266 ms on average (p95 ~500 ms)
 while the wrapper had the exit code written after ~27 ms. Here the loop sleeps in `select` on a
 pidfd of the job's process (Linux ≥ 5.3: readable once the process has ended) and on a pipe
-that `wake()` writes to (a stop request seen by the journal thread). Without a pidfd (a job in
+that `wake()` writes to (a stop request seen by the cancel hub or the journal pump). Without a pidfd (a job in
 another PID namespace, an old kernel, a pid not known yet) it is a plain timed sleep: polling
 is the fallback, not the design.
 """
@@ -22,6 +22,10 @@ class ExitWaiter:
         self._pidfd: int | None = None
         self._pid: int | None = None
         self._r, self._w = os.pipe()
+        # A WatchLoop that selects on the pidfd says when the process ended (workers/drive/watch_loop.py):
+        # while it does, `process_alive` needs no syscall of its own.
+        self.selected = False
+        self.exited = False
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
 
@@ -48,12 +52,17 @@ class ExitWaiter:
             return
         self._close_pidfd()
         self._pidfd, self._pid = fd, pid
+        self.exited = False
 
     def process_alive(self) -> bool | None:
         """Whether the watched process still runs, from its pidfd (no /proc reads); None when no
         pidfd is held (the caller asks psutil instead)."""
         if self._pidfd is None:
             return None
+        if self.exited:
+            return False
+        if self.selected:  # as of the loop's last select: an exit since then wakes it at once
+            return True
         try:
             ready, _, _ = select.select([self._pidfd], [], [], 0)
         except (OSError, ValueError):

@@ -93,8 +93,14 @@ class Evaluations(WatchObserver):
 class Progress(WatchObserver):
     """Progress events on a person's backoff cadence (docs/background.md#manual-workflow)."""
 
+    def __init__(self) -> None:
+        self.due: tuple[int, float] = (-1, 0.0)  # (reports sent, when the next is due): computed once per report
+
     def after_tick(self, d: Drive, tick: Tick) -> None:
-        _maybe_report(d, tick.now - tick.started)
+        if self.due[0] != d.ctx.reports_sent:
+            self.due = (d.ctx.reports_sent, report_due_at(d.ctx.reports_sent, d.backoff))
+        if tick.now - tick.started >= self.due[1]:
+            _maybe_report(d, tick.now - tick.started)
 
 
 class LogTail(WatchObserver):
@@ -108,7 +114,8 @@ class LogTail(WatchObserver):
     def after_tick(self, d: Drive, tick: Tick) -> None:
         if tick.watch.bytes_read != tick.read_before and tick.t0 >= self.next_at:
             self.send(d, tick.watch)
-            self.next_at = tick.t0 + LOG_TAIL_EVERY
+            # On a grid shared by the process's runs: their journals send in one burst, not each on its own.
+            self.next_at = (tick.t0 // LOG_TAIL_EVERY + 1) * LOG_TAIL_EVERY
 
     def on_attempt_end(self, d: Drive, tick: Tick) -> None:
         self.send(d, tick.watch)  # the last lines, read after the process ended

@@ -1,0 +1,118 @@
+"""One sender thread per process and Redis server for the journals of all its runs.
+
+Each journal (workers/drive/journal.py) keeps its own queue, versions and errors; the pump sends
+them. With a thread per journal, 30 watched runs meant 30 threads each waking every few seconds
+for a lease poll or a log-tail write, each on its own (0.006–0.011 % of a core per run); here one
+thread serves every journal that has something queued or a poll due, back to back.
+
+Redis is one server for all of them, so an outage is the pump's: the first journal whose write
+fails marks the server down, every journal goes on buffering, and only one write is tried per
+retry period (not one per journal, each waiting out the connect timeout) until it gets through.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ajet_runner.store.store import REDIS_DOWN
+
+if TYPE_CHECKING:
+    from ajet_runner.store.store import Store
+    from ajet_runner.workers.drive.journal import Journal
+
+log = logging.getLogger(__name__)
+IDLE_WAKE_SECONDS = 5.0  # the longest sleep with nothing due (a new op, a lease change or close() pokes it)
+
+
+class JournalPump:
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._journals: list[Journal] = []
+        self._poked = False
+        self._down_until = 0.0  # monotonic: Redis was unreachable; the next try is not before this
+        self._thread: threading.Thread | None = None
+
+    def add(self, journal: Journal) -> None:
+        with self._cv:
+            self._journals.append(journal)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="journal-pump", daemon=True)
+                self._thread.start()
+            self._poke_locked()
+
+    def remove(self, journal: Journal) -> None:
+        with self._cv:
+            if journal in self._journals:
+                self._journals.remove(journal)
+
+    def poke(self) -> None:
+        """Something is queued or changed: serve the journals now."""
+        with self._cv:
+            self._poke_locked()
+
+    def _poke_locked(self) -> None:
+        self._poked = True
+        self._cv.notify()
+
+    @property
+    def journals(self) -> int:
+        with self._cv:
+            return len(self._journals)
+
+    # -- the pump's thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._poked:
+                    now = time.monotonic()
+                    due = min((j.due_at() for j in self._journals), default=now + IDLE_WAKE_SECONDS)
+                    due = max(due, self._down_until)
+                    if due <= now:
+                        break
+                    self._cv.wait(min(IDLE_WAKE_SECONDS, due - now))
+                self._poked = False
+                journals = list(self._journals)
+            if time.monotonic() < self._down_until:
+                continue  # poked while Redis is away: the ops wait in their queues for the next try
+            retry = self._pass(journals)
+            if retry:  # Redis is away: every journal is offline; one try per retry period
+                self._down_until = time.monotonic() + retry
+                for journal in journals:
+                    journal.offline()
+
+    def _pass(self, journals: list[Journal]) -> float:
+        """Each journal's queued ops (in its order), then every due poll in one pipeline; the seconds to
+        wait when Redis turned out to be away (else 0)."""
+        for journal in journals:
+            if journal.has_ops() and (retry := journal.send()):
+                return retry
+        now = time.monotonic()
+        due = [j for j in journals if j.poll_due(now)]
+        if not due:
+            return 0.0
+        asks = [j.poll_request(now) for j in due]
+        try:
+            answers = due[0].store.poll_runs(asks)  # one server: any journal's client will do
+        except REDIS_DOWN as exc:
+            due[0].offline(exc)
+            return due[0].retry_seconds
+        for journal, (_, _, renew), (owned, cancel) in zip(due, asks, answers, strict=True):
+            journal.poll_answer(now, renew, owned, cancel)
+        return 0.0
+
+
+_PUMPS: dict[tuple[object, ...], JournalPump] = {}
+_PUMPS_LOCK = threading.Lock()
+
+
+def pump_for(store: Store) -> JournalPump:
+    """The process's pump for the Redis server `store` reads (as workers/drive/cancel_hub.py's hub)."""
+    server = store.server
+    with _PUMPS_LOCK:
+        pump = _PUMPS.get(server)
+        if pump is None:
+            pump = _PUMPS[server] = JournalPump()
+        return pump
