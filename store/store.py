@@ -494,11 +494,13 @@ class Store:
         return out
 
     def append_log_tail(self, exp_id: str, lines: list[str], log_bytes: int | None = None, *,
-                        replace: bool = False, cap: int = LOG_TAIL_CAP) -> int:
-        """Add the watcher's new log lines to the capped tail (one round trip); -1 once the record is gone."""
-        return int(self._append_tail(keys=[log_tail_key(exp_id), exp_key(exp_id)],
-                                     args=[cap, "" if log_bytes is None else str(log_bytes),
-                                           "1" if replace else "0", *lines[-cap:]]))
+                        replace: bool = False, cap: int = LOG_TAIL_CAP, client: Any = None) -> int:
+        """Add the watcher's new log lines to the capped tail (one round trip); -1 once the record is gone.
+        With `client` (a pipeline of this server) the call is only queued there (0 returned)."""
+        answer = self._append_tail(keys=[log_tail_key(exp_id), exp_key(exp_id)],
+                                   args=[cap, "" if log_bytes is None else str(log_bytes),
+                                         "1" if replace else "0", *lines[-cap:]], client=client)
+        return 0 if client is not None else int(answer)
 
     def log_tail(self, exp_id: str, lines: int = LOG_TAIL_CAP) -> list[str]:
         """The last `lines` lines the watcher sent (an older record's JSON `log_tail` field as fallback)."""
@@ -657,11 +659,18 @@ class Store:
         owned, cancel = self._poll_run(keys=[exp_key(exp_id)], args=[owner, renew_seconds or 0])
         return bool(owned), bool(cancel)
 
-    def poll_runs(self, asks: Sequence[tuple[str, str, float]]) -> list[tuple[bool, bool]]:
-        """`poll_run` for each (experiment, owner, renew seconds), all in one round trip (a pipeline)."""
-        pipe = self.r.pipeline(transaction=False)
+    def pipeline(self) -> Any:
+        """A plain (not transactional) pipeline of this server, for the calls that take `client=`."""
+        return self.r.pipeline(transaction=False)
+
+    def poll_runs(self, asks: Sequence[tuple[str, str, float]], client: Any = None) -> list[tuple[bool, bool]]:
+        """`poll_run` for each (experiment, owner, renew seconds), all in one round trip (a pipeline). With
+        `client` (a pipeline) the calls are only queued there: its execute() gives their answers, in order."""
+        pipe = client if client is not None else self.pipeline()
         for exp_id, owner, renew in asks:
             self._poll_run(keys=[exp_key(exp_id)], args=[owner, renew or 0], client=pipe)
+        if client is not None:
+            return []
         return [(bool(owned), bool(cancel)) for owned, cancel in pipe.execute()]
 
     def request_cancel(self, exp_id: str) -> bool:

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import EventType
@@ -50,6 +50,16 @@ class RedisUnavailable(RuntimeError):
     """A write that must be acknowledged could not reach Redis in time."""
 
 
+Batched = Callable[[Any], object]  # adds an op's commands to the pump's pipeline (workers/drive/journal_pump.py)
+
+
+class _Op(NamedTuple):
+    seq: int
+    send: Callable[[], Any]  # alone, in order
+    droppable: bool
+    batched: Batched | None = None  # or with others in one pipeline (a write whose answer nobody reads)
+
+
 class Journal:
     def __init__(self, store: Store, exp_id: str, owner: str, version: int, retry_seconds: float = 1.0,
                  node: str = "") -> None:
@@ -61,7 +71,7 @@ class Journal:
         self.retry_seconds = retry_seconds
         self.online = True
         self.buffered_total = 0
-        self._ops: deque[tuple[int, Callable[[], Any], bool]] = deque()  # (seq, op, droppable)
+        self._ops: deque[_Op] = deque()
         self.dropped = 0
         self._seq = 0
         self._writer = uuid.uuid4().hex  # events carry (writer, n): a resend is never a second copy
@@ -73,6 +83,7 @@ class Journal:
         self._lease_seconds = 0.0
         self._renew_due = 0.0
         self._next_poll = 0.0  # monotonic: the first poll at once
+        self._send_by = float("inf")  # monotonic: when what is queued must go (0: now; a lazy op: the next poll)
         self._sent_at = -1.0  # monotonic: when ops last went out
         self._cv = threading.Condition()
         self._hub = hub_for(store)  # the process's one stop-request subscription (cancel_hub.py)
@@ -118,10 +129,13 @@ class Journal:
         self._put(lambda: self.store.update(self.exp_id, fields), droppable=True)
 
     def append_tail(self, lines: list[str], log_bytes: int, replace: bool) -> None:
-        """New log lines for the capped tail in Redis (one round trip; never the whole tail again)."""
+        """New log lines for the capped tail in Redis (never the whole tail again). They go with the next
+        lease poll, in the pump's one pipeline for every run (at most a poll period later)."""
         lines = list(lines)
         self._put(lambda: self.store.append_log_tail(self.exp_id, lines, log_bytes, replace=replace),
-                  droppable=True)
+                  droppable=True, lazy=True,
+                  batched=lambda pipe: self.store.append_log_tail(self.exp_id, lines, log_bytes, replace=replace,
+                                                                  client=pipe))
 
     def call(self, fn: Callable[[], Any]) -> None:
         """Any other write that must happen in order with the rest (e.g. releasing GPUs)."""
@@ -156,24 +170,28 @@ class Journal:
             raise self._error
 
     # -- internals ---------------------------------------------------------------------------
-    def _put(self, op: Callable[[], Any], *, droppable: bool) -> int:
+    def _put(self, op: Callable[[], Any], *, droppable: bool, lazy: bool = False,
+             batched: Batched | None = None) -> int:
+        """Queue `op`; the pump sends it at once, or (`lazy`) with the next poll."""
         self.check()
         with self._cv:
             if len(self._ops) >= MAX_BUFFERED:
                 self._drop_oldest_droppable()
             self._seq += 1
             seq = self._seq
-            self._ops.append((seq, op, droppable))
+            self._ops.append(_Op(seq, op, droppable, batched))
             if not self.online:
                 self.buffered_total += 1
-        self._pump.poke()  # outside our lock: the pump takes its own, then ours
+            self._send_by = min(self._send_by, self._next_poll if lazy else 0.0)
+        if not lazy:
+            self._pump.poke()  # outside our lock: the pump never holds its own while taking ours
         return seq
 
     def _drop_oldest_droppable(self) -> None:
         """Out of room after a very long outage: lose the oldest event or field update, never a
         transition (the version chain) nor an ordered call."""
-        for i, (_, _, droppable) in enumerate(self._ops):
-            if droppable:
+        for i, op in enumerate(self._ops):
+            if op.droppable:
                 del self._ops[i]
                 self.dropped += 1
                 return
@@ -201,10 +219,33 @@ class Journal:
         Read without our lock (the pump holds its own; a stale answer only moves one pass)."""
         if self._error is not None:
             return float("inf")
-        return 0.0 if self._ops else self._next_poll
+        return min(self._send_by, self._next_poll)
 
     def has_ops(self) -> bool:
         return self._error is None and bool(self._ops)
+
+    def batch(self) -> list[tuple[int, Batched]] | None:
+        """Every queued op as (seq, batched) when each can go in the pump's pipeline; None otherwise."""
+        with self._cv:
+            if self._error is not None or not all(op.batched for op in self._ops):
+                return None
+            return [(op.seq, op.batched) for op in self._ops if op.batched]
+
+    def batch_sent(self, seq: int, error: BaseException | None = None) -> None:
+        """The pipeline delivered the ops up to `seq` (or one of them failed: the driver hears of it)."""
+        if error is not None:
+            log.error("%s: a journal write failed: %s", self.exp_id, error)
+            self._fail(error)
+            return
+        with self._cv:
+            while self._ops and self._ops[0].seq <= seq:
+                self._ops.popleft()
+            self._done = max(self._done, seq)
+            if not self._ops:
+                self._send_by = float("inf")
+            self._sent_at = time.monotonic()
+            self._cv.notify_all()
+        self._set_online(True)
 
     def poll_due(self, now: float) -> bool:
         """A poll is due — or due within half its period and ops just went out (one pass, not two)."""
@@ -228,14 +269,19 @@ class Journal:
         return 0.0
 
     def poll_request(self, now: float) -> tuple[str, str, float]:
-        """(experiment, owner, lease seconds to renew or 0): what `Store.poll_runs` asks for this journal."""
-        renew = self._lease_seconds if self._lease_seconds and now >= self._renew_due else 0.0
+        """(experiment, owner, lease seconds to renew or 0): what `Store.poll_runs` asks for this journal.
+        The renewal is due half a poll early: a grid poll a few ms before its due time must not wait a period."""
+        due = self._renew_due - self._poll_every() / 2
+        renew = self._lease_seconds if self._lease_seconds and now >= due else 0.0
         return self.exp_id, self.owner, renew
 
     def poll_answer(self, now: float, renew: float, owned: bool, cancel: bool) -> None:
         """Ownership, the cancel flag and the lease, as the poll found them."""
         self._set_online(True)
-        self._next_poll = time.monotonic() + self._poll_every()
+        every = self._poll_every()
+        # On a grid shared by the process's journals (a little after the watch loop's ticks, whose log
+        # tails are queued by then): every run's poll goes in one pipeline.
+        self._next_poll = (time.monotonic() // every + 1) * every + every / 10
         if renew:
             if not owned:
                 self._fail(LostOwnership(f"{self.exp_id} is owned by another worker now"))
@@ -262,12 +308,13 @@ class Journal:
         while True:
             with self._cv:
                 if not self._ops:
+                    self._send_by = float("inf")
                     return sent
-                seq, op, _ = self._ops[0]
+                seq, op = self._ops[0].seq, self._ops[0].send
             sent = True
             op()
             with self._cv:
-                if self._ops and self._ops[0][0] == seq:
+                if self._ops and self._ops[0].seq == seq:
                     self._ops.popleft()
                 self._done = max(self._done, seq)
                 self._cv.notify_all()

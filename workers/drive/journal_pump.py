@@ -21,7 +21,7 @@ from ajet_runner.store.store import REDIS_DOWN
 
 if TYPE_CHECKING:
     from ajet_runner.store.store import Store
-    from ajet_runner.workers.drive.journal import Journal
+    from ajet_runner.workers.drive.journal import Batched, Journal
 
 log = logging.getLogger(__name__)
 IDLE_WAKE_SECONDS = 5.0  # the longest sleep with nothing due (a new op, a lease change or close() pokes it)
@@ -84,23 +84,43 @@ class JournalPump:
                     journal.offline()
 
     def _pass(self, journals: list[Journal]) -> float:
-        """Each journal's queued ops (in its order), then every due poll in one pipeline; the seconds to
-        wait when Redis turned out to be away (else 0)."""
+        """Each journal's queued ops, then every due poll; what can (log tails, polls) in one pipeline for
+        all journals. The seconds to wait when Redis turned out to be away (else 0)."""
+        batches: list[tuple[Journal, list[tuple[int, Batched]]]] = []
         for journal in journals:
-            if journal.has_ops() and (retry := journal.send()):
+            if not journal.has_ops():
+                continue
+            batch = journal.batch()
+            if batch is not None:
+                batches.append((journal, batch))
+            elif retry := journal.send():  # in order, alone: a transition, an event, a field update
                 return retry
         now = time.monotonic()
         due = [j for j in journals if j.poll_due(now)]
-        if not due:
+        if not due and not batches:
             return 0.0
+        first = (due or [b[0] for b in batches])[0]
+        pipe = first.store.pipeline()  # one server: any journal's client will do
+        for _, batch in batches:
+            for _, add in batch:
+                add(pipe)
         asks = [j.poll_request(now) for j in due]
+        first.store.poll_runs(asks, client=pipe)
         try:
-            answers = due[0].store.poll_runs(asks)  # one server: any journal's client will do
+            answers = pipe.execute(raise_on_error=False)
         except REDIS_DOWN as exc:
-            due[0].offline(exc)
-            return due[0].retry_seconds
-        for journal, (_, _, renew), (owned, cancel) in zip(due, asks, answers, strict=True):
-            journal.poll_answer(now, renew, owned, cancel)
+            first.offline(exc)
+            return first.retry_seconds
+        at = 0
+        for journal, batch in batches:
+            failed = next((a for a in answers[at:at + len(batch)] if isinstance(a, Exception)), None)
+            journal.batch_sent(batch[-1][0], failed)
+            at += len(batch)
+        for journal, (_, _, renew), answer in zip(due, asks, answers[at:], strict=True):
+            if isinstance(answer, Exception):
+                journal.batch_sent(-1, answer)
+            else:
+                journal.poll_answer(now, renew, bool(answer[0]), bool(answer[1]))
         return 0.0
 
 
