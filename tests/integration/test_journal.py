@@ -158,3 +158,41 @@ def test_a_write_that_breaks_fails_its_own_driver_and_the_other_journals_go_on(s
     assert good.flush(10)
     assert [e.get("n") for e in store.events("good") if e["type"] == "progress"] == [1, 2]
     good.close()
+
+
+def test_log_tails_and_polls_of_every_journal_go_in_one_pipeline_within_a_poll_period(server) -> None:
+    store = quick_store(server.url)
+    ids = [f"t{i}" for i in range(8)]
+    for i in ids:
+        store.create(i, {"state": "running", "owner": "me"}, {})
+    journals = [Journal(store, i, "me", version=1) for i in ids]
+    for j in journals:
+        j.renew(15.0)
+    assert all(j.flush(10) for j in journals)
+    executed: list[int] = []
+    real = Store.pipeline
+
+    def counted(self):
+        pipe = real(self)
+        run = pipe.execute
+
+        def execute(*args, **kwargs):
+            executed.append(len(pipe.command_stack))
+            return run(*args, **kwargs)
+        pipe.execute = execute
+        return pipe
+    Store.pipeline = counted  # type: ignore[method-assign]
+    try:
+        queued = time.monotonic()
+        for n, j in enumerate(journals):
+            j.append_tail([f"line {n}"], 10, replace=True)
+        wait_for(lambda: all(store.log_tail(i) == [f"line {n}"] for n, i in enumerate(ids)), 15, "the tails")
+        landed = time.monotonic() - queued
+    finally:
+        Store.pipeline = real  # type: ignore[method-assign]
+    assert landed <= journal_mod.SUBSCRIBED_POLL_SECONDS + 1.5  # with the next poll, not later
+    assert executed and max(executed) >= len(ids) + 1, executed  # the tails and the polls together
+    assert len(executed) <= 3, executed
+    for j in journals:
+        assert j.cancel_requested() is False
+        j.close()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ajet_runner.store.keys import PREFIX, cancel_channel
 from ajet_runner.store.store import REDIS_DOWN, Store
+from ajet_runner.workers.drive.per_server import PerServer
 
 if TYPE_CHECKING:
     from ajet_runner.store.store import PubSub
@@ -121,15 +122,4 @@ class CancelHub:
                     log.exception("cancel hub: the callback for %s failed", name)
 
 
-_HUBS: dict[tuple[object, ...], CancelHub] = {}
-_HUBS_LOCK = threading.Lock()
-
-
-def hub_for(store: Store) -> CancelHub:
-    """The process's hub for the Redis `store` reads (one per server, whatever client each driver made)."""
-    server = store.server
-    with _HUBS_LOCK:
-        hub = _HUBS.get(server)
-        if hub is None:
-            hub = _HUBS[server] = CancelHub(store)
-        return hub
+hub_for = PerServer(CancelHub)  # the process's hub for the Redis server a store reads

@@ -84,7 +84,6 @@ class Journal:
         self._renew_due = 0.0
         self._next_poll = 0.0  # monotonic: the first poll at once
         self._send_by = float("inf")  # monotonic: when what is queued must go (0: now; a lazy op: the next poll)
-        self._sent_at = -1.0  # monotonic: when ops last went out
         self._cv = threading.Condition()
         self._hub = hub_for(store)  # the process's one stop-request subscription (cancel_hub.py)
         self._hub_entry = self._hub.register(exp_id, self._cancel_seen)
@@ -142,7 +141,7 @@ class Journal:
         self._put(fn, droppable=False)
 
     def renew(self, seconds: float) -> None:
-        """Keep our lease alive (done by the thread); raises LostOwnership once Redis says it is gone."""
+        """Keep our lease alive (done by the pump); raises LostOwnership once Redis says it is gone."""
         if seconds != self._lease_seconds:  # called every tick: wake the pump only for a change
             with self._cv:
                 self._lease_seconds = seconds
@@ -243,20 +242,16 @@ class Journal:
             self._done = max(self._done, seq)
             if not self._ops:
                 self._send_by = float("inf")
-            self._sent_at = time.monotonic()
             self._cv.notify_all()
         self._set_online(True)
 
     def poll_due(self, now: float) -> bool:
-        """A poll is due — or due within half its period and ops just went out (one pass, not two)."""
-        early = self._poll_every() / 2 if now - self._sent_at < 1.0 else 0.0
-        return self._error is None and now >= self._next_poll - early
+        return self._error is None and now >= self._next_poll
 
     def send(self) -> float:
         """Send what is queued, in order; the seconds to wait before the next try when Redis is away (else 0)."""
         try:
-            if self._send_queued():
-                self._sent_at = time.monotonic()
+            self._send_queued()
             self._set_online(True)
         except REDIS_ERRORS as exc:
             self.offline(exc)
@@ -302,16 +297,14 @@ class Journal:
             self._ops.clear()
             self._cv.notify_all()
 
-    def _send_queued(self) -> bool:
-        """Send every queued op, in order; whether there was any."""
-        sent = False
+    def _send_queued(self) -> None:
+        """Send every queued op, in order."""
         while True:
             with self._cv:
                 if not self._ops:
                     self._send_by = float("inf")
-                    return sent
+                    return
                 seq, op = self._ops[0].seq, self._ops[0].send
-            sent = True
             op()
             with self._cv:
                 if self._ops and self._ops[0].seq == seq:

@@ -1,5 +1,8 @@
 """The node's watcher: one long-lived process that drives all of this node's experiments, a thread each.
 
+What the drivers do most — a quiet run's watch tick, the Redis writes — is done for all of them by one
+watch loop (workers/drive/watch_loop.py) and one journal pump (workers/drive/journal_pump.py).
+
 RQ still hands experiments to the node (`ajet_runner.workers.drive.jobs.drive` jobs on the node's own queue, then
 the shared one); the node's `slots` are threads of this process (workers/node/slot_worker.py), so
 watching one more run costs a thread and its buffers, not a Python process and a fork.
