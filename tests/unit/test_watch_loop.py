@@ -119,3 +119,27 @@ def test_an_error_in_a_lent_tick_is_raised_in_the_lenders_thread_and_the_others_
         loop.run(bad, w1, time.monotonic())  # the loop's thread survived: it takes runs again
     for w in (w1, w2):
         w.close()
+
+
+class BrokenWaiter(ExitWaiter):
+    """A waiter whose fds cannot be asked for: the loop itself fails while admitting it."""
+
+    def fds(self) -> tuple[int, ...]:
+        raise RuntimeError("no fds")
+
+
+def test_a_loop_that_fails_hands_every_run_the_error_and_the_next_run_gets_a_new_loop() -> None:
+    loop = WatchLoop()
+    broken = BrokenWaiter()
+    with pytest.raises(RuntimeError, match="no fds"):
+        loop.run(lambda: time.monotonic() + 300, broken, time.monotonic())
+    waiter = ExitWaiter()
+    ticks: list[str] = []
+
+    def tick() -> float | None:
+        ticks.append(threading.current_thread().name)
+        return None
+    loop.run(tick, waiter, time.monotonic())  # a new loop thread took it
+    assert ticks == ["watch-loop"]
+    for w in (broken, waiter):
+        ExitWaiter.close(w)

@@ -80,7 +80,11 @@ class JournalPump:
                 journals = list(self._journals)
             if time.monotonic() < self._down_until:
                 continue  # poked while Redis is away: the ops wait in their queues for the next try
-            retry = self._pass(journals)
+            try:
+                retry = self._pass(journals)
+            except Exception:  # a bug in one pass must not end the process's only sender
+                log.exception("journal pump: a pass failed")
+                retry = 1.0
             if retry:  # Redis is away: every journal is offline; one try per retry period
                 self._down_until = time.monotonic() + retry
                 for journal in journals:

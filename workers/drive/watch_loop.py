@@ -76,11 +76,30 @@ class WatchLoop:
 
     def _loop(self) -> None:
         sel = selectors.DefaultSelector()
+        try:
+            self._serve(sel)
+        except Exception as exc:  # never leave a driver waiting on a dead loop: each gets the error
+            log.exception("watch loop: stopped")
+            with self._lock:
+                self._thread = None  # the next run starts a new loop
+                stranded, self._incoming = self._lent + self._incoming, []
+                self._lent = []
+            for lent in stranded:
+                lent.waiter.selected = False
+                lent.error = exc
+                lent.done.set()
+        finally:
+            sel.close()
+
+    def _serve(self, sel: selectors.BaseSelector) -> None:
         sel.register(self._r, selectors.EVENT_READ, None)
         while True:
-            with self._lock:
-                incoming, self._incoming = self._incoming, []
-            for lent in incoming:
+            while True:
+                with self._lock:  # one at a time, each on `_lent` first: a failure below strands none
+                    if not self._incoming:
+                        break
+                    lent = self._incoming.pop(0)
+                    self._lent.append(lent)
                 self._admit(sel, lent)
             timeout = max(0.0, min(x.due for x in self._lent) - time.monotonic()) if self._lent else None
             for key, _ in sel.select(timeout):
@@ -105,7 +124,6 @@ class WatchLoop:
             self._give_back(sel, lent)
             return
         lent.waiter.selected = True
-        self._lent.append(lent)
 
     def _tick(self, sel: selectors.BaseSelector, lent: _Lent) -> None:
         try:
