@@ -3,6 +3,7 @@ given back on request and with their errors raised in the lender's thread."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 import time
@@ -143,3 +144,24 @@ def test_a_loop_that_fails_hands_every_run_the_error_and_the_next_run_gets_a_new
     assert ticks == ["watch-loop"]
     for w in (broken, waiter):
         ExitWaiter.close(w)
+
+
+def test_a_lender_interrupted_while_waiting_withdraws_its_run_before_it_unwinds() -> None:
+    """Ctrl-C in a driver on the main thread: KeyboardInterrupt reaches the lender's timed wait, and the
+    run is back (never ticked again) before the exception leaves `run`."""
+    loop = WatchLoop()
+    waiter = ExitWaiter()
+    ticks: list[float] = []
+
+    def tick() -> float | None:
+        ticks.append(time.monotonic())
+        return time.monotonic() + 0.05
+    timer = threading.Timer(0.3, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        loop.run(tick, waiter, time.monotonic())
+    count = len(ticks)
+    assert count >= 1 and loop.lent == 0 and not waiter.selected
+    time.sleep(0.2)  # a window in which a run still held would have been ticked ~4 times
+    assert len(ticks) == count
+    waiter.close()

@@ -37,6 +37,7 @@ class _Lent:
     context: contextvars.Context = field(default_factory=contextvars.copy_context)  # the driver's log binding, roots
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    withdrawn: bool = False  # the lender is unwinding (Ctrl-C in a driver on the main thread): give it back
 
 
 class WatchLoop:
@@ -65,7 +66,16 @@ class WatchLoop:
                 self._thread.start()
             self._incoming.append(lent)
         self._poke()
-        lent.done.wait()
+        try:
+            # Timed waits: a driver on a process's main thread must still see Ctrl-C, and an untimed wait
+            # there never runs the signal handler when the kernel gave SIGINT to another thread.
+            while not lent.done.wait(0.5):
+                pass
+        except BaseException:
+            lent.withdrawn = True  # the loop gives it back before any further tick: one owner at a time
+            self._poke()
+            lent.done.wait(5.0)
+            raise
         if lent.error is not None:
             raise lent.error
 
@@ -111,6 +121,8 @@ class WatchLoop:
                         key.data.waiter.drain()
                     else:
                         key.data.waiter.exited = True
+            for lent in [x for x in self._lent if x.withdrawn]:
+                self._give_back(sel, lent)
             now = time.monotonic()
             for lent in [x for x in self._lent if x.due <= now]:
                 self._tick(sel, lent)
