@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +29,20 @@ def run_cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.Com
     kwargs.setdefault("cwd", REPO)
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False,
                           **kwargs)  # type: ignore[call-overload]
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_is_a_keyboard_interrupt() -> Iterator[None]:
+    """Every test starts with Python's own SIGINT handler. Something in a pytest worker left SIGINT
+    without it: a `signal.pthread_kill(main, SIGINT)` raised nothing for 300 s there, and the CLIs that
+    the Ctrl-C tests start inherited a SIGINT they ignored. Those tests failed in full runs only."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(scope="session")
