@@ -60,11 +60,6 @@ class JournalPump:
         self._poked = True
         self._cv.notify()
 
-    @property
-    def journals(self) -> int:
-        with self._cv:
-            return len(self._journals)
-
     # -- the pump's thread --------------------------------------------------------------------
     def _run(self) -> None:
         while True:
@@ -82,9 +77,10 @@ class JournalPump:
                 continue  # poked while Redis is away: the ops wait in their queues for the next try
             try:
                 retry = self._pass(journals)
-            except Exception:  # a bug in one pass must not end the process's only sender
+            except Exception:  # a bug in one pass must not end the process's only sender (nor call Redis away)
                 log.exception("journal pump: a pass failed")
-                retry = 1.0
+                self._down_until = time.monotonic() + 1.0
+                continue
             if retry:  # Redis is away: every journal is offline; one try per retry period
                 self._down_until = time.monotonic() + retry
                 for journal in journals:
