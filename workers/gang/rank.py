@@ -25,17 +25,19 @@ from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.attempt import MARKER, attempt_env
 from ajet_runner.workers.drive.journal import REDIS_ERRORS
+from ajet_runner.workers.executors import build_executor
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.env import gang_env
 from ajet_runner.workers.gang.paths import rank_marker, rank_paths, rank_session
 from ajet_runner.workers.node.this_node import NodeInfo
-from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
 
 log = logging.getLogger(__name__)
 
 
 class RankDriver:
     def __init__(self, store: Store, gangs: GangStore, exp_id: str, rank: int, settings: Settings,
-                 node: NodeInfo, owner: str, runner: TmuxRunner | None = None,
+                 node: NodeInfo, owner: str, runner: Executor | None = None,
                  handback: threading.Event | None = None) -> None:
         self.store = store
         self.gangs = gangs
@@ -44,7 +46,7 @@ class RankDriver:
         self.settings = settings
         self.node = node
         self.owner = owner
-        self.runner = runner or TmuxRunner(settings.tmux_socket or None, linger=settings.pane_linger_seconds)
+        self.runner: Executor = runner or build_executor(settings)
         self.handle: RunHandle | None = None
         self.handback = handback  # set when the hosting process is stopping
 
@@ -164,12 +166,9 @@ class RankDriver:
         bp = Blueprint.model_validate(rec.get("blueprint_json") or {})
         session = rank_session(bp.exp_purpose, self.id, self.rank)
         paths = rank_paths(bp.exp_result_dir, attempt, self.rank)
-        if self.runner.exists(session) and paths["pid"].exists() and not paths["rc"].exists():
-            handle = RunHandle(session=session, log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
-                               wrapper_path=paths["log"].with_suffix(".sh"), socket_path=self.runner.socket_path)
-            handle.wait_for_pid(1.0, local=not self.runner.remote())
-            return handle
-        return None
+        if paths["rc"].exists():
+            return None  # that attempt ended: nothing to adopt
+        return self.runner.adopt(session, paths)
 
     # -- stopping ------------------------------------------------------------------------------
     def _stop(self, gang: Gang | None, *, report: bool = True) -> None:

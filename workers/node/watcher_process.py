@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
+from ajet_runner.workers.node.lifeline import PARENT_ENV
 from ajet_runner.workers.node.this_node import NodeInfo
-from ajet_runner.workers.process.lifeline import PARENT_ENV
 
 
 def spawn_watcher(node: NodeInfo, redis_url: str) -> subprocess.Popen[bytes]:

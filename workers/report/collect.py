@@ -17,6 +17,7 @@ from ajet_runner.statemachine.results import (
     parse_val_files,
     summarize,
 )
+from ajet_runner.store.naming import session_name
 from ajet_runner.store.records import Context, ExperimentRecord
 from ajet_runner.workers.drive.watch import (
     AttemptWatch,
@@ -25,7 +26,6 @@ from ajet_runner.workers.drive.watch import (
     own_offset,
     parse_own_results,
 )
-from ajet_runner.workers.process.tmux import session_name
 from ajet_runner.workers.repair.resume import note_start
 from ajet_runner.workers.report import ReportData
 from ajet_runner.workers.report.attempt_curve import attempt_curve

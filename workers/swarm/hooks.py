@@ -26,8 +26,8 @@ from ajet_runner.statemachine.swarm_blueprint import (
     yaml_placeholder,
 )
 from ajet_runner.workers.drive.attempt import MARKER
-from ajet_runner.workers.process.runner import Runner
-from ajet_runner.workers.process.tmux import RunHandle
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.protocol import Runner
 from ajet_runner.workers.swarm.server import (
     SwarmServer,
     SwarmServerFailed,

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.swarm_blueprint import SwarmSpec
-from ajet_runner.workers.process.runner import Runner
-from ajet_runner.workers.process.tmux import RunHandle, session_name
+from ajet_runner.store.naming import session_name
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.protocol import Runner
 
 __all__ = ["READY_LINE", "SwarmServer", "SwarmServerFailed", "port_listening", "answers_http",
            "server_session", "client_env", "ensure_server"]
