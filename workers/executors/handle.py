@@ -68,6 +68,7 @@ class RunHandle:
     host: str | None = None  # ssh: the host alias or user@host[:port] the blueprint names
     job_id: str | None = None  # slurm: the job id
     remote_dir: str | None = None  # where the attempt's files live on the host when it does not share ours
+    files: list[str] = field(default_factory=list)  # more files the runner reads (results), brought back by sync()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -81,6 +81,7 @@ def handle(d: Drive) -> bool:
             gang.stop_members(d)
             d.fire(Trigger.anomaly, f"could not start the tmux session: {exc}")
             return True
+        d.handle.files = [p for p in (d.ctx.val_path, d.ctx.train_path) if p]
         gang.record_head(d, d.handle, paths["log"])
         d.ctx.attempts.append(Attempt(
             number=d.lc.attempt, started_at=d.handle.started_at, ended_at=None, exit_code=None,

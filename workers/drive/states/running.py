@@ -235,6 +235,8 @@ class WatchPasses:
         tick = Tick(t0=time.monotonic(), now=time.time(), started=self.started, watch=watch, read_before=0)
         for o in self.hooks:
             o.before_tick(d, tick)
+        if not self.local:
+            d.runner.sync(d.handle)  # a host that does not share our disk: bring its log and results over
         # The pidfd says whether the process runs (checked against its start time when opened); psutil
         # and the rc file only without one. The wrapper writes the rc only after the process ended.
         alive = waiter.process_alive()
