@@ -79,7 +79,7 @@ class Attempt(Loose):
     # (e.g. a backlog left when the attempt ended): the report names them.
     unscanned: list[dict[str, Any]] = []
     # The names (never the values) of the variables the job started with, those held back as the control
-    # plane's, and a line for each one that could not be passed (workers/drive/attempt_env.py).
+    # plane's, and a line for each one that could not be passed (workers/executors/environment.py).
     env_names: list[str] = []
     env_withheld: list[str] = []
     env_notes: list[str] = []

@@ -12,7 +12,7 @@ import pytest
 from pydantic import SecretStr
 
 from ajet_runner.store.settings import Settings
-from ajet_runner.workers.drive.attempt_env import control_plane_secrets, launch_environment
+from ajet_runner.workers.executors.environment import control_plane_secrets, launch_environment
 from ajet_runner.workers.executors.local.tmux import TmuxRunner
 from ajet_runner.workers.executors.wrapper import env_path
 

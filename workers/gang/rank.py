@@ -26,6 +26,7 @@ from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.attempt import MARKER, attempt_env
 from ajet_runner.workers.drive.journal import REDIS_ERRORS
 from ajet_runner.workers.executors import build_executor
+from ajet_runner.workers.executors.environment import launch_environment
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.env import gang_env
@@ -155,12 +156,18 @@ class RankDriver:
         try:
             self.handle = self.runner.start(session, str(launch.get("command") or ""), cwd=bp.exp_codebase_dir,
                                             env=env, log_path=paths["log"], rc_path=paths["rc"],
-                                            pid_path=paths["pid"])
+                                            pid_path=paths["pid"], base_env=self._base_env())
         except (OSError, RuntimeError) as exc:
             self._report(**base, state="exited", exit_code=None, error=f"could not start the tmux session: {exc}")
             return
         self._report(**base, state="running", handle=self.handle.to_dict(), started_at=self.handle.started_at)
         log.info("%s rank %d: attempt %d running in tmux session %s", self.id, self.rank, attempt, session)
+
+    def _base_env(self) -> dict[str, str] | None:
+        """The rank starts from this worker's environment less the control plane's (as the head's attempt)."""
+        if self.runner.capabilities.host_environment:
+            return None
+        return launch_environment(self.settings).variables
 
     def _find_started(self, rec: dict[str, Any], attempt: int) -> RunHandle | None:
         bp = Blueprint.model_validate(rec.get("blueprint_json") or {})

@@ -134,6 +134,7 @@ def ensure_server(
     log_dir: Path,
     n: int,
     boot_timeout: float = DEFAULT_BOOT_TIMEOUT,
+    base_env: Mapping[str, str] | None = None,
 ) -> SwarmServer:
     """Reuse a listening server or start one (attempt `n`) and wait until it listens.
 
@@ -152,7 +153,7 @@ def ensure_server(
     handle = runner.start(
         session, spec.server_command, cwd=cwd, env=dict(env),
         log_path=log_dir / f"server-{n}.log", rc_path=log_dir / f"server-{n}.rc",
-        pid_path=log_dir / f"server-{n}.pid",
+        pid_path=log_dir / f"server-{n}.pid", base_env=base_env,
     )
     server = SwarmServer(spec=spec, reused=False, handle=handle, log_path=handle.log_path)
     try:

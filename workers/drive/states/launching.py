@@ -19,7 +19,7 @@ from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.signatures import signature
 from ajet_runner.store.records import Attempt, PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_env
-from ajet_runner.workers.drive.attempt_env import LaunchEnvironment, launch_environment, worker_environment
+from ajet_runner.workers.executors.environment import LaunchEnvironment, launch_environment, worker_environment
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.wrapper import env_file_bytes
 from ajet_runner.workers.gang import steps as gang
@@ -54,6 +54,7 @@ def handle(d: Drive) -> bool:
             return True
         env = attempt_env(d.bp, d.id, d.ctx.env, d.ctx.gpus)
         base = launch_environment(d.settings)
+        own_env = not d.runner.capabilities.host_environment
         if d.gang is not None:
             ranks = gang.launch_members(d)
             if ranks is None:
@@ -63,13 +64,13 @@ def handle(d: Drive) -> bool:
             try:
                 env = start_or_reuse(d.runner, d.ctx.swarm, d.bp, exp_id=d.id, env=env,
                                      attempt=d.lc.attempt, publish=d.journal.publish,
-                                     boot_timeout=d.settings.swarm_boot_timeout_seconds)
+                                     boot_timeout=d.settings.swarm_boot_timeout_seconds,
+                                     base_env=base.variables if own_env else None)
             except SwarmServerFailed as exc:  # diagnosed from the server's log
                 d.ctx.pending_repair = PendingRepair.model_validate(server_failure_pending(exc))
                 d.fire(Trigger.anomaly, f"swarm server: {exc.reason}",
                        signature=(d.ctx.pending_repair.cause or {}).get("signature", ""))
                 return True
-        own_env = not d.runner.capabilities.host_environment
         try:
             d.handle = d.runner.start(
                 session, d.ctx.command, cwd=d.bp.exp_codebase_dir, env=env,

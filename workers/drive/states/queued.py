@@ -15,9 +15,9 @@ from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.preflight import gpu_check_decision, launch_workdir, preflight
 from ajet_runner.store.naming import session_name
-from ajet_runner.workers.drive.attempt_env import launch_environment
 from ajet_runner.workers.drive.owner_identity import driver_identity
 from ajet_runner.workers.drive.watch import file_start
+from ajet_runner.workers.executors.environment import launch_environment
 from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.repair.gpus import launcher_skip_support
 from ajet_runner.workers.report.reserve import take_reserve
