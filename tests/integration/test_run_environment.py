@@ -43,5 +43,6 @@ def test_a_run_sees_the_shell_and_none_of_the_control_plane(tmp_path: Path, tmux
     assert "Environment (variable names the job started with)" in report
     assert "SWANLAB_API_KEY" in report and "user-swanlab-key" not in report
     assert "held back (the control plane's)" in report and "AJET_RUNNER_TOKEN" in report and TOKEN not in report
+    assert "| Ran on | local executor, driven by the worker on node " in report
     attempt = sc.results_json()["attempts"][0]
     assert "SWANLAB_API_KEY" in attempt["env_names"] and "MY_COPY" in attempt["env_withheld"]

@@ -62,7 +62,7 @@ def _summary(c: ReportContext) -> list[str]:
     if d.tmux_session:
         sock = f"-S {shlex.quote(d.tmux_socket)} " if d.tmux_socket else ""  # as the console shows it
         where = f" on {md_cell(d.node)}" if d.node else ""
-        attach = f"tmux {sock}attach -t {shlex.quote(d.tmux_session)}"
+        attach = d.attach or f"tmux {sock}attach -t {shlex.quote(d.tmux_session)}"
         tmux = f"{code_span(d.tmux_session)} (attach{where}: {code_span(attach)})"
     else:
         tmux = NA
@@ -79,6 +79,7 @@ def _summary(c: ReportContext) -> list[str]:
         ["Experiment", code_span(d.id)],
         ["Outcome", outcome],
         ["Node", md_cell(d.node or NA)],
+        *([["Ran on", md_cell(d.ran_on)]] if d.ran_on else []),
         ["tmux session", tmux],
         ["Created", fmt_time(d.created_at)],
         ["Started", fmt_time(d.started_at) if d.started_at is not None else "never launched"],
