@@ -67,16 +67,18 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
     sweep_dirs: list[str] = []
     for k, (text, path) in enumerate(blueprints, start=1):
         where = path or f"blueprint {k}"
+        deadline = time.monotonic() + PARSE_DEADLINE_SECONDS  # the blueprint and its sweep part, together
         try:
-            bp = parse_blueprint(text, deadline=time.monotonic() + PARSE_DEADLINE_SECONDS)
+            bp = parse_blueprint(text, deadline=deadline)
+            plan = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
+                              deadline=deadline) if bp.exp_sweep.strip() or sweep else None
         except ParseDeadline:
             problems.append(Problem(level=Level.error, field=f"{where}: blueprint", message=(
                 "the blueprint took too long to parse and was refused unread")))
             continue
-        if not (bp.exp_sweep.strip() or sweep):
+        if plan is None:
             planned.append(Planned(text, path, {}, where, bp.exp_result_dir))
             continue
-        plan = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose)
         if not plan.ok:
             problems += _named(where, plan.problems)
             continue

@@ -93,15 +93,16 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
         raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
             f"the first of nodes ({named[0]}) is the head, but node names {node}: give one or make them agree"))])
     node = node or (named[0] if named else None)
+    deadline = time.monotonic() + PARSE_DEADLINE_SECONDS
     try:  # bounded work per request: a hostile text is refused, it cannot hold a submission thread
-        bp = parse_blueprint(text, deadline=time.monotonic() + PARSE_DEADLINE_SECONDS)
+        bp = parse_blueprint(text, deadline=deadline)
+        if overrides:
+            bp = bp.model_copy(update=dict(overrides))
+        problems = validate_blueprint(bp, check_disk=check_disk, deadline=deadline)  # the sweep part: same budget
     except ParseDeadline:
         raise SubmissionRejected([Problem(level=Level.error, field="blueprint", message=(
             f"the blueprint took over {format_limit(PARSE_DEADLINE_SECONDS)} to parse and was refused unread; a "
             "real one parses in milliseconds (look for a huge line or deeply nested lists)"))]) from None
-    if overrides:
-        bp = bp.model_copy(update=dict(overrides))
-    problems = validate_blueprint(bp, check_disk=check_disk)
     if bp.exp_sweep.strip() and not bp.exp_sweep_values:
         problems.append(Problem(level=Level.error, field="exp_sweep", message=(
             "this blueprint is a sweep (its [exp_sweep] part): submit it as a stage, which makes one experiment "
