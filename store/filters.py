@@ -41,6 +41,7 @@ from ajet_runner.store.keys import (
     node_state_key,
     outcome_index_key,
     stage_key,
+    stage_meta_key,
     state_index_key,
 )
 from ajet_runner.store.records import text
@@ -122,7 +123,7 @@ class Indexes:
         return self._sweep(keys=[EXPIRING, EXPIRING_WHERE, *(k for k, _ in _FIXED)],
                            args=[exp_key(""), _NODE_PREFIX, _NODE_SUFFIX, stage_key(""),
                                  "".join(t for _, t in _FIXED), SWEEP_BATCH, _NODE_STATE, _NODE_OUTCOME,
-                                 ",".join(OUTCOME_NAMES)], client=client)
+                                 ",".join(OUTCOME_NAMES), stage_meta_key(""), STAGES], client=client)
 
     def sweep(self) -> int:
         """Take the ids of records that expired out of every index; how many (at most SWEEP_BATCH a call)."""

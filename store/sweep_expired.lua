@@ -15,6 +15,9 @@
 -- ARGV[7]    a node's per-state index key is ARGV[2] .. node .. ARGV[7] .. state (keys.node_state_key)
 -- ARGV[8]    a node's per-outcome index key is ARGV[2] .. node .. ARGV[8] .. outcome (keys.node_outcome_key)
 -- ARGV[9]    the outcome names, comma-separated
+-- ARGV[10]   a stage's settings key is ARGV[10] .. name (keys.stage_meta_key("")); a stage whose last
+--            experiment expired goes with it: its settings, and its name from ARGV[11]
+-- ARGV[11]   every stage: name -> created_at (keys.STAGES)
 -- Returns the number of expired records whose ids left the indexes.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -36,7 +39,13 @@ for _, id in ipairs(due) do
       redis.call('ZREM', ARGV[2] .. node .. ARGV[7] .. 'finished', id)
       for name in string.gmatch(ARGV[9], '[^,]+') do redis.call('ZREM', ARGV[2] .. node .. ARGV[8] .. name, id) end
     end
-    if stage and stage ~= '' then redis.call('ZREM', ARGV[4] .. stage, id) end
+    if stage and stage ~= '' then
+      redis.call('ZREM', ARGV[4] .. stage, id)
+      if ARGV[10] and redis.call('EXISTS', ARGV[4] .. stage) == 0 then
+        redis.call('DEL', ARGV[10] .. stage)
+        redis.call('ZREM', ARGV[11], stage)
+      end
+    end
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[2], id)
     gone = gone + 1
