@@ -67,16 +67,17 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
     planned: list[Planned] = []
     problems: list[Problem] = []
     sweep_dirs: list[str] = []
+    deadline = time.monotonic() + PARSE_DEADLINE_SECONDS  # one budget for the request's every blueprint and sweep
     for k, (text, path) in enumerate(blueprints, start=1):
         where = path or f"blueprint {k}"
-        deadline = time.monotonic() + PARSE_DEADLINE_SECONDS  # the blueprint and its sweep part, together
         try:
             bp = parse_blueprint(text, deadline=deadline)
             plan = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
                               deadline=deadline) if bp.exp_sweep.strip() or sweep else None
         except ParseDeadline:
             problems.append(Problem(level=Level.error, field=f"{where}: blueprint", message=(
-                "the blueprint took too long to parse and was refused unread")))
+                f"the stage's blueprints took over {PARSE_DEADLINE_SECONDS:g} s to parse and this one was refused "
+                "unread; real ones parse in milliseconds (look for a huge line or deeply nested lists)")))
             continue
         if plan is None:
             planned.append(Planned(text, path, {}, where, bp.exp_result_dir))

@@ -33,7 +33,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 VENV = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
 GENEROUS_SECONDS = 2.0  # the target is 100 ms (bench/bench_hostile_parse.py measures it); a loaded CI box is slow
 
-LONG_SWEEP = "ajet.trainer_common.lr: " + ", ".join(f"{i}e-6" for i in range(14_000))  # ~87 KB
+LONG_SWEEP = ("ajet.trainer_common.lr: " + ", ".join(f"{i}e-6" for i in range(10_000)))[:87_000]  # 87 KB
 NESTED_SWEEP = "ajet.x: " + "[" * 1_900
 NESTED_DEEP_SWEEP = "ajet.x: " + "[" * 80_000
 

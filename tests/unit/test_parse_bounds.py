@@ -155,3 +155,16 @@ def test_nul_and_control_characters_are_refused_naming_the_field(where: str, bad
 def test_tabs_and_line_breaks_stay_text() -> None:
     bp = parse_blueprint(BASE.replace("Bounds.", "Bounds.\tTabbed\nSecond line"))
     assert not any("control" in p.message for p in validate_blueprint(bp, check_disk=False))
+
+
+def test_a_stage_request_shares_one_parse_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ajet_runner.service import stage_submit
+
+    texts = [(BASE.replace("/tmp/results", f"/tmp/results{k}") + "\n## [exp_sweep]\najet.x: 1, 2\n", f"/bp/{k}.md")
+             for k in range(3)]
+    planned, _, problems = stage_submit.expand_blueprints(texts)
+    assert problems == [] and len(planned) == 6
+    monkeypatch.setattr(stage_submit, "PARSE_DEADLINE_SECONDS", -1.0)  # past before the first blueprint
+    planned, _, problems = stage_submit.expand_blueprints(texts)
+    assert planned == [] and [p.field for p in problems] == [f"/bp/{k}.md: blueprint" for k in range(3)]
+    assert all("took over -1 s to parse" in p.message for p in problems)
