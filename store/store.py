@@ -186,7 +186,7 @@ class Store:
         self._heartbeat = client.register_script(lua("heartbeat"))
         from ajet_runner.store.filters import Indexes
 
-        self.indexes = Indexes(client)  # the filtered lists, the expiry sweep, the backfill
+        self.indexes = Indexes(client, self.retention_seconds)  # the filtered lists, the expiry sweep, the backfill
 
     @classmethod
     def from_url(cls, url: str, retention_seconds: float | None = None, **options: Any) -> Store:

@@ -18,6 +18,8 @@
 -- ARGV[10]   a stage's settings key is ARGV[10] .. name (keys.stage_meta_key("")); a stage whose last
 --            experiment expired goes with it: its settings, and its name from ARGV[11]
 -- ARGV[11]   every stage: name -> created_at (keys.STAGES)
+-- ARGV[12]   the outbox's dead tasks (keys.OUTBOX_DEAD, a list, newest first): the oldest ones given up more
+--            than ARGV[13] seconds ago (the records' retention; 0 = never) go, a batch per call
 -- Returns the number of expired records whose ids left the indexes.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -54,6 +56,17 @@ for _, id in ipairs(due) do
     redis.call('HDEL', KEYS[2], id)
   else
     redis.call('ZADD', KEYS[1], now + left / 1000, id)  -- its expiry moved: look again then
+  end
+end
+local retention = tonumber(ARGV[13] or '0') or 0
+if ARGV[12] and retention > 0 then
+  for _ = 1, tonumber(ARGV[6]) do
+    local oldest = redis.call('LINDEX', ARGV[12], -1)
+    if not oldest then break end
+    local ok, task = pcall(cjson.decode, oldest)
+    local at = ok and type(task) == 'table' and tonumber(task['given_up_at']) or nil
+    if at and at >= now - retention then break end
+    redis.call('RPOP', ARGV[12])  -- expired (or unreadable: nothing could ever show it)
   end
 end
 return gone

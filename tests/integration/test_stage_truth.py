@@ -213,3 +213,21 @@ def test_wait_stage_raises_empty_stage_for_a_stage_without_experiments() -> None
     empty = Stage.model_validate({"name": "e", "experiments": []})
     with pytest.raises(EmptyStage, match="stage e has no experiments"):
         api_client._stage_experiments("e", lambda: empty)
+
+
+def test_dead_outbox_tasks_expire_after_the_retention_time(redis_url: str) -> None:
+    from ajet_runner.store.keys import OUTBOX_DEAD
+    from ajet_runner.store.outbox import Outbox
+
+    store = Store.from_url(redis_url, retention_seconds=1)
+    outbox = Outbox(store.r)
+    outbox.give_up("t-old", {"kind": "experiment_finished", "id": "gone"}, "receiver refused")
+    store.r.rpush(OUTBOX_DEAD, "not json")  # unreadable: nothing could show it, it goes too
+    time.sleep(1.2)
+    outbox.give_up("t-new", {"kind": "experiment_finished", "id": "x"}, "receiver refused")
+    store.indexes.sweep()  # what every filtered list runs first
+    assert [t["id"] for t in outbox.dead()] == ["x"]
+    kept = Store.from_url(redis_url, retention_seconds=0)  # retention 0: kept for ever, as records are
+    time.sleep(1.2)
+    kept.indexes.sweep()
+    assert len(outbox.dead()) == 1
