@@ -204,6 +204,14 @@ def test_wait_on_an_unknown_or_empty_stage_answers_at_once(redis_url: str, tmp_p
                                  timeout=60)
         assert unknown.returncode == 2 and "no stage named 'nothing'" in unknown.stderr, unknown
         assert "Traceback" not in unknown.stderr
+        # `submit --stage --idempotency-key`: a retry prints the same experiments, never a second stage run.
+        sweep = tmp_path / "sweep.md"
+        sweep.write_text(make("demo", tmp_path / "cli").blueprint.read_text() + SWEEP)
+        runs = [subprocess.run([*CLI, "submit", "--stage", "cli-s", "--idempotency-key", "cli-k", str(sweep)],
+                               env=env, capture_output=True, text=True, timeout=60) for _ in range(2)]
+        assert [r.returncode for r in runs] == [0, 0], runs
+        assert runs[0].stdout == runs[1].stdout and runs[0].stdout.count("Job submitted: ") == 2
+        assert store.count() == 2
 
 
 def test_wait_stage_raises_empty_stage_for_a_stage_without_experiments() -> None:
