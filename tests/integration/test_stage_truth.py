@@ -239,3 +239,27 @@ def test_dead_outbox_tasks_expire_after_the_retention_time(redis_url: str) -> No
     time.sleep(1.2)
     kept.indexes.sweep()
     assert len(outbox.dead()) == 1
+
+
+def test_concurrent_retries_with_one_key_make_one_stage(redis_url: str, tmp_path: Path) -> None:
+    import threading
+
+    import httpx
+
+    text = make("demo", tmp_path / "conc").blueprint.read_text() + SWEEP
+    body = {"stage": "conc", "blueprints": [{"blueprint": text}]}
+    answers: list[httpx.Response] = []
+    with running_server(redis_url, tmp_path / "serve.log", token=TOKEN,
+                        AJET_RUNNER_ALLOWED_ROOTS=f"{tmp_path}:{VENV}") as server:
+        def post() -> None:
+            answers.append(httpx.post(f"{server.url}/v1/stages", json=body, timeout=60,
+                                      headers={**AUTH, "Idempotency-Key": "conc-k"}))
+
+        threads = [threading.Thread(target=post) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+    assert sorted(a.status_code for a in answers) == [200, 200, 200, 201], [a.text[:200] for a in answers]
+    assert len({tuple(e["id"] for e in a.json()["experiments"]) for a in answers}) == 1
+    assert Store.from_url(redis_url).count() == 2
