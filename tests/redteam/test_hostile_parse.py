@@ -108,7 +108,7 @@ def test_check_prints_a_clear_error_for_nesting_not_a_traceback(tmp_path: Path) 
     deep_yaml.write_text(sc.blueprint.read_text())
     yaml_path.write_text("ajet: " + "[" * 5_000 + "\n")
     outcomes = []
-    for path, words in ((deep_sweep, "nests brackets"), (deep_yaml, "deeper than 100 levels")):
+    for path, words in ((deep_sweep, "line 1 of [exp_sweep]: '[[[["), (deep_yaml, "deeper than 100 levels")):
         done = subprocess.run([*CLI, "check", str(path)], capture_output=True, text=True, timeout=120)
         text = done.stdout + done.stderr
         outcomes.append((path.name, done.returncode, "Traceback" in text, words in text))
