@@ -25,6 +25,7 @@ from ajet_runner.service.api.stage_schemas import (
 from ajet_runner.statemachine.compare import DEFAULT_METRIC, ExperimentFacts, compare
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
 from ajet_runner.store.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
+from ajet_runner.store.stage_idempotency import StageClaim
 from ajet_runner.store.stages import (
     drop_if_empty,
     evaluation_events,
@@ -99,7 +100,7 @@ def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Dep
     from ajet_runner.store.idempotency import IdempotencyConflict
     from ajet_runner.store.stage_idempotency import claim_stage, first_answer
 
-    claim = None
+    claim: StageClaim | None = None
     try:
         while idempotency_key:
             claim = claim_stage(be.store, idempotency_key, body.stage, body.model_dump(mode="json"))
@@ -116,7 +117,8 @@ def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Dep
     return _submit_stage(body, response, be, idempotency_key, claim)
 
 
-def _submit_stage(body: StageSubmitRequest, response: Response, be: Backend, key: str | None, claim: Any) -> Any:
+def _submit_stage(body: StageSubmitRequest, response: Response, be: Backend, key: str | None,
+                  claim: StageClaim | None) -> Any:
     """The submission itself; with a claimed key, its answer recorded (or the claim released when refused)."""
     from ajet_runner.service.stage_submit import StageRejected, submit_stage
     from ajet_runner.store.stage_idempotency import complete_stage, release_stage
