@@ -168,3 +168,12 @@ def test_a_stage_request_shares_one_parse_deadline(monkeypatch: pytest.MonkeyPat
     planned, _, problems = stage_submit.expand_blueprints(texts)
     assert planned == [] and [p.field for p in problems] == [f"/bp/{k}.md: blueprint" for k in range(3)]
     assert all("took over -1 s to parse" in p.message for p in problems)
+
+
+def test_a_hostile_result_dir_is_unreadable_not_a_crash(tmp_path: Path) -> None:
+    from ajet_runner.resultdir.names import RESULTS_NAME
+    from ajet_runner.resultdir.stage_inputs import ORIGINAL_CONFIG, read_facts, read_original_config
+
+    (tmp_path / RESULTS_NAME).write_text("[" * 100_000)
+    (tmp_path / ORIGINAL_CONFIG).write_text("ajet: " + "[" * 100_000)
+    assert read_facts(str(tmp_path)) is None and read_original_config(str(tmp_path)) is None
