@@ -5,6 +5,7 @@ last record expires; `wait --stage` and `wait_stage` on an unknown or empty stag
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ajet_runner.service.api.application import create_app
-from ajet_runner.service.client.api_client import AjetRunnerClient, EmptyStage, StageNotFound
+from ajet_runner.service.client.api_client import AjetRunnerClient, AsyncAjetRunnerClient, EmptyStage, StageNotFound
 from ajet_runner.statemachine.lifecycle import Lifecycle
 from ajet_runner.store.keys import STAGES, stage_meta_key
 from ajet_runner.store.settings import Settings
@@ -200,6 +201,13 @@ def test_wait_on_an_unknown_or_empty_stage_answers_at_once(redis_url: str, tmp_p
             with pytest.raises(StageNotFound):  # the empty one is forgotten when it is looked at
                 client.wait_stage("empty", interval=0.1)
             assert time.monotonic() - started < 10  # at once: no waiting for a timeout that was never given
+
+        async def in_async() -> None:
+            async with AsyncAjetRunnerClient(server.url, TOKEN) as aclient:
+                with pytest.raises(StageNotFound):
+                    await aclient.wait_stage("nothing", interval=0.1)
+
+        asyncio.run(in_async())
         unknown = subprocess.run([*CLI, "wait", "--stage", "nothing"], env=env, capture_output=True, text=True,
                                  timeout=60)
         assert unknown.returncode == 2 and "no stage named 'nothing'" in unknown.stderr, unknown
