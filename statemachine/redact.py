@@ -37,12 +37,15 @@ _PATTERNS = (
     # Authorization / Proxy-Authorization headers, whatever the scheme; Cookie / Set-Cookie headers (sessions).
     re.compile(r"(?i)((?:proxy-)?authorization[\"']?\s*[:=]\s*)(?:\"[^\"]*\"|'[^']*'|[^\r\n]*)"),
     re.compile(r"(?i)(\b(?:set-)?cookie[\"']?\s*[:=]\s*)(?:\"[^\"]*\"|'[^']*'|[^\r\n]*)"),
-    # -pPASSWORD, attached, as the MySQL/MariaDB clients, sshpass, 7z and unrar take it.
-    re.compile(r"(?i)(\b(?:mysql\w*|mariadb\w*|sshpass|7za?|unrar|rar)\b[^\r\n]*?(?<!\S)(?-i:-p))(?!\s)"
+    # -pPASSWORD, attached, as the MySQL/MariaDB clients, sshpass, 7z and unrar take it (within 300 characters
+    # of the program's name: bounded, so a line of many `mysql` words stays linear).
+    re.compile(r"(?i)(\b(?:mysql\w*|mariadb\w*|sshpass|7za?|unrar|rar)\b[^\r\n]{0,300}?(?<!\S)(?-i:-p))(?!\s)"
                r"(\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s'\"]+)"),
     re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{4,}"),
     # key: value / key=value / "key": "value" where the key names a secret.
-    re.compile(r"(?i)([\"']?[A-Za-z0-9_.-]*" + _KEY_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[:=]\s*)"
+    # (Tried only where a word starts: from every position inside a long word it was quadratic, 1.4 s for
+    # 100 KB of 50-letter words.)
+    re.compile(r"(?i)((?<![A-Za-z0-9_.\"'-])[\"']?[A-Za-z0-9_.-]*" + _KEY_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[:=]\s*)"
                + _NUMBER_OR_WORD + r"(\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s,}\]\r\n]+)"),
     # --password X / --db-pass X / --api-key X: a command-line option and its value, space-separated.
     re.compile(r"(?i)((?<![\w-])--?[A-Za-z0-9_-]*" + _KEY_WORD + r"[A-Za-z0-9_-]*[ \t]+)" + _NUMBER_OR_WORD
@@ -57,7 +60,7 @@ _PATTERNS = (
     # `swanlab login -k KEY`, `wandb login [--relogin] KEY`, `huggingface-cli login --token X`, `hf auth login`:
     # the key a login command takes (one with a digit, or a long one: `wandb login failed` stays readable).
     re.compile(r"(?i)(\b(?:swanlab|wandb|huggingface-cli|hf)(?:\s+auth)?\s+login\b"
-               r"(?:\s+(?:--(?:web-)?host(?:\s+|=)\S+|--?(?!k\b|key\b|api-key\b|token\b|(?:web-)?host\b)[a-z][\w-]*))*"
+               r"(?:\s+(?:--(?:web-)?host(?:\s+|=)\S+|--?(?!k\b|key\b|api-key\b|token\b|(?:web-)?host\b)[a-z][\w-]*)){0,6}"
                r"\s+(?:(?:-k|--key|--api-key|--token)(?:\s+|=))?)"
                r"(?![-`'\"\[])(?=[^\s`'\"]*\d|[^\s`'\"]{20})([^\s`'\"]{6,})"),
     # user:password@ in URLs (an empty user too: redis://:password@host).

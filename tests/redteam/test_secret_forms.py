@@ -98,3 +98,20 @@ def test_the_secret_forms_row() -> None:
            len(SECRET_FORMS) + len(READABLE), f"{len(leaked)} leaked, {len(blanked)} readable lines blanked",
            passed=not leaked and not blanked)
     assert leaked == [] and blanked == []
+
+
+LONG_LINES = {  # ~100 KB lines that made a redactor pattern quadratic (12 s for 48 KB of `mysql `, 1.4 s here)
+    "many mysql words": "mysql " * 17_000,
+    "many login commands": "wandb login --relogin " * 4_500,
+    "long words": ("a" * 50 + " ") * 2_000,
+    "one long word": "x" * 100_000,
+}
+
+
+@pytest.mark.parametrize("name", list(LONG_LINES))
+def test_a_long_line_is_redacted_in_linear_time(name: str) -> None:
+    import time
+
+    started = time.process_time()
+    Redactor().text(LONG_LINES[name])
+    assert time.process_time() - started < 5.0  # linear: well under 1 s; quadratic: tens of seconds
