@@ -116,7 +116,7 @@ def test_yaml_nesting_is_bounded_with_the_limit_named(text: str, tmp_path: Path)
         load_yaml_file(path)
 
 
-def test_yaml_at_the_limit_loads_and_flat_documents_pay_no_event_scan() -> None:
+def test_yaml_at_the_limit_loads_and_so_do_many_shallow_brackets() -> None:
     at_limit = "a: " + "[" * (MAX_YAML_DEPTH - 1) + "]" * (MAX_YAML_DEPTH - 1)
     data = load_yaml_text(at_limit)
     assert isinstance(data, dict)
