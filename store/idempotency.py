@@ -67,7 +67,8 @@ def claim(store: Store, key: str, text: str, new_id: Callable[[], str], ttl: int
         raise IdempotencyConflict("this Idempotency-Key was already used for a different blueprint")
     first = held.get("placement")
     if isinstance(first, dict):  # a claim written before placements were kept has none to compare
-        differ = [name for name in PLACEMENT if first.get(name) != where[name]]
+        # `stage` is kept since claims bound it; one written before says nothing about it.
+        differ = [name for name in PLACEMENT if (name in first or name != "stage") and first.get(name) != where[name]]
         if differ:
             raise IdempotencyConflict("this Idempotency-Key was already used for the same blueprint with another "
                                       + ", ".join(f"{n} ({first.get(n)!r}, now {where[n]!r})" for n in differ))

@@ -271,3 +271,19 @@ def test_concurrent_retries_with_one_key_make_one_stage(redis_url: str, tmp_path
     assert sorted(a.status_code for a in answers) == [200, 200, 200, 201], [a.text[:200] for a in answers]
     assert len({tuple(e["id"] for e in a.json()["experiments"]) for a in answers}) == 1
     assert Store.from_url(redis_url).count() == 2
+
+
+def test_a_claim_written_before_stages_were_bound_still_answers_its_retry(api: TestClient, tmp_path: Path,
+                                                                           redis_url: str) -> None:
+    import json
+
+    from ajet_runner.store.idempotency import digest, redis_key
+
+    text = make("demo", tmp_path / "old").blueprint.read_text()
+    first = api.post("/v1/experiments", json={"blueprint": text, "stage": "a"}, headers=AUTH).json()
+    store = Store.from_url(redis_url)
+    old = {"node": None, "nodes": None, "priority": "normal", "blueprint_path": None}  # no `stage` in it
+    store.r.set(redis_key("old-k"), json.dumps({"id": first["id"], "digest": digest(text), "placement": old}))
+    again = api.post("/v1/experiments", json={"blueprint": text, "stage": "a"},
+                     headers={**AUTH, "Idempotency-Key": "old-k"})
+    assert again.status_code == 200 and again.json()["id"] == first["id"]
