@@ -42,14 +42,18 @@ def _port_is_free(host: str, port: int) -> bool:
 
 
 def _token(workdir: Path) -> tuple[str, Path | None]:
-    """$AJET_RUNNER_TOKEN when set, else a new one kept in DIR/token (readable by this user only)."""
+    """$AJET_RUNNER_TOKEN when set, else a new one kept in DIR/token (readable by this user only: a token
+    file left by an earlier `up` is replaced, never reused or written through with its old mode or a link)."""
     given = os.environ.get("AJET_RUNNER_TOKEN", "").split(",")[0].strip()
     if given:
         return given, None
     token = secrets.token_urlsafe(24)
     path = workdir / "token"
-    path.touch(mode=0o600)
-    path.write_text(token + "\n", encoding="utf-8")
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
     return token, path
 
 
@@ -108,7 +112,7 @@ def register(app: typer.Typer) -> None:
         embedded = None
         if not get_settings().redis_url:
             try:
-                embedded = EmbeddedRedis().start()
+                embedded = EmbeddedRedis(private=True).start()  # no TCP port: a 0700 unix socket and a password
             except EmbeddedRedisError as exc:
                 raise output.fail(f"error: {exc}", output.FAILED) from None
             os.environ["REDIS_URL"] = embedded.url
