@@ -129,8 +129,15 @@ def register(app: typer.Typer) -> None:
                 raise output.fail(f"error: the local worker did not start: {exc}", output.FAILED) from None
             demo_id = _submit_demo(store, workdir, node) if demo else ""
             from ajet_runner.service.api.application import create_app
+            from ajet_runner.service.api.hosts import HostsError
 
-            server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning",
+            try:  # loopback Host names only, on every route (/metrics, without a token, included)
+                app = create_app(settings, port=port, bind=host, local=True)
+            except HostsError:
+                raise output.fail("error: `up` answers loopback Host names only, not AJET_RUNNER_ALLOWED_HOSTS="
+                                  f"{settings.allowed_hosts}; to serve other names use `ajet-runner serve` with "
+                                  "a token") from None
+            server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                    log_config=None, timeout_graceful_shutdown=5,
                                                    server_header=False))
 
