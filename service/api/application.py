@@ -92,6 +92,7 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False, port
     from ajet_runner.service.api.event_routes import router as events_router
     from ajet_runner.service.api.experiments import nodes_router
     from ajet_runner.service.api.experiments import router as experiments_router
+    from ajet_runner.service.api.notification_routes import router as notifications_router
     from ajet_runner.service.api.stage_routes import router as stages_router
 
     settings = settings or get_settings()
@@ -120,7 +121,7 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False, port
     install_handlers(app)
     install_openapi(app)
     _install_probes(app, be, guard if metrics_auth else [])
-    for router in (experiments_router, events_router, nodes_router, stages_router):
+    for router in (experiments_router, events_router, nodes_router, stages_router, notifications_router):
         app.include_router(router, dependencies=guard)
     from ajet_runner.service.ui import install_ui
 

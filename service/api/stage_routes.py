@@ -23,6 +23,7 @@ from ajet_runner.service.api.stage_schemas import (
 )
 from ajet_runner.statemachine.compare import DEFAULT_METRIC, ExperimentFacts, compare
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
+from ajet_runner.statemachine.webhook_url import webhook_url_problem
 from ajet_runner.store.stages import evaluation_events, forget_members, stage_counts, stage_ids, stage_meta, stage_names
 from ajet_runner.store.store import Store
 
@@ -81,6 +82,11 @@ def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Dep
     others)."""
     from ajet_runner.service.stage_submit import StageRejected, submit_stage
 
+    allow_http = be.settings.webhook_allow_http
+    problem = webhook_url_problem(body.webhook_url, allow_http=allow_http) if body.webhook_url else ""
+    if problem:  # before anything is written (statemachine/webhook_url.py)
+        return JSONResponse(status_code=422, content=error_body(f"stage {body.stage} rejected: webhook_url {problem}", [
+            {"level": "error", "field": "webhook_url", "message": f"the webhook URL {problem}"}]))
     try:
         result = submit_stage(be.store, body.stage,
                               [(b.blueprint, b.blueprint_path or "") for b in body.blueprints], sweep=body.sweep,
