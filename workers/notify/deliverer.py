@@ -127,8 +127,10 @@ class Deliverer:
             self._slots.release()
 
     def _claim(self) -> tuple[str, dict[str, Any]] | None:
+        # held longer than one POST may take, so no other worker takes it while it is being posted
+        lease = max(LEASE_SECONDS, self.settings.webhook_timeout_seconds + 60)
         try:
-            return self.outbox.claim(LEASE_SECONDS)
+            return self.outbox.claim(lease)
         except REDIS_ERRORS as exc:
             log.warning("outbox: Redis unreachable (%s)", exc)
             return None
