@@ -33,6 +33,7 @@ from tests.redteam.record import record
 
 pytestmark = [pytest.mark.integration]
 TOKEN = "t-webhooks-0123456789"
+SILENT_NOTICES = 10
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -62,35 +63,45 @@ def _step(deliverer: Deliverer) -> bool:
 
 
 @pytest.fixture()
-def running() -> Iterator[list[threading.Event]]:
-    stops: list[threading.Event] = []
-    yield stops
-    for stop in stops:
+def running() -> Iterator[list[tuple[threading.Event, threading.Thread]]]:
+    """Deliverers running in threads: stopped, and awaited with their delivery threads (each ends by its POST's
+    deadline), before the next test's Redis is flushed."""
+    started: list[tuple[threading.Event, threading.Thread]] = []
+    yield started
+    for stop, thread in started:
         stop.set()
+        thread.join(30)
 
 
-def test_a_never_answering_receiver_does_not_hold_up_another(store: Store, running: list[threading.Event]) -> None:
+def test_a_never_answering_receiver_does_not_hold_up_another(
+        store: Store, running: list[tuple[threading.Event, threading.Thread]]) -> None:
     with SilentReceiver() as silent, WebhookReceiver() as good:
         define_stage(store, "slow", webhook_url=silent.url)
         define_stage(store, "fast", webhook_url=good.url)
-        finished(store, "a", "slow")  # queued first: the one a single delivery thread would take first
+        for n in range(SILENT_NOTICES):  # queued first, and more of them than a worker has delivery threads
+            finished(store, f"a{n}", "slow")
         finished(store, "b", "fast")
         s = settings()
         deliverer = Deliverer(store, s)
         stop = threading.Event()
-        running.append(stop)
+        thread = threading.Thread(target=deliverer.run, args=(stop,), daemon=True)
+        running.append((stop, thread))
         t0 = time.monotonic()
-        threading.Thread(target=deliverer.run, args=(stop,), daemon=True).start()
+        thread.start()
         wait_for(lambda: any(r.json.get("id") == "b" for r in good.of_type("experiment_finished")), 30,
                  "b's notification")
         delay = time.monotonic() - t0
-        wait_for(lambda: any(e["type"] == "webhook_failed" for e in store.events("a")), 30, "a's first failure")
-        failed = next(e for e in store.events("a") if e["type"] == "webhook_failed")
+        wait_for(lambda: any(e["type"] == "webhook_failed" for e in store.events("a0")), 30, "a0's first failure")
+        failed = next(e for e in store.events("a0") if e["type"] == "webhook_failed")
         a_ended = time.monotonic() - t0
+        stop.set()
+        thread.join(30)  # its delivery threads end by their deadline: nothing writes into the next test's Redis
+        assert not thread.is_alive()
     deadline = s.webhook_timeout_seconds
     ok = delay < deadline and "deadline" in failed["error"]
     record("webhooks: one receiver never holds up another", "receiver A accepts and never answers (deadline "
-           f"{deadline:g} s); receiver B's notification queued after A's", 2,
+           f"{deadline:g} s); {SILENT_NOTICES} notices for A (more than the {s.webhook_concurrency} delivery threads), "
+           "then one for receiver B", SILENT_NOTICES + 1,
            f"B delivered after {delay:.2f} s (< {deadline:g} s); A's POST cut at {a_ended:.1f} s: {failed['error']}",
            passed=ok)
     assert delay < deadline, f"B waited {delay:.2f} s behind a receiver that never answers"
