@@ -117,6 +117,9 @@ def register(app: typer.Typer) -> None:
                 raise output.fail(f"error: {exc}", output.FAILED) from None
             os.environ["REDIS_URL"] = embedded.url
         os.environ["AJET_RUNNER_TOKEN"] = token
+        # Other users of this machine reach 127.0.0.1 too: /metrics (experiment purposes) needs the token here,
+        # unless AJET_RUNNER_METRICS_AUTH says otherwise.
+        os.environ.setdefault("AJET_RUNNER_METRICS_AUTH", "1")
         get_settings.cache_clear()
         settings = get_settings()
         node = node or settings.node

@@ -93,9 +93,11 @@ def test_another_local_user_cannot_use_up_s_redis_token_or_tmux(tmp_path: Path) 
         assert oct((workdir / "token").stat().st_mode & 0o777) == "0o600"
 
         url = f"http://127.0.0.1:{port}/metrics"
-        foreign = [httpx.get(url, headers={"Host": h}).status_code
+        foreign = [httpx.get(url, headers={"Host": h, "Authorization": f"Bearer {token}"}).status_code
                    for h in ("evil.example", f"evil.example:{port}", "127.0.0.1.nip.io", f"localhost.evil:{port}")]
-        own = httpx.get(url).status_code
+        own = httpx.get(url, headers={"Authorization": f"Bearer {token}"}).status_code
+        anonymous = _as_other("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url).stdout.strip()
+        tries["read /metrics (experiment purposes) without the token"] = anonymous == "401"
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -107,8 +109,8 @@ def test_another_local_user_cannot_use_up_s_redis_token_or_tmux(tmp_path: Path) 
     refused = [name for name, ok in tries.items() if ok]
     record("`up` on a shared machine", "another local user: " + ", ".join(tries), len(tries),
            f"{len(refused)}/{len(tries)} refused", passed=len(refused) == len(tries))
-    record("`/metrics` under `up`", "foreign Host headers (DNS rebinding) on /metrics, which needs no token",
-           len(foreign), f"{sum(s == 400 for s in foreign)}x400; own Host {own}",
+    record("`/metrics` under `up`", "foreign Host headers (DNS rebinding) on /metrics, even with the token",
+           len(foreign), f"{sum(s == 400 for s in foreign)}x400; own Host with the token {own}",
            passed=all(s == 400 for s in foreign) and own == 200)
     assert len(refused) == len(tries), {k: v for k, v in tries.items() if not v}
     assert all(s == 400 for s in foreign) and own == 200, (foreign, own)
