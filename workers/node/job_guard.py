@@ -40,10 +40,11 @@ def refusal(job: Job) -> str:
         return f"job {job.id} names {name!r}, not one of ajet-runner's job functions ({ours})"
     if instance is not None:
         return f"job {job.id} names a method of an object, not ajet-runner's {name}"
-    extras = [what for what, value in (("success callback", job._success_callback_name),
-                                       ("failure callback", job._failure_callback_name),
-                                       ("stopped callback", job._stopped_callback_name),
-                                       ("RQ webhooks", job.webhooks)) if value]
+    extras = [what for what, attr in (("success callback", "_success_callback_name"),
+                                      ("failure callback", "_failure_callback_name"),
+                                      ("stopped callback", "_stopped_callback_name"),
+                                      ("RQ webhooks", "webhooks"))  # rq 3's per-job webhooks
+              if getattr(job, attr, None)]
     if extras:
         return f"job {job.id} carries {', '.join(extras)}, which ajet-runner's jobs never have"
     return ""
