@@ -199,3 +199,16 @@ def test_a_notification_given_up_on_is_shown_by_the_api_and_the_console(store: S
     assert dead["total"] == 1 and item["id"] == "e1" and item["attempts"] == 2 and "HTTP 503" in item["error"], dead
     assert item["url"] == hook.url, item
     assert shown and clean, page.text[-2000:]
+
+
+def test_a_stored_url_that_may_not_be_posted_to_is_a_dead_letter_at_once(store: Store) -> None:
+    """A URL written before the submission check (an older version, a hand-edited stage) is checked again before
+    each POST: never posted, given up on the first attempt, not retried."""
+    define_stage(store, "old", webhook_url="http://hooks.example.com/a\r\nX-Injected: 1")
+    finished(store, "e1", "old")
+    deliverer = Deliverer(store, settings(webhook_max_attempts=5))
+    wait_for(lambda: _step(deliverer) and any(e["type"] == "webhook_gave_up" for e in store.events("e1")), 20,
+             "the notice to be given up")
+    dead = store.outbox().dead()
+    assert dead[0]["id"] == "e1" and dead[0]["attempts"] == 1 and "not posted" in dead[0]["given_up"], dead
+    assert "\r\n" not in dead[0]["url"], dead
