@@ -96,6 +96,9 @@ class Settings(BaseSettings):
                                       "X-Ajet-Runner-Signature: sha256=<hex of the body's HMAC>")
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="deadline of one POST in all: DNS, "
                                            "connect, send and read")
+    extra_job_functions: str = Field(default="", description="comma-separated dotted names of more job functions "
+                                     "a worker may run (tests, site extensions); any other name a queued job carries "
+                                     "is refused")
     webhook_allow_http: bool = Field(default=False, description="plain http:// webhooks to hosts other than "
                                      "loopback (default: https:// only)")
     webhook_concurrency: int = Field(default=8, ge=1, le=256, description="webhook POSTs a worker has in flight "

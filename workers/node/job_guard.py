@@ -7,6 +7,9 @@ naming anything else fails with `ForeignJob` (RQ records it in the failed regist
 of it is imported or called. The same goes for what else a job can make a worker import or contact: its
 success, failure and stopped callbacks and RQ's own per-job webhooks (ajet-runner uses none of them).
 Jobs queued under the names used before the package rename still run, as the function they name now.
+AJET_RUNNER_EXTRA_JOB_FUNCTIONS names more functions, exactly (tests, site extensions): it is read from the
+worker's own environment, which can run anything already (PYTHONPATH, the repair hook), so it opens nothing
+to whoever can only write to Redis.
 """
 
 from __future__ import annotations
@@ -18,10 +21,17 @@ from rq.job import Job
 from rq.utils import import_attribute
 
 from ajet_runner.store.queue import DRIVE_JOB, LEGACY_JOB_NAMES, RANK_JOB
+from ajet_runner.store.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 ALLOWED_JOBS = frozenset({DRIVE_JOB, RANK_JOB})
+
+
+def allowed_jobs() -> frozenset[str]:
+    """ajet-runner's own job functions and the operator's extra ones."""
+    extra = get_settings().extra_job_functions
+    return ALLOWED_JOBS | {name.strip() for name in extra.split(",") if name.strip()}
 
 
 class ForeignJob(RuntimeError):
@@ -35,8 +45,9 @@ def refusal(job: Job) -> str:
     except Exception as exc:  # noqa: BLE001 - e.g. rq's DeserializationError: not JSON (a pickle)
         return f"job {job.id} cannot be read as a JSON job ({type(exc).__name__})"
     name = LEGACY_JOB_NAMES.get(name, name)
-    if name not in ALLOWED_JOBS:
-        ours = ", ".join(sorted(ALLOWED_JOBS))
+    allowed = allowed_jobs()
+    if name not in allowed:
+        ours = ", ".join(sorted(allowed))
         return f"job {job.id} names {name!r}, not one of ajet-runner's job functions ({ours})"
     if instance is not None:
         return f"job {job.id} names a method of an object, not ajet-runner's {name}"
