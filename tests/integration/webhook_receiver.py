@@ -179,3 +179,48 @@ class RedirectingReceiver:
     def __exit__(self, *_: Any) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class EndlessReceiver:
+    """`with EndlessReceiver() as flood:` answers every request 500 with a 20 GB body of zeros, streamed as fast as
+    the client reads it."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sent = 0
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}/hook"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._flood, args=(conn,), daemon=True).start()
+
+    def _flood(self, conn: Any) -> None:
+        zeros = b"\0" * 65536
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 20000000000\r\n\r\n")
+                while self.sent < 20_000_000_000:
+                    conn.sendall(zeros)
+                    self.sent += len(zeros)
+            except OSError:
+                return
+
+    def __enter__(self) -> EndlessReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._sock.close()

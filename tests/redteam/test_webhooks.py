@@ -28,7 +28,13 @@ from ajet_runner.store.store import Store
 from ajet_runner.workers.notify.deliverer import Deliverer
 from ajet_runner.workers.notify.webhook import post_json
 from tests.integration.scenario import wait_for
-from tests.integration.webhook_receiver import RedirectingReceiver, SilentReceiver, TrickleReceiver, WebhookReceiver
+from tests.integration.webhook_receiver import (
+    EndlessReceiver,
+    RedirectingReceiver,
+    SilentReceiver,
+    TrickleReceiver,
+    WebhookReceiver,
+)
 from tests.redteam.record import record
 
 pytestmark = [pytest.mark.integration]
@@ -119,6 +125,20 @@ def test_one_deadline_covers_connect_send_and_read() -> None:
            passed=ok)
     assert not result.ok and "deadline" in result.error, result
     assert took < 5.0, f"the POST took {took:.1f} s with a 2 s deadline"
+
+
+def test_an_endless_answer_is_not_read_to_its_end() -> None:
+    with EndlessReceiver() as flood:
+        t0 = time.monotonic()
+        result = post_json(flood.url, {"type": "experiment_finished", "delivery": "d1"}, timeout=10.0)
+        took = time.monotonic() - t0
+        sent = flood.sent
+    ok = result.status == 500 and took < 5.0 and len(result.error) < 300
+    record("webhooks: an endless answer", "a receiver answering 500 with a 20 GB body streamed as fast as it is read "
+           "(deadline 10 s)", 1, f"done after {took:.2f} s, {sent / 1e6:.1f} MB sent by the receiver; error kept to "
+           f"{len(result.error)} characters", passed=ok)
+    assert result.status == 500 and not result.ok, result
+    assert took < 5.0, f"read the endless body for {took:.1f} s"
 
 
 def test_a_redirect_is_not_followed() -> None:

@@ -8,7 +8,8 @@ scheme GitHub's webhooks use; check it with `hmac.compare_digest`).
 One deadline covers the whole POST: DNS, connect, sending the body and reading the answer. httpx's timeouts
 are per operation, so a receiver that accepts and then trickles a byte every few seconds (or never answers)
 held a delivery for as long as it liked; here the request runs under `anyio.move_on_after(deadline)` and is
-cancelled at the deadline, whatever it is waiting for. Redirects are never followed (a 3xx is a failed
+cancelled at the deadline, whatever it is waiting for; of the answer's body only the first 4 KB is read (a
+receiver streaming gigabytes is not buffered). Redirects are never followed (a 3xx is a failed
 delivery, retried later like any other). The URL is checked again before sending (statemachine/webhook_url.py).
 """
 
@@ -31,6 +32,7 @@ SIGNATURE_HEADER = "X-Ajet-Runner-Signature"
 EVENT_HEADER = "X-Ajet-Runner-Event"
 DELIVERY_HEADER = "X-Ajet-Runner-Delivery"
 USER_AGENT = "ajet-runner-webhook/1"
+MAX_ANSWER_BYTES = 4096  # of a receiver's answer body: only its start is shown in an error
 
 
 @dataclass
@@ -64,8 +66,9 @@ def post_json(url: str, payload: dict[str, Any], *, secret: str = "", timeout: f
 async def _post(url: str, body: bytes, headers: dict[str, str], deadline: float, transport: Any) -> Delivery:
     with anyio.move_on_after(deadline):
         try:
-            async with httpx.AsyncClient(timeout=deadline, transport=transport, follow_redirects=False) as client:
-                resp = await client.post(url, content=body, headers=headers)
+            async with httpx.AsyncClient(timeout=deadline, transport=transport, follow_redirects=False) as client, \
+                    client.stream("POST", url, content=body, headers=headers) as resp:
+                answer = await _head_of(resp)
         except httpx.HTTPError as exc:
             return Delivery(False, 0, f"{type(exc).__name__}: {exc}"[:300])
         if 200 <= resp.status_code < 300:
@@ -73,5 +76,16 @@ async def _post(url: str, body: bytes, headers: dict[str, str], deadline: float,
         if 300 <= resp.status_code < 400:
             return Delivery(False, resp.status_code, f"HTTP {resp.status_code}: a redirect (not followed) to "
                                                      f"{shown_url(resp.headers.get('location', ''))}")
-        return Delivery(False, resp.status_code, f"HTTP {resp.status_code}: {resp.text.strip()[:200]}")
+        text = answer.decode("utf-8", errors="replace").strip()
+        return Delivery(False, resp.status_code, f"HTTP {resp.status_code}: {text[:200]}")
     return Delivery(False, 0, f"no answer within the {deadline:g}s deadline (connect, send and read)")
+
+
+async def _head_of(resp: httpx.Response) -> bytes:
+    """The answer's first MAX_ANSWER_BYTES: a receiver that streams an endless body is not read to its end."""
+    got = b""
+    async for chunk in resp.aiter_bytes():
+        got += chunk
+        if len(got) >= MAX_ANSWER_BYTES:
+            break
+    return got[:MAX_ANSWER_BYTES]
