@@ -95,4 +95,15 @@ class Outbox:
         return int(self.r.zcard(OUTBOX))
 
     def dead(self, count: int = 100) -> list[dict[str, Any]]:
-        return [json.loads(x) for x in self.r.lrange(OUTBOX_DEAD, 0, max(0, count - 1))]
+        """The newest `count` dead letters (tasks given up on); an unreadable one as {"kind": "unreadable"}."""
+        out = []
+        for raw in self.r.lrange(OUTBOX_DEAD, 0, max(0, count - 1)):
+            try:
+                item = json.loads(raw)
+            except ValueError:
+                item = None
+            out.append(item if isinstance(item, dict) else {"kind": "unreadable"})
+        return out
+
+    def dead_count(self) -> int:
+        return int(self.r.llen(OUTBOX_DEAD))

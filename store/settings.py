@@ -94,7 +94,15 @@ class Settings(BaseSettings):
                              "to (a stage's own webhook URL replaces it for that stage); empty: none")
     webhook_secret: SecretStr = Field(default=SecretStr(""), description="HMAC-SHA256 key: each POST carries "
                                       "X-Ajet-Runner-Signature: sha256=<hex of the body's HMAC>")
-    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="deadline of one POST in all: DNS, "
+                                           "connect, send and read")
+    extra_job_functions: str = Field(default="", description="comma-separated dotted names of more job functions "
+                                     "a worker may run (tests, site extensions); any other name a queued job carries "
+                                     "is refused")
+    webhook_allow_http: bool = Field(default=False, description="plain http:// webhooks to hosts other than "
+                                     "loopback (default: https:// only)")
+    webhook_concurrency: int = Field(default=8, ge=1, le=256, description="webhook POSTs a worker has in flight "
+                                     "at once (one per receiver: a slow receiver never holds up another)")
     webhook_max_attempts: int = Field(default=10, ge=1, description="tries per notification (backoff 2 s, "
                                       "doubling, at most webhook_backoff_cap_seconds) before it is given up")
     webhook_backoff_cap_seconds: float = Field(default=300.0, gt=0)

@@ -41,9 +41,9 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
     embedded = None
     url = redis_url or settings.redis_url
     if not url:
-        embedded = EmbeddedRedis().start()
+        embedded = EmbeddedRedis(private=True).start()  # a unix socket only this user reaches, with a password
         url = embedded.url
-        console.print(f"embedded Redis at {url}")
+        console.print(f"embedded Redis at {embedded.shown}")
     node = node or settings.node
     worker = start_local_worker({**os.environ, "REDIS_URL": url}, node,
                                 quiet=bool(embedded) and not show_worker_log)

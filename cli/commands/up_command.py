@@ -42,14 +42,18 @@ def _port_is_free(host: str, port: int) -> bool:
 
 
 def _token(workdir: Path) -> tuple[str, Path | None]:
-    """$AJET_RUNNER_TOKEN when set, else a new one kept in DIR/token (readable by this user only)."""
+    """$AJET_RUNNER_TOKEN when set, else a new one kept in DIR/token (readable by this user only: a token
+    file left by an earlier `up` is replaced, never reused or written through with its old mode or a link)."""
     given = os.environ.get("AJET_RUNNER_TOKEN", "").split(",")[0].strip()
     if given:
         return given, None
     token = secrets.token_urlsafe(24)
     path = workdir / "token"
-    path.touch(mode=0o600)
-    path.write_text(token + "\n", encoding="utf-8")
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
     return token, path
 
 
@@ -108,11 +112,14 @@ def register(app: typer.Typer) -> None:
         embedded = None
         if not get_settings().redis_url:
             try:
-                embedded = EmbeddedRedis().start()
+                embedded = EmbeddedRedis(private=True).start()  # no TCP port: a 0700 unix socket and a password
             except EmbeddedRedisError as exc:
                 raise output.fail(f"error: {exc}", output.FAILED) from None
             os.environ["REDIS_URL"] = embedded.url
         os.environ["AJET_RUNNER_TOKEN"] = token
+        # Other users of this machine reach 127.0.0.1 too: /metrics (experiment purposes) needs the token here,
+        # unless AJET_RUNNER_METRICS_AUTH says otherwise.
+        os.environ.setdefault("AJET_RUNNER_METRICS_AUTH", "1")
         get_settings.cache_clear()
         settings = get_settings()
         node = node or settings.node
@@ -125,8 +132,15 @@ def register(app: typer.Typer) -> None:
                 raise output.fail(f"error: the local worker did not start: {exc}", output.FAILED) from None
             demo_id = _submit_demo(store, workdir, node) if demo else ""
             from ajet_runner.service.api.application import create_app
+            from ajet_runner.service.api.hosts import HostsError
 
-            server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning",
+            try:  # loopback Host names only, on every route (/metrics, without a token, included)
+                app = create_app(settings, port=port, bind=host, local=True)
+            except HostsError:
+                raise output.fail("error: `up` answers loopback Host names only, not AJET_RUNNER_ALLOWED_HOSTS="
+                                  f"{settings.allowed_hosts}; to serve other names use `ajet-runner serve` with "
+                                  "a token") from None
+            server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                    log_config=None, timeout_graceful_shutdown=5,
                                                    server_header=False))
 

@@ -12,6 +12,17 @@ from ajet_runner.cli.commands.catalogue_command import check_adviser, install_si
 from ajet_runner.store.settings import get_settings
 
 
+def _check_webhook_url(settings: Any) -> None:
+    """AJET_RUNNER_WEBHOOK_URL is posted to by this worker: one it may not post to stops it here, named."""
+    from ajet_runner.statemachine.webhook_url import webhook_url_problem
+
+    url = settings.webhook_url.strip()
+    problem = webhook_url_problem(url, allow_http=settings.webhook_allow_http) if url else ""
+    if problem:
+        typer.echo(f"error: AJET_RUNNER_WEBHOOK_URL {problem}", err=True)
+        raise typer.Exit(2)
+
+
 def _need_redis_url() -> str:
     url = get_settings().redis_url
     if not url:
@@ -83,6 +94,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
         check_adviser("worker")
+        _check_webhook_url(settings)
         install_site_catalogue("worker")  # validated here; each slot loads it again
         info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
                                       slots or settings.slots)

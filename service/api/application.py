@@ -83,19 +83,22 @@ def trusted_proxies(value: str) -> list[str] | None:
 
 
 def create_app(settings: Settings | None = None, *, insecure: bool = False, port: int | None = None,
-               bind: str = "") -> FastAPI:
+               bind: str = "", local: bool = False) -> FastAPI:
     """The API app. Without any token configured, /v1 answers 401 unless `insecure` (loopback only: `serve`
     checks that). `port` and `bind`: where it is served, for the Host names an open API answers
-    (service/api/hosts.py; HostsError for an allowed-hosts setting it cannot honour)."""
+    (service/api/hosts.py; HostsError for an allowed-hosts setting it cannot honour). `local` (`up`: served on
+    loopback for the user at this machine) answers the loopback names only, as an open API does, token or not:
+    /metrics needs no token, so a rebinding page must not reach it either."""
     from ajet_runner.service.api.event_routes import router as events_router
     from ajet_runner.service.api.experiments import nodes_router
     from ajet_runner.service.api.experiments import router as experiments_router
+    from ajet_runner.service.api.notification_routes import router as notifications_router
     from ajet_runner.service.api.stage_routes import router as stages_router
 
     settings = settings or get_settings()
     be = Backend(settings)
     tokens = TokenSet.from_settings(settings)
-    hosts = allowed_hosts(settings.allowed_hosts, open_api=insecure and not tokens.configured, port=port,
+    hosts = allowed_hosts(settings.allowed_hosts, open_api=local or (insecure and not tokens.configured), port=port,
                           bound=bind)
     metrics_auth = bool(getattr(settings, "metrics_auth", False))
     guard = [Security(bearer_scheme)]  # documents the scheme; BearerAuth enforces it
@@ -118,7 +121,7 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False, port
     install_handlers(app)
     install_openapi(app)
     _install_probes(app, be, guard if metrics_auth else [])
-    for router in (experiments_router, events_router, nodes_router, stages_router):
+    for router in (experiments_router, events_router, nodes_router, stages_router, notifications_router):
         app.include_router(router, dependencies=guard)
     from ajet_runner.service.ui import install_ui
 

@@ -24,6 +24,7 @@ from ajet_runner.service.api.stage_schemas import (
 )
 from ajet_runner.statemachine.compare import DEFAULT_METRIC, ExperimentFacts, compare
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
+from ajet_runner.statemachine.webhook_url import webhook_url_problem
 from ajet_runner.store.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ajet_runner.store.stage_idempotency import StageClaim
 from ajet_runner.store.stages import (
@@ -100,6 +101,11 @@ def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Dep
     from ajet_runner.store.idempotency import IdempotencyConflict
     from ajet_runner.store.stage_idempotency import claim_stage, first_answer
 
+    allow_http = be.settings.webhook_allow_http
+    problem = webhook_url_problem(body.webhook_url, allow_http=allow_http) if body.webhook_url else ""
+    if problem:  # before anything is written or claimed (statemachine/webhook_url.py)
+        return JSONResponse(status_code=422, content=error_body(f"stage {body.stage} rejected: webhook_url {problem}", [
+            {"level": "error", "field": "webhook_url", "message": f"the webhook URL {problem}"}]))
     claim: StageClaim | None = None
     try:
         while idempotency_key:

@@ -60,3 +60,11 @@ async def stage(name: str, request: Request, metric: str = DEFAULT_METRIC, who: 
                 be: Backend = Depends(backend)) -> Response:
     ctx = await run_in_threadpool(_stage, be, name, metric[:200])
     return page("stage.html", request, who, experiments_link=f"/ui/?stage={quote(name, safe='')}", **ctx)
+
+
+@router.get("/notifications", response_class=HTMLResponse)
+async def notifications(request: Request, who: Viewer = Depends(viewer), be: Backend = Depends(backend)) -> Response:
+    """The webhooks given up on (the API's /v1/notifications/dead)."""
+    from ajet_runner.service.api.notification_routes import dead_letters
+
+    return page("notifications.html", request, who, dead=await run_in_threadpool(dead_letters, be.store, 200))

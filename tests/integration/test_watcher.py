@@ -24,10 +24,12 @@ from tests.integration.workers import kill_group, running_worker, start_worker, 
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HOLD = "tests.integration.watcher_jobs.hold"
+FAIL = "tests.integration.watcher_jobs.fail"
 
 
 def _watcher(redis_url: str, node: str, slots: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "REDIS_URL": redis_url, "AJET_RUNNER_NODE": node}
+    env = {**os.environ, "REDIS_URL": redis_url, "AJET_RUNNER_NODE": node,
+           "AJET_RUNNER_EXTRA_JOB_FUNCTIONS": f"{HOLD},{FAIL}"}  # the watcher runs only the job functions it knows
     return subprocess.Popen([sys.executable, "-m", "ajet_runner.workers.node.watcher", node, str(slots)],  # URL: env
                             env=env,
                             cwd=Path(__file__).resolve().parents[2])
@@ -40,7 +42,7 @@ def _started(work: Path) -> dict[str, str]:
 def test_one_process_runs_as_many_jobs_as_it_has_slots_and_a_failed_job_frees_its_slot(tmp_path, redis_url):
     conn = redis.Redis.from_url(redis_url)
     q = queue(conn, node_queue("w1"))
-    failing = q.enqueue("tests.integration.watcher_jobs.fail", "f1", job_timeout=-1)
+    failing = q.enqueue(FAIL, "f1", job_timeout=-1)
     held = [q.enqueue(HOLD, str(tmp_path), name, job_timeout=-1) for name in ("a", "b", "c")]
     proc = _watcher(redis_url, "w1", 2)
     try:

@@ -27,12 +27,11 @@ from rq.exceptions import DequeueTimeout, StopRequested
 from rq.job import Job
 from rq.queue import Queue
 from rq.timeouts import BaseDeathPenalty
-from rq.utils import import_attribute
 from rq.worker import SimpleWorker, WorkerStatus
 
 from ajet_runner.statemachine.durations import format_duration
-from ajet_runner.store.queue import LEGACY_JOB_NAMES
 from ajet_runner.store.store import REDIS_DOWN
+from ajet_runner.workers.node.job_guard import GuardedJob, refusal
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +51,9 @@ class NoDeathPenalty(BaseDeathPenalty):
         pass
 
 
-class UpgradedJob(Job):
-    """A job queued under a name from before the package rename runs the function it names now."""
-
-    @property
-    def func(self) -> Any:
-        renamed = LEGACY_JOB_NAMES.get(self.func_name or "")
-        return import_attribute(renamed) if renamed else super().func
-
-
 class SlotWorker(SimpleWorker):
     death_penalty_class = NoDeathPenalty
-    job_class = UpgradedJob
+    job_class = GuardedJob  # only ajet-runner's own job functions are ever resolved (workers/node/job_guard.py)
 
     def __init__(self, queues: Sequence[Queue], *, slots: int, paused: Callable[[], bool] = lambda: False,
                  on_stop: Callable[[], None] = lambda: None, **kwargs: Any) -> None:
@@ -151,7 +141,11 @@ class SlotWorker(SimpleWorker):
             return False  # the job's own start meets the same outage
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        """Mark it started here (before the next pop), then perform it in a thread of its own."""
+        """Mark it started here (before the next pop), then perform it in a thread of its own. A foreign job
+        goes the same way and fails in RQ's bookkeeping without being resolved (GuardedJob)."""
+        why = refusal(job)
+        if why:
+            log.warning("%s: refusing a queued job from %s: %s", self.name, queue.name, why)
         try:
             execution = self.prepare_execution(job)
         except REDIS_DOWN as exc:  # popped, never started: the node's supervisor queues it again

@@ -4,6 +4,13 @@ Headers: `X-Ajet-Runner-Event` (the body's `type`), `X-Ajet-Runner-Delivery` (th
 one notification: a receiver deduplicates by it, since delivery is at least once) and, with a secret,
 `X-Ajet-Runner-Signature: sha256=<hex>` — the HMAC-SHA256 of the exact body bytes under the secret (the
 scheme GitHub's webhooks use; check it with `hmac.compare_digest`).
+
+One deadline covers the whole POST: DNS, connect, sending the body and reading the answer. httpx's timeouts
+are per operation, so a receiver that accepts and then trickles a byte every few seconds (or never answers)
+held a delivery for as long as it liked; here the request runs under `anyio.move_on_after(deadline)` and is
+cancelled at the deadline, whatever it is waiting for; of the answer's body only the first 4 KB is read (a
+receiver streaming gigabytes is not buffered). Redirects are never followed (a 3xx is a failed
+delivery, retried later like any other). The URL is checked again before sending (statemachine/webhook_url.py).
 """
 
 from __future__ import annotations
@@ -13,9 +20,11 @@ import hmac
 import json
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+import anyio
 import httpx
+
+from ajet_runner.statemachine.webhook_url import shown_url, webhook_url_problem
 
 __all__ = ["SIGNATURE_HEADER", "Delivery", "post_json", "shown_url", "signature"]
 
@@ -23,6 +32,7 @@ SIGNATURE_HEADER = "X-Ajet-Runner-Signature"
 EVENT_HEADER = "X-Ajet-Runner-Event"
 DELIVERY_HEADER = "X-Ajet-Runner-Delivery"
 USER_AGENT = "ajet-runner-webhook/1"
+MAX_ANSWER_BYTES = 4096  # of a receiver's answer body: only its start is shown in an error
 
 
 @dataclass
@@ -30,6 +40,7 @@ class Delivery:
     ok: bool
     status: int  # 0: no answer
     error: str = ""
+    final: bool = False  # never worth retrying (a URL that may not be posted to)
 
 
 def signature(body: bytes, secret: str) -> str:
@@ -37,27 +48,44 @@ def signature(body: bytes, secret: str) -> str:
     return "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
 
 
-def shown_url(url: str) -> str:
-    """The URL as events show it: no user, password, query or fragment (where tokens hide)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
 def post_json(url: str, payload: dict[str, Any], *, secret: str = "", timeout: float = 10.0,
-              transport: httpx.BaseTransport | None = None) -> Delivery:
-    """POST `payload`; ok on a 2xx answer. Never raises for the network or the receiver."""
+              transport: Any = None, allow_http: bool = False) -> Delivery:
+    """POST `payload` within `timeout` seconds in all (connect + send + read); ok on a 2xx answer. Never raises
+    for the network or the receiver. `transport`: an httpx async transport (tests)."""
+    problem = webhook_url_problem(url, allow_http=allow_http)
+    if problem:
+        return Delivery(False, 0, f"not posted: the webhook URL {problem}", final=True)
     body = json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str).encode("utf-8")
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
                EVENT_HEADER: str(payload.get("type", "")), DELIVERY_HEADER: str(payload.get("delivery", ""))}
     if secret:
         headers[SIGNATURE_HEADER] = signature(body, secret)
-    try:
-        with httpx.Client(timeout=timeout, transport=transport, follow_redirects=False) as client:
-            resp = client.post(url, content=body, headers=headers)
-    except httpx.HTTPError as exc:
-        return Delivery(False, 0, f"{type(exc).__name__}: {exc}"[:300])
-    if 200 <= resp.status_code < 300:
-        return Delivery(True, resp.status_code)
-    return Delivery(False, resp.status_code, f"HTTP {resp.status_code}: {resp.text.strip()[:200]}")
+    return anyio.run(_post, url, body, headers, timeout, transport)
+
+
+async def _post(url: str, body: bytes, headers: dict[str, str], deadline: float, transport: Any) -> Delivery:
+    with anyio.move_on_after(deadline):
+        try:
+            async with httpx.AsyncClient(timeout=deadline, transport=transport, follow_redirects=False) as client, \
+                    client.stream("POST", url, content=body, headers=headers) as resp:
+                answer = await _head_of(resp)
+        except httpx.HTTPError as exc:
+            return Delivery(False, 0, f"{type(exc).__name__}: {exc}"[:300])
+        if 200 <= resp.status_code < 300:
+            return Delivery(True, resp.status_code)
+        if 300 <= resp.status_code < 400:
+            return Delivery(False, resp.status_code, f"HTTP {resp.status_code}: a redirect (not followed) to "
+                                                     f"{shown_url(resp.headers.get('location', ''))}")
+        text = answer.decode("utf-8", errors="replace").strip()
+        return Delivery(False, resp.status_code, f"HTTP {resp.status_code}: {text[:200]}")
+    return Delivery(False, 0, f"no answer within the {deadline:g}s deadline (connect, send and read)")
+
+
+async def _head_of(resp: httpx.Response) -> bytes:
+    """The answer's first MAX_ANSWER_BYTES: a receiver that streams an endless body is not read to its end."""
+    got = b""
+    async for chunk in resp.aiter_bytes():
+        got += chunk
+        if len(got) >= MAX_ANSWER_BYTES:
+            break
+    return got[:MAX_ANSWER_BYTES]

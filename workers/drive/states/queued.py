@@ -4,6 +4,7 @@ config, and the claim (the `start` transition is the compare-and-set that makes 
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,8 +40,9 @@ def handle(d: Drive) -> bool:
     plan = preflight(d.bp, env=launch_environment(d.settings).variables,
                      environment=f"node {d.node.name} (the worker's environment)")
     problems = list(plan.problems) + (port_problems(spec) if spec is not None else [])
-    _move_earlier_run(d, problems)
-    problems += d.root_problems()
+    outside = d.root_problems()
+    _move_earlier_run(d, problems, create=not any(p.level == Level.error for p in outside))
+    problems += outside
     errors = [p for p in problems if p.level == Level.error]
     d.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
     d.ctx.preflight_env = {"environment": plan.environment,
@@ -72,14 +74,16 @@ def handle(d: Drive) -> bool:
     return True
 
 
-def _move_earlier_run(d: Drive, problems: list[Problem]) -> None:
+def _move_earlier_run(d: Drive, problems: list[Problem], *, create: bool = True) -> None:
     """An earlier run's files go to previous/ before this run writes anything (submission
-    did it already when it could see the disk; this covers an API that could not)."""
+    did it already when it could see the disk; this covers an API that could not). The dir is marked as
+    this run's first (resultdir/archive.py): a run taken again after its driver went away between its first
+    files and its `start` keeps them, never archiving its own files as an earlier run's."""
     d.ctx.previous_run = d.ctx.previous_run or d.rec.previous_run
-    if not Path(d.bp.exp_result_dir or "").is_dir():
-        return
+    if not os.path.isabs(d.bp.exp_result_dir or "") or (not create and not Path(d.bp.exp_result_dir).is_dir()):
+        return  # the preflight names the problem; a dir outside the allowed roots is not created
     try:
-        moved = archive_previous_run(d.bp.exp_result_dir, d.bp.exp_codebase_dir)
+        moved = archive_previous_run(d.bp.exp_result_dir, d.bp.exp_codebase_dir, owner=d.id)
     except OSError as exc:
         problems.append(Problem(level=Level.error, field="exp_result_dir",
                                 message=f"an earlier run's files could not be moved to previous/: {exc}"))
