@@ -16,6 +16,7 @@ from ajet_runner.statemachine.checkpoints import (
     NAME_KEY,
     TRACKER,
     StartFacts,
+    StartScan,
     checkpoint_dir,
     explicit_name,
     parse_start,
@@ -26,7 +27,7 @@ from ajet_runner.statemachine.models import ConfigChange
 from ajet_runner.store.records import Attempt, Context
 from ajet_runner.workers.repair.config_patch import read_yaml_data
 
-__all__ = ["HEAD_BYTES", "latest_checkpoint", "note_start", "pin_experiment_name", "start_facts"]
+__all__ = ["HEAD_BYTES", "keep_start_facts", "latest_checkpoint", "note_start", "pin_experiment_name", "start_facts"]
 
 HEAD_BYTES = 32 * 1024 * 1024  # the name and the resume lines come before training: never read further
 
@@ -47,9 +48,21 @@ def start_facts(log_path: str, limit: int = HEAD_BYTES) -> StartFacts:
         return StartFacts()
 
 
+def keep_start_facts(attempt: Attempt, scan: StartScan) -> None:
+    """What the watch saw of the attempt's start as its log streamed by; once settled (found, or the head
+    read without a gap and not there) `start_read` says so and `note_start` never opens the log."""
+    facts = scan.facts
+    attempt.experiment_name = attempt.experiment_name or facts.experiment_name
+    if attempt.start_step is None:
+        attempt.start_step, attempt.resumed_from = facts.start_step, facts.resumed_from
+    if scan.settled:
+        attempt.start_read = True
+
+
 def note_start(attempt: Attempt) -> None:
-    """Fill an ended attempt's experiment name, start step and resumed checkpoint from its log."""
-    if (attempt.start_step is not None and attempt.experiment_name) or not attempt.log_path:
+    """Fill an ended attempt's experiment name, start step and resumed checkpoint from its log — only
+    for an attempt whose watch did not keep them (an older record, or a head skipped in a backlog)."""
+    if (attempt.start_step is not None and attempt.experiment_name) or attempt.start_read or not attempt.log_path:
         return
     facts = start_facts(attempt.log_path)
     attempt.experiment_name = attempt.experiment_name or facts.experiment_name
