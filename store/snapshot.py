@@ -30,6 +30,7 @@ from ajet_runner.store.keys import (
     stats_key,
 )
 from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue
+from ajet_runner.store.scripts import lua
 
 if TYPE_CHECKING:
     from ajet_runner.store.store import Store
@@ -156,7 +157,7 @@ def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache
     for state in LIVE_STATES:
         pipe.sort(state_index_key(state), by="nosort", get=["#", *fields_get])
     if keep > 0:  # finished at t expires at t + keep: finished within the TTL = expiring after now - ttl + keep
-        pipe.zrangebyscore(EXPIRING, now - finished_ttl + keep, "+inf")
+        pipe.eval(lua("recent_finished"), 1, EXPIRING, now - finished_ttl + keep, exp_key(""), *DETAIL_FIELDS)
     else:
         pipe.sort(state_index_key(FINISHED), by="nosort", get=["#", exp_key("*") + "->finished_at"])
     pipe.sort(state_index_key(State.queued.value), by="nosort",
@@ -175,11 +176,12 @@ def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache
         flat = next(res)
         details += [(flat[k], flat[k + 1: k + width]) for k in range(0, len(flat), width)]
     horizon = now - finished_ttl
+    recent: list[tuple[Any, Any]] = []  # (id, its fields); ids only (fields None) from a store keeping records for ever
+    flat = next(res)
     if keep > 0:
-        recent = list(next(res))
+        recent = [(flat[k], flat[k + 1: k + width]) for k in range(0, len(flat), width)]
     else:
-        flat = next(res)
-        recent = [i for i, at in zip(flat[0::2], flat[1::2], strict=True) if (as_num(at) or 0.0) >= horizon]
+        recent = [(i, None) for i, at in zip(flat[0::2], flat[1::2], strict=True) if (as_num(at) or 0.0) >= horizon]
     flat = next(res)
     snap.queued = [(as_text(node), as_num(created) or now) for node, created in zip(flat[0::2], flat[1::2], strict=True)
                    if created is not None]
@@ -190,10 +192,11 @@ def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache
     queue_names = [DEFAULT_QUEUE, *(node_queue(n) for n in node_names)]
     queue_keys = [Queue(name, connection=r).key for name in queue_names]
 
-    # 2: the recently finished records' fields, node hashes, queue lengths and heads.
+    # 2: (a store keeping records for ever) the recently finished records' fields, node hashes, queue lengths, heads.
     pipe = r.pipeline(transaction=False)
-    for i in recent:
-        pipe.hmget(exp_key(as_text(i)), *DETAIL_FIELDS)
+    for i, values in recent:
+        if values is None:
+            pipe.hmget(exp_key(as_text(i)), *DETAIL_FIELDS)
     for n in node_names:
         pipe.hgetall(node_key(n))
     for key in queue_keys:
@@ -203,8 +206,9 @@ def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache
         pipe.hgetall(duration_bucket_key(o))
     res = iter(pipe.execute())
     finished = (FINISHED, FINISHED.encode())
-    for exp_id in recent:
-        values = next(res)
+    for exp_id, values in recent:
+        if values is None:
+            values = next(res)
         # The schedule is when the record expires; the record's own finish time decides (and a record gone
         # or not finished any more is left out).
         if values[0] in finished and (as_num(values[DETAIL_FIELDS.index("finished_at")]) or 0.0) >= horizon:
