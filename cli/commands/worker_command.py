@@ -8,7 +8,6 @@ from typing import Any
 
 import typer
 
-from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
 from ajet_runner.store.settings import get_settings
 
 
@@ -54,15 +53,24 @@ def register(app: typer.Typer) -> None:
         except LogSetupError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
-        check_adviser("worker")
-        install_site_catalogue("worker")  # validated here; each slot loads it again
         info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
                                       slots or settings.slots)
-        watcher = spawn_watcher(info, url)  # before the supervisor's import: both processes start at once
+        # First: the watcher's start-up (the driver's imports) is what re-adopting a node's runs waits for, so it
+        # overlaps ours from here. Should a check below fail, it ends with this process (PR_SET_PDEATHSIG).
+        watcher = spawn_watcher(info, url)
+        from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+
+        try:
+            check_adviser("worker")
+            install_site_catalogue("worker")  # validated here; each slot loads it again
+        except typer.Exit:
+            watcher.terminate()
+            raise
         from ajet_runner.workers.node.supervisor import NodeSupervisor
 
         sup = NodeSupervisor(settings, info, url)
         sup.watcher = watcher
+        sup.first_heartbeat()  # the node is listed now, not after the outbox's imports and the first scan
         from ajet_runner.workers.notify.deliverer import start_deliverer
 
         outbox = start_deliverer(settings, url, info.name, sup.stopping)  # webhooks, stage reports (the outbox)

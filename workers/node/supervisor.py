@@ -92,6 +92,14 @@ class NodeSupervisor:
             "running": self.running, "started_at": self.started_at,
         }, ttl=HEARTBEAT_SECONDS, with_drain=True)
 
+    def first_heartbeat(self) -> None:
+        """The node's first heartbeat, as soon as the supervisor exists (a restarted worker is listed within
+        a second of its start); an unreachable Redis is the loop's to report."""
+        try:
+            self.heartbeat()
+        except REDIS_DOWN as exc:
+            log.warning("redis unreachable at start: %s", exc)
+
     def scan_every(self) -> float:
         """Seconds to the next adoption scan: ADOPT_SCAN_SECONDS while this node has runs (or the cluster a
         multi-node run, whose ranks may be here), else IDLE_SCAN_SECONDS (see there)."""
