@@ -23,6 +23,7 @@ CASES = {
     "cli": (["bench/bench_cli.py", "--runs", "1"], "ajet-runner scan"),
     "adoption": (["bench/bench_adoption.py", "--runs", "1"], "median of 1"),
     "per run": (["bench/bench_per_run.py", "2", "2"], "per watched run: 2 runs"),
+    "up": (["bench/bench_up.py", "--runs", "1"], "up -> console page answers"),
 }
 
 
