@@ -107,3 +107,27 @@ def test_past_its_limit_the_scan_stops_looking_and_says_not_found() -> None:
     assert scan.done and scan.settled and scan.facts.experiment_name == ""
     scan.feed("Experiment Name: too_late", ["Experiment Name: too_late"])
     assert scan.facts.experiment_name == ""
+
+
+def test_reading_a_log_again_finds_what_a_line_by_line_parse_finds(tmp_path: Path) -> None:
+    """The fallback for an attempt whose watch kept nothing (workers/repair/resume.py start_facts) maps the
+    log and parses only the lines holding a phrase: the same facts as cleaning and parsing every line."""
+    from ajet_runner.statemachine.logtext import clean_line
+    from ajet_runner.workers.repair.resume import start_facts
+
+    log = tmp_path / "attempt-1.log"
+    text = (FILLER
+            + b"\x1b[32m2026-01-29 17:41:34\x1b[0m | \x1b[1mINFO    \x1b[0m | ajet.utils:prep:285 - "
+              b"\x1b[1mExperiment Name: math_20260129_1741\x1b[0m\r\n"
+            + FILLER
+            + b"(TaskRunner pid=40211) Load from checkpoint folder: /c/saved/p/math_20260129_1741/global_step_4\n"
+            + b"(TaskRunner pid=40211) progress 10%\rSetting global step to 4\n"
+            + b"Experiment Name: a_later_one\nTraining from scratch\n" + FILLER)
+    log.write_bytes(text)
+    expected = parse_start(clean_line(x) for x in text.decode().split("\n"))
+    assert start_facts(str(log)) == expected
+    assert expected.experiment_name == "math_20260129_1741" and expected.start_step == 4
+    assert expected.resumed_from.endswith("global_step_4")
+    assert start_facts(str(log), limit=len(FILLER) + 10).experiment_name == ""  # past the head: not looked at
+    (tmp_path / "empty.log").write_bytes(b"")
+    assert start_facts(str(tmp_path / "empty.log")) == start_facts(str(tmp_path / "missing.log")) == parse_start([])

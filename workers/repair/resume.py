@@ -9,6 +9,7 @@ touched), and the repair log says which checkpoint the trainer will find.
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -19,7 +20,6 @@ from ajet_runner.statemachine.checkpoints import (
     StartScan,
     checkpoint_dir,
     explicit_name,
-    parse_start,
     tracker_step,
 )
 from ajet_runner.statemachine.logtext import clean_line
@@ -32,20 +32,40 @@ __all__ = ["HEAD_BYTES", "keep_start_facts", "latest_checkpoint", "note_start", 
 HEAD_BYTES = 32 * 1024 * 1024  # the name and the resume lines come before training: never read further
 
 
+_MARKERS = (b"Experiment Name: ", b"Setting global step to ", b"Training from scratch",
+            b"Load from checkpoint folder: ")
+
+
 def start_facts(log_path: str, limit: int = HEAD_BYTES) -> StartFacts:
-    """The start facts in the first `limit` bytes of an attempt's log (empty when unreadable)."""
+    """The start facts in the first `limit` bytes of an attempt's log (empty when unreadable).
+
+    Only for an attempt whose watch did not keep them: the log is mapped, not read line by line, and only
+    the lines holding one of the facts' phrases are cleaned and parsed, in log order (a 32 MiB head without
+    them costs a few substring searches, not seconds of Python). AgentJet colours a whole message, so a
+    phrase is never split by an escape sequence."""
+    scan = StartScan()
     try:
         with open(log_path, "rb") as fh:
-            def lines():  # a local generator
-                read = 0
-                for raw in fh:
-                    read += len(raw)
-                    if read > limit:
-                        return
-                    yield clean_line(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-            return parse_start(lines())
-    except OSError:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return scan.facts
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                end = min(size, limit)
+                found = {m: mm.find(m, 0, end) for m in _MARKERS}
+                while any(at >= 0 for at in found.values()):
+                    at = min(a for a in found.values() if a >= 0)
+                    start = mm.rfind(b"\n", 0, at) + 1
+                    stop = mm.find(b"\n", at, end)
+                    stop = end if stop < 0 else stop
+                    line = clean_line(mm[start:stop].decode("utf-8", errors="replace").rstrip("\r"))
+                    if scan.take(line):
+                        break
+                    for m in _MARKERS:  # every marker on this line is done with
+                        if 0 <= found[m] <= stop:
+                            found[m] = mm.find(m, stop, end)
+    except (OSError, ValueError):
         return StartFacts()
+    return scan.facts
 
 
 def keep_start_facts(attempt: Attempt, scan: StartScan) -> None:
