@@ -32,6 +32,7 @@ from ajet_runner.service.cluster_metrics import ROWS, metrics_response
 from ajet_runner.service.embedded import EmbeddedRedis
 from ajet_runner.store.queue import queue
 from ajet_runner.store.store import INDEX, Store, exp_key
+from bench._harness import line
 from bench.bench_api import serving_api
 
 STATES = ("queued", "launching", "running", "failing", "repairing", "collecting")
@@ -141,6 +142,23 @@ def first_scrapes(url: str, starts: int, settle: float) -> tuple[list[float], li
     return at_once, settled
 
 
+def interleaved(url_a: str, url_b: str, repeat: int) -> tuple[list[float], list[float]]:
+    """ms of warm scrapes of two stores, A and B alternately (each with its own row cache), so the machine's
+    load falls on both alike: the ratio of their medians is what a busy shared machine can tell."""
+    stores = [Store(redis.Redis.from_url(url_a)), Store(redis.Redis.from_url(url_b))]
+    rows: list[dict] = [{}, {}]
+    out: tuple[list[float], list[float]] = ([], [])
+    for n in range(repeat + 2):
+        for k in (0, 1):
+            ROWS.rows = rows[k]
+            t0 = time.perf_counter()
+            metrics_response(stores[k])
+            if n >= 2:  # the first two fill the row caches
+                out[k].append((time.perf_counter() - t0) * 1000)
+            rows[k] = ROWS.rows
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15)
@@ -167,9 +185,14 @@ def main() -> None:
             print(f"{label:58} {b['cold']:8.1f} {b['warm']:8.1f} {b['churn']:8.1f} {b['max']:8.1f} {b['redis']:8.1f} "
                   f"{b['bytes']:10,.0f} {b['series']:7,.0f} p95 warm {b['p95']:.1f}")
         floor, with_queue = got[cases[-2][0]], got[cases[-1][0]]
-        print("5,000 queued beside 10,000 live vs none (target ≤ 1.5x): "
+        print("5,000 queued beside 10,000 live vs none, the two runs above (target ≤ 1.5x): "
               + ", ".join(f"{k} {with_queue[k] / floor[k]:.2f}x" for k in ("warm", "cold", "churn")) + "; "
               f"load average {os.getloadavg()[0]:.1f}")
+        with EmbeddedRedis() as other:  # the same two stores side by side, scraped alternately
+            fill(redis.Redis.from_url(other.url), 10_000, 10_000, 0, 0)
+            none, queued = interleaved(other.url, server.url, args.repeat)
+        print(line("10k live + 5k queued, warm, interleaved", [q / 1000 for q in queued], [x / 1000 for x in none])
+              + f" (floor: 10k live, 0 queued; target ≤ 1.5x; load average {os.getloadavg()[0]:.1f})")
         at_once, settled = first_scrapes(server.url, args.starts, args.settle)
         print(f"a fresh `ajet-runner serve`, 10,000 live experiments, first /metrics over HTTP (target ≤ 300 ms): "
               f"the moment /healthz answers {' / '.join(f'{t:.0f}' for t in at_once)} ms; "
