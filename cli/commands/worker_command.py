@@ -19,6 +19,26 @@ def _need_redis_url() -> str:
     return url
 
 
+def _first_heartbeat(url: str, info: Any) -> float:
+    """The node's first heartbeat, on a connection of its own, before the supervisor's module is imported;
+    returns the worker's start time it announced. An unreachable Redis is the supervisor's loop to report."""
+    import logging
+    import time
+
+    from ajet_runner.store.store import REDIS_DOWN, Store
+    from ajet_runner.workers.node.this_node import heartbeat
+
+    started_at = time.time()
+    store = Store.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    try:
+        heartbeat(store, info, [], started_at)
+    except REDIS_DOWN as exc:
+        logging.getLogger(__name__).warning("redis unreachable at start: %s", exc)
+    finally:
+        store.close()
+    return started_at
+
+
 def register(app: typer.Typer) -> None:
     @app.command(epilog="Example: REDIS_URL=redis://redis-host:6379/0 ajet-runner worker --node gpu-a --gpus 8")
     def worker(
@@ -66,11 +86,12 @@ def register(app: typer.Typer) -> None:
         except typer.Exit:
             watcher.terminate()
             raise
+        started_at = _first_heartbeat(url, info)  # listed now, not after the supervisor's imports and first scan
         from ajet_runner.workers.node.supervisor import NodeSupervisor
 
         sup = NodeSupervisor(settings, info, url)
         sup.watcher = watcher
-        sup.first_heartbeat()  # the node is listed now, not after the outbox's imports and the first scan
+        sup.started_at = started_at
         from ajet_runner.workers.notify.deliverer import start_deliverer
 
         outbox = start_deliverer(settings, url, info.name, sup.stopping)  # webhooks, stage reports (the outbox)
