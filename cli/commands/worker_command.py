@@ -92,9 +92,15 @@ def register(app: typer.Typer) -> None:
         sup = NodeSupervisor(settings, info, url)
         sup.watcher = watcher
         sup.started_at = started_at
-        from ajet_runner.workers.notify.deliverer import start_deliverer
+        outbox: list[Any] = []  # webhooks, stage reports (the outbox): started after the first adoption scan
 
-        outbox = start_deliverer(settings, url, info.name, sup.stopping)  # webhooks, stage reports (the outbox)
+        def start_outbox(_: Any) -> None:
+            if not outbox:
+                from ajet_runner.workers.notify.deliverer import start_deliverer
+
+                outbox.append(start_deliverer(settings, url, info.name, sup.stopping))
+
+        sup.on_tick = start_outbox
         port = settings.metrics_port if metrics_port < 0 else metrics_port
         if port:
             from ajet_runner.workers.node.worker_metrics import serve_worker_metrics
@@ -107,7 +113,8 @@ def register(app: typer.Typer) -> None:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         sup.run()
-        outbox.join(10)  # what is due now still gets its chance (workers/notify/deliverer.py DRAIN_SECONDS)
+        for thread in outbox:
+            thread.join(10)  # what is due now still gets its chance (workers/notify/deliverer.py DRAIN_SECONDS)
 
     @app.command(epilog='Example: ajet-runner drain --node gpu-a --sticky --reason "bad GPU 3"')
     def drain(
