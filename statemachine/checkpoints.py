@@ -108,6 +108,7 @@ class StartScan:
         self.step: int | None = None
         self.seen = 0  # characters of the log looked at, from its start
         self.from_start = True  # fed from byte 0 with no gap
+        self.gapped = False  # fed from byte 0 up to a gap: a reader need only look after it
         self.done = False  # nothing more to learn: complete, or past `limit`
 
     def take(self, line: str) -> bool:
@@ -139,6 +140,7 @@ class StartScan:
     def gap(self) -> None:
         """Bytes after what was fed will not be: a fact not yet found may be in them."""
         if not self.done:
+            self.gapped = self.gapped or self.from_start
             self.from_start = False
 
     def close(self) -> None:
@@ -157,7 +159,7 @@ class StartScan:
 
     def checkpoint(self) -> dict[str, Any]:
         return {"name": self.name, "step": self.step, "folder": self.folder, "seen": self.seen,
-                "from_start": self.from_start, "done": self.done, "limit": self.limit}
+                "from_start": self.from_start, "gapped": self.gapped, "done": self.done, "limit": self.limit}
 
     @classmethod
     def resume(cls, state: Mapping[str, Any] | None) -> StartScan:
@@ -172,6 +174,7 @@ class StartScan:
         scan.step = int(step) if step is not None else None
         scan.seen = int(state.get("seen") or 0)
         scan.from_start, scan.done = bool(state.get("from_start")), bool(state.get("done"))
+        scan.gapped = bool(state.get("gapped"))
         return scan
 
 

@@ -131,3 +131,28 @@ def test_reading_a_log_again_finds_what_a_line_by_line_parse_finds(tmp_path: Pat
     assert start_facts(str(log), limit=len(FILLER) + 10).experiment_name == ""  # past the head: not looked at
     (tmp_path / "empty.log").write_bytes(b"")
     assert start_facts(str(tmp_path / "empty.log")) == start_facts(str(tmp_path / "missing.log")) == parse_start([])
+
+
+def test_after_a_skipped_backlog_only_the_log_past_what_the_watch_read_is_searched(tmp_path: Path) -> None:
+    from ajet_runner.workers.repair.resume import start_facts
+
+    log = tmp_path / "attempt-1.log"
+    write(log, b"", 8)  # the facts come after 8 MiB: past what an ended attempt reads before its tail
+    with log.open("ab") as f:
+        f.write(HEAD)
+        for _ in range(int(8 * (1 << 20)) // len(FILLER)):
+            f.write(FILLER)
+    watch = AttemptWatch(handle_for(log), None)
+    watch.read_log(time.time(), max_bytes=1 << 20)
+    watch.finish_log(time.time())  # at most FINISH_BYTES more, then a jump to the last MiB
+    assert watch.unscanned and watch.unscanned[0]["start"] < 8 * (1 << 20) < watch.unscanned[0]["end"]
+    attempt = Attempt(number=1, started_at=0.0, log_path=str(log), unscanned=list(watch.unscanned))
+    keep_start_facts(attempt, watch.scanner.start)
+    assert attempt.start_read is None and attempt.start_read_to == watch.unscanned[0]["start"]
+    note_start(attempt)
+    assert attempt.experiment_name == "math_20260129_1741" and attempt.start_step == 4
+
+    decoy = tmp_path / "decoy.log"
+    decoy.write_bytes(b"Experiment Name: seen_by_the_watch\n" + FILLER + b"Experiment Name: after_the_gap\n")
+    assert start_facts(str(decoy), begin=40).experiment_name == "after_the_gap"
+    assert start_facts(str(decoy)).experiment_name == "seen_by_the_watch"

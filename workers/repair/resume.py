@@ -36,13 +36,13 @@ _MARKERS = (b"Experiment Name: ", b"Setting global step to ", b"Training from sc
             b"Load from checkpoint folder: ")
 
 
-def start_facts(log_path: str, limit: int = HEAD_BYTES) -> StartFacts:
+def start_facts(log_path: str, limit: int = HEAD_BYTES, begin: int = 0) -> StartFacts:
     """The start facts in the first `limit` bytes of an attempt's log (empty when unreadable).
 
     Only for an attempt whose watch did not keep them: the log is mapped, not read line by line, and only
     the lines holding one of the facts' phrases are cleaned and parsed, in log order (a 32 MiB head without
     them costs a few substring searches, not seconds of Python). AgentJet colours a whole message, so a
-    phrase is never split by an escape sequence."""
+    phrase is never split by an escape sequence. `begin`: look only from the line holding this byte on."""
     scan = StartScan()
     try:
         with open(log_path, "rb") as fh:
@@ -51,7 +51,8 @@ def start_facts(log_path: str, limit: int = HEAD_BYTES) -> StartFacts:
                 return scan.facts
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 end = min(size, limit)
-                found = {m: mm.find(m, 0, end) for m in _MARKERS}
+                first = mm.rfind(b"\n", 0, min(begin, end)) + 1 if begin > 0 else 0
+                found = {m: mm.find(m, first, end) for m in _MARKERS}
                 while any(at >= 0 for at in found.values()):
                     at = min(a for a in found.values() if a >= 0)
                     start = mm.rfind(b"\n", 0, at) + 1
@@ -77,6 +78,8 @@ def keep_start_facts(attempt: Attempt, scan: StartScan) -> None:
         attempt.start_step, attempt.resumed_from = facts.start_step, facts.resumed_from
     if scan.settled:
         attempt.start_read = True
+    elif scan.gapped and attempt.unscanned:  # read from byte 0 up to the first skipped range
+        attempt.start_read_to = int(attempt.unscanned[0]["start"])
 
 
 def note_start(attempt: Attempt) -> None:
@@ -84,7 +87,7 @@ def note_start(attempt: Attempt) -> None:
     for an attempt whose watch did not keep them (an older record, or a head skipped in a backlog)."""
     if (attempt.start_step is not None and attempt.experiment_name) or attempt.start_read or not attempt.log_path:
         return
-    facts = start_facts(attempt.log_path)
+    facts = start_facts(attempt.log_path, begin=attempt.start_read_to or 0)
     attempt.experiment_name = attempt.experiment_name or facts.experiment_name
     if attempt.start_step is None:
         attempt.start_step = facts.start_step
