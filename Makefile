@@ -1,13 +1,14 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   -- install into .venv, then run a demo blueprint end to end (embedded Redis)
-#   make test   -- install into .venv (with test extras), lint (ruff, mypy), then run the suite (not the soak runs: make soak)
+#   make test   -- install into .venv (with test extras), lint (ruff, mypy), then run the suite (not the soak runs:
+#                  make soak; not the bench scripts: make bench). It ends with its wall time and slowest 20 tests.
 # An up-to-date venv is not reinstalled: the installs leave stamps that only pyproject.toml makes stale.
 PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 PIP = $(BIN)/python -m pip install -qq
 
-.PHONY: install install-test demo test soak lint bench fuzz chaos redteam conformance constraints clean
+.PHONY: install install-test demo test soak lint bench bench-smoke fuzz chaos redteam conformance constraints clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,7 +33,7 @@ demo: install
 	@$(BIN)/ajet-runner demo
 
 test: lint
-	$(BIN)/python -m pytest -n 4 -q -m "not soak"
+	$(BIN)/python -m pytest -n 4 -q -m "not soak and not bench"
 
 # The long runs kept out of make test (marked soak): the chaos run, the adoption under a 50 MB/s writer,
 # the demo from a wheel in a fresh venv, and the parser budgets' long fuzz.
@@ -51,7 +52,11 @@ fuzz: install-test
 	AJET_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) AJET_RUNNER_SCHEMATHESIS_EXAMPLES=$(FUZZ_API_EXAMPLES) $(BIN)/python -m pytest -q \
 		-p no:randomly tests/fuzz tests/unit/test_command_safety.py tests/integration/test_openapi_conformance.py
 
-bench: install-test
+# Every bench script at toy size (do they still run to their summary?), then each at its real size.
+bench-smoke: install-test
+	$(BIN)/python -m pytest -n 2 -q -p no:randomly -m bench
+
+bench: bench-smoke
 	for b in bench/bench_*.py; do $(BIN)/python $$b; done
 
 # >= 200 short simulated experiments on 2 network-namespace hosts under kill -9, a Redis restart and a

@@ -4,11 +4,17 @@
     python bench/bench_watch.py exit   [runs]   command exit → collecting and → finish.flag
     python bench/bench_watch.py adopt  [GB]     worker restart → watching again, with a big log
     python bench/bench_watch.py fatal  [runs]   a CUDA OOM line in a process that hangs → failing
+    python bench/bench_watch.py backlog [MB]    a restarted worker catching up a backlog written while it was down
+    python bench/bench_watch.py biglog [runs]   stop → finished and the time-limit overshoot on a 40 MB log
+                                                without AgentJet's first lines, against the same with them
 
 Floors, measured in the same run: `stop` — the same command in the same tmux wrapper stopped
 directly (TmuxRunner.stop, no worker); `exit` — the wrapper's own exit → rc-file time;
 `adopt` — the same adoption with a 1 MB log; `fatal` — the signature's settle time from the
-catalogue (what the policy itself waits). BENCH_WRITE_MBPS sets the writer's rate (50);
+catalogue (what the policy itself waits); `biglog` — the same log starting with AgentJet's
+`Experiment Name:` and `Training from scratch` lines (the resume facts found at once), run back to
+back; `backlog` — the same log read by AttemptWatch.read_log in a loop in the bench's process (the
+reader's own speed). BENCH_WRITE_MBPS sets the writer's rate (50);
 BENCH_TEARDOWN_SECONDS (0) a pause between the simulated AgentJet's end and the exit, as a real
 run's teardown after its final validation (the report's plot is then drawn before the exit).
 """
@@ -187,6 +193,110 @@ def bench_fatal(runs: int) -> None:
     print(line("fatal line -> failing (in Redis)", ours, [settle], unit="s", scale=1.0))
 
 
+def bench_backlog(megabytes: int) -> None:
+    """MB/s of a new worker's catch-up on a backlog written while no worker watched (from the adoption to
+    the `scan_caught_up` event), next to the reader's own speed on the same file, measured right after."""
+    filler = "(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns xxxxxxxxxx"
+    size = megabytes * 1_000_000
+    with cluster(AJET_RUNNER_LEASE_SECONDS="3") as c:
+        first = c.worker()
+        wait(lambda: c.store.nodes(), 60, "the worker")
+        bp = blueprint(c.work / "b", f"sleep 5\nyes '{filler}' | head -c {size}\nexec sleep 600")
+        exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
+        log = c.work / "b/results/logs/attempt-1.log"
+        wait(lambda: c.state(exp_id) == "running", 60, "running", 0.05)
+        c.kill(first)
+        wait(lambda: log.exists() and log.stat().st_size >= size, 120, "the backlog written", 0.05)
+        c.worker()
+        caught = wait(lambda: next((e for e in c.store.events(exp_id) if e.get("type") == "scan_caught_up"), None),
+                      1200, "the catch-up", 0.2)
+        ours = float(caught["seconds"])
+        load = os.getloadavg()[0]
+        c.store.request_cancel(exp_id)
+        wait(lambda: c.state(exp_id) == "finished", 120, "finished")
+        from ajet_runner.workers.drive.watch import AttemptWatch
+        from ajet_runner.workers.executors.handle import RunHandle
+
+        h = RunHandle(session="s", log_path=log, rc_path=log.with_suffix(".rc"), pid_path=log.with_suffix(".pid"),
+                      wrapper_path=log.with_suffix(".sh"), started_at=time.time())
+        watch = AttemptWatch(h, None)
+        t0 = time.monotonic()
+        watch.read_log(time.time())
+        while watch.behind:
+            watch.read_log(time.time())
+        floor = time.monotonic() - t0
+        watch.close()
+        log.unlink(missing_ok=True)
+    print(f"backlog of {megabytes} MB written while no worker watched; a new worker adopts and scans it "
+          f"(bytes {caught['from']}-{caught['to']}); load average {load:.1f}; floor = the reader alone, same file")
+    print(line("backlog catch-up", [ours], [floor], unit="s", scale=1.0)
+          + f" | {megabytes / ours:.1f} MB/s vs {megabytes / floor:.1f} MB/s")
+
+
+BIGLOG_MB = float(os.environ.get("BENCH_BIGLOG_MB", "40"))
+AGENTJET_HEAD = "printf 'Experiment Name: bench_biglog_20260101_0000\\nTraining from scratch\\n'\n"
+
+
+def _biglog_script(with_head: bool) -> str:
+    """A log of BIGLOG_MB MB of rollout lines (with or without AgentJet's first lines), then idle."""
+    filler = "(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns xxxxxxxxxx"
+    return ((AGENTJET_HEAD if with_head else "") + f"yes '{filler}' | head -c {int(BIGLOG_MB * 1e6)}\n"
+            + "exec sleep 600")
+
+
+def _caught_up(log: Path) -> bool:
+    ckpt = log.with_name("attempt-1.scan.json")
+    try:
+        return json.loads(ckpt.read_text())["offset"] >= log.stat().st_size >= BIGLOG_MB * 1e6 - 4096
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _biglog_stop(c, name: str, with_head: bool) -> float:
+    """Seconds from the stop request to `finished`, once the watch has read the whole log."""
+    bp = blueprint(c.work / name, _biglog_script(with_head))
+    exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
+    log = c.work / f"{name}/results/logs/attempt-1.log"
+    wait(lambda: _caught_up(log), 180, "the log written and scanned", interval=0.05)
+    t0 = time.monotonic()
+    c.store.request_cancel(exp_id)
+    wait(lambda: c.state(exp_id) == "finished", 120, "finished", interval=0.005)
+    took = time.monotonic() - t0
+    log.unlink(missing_ok=True)
+    return took
+
+
+def _biglog_overshoot(c, name: str, with_head: bool, limit: int) -> float:
+    """Seconds from the time limit (the record's start + the blueprint's max time) to `finished`."""
+    bp = blueprint(c.work / name, _biglog_script(with_head), max_time=f"{limit} seconds")
+    exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
+    wait(lambda: c.state(exp_id) == "finished", limit + 180, "finished", interval=0.005)
+    done = time.time()
+    rec = c.store.get(exp_id) or {}
+    assert rec.get("outcome") == "timed_out", rec.get("outcome")
+    (c.work / f"{name}/results/logs/attempt-1.log").unlink(missing_ok=True)
+    return done - (float(rec["started_at"]) + limit)
+
+
+def bench_biglog(runs: int) -> None:
+    stop_with, stop_without, over_with, over_without = [], [], [], []
+    limit = int(os.environ.get("BENCH_TIME_LIMIT", "20"))
+    with cluster() as c:
+        c.worker()
+        wait(lambda: c.store.nodes(), 60, "the worker")
+        for i in range(runs):  # back to back, alternating, so the machine's load falls on both alike
+            stop_with.append(_biglog_stop(c, f"sw{i}", True))
+            stop_without.append(_biglog_stop(c, f"so{i}", False))
+            over_with.append(_biglog_overshoot(c, f"tw{i}", True, limit))
+            over_without.append(_biglog_overshoot(c, f"to{i}", False, limit))
+    print(f"a {BIGLOG_MB:g} MB log, idle once written (scanned to its end before acting): {runs} runs each, "
+          f"alternating; time limit {limit} s; load average {os.getloadavg()[0]:.1f}; floor = the same log "
+          "starting with AgentJet's `Experiment Name:` line")
+    print(line("stop -> finished, no AgentJet lines", stop_without, stop_with))
+    print(line("time-limit overshoot, no AgentJet", over_without, over_with, unit="s", scale=1.0))
+    print(f"time-limit overshoot p95: without {max(over_without):.2f} s, with {max(over_with):.2f} s")
+
+
 def main(argv: list[str]) -> None:
     what = argv[1] if len(argv) > 1 else "stop"
     arg = argv[2] if len(argv) > 2 else None
@@ -196,6 +306,10 @@ def main(argv: list[str]) -> None:
         bench_exit(int(arg or 8))
     elif what == "fatal":
         bench_fatal(int(arg or 5))
+    elif what == "backlog":
+        bench_backlog(int(arg or 200))
+    elif what == "biglog":
+        bench_biglog(int(arg or 3))
     elif what == "adopt":
         bench_adopt(float(arg or 5))
     else:

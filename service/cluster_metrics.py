@@ -3,10 +3,11 @@
 One scrape target (the API) sees every experiment, queue and node, and nothing is lost when an
 RQ work-horse exits: multiprocess mode would leave files per fork and grow the scrape forever
 (docs/background.md#prometheus-multiprocess). The reads are pipelined — three round trips however many experiments there
-are — and the first pass over all experiments fetches only `state` and `finished_at` (one SORT … GET); the fields
-the per-experiment gauges need are fetched only for the experiments that get gauges (unfinished
-ones, and finished ones younger than `finished_metrics_ttl`), so label cardinality and scrape
-cost stay bounded on a store with years of finished runs. Each record's fields are decoded and its
+are — and cost what the live experiments cost (store/snapshot.py): the counts per state are index sizes, and the
+fields the per-experiment gauges need are fetched only for the experiments that get gauges (launched, unfinished
+ones, and finished ones younger than `finished_metrics_ttl`); queued experiments are aggregates per target node
+(`queued_families`), so label cardinality and scrape cost stay bounded on a store with years of finished runs
+and thousands of queued ones. Each record's fields are decoded and its
 series written once and kept (`Row`, per process) until its fields change: at 10,000 live
 experiments a scrape where nothing changed costs the Redis reads and the elapsed times, not the
 parsing and formatting of 100,000 series (bench/bench_metrics.py: cold / warm / churn), for ~5 KB
@@ -126,6 +127,7 @@ class ClusterCollector(Collector):
         yield from experiment_families(snap)
         yield from counter_families(snap)
         yield from queue_families(snap)
+        yield from queued_families(snap)
         yield from node_families(snap)
         yield absent_node_family(snap, self.absent_after)
         yield from stage_families(self.store)
@@ -189,19 +191,35 @@ def absent_node_family(snap: Snapshot, after: float) -> Metric:
         "ajet_runner_queued_for_absent_node", "Queued experiments for a node that no live worker has served for "
         "longer than AJET_RUNNER_NODE_ABSENT_REPORT_SECONDS (0 per known node otherwise).", labels=["node"])
     counts = dict.fromkeys(snap.nodes, 0)
-    for rec in snap.experiments:
-        node = rec.get("target_node") or ""
-        if rec.get("state") != "queued" or not node:
+    for node, created_at in snap.queued:
+        if not node:
             continue
         info = snap.nodes.get(node)
         seen = _num(info.get("last_seen")) if info else None
-        gone = node_absent_for(snap.now, seen, _num(rec.get("created_at")) or snap.now, NODE_ALIVE_SECONDS)
+        gone = node_absent_for(snap.now, seen, created_at, NODE_ALIVE_SECONDS)
         counts.setdefault(node, 0)
         if gone is not None and gone >= after:
             counts[node] += 1
     for node, count in sorted(counts.items()):
         family.add_metric([node], count)
     return family
+
+
+def queued_families(snap: Snapshot) -> Iterable[Metric]:
+    """Queued experiments as aggregates per target node ("" = any node may take them): thousands can wait,
+    so they get no per-experiment series (a scrape's cost follows the live experiments)."""
+    count = GaugeMetricFamily("ajet_runner_queued_experiments", "Queued experiments per target node (node=\"\": "
+                              "any node may take them).", labels=["node"])
+    oldest = GaugeMetricFamily("ajet_runner_queued_oldest_age_seconds", "Seconds the oldest queued experiment of "
+                               "a target node has waited since it was submitted.", labels=["node"])
+    by_node: dict[str, tuple[int, float]] = {"": (0, snap.now)}
+    for node, created_at in snap.queued:
+        n, first = by_node.get(node, (0, snap.now))
+        by_node[node] = (n + 1, min(first, created_at))
+    for node, (n, first) in sorted(by_node.items()):
+        count.add_metric([node], n)
+        oldest.add_metric([node], max(0.0, snap.now - first) if n else 0.0)
+    return count, oldest
 
 
 def experiment_families(snap: Snapshot) -> Iterable[Metric]:
@@ -496,7 +514,8 @@ def _metrics_response(store: Store) -> tuple[bytes, str]:
     collector = ClusterCollector(store)
     snap = store.snapshot(collector.finished_ttl, collector.clock(), ROWS)
     body = experiment_text(snap).encode()
-    body += generate_latest(_One(*counter_families(snap), *queue_families(snap), *node_families(snap),
+    body += generate_latest(_One(*counter_families(snap), *queue_families(snap), *queued_families(snap),
+                                 *node_families(snap),
                                  absent_node_family(snap, collector.absent_after), *stage_families(store)))
     registry = _http_registry()
     if registry is not None:

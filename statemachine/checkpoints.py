@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AUTO_NAME", "CHECKPOINT_BASE_DEFAULT", "NAME_KEY", "PROJECT_DEFAULT", "StartFacts", "agentjet_name",
-           "checkpoint_dir", "explicit_name", "parse_start", "tracker_step"]
+__all__ = ["AUTO_NAME", "CHECKPOINT_BASE_DEFAULT", "HEAD_CHARS", "NAME_KEY", "PROJECT_DEFAULT", "StartFacts",
+           "StartScan", "agentjet_name", "checkpoint_dir", "explicit_name", "parse_start", "tracker_step"]
 
 NAME_KEY = "ajet.experiment_name"
 BASE_KEY = "ajet.trainer_common.checkpoint_base_dir"
@@ -89,18 +89,99 @@ class StartFacts:
         return bool(self.experiment_name) and self.start_step is not None
 
 
+HEAD_CHARS = 32 * 1024 * 1024  # the name and the resume lines come before training: never look further
+_START_MARKERS = ("Experiment Name: ", "Setting global step to ", "Training from scratch",
+                  "Load from checkpoint folder: ")
+
+
+class StartScan:
+    """The start facts of a log as it streams by (the watch's scanner feeds it each block of lines), so
+    nothing at an attempt's end reads the log again for them — "not found" included.
+
+    `settled` says the answer is final: both facts found, or the log's first `limit` characters (or all
+    of it, once `close()`d) were seen from its first byte without a gap. A gap (`gap()`: bytes skipped
+    before that) unsettles a missing fact: the reader must then look at the log itself."""
+
+    def __init__(self, limit: int = HEAD_CHARS) -> None:
+        self.limit = limit
+        self.name, self.folder = "", ""
+        self.step: int | None = None
+        self.seen = 0  # characters of the log looked at, from its start
+        self.from_start = True  # fed from byte 0 with no gap
+        self.gapped = False  # fed from byte 0 up to a gap: a reader need only look after it
+        self.done = False  # nothing more to learn: complete, or past `limit`
+
+    def take(self, line: str) -> bool:
+        """One cleaned line (the first of each fact counts); True once both facts are known."""
+        if not self.name and "Experiment Name: " in line and (m := _NAME.search(line)):
+            self.name = m.group(1)
+        elif self.step is None and line.startswith("Setting global step to ") and (m := _STEP.match(line)):
+            self.step = int(m.group(1))
+        elif self.step is None and line.startswith("Training from scratch") and _SCRATCH.match(line):
+            self.step = 0
+        elif not self.folder and line.startswith("Load from checkpoint folder: ") and (m := _FOLDER.match(line)):
+            self.folder = m.group(1)
+        return bool(self.name) and self.step is not None
+
+    def feed(self, block: str, lines: Iterable[str]) -> None:
+        """A block of cleaned lines (`block` is them joined): one substring test per marker per block,
+        the lines themselves only when a marker is in it."""
+        if self.done:
+            return
+        if any(m in block for m in _START_MARKERS):
+            for line in lines:
+                if self.take(line):
+                    self.done = True
+                    return
+        self.seen += len(block) + 1
+        if self.seen >= self.limit:
+            self.done = True
+
+    def gap(self) -> None:
+        """Bytes after what was fed will not be: a fact not yet found may be in them."""
+        if not self.done:
+            self.gapped = self.gapped or self.from_start
+            self.from_start = False
+
+    def close(self) -> None:
+        """The log ended here (everything before was fed): a fact still missing is not in it."""
+        if self.from_start:
+            self.done = True
+
+    @property
+    def settled(self) -> bool:
+        return (self.done and self.from_start) or (bool(self.name) and self.step is not None)
+
+    @property
+    def facts(self) -> StartFacts:
+        step = self.step
+        return StartFacts(experiment_name=self.name, start_step=step, resumed_from=self.folder if step else "")
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {"name": self.name, "step": self.step, "folder": self.folder, "seen": self.seen,
+                "from_start": self.from_start, "gapped": self.gapped, "done": self.done, "limit": self.limit}
+
+    @classmethod
+    def resume(cls, state: Mapping[str, Any] | None) -> StartScan:
+        """From `checkpoint()`; a scanner saved before this existed (None) knows nothing: not from the start."""
+        scan = cls()
+        if not isinstance(state, Mapping):
+            scan.from_start = False
+            return scan
+        scan.limit = int(state.get("limit") or HEAD_CHARS)
+        scan.name, scan.folder = str(state.get("name") or ""), str(state.get("folder") or "")
+        step = state.get("step")
+        scan.step = int(step) if step is not None else None
+        scan.seen = int(state.get("seen") or 0)
+        scan.from_start, scan.done = bool(state.get("from_start")), bool(state.get("done"))
+        scan.gapped = bool(state.get("gapped"))
+        return scan
+
+
 def parse_start(lines: Iterable[str]) -> StartFacts:
     """Read the facts from cleaned log lines (the first of each counts)."""
-    name, step, folder = "", None, ""
+    scan = StartScan()
     for line in lines:
-        if not name and "Experiment Name: " in line and (m := _NAME.search(line)):
-            name = m.group(1)
-        elif step is None and line.startswith("Setting global step to ") and (m := _STEP.match(line)):
-            step = int(m.group(1))
-        elif step is None and line.startswith("Training from scratch") and _SCRATCH.match(line):
-            step = 0
-        elif not folder and line.startswith("Load from checkpoint folder: ") and (m := _FOLDER.match(line)):
-            folder = m.group(1)
-        if name and step is not None:
+        if scan.take(line):
             break
-    return StartFacts(experiment_name=name, start_step=step, resumed_from=folder if step else "")
+    return scan.facts

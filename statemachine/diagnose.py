@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import Field
 
+from ajet_runner.statemachine.checkpoints import StartScan
 from ajet_runner.statemachine.evidence import evidence_shape, lookalike_note
 from ajet_runner.statemachine.first_step import shows_training_step
 from ajet_runner.statemachine.lineshape import (
@@ -126,6 +127,7 @@ class LogScanner:
 
     def __init__(self, tail_lines: int = DEFAULT_TAIL, metrics: LogMetrics | None = None) -> None:
         self.metrics = metrics  # console validation results, fed from the same cleaned lines
+        self.start = StartScan()  # the experiment name and start step, kept as they stream by (repair/resume.py)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._parts: list[str] = []
         self._parts_len = 0
@@ -170,6 +172,7 @@ class LogScanner:
             self._scan_lines([self._take_partial("")], out)
         self._close_traceback(out)
         self._closed = True
+        self.start.close()
         return out
 
     def feed_lines(self, lines: list[str]) -> list[Finding]:
@@ -278,6 +281,7 @@ class LogScanner:
             "recent": list(self._recent),
             "traceback": asdict(self._traceback) if self._traceback is not None else None,
             "metrics": self.metrics.checkpoint() if self.metrics is not None else None,
+            "start": self.start.checkpoint(),
         }
 
     @classmethod
@@ -309,6 +313,7 @@ class LogScanner:
             scanner._recent = (str(a), str(b))
             tb = state.get("traceback")
             scanner._traceback = _OpenTraceback(**tb) if tb else None
+            scanner.start = StartScan.resume(state.get("start"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"unusable LogScanner checkpoint: {exc}") from exc
         return scanner
@@ -319,6 +324,7 @@ class LogScanner:
         self._decoder.reset()
         self._parts, self._parts_len, self._discarding = [], 0, False
         self._traceback = None
+        self.start.gap()
         if self.metrics is not None:
             self.metrics.drop_pending()
 
@@ -361,6 +367,8 @@ class LogScanner:
         texts = clean_lines([_bound(raw) for raw in raws])
         block = "\n".join(texts)
         among = candidates(block)  # usually empty: no per-line matching at all
+        if not self.start.done:
+            self.start.feed(block, texts)
         if self.metrics is not None and (self.metrics.pending or any(m in block for m in METRIC_MARKERS)):
             self.metrics.feed_lines(texts)
         steps = shows_training_step(block)  # one search per block; per line only when it matched

@@ -47,7 +47,7 @@ class Loose(BaseModel):
 
 
 _OPTIONAL_ATTEMPT_FIELDS = ("console_evaluations", "console_train_steps", "inputs", "experiment_name", "start_step",
-                            "resumed_from", "val_offset", "gpu_check", "unscanned")
+                            "resumed_from", "start_read", "start_read_to", "val_offset", "gpu_check", "unscanned")
 
 
 class Attempt(Loose):
@@ -73,6 +73,12 @@ class Attempt(Loose):
     experiment_name: str = ""
     start_step: int | None = None
     resumed_from: str = ""
+    # True: the watch read the log's head as it streamed by, so the three above are final, "not found"
+    # included, and nothing reads the log again for them (None: not known; workers/repair/resume.py reads it).
+    start_read: bool | None = None
+    # Not settled because a backlog was skipped: the watch read the head from byte 0 up to here (its facts are
+    # above), so a reader looks only after it.
+    start_read_to: int | None = None
     val_offset: int | None = None  # size of the results file when the attempt started (its own lines follow)
     gpu_check: str = ""  # what the runner's own GPU check before launch saw (empty: no check)
     # Byte ranges of this attempt's log that were never scanned, each {"start", "end", "bytes", "reason"}

@@ -1,10 +1,10 @@
 """The /metrics read: everything one scrape needs from Redis, in three pipelined round trips.
 
 What service/cluster_metrics.py turns into Prometheus families; the Redis reads live here, in the store layer
-(`Store.snapshot`), so no module above it touches the client. The first pass over all experiments fetches
-only `state` and `finished_at` (one SORT … GET); the fields the per-experiment gauges need are fetched only
-for the experiments that get gauges. Each record's fields are decoded once and kept (`Row`, `RowCache`) until
-they change.
+(`Store.snapshot`), so no module above it touches the client. Nothing walks every record: the counts come from
+the per-state indexes, the per-experiment fields only for the live experiments and those finished within the
+TTL, and queued experiments are aggregated (`read_snapshot`). Each record's fields are decoded once and kept
+(`Row`, `RowCache`) until they change.
 """
 
 from __future__ import annotations
@@ -17,9 +17,20 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.utils import utcparse
 
-from ajet_runner.statemachine.lifecycle import FINISHED, Outcome
-from ajet_runner.store.keys import INDEX, NODES, STAGES, duration_bucket_key, exp_key, node_key, stage_key, stats_key
+from ajet_runner.statemachine.lifecycle import FINISHED, Outcome, State
+from ajet_runner.store.keys import (
+    EXPIRING,
+    NODES,
+    STAGES,
+    duration_bucket_key,
+    exp_key,
+    node_key,
+    stage_key,
+    state_index_key,
+    stats_key,
+)
 from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue
+from ajet_runner.store.scripts import lua
 
 if TYPE_CHECKING:
     from ajet_runner.store.store import Store
@@ -28,7 +39,10 @@ if TYPE_CHECKING:
 # (adoptions, high priority) sit newest-first before the FIFO part, so the oldest job is at the
 # boundary, which is near the head unless dozens of jobs were pushed to the front.
 QUEUE_HEAD_SCAN = 32
-BULK_DETAILS = 1000  # above this many experiments with gauges, their fields come from one SORT … GET
+STATE_NAMES = tuple(s.value for s in State)
+# States whose experiments get per-experiment series: launched and not finished. Queued ones are only counted
+# (aggregates per target node): thousands can wait, and a scrape must not pay for each of them.
+LIVE_STATES = tuple(s for s in STATE_NAMES if s not in (State.queued.value, FINISHED))
 DETAIL_FIELDS = ("state", "purpose", "node", "started_at", "finished_at", "created_at",
                  "max_seconds", "attempt", "latest_metrics", "target_node", "nnodes")
 STATS = ("transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures")
@@ -70,7 +84,8 @@ class Snapshot:
 
     now: float
     states: dict[str, int] = field(default_factory=dict)
-    experiments: list[dict[str, Any]] = field(default_factory=list)  # the ones that get gauges
+    experiments: list[dict[str, Any]] = field(default_factory=list)  # the ones that get gauges: live, just finished
+    queued: list[tuple[str, float]] = field(default_factory=list)  # each queued one: (target node or "", created_at)
     stats: dict[str, dict[str, float]] = field(default_factory=dict)
     buckets: dict[str, dict[str, float]] = field(default_factory=dict)  # outcome -> stored le -> count
     nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # None: heartbeat hash expired
@@ -117,54 +132,70 @@ def _row(exp_id: Any, values: Any, cached: Row | None) -> Row:
     return Row(raw=raw, rec=rec, started=started, end=end)
 
 
-def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:  # noqa: C901 - one pass over every record builds every family
+def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:  # noqa: C901 - one pass builds every family
     """`cache`: the rows of the previous scrape, reused where a record's fields did not change
-    (and replaced by this scrape's)."""
+    (and replaced by this scrape's).
+
+    The cost follows the live experiments, never the records kept: the counts per state are the per-state
+    indexes' sizes (store/filters.py, swept of expired records first), the records with gauges are read
+    from the indexes of the live states (one SORT … GET each: Redis walks the hashes in C) and the ones
+    finished within `finished_ttl` from the expiry schedule (keys.EXPIRING; a store that keeps records
+    for ever has none, and reads its finished ones' finish times instead). Queued experiments get no
+    per-experiment series: only their target node and age are read, for the aggregates."""
     r = store.r
     snap = Snapshot(now=now)
     outcomes = [o.value for o in Outcome]
+    keep = store.retention_seconds
+    store.indexes.sweep()  # expired records out of the indexes: the counts below never include them
+    fields_get = [exp_key("*") + "->" + f for f in DETAIL_FIELDS]
 
-    # 1: id, state and finish time of every experiment in one SORT (Redis walks the hashes in C:
-    #    ~12 ms for 10,000, against ~200 ms for a pipeline of HMGETs parsed by redis-py), node names, counters.
+    # 1: counts per state, the live records' fields, the recently finished ids, the queued experiments'
+    #    target nodes and ages, node names, counters.
     pipe = r.pipeline(transaction=False)
-    pipe.sort(INDEX, by="nosort", get=["#", exp_key("*") + "->state", exp_key("*") + "->finished_at"])
+    for state in STATE_NAMES:
+        pipe.zcard(state_index_key(state))
+    for state in LIVE_STATES:
+        pipe.sort(state_index_key(state), by="nosort", get=["#", *fields_get])
+    if keep > 0:  # finished at t expires at t + keep: finished within the TTL = expiring after now - ttl + keep
+        pipe.eval(lua("recent_finished"), 1, EXPIRING, now - finished_ttl + keep, exp_key(""), *DETAIL_FIELDS)
+    else:
+        pipe.sort(state_index_key(FINISHED), by="nosort", get=["#", exp_key("*") + "->finished_at"])
+    pipe.sort(state_index_key(State.queued.value), by="nosort",
+              get=[exp_key("*") + "->target_node", exp_key("*") + "->created_at"])
     pipe.smembers(NODES)
     for name in STATS:
         pipe.hgetall(stats_key(name))
     for outcome in outcomes:
         pipe.hgetall(duration_bucket_key(outcome))
-    flat, raw_nodes, *rest = pipe.execute()
-    node_names = sorted(as_text(n) for n in raw_nodes)
-    snap.stats = {name: _hash(raw) for name, raw in zip(STATS, rest[: len(STATS)], strict=True)}
-    snap.buckets = {o: _hash(raw) for o, raw in zip(outcomes, rest[len(STATS):], strict=True)}
+    res = iter(pipe.execute())
+    for state in STATE_NAMES:
+        snap.states[state] = int(next(res))
+    width = len(DETAIL_FIELDS) + 1
+    details: list[tuple[Any, Any]] = []
+    for _ in LIVE_STATES:
+        flat = next(res)
+        details += [(flat[k], flat[k + 1: k + width]) for k in range(0, len(flat), width)]
+    horizon = now - finished_ttl
+    recent: list[tuple[Any, Any]] = []  # (id, its fields); ids only (fields None) from a store keeping records for ever
+    flat = next(res)
+    if keep > 0:
+        recent = [(flat[k], flat[k + 1: k + width]) for k in range(0, len(flat), width)]
+    else:
+        recent = [(i, None) for i, at in zip(flat[0::2], flat[1::2], strict=True) if (as_num(at) or 0.0) >= horizon]
+    flat = next(res)
+    snap.queued = [(as_text(node), as_num(created) or now) for node, created in zip(flat[0::2], flat[1::2], strict=True)
+                   if created is not None]
+    node_names = sorted(as_text(n) for n in next(res))
+    snap.stats = {name: _hash(next(res)) for name in STATS}
+    snap.buckets = {o: _hash(next(res)) for o in outcomes}
     extra_outcomes = [o for o in snap.stats["outcomes"] if o not in snap.buckets]
     queue_names = [DEFAULT_QUEUE, *(node_queue(n) for n in node_names)]
     queue_keys = [Queue(name, connection=r).key for name in queue_names]
-    # Ids and states stay bytes here (10,000 decodes are ~10 ms): states are decoded once per name,
-    # ids only for records that changed since the last scrape.
-    counts: dict[Any, int] = {}
-    ids_with_gauges: list[Any] = []
-    horizon = now - finished_ttl
-    finished = (FINISHED, FINISHED.encode())
-    for exp_id, state, finished_at in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
-        if state is None:
-            continue  # an index entry whose hash is gone
-        counts[state] = counts.get(state, 0) + 1
-        if state not in finished or (as_num(finished_at) or 0.0) >= horizon:
-            ids_with_gauges.append(exp_id)
-    for state, count in counts.items():
-        name = as_text(state)
-        snap.states[name] = snap.states.get(name, 0) + count
 
-    # 2: details of the experiments that get gauges, node hashes, queue lengths and heads. Many of them:
-    #    one SORT … GET of every record's fields (Redis walks the hashes in C; packing and parsing
-    #    thousands of HMGETs in redis-py cost ~300 ms at 10,000), filtered here; a few: their HMGETs.
-    bulk = len(ids_with_gauges) > BULK_DETAILS
+    # 2: (a store keeping records for ever) the recently finished records' fields, node hashes, queue lengths, heads.
     pipe = r.pipeline(transaction=False)
-    if bulk:
-        pipe.sort(INDEX, by="nosort", get=["#", *(exp_key("*") + "->" + f for f in DETAIL_FIELDS)])
-    else:
-        for i in ids_with_gauges:
+    for i, values in recent:
+        if values is None:
             pipe.hmget(exp_key(as_text(i)), *DETAIL_FIELDS)
     for n in node_names:
         pipe.hgetall(node_key(n))
@@ -173,49 +204,43 @@ def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache
         pipe.lrange(key, 0, QUEUE_HEAD_SCAN - 1)
     for o in extra_outcomes:
         pipe.hgetall(duration_bucket_key(o))
-    res = pipe.execute()
-    if bulk:
-        width = len(DETAIL_FIELDS) + 1
-        wanted = set(ids_with_gauges)
-        rows = res[0]
-        by_id = {rows[k]: rows[k + 1: k + width] for k in range(0, len(rows), width)}
-        details = [(i, by_id[i]) for i in ids_with_gauges if i in by_id and i in wanted]
-        res = [None, *res[1:]]
-        first = 1
-    else:
-        details = list(zip(ids_with_gauges, res[: len(ids_with_gauges)], strict=True))
-        first = len(ids_with_gauges)
+    res = iter(pipe.execute())
+    finished = (FINISHED, FINISHED.encode())
+    for exp_id, values in recent:
+        if values is None:
+            values = next(res)
+        # The schedule is when the record expires; the record's own finish time decides (and a record gone
+        # or not finished any more is left out).
+        if values[0] in finished and (as_num(values[DETAIL_FIELDS.index("finished_at")]) or 0.0) >= horizon:
+            details.append((exp_id, values))
     previous = cache.rows if cache is not None else {}
     kept: dict[Any, Row] = {}
     for exp_id, values in details:
-        if values[0] is None:
-            continue  # deleted between the two reads
+        if values[0] is None or exp_id in kept:
+            continue  # deleted meanwhile, or read twice (its state changed between two SORTs)
         row = kept[exp_id] = _row(exp_id, values, previous.get(exp_id))
         snap.rows.append(row)
         snap.experiments.append(row.rec)
     if cache is not None:
         cache.rows = kept  # experiments gone since the last scrape drop out
-    pos = first
     for n in node_names:
-        snap.nodes[n] = _node_info(res[pos]) if res[pos] else None
-        pos += 1
+        raw = next(res)
+        snap.nodes[n] = _node_info(raw) if raw else None
     heads = []
     for _ in queue_keys:
-        heads.append((int(res[pos]), [as_text(j) for j in res[pos + 1]]))
-        pos += 2
+        heads.append((int(next(res)), [as_text(j) for j in next(res)]))
     for o in extra_outcomes:
-        snap.buckets[o] = _hash(res[pos])
-        pos += 1
+        snap.buckets[o] = _hash(next(res))
 
     # 3: enqueue times of the jobs at the queue heads.
     pipe = r.pipeline(transaction=False)
     for _, job_ids in heads:
         for j in job_ids:
             pipe.hget(Job.key_for(j), "enqueued_at")
-    res = pipe.execute()
+    out = pipe.execute()
     pos = 0
     for name, (count, job_ids) in zip(queue_names, heads, strict=True):
-        times = [_enqueued_at(v) for v in res[pos: pos + len(job_ids)]]
+        times = [_enqueued_at(v) for v in out[pos: pos + len(job_ids)]]
         pos += len(job_ids)
         known = [t for t in times if t is not None]
         snap.queues[name] = (count, min(known) if known else None)

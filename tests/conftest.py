@@ -10,12 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ajet_runner.service.embedded import EmbeddedRedis
+from tests.load import load_factor
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -29,6 +31,31 @@ def run_cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.Com
     kwargs.setdefault("cwd", REPO)
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False,
                           **kwargs)  # type: ignore[call-overload]
+
+
+_SUITE_T0 = time.monotonic()
+_SUITE_LOAD0 = os.getloadavg()[0]
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """pytest-timeout's limit (the ini's, or the test's own mark) scaled by the load measured as the test
+    starts (tests/load.py): at load 25 on 2 cores a test gets the time it needs, not a timeout failure."""
+    factor = load_factor()
+    if factor > 1.0:
+        mark = item.get_closest_marker("timeout")
+        base = float(mark.args[0]) if mark is not None and mark.args else float(item.config.getini("timeout") or 0)
+        if base > 0:
+            item.add_marker(pytest.mark.timeout(base * factor), append=False)
+    yield
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Every run ends with its wall time and the load it ran at (the slowest 20: `--durations=20`)."""
+    wall = time.monotonic() - _SUITE_T0
+    terminalreporter.write_line(f"suite wall time {wall:.0f} s ({wall / 60:.1f} min); load average "
+                                f"{_SUITE_LOAD0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+                                f"on {os.cpu_count()} cores")
 
 
 @pytest.fixture(autouse=True)

@@ -4,8 +4,10 @@ For a first look on a laptop: nothing to install but this package and tmux. With
 embedded Redis (service/embedded.py), a worker for this machine (as `run` does) on a private tmux socket in
 DIR, and serves the API and the console on a loopback address with a token of its own (printed, and kept in
 DIR/token). A demo experiment (the simulated AgentJet, examples/) is submitted so the console has something to
-show; `--no-demo` skips it. Ctrl-C stops the experiments still running (each gets its report and
-`finish.flag`), then the worker, the API and the embedded Redis.
+show; `--no-demo` skips it. The console answers at once: the worker (seconds of start-up on a loaded machine)
+joins when it is ready — the demo waits in its node's queue until then, and the console says so. Ctrl-C stops
+the experiments still running (each gets its report and `finish.flag`), then the worker, the API and the
+embedded Redis.
 """
 
 from __future__ import annotations
@@ -62,8 +64,27 @@ def _submit_demo(store: Any, workdir: Path, node: str) -> str:
     from ajet_runner.service.submit import submit
 
     blueprint = materialize("demo", workdir / "demo")
-    rec = submit(store, blueprint.read_text(encoding="utf-8"), blueprint_path=str(blueprint), node=node)
+    # Queued for our worker even before its first heartbeat: the console does not wait for it.
+    rec = submit(store, blueprint.read_text(encoding="utf-8"), blueprint_path=str(blueprint), node=node,
+                 wait_for_node=True)
     return str(rec["id"])
+
+
+WORKER_JOIN_SECONDS = 120.0  # nothing waits on it: the console serves meanwhile
+
+
+def _await_worker(store: Any, node: str, worker: Any, server: Any, failed: list[str]) -> None:
+    """Say when the worker has joined; if it dies first, say why (in `failed`) and stop serving."""
+    from ajet_runner.cli.commands.local_worker import wait_for_node
+
+    t0 = time.monotonic()
+    try:
+        wait_for_node(store, node, worker, WORKER_JOIN_SECONDS)
+    except RuntimeError as exc:
+        failed.append(f"error: the local worker did not start: {exc}")
+        server.should_exit = True
+        return
+    output.err(f"worker {node} joined after {time.monotonic() - t0:.1f} s")
 
 
 def _stop_experiments(store: Any, wait: float) -> None:
@@ -93,7 +114,7 @@ def register(app: typer.Typer) -> None:
         """The API, the web console and a local worker on this machine (embedded Redis unless REDIS_URL is set)."""
         import uvicorn
 
-        from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local, wait_for_node
+        from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local
         from ajet_runner.cli.commands.serve_command import is_loopback
         from ajet_runner.service.embedded import EmbeddedRedis, EmbeddedRedisError
         from ajet_runner.store.store import Store
@@ -126,10 +147,6 @@ def register(app: typer.Typer) -> None:
         worker = start_local_worker(os.environ, node)
         store = Store.from_url(settings.redis_url)
         try:
-            try:
-                wait_for_node(store, node, worker)
-            except RuntimeError as exc:
-                raise output.fail(f"error: the local worker did not start: {exc}", output.FAILED) from None
             demo_id = _submit_demo(store, workdir, node) if demo else ""
             from ajet_runner.service.api.application import create_app
             from ajet_runner.service.api.hosts import HostsError
@@ -151,8 +168,13 @@ def register(app: typer.Typer) -> None:
                     _announce(host, port, token, token_file, workdir, demo_id, settings.tmux_socket)
 
             threading.Thread(target=announce_once_listening, name="announce", daemon=True).start()
+            failed: list[str] = []
+            threading.Thread(target=_await_worker, args=(store, node, worker, server, failed), name="worker-join",
+                             daemon=True).start()
             with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C once it has shut down
                 server.run()
+            if failed:
+                raise output.fail(failed[0], output.FAILED)
             with contextlib.suppress(KeyboardInterrupt):
                 _stop_experiments(store, STOP_WAIT_SECONDS)
         finally:
@@ -176,6 +198,7 @@ def _announce(host: str, port: int, token: str, token_file: Path | None, workdir
     if demo_id:
         lines.append(f"demo:     experiment {demo_id} (results in {workdir / 'demo' / 'results'})")
     lines.append(f"tmux:     tmux -S {tmux_socket} ls")
+    lines.append("worker:   joins when it is ready (a line on stderr says when); queued experiments wait for it")
     lines.append("Ctrl-C stops the experiments still running (with their reports), the worker and the API.")
     for line in lines:
         output.copyable(line)

@@ -8,7 +8,6 @@ from typing import Any
 
 import typer
 
-from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
 from ajet_runner.store.settings import get_settings
 
 
@@ -48,6 +47,26 @@ def export_executor_options(executor: str, hosts: list[str], partition: str, sba
         if value:
             os.environ[name] = value
     get_settings.cache_clear()
+
+
+def _first_heartbeat(url: str, info: Any) -> float:
+    """The node's first heartbeat, on a connection of its own, before the supervisor's module is imported;
+    returns the worker's start time it announced. An unreachable Redis is the supervisor's loop to report."""
+    import logging
+    import time
+
+    from ajet_runner.store.store import REDIS_DOWN, Store
+    from ajet_runner.workers.node.this_node import heartbeat
+
+    started_at = time.time()
+    store = Store.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    try:
+        heartbeat(store, info, [], started_at)
+    except REDIS_DOWN as exc:
+        logging.getLogger(__name__).warning("redis unreachable at start: %s", exc)
+    finally:
+        store.close()
+    return started_at
 
 
 def register(app: typer.Typer) -> None:
@@ -93,19 +112,35 @@ def register(app: typer.Typer) -> None:
         except LogSetupError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
-        check_adviser("worker")
-        _check_webhook_url(settings)
-        install_site_catalogue("worker")  # validated here; each slot loads it again
         info = NodeInfo.from_settings(node or settings.node, settings.gpus if gpus < 0 else gpus,
                                       slots or settings.slots)
-        watcher = spawn_watcher(info, url)  # before the supervisor's import: both processes start at once
+        # First: the watcher's start-up (the driver's imports) is what re-adopting a node's runs waits for, so it
+        # overlaps ours from here. Should a check below fail, it ends with this process (PR_SET_PDEATHSIG).
+        watcher = spawn_watcher(info, url)
+        from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+
+        try:
+            check_adviser("worker")
+            _check_webhook_url(settings)
+            install_site_catalogue("worker")  # validated here; each slot loads it again
+        except typer.Exit:
+            watcher.terminate()
+            raise
+        started_at = _first_heartbeat(url, info)  # listed now, not after the supervisor's imports and first scan
         from ajet_runner.workers.node.supervisor import NodeSupervisor
 
         sup = NodeSupervisor(settings, info, url)
         sup.watcher = watcher
-        from ajet_runner.workers.notify.deliverer import start_deliverer
+        sup.started_at = started_at
+        outbox: list[Any] = []  # webhooks, stage reports (the outbox): started after the first adoption scan
 
-        outbox = start_deliverer(settings, url, info.name, sup.stopping)  # webhooks, stage reports (the outbox)
+        def start_outbox(_: Any) -> None:
+            if not outbox:
+                from ajet_runner.workers.notify.deliverer import start_deliverer
+
+                outbox.append(start_deliverer(settings, url, info.name, sup.stopping))
+
+        sup.on_tick = start_outbox
         port = settings.metrics_port if metrics_port < 0 else metrics_port
         if port:
             from ajet_runner.workers.node.worker_metrics import serve_worker_metrics
@@ -118,7 +153,8 @@ def register(app: typer.Typer) -> None:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         sup.run()
-        outbox.join(10)  # what is due now still gets its chance (workers/notify/deliverer.py DRAIN_SECONDS)
+        for thread in outbox:
+            thread.join(10)  # what is due now still gets its chance (workers/notify/deliverer.py DRAIN_SECONDS)
 
     @app.command(epilog='Example: ajet-runner drain --node gpu-a --sticky --reason "bad GPU 3"')
     def drain(

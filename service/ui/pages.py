@@ -141,7 +141,8 @@ def _table(be: Backend, f: data.Filters) -> dict[str, Any]:
     result = data.experiments(be.store, f, window=be.settings.search_window)
     base = {k: v for k, v in (("state", f.state), ("outcome", f.outcome), ("node", f.node), ("q", f.q),
                               ("stage", f.stage), ("scan", f.scan if f.q else "")) if v}
-    return {"result": result, "f": f, "query": lambda **kw: "?" + urlencode({**base, **kw}), "now": time.time()}
+    return {"result": result, "f": f, "query": lambda **kw: "?" + urlencode({**base, **kw}), "now": time.time(),
+            "workers_live": bool(_live_nodes(be))}  # `up` serves before its worker joins: the page says so
 
 
 @router.get("/", response_class=HTMLResponse)

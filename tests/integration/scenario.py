@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from ajet_runner.service.demo import materialize
+from tests.load import scaled
 
 CLI = [sys.executable, "-m", "ajet_runner"]
 
@@ -61,13 +62,15 @@ def run_cli(sc: Scenario, env: dict[str, str], timeout: float = 150) -> subproce
 
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.1) -> object:
+    """`cond()`'s first true value; `timeout` is for a quiet machine, scaled by the load (tests/load.py)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = cond()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def marked_processes(exp_id: str) -> list[int]:

@@ -1,6 +1,9 @@
 """The issue-27 benchmarks run to the end at toy sizes: a bench nobody runs rots (bench_scale.py called a
 supervisor method whose signature had changed, and the capacity table could not be re-measured). The figures
-themselves are not judged here: speed targets live in bench/, printed, not in timed tests."""
+themselves are not judged here: speed targets live in bench/, printed, not in timed tests.
+
+Marked `bench`: `make bench` / `make bench-smoke` run them, `make test` does not (they were ~700 s of it:
+subprocess start-ups, not checks of the runner's behaviour)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.bench
 
 CASES = {
     "scale": (["bench/bench_scale.py", "--nodes", "2", "--runs", "1", "--queued", "0,5", "--seconds", "0.5"],
@@ -19,6 +23,7 @@ CASES = {
     "cli": (["bench/bench_cli.py", "--runs", "1"], "ajet-runner scan"),
     "adoption": (["bench/bench_adoption.py", "--runs", "1"], "median of 1"),
     "per run": (["bench/bench_per_run.py", "2", "2"], "per watched run: 2 runs"),
+    "up": (["bench/bench_up.py", "--runs", "1"], "up -> console page answers"),
 }
 
 

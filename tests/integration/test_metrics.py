@@ -121,10 +121,10 @@ def test_api_metrics_move_as_a_run_progresses(store: Store, api_scrape: Scrape, 
     assert value(body, "ajet_runner_experiments", state="queued") == 1
     assert value(body, "ajet_runner_experiments", state="running") == 0
     assert value(body, "ajet_runner_queue_jobs", queue="default") == 1
-    assert value(body, "ajet_runner_experiment_state", experiment=exp_id, state="queued") == 1
-    assert value(body, "ajet_runner_experiment_elapsed_seconds", experiment=exp_id) == 0
-    assert value(body, "ajet_runner_experiment_max_seconds", experiment=exp_id) == 30
-    assert value(body, "ajet_runner_experiment_mean_reward", experiment=exp_id) is None
+    # Queued: an aggregate per target node, no per-experiment series until it is launched (issue 39).
+    assert value(body, "ajet_runner_queued_experiments", node="") == 1
+    assert value(body, "ajet_runner_experiment_state", experiment=exp_id, state="queued") is None
+    assert value(body, "ajet_runner_experiment_elapsed_seconds", experiment=exp_id) is None
     before = {(f, t): value(body, "ajet_runner_transitions_total", from_state=f, to_state=t)
               for f, t in (("queued", "launching"), ("launching", "running"), ("collecting", "finished"))}
     assert before == {k: 0 for k in before}
@@ -138,6 +138,8 @@ def test_api_metrics_move_as_a_run_progresses(store: Store, api_scrape: Scrape, 
         assert value(running, "ajet_runner_transitions_total", from_state="launching", to_state="running") == 1
         assert value(running, "ajet_runner_experiment_state", experiment=exp_id, state="running") == 1
         assert value(running, "ajet_runner_experiment_attempt", experiment=exp_id) == 1
+        assert value(running, "ajet_runner_experiment_max_seconds", experiment=exp_id) == 30
+        assert value(running, "ajet_runner_queued_experiments", node="") == 0
         assert value(running, "ajet_runner_node_up", node="n1") == 1
         assert value(running, "ajet_runner_node_gpus", node="n1", state="total") == 0
         assert value(running, "ajet_runner_queue_jobs", queue="node:n1") == 0

@@ -18,12 +18,14 @@ import pytest
 
 from ajet_runner.workers.executors.local.procs import kill_marked, processes_with_marker
 from ajet_runner.workers.executors.local.tmux import RunHandle, SessionExists, TmuxRunner, session_name
+from tests.load import scaled
 
 pytestmark = pytest.mark.integration
 MARKER = "AJET_RUNNER_EXPERIMENT"
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+    timeout = scaled(timeout)  # for a quiet machine, scaled by the load (tests/load.py)
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

@@ -189,3 +189,18 @@ def test_live_streams_end_after_finished(redis_url, tmux_socket, tmp_path) -> No
                     assert exp in line
                     break
         Path(tmp_path / "done").touch()
+
+
+def test_the_experiments_page_says_when_no_worker_is_live(redis_url, tmp_path) -> None:
+    """`up` serves the console before its worker joins (issue 39): until a node's heartbeat is live the
+    list says queued experiments wait for one, and the refreshed table drops the line once one is."""
+    from ajet_runner.store.store import Store
+
+    store = Store.from_url(redis_url)
+    with running_server(redis_url, tmp_path / "serve.log") as server:
+        c = login(server.url)
+        assert "No worker is live yet" in c.get("/ui/", headers=PAGE).text
+        store.heartbeat("n1", {"gpus": 0, "slots": 1}, ttl=30)
+        assert "No worker is live yet" not in c.get("/ui/fragments/experiments").text
+        assert "No worker is live yet" not in c.get("/ui/", headers=PAGE).text
+        c.close()

@@ -61,6 +61,8 @@ PANEL_SERIES: list[dict[str, str]] = [
     s('ajet_runner_experiments{job="ajet-runner", namespace="other", instance="x", state="running"}', "9x400"),
     s(f'ajet_runner_queue_jobs{{{API}, queue="default"}}', "3x400"),
     s(f'ajet_runner_queue_oldest_job_age_seconds{{{API}, queue="default"}}', "120x400"),
+    s(f'ajet_runner_queued_oldest_age_seconds{{{API}, node=""}}', "90x400"),
+    s(f'ajet_runner_queued_oldest_age_seconds{{{API2}, node=""}}', "90x400"),
     s(f'ajet_runner_node_up{{{API}, node="n1"}}', "1x400"),
     s(f'ajet_runner_node_up{{{API}, node="n2"}}', "0x400"),
     s(f'ajet_runner_node_heartbeat_age_seconds{{{API}, node="n1"}}', "5x400"),
@@ -133,6 +135,7 @@ EXPECTED: dict[tuple[int, str], list[tuple[str, float]]] = {
     (5, "A"): [('{state="busy"}', 6), ('{state="free"}', 6), ('{state="total"}', 12)],
     (6, "A"): STATES,
     (7, "A"): [('{queue="default"}', 120)],
+    (7, "B"): [("{}", 90)],  # node="" (any node may take them): Prometheus drops an empty label
     (8, "A"): [('{node="n1"}', 6), ('{node="n2"}', 0)],
     (8, "B"): [('{node="n1"}', 8), ('{node="n2"}', 4)],
     (9, "A"): [('{node="n1"}', 5)],

@@ -10,7 +10,6 @@ the queue (lost jobs, absent nodes) is checked by one supervisor per cluster (qu
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import threading
@@ -26,11 +25,11 @@ from ajet_runner.workers.executors import build_executor
 from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from ajet_runner.workers.node.queue_check import QueueChecker
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.node.this_node import HEARTBEAT_SECONDS, NodeInfo
+from ajet_runner.workers.node.this_node import heartbeat as node_heartbeat
 from ajet_runner.workers.node.watcher_process import spawn_watcher
 
 log = logging.getLogger(__name__)
-HEARTBEAT_SECONDS = 2.0  # the drain is read in the same round trip (Store.heartbeat)
 ADOPT_SCAN_SECONDS = 3.0
 # With no run of its own and no multi-node run in the cluster, a node scans this seldom: whatever starts
 # here meanwhile holds a lease longer than this (capped at lease - ADOPT_SCAN_SECONDS below), so the next
@@ -87,11 +86,7 @@ class NodeSupervisor:
     # -- node state ---------------------------------------------------------------------------
     def heartbeat(self) -> bool:
         """One round trip (plus the GPU owners on a GPU node); returns whether the node is drained."""
-        busy = len(self.store.gpu_owners(self.node.name)) if self.node.manages_gpus else 0
-        return self.store.heartbeat(self.node.name, {
-            "gpus": self.node.gpus, "gpus_busy": busy, "slots": self.node.slots, "pid": os.getpid(),
-            "running": self.running, "started_at": self.started_at,
-        }, ttl=HEARTBEAT_SECONDS, with_drain=True)
+        return node_heartbeat(self.store, self.node, self.running, self.started_at)
 
     def scan_every(self) -> float:
         """Seconds to the next adoption scan: ADOPT_SCAN_SECONDS while this node has runs (or the cluster a

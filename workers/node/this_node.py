@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue, queue_names
 
-__all__ = ["DEFAULT_QUEUE", "NodeInfo", "detect_gpus", "node_queue", "queue_names"]
+if TYPE_CHECKING:
+    from ajet_runner.store.store import Store
+
+__all__ = ["DEFAULT_QUEUE", "HEARTBEAT_SECONDS", "NodeInfo", "detect_gpus", "node_queue", "queue_names"]
+
+HEARTBEAT_SECONDS = 2.0  # the drain is read in the same round trip (Store.heartbeat)
 
 
 def detect_gpus() -> int:
@@ -39,3 +46,13 @@ class NodeInfo:
     def from_settings(cls, name: str, gpus: int | None, slots: int | None) -> NodeInfo:
         total = detect_gpus() if gpus is None else max(0, gpus)
         return cls(name=name, gpus=total, slots=slots or (total if total else 2))
+
+
+def heartbeat(store: Store, node: NodeInfo, running: list[str], started_at: float) -> bool:
+    """One heartbeat of the node (plus the GPU owners on a GPU node); returns whether the node is drained.
+    Here, not in the supervisor's module, so `ajet-runner worker` can send its first one before importing
+    the supervisor (a worker is listed within a second of its start: issue 39)."""
+    busy = len(store.gpu_owners(node.name)) if node.manages_gpus else 0
+    fields: dict[str, Any] = {"gpus": node.gpus, "gpus_busy": busy, "slots": node.slots, "pid": os.getpid(),
+                              "running": running, "started_at": started_at}
+    return store.heartbeat(node.name, fields, ttl=HEARTBEAT_SECONDS, with_drain=True)

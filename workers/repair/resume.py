@@ -9,6 +9,7 @@ touched), and the repair log says which checkpoint the trainer will find.
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -16,9 +17,9 @@ from ajet_runner.statemachine.checkpoints import (
     NAME_KEY,
     TRACKER,
     StartFacts,
+    StartScan,
     checkpoint_dir,
     explicit_name,
-    parse_start,
     tracker_step,
 )
 from ajet_runner.statemachine.logtext import clean_line
@@ -26,32 +27,67 @@ from ajet_runner.statemachine.models import ConfigChange
 from ajet_runner.store.records import Attempt, Context
 from ajet_runner.workers.repair.config_patch import read_yaml_data
 
-__all__ = ["HEAD_BYTES", "latest_checkpoint", "note_start", "pin_experiment_name", "start_facts"]
+__all__ = ["HEAD_BYTES", "keep_start_facts", "latest_checkpoint", "note_start", "pin_experiment_name", "start_facts"]
 
 HEAD_BYTES = 32 * 1024 * 1024  # the name and the resume lines come before training: never read further
 
 
-def start_facts(log_path: str, limit: int = HEAD_BYTES) -> StartFacts:
-    """The start facts in the first `limit` bytes of an attempt's log (empty when unreadable)."""
+_MARKERS = (b"Experiment Name: ", b"Setting global step to ", b"Training from scratch",
+            b"Load from checkpoint folder: ")
+
+
+def start_facts(log_path: str, limit: int = HEAD_BYTES, begin: int = 0) -> StartFacts:
+    """The start facts in the first `limit` bytes of an attempt's log (empty when unreadable).
+
+    Only for an attempt whose watch did not keep them: the log is mapped, not read line by line, and only
+    the lines holding one of the facts' phrases are cleaned and parsed, in log order (a 32 MiB head without
+    them costs a few substring searches, not seconds of Python). AgentJet colours a whole message, so a
+    phrase is never split by an escape sequence. `begin`: look only from the line holding this byte on."""
+    scan = StartScan()
     try:
         with open(log_path, "rb") as fh:
-            def lines():  # a local generator
-                read = 0
-                for raw in fh:
-                    read += len(raw)
-                    if read > limit:
-                        return
-                    yield clean_line(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-            return parse_start(lines())
-    except OSError:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return scan.facts
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                end = min(size, limit)
+                first = mm.rfind(b"\n", 0, min(begin, end)) + 1 if begin > 0 else 0
+                found = {m: mm.find(m, first, end) for m in _MARKERS}
+                while any(at >= 0 for at in found.values()):
+                    at = min(a for a in found.values() if a >= 0)
+                    start = mm.rfind(b"\n", 0, at) + 1
+                    stop = mm.find(b"\n", at, end)
+                    stop = end if stop < 0 else stop
+                    line = clean_line(mm[start:stop].decode("utf-8", errors="replace").rstrip("\r"))
+                    if scan.take(line):
+                        break
+                    for m in _MARKERS:  # every marker on this line is done with
+                        if 0 <= found[m] <= stop:
+                            found[m] = mm.find(m, stop, end)
+    except (OSError, ValueError):
         return StartFacts()
+    return scan.facts
+
+
+def keep_start_facts(attempt: Attempt, scan: StartScan) -> None:
+    """What the watch saw of the attempt's start as its log streamed by; once settled (found, or the head
+    read without a gap and not there) `start_read` says so and `note_start` never opens the log."""
+    facts = scan.facts
+    attempt.experiment_name = attempt.experiment_name or facts.experiment_name
+    if attempt.start_step is None:
+        attempt.start_step, attempt.resumed_from = facts.start_step, facts.resumed_from
+    if scan.settled:
+        attempt.start_read = True
+    elif scan.gapped and attempt.unscanned:  # read from byte 0 up to the first skipped range
+        attempt.start_read_to = int(attempt.unscanned[0]["start"])
 
 
 def note_start(attempt: Attempt) -> None:
-    """Fill an ended attempt's experiment name, start step and resumed checkpoint from its log."""
-    if (attempt.start_step is not None and attempt.experiment_name) or not attempt.log_path:
+    """Fill an ended attempt's experiment name, start step and resumed checkpoint from its log — only
+    for an attempt whose watch did not keep them (an older record, or a head skipped in a backlog)."""
+    if (attempt.start_step is not None and attempt.experiment_name) or attempt.start_read or not attempt.log_path:
         return
-    facts = start_facts(attempt.log_path)
+    facts = start_facts(attempt.log_path, begin=attempt.start_read_to or 0)
     attempt.experiment_name = attempt.experiment_name or facts.experiment_name
     if attempt.start_step is None:
         attempt.start_step = facts.start_step

@@ -190,14 +190,22 @@ def plot_points(evals: list[Eval]) -> list[Eval]:
     return [e for e in evals if e.step is not None]
 
 
-def write_plot(path: Path, evals: list[Eval], title: str, background: Background | None = None) -> str:
-    """Draw mean_reward and task_pass_rate@k over steps; return "" or why nothing was drawn.
-    `background`: the same plot drawn while the run was watched (used only if still exact)."""
+def nothing_to_plot(evals: list[Eval]) -> str:
+    """Why `evals` make no plot ("" when they make one): known before anything is drawn."""
     points = plot_points(evals)
     if not points:
         return "no evaluation with a step was recorded"
     rates = rate_metrics(points)
     if not any(e.get(m) is not None for e in points for m in ("mean_reward", *rates)):
         return "no finite mean_reward or task_pass_rate value was recorded"
-    atomic_write_bytes(path, render_png(points, title, background))
+    return ""
+
+
+def write_plot(path: Path, evals: list[Eval], title: str, background: Background | None = None) -> str:
+    """Draw mean_reward and task_pass_rate@k over steps; return "" or why nothing was drawn.
+    `background`: the same plot drawn while the run was watched (used only if still exact)."""
+    why = nothing_to_plot(evals)
+    if why:
+        return why
+    atomic_write_bytes(path, render_png(plot_points(evals), title, background))
     return ""

@@ -69,8 +69,9 @@ def handle(d: Drive) -> bool:
                                 **_where(d)))
         return made[-1]
 
-    # The plot drawn while the run was watched: pasted with its title if still exact, else drawn again.
-    failure = finish_result_dir(result_dir, d.id, d.lc.outcome, make_data, d.plot_ahead.background())
+    # The plot drawn while the run was watched: pasted with its title if still exact, else drawn again —
+    # after finish.flag, so only asked for then.
+    failure = finish_result_dir(result_dir, d.id, d.lc.outcome, make_data, d.plot_ahead.background)
     if d.gang is not None:
         d.journal.call(d.gang.release)  # every node's GPUs of the gang at once
     elif d.node.manages_gpus:

@@ -28,6 +28,7 @@ from ajet_runner.workers.drive.watch_loop import LOOP
 from ajet_runner.workers.executors.exit_cause import exit_record_problem
 from ajet_runner.workers.executors.exit_wait import ExitWaiter
 from ajet_runner.workers.gang import steps as gang
+from ajet_runner.workers.repair.resume import keep_start_facts
 from ajet_runner.workers.report.plot_preload import preload_plotting
 from ajet_runner.workers.swarm.found_results import swarm_results_source
 from ajet_runner.workers.swarm.server_watch import ServerWatch
@@ -384,6 +385,7 @@ def _end_attempt(d: Drive, proposal: Proposal, alive: bool) -> None:
         setattr(attempt, CONSOLE_KEY, d.watch.console_evaluations())
         setattr(attempt, TRAIN_KEY, d.watch.console_train_steps())
         setattr(attempt, UNSCANNED_KEY, list(d.watch.unscanned))
+        keep_start_facts(attempt, d.watch.scanner.start)
     if proposal.trigger == Trigger.anomaly:
         d.ctx.pending_repair = PendingRepair(
             cause=cause.model_dump() if cause else None,

@@ -1,0 +1,26 @@
+"""Timeouts that scale with the machine's measured load, for tests that wait on real processes.
+
+A deadline that is generous on a quiet 2-core machine fails at load 25 (issue 39: 8 failures of a full
+run were timeouts that passed alone). A wait never makes a test pass that should fail: it only gives a
+slow machine the time a quiet one needs, measured when the wait starts.
+"""
+
+from __future__ import annotations
+
+import os
+
+MAX_FACTOR = 6.0  # past this the machine is too loaded to be waited out: fail and say so
+
+
+def load_factor() -> float:
+    """The 1-minute load average per core, at least 1 (a quiet machine's timeouts stay as written)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0
+    return min(MAX_FACTOR, max(1.0, load / (os.cpu_count() or 1)))
+
+
+def scaled(seconds: float) -> float:
+    """`seconds` as written for a quiet machine, scaled by the load measured now."""
+    return seconds * load_factor()
