@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis.client import Pipeline, PubSub
@@ -59,6 +59,9 @@ from ajet_runner.store.records import ExperimentRecord, text
 from ajet_runner.store.scripts import lua
 from ajet_runner.store.snapshot import RowCache, Snapshot, read_snapshot, read_stages
 from ajet_runner.store.stats import TransitionStats
+
+if TYPE_CHECKING:
+    from ajet_runner.store.clients import RedisTarget
 
 __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "REDIS_DOWN", "UNFINISHED", "RedisError", "ResultDirTaken",
            "Store", "TransitionConflict",
@@ -188,10 +191,13 @@ class Store:
         self.indexes = Indexes(client)  # the filtered lists, the expiry sweep, the backfill
 
     @classmethod
-    def from_url(cls, url: str, retention_seconds: float | None = None, **options: Any) -> Store:
-        """A store on its own client; `options` are redis-py's (socket_timeout, health_check_interval, ...)."""
+    def from_url(cls, url: RedisTarget | str, retention_seconds: float | None = None, **options: Any) -> Store:
+        """A store on its own client for a URL or a target (store/clients.py); `options` are redis-py's
+        (socket_timeout, health_check_interval, ...)."""
+        from ajet_runner.store.clients import connect
+
         options.setdefault("health_check_interval", 10)
-        return cls(redis.Redis.from_url(url, **options), retention_seconds)
+        return cls(connect(url, **options), retention_seconds)
 
     def outbox(self) -> Outbox:
         """The outbox of notices to deliver (store/outbox.py), on this store's client."""
@@ -213,17 +219,16 @@ class Store:
     @property
     def server(self) -> tuple[Any, ...]:
         """Which server and account this store's client talks to (equal for two clients of one Redis)."""
-        pool = self.r.connection_pool
-        kw = pool.connection_kwargs
-        return (pool.connection_class.__name__, *(kw.get(k) for k in ("host", "port", "path", "db", "username",
-                                                                        "password")))
+        from ajet_runner.store.clients import server_identity
+
+        return server_identity(self.r)
 
     def twin(self, **options: Any) -> Store:
         """A Store on a client of its own (own pool) with this one's connection settings, auth and TLS
         included; `options` override some (timeouts)."""
-        pool = self.r.connection_pool
-        return Store(redis.Redis(connection_pool=redis.ConnectionPool(
-            connection_class=pool.connection_class, **{**pool.connection_kwargs, **options})))
+        from ajet_runner.store.clients import clone
+
+        return Store(clone(self.r, **options))
 
     # -- the job queue (RQ, store/queue.py) on this store's client ----------------------------
     def enqueue_drive(self, exp_id: str, queue_name: str, *, at_front: bool = False,

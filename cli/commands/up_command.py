@@ -27,9 +27,18 @@ import typer
 from ajet_runner.cli.commands import output
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import FINISHED
+from ajet_runner.store.connection import RedisSettingsError, RedisTarget, need_target, target_from
 from ajet_runner.store.settings import get_settings
 
 STOP_WAIT_SECONDS = 60.0  # after Ctrl-C: how long the running experiments get to stop and write their reports
+
+
+def _configured_redis() -> RedisTarget | None:
+    """REDIS_URL or the sentinels (None: start an embedded one); mixed settings stop `up` naming them."""
+    try:
+        return target_from(get_settings())
+    except RedisSettingsError as exc:
+        raise output.fail(f"error: {exc}") from None
 
 
 def _port_is_free(host: str, port: int) -> bool:
@@ -106,7 +115,7 @@ def register(app: typer.Typer) -> None:
         token, token_file = _token(workdir)
         os.environ.setdefault("AJET_RUNNER_TMUX_SOCKET", str(workdir / "tmux.sock"))
         embedded = None
-        if not get_settings().redis_url:
+        if _configured_redis() is None:  # REDIS_URL or the sentinels, else an embedded one
             try:
                 embedded = EmbeddedRedis().start()
             except EmbeddedRedisError as exc:
@@ -117,7 +126,7 @@ def register(app: typer.Typer) -> None:
         settings = get_settings()
         node = node or settings.node
         worker = start_local_worker(os.environ, node)
-        store = Store.from_url(settings.redis_url)
+        store = Store.from_url(need_target(settings))
         try:
             try:
                 wait_for_node(store, node, worker)

@@ -9,19 +9,18 @@ from typing import Any
 import typer
 
 from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+from ajet_runner.cli.commands.redis_config import redis_or_exit
+from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.settings import get_settings
 
 
-def _need_redis_url() -> str:
-    url = get_settings().redis_url
-    if not url:
-        typer.echo("error: REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0)", err=True)
-        raise typer.Exit(2)
-    return url
+def _need_redis(check: bool = True) -> RedisTarget:
+    return redis_or_exit(get_settings(), check=check)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(epilog="Example: REDIS_URL=redis://redis-host:6379/0 ajet-runner worker --node gpu-a --gpus 8")
+    @app.command(epilog="Example: REDIS_URL=redis://redis-host:6379/0 ajet-runner worker --node gpu-a --gpus 8 "
+                        "(or AJET_RUNNER_REDIS_SENTINELS=s0:26379,s1:26379,s2:26379 AJET_RUNNER_REDIS_MASTER=ajet)")
     def worker(
         node: str = typer.Option("", help="this node's name", show_default="$AJET_RUNNER_NODE or the hostname"),
         gpus: int = typer.Option(-1, help="GPUs on this node (0 = none)",
@@ -47,7 +46,7 @@ def register(app: typer.Typer) -> None:
 
             os.environ["AJET_RUNNER_NODE_ADDRESS"] = address
             get_settings.cache_clear()
-        url = _need_redis_url()
+        url = _need_redis()
         settings = get_settings()
         try:  # first, so every line has the format; exported: the slot processes log the same way
             configure("worker", log_level, log_format, node=node or settings.node)
@@ -101,7 +100,7 @@ def register(app: typer.Typer) -> None:
 
         from ajet_runner.store.store import Store
 
-        store = Store.from_url(_need_redis_url())
+        store = Store.from_url(_need_redis(check=False))
         name = node or get_settings().node
         known = [n["name"] for n in store.nodes()]
         if name not in known and not (undo and store.draining(name)):

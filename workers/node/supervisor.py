@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
+from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.queue import node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import REDIS_DOWN, Store
@@ -41,11 +42,11 @@ HOLDER_FIELDS = ("state", "node", "nnodes")  # what the GPU / swarm port checks 
 
 
 class NodeSupervisor:
-    def __init__(self, settings: Settings, node: NodeInfo, redis_url: str) -> None:
+    def __init__(self, settings: Settings, node: NodeInfo, redis: RedisTarget | str) -> None:
         self.settings = settings
         self.node = node
-        self.url = redis_url
-        self.store = Store.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=0)
+        self.url = redis  # the watcher is handed the same Redis (a URL, or the sentinels)
+        self.store = Store.from_url(redis, socket_timeout=10, socket_connect_timeout=5, health_check_interval=0)
         self.gangs = self.store.gangs()
         self._runner: TmuxRunner | None = None  # for sweeping ranks left on this node (workers/gang/adopt.py)
         self.watcher: subprocess.Popen[bytes] | None = None

@@ -27,6 +27,7 @@ from ajet_runner.resultdir.stage_inputs import facts_for
 from ajet_runner.statemachine.compare import compare
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import EventType
+from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.stages import evaluation_events, note_report, stage_ids, stage_meta
@@ -214,7 +215,8 @@ class Deliverer:
         return self.settings.webhook_secret.get_secret_value()
 
 
-def start_deliverer(settings: Settings, redis_url: str, node: str, stopping: threading.Event) -> threading.Thread:
+def start_deliverer(settings: Settings, redis_url: RedisTarget | str, node: str,
+                    stopping: threading.Event) -> threading.Thread:
     """The deliverer in a daemon thread of this process, until `stopping` is set."""
     store = Store.from_url(redis_url, health_check_interval=10, socket_timeout=30)
     thread = threading.Thread(target=Deliverer(store, settings, node).run, args=(stopping,), name="outbox",
