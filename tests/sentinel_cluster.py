@@ -169,6 +169,19 @@ class SentinelCluster:
             time.sleep(0.05)
         raise RuntimeError(f"no failover from port {old_port} within {timeout:.0f} s (logs in {self.workdir})")
 
+    def wait_master_down(self, timeout: float = 30.0) -> None:
+        """Until every sentinel flags the master it names as down (then clients find no master)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            flags = []
+            for s in self.sentinels:
+                with contextlib.suppress(redis.RedisError):
+                    flags.append(str(self._client(s.port).sentinel_master(MASTER_NAME).get("flags", "")))
+            if len(flags) == len(self.sentinels) and all("s_down" in f for f in flags):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the sentinels did not see the master down within {timeout:.0f} s")
+
     def restart(self, member: Member) -> None:
         """Start a killed server again on its port: the sentinels make it a replica of the new master."""
         member.start(self.workdir)
