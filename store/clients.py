@@ -14,14 +14,17 @@ layers above the store. Callers import it through store/connection.py.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
-from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
+from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -171,6 +174,31 @@ def _sentinel_kwargs(target: RedisTarget, options: dict[str, Any]) -> dict[str, 
     return out
 
 
+@cache
+def _scripts() -> tuple[tuple[str, str], ...]:
+    """(sha1, text) of every Lua script of the store (store/*.lua)."""
+    files = resources.files("ajet_runner.store")
+    texts = [f.read_text(encoding="utf-8") for f in files.iterdir() if f.name.endswith(".lua")]
+    return tuple((hashlib.sha1(t.encode()).hexdigest(), t) for t in texts)  # Redis names a script by its SHA-1
+
+
+class ScriptsLoadedConnection(SentinelManagedConnection):
+    """A connection to the master Sentinel names that first makes sure the store's Lua scripts are there. A
+    promoted replica has an empty script cache (Redis replicates a script's effects, not the script), and
+    redis-py reloads a missing script for a single EVALSHA but not inside a pipeline retried after a failover:
+    without this, the first pipelined script on a new master fails with NOSCRIPT."""
+
+    def on_connect_check_health(self, check_health: bool = True) -> None:
+        super().on_connect_check_health(check_health=check_health)
+        scripts = _scripts()
+        self.send_command("SCRIPT", "EXISTS", *(sha for sha, _ in scripts))
+        present = self.read_response()
+        for (_, text), there in zip(scripts, present, strict=True):
+            if not there:
+                self.send_command("SCRIPT", "LOAD", text)
+                self.read_response()
+
+
 def connect(where: RedisTarget | str, **options: Any) -> redis.Redis:
     """A client of its own for `where` (a target, or a plain URL); `options` are redis-py's (timeouts,
     health_check_interval). Retries as the module docstring says."""
@@ -180,6 +208,7 @@ def connect(where: RedisTarget | str, **options: Any) -> redis.Redis:
     options.setdefault("retry", retry_policy(target.retry_seconds))
     if target.password:
         options.setdefault("password", target.password)
+    options.setdefault("connection_class", ScriptsLoadedConnection)
     manager = Sentinel(list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
     return manager.master_for(target.master, db=target.db, **options)
 

@@ -9,6 +9,7 @@ experiment (the `start` transition is the claim).
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,6 +22,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, FINISHED, EventType, Outcome, State
+from ajet_runner.store.clients import is_replicated
 from ajet_runner.store.events import EventBase, checked
 from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.keys import (
@@ -73,7 +75,11 @@ __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "REDIS_DOWN", "UNFINISHE
 RedisError = redis.RedisError
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
+log = logging.getLogger(__name__)
 STREAM_MAXLEN = 10_000
+# Under Sentinel, a transition waits this long for one replica to have it (WAIT 1): replication is asynchronous,
+# and a claim the master acknowledged and lost in a failover could otherwise be made a second time.
+REPLICA_WAIT_MS = 100
 LOG_TAIL_CAP = 200  # lines of log kept in Redis, so the API can show a log without the node's disk
 NODE_RECORD_TTL = 3600
 NODE_ALIVE_SECONDS = 30.0  # a node whose last heartbeat is older is down (node_up 0, not offered work)
@@ -169,6 +175,7 @@ class Store:
 
     def __init__(self, client: redis.Redis, retention_seconds: float | None = None) -> None:
         self.r = client
+        self.replicated = is_replicated(client)  # a Sentinel-managed master: transitions wait for a replica
         if retention_seconds is None:
             from ajet_runner.store.settings import get_settings
 
@@ -407,11 +414,27 @@ class Store:
                                            owner=owner, stats=stats, node=node)
         if fields.get("state") == State.finished.value:
             ok, detail = self._finishing(exp_id, keys, args)
+        elif self.replicated:
+            ok, detail = self._replicated_transition(exp_id, keys, args)
         else:
             ok, detail = self._transition(keys=keys, args=args)
         if not ok:
             raise TransitionConflict(f"experiment {exp_id}: {text(detail)} check failed")
         return int(text(detail))
+
+    def _replicated_transition(self, exp_id: str, keys: list[str], args: list[Any]) -> Any:
+        """The transition, then WAIT for one replica on the same connection (one pipeline): once this returns,
+        a failover keeps the write (Sentinel promotes the replica that is most up to date). A replica that
+        does not answer in REPLICA_WAIT_MS is logged, not waited for: the runs go on with one server.
+        The finishing transition is not waited for: its result dir's finish.flag proves it (reconcile)."""
+        pipe = self.r.pipeline(transaction=False)
+        self._transition(keys=keys, args=args, client=pipe)
+        pipe.execute_command("WAIT", 1, REPLICA_WAIT_MS)
+        answer, acked = pipe.execute()
+        if not int(acked or 0):
+            log.warning("%s: no replica confirmed a transition within %d ms (a failover now could lose it)",
+                        exp_id, REPLICA_WAIT_MS)
+        return answer
 
     def _finishing(self, exp_id: str, keys: list[str], args: list[Any]) -> Any:
         """The finishing transition and its outbox task (store/outbox.py) in one MULTI: the notice that it

@@ -111,6 +111,7 @@ class ApiProbe:
         self.url = url
         self.samples: list[tuple[float, int]] = []  # (monotonic, status; 0: no answer)
         self.slowest = 0.0  # the longest a request waited for its answer (the client's retries ride a failover)
+        self.odd: list[str] = []  # answers other than 200 and 503, with their bodies
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="api-probe")
 
@@ -119,7 +120,10 @@ class ApiProbe:
             while not self._stop.is_set():
                 t = time.monotonic()
                 try:
-                    code = c.get("/v1/experiments", params={"limit": 1}).status_code
+                    resp = c.get("/v1/experiments", params={"limit": 1})
+                    code = resp.status_code
+                    if code not in (200, 503):
+                        self.odd.append(f"{code}: {resp.text[:300]}")
                 except httpx.TransportError:
                     code = 0
                 self.samples.append((t, code))
@@ -271,6 +275,7 @@ def run_failover(work: Path, tmux_socket: str, n: int = 12, slots: int = 3, rest
             figures.api_503_seconds = probe.unavailable_seconds()
             figures.api_slowest_seconds = probe.slowest
             figures.api_other_errors = sum(1 for _, c in probe.samples if c not in (0, 200, 503))
+            figures.problems += [f"API answered {odd}" for odd in probe.odd]
             figures.workers_kept = all(w.poll() is None for w in workers)
             after_watchers = set().union(*(watchers(w) for w in workers))
             figures.watcher_restarts = len(after_watchers - before_watchers)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
-from ajet_runner.store.connection import RedisTarget
+from ajet_runner.store.connection import RedisTarget, master_address
 from ajet_runner.store.queue import node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import REDIS_DOWN, Store
@@ -57,6 +57,8 @@ class NodeSupervisor:
         self.on_tick: Callable[[NodeSupervisor], None] | None = None
         # the queue's health: checked by one supervisor of the cluster, the lease holder (queue_check.py)
         self.queue_check = QueueChecker(self.store, node.name, settings.node_absent_report_seconds)
+        self._master: tuple[str, int] | None = None  # under Sentinel: the master this supervisor last used
+        self.switches = 0  # failovers seen (each triggers a scan of this node's runs at once)
 
     # -- the watcher -------------------------------------------------------------------------
     def _spawn(self) -> None:
@@ -209,6 +211,19 @@ class NodeSupervisor:
             log.info("node %s stays drained: sticky drain by %s%s (ajet-runner drain --undo ends it)",
                      self.node.name, kept["by"] or "someone", f": {kept['reason']}" if kept["reason"] else "")
 
+    def master_moved(self) -> bool:
+        """Under Sentinel, True once after each failover this process saw (the client now talks to another
+        master): the node's runs are re-read at once, not at the next scan."""
+        now = master_address(self.store.r)
+        moved = now is not None and self._master is not None and now != self._master
+        if now is not None:
+            self._master = now
+        if moved and now is not None:
+            self.switches += 1
+            log.warning("the Redis master moved to %s:%d: re-reading this node's runs (a failover may have lost "
+                        "the last writes; drivers restore their records, runs nobody drives are re-adopted)", *now)
+        return moved
+
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> None:
         log.info("node %s: %d GPU(s), %d slot(s)", self.node.name, self.node.gpus, self.node.slots)
@@ -219,6 +234,8 @@ class NodeSupervisor:
             while not self.stopping.is_set():
                 now = time.monotonic()
                 try:
+                    if self.master_moved():
+                        next_scan = now
                     if now >= next_scan:
                         self.adopt_orphans()
                         next_scan = now + self.scan_every()
