@@ -675,3 +675,15 @@ def test_sentinel_needs_the_bundled_redis_and_a_reachable_quorum(chart: helm.Cha
                                 "sentinel": {"enabled": True}}}, name=RELEASE, namespace=NAMESPACE)
     with pytest.raises(helm.HelmRenderError, match="quorum cannot be more than"):
         chart.render({"redis": {"sentinel": {"enabled": True, "quorum": 4}}}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_sentinel_start_scripts_are_valid_sh(chart: helm.Chart, tmp_path: Path) -> None:
+    """The scripts the Redis pods run parse as POSIX sh (`sh -n`); they run in the official redis image."""
+    import subprocess
+
+    scripts = one(render(chart, VALUE_SETS["redis-sentinel"]), "ConfigMap", "-redis-scripts")["data"]
+    for name, text in scripts.items():
+        path = tmp_path / name
+        path.write_text(text)
+        checked = subprocess.run(["sh", "-n", str(path)], capture_output=True, text=True, check=False)
+        assert checked.returncode == 0, f"{name}: {checked.stderr}"
