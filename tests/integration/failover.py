@@ -54,6 +54,8 @@ class FailoverFigures:
     rejoin_seconds: float = 0.0  # the old master restarted → a replica in sync (0: not restarted)
     workers_kept: bool = False  # the same worker (supervisor) processes served before and after
     watcher_restarts: int = 0  # watcher processes replaced by their supervisor
+    switch_seen: int = 0  # supervisors that saw the master move (and re-read their runs at once)
+    records_restored: int = 0  # runs whose driver restored a record a failover had set back
     wall_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -77,7 +79,8 @@ class FailoverFigures:
             "old master         " + (f"back as a replica in {self.rejoin_seconds:.1f} s" if self.rejoin_seconds
                                       else "not restarted"),
             f"workers            {'the same processes' if self.workers_kept else 'REPLACED'}; "
-            f"{self.watcher_restarts} watcher restart(s) by their supervisor",
+            f"{self.watcher_restarts} watcher restart(s) by their supervisor; {self.switch_seen} of 2 supervisors "
+            f"saw the master move; {self.records_restored} record(s) restored after lost writes",
             f"wall time          {self.wall_seconds:.0f} s",
             "RESULT             " + ("PASS" if self.passed else "FAIL"),
         ]
@@ -280,6 +283,9 @@ def run_failover(work: Path, tmux_socket: str, n: int = 12, slots: int = 3, rest
             after_watchers = set().union(*(watchers(w) for w in workers))
             figures.watcher_restarts = len(after_watchers - before_watchers)
             judge(store, ids, runs, figures)
+            logs = [(work / f"worker-{x}.log").read_text(errors="replace") for x in "ab"]
+            figures.switch_seen = sum("the Redis master moved" in text for text in logs)
+            figures.records_restored = sum(text.count("restoring it from the driver's state") for text in logs)
             store.close()
         finally:
             for p in procs:
