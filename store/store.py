@@ -22,7 +22,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, FINISHED, EventType, Outcome, State
-from ajet_runner.store.clients import is_replicated
+from ajet_runner.store.clients import is_replicated, master_address
 from ajet_runner.store.events import EventBase, checked
 from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.keys import (
@@ -262,6 +262,10 @@ class Store:
     def fetch_job(self, job_id: str) -> Job:
         """The RQ job (raises rq's NoSuchJobError when it is gone)."""
         return Job.fetch(job_id, connection=self.r, serializer=JSONSerializer)
+
+    def master_address(self) -> tuple[str, int] | None:
+        """Under Sentinel, the master this store's client last connected to (a change: a failover); else None."""
+        return master_address(self.r)
 
     def ping(self) -> bool:
         return bool(self.r.ping())

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
-from ajet_runner.store.connection import RedisTarget, master_address
+from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.queue import node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import REDIS_DOWN, Store
@@ -214,7 +214,7 @@ class NodeSupervisor:
     def master_moved(self) -> bool:
         """Under Sentinel, True once after each failover this process saw (the client now talks to another
         master): the node's runs are re-read at once, not at the next scan."""
-        now = master_address(self.store.r)
+        now = self.store.master_address()
         moved = now is not None and self._master is not None and now != self._master
         if now is not None:
             self._master = now
