@@ -496,8 +496,12 @@ class Store:
         model (store/events.py: an unknown type raises EventRefused).
 
         `once=(writer, seq)` makes a retried send harmless: Redis adds the event only if that
-        writer's `seq` is new (returns "" otherwise)."""
+        writer's `seq` is new (returns "" otherwise). Under Sentinel every event is sent so, with a writer of
+        its own when none is given: the client retries a command across a failover, and a retry of a
+        command the old master did run must not publish it twice."""
         event = checked(event)
+        if once is None and self.replicated:
+            once = (uuid.uuid4().hex, 1)
         payload = json.dumps({"at": time.time(), **event}, default=str)
         kind = str(event.get("type", EventType.info))
         if once is not None:

@@ -27,16 +27,26 @@ import typer
 from ajet_runner.cli.commands import output
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import FINISHED
-from ajet_runner.store.connection import RedisSettingsError, RedisTarget, need_target, target_from
+from ajet_runner.store.connection import (
+    RedisSettingsError,
+    RedisTarget,
+    check_reachable,
+    need_target,
+    target_from,
+)
 from ajet_runner.store.settings import get_settings
 
 STOP_WAIT_SECONDS = 60.0  # after Ctrl-C: how long the running experiments get to stop and write their reports
 
 
 def _configured_redis() -> RedisTarget | None:
-    """REDIS_URL or the sentinels (None: start an embedded one); mixed settings stop `up` naming them."""
+    """REDIS_URL or the sentinels (None: start an embedded one); mixed or unreachable settings stop `up`
+    naming them."""
     try:
-        return target_from(get_settings())
+        target = target_from(get_settings())
+        if target is not None:
+            check_reachable(target)
+        return target
     except RedisSettingsError as exc:
         raise output.fail(f"error: {exc}") from None
 
