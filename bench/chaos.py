@@ -24,9 +24,11 @@ re-adopts them). Then it waits for every experiment to finish and prints:
   experiments: the heartbeats only); worst and median.
 Exit 0 only when duplicates = lost = orphans = 0 and every experiment has its flag.
 
-Then the failover scenario (tests/integration/failover.py): Redis with Sentinel (a master, a replica, 3
+Then the failover scenario (tests/integration/failover.py), twice: Redis with Sentinel (a master, a replica, 3
 sentinels), an API and two workers given only the sentinels, `--failover-experiments` short runs, the master
-SIGKILLed once a third have finished and started again (it returns as a replica). It prints runs finished,
+SIGKILLed once a third have finished and started again (it returns as a replica); the second time the
+master first acknowledges 1.5 s of writes its replica never gets (stopped and cut off), which the promoted
+replica then lacks. It prints runs finished,
 flags, duplicates, lost, the seconds the API answered 503, when it answered again after the switch.
 
 Usage: python bench/chaos.py [--experiments 200] [--seed 1] [--slots 4] [--timeout 1800] [--failover-experiments 60]
@@ -425,16 +427,18 @@ def _wait_count(store: Store, ids: list[str]) -> int:
         return 0
 
 
-def failover(n: int, slots: int, timeout: float) -> bool:
-    """The Sentinel failover scenario; prints its figures, returns whether it passed."""
+def failover(n: int, slots: int, timeout: float, lose_seconds: float = 0.0) -> bool:
+    """The Sentinel failover scenario; prints its figures, returns whether it passed. `lose_seconds`: the master
+    first acknowledges that long of writes no replica gets (the loss asynchronous replication allows)."""
     with tempfile.TemporaryDirectory(prefix="ajet-failover-") as tmp:
         sock = str(Path(tmp) / "tmux.sock")
         try:
             figures = run_failover(Path(tmp), sock, n=n, slots=slots, restart_old=True, timeout=timeout,
-                                   out=lambda line: print(f"  {line}", flush=True))
+                                   out=lambda line: print(f"  {line}", flush=True), lose_writes_seconds=lose_seconds)
         finally:
             subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, check=False)
-    print("Redis Sentinel failover (master SIGKILL mid-sweep, the old master back as a replica):")
+    lost = f", after {lose_seconds:g} s of writes no replica got" if lose_seconds else ""
+    print(f"Redis Sentinel failover (master SIGKILL mid-sweep{lost}, the old master back as a replica):")
     print("\n".join(figures.lines()))
     for problem in figures.problems:
         print(f"  {problem}")
@@ -461,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"chaos: cannot run here: {exc}", file=sys.stderr)
     if args.failover_experiments > 0:
         passed = failover(args.failover_experiments, args.slots, args.timeout) and passed
+        passed = failover(args.failover_experiments, args.slots, args.timeout, lose_seconds=1.5) and passed
         ran = True
     if not ran:
         return SKIP

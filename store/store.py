@@ -80,6 +80,7 @@ STREAM_MAXLEN = 10_000
 # Under Sentinel, a transition waits this long for one replica to have it (WAIT 1): replication is asynchronous,
 # and a claim the master acknowledged and lost in a failover could otherwise be made a second time.
 REPLICA_WAIT_MS = 100
+REPLICA_WAIT_CLAIM_MS = 1000  # ... and a claim (or an adoption) longer: a claim lost is a run launched twice
 LOG_TAIL_CAP = 200  # lines of log kept in Redis, so the API can show a log without the node's disk
 NODE_RECORD_TTL = 3600
 NODE_ALIVE_SECONDS = 30.0  # a node whose last heartbeat is older is down (node_up 0, not offered work)
@@ -409,8 +410,10 @@ class Store:
         owner: str = "",
         stats: TransitionStats | Mapping[str, Any] | None = None,
         node: str = "",
+        durable: bool = False,
     ) -> int:
-        """Compare-and-set `fields` and publish `event` atomically; returns the new version.
+        """Compare-and-set `fields` and publish `event` atomically; returns the new version. `durable` (a claim):
+        under Sentinel, wait longer for a replica to have it.
 
         The script also keeps the indexes: per state, and (given the `node` the caller acts for) the
         node's active set and experiment index; a finished record starts to expire."""
@@ -419,25 +422,26 @@ class Store:
         if fields.get("state") == State.finished.value:
             ok, detail = self._finishing(exp_id, keys, args)
         elif self.replicated:
-            ok, detail = self._replicated_transition(exp_id, keys, args)
+            wait_ms = REPLICA_WAIT_CLAIM_MS if durable else REPLICA_WAIT_MS
+            ok, detail = self._replicated_transition(exp_id, keys, args, wait_ms)
         else:
             ok, detail = self._transition(keys=keys, args=args)
         if not ok:
             raise TransitionConflict(f"experiment {exp_id}: {text(detail)} check failed")
         return int(text(detail))
 
-    def _replicated_transition(self, exp_id: str, keys: list[str], args: list[Any]) -> Any:
+    def _replicated_transition(self, exp_id: str, keys: list[str], args: list[Any], wait_ms: int) -> Any:
         """The transition, then WAIT for one replica on the same connection (one pipeline): once this returns,
         a failover keeps the write (Sentinel promotes the replica that is most up to date). A replica that
-        does not answer in REPLICA_WAIT_MS is logged, not waited for: the runs go on with one server.
+        does not answer in `wait_ms` is logged, not waited for: the runs go on with one server.
         The finishing transition is not waited for: its result dir's finish.flag proves it (reconcile)."""
         pipe = self.r.pipeline(transaction=False)
         self._transition(keys=keys, args=args, client=pipe)
-        pipe.execute_command("WAIT", 1, REPLICA_WAIT_MS)
+        pipe.execute_command("WAIT", 1, wait_ms)
         answer, acked = pipe.execute()
         if not int(acked or 0):
             log.warning("%s: no replica confirmed a transition within %d ms (a failover now could lose it)",
-                        exp_id, REPLICA_WAIT_MS)
+                        exp_id, wait_ms)
         return answer
 
     def _finishing(self, exp_id: str, keys: list[str], args: list[Any]) -> Any:

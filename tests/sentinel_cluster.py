@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -32,9 +33,9 @@ class Member:
     args: list[str]
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
-    def start(self, workdir: Path) -> None:
+    def start(self, workdir: Path, *extra: str) -> None:
         log = open(workdir / f"{self.name}.log", "ab")  # noqa: SIM115 - lives with the process
-        self.process = subprocess.Popen([find_redis_server(), str(self.conf), *self.args], stdout=log,
+        self.process = subprocess.Popen([find_redis_server(), str(self.conf), *self.args, *extra], stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
 
@@ -154,6 +155,30 @@ class SentinelCluster:
         member.kill()
         return member
 
+    def kill_master_losing_writes(self, seconds: float) -> Member:
+        """SIGKILL the master after `seconds` in which it acknowledged writes no replica got: every replica is
+        stopped (SIGSTOP) and cut off (CLIENT KILL TYPE replica, so what follows is never sent), then the
+        master dies and the replicas go on (SIGCONT) missing those writes. Replication is asynchronous: this
+        is the loss a failover can cause, made wide enough to hit the runner's writes."""
+        port = self.master_port()
+        assert port is not None, "no master named"
+        replicas = [m for m in self.servers if m.port != port and m.process and m.process.poll() is None]
+        for m in replicas:
+            assert m.process is not None
+            m.process.send_signal(signal.SIGSTOP)
+        try:
+            client = self._client(port)
+            client.client_kill_filter(_type="replica")
+            client.close()
+            time.sleep(seconds)
+            member = self.member_on(port)
+            member.kill()
+        finally:
+            for m in replicas:
+                assert m.process is not None
+                m.process.send_signal(signal.SIGCONT)
+        return member
+
     def wait_switch(self, old_port: int, timeout: float = 30.0) -> float:
         """Seconds until every sentinel names a master other than `old_port` that answers PING."""
         t0 = time.monotonic()
@@ -183,8 +208,13 @@ class SentinelCluster:
         raise RuntimeError(f"the sentinels did not see the master down within {timeout:.0f} s")
 
     def restart(self, member: Member) -> None:
-        """Start a killed server again on its port: the sentinels make it a replica of the new master."""
-        member.start(self.workdir)
+        """Start a killed server again on its port as a replica of the master the sentinels name now, as the
+        chart's start script does. (Started as a master, an empty server takes writes meant for the new
+        master until the sentinels reconfigure it, seconds later: clients that asked the sentinels just
+        before the switch connect to it.)"""
+        port = self.master_port()
+        assert port is not None and port != member.port, "no new master named"
+        member.start(self.workdir, "--replicaof", "127.0.0.1", str(port))
 
     def wait_replica(self, member: Member, timeout: float = 30.0) -> float:
         """Seconds until `member` is a replica in sync with the current master."""

@@ -56,6 +56,7 @@ class FailoverFigures:
     watcher_restarts: int = 0  # watcher processes replaced by their supervisor
     switch_seen: int = 0  # supervisors that saw the master move (and re-read their runs at once)
     records_restored: int = 0  # runs whose driver restored a record a failover had set back
+    adoptions: int = 0  # re-adoptions queued by a supervisor (adoption events), e.g. of a finish the failover lost
     wall_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -80,7 +81,8 @@ class FailoverFigures:
                                       else "not restarted"),
             f"workers            {'the same processes' if self.workers_kept else 'REPLACED'}; "
             f"{self.watcher_restarts} watcher restart(s) by their supervisor; {self.switch_seen} of 2 supervisors "
-            f"saw the master move; {self.records_restored} record(s) restored after lost writes",
+            f"saw the master move; {self.records_restored} record(s) restored after lost writes; "
+            f"{self.adoptions} re-adoption(s)",
             f"wall time          {self.wall_seconds:.0f} s",
             "RESULT             " + ("PASS" if self.passed else "FAIL"),
         ]
@@ -197,6 +199,7 @@ def judge(store: Store, ids: list[str], runs: list[Scenario], figures: FailoverF
             figures.problems.append(f"lost: {exp_id} ({(rec or {}).get('state', 'no record')})")
             continue
         figures.finished += 1
+        figures.adoptions += sum(1 for e in store.events(exp_id) if e.get("type") == "adoption")
         outcome = str(rec.get("outcome"))
         figures.outcomes[outcome] = figures.outcomes.get(outcome, 0) + 1
         logs = sorted((sc.results / "logs").glob("attempt-*.log"))
@@ -219,7 +222,7 @@ def judge(store: Store, ids: list[str], runs: list[Scenario], figures: FailoverF
 
 def run_failover(work: Path, tmux_socket: str, n: int = 12, slots: int = 3, restart_old: bool = True,
                  kill_after_finished: int | None = None, timeout: float = 240.0,
-                 out: object = None) -> FailoverFigures:
+                 out: object = None, lose_writes_seconds: float = 0.0) -> FailoverFigures:
     """The whole scenario; returns its figures (never raises on a bad result: the caller judges)."""
     say = out if callable(out) else (lambda *_: None)
     figures = FailoverFigures(submitted=n)
@@ -257,8 +260,9 @@ def run_failover(work: Path, tmux_socket: str, n: int = 12, slots: int = 3, rest
                 figures.finished_before_kill = sum(s == "finished" for s in states.values())
                 say(f"killing the master: {sorted(states.values())}")
                 old_port = cluster.master_port() or 0
+                old = (cluster.kill_master_losing_writes(lose_writes_seconds) if lose_writes_seconds
+                       else cluster.kill_master())
                 killed_at = time.monotonic()
-                old = cluster.kill_master()
                 figures.switch_seconds = cluster.wait_switch(old_port)
                 switched_at = killed_at + figures.switch_seconds
                 say(f"switch after {figures.switch_seconds:.1f} s")

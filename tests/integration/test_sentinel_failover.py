@@ -171,6 +171,17 @@ def test_a_batch_of_runs_survives_a_master_sigkill(tmux_socket: str, tmp_path: P
     assert figures.api_other_errors == 0, figures.problems
 
 
+def test_a_batch_of_runs_survives_writes_lost_in_the_failover(tmux_socket: str, tmp_path: Path) -> None:
+    """The master acknowledges 1.5 s of writes no replica gets (replicas stopped and cut off), then dies: the
+    promoted replica lacks them (claims, transitions, finishes, job pops). Still every run finishes once."""
+    figures = run_failover(tmp_path, tmux_socket, n=12, slots=3, restart_old=True, timeout=200,
+                           lose_writes_seconds=1.5)
+    print("\n".join(figures.lines()))
+    assert figures.passed, "\n".join([*figures.lines(), *figures.problems])
+    assert figures.workers_kept and figures.switch_seen == 2
+    assert figures.api_back_seconds <= 10.0 and figures.api_other_errors == 0, figures.problems
+
+
 def test_the_cli_run_uses_the_sentinels(cluster: SentinelCluster, tmux_socket: str, tmp_path: Path) -> None:
     """`ajet-runner run` with the sentinel settings: its worker and its store use them (no embedded Redis)."""
     from tests.integration.failover import short_runs

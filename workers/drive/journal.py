@@ -109,7 +109,7 @@ class Journal:
             at = expected - self.lost  # the pump's thread alone sends, so `lost` only moves between ops
             try:
                 self.store.transition(self.exp_id, expected_version=at, owner=self.owner,
-                                      fields=fields, event=event, stats=counted, node=self.node)
+                                      fields=fields, event=event, stats=counted, node=self.node, durable=ack)
             except TransitionConflict:
                 if self._already_applied(at):
                     return

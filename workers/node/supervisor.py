@@ -59,6 +59,7 @@ class NodeSupervisor:
         self.queue_check = QueueChecker(self.store, node.name, settings.node_absent_report_seconds)
         self._master: tuple[str, int] | None = None  # under Sentinel: the master this supervisor last used
         self.switches = 0  # failovers seen (each triggers a scan of this node's runs at once)
+        self._switched_at = 0.0  # monotonic: when the last one was seen
 
     # -- the watcher -------------------------------------------------------------------------
     def _spawn(self) -> None:
@@ -121,7 +122,8 @@ class NodeSupervisor:
             if gone:
                 lease = 0.0
             last_try = float(rec.get("adopt_enqueued_at") or 0)
-            if lease > now or now - last_try < 2 * self.settings.lease_seconds or driver_alive(rec):
+            if lease > now or now - last_try < 2 * self.settings.lease_seconds or (
+                    driver_alive(rec) and not self._forsaken(lease, now)):
                 continue
             self.store.update(rec["id"], {"adopt_enqueued_at": now})
             self.store.enqueue_drive(rec["id"], node_queue(self.node.name), at_front=True,
@@ -133,6 +135,14 @@ class NodeSupervisor:
         self._release_stale_gpus()
         self._release_stale_swarm_ports()
         return adopted
+
+    def _forsaken(self, lease: float, now: float) -> bool:
+        """After a failover, a run whose driver's process lives on but whose lease stayed expired for two lease
+        periods is driven by nobody: its driver finished, and the write that said so was lost with the old
+        master (a live driver renews its lease every third of a period once Redis answers). It is re-adopted:
+        the result dir (rc file, finish.flag) says what happened, as after a crash."""
+        wait = 2 * self.settings.lease_seconds  # live drivers renew within a third of a period once Redis is back
+        return bool(self.switches) and time.monotonic() - self._switched_at > wait and lease < now - wait
 
     def _owner_gone(self, rec: dict, starts: dict[int, int | None]) -> bool:
         """The owner is provably dead (this node and boot, its pid gone or reused): its lease is ended now,
@@ -220,6 +230,7 @@ class NodeSupervisor:
             self._master = now
         if moved and now is not None:
             self.switches += 1
+            self._switched_at = time.monotonic()
             log.warning("the Redis master moved to %s:%d: re-reading this node's runs (a failover may have lost "
                         "the last writes; drivers restore their records, runs nobody drives are re-adopted)", *now)
         return moved
