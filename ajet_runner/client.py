@@ -13,8 +13,10 @@ from ajet_runner.service.client.api_client import (
     ApiError,
     ApiUnavailable,
     AsyncAjetRunnerClient,
+    EmptyStage,
     LogChunk,
+    StageNotFound,
 )
 
-__all__ = ["AjetRunnerClient", "ApiError", "ApiUnavailable", "AsyncAjetRunnerClient", "DeleteResult", "Event",
-           "EventPage", "Experiment", "ExperimentPage", "LogChunk", "Node"]
+__all__ = ["AjetRunnerClient", "ApiError", "ApiUnavailable", "AsyncAjetRunnerClient", "DeleteResult", "EmptyStage",
+           "Event", "EventPage", "Experiment", "ExperimentPage", "LogChunk", "Node", "StageNotFound"]

@@ -2,9 +2,11 @@
 latency while four hostile ones are being submitted to a real `ajet-runner serve` (issue 26, item 2).
 
 Targets: every 100 KB hostile blueprint parses (and validates) in ≤ 100 ms of CPU; a normal submission
-during four concurrent hostile ones answers in ≤ 1 s.
+during four concurrent hostile ones answers in ≤ 1 s; every hostile sweep (issue 37 item 5: an 87 KB sweep
+line, 9 of them in one request, nested `[`, a huge `--sweep`) gets its 4xx through a real `serve` in ≤ 100 ms.
 
     python bench/bench_hostile_parse.py [normal submissions] [seconds of hostile load]
+    python bench/bench_hostile_parse.py sweeps [repeats]     # the hostile sweeps only
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -99,7 +103,42 @@ def api_latency(normal: int, seconds: float) -> tuple[list[float], list[float], 
     return alone, latencies, len(answered), sorted(set(answered))
 
 
+def sweep_latency(repeats: int) -> list[tuple[str, float, float, int]]:
+    """(shape, median s, max s, status) of each hostile sweep request through a real `serve`."""
+    from tests.redteam.test_hostile_parse import hostile_blueprints
+
+    out: list[tuple[str, float, float, int]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-sweeps-") as tmp, EmbeddedRedis() as srv:
+        base = materialize("demo", Path(tmp) / "demo").read_text()
+        texts = hostile_blueprints(base)
+        shapes: list[tuple[str, str, dict[str, object]]] = [
+            (name, "/v1/stages", {"stage": "h", "blueprints": [{"blueprint": text}]}) for name, text in texts.items()]
+        shapes.append(("9 x 87 KB sweep lines, one request", "/v1/stages", {"stage": "h9", "blueprints": [
+            {"blueprint": texts["87 KB sweep line"], "blueprint_path": f"/bp/{k}.md"} for k in range(9)]}))
+        shapes.append(("87 KB sweep line, POST /v1/experiments", "/v1/experiments",
+                       {"blueprint": texts["87 KB sweep line"]}))
+        with serving_api(srv.url) as url, httpx.Client(base_url=url, timeout=60,
+                                                        headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+            http.post("/v1/stages", json=shapes[0][2])  # warm-up: imports, connections
+            for name, path, body in shapes:
+                seconds, status = [], 0
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    status = http.post(path, json=body).status_code
+                    seconds.append(time.perf_counter() - started)
+                out.append((name, statistics.median(seconds), max(seconds), status))
+    return out
+
+
 def main(argv: list[str]) -> None:
+    if len(argv) > 1 and argv[1] == "sweeps":
+        rows = sweep_latency(int(argv[2]) if len(argv) > 2 else 5)
+        print("hostile sweeps through a real serve (wall time per request, median / max):")
+        for name, median, top, status in rows:
+            print(f"  {median * 1000:6.1f} / {top * 1000:6.1f} ms  HTTP {status}  {name}")
+        worst = max(top for _, _, top, _ in rows)
+        print(f"worst {worst * 1000:.1f} ms (target ≤ 100 ms): {'PASS' if worst <= 0.100 else 'FAIL'}")
+        return
     normal = int(argv[1]) if len(argv) > 1 else 20
     seconds = float(argv[2]) if len(argv) > 2 else 30.0
     times = parse_times()

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ajet_runner.workers.process.procs import processes_with_marker
-from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
+from ajet_runner.workers.executors.local.procs import processes_with_marker
+from ajet_runner.workers.executors.local.tmux import RunHandle, TmuxRunner
 
 T = TypeVar("T")
 MARKER = "AJET_RUNNER_EXPERIMENT"

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ajet_runner.service.submit import submit
-from ajet_runner.workers.process.tmux import TmuxRunner
+from ajet_runner.workers.executors.local.tmux import TmuxRunner
 from bench._harness import blueprint, cluster, line, wait
 
 PY = sys.executable

@@ -5,7 +5,9 @@ Every blueprint is read and expanded first (statemachine/sweep.py: one experimen
 blueprint cannot be read, a sweep is malformed, or two experiments would share a result dir. Then each
 experiment goes through the one submission path (service/submit.py), tagged with the stage; one that is
 refused there (its result dir held by a running experiment, no node with enough GPUs) is listed with its
-reasons while the others run, as separate submissions of them would.
+reasons while the others run, as separate submissions of them would. The stage itself, and its settings
+(report dir, webhook URL), are written with its accepted experiments' records, in their transactions: a
+submission refused whole records nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ajet_runner.service.submit import PARSE_DEADLINE_SECONDS, SubmissionRejecte
 from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.sweep import plan_sweep
-from ajet_runner.store.stages import StageNameError, check_stage_name, define_stage
+from ajet_runner.store.stages import StageNameError, check_stage_name, drop_if_empty
 from ajet_runner.store.store import Store
 
 __all__ = ["StageRejected", "StageSubmission", "expand_blueprints", "submit_stage"]
@@ -65,18 +67,21 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
     planned: list[Planned] = []
     problems: list[Problem] = []
     sweep_dirs: list[str] = []
+    deadline = time.monotonic() + PARSE_DEADLINE_SECONDS  # one budget for the request's every blueprint and sweep
     for k, (text, path) in enumerate(blueprints, start=1):
         where = path or f"blueprint {k}"
         try:
-            bp = parse_blueprint(text, deadline=time.monotonic() + PARSE_DEADLINE_SECONDS)
+            bp = parse_blueprint(text, deadline=deadline)
+            plan = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
+                              deadline=deadline) if bp.exp_sweep.strip() or sweep else None
         except ParseDeadline:
             problems.append(Problem(level=Level.error, field=f"{where}: blueprint", message=(
-                "the blueprint took too long to parse and was refused unread")))
+                f"the stage's blueprints took over {PARSE_DEADLINE_SECONDS:g} s to parse and this one was refused "
+                "unread; real ones parse in milliseconds (look for a huge line or deeply nested lists)")))
             continue
-        if not (bp.exp_sweep.strip() or sweep):
+        if plan is None:
             planned.append(Planned(text, path, {}, where, bp.exp_result_dir))
             continue
-        plan = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose)
         if not plan.ok:
             problems += _named(where, plan.problems)
             continue
@@ -118,19 +123,22 @@ def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]]
     if directory and allowed_roots and not _inside(directory, allowed_roots):
         raise StageRejected([Problem(level=Level.error, field="stage_dir", message=(
             f"{directory} is outside the allowed roots ({', '.join(allowed_roots)})"))])
-    define_stage(store, stage, directory=directory, webhook_url=webhook_url)
+    # Written with each accepted experiment's record (store/stage_member.lua), never before: a refused stage
+    # leaves no stage behind and an existing stage's settings are not rewritten by a refused submission.
+    settings = {k: v for k, v in (("dir", directory), ("webhook_url", webhook_url)) if v}
     result = StageSubmission(stage=stage, stage_dir=directory)
     for p in planned:
         try:
             rec = submit(store, p.text, blueprint_path=p.blueprint_path, node=node, priority=priority,
                          allowed_roots=allowed_roots, check_disk=check_disk, wait_for_node=wait_for_node,
-                         stage=stage, overrides=p.overrides or None)
+                         stage=stage, overrides=p.overrides or None, stage_settings=settings)
         except SubmissionRejected as exc:
             result.refused.append({"blueprint": p.blueprint_path, "label": p.label, "status": exc.status,
                                    "problems": [q.model_dump(mode="json") for q in exc.problems]})
             continue
         result.accepted.append(rec)
     if not result.accepted:
+        drop_if_empty(store, stage)  # an experiment recorded, then withdrawn (its dir could not be prepared)
         status = max((r["status"] for r in result.refused), default=422)
         raise StageRejected([Problem.model_validate({**q, "field": f"{r['label']}: {q.get('field', '')}"})
                              for r in result.refused for q in r["problems"]], status=status)

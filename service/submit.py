@@ -79,6 +79,7 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
     nodes: Sequence[str] | None = None,
     stage: str | None = None,
     overrides: Mapping[str, Any] | None = None,
+    stage_settings: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Record and enqueue the blueprint (under `exp_id` if given: an idempotency claim); returns the new
     record. Raises SubmissionRejected.
@@ -86,22 +87,24 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
     A named node that no live worker serves is refused unless `wait_for_node` (it would wait for ever).
     `nodes` limits a multi-node run to those nodes; the first is its head (as `node`).
     `stage` tags it (indexed with the record); `overrides` replace parts of the parsed blueprint (one
-    experiment of a sweep: its result dir, purpose and values; service/stage_submit.py).
+    experiment of a sweep: its result dir, purpose and values; service/stage_submit.py); `stage_settings`
+    (the stage's dir and webhook URL) are written with the record, so only an accepted experiment writes them.
     """
     named = list(dict.fromkeys(nodes or []))
     if named and node and node != named[0]:
         raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
             f"the first of nodes ({named[0]}) is the head, but node names {node}: give one or make them agree"))])
     node = node or (named[0] if named else None)
+    deadline = time.monotonic() + PARSE_DEADLINE_SECONDS
     try:  # bounded work per request: a hostile text is refused, it cannot hold a submission thread
-        bp = parse_blueprint(text, deadline=time.monotonic() + PARSE_DEADLINE_SECONDS)
+        bp = parse_blueprint(text, deadline=deadline)
+        if overrides:
+            bp = bp.model_copy(update=dict(overrides))
+        problems = validate_blueprint(bp, check_disk=check_disk, deadline=deadline)  # the sweep part: same budget
     except ParseDeadline:
         raise SubmissionRejected([Problem(level=Level.error, field="blueprint", message=(
             f"the blueprint took over {format_limit(PARSE_DEADLINE_SECONDS)} to parse and was refused unread; a "
             "real one parses in milliseconds (look for a huge line or deeply nested lists)"))]) from None
-    if overrides:
-        bp = bp.model_copy(update=dict(overrides))
-    problems = validate_blueprint(bp, check_disk=check_disk)
     if bp.exp_sweep.strip() and not bp.exp_sweep_values:
         problems.append(Problem(level=Level.error, field="exp_sweep", message=(
             "this blueprint is a sweep (its [exp_sweep] part): submit it as a stage, which makes one experiment "
@@ -111,6 +114,8 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
             value = bp.yaml_abspath() if fld == "exp_yaml_path" and bp.exp_yaml_path else getattr(bp, fld)
             # The venv's python is a symlink to the system interpreter by design: its directory must be inside.
             probe = os.path.join(os.path.dirname(value), ".") if fld == "exp_venv_exe" and value else value
+            if "\x00" in value:
+                continue  # refused by validation already (here os.path would raise)
             if value and not _inside(probe, allowed_roots):
                 problems.append(Problem(level=Level.error, field=fld,
                                         message=f"{value} is outside the allowed roots ({', '.join(allowed_roots)})"))
@@ -154,7 +159,7 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
     # compare-and-set: of concurrent submissions naming one dir, one wins; the others write nothing.
     try:
         store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose},
-                     result_dir_key=dir_key)
+                     result_dir_key=dir_key, stage_settings=stage_settings if stage else None)
     except ResultDirTaken as taken:
         raise _dir_taken(bp.exp_result_dir, taken.holder, taken.state, taken.held_dir, dir_key) from None
     try:

@@ -1,12 +1,14 @@
 """An LLM adviser's answer: its schema, and the allow-lists every proposed change must pass.
 
 The adviser is a model, so its answer is untrusted input (and the log it read may have been written
-by an attacker to steer it). It may only propose changes of six kinds (set/unset a YAML key under
-`ajet.`, set an environment variable named on ENV_ALLOWED, add or remove a known launcher flag, put
-an allow-listed prefix before the launcher); each is checked against this experiment's YAML as run.
+by an attacker to steer it). It may only propose changes of six kinds (set a YAML key under `ajet.`,
+unset one of the leaf keys UNSET_ALLOWED names, set an environment variable named on ENV_ALLOWED, add
+or remove a known launcher flag, put an allow-listed prefix before the launcher); each is checked
+against this experiment's YAML as run.
 Nothing may point the run elsewhere: no endpoint, host, proxy or address variable, no file path, URL
 or hub id (`org/name`: remote weights and code) as a value, no key that says where something is
-(`*_path`, `*_url`, ...), not `ajet.model.path` nor the experiment's name (another run's checkpoint).
+(`*_path`, `*_url`, ...), not `ajet.model.path` nor the experiment's name (another run's checkpoint), nor
+any key the preflight checks (PREFLIGHT_GUARDED), and never a whole map.
 One change outside the rules refuses the whole answer (a partial plan could be incoherent).
 Nothing here runs anything: an accepted answer becomes ordinary `RepairAction`s that the resolver
 applies like a catalogue plan.
@@ -99,6 +101,25 @@ _HUB_ID = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*
 _KEY_DENIED = frozenset({"ajet.model.path", "ajet.experiment_name", "ajet.project_name"})
 _KEY_LOCATION = re.compile(r"(?:^|_)(?:url|uri|urls|endpoint|host|hostname|proxy|address|addr|server|api_base|"
                            r"base|port|path|dir|file|root|repo|key|token|secret|password|passwd)$", re.IGNORECASE)
+# The only keys an adviser may unset (AgentJet's default then applies): rollout-engine and batch tuning
+# whose defaults are safe. Leaves only: unsetting a map (`ajet.model`) falls back to a hub default model,
+# unsetting anything else drops what the experiment is about.
+UNSET_ALLOWED = frozenset({
+    "ajet.rollout.max_model_len", "ajet.rollout.gpu_memory_utilization", "ajet.rollout.tensor_model_parallel_size",
+    "ajet.rollout.n_vllm_engine", "ajet.rollout.max_num_seqs", "ajet.rollout.max_num_batched_tokens",
+    "ajet.rollout.enforce_eager", "ajet.rollout.enable_chunked_prefill", "ajet.rollout.enable_prefix_caching",
+    "ajet.rollout.max_env_worker", "ajet.rollout.max_response_length_in_one_turn",
+    "ajet.trainer_common.mini_batch_num",
+})
+# What the preflight checks or sets (statemachine/preflight.py, agentjet-notes): never the adviser's to set or
+# unset, whether or not the preflight changed it this time (a YAML that already had them right is protected too).
+PREFLIGHT_GUARDED = frozenset({
+    "ajet.execute_test", "ajet.execute_testing_lambda", "ajet.enable_swarm_mode", "ajet.model.path",
+    "ajet.experiment_name", "ajet.project_name", "ajet.trainer_common.val_before_train",
+    "ajet.trainer_common.val_print_to_markdown_file_path", "ajet.trainer_common.train_print_to_markdown_file_path",
+    "ajet.trainer_common.test_freq", "ajet.trainer_common.logger", "ajet.trainer_common.checkpoint_base_dir",
+    "ajet.trainer_common.nnodes", "ajet.trainer_common.n_gpus_per_node",
+})
 MAX_VALUE_CHARS = 1000
 MAX_CHANGES = 20
 
@@ -208,17 +229,30 @@ def _same_type(current: Any, new: Any) -> bool:
     return type(current) is type(new)
 
 
-def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:  # noqa: C901 - one branch per rule an adviser's YAML change must pass
+def _guarded(key: str) -> str | None:
+    if key in PREFLIGHT_GUARDED:
+        return (f"YAML key {key} is one the preflight checks before every launch (test probe, validation output, "
+                "model, experiment name, GPUs, logger): never the adviser's to change")
+    return None
+
+
+def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
     key = change.key
     if not _YAML_KEY.match(key):
         return f"YAML key {key!r} is not under `ajet.` (only `ajet.<section>.<key>` may be changed)"
     if key in rules.protected_keys:
         return f"YAML key {key} was set by the runner before launch ({rules.protected_keys[key]})"
-    if change.kind == "yaml_set":
-        values = change.value if isinstance(change.value, list) else [change.value]
-        bad = next((p for v in values if (p := _check_text(v, f"the value of {key}"))), None)
-        if bad:
-            return bad
+    if change.kind == "yaml_unset":
+        return _guarded(key) or _unset_problem(key, rules, change.value)
+    return _set_problem(change, rules) or _guarded(key)
+
+
+def _set_problem(change: AdviceChange, rules: AdviceRules) -> str | None:  # noqa: C901 - one branch per rule an adviser's yaml_set must pass
+    key = change.key
+    values = change.value if isinstance(change.value, list) else [change.value]
+    bad = next((p for v in values if (p := _check_text(v, f"the value of {key}"))), None)
+    if bad:
+        return bad
     if key in _KEY_DENIED:
         return (f"YAML key {key} names which model or experiment this is (other weights, another run's "
                 "checkpoint): never the adviser's to change")
@@ -230,12 +264,6 @@ def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:  # no
         if parent is not MISSING and not isinstance(parent, Mapping):
             return f"YAML key {key}: {'.'.join(key.split('.')[:k])} is not a map, it cannot hold keys"
     current = get_dotted(rules.yaml_data, key, MISSING)
-    if change.kind == "yaml_unset":
-        if current is MISSING:
-            return f"YAML key {key} is not in the YAML, so it cannot be unset"
-        if change.value is not None:
-            return f"yaml_unset of {key} takes no value (got {change.value!r})"
-        return None
     new = change.value
     if isinstance(current, Mapping) or isinstance(new, Mapping):
         return f"YAML key {key}: a whole map cannot be set, only a single value"
@@ -259,6 +287,22 @@ def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:  # no
         return None
     if not _same_type(current, new):
         return f"YAML key {key} is a {_type_name(current)} ({current!r}); {new!r} is a {_type_name(new)}"
+    return None
+
+
+def _unset_problem(key: str, rules: AdviceRules, value: Any = None) -> str | None:
+    """yaml_unset: a leaf key of the YAML as run that UNSET_ALLOWED names, never a map."""
+    if value is not None:
+        return f"yaml_unset of {key} takes no value (got {value!r})"
+    current = get_dotted(rules.yaml_data, key, MISSING)
+    if isinstance(current, Mapping):
+        return (f"YAML key {key} is a whole map ({', '.join(list(map(str, current))[:5])}): unsetting it would put "
+                "AgentJet's defaults in its place (a hub default model for ajet.model); only single keys may be unset")
+    if key not in UNSET_ALLOWED:
+        return (f"YAML key {key} is not one the adviser may unset (only rollout-engine and batch tuning whose "
+                f"defaults are safe: {', '.join(sorted(k.rsplit('.', 1)[-1] for k in UNSET_ALLOWED))})")
+    if current is MISSING:
+        return f"YAML key {key} is not in the YAML, so it cannot be unset"
     return None
 
 

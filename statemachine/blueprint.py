@@ -25,7 +25,6 @@ in `Blueprint.parse_problems`, which `validate_blueprint` reports first.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +47,8 @@ from ajet_runner.statemachine.blueprint_values import (
 from ajet_runner.statemachine.durations import DURATION_MAX_CHARS, parse_duration
 from ajet_runner.statemachine.first_step import first_step_clause, without_first_step_clause
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
+from ajet_runner.statemachine.parse_deadline import ParseDeadline
+from ajet_runner.statemachine.parse_deadline import check as check_deadline
 from ajet_runner.statemachine.swarm_blueprint import no_server_refusal, split_swarm_command
 from ajet_runner.statemachine.sweep import SWEEP_FIELD
 
@@ -81,10 +82,6 @@ _VALUE_KEYS: dict[str, frozenset[str]] = {
 }
 _SERVER_KEYS = frozenset({"server", "swarm server", "服务端", "服务器"})
 _CLIENT_KEYS = frozenset({"client", "swarm client", "客户端"})
-
-
-class ParseDeadline(TimeoutError):
-    """The parse took longer than the deadline it was given (see `parse_blueprint(deadline=...)`)."""
 
 
 @dataclass
@@ -138,8 +135,7 @@ class _Parse:
         self.problems.append(Problem(level=Level.warning, field=fld, message=message))
 
     def tick(self) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise ParseDeadline("the blueprint took too long to parse")
+        check_deadline(self.deadline)
 
 
 # ---------------------------------------------------------------------------- markers

@@ -226,10 +226,11 @@ def _check_placeholders(bp: Blueprint, problems: _Problems) -> bool:
     return found
 
 
-def sweep_part_problems(bp: Blueprint) -> list[Problem]:
+def sweep_part_problems(bp: Blueprint, deadline: float | None = None) -> list[Problem]:
     """What is wrong with the `[exp_sweep]` part itself (statemachine/sweep.py), and a sweep without a YAML
     to change."""
-    found = plan_sweep(bp.exp_sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose).problems
+    found = plan_sweep(bp.exp_sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
+                       deadline=deadline).problems
     if (bp.exp_swarm_declared or bp.exp_swarm_server or not bp.exp_yaml_path or bp.exp_yaml_na) and not any(
             p.field == SWEEP_FIELD for p in found if p.level == Level.error):
         found.append(Problem(level=Level.error, field=SWEEP_FIELD, message=(
@@ -238,15 +239,39 @@ def sweep_part_problems(bp: Blueprint) -> list[Problem]:
     return found
 
 
-def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Problem]:
+# A NUL or another control character has no place in a blueprint: in a path it made os.path raise (a 500),
+# in a purpose it writes escape sequences onto every terminal that lists it. Tabs and line breaks are text.
+_ONE_LINE_FIELDS = ("exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_result_dir", "exp_val_result_path")
+_TEXT_FIELDS = ("exp_purpose", "exp_launch_command", "exp_max_time", "exp_swarm_server", "exp_sweep", "notes")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _check_control_chars(bp: Blueprint, problems: _Problems) -> bool:
+    """An error per field holding a NUL or a control character; True when there was one."""
+    found = False
+    for fld in (*_ONE_LINE_FIELDS, *_TEXT_FIELDS):
+        value = bp.exp_max_time_text if fld == "exp_max_time" else getattr(bp, fld)
+        m = (_CONTROL if fld in _ONE_LINE_FIELDS else _CONTROL_IN_TEXT).search(value or "")
+        if m is not None:
+            found = True
+            what = "a NUL byte" if m.group() == "\x00" else f"the control character {m.group()!r}"
+            problems.error(fld, f"{fld} holds {what} at character {m.start() + 1}: a blueprint is plain text")
+    return found
+
+
+def validate_blueprint(bp: Blueprint, *, check_disk: bool = True, deadline: float | None = None) -> list[Problem]:
     """Everything that keeps `bp` from running (errors) or looks wrong (warnings).
 
-    With `check_disk`, paths are checked on this machine; nothing is created.
+    With `check_disk`, paths are checked on this machine; nothing is created. `deadline` (a
+    `time.monotonic()` instant) bounds the sweep part's parse as it bounds the blueprint's: ParseDeadline.
     """
     problems = _Problems(bp.parse_problems)
     if bp.source_lines > BLUEPRINT_MAX_LINES:
         problems.error("blueprint", f"the blueprint has {bp.source_lines:,} lines; at most {BLUEPRINT_MAX_LINES:,} "
                        "are read (put long notes in a file and name it)")
+    if _check_control_chars(bp, problems):
+        return list(problems)  # no path holding a NUL goes near the disk
     _check_lengths(bp, problems)
     _check_missing(bp, problems)
     if _check_placeholders(bp, problems):
@@ -270,5 +295,5 @@ def validate_blueprint(bp: Blueprint, *, check_disk: bool = True) -> list[Proble
                            "that starts it, e.g. `ajet-swarm start --swarm-port=10086`")
         problems.extend(swarm_problems(bp, spec))
     if bp.exp_sweep.strip() and not bp.exp_sweep_values:
-        problems.extend(sweep_part_problems(bp))
+        problems.extend(sweep_part_problems(bp, deadline))
     return list(problems)

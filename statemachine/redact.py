@@ -3,9 +3,11 @@
 Two nets: the values of environment variables whose names say they are secret (`*KEY*`,
 `*TOKEN*`, `*SECRET*`, `*PASS*`, `*PWD*`, `*ACCESS*`, `*CREDENTIAL*`, `*AUTH*`; not the shell's
 `PWD`), replaced wherever they appear; and the shapes secrets take in logs and YAML
-(`Authorization:` headers, `Bearer …`, `api_key: …`, `token=…`, `db_pass=…`, `--password X`,
-JWTs, PEM blocks over several lines, `scheme://user:password@`, well-known key prefixes such as
-`sk-…`, `hf_…`, `ghp_…`, `AKIA…`). Tests: tests/unit/test_redact.py, one row per shape.
+(`Authorization:` and `Cookie:` headers, `Bearer …`, `api_key: …`, `token=…`, `db_pass=…`, `*_CREDS=…`,
+`--password X`, `--api-key=X`, `-pPASSWORD` (mysql, sshpass, 7z), the key of `swanlab login -k KEY`,
+`wandb login KEY`, `huggingface-cli login --token X`, JWTs, PEM blocks over several lines,
+`scheme://user:password@`, well-known key prefixes such as `sk-…`, `hf_…`, `ghp_…`, `AKIA…`).
+Tests: tests/redteam/test_adviser_rules.py and test_secret_forms.py, one row per shape.
 """
 
 from __future__ import annotations
@@ -17,25 +19,33 @@ from typing import Any
 __all__ = ["REDACTED", "Redactor", "secret_name"]
 
 REDACTED = "[REDACTED]"
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|ACCESS|CREDENTIAL|AUTH", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|ACCESS|CREDENTIAL|(?<![A-Z])CREDS?(?![A-Z])|AUTH",
+                          re.IGNORECASE)
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})  # the shell's directories, not passwords
 MIN_SECRET_CHARS = 6  # shorter values ("1", "true") would blank out half of any text
 _PLAIN_VALUE = re.compile(r"(?i)^(?:true|false|none|null|yes|no|on|off|-?\d+(?:\.\d+)?)$")
 # A key in a log line or YAML that holds a secret (`max_tokens`, `tokenizer_path`, `pass@4` do not).
 _KEY_WORD = (r"(?:api[_-]?key|apikey|access[_-]?key|private[_-]?key|secret|password|passwd|passphrase|credential"
              r"|(?<![a-z])(?:db[_-]?)?pass(?:wd|word)?(?![a-z@])|(?<=[_-])pwd(?![a-z])|(?<![a-z])pwd(?=[_-])|(?<![a-z])access(?![a-z])"
-             r"|(?<![a-z])token(?!s|izer|_?(?:len|num|count|limit|ids?)\b))")
+             r"|(?<![a-z])creds?(?![a-z])|(?<![a-z])token(?!s|izer|_?(?:len|num|count|limit|ids?)\b))")
 _SECRET_KEY = re.compile(_KEY_WORD, re.IGNORECASE)
 _NUMBER_OR_WORD = r"(?!(?:-?\d+(?:\.\d+)?|true|false|null|none)(?![\w.-]))"
 
 _PATTERNS = (
     # PEM blocks (private keys, certificates) inside one text: the whole body.
     re.compile(r"(-----BEGIN [A-Z0-9 ]+-----)[\s\S]*?(?=-----END [A-Z0-9 ]+-----)"),
-    # Authorization / Proxy-Authorization headers, whatever the scheme.
-    re.compile(r"(?i)((?:proxy-)?authorization\s*[:=]\s*)(?:\"[^\"]*\"|'[^']*'|[^\r\n]*)"),
+    # Authorization / Proxy-Authorization headers, whatever the scheme; Cookie / Set-Cookie headers (sessions).
+    re.compile(r"(?i)((?:proxy-)?authorization[\"']?\s*[:=]\s*)(?:\"[^\"]*\"|'[^']*'|[^\r\n]*)"),
+    re.compile(r"(?i)(\b(?:set-)?cookie[\"']?\s*[:=]\s*)(?:\"[^\"]*\"|'[^']*'|[^\r\n]*)"),
+    # -pPASSWORD, attached, as the MySQL/MariaDB clients, sshpass, 7z and unrar take it (within 300 characters
+    # of the program's name: bounded, so a line of many `mysql` words stays linear).
+    re.compile(r"(?i)(\b(?:mysql\w*|mariadb\w*|sshpass|7za?|unrar|rar)\b[^\r\n]{0,300}?(?<!\S)(?-i:-p))(?!\s)"
+               r"(\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s'\"]+)"),
     re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{4,}"),
     # key: value / key=value / "key": "value" where the key names a secret.
-    re.compile(r"(?i)([\"']?[A-Za-z0-9_.-]*" + _KEY_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[:=]\s*)"
+    # (Tried only where a word starts: from every position inside a long word it was quadratic, 1.4 s for
+    # 100 KB of 50-letter words.)
+    re.compile(r"(?i)((?<![A-Za-z0-9_.\"'-])[\"']?[A-Za-z0-9_.-]*" + _KEY_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[:=]\s*)"
                + _NUMBER_OR_WORD + r"(\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s,}\]\r\n]+)"),
     # --password X / --db-pass X / --api-key X: a command-line option and its value, space-separated.
     re.compile(r"(?i)((?<![\w-])--?[A-Za-z0-9_-]*" + _KEY_WORD + r"[A-Za-z0-9_-]*[ \t]+)" + _NUMBER_OR_WORD
@@ -47,6 +57,12 @@ _PATTERNS = (
                r"hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{8,}|github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|"
                r"xox[abpr]-[A-Za-z0-9-]{8,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{20,}|"
                r"ya29\.[A-Za-z0-9_-]{10,}|npm_[A-Za-z0-9]{20,})"),
+    # `swanlab login -k KEY`, `wandb login [--relogin] KEY`, `huggingface-cli login --token X`, `hf auth login`:
+    # the key a login command takes (one with a digit, or a long one: `wandb login failed` stays readable).
+    re.compile(r"(?i)(\b(?:swanlab|wandb|huggingface-cli|hf)(?:\s+auth)?\s+login\b"
+               r"(?:\s+(?:--(?:web-)?host(?:\s+|=)\S+|--?(?!k\b|key\b|api-key\b|token\b|(?:web-)?host\b)[a-z][\w-]*)){0,6}"
+               r"\s+(?:(?:-k|--key|--api-key|--token)(?:\s+|=))?)"
+               r"(?![-`'\"\[])(?=[^\s`'\"]*\d|[^\s`'\"]{20})([^\s`'\"]{6,})"),
     # user:password@ in URLs (an empty user too: redis://:password@host).
     re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)"),
 )

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from ajet_runner.statemachine.models import Blueprint, Finding, Level, Problem
 from ajet_runner.statemachine.signatures import signature
+from ajet_runner.statemachine.yamlload import load_yaml_text
 
 __all__ = ["DEFAULT_PORT", "SERVER_DIED", "SwarmSpec", "server_failure_finding", "swarm_spec", "swarm_problems",
            "yaml_placeholder", "val_result_abspath"]
@@ -58,7 +59,7 @@ def _yaml_enables_swarm(yaml_text: str | None) -> bool:
         return False
 
     try:
-        data = yaml.safe_load(yaml_text)
+        data = load_yaml_text(yaml_text)  # bounded nesting: never a RecursionError
     except yaml.YAMLError:
         return False
     ajet = data.get("ajet") if isinstance(data, dict) else None

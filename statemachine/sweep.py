@@ -15,6 +15,10 @@ slowest. Each experiment gets its own result dir under the blueprint's (`<result
 a purpose that names its values, and — applied by the preflight on the runner's patched copy, never the
 user's file — its values, its own experiment name (AgentJet would give experiments launched in one
 minute one name, so one checkpoint dir) and its own results files.
+
+The part is request text, so its work is bounded before any YAML is read: at most MAX_PART_BYTES for the
+part, MAX_SPEC_CHARS per line or `--sweep` option, MAX_VALUES per key counted on the raw text, value lists
+one bracket deep (a value is a single YAML value), and the caller's parse deadline checked per line.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import yaml
 from pydantic import BaseModel, Field
 
 from ajet_runner.statemachine.models import ConfigChange, Level, Problem
+from ajet_runner.statemachine.parse_deadline import check as check_deadline
+from ajet_runner.statemachine.yamlload import load_yaml_text
 
 __all__ = ["MAX_EXPERIMENTS", "SWEEP_FIELD", "SweepAxis", "SweepPlan", "format_value", "is_seed_key",
            "member_slug", "parse_sweep_options", "parse_sweep_text", "plan_sweep", "sweep_changes"]
@@ -39,6 +45,9 @@ SWEEP_FIELD = "exp_sweep"
 MAX_EXPERIMENTS = 64  # a grid larger than this is a typo far more often than a plan
 MAX_VALUES = 32  # per key
 MAX_LINES = 200  # of the part read
+MAX_PART_BYTES = 8 * 1024  # the whole [exp_sweep] part (a real one is a few hundred bytes)
+MAX_SPEC_CHARS = 2000  # one line of the part, one --sweep option
+MAX_NESTING = 1  # `[a, b]`: a value list is one bracket deep, its values are plain
 SLUG_MAX = 120  # characters of a result dir's sweep component (longer: shortened with a hash)
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*")
 _LINE = re.compile(r"\s*(?:[-*+]\s+|\d{1,3}[.)]\s+)?`?(?P<key>[^`:=\s]+)`?\s*(?P<sep>[:=])\s*(?P<rest>.*?)\s*$")
@@ -93,7 +102,7 @@ def scalar(text: str) -> Any:
     if not text:
         return ""
     try:
-        value = yaml.safe_load(text)
+        value = load_yaml_text(text)
     except yaml.YAMLError:
         return text
     if isinstance(value, str) and text[0] not in "'\"":  # a quoted value stays text
@@ -105,12 +114,52 @@ def scalar(text: str) -> Any:
     return value  # a mapping or a list is not one value: `_values` refuses it
 
 
-def _values(rest: str) -> tuple[list[Any], str]:
-    """The values after a key (`a, b`, `[a, "b,c"]`), and a problem ('' when none)."""
+def _raw_shape(text: str) -> tuple[int, int]:
+    """(values, bracket depth) of a value list as written, outside quotes, without parsing it: what the caps
+    are checked on before any YAML is read (a comma in brackets or quotes does not separate values)."""
+    depth = deepest = 0
+    commas = 0
+    quote = ""
+    escaped = False
+    for ch in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth <= 1:
+            commas += 1
+    return commas + 1, deepest
+
+
+def _values(rest: str, key: str = "the key") -> tuple[list[Any], str]:
+    """The values after a key (`a, b`, `[a, "b,c"]`), and a problem ('' when none). The caps (characters,
+    values, nesting) are checked on the raw text first: YAML reads only what passed them."""
     rest = rest.strip()
+    if len(rest) > MAX_SPEC_CHARS:
+        return [], f"the values are {len(rest):,} characters long; at most {MAX_SPEC_CHARS:,} are read"
+    count, depth = _raw_shape(rest)
+    if not rest.startswith("["):
+        count = rest.count(",") + 1  # the plain form splits at every comma
+    if depth > MAX_NESTING:
+        return [], (f"{rest[:60]!r} nests brackets {depth} deep; a value list is one level (`[a, b]`) and each "
+                    "value a single YAML value")
+    if not rest.startswith("[") and depth:
+        return [], f"{rest[:60]!r}: each value must be a single YAML value (a number, a word, true/false, null)"
+    if count > MAX_VALUES:
+        return [], f"{key} has {count} values, more than {MAX_VALUES}"
     if rest.startswith("["):
         try:
-            loaded = yaml.safe_load(rest)
+            loaded = load_yaml_text(rest)
         except yaml.YAMLError as exc:
             return [], f"the value list {rest[:60]!r} is not YAML flow ({str(exc).splitlines()[0]})"
         if not isinstance(loaded, list):
@@ -128,7 +177,7 @@ def _values(rest: str) -> tuple[list[Any], str]:
 def _axis(key: str, rest: str, where: str) -> tuple[SweepAxis | None, Problem | None]:
     if not _KEY.fullmatch(key):
         return None, _problem(f"{where}: {key!r} is not a dotted YAML key such as ajet.trainer_common.lr")
-    values, why = _values(rest)
+    values, why = _values(rest, key)
     if why:
         return None, _problem(f"{where}: {why}")
     if not values:
@@ -146,13 +195,23 @@ def _unfence(text: str) -> list[str]:
     return [ln for ln in lines if not ln.strip().startswith(("```", "~~~"))]
 
 
-def parse_sweep_text(text: str) -> tuple[list[SweepAxis], list[Problem]]:
+def parse_sweep_text(text: str, deadline: float | None = None) -> tuple[list[SweepAxis], list[Problem]]:
     """The `[exp_sweep]` part: one `key: values` (or `key = values`) per line, as a bullet or plain, with
-    `- description:`/`- hint:` bullets and blank lines ignored. Every other line is a problem naming it."""
+    `- description:`/`- hint:` bullets and blank lines ignored. Every other line is a problem naming it.
+    ParseDeadline once `deadline` passes."""
     axes: list[SweepAxis] = []
     problems: list[Problem] = []
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_PART_BYTES:
+        return [], [_problem(f"the [exp_sweep] part is {size:,} bytes; at most {MAX_PART_BYTES:,} are read (one "
+                             "`key: v1, v2` line per swept key)")]
     for number, line in enumerate(_unfence(text), start=1):
+        check_deadline(deadline, "the [exp_sweep] part")
         if not line.strip() or line.strip().startswith("#"):
+            continue
+        if len(line) > MAX_SPEC_CHARS:
+            problems.append(_problem(f"line {number} of [exp_sweep] is {len(line):,} characters long; at most "
+                                     f"{MAX_SPEC_CHARS:,} are read"))
             continue
         m = _LINE.match(line)
         if m is None:
@@ -169,16 +228,22 @@ def parse_sweep_text(text: str) -> tuple[list[SweepAxis], list[Problem]]:
     return _no_repeated_keys(axes, problems, "[exp_sweep]")
 
 
-def parse_sweep_options(specs: Iterable[str]) -> tuple[list[SweepAxis], list[Problem]]:
+def parse_sweep_options(specs: Iterable[str], deadline: float | None = None
+                        ) -> tuple[list[SweepAxis], list[Problem]]:
     """`--sweep KEY=V1,V2` options (also `KEY=[V1, V2]`)."""
     axes: list[SweepAxis] = []
     problems: list[Problem] = []
     for spec in specs:
+        check_deadline(deadline, "the --sweep options")
+        if len(spec) > MAX_SPEC_CHARS:
+            problems.append(_problem(f"a --sweep option is {len(spec):,} characters long; at most "
+                                     f"{MAX_SPEC_CHARS:,} are read"))
+            continue
         key, sep, rest = spec.partition("=")
         if not sep:
-            problems.append(_problem(f"--sweep {spec!r} is not KEY=V1,V2"))
+            problems.append(_problem(f"--sweep {spec[:80]!r} is not KEY=V1,V2"))
             continue
-        axis, problem = _axis(key.strip(), rest, f"--sweep {spec!r}")
+        axis, problem = _axis(key.strip(), rest, f"--sweep {spec[:80]!r}")
         if problem is not None:
             problems.append(problem)
         elif axis is not None:
@@ -231,11 +296,13 @@ def name_suffix(values: Mapping[str, Any]) -> str:
     return text or "sweep"
 
 
-def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, purpose: str) -> SweepPlan:
+def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, purpose: str,
+               deadline: float | None = None) -> SweepPlan:
     """The grid of a blueprint's `[exp_sweep]` part and `--sweep` options (options replace the part's keys
-    they name); no axes at all gives an empty plan (not a sweep)."""
-    part_axes, problems = parse_sweep_text(part_text) if part_text.strip() else ([], [])
-    option_axes, option_problems = parse_sweep_options(options)
+    they name); no axes at all gives an empty plan (not a sweep). ParseDeadline once `deadline` (a
+    `time.monotonic()` instant: the request's parse deadline) passes."""
+    part_axes, problems = parse_sweep_text(part_text, deadline) if part_text.strip() else ([], [])
+    option_axes, option_problems = parse_sweep_options(options, deadline)
     problems += option_problems
     given = {a.key for a in option_axes}
     axes = [a for a in part_axes if a.key not in given] + option_axes

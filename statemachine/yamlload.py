@@ -6,7 +6,10 @@ an AgentJet config): once to validate it, once to count its GPUs. `load_yaml_fil
 (device, inode, size, mtime), handing out deep copies so no caller can change another's data (a plain
 walk over dicts and lists: `copy.deepcopy`'s memo made the copy cost as much as a cached load's rest).
 A YAML error is re-raised from the pure-Python loader, whose messages name line and column the
-way users have always seen them.
+way users have always seen them. Nesting is bounded (MAX_YAML_DEPTH): PyYAML composes recursively, so a
+document of a few thousand `[` raised RecursionError (a 500 from the API, a traceback in `check`); it is
+now a `YamlTooDeep` (a yaml.YAMLError) naming the limit. The bound is checked on the loader's event stream
+only when a cheap upper bound of the depth (flow brackets plus the deepest indentation) exceeds it.
 """
 
 from __future__ import annotations
@@ -24,16 +27,58 @@ SafeLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CACHE_SIZE = 16
 _cache: OrderedDict[tuple[int, int, int, int], Any] = OrderedDict()
 _lock = threading.Lock()
+MAX_YAML_DEPTH = 100  # nested maps and lists; an AgentJet config nests 4 or 5 deep
+_START = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_END = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+class YamlTooDeep(yaml.YAMLError):
+    """The document nests maps and lists deeper than MAX_YAML_DEPTH."""
+
+
+def _depth_bound(text: str) -> int:
+    """An upper bound of the document's nesting depth, read in one pass over the text: every flow bracket,
+    plus the deepest block indentation (each level needs one more column, or a `- ` / `? `)."""
+    flow = text.count("[") + text.count("{")
+    if flow > MAX_YAML_DEPTH:
+        return flow
+    block = max((len(line) - len(line.lstrip(" \t-?")) for line in text.splitlines()), default=0)
+    return flow + block + 1
+
+
+def check_depth(text: str) -> None:
+    """Raise YamlTooDeep when `text` nests deeper than MAX_YAML_DEPTH (YAML syntax errors propagate)."""
+    if _depth_bound(text) <= MAX_YAML_DEPTH:
+        return
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=SafeLoader):
+            if isinstance(event, _START):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                    raise YamlTooDeep(f"maps and lists nest deeper than {MAX_YAML_DEPTH} levels (at line {line}); "
+                                      "a config nests a few levels: flatten it")
+            elif isinstance(event, _END):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:  # libyaml's own flow limit (1000) trips while it scans ahead
+        if "nesting depth" not in str(exc.problem):
+            raise
+        raise YamlTooDeep(f"maps and lists nest deeper than {MAX_YAML_DEPTH} levels; a config nests a few levels: "
+                          "flatten it") from None
 
 
 def load_yaml_text(text: str) -> Any:
-    """`yaml.safe_load(text)`, with libyaml when available."""
+    """`yaml.safe_load(text)`, with libyaml when available; YamlTooDeep past MAX_YAML_DEPTH levels."""
+    check_depth(text)
     try:
         return yaml.load(text, Loader=SafeLoader)  # a safe loader (C or Python)
     except yaml.YAMLError:
         if SafeLoader is yaml.SafeLoader:
             raise
         return yaml.safe_load(text)  # the same error, worded by the pure-Python loader
+    except RecursionError:  # the bound above keeps documents far from it; a backstop, not a path
+        raise YamlTooDeep(f"maps and lists nest deeper than {MAX_YAML_DEPTH} levels") from None
 
 
 def load_yaml_file(path: str | os.PathLike[str]) -> Any:

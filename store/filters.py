@@ -30,6 +30,7 @@ from ajet_runner.store.keys import (
     INDEX,
     INDEX_TMP,
     NODES,
+    OUTBOX_DEAD,
     PREFIX,
     PURPOSES,
     STAGES,
@@ -41,6 +42,7 @@ from ajet_runner.store.keys import (
     node_state_key,
     outcome_index_key,
     stage_key,
+    stage_meta_key,
     state_index_key,
 )
 from ajet_runner.store.records import text
@@ -110,8 +112,9 @@ class SearchWindow:
 class Indexes:
     """The list and search reads, the expiry sweep and the backfill, on one Redis client."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, retention_seconds: float = 0) -> None:
         self.r = client
+        self.retention_seconds = retention_seconds  # dead outbox tasks expire after it, as records do (0: never)
         self._list = client.register_script(lua("list_page"))
         self._search = client.register_script(lua("search_page"))
         self._sweep = client.register_script(lua("sweep_expired"))
@@ -122,7 +125,8 @@ class Indexes:
         return self._sweep(keys=[EXPIRING, EXPIRING_WHERE, *(k for k, _ in _FIXED)],
                            args=[exp_key(""), _NODE_PREFIX, _NODE_SUFFIX, stage_key(""),
                                  "".join(t for _, t in _FIXED), SWEEP_BATCH, _NODE_STATE, _NODE_OUTCOME,
-                                 ",".join(OUTCOME_NAMES)], client=client)
+                                 ",".join(OUTCOME_NAMES), stage_meta_key(""), STAGES, OUTBOX_DEAD,
+                                 self.retention_seconds], client=client)
 
     def sweep(self) -> int:
         """Take the ids of records that expired out of every index; how many (at most SWEEP_BATCH a call)."""

@@ -4,7 +4,7 @@ The first request with a key claims it atomically (`SET key value NX EX ttl`) fo
 then submits under that id; a rejected submission releases the claim (compare-and-delete), so
 a corrected retry may use the key again. A later request with the key gets the first
 experiment's record; with a different blueprint text, or another placement (node, nodes,
-priority, blueprint path), it is refused naming what differs (the key is not a dedup of
+priority, blueprint path, stage), it is refused naming what differs (the key is not a dedup of
 content, it names one submission: answering the first record would tell the client its
 different request was done).
 """
@@ -44,7 +44,7 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
-PLACEMENT = ("node", "nodes", "priority", "blueprint_path")  # what else a repeated key must repeat
+PLACEMENT = ("node", "nodes", "priority", "blueprint_path", "stage")  # what else a repeated key must repeat
 
 
 def claim(store: Store, key: str, text: str, new_id: Callable[[], str], ttl: int = TTL_SECONDS,
@@ -60,11 +60,15 @@ def claim(store: Store, key: str, text: str, new_id: Callable[[], str], ttl: int
     if raw is None:  # released between our SET and GET: try once more
         return claim(store, key, text, new_id, ttl, placement)
     held = json.loads(raw)
+    if held.get("kind") == "stage":  # store/stage_idempotency.py shares the keys
+        raise IdempotencyConflict(f"this Idempotency-Key was already used for stage {held.get('stage')!r}, not an "
+                                  "experiment")
     if held.get("digest") != digest(text):
         raise IdempotencyConflict("this Idempotency-Key was already used for a different blueprint")
     first = held.get("placement")
     if isinstance(first, dict):  # a claim written before placements were kept has none to compare
-        differ = [name for name in PLACEMENT if first.get(name) != where[name]]
+        # `stage` is kept since claims bound it; one written before says nothing about it.
+        differ = [name for name in PLACEMENT if (name in first or name != "stage") and first.get(name) != where[name]]
         if differ:
             raise IdempotencyConflict("this Idempotency-Key was already used for the same blueprint with another "
                                       + ", ".join(f"{n} ({first.get(n)!r}, now {where[n]!r})" for n in differ))

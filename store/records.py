@@ -78,6 +78,12 @@ class Attempt(Loose):
     # Byte ranges of this attempt's log that were never scanned, each {"start", "end", "bytes", "reason"}
     # (e.g. a backlog left when the attempt ended): the report names them.
     unscanned: list[dict[str, Any]] = []
+    # The names (never the values) of the variables the job started with, those held back as the control
+    # plane's, and a line for each one that could not be passed (workers/executors/environment.py).
+    env_names: list[str] = []
+    env_withheld: list[str] = []
+    env_notes: list[str] = []
+    environment: str = ""  # whose environment the job started from
 
     @model_serializer(mode="wrap")
     def _without_unset_evaluations(self, handler: Any) -> dict[str, Any]:

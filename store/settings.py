@@ -110,6 +110,16 @@ class Settings(BaseSettings):
     webhook_backoff_cap_seconds: float = Field(default=300.0, gt=0)
     outbox_poll_seconds: float = Field(default=1.0, gt=0, description="how often a worker looks for due "
                                        "notifications (webhooks, stage reports)")
+    # Executors: where this worker's attempts run (workers/executors/, docs/executors.md)
+    executor: str = Field(default="local", description="local (tmux beside the worker), ssh (a tmux server on the "
+                          "hosts a blueprint names) or slurm (a batch job per attempt)")
+    hosts: str = Field(default="", description="comma-separated ssh hosts (aliases or user@host[:port]) this worker "
+                       "serves")
+    ssh_config: str = Field(default="", description="OpenSSH client config file for the ssh executor; empty: "
+                            "~/.ssh/config")
+    slurm_partition: str = Field(default="", description="sbatch --partition; empty: the cluster's default")
+    slurm_args: str = Field(default="", description="more sbatch arguments, as a shell would split them "
+                            "(--account, --qos, --constraint, ...)")
 
 
     def suggestions_path(self) -> Path:

@@ -3,6 +3,7 @@
 --
 -- KEYS[1] the stage's experiments: id -> created_at   (keys.stage_key)
 -- KEYS[2] every stage: name -> created_at             (keys.STAGES)
+-- KEYS[3] the stage's settings (hash): its created_at, set once an experiment was added (keys.stage_meta_key)
 -- ARGV[1] the stage name
 -- ARGV[2] an experiment's record key is ARGV[2] .. id              (keys.exp_key(""))
 -- ARGV[3] a stage's index key is ARGV[3] .. name                   (keys.stage_key(""))
@@ -24,5 +25,8 @@ for i = 5, #ARGV do
     added = added + 1
   end
 end
-if added > 0 then redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[1]) end
+if added > 0 then
+  redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[1])
+  redis.call('HSETNX', KEYS[3], 'created_at', ARGV[4])
+end
 return missing

@@ -3,7 +3,9 @@
 The record carries its stage (`stage` field); the stage's index (a zset of ids, store/keys.stage_key) is
 written in the MULTI that writes the record (store/stage_member.lua, from `Store.create`), or with the
 field by store/stage_add.lua. A stage's settings (its dir for the automatic report, its own webhook URL)
-and bookkeeping (the membership last reported) live in one hash beside it.
+and bookkeeping (the membership last reported) live in one hash beside it, written with its first accepted
+experiment (store/stage_member.lua): a refused submission leaves no stage and rewrites no settings. A stage
+whose last experiment expired (or was withdrawn) goes too (store/stage_drop_empty.lua, store/sweep_expired.lua).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from ajet_runner.store.records import text
 from ajet_runner.store.scripts import lua
 from ajet_runner.store.store import Store
 
-__all__ = ["STAGE_PATTERN", "StageNameError", "add_to_stage", "check_stage_name", "define_stage", "stage_counts",
-           "stage_ids", "stage_meta", "stage_names"]
+__all__ = ["STAGE_PATTERN", "StageNameError", "add_to_stage", "check_stage_name", "define_stage", "drop_if_empty",
+           "stage_counts", "stage_ids", "stage_meta", "stage_names"]
 
 STAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _STAGE = re.compile(STAGE_PATTERN)
@@ -70,9 +72,17 @@ def stage_ids(store: Store, name: str) -> list[str]:
 
 
 def forget_members(store: Store, name: str, ids: set[str] | list[str]) -> None:
-    """Drop ids whose records are gone (expired after the retention time) from the stage's index."""
+    """Drop ids whose records are gone (expired after the retention time) from the stage's index; a stage
+    left with none goes too (drop_if_empty)."""
     if ids:
         store.r.zrem(stage_key(name), *ids)
+        drop_if_empty(store, name)
+
+
+def drop_if_empty(store: Store, name: str) -> bool:
+    """Forget a stage with no experiment left (its name, settings, bookkeeping), atomically with member
+    writes (store/stage_drop_empty.lua); True when it was dropped."""
+    return bool(store.r.eval(lua("stage_drop_empty"), 3, stage_key(name), stage_meta_key(name), STAGES, name))
 
 
 def add_to_stage(store: Store, name: str, ids: list[str]) -> list[str]:
@@ -80,9 +90,8 @@ def add_to_stage(store: Store, name: str, ids: list[str]) -> list[str]:
     check_stage_name(name)
     if not ids:
         return []
-    store.r.hsetnx(stage_meta_key(name), "created_at", time.time())
-    missing = store.r.eval(lua("stage_add"), 2, stage_key(name), STAGES, name, exp_key(""), stage_key(""),
-                           time.time(), *ids)
+    missing = store.r.eval(lua("stage_add"), 3, stage_key(name), STAGES, stage_meta_key(name), name, exp_key(""),
+                           stage_key(""), time.time(), *ids)
     return [text(m) for m in missing or []]
 
 

@@ -51,6 +51,7 @@ from ajet_runner.store.keys import (
     outcome_index_key,
     published_key,
     stage_key,
+    stage_meta_key,
     state_index_key,
     stats_key,
     stream_key,
@@ -196,7 +197,7 @@ class Store:
         self._heartbeat = client.register_script(lua("heartbeat"))
         from ajet_runner.store.filters import Indexes
 
-        self.indexes = Indexes(client)  # the filtered lists, the expiry sweep, the backfill
+        self.indexes = Indexes(client, self.retention_seconds)  # the filtered lists, the expiry sweep, the backfill
 
     @classmethod
     def from_url(cls, url: RedisTarget | str, retention_seconds: float | None = None, **options: Any) -> Store:
@@ -277,7 +278,8 @@ class Store:
 
     # -- experiments ---------------------------------------------------------------------
     def create(self, exp_id: str, fields: Mapping[str, Any], event: Mapping[str, Any], *,
-               result_dir_key: str = "", also: Callable[[Pipeline], object] | None = None) -> dict[str, Any]:
+               result_dir_key: str = "", also: Callable[[Pipeline], object] | None = None,
+               stage_settings: Mapping[str, str] | None = None) -> dict[str, Any]:
         """A new record, indexed, with its `submitted` transition; returns the record as stored.
 
         One MULTI, so nothing is half-written: the record (version 0), its index entries, the transition
@@ -288,7 +290,9 @@ class Store:
         (store/claim_result_dir.lua), which first claims that result dir: the claim and the record are one
         compare-and-set, so of concurrent submissions naming one dir exactly one gets a record. The others
         raise ResultDirTaken and write nothing (the transition that follows finds no record). `also` cannot
-        be combined with a claim (it would run whatever the claim decided): add the job with `admit`."""
+        be combined with a claim (it would run whatever the claim decided): add the job with `admit`.
+        `stage_settings` (the stage's dir, webhook URL) are written with the stage's index, only if the record
+        was (store/stage_member.lua)."""
         if result_dir_key and also is not None:
             raise ValueError("a claimed create writes no job: add it with admit() once the claim is won")
         now = time.time()
@@ -308,7 +312,9 @@ class Store:
             pipe.zadd(INDEX, {exp_id: now})
         pipe.eval(lua("transition"), len(keys), *keys, *args)
         if stage := str(fields.get("stage") or ""):  # the stage's index, only if the record was written
-            pipe.eval(lua("stage_member"), 3, exp_key(exp_id), stage_key(stage), STAGES, stage, now)
+            settings = [x for pair in (stage_settings or {}).items() for x in pair]
+            pipe.eval(lua("stage_member"), 4, exp_key(exp_id), stage_key(stage), STAGES, stage_meta_key(stage),
+                      stage, now, *settings)
         if also is not None:
             also(pipe)
         pipe.hgetall(exp_key(exp_id))

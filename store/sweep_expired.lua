@@ -15,6 +15,11 @@
 -- ARGV[7]    a node's per-state index key is ARGV[2] .. node .. ARGV[7] .. state (keys.node_state_key)
 -- ARGV[8]    a node's per-outcome index key is ARGV[2] .. node .. ARGV[8] .. outcome (keys.node_outcome_key)
 -- ARGV[9]    the outcome names, comma-separated
+-- ARGV[10]   a stage's settings key is ARGV[10] .. name (keys.stage_meta_key("")); a stage whose last
+--            experiment expired goes with it: its settings, and its name from ARGV[11]
+-- ARGV[11]   every stage: name -> created_at (keys.STAGES)
+-- ARGV[12]   the outbox's dead tasks (keys.OUTBOX_DEAD, a list, newest first): the oldest ones given up more
+--            than ARGV[13] seconds ago (the records' retention; 0 = never) go, a batch per call
 -- Returns the number of expired records whose ids left the indexes.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -36,7 +41,13 @@ for _, id in ipairs(due) do
       redis.call('ZREM', ARGV[2] .. node .. ARGV[7] .. 'finished', id)
       for name in string.gmatch(ARGV[9], '[^,]+') do redis.call('ZREM', ARGV[2] .. node .. ARGV[8] .. name, id) end
     end
-    if stage and stage ~= '' then redis.call('ZREM', ARGV[4] .. stage, id) end
+    if stage and stage ~= '' then
+      redis.call('ZREM', ARGV[4] .. stage, id)
+      if ARGV[10] and redis.call('EXISTS', ARGV[4] .. stage) == 0 then
+        redis.call('DEL', ARGV[10] .. stage)
+        redis.call('ZREM', ARGV[11], stage)
+      end
+    end
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[2], id)
     gone = gone + 1
@@ -45,6 +56,17 @@ for _, id in ipairs(due) do
     redis.call('HDEL', KEYS[2], id)
   else
     redis.call('ZADD', KEYS[1], now + left / 1000, id)  -- its expiry moved: look again then
+  end
+end
+local retention = tonumber(ARGV[13] or '0') or 0
+if ARGV[12] and retention > 0 then
+  for _ = 1, tonumber(ARGV[6]) do
+    local oldest = redis.call('LINDEX', ARGV[12], -1)
+    if not oldest then break end
+    local ok, task = pcall(cjson.decode, oldest)
+    local at = ok and type(task) == 'table' and tonumber(task['given_up_at']) or nil
+    if at and at >= now - retention then break end
+    redis.call('RPOP', ARGV[12])  -- expired (or unreadable: nothing could ever show it)
   end
 end
 return gone

@@ -20,6 +20,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -71,7 +72,7 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
         console.print("[bold]Problems[/bold]")
         for p in doc["problems"]:
             colour = "red" if p["level"] == "error" else "yellow"
-            line = f"  [{colour}]{p['level']}[/{colour}] {p['field']}: {p['message']}"
+            line = f"  [{colour}]{p['level']}[/{colour}] {escape(p['field'])}: {escape(p['message'])}"  # user text
             console.print(line, highlight=False)
     if doc["config_changes"]:
         console.print("[bold]Changes the runner will make before launching[/bold]")

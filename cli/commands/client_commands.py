@@ -333,7 +333,7 @@ def default_stage_name(paths: list[str]) -> str:
 
 def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], stage_dir: str | None,
                      webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool,
-                     as_json: bool, url: str, token: str) -> int:
+                     as_json: bool, url: str, token: str, idempotency_key: str | None = None) -> int:
     """`submit --stage` / `--sweep`: `Job submitted: <id>` per experiment, `Stage: NAME …` on stderr; exit 1 if
     any experiment was refused."""
     if not stage and len(paths) > 1:
@@ -346,7 +346,7 @@ def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], s
         try:
             result = client.submit_stage(name, pairs, sweep=sweep or None, stage_dir=stage_dir,
                                          webhook_url=webhook_url, node=node, priority=priority,
-                                         wait_for_node=wait_for_node)
+                                         wait_for_node=wait_for_node, idempotency_key=idempotency_key)
         except ApiError as exc:
             if exit_code_of(exc) != FAILED:
                 raise
@@ -526,7 +526,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                                   "first is the head"),
         priority: str = typer.Option(None, "--priority", help="normal or high (front of the queue)"),
         idempotency_key: str = typer.Option(None, "--idempotency-key", help="names this submission: submitting "
-                                            "again with the same key returns the first experiment"),
+                                            "again with the same key returns the first experiment (with --stage: "
+                                            "the same stage)"),
         runner: str = typer.Option(None, "--runner", help=RUNNER_HELP, show_default=False),
         acknowledge: int = typer.Option(None, "--acknowledge-max-parallel-capacity", help="accepted for the research "
                                         "workflow; ignored: capacity is enforced by the workers' GPU slots",
@@ -553,20 +554,21 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         if priority not in (None, "normal", "high"):
             err("error: --priority must be normal or high")
             raise typer.Exit(USAGE)
-        if idempotency_key and len(paths) > 1:
-            err("error: --idempotency-key names one submission: give one blueprint")
+        if idempotency_key and len(paths) > 1 and not staged:
+            err("error: --idempotency-key names one submission: give one blueprint (or name the stage: --stage)")
             raise typer.Exit(USAGE)
         if paths.count("-") > 1:
             err("error: stdin (-) can be read only once")
             raise typer.Exit(USAGE)
         named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
-        if staged or (not idempotency_key and not named and _has_sweep(paths)):
-            if idempotency_key or named:
-                raise output.fail("error: --idempotency-key and --nodes are not taken for a stage")
+        if staged or (not named and _has_sweep(paths)):
+            if named:
+                raise output.fail("error: --nodes is not taken for a stage")
             runner_note("submit", runner)
             raise typer.Exit(submit_stage_cli(paths, stage=stage, sweep=list(sweep or []), stage_dir=stage_dir,
                                               webhook_url=webhook_url, node=node, priority=priority,
-                                              wait_for_node=wait_for_node, as_json=as_json, url=url, token=token))
+                                              wait_for_node=wait_for_node, as_json=as_json, url=url, token=token,
+                                              idempotency_key=idempotency_key))
         raise typer.Exit(submit_drop_in(paths, runner=runner, acknowledge=acknowledge, url=url, token=token,
                                         as_json=as_json, node=node, priority=priority,
                                         idempotency_key=idempotency_key, wait_for_node=wait_for_node, nodes=named))

@@ -118,8 +118,15 @@ def register(app: typer.Typer) -> None:
         log_level: str = typer.Option("", help="show the local worker's log at this level "
                                       "(debug, info, ...; default $AJET_RUNNER_LOG_LEVEL, log hidden)"),
         log_format: str = typer.Option("", help="text or json", show_default="$AJET_RUNNER_LOG_FORMAT, else text"),
+        executor: str = typer.Option("", help="where the attempts run: local, ssh (the host the blueprint names) or "
+                                     "slurm (a batch job)", show_default="$AJET_RUNNER_EXECUTOR, else local"),
+        partition: str = typer.Option("", help="SLURM partition (with --executor slurm)"),
+        sbatch_arg: list[str] = typer.Option([], "--sbatch-arg", help="one more sbatch argument (repeat for more)"),
     ) -> None:
         """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
+        from ajet_runner.cli.commands.worker_command import export_executor_options
+
+        export_executor_options(executor, [], partition, sbatch_arg)
         shown = _setup_logs(log_level, log_format)
         check_adviser("run")
         install_site_catalogue("run")  # a bad site catalogue is reported here, not by the hidden worker

@@ -19,7 +19,8 @@ from rich.table import Table
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.client_commands import TOKEN_OPTION, URL_OPTION, connect
-from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, echo_json, err, print_table
+from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, USAGE, echo_json, err, print_table
+from ajet_runner.service.client.api_client import EmptyStage, StageNotFound
 from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
 
@@ -95,6 +96,12 @@ def _wait(client: Any, stage: str | None, ids: list[str], timeout: float | None,
     except TimeoutError as exc:
         err(f"error: {exc}")
         return FAILED
+    except StageNotFound as exc:  # nothing will ever finish: say so at once
+        err(f"error: {exc.detail}")
+        return USAGE
+    except EmptyStage as exc:
+        err(f"error: {exc}")
+        return FAILED
     except KeyboardInterrupt:
         err("Detached: the experiments go on running. Wait again with the same command.")
         return INTERRUPTED
@@ -159,7 +166,8 @@ def register(app: typer.Typer) -> None:
         token: str = TOKEN_OPTION,
     ) -> None:
         """Block until every experiment of a stage (or every id) is finished, one live line each.
-        Exit 0 when every one completed or early-stopped, 1 otherwise, 130 Ctrl-C (they go on)."""
+        Exit 0 when every one completed or early-stopped, 1 otherwise (also at once for a stage with no
+        experiments), 2 at once for an unknown stage, 130 Ctrl-C (they go on)."""
         ids = list(exp_ids or [])
         if bool(stage) == bool(ids):
             raise output.fail("error: give --stage NAME or experiment ids (one of them)")

@@ -18,6 +18,25 @@ def _need_redis(check: bool = True) -> RedisTarget:
     return redis_or_exit(get_settings(), check=check)
 
 
+def export_executor_options(executor: str, hosts: list[str], partition: str, sbatch_args: list[str]) -> None:
+    """The executor options as settings in the environment (the watcher and its slots are other processes)."""
+    import os
+    import shlex
+
+    from ajet_runner.workers.executors import names
+
+    values = {"AJET_RUNNER_EXECUTOR": executor.strip().lower(), "AJET_RUNNER_HOSTS": ",".join(hosts),
+              "AJET_RUNNER_SLURM_PARTITION": partition, "AJET_RUNNER_SLURM_ARGS": shlex.join(sbatch_args)}
+    chosen = values["AJET_RUNNER_EXECUTOR"] or get_settings().executor
+    if chosen not in names():
+        typer.echo(f"error: --executor {chosen!r}: expected one of {', '.join(names())}", err=True)
+        raise typer.Exit(2)
+    for name, value in values.items():
+        if value:
+            os.environ[name] = value
+    get_settings.cache_clear()
+
+
 def register(app: typer.Typer) -> None:
     @app.command(epilog="Example: REDIS_URL=redis://redis-host:6379/0 ajet-runner worker --node gpu-a --gpus 8 "
                         "(or AJET_RUNNER_REDIS_SENTINELS=s0:26379,s1:26379,s2:26379 AJET_RUNNER_REDIS_MASTER=ajet)")
@@ -35,12 +54,21 @@ def register(app: typer.Typer) -> None:
                                        show_default="$AJET_RUNNER_LOG_FORMAT, else text"),
         address: str = typer.Option("", help="MASTER_ADDR of the multi-node runs this node heads, for host names that "
                                     "do not resolve", show_default="$AJET_RUNNER_NODE_ADDRESS, else the hostname"),
+        executor: str = typer.Option("", help="where attempts run: local, ssh or slurm",
+                                     show_default="$AJET_RUNNER_EXECUTOR, else local"),
+        host: list[str] = typer.Option([], "--host", help="an ssh host this worker serves (repeat for more)",
+                                       show_default="$AJET_RUNNER_HOSTS"),
+        partition: str = typer.Option("", help="SLURM partition the jobs go to",
+                                      show_default="$AJET_RUNNER_SLURM_PARTITION, else the cluster's default"),
+        sbatch_arg: list[str] = typer.Option([], "--sbatch-arg", help="one more sbatch argument (repeat for more)",
+                                             show_default="$AJET_RUNNER_SLURM_ARGS"),
     ) -> None:
         """Run this node's worker: the watcher (a thread per run), heartbeat, re-adoption of running experiments."""
         from ajet_runner.logsetup import LogSetupError, configure
         from ajet_runner.workers.node.this_node import NodeInfo
         from ajet_runner.workers.node.watcher_process import spawn_watcher
 
+        export_executor_options(executor, host, partition, sbatch_arg)
         if address:  # the watcher (a separate process) reads it from the environment
             import os
 

@@ -120,6 +120,15 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=status.HTTP_500_INTERNAL_SERVER_ERROR,
                             content=error_body(f"Redis error: {type(exc).__name__}: {str(exc)[:500]}"))
 
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        """A bug of ours still answers in the one error shape (Starlette's own is plain text); the traceback
+        goes to the log, not to the client."""
+        log.error("unexpected error: %s", type(exc).__name__, exc_info=exc)
+        return JSONResponse(status_code=status.HTTP_500_INTERNAL_SERVER_ERROR,
+                            content=error_body(f"internal error ({type(exc).__name__}); the server's log has the "
+                                               "details"))
+
 
 def install_openapi(app: FastAPI) -> None:
     """The generated document, with ErrorBody (and what it refers to) always in the components."""

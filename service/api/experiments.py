@@ -56,7 +56,7 @@ def _record(be: Backend, exp_id: str) -> dict[str, Any]:
     **error_responses(409, *BODY_ERRORS, notes={
         409: "needs more GPUs than any live node has, its result dir belongs to an unfinished experiment, "
             "or an Idempotency-Key was reused for another blueprint or another placement (node, nodes, "
-            "priority, blueprint_path)",
+            "priority, blueprint_path, stage), or for a stage",
         422: "blueprint problems, each naming its field"})})
 async def create_experiment(
     body: SubmitRequest,

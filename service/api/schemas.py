@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
+from ajet_runner.service.api.plain_text import PlainText
 from ajet_runner.statemachine.models import Problem
 from ajet_runner.store.events import Event
 
@@ -55,8 +56,8 @@ class SubmitRequest(BaseModel):
         None, min_length=1, max_length=64, description="a multi-node run (nnodes > 1): the nodes it may use; the "
         "first is the head (as `node`)")
     priority: Literal["normal", "high"] | None = Field(None, description="high = front of its queue")
-    blueprint_path: str | None = Field(None, max_length=4096, description="where the blueprint came from (shown in "
-                                                                         "the report)")
+    blueprint_path: PlainText | None = Field(None, max_length=4096, description="where the blueprint came from "
+                                             "(shown in the report)")
     wait_for_node: bool = Field(False, description="queue it even if no live worker serves `node` yet "
                                                    "(else 422: it would wait for ever)")
     stage: str | None = Field(None, pattern=STAGE_PATTERN, description="put it in this stage (a named group: "

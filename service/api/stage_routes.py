@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
@@ -23,7 +24,17 @@ from ajet_runner.service.api.stage_schemas import (
 )
 from ajet_runner.statemachine.compare import DEFAULT_METRIC, ExperimentFacts, compare
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
-from ajet_runner.store.stages import evaluation_events, forget_members, stage_counts, stage_ids, stage_meta, stage_names
+from ajet_runner.store.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
+from ajet_runner.store.stage_idempotency import StageClaim
+from ajet_runner.store.stages import (
+    drop_if_empty,
+    evaluation_events,
+    forget_members,
+    stage_counts,
+    stage_ids,
+    stage_meta,
+    stage_names,
+)
 from ajet_runner.store.store import Store
 
 router = APIRouter(prefix="/v1", tags=["stages"], responses=error_responses(*V1_ERRORS))
@@ -50,9 +61,10 @@ def _best(records: list[dict[str, Any]], metric: str = DEFAULT_METRIC) -> dict[s
 def stage_summary(store: Store, name: str, with_experiments: bool = False) -> dict[str, Any] | None:
     """The stage's summary (and its experiments' summaries), or None when there is no such stage."""
     ids = stage_ids(store, name)
-    meta = stage_meta(store, name)
-    if not ids and not meta:
+    if not ids:
+        drop_if_empty(store, name)  # a stage left by older versions (refused, or its records expired)
         return None
+    meta = stage_meta(store, name)
     records = _records(store, ids)
     if len(records) < len(ids):  # records that expired after the retention time leave the index
         forget_members(store, name, set(ids) - {r["id"] for r in records})
@@ -71,15 +83,45 @@ def stage_summary(store: Store, name: str, with_experiments: bool = False) -> di
 
 
 @router.post("/stages", status_code=201, response_model=StageSubmitView, responses={
+    200: {"model": StageSubmitView, "description": "a repeated Idempotency-Key with the same body: the first "
+          "submission's stage, its experiments as they are now"},
     **error_responses(409, *BODY_ERRORS, notes={
-        409: "no experiment could be placed (result dirs taken, not enough GPUs on any live node)",
+        409: "no experiment could be placed (result dirs taken, not enough GPUs on any live node), or the "
+             "Idempotency-Key was used for another request (another body, or an experiment)",
         422: "a blueprint or the sweep is malformed, or two experiments would share a result dir: nothing was "
              "submitted; each problem's field names the blueprint"})})
-def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Depends(backend)) -> Any:
+def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Depends(backend),
+                 idempotency_key: str | None = Header(None, pattern=IDEMPOTENCY_KEY_PATTERN, description=(
+                     "names this submission: a repeat with the same body answers 200 with the same stage, never "
+                     "a second run of it; with another body 409"))) -> Any:
     """Submit blueprints as one stage; a blueprint with an `[exp_sweep]` part (or the `sweep` field) becomes
     one experiment per combination. 201 when at least one experiment was submitted (`refused` lists the
-    others)."""
+    others). A submission refused whole records nothing: no stage, no settings."""
+    from ajet_runner.store.idempotency import IdempotencyConflict
+    from ajet_runner.store.stage_idempotency import claim_stage, first_answer
+
+    claim: StageClaim | None = None
+    try:
+        while idempotency_key:
+            claim = claim_stage(be.store, idempotency_key, body.stage, body.model_dump(mode="json"))
+            if claim.fresh:
+                break
+            answer = first_answer(be.store, idempotency_key, claim)
+            if answer is not None:
+                response.status_code = status.HTTP_200_OK
+                response.headers["Location"] = f"/v1/stages/{body.stage}"
+                return _repeated(be.store, answer)
+    except IdempotencyConflict as exc:
+        return JSONResponse(status_code=409, content=error_body(str(exc), [
+            {"level": "error", "field": "Idempotency-Key", "message": str(exc)}]))
+    return _submit_stage(body, response, be, idempotency_key, claim)
+
+
+def _submit_stage(body: StageSubmitRequest, response: Response, be: Backend, key: str | None,
+                  claim: StageClaim | None) -> Any:
+    """The submission itself; with a claimed key, its answer recorded (or the claim released when refused)."""
     from ajet_runner.service.stage_submit import StageRejected, submit_stage
+    from ajet_runner.store.stage_idempotency import complete_stage, release_stage
 
     try:
         result = submit_stage(be.store, body.stage,
@@ -88,13 +130,30 @@ def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Dep
                               priority=body.priority, allowed_roots=be.allowed_roots,
                               check_disk=be.settings.submit_check_disk, wait_for_node=body.wait_for_node)
     except StageRejected as exc:
+        if key and claim is not None:
+            release_stage(be.store, key, claim)
         why = "; ".join(f"{p.field}: {p.message}" for p in exc.problems)
         return JSONResponse(status_code=exc.status, content=error_body(
             f"stage {body.stage} rejected: {why}", [p.model_dump(mode="json") for p in exc.problems]))
+    except BaseException:
+        if key and claim is not None:
+            release_stage(be.store, key, claim)
+        raise
+    if key and claim is not None:
+        complete_stage(be.store, key, claim, {"stage": result.stage, "stage_dir": result.stage_dir,
+                                              "ids": [r["id"] for r in result.accepted], "refused": result.refused})
     response.headers["Location"] = f"/v1/stages/{body.stage}"
     now = time.time()
     return {"stage": result.stage, "stage_dir": result.stage_dir,
             "experiments": [summary_dict(r, now) for r in result.accepted], "refused": result.refused}
+
+
+def _repeated(store: Store, answer: dict[str, Any]) -> dict[str, Any]:
+    """The first submission's answer, its experiments as they are now (those whose records still exist)."""
+    now = time.time()
+    records = store.partial([str(i) for i in answer.get("ids") or []], [*SUMMARY_FIELDS])
+    return {"stage": answer.get("stage", ""), "stage_dir": answer.get("stage_dir", ""),
+            "experiments": [summary_dict(r, now) for r in records], "refused": answer.get("refused") or []}
 
 
 @router.get("/stages", response_model=list[StageSummary])
@@ -124,8 +183,23 @@ def _resolve_dir(store: Store, result_dir: str) -> str | None:
     return next((r["id"] for r in recs if r["result_dir"] and os.path.realpath(r["result_dir"]) == real), None)
 
 
+def _dir_problem(result_dir: str, roots: Sequence[str]) -> str:
+    """Why this server may not read `result_dir`'s results.json ('' when it may): it must be absolute and,
+    with AJET_RUNNER_ALLOWED_ROOTS set, inside one of them (as every submitted result dir is)."""
+    if not os.path.isabs(result_dir):
+        return "a result dir must be an absolute path"
+    real = os.path.realpath(result_dir)
+    if roots and not any(real == os.path.realpath(r) or real.startswith(os.path.realpath(r).rstrip("/") + "/")
+                         for r in roots):
+        return (f"outside the allowed roots ({', '.join(roots)}): only a result dir inside them is read "
+                "(AJET_RUNNER_ALLOWED_ROOTS)")
+    return ""
+
+
 @router.post("/stages/{name}/experiments", response_model=StageView, responses={
-    **error_responses(*BODY_ERRORS, notes={422: "an id or result dir names no experiment (nothing was added)"})})
+    **error_responses(*BODY_ERRORS, notes={422: "an id or result dir names no experiment, a result dir is outside "
+                                                "the allowed roots or holds a control character (nothing was "
+                                                "added)"})})
 def add_to_stage(name: str, body: StageAddRequest, be: Backend = Depends(backend)) -> Any:
     """Put existing experiments into a stage after the fact (by id, or by a result dir they ran in). A stage
     whose experiments are then all finished gets its report and `stage_finished` webhook."""
@@ -138,6 +212,9 @@ def add_to_stage(name: str, body: StageAddRequest, be: Backend = Depends(backend
             {"level": "error", "field": "name", "message": str(exc)}]))
     ids, problems = list(body.ids), []
     for d in body.result_dirs:
+        if why := _dir_problem(d, be.allowed_roots):
+            problems.append({"level": "error", "field": "result_dirs", "message": f"{d}: {why}"})
+            continue
         found = _resolve_dir(be.store, d)
         if found is None:
             problems.append({"level": "error", "field": "result_dirs", "message": (

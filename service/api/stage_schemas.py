@@ -6,22 +6,24 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
+from ajet_runner.service.api.plain_text import PlainText
 from ajet_runner.service.api.schemas import NODE_PATTERN, STAGE_PATTERN, ExperimentSummary
 from ajet_runner.statemachine.models import Problem
 
 
 class StageBlueprint(BaseModel):
     blueprint: str = Field(..., min_length=1, description="the blueprint's markdown text")
-    blueprint_path: str | None = Field(None, max_length=4096, description="where it came from (shown in reports)")
+    blueprint_path: PlainText | None = Field(None, max_length=4096, description="where it came from (shown in "
+                                             "reports)")
 
 
 class StageSubmitRequest(BaseModel):
     stage: str = Field(..., pattern=STAGE_PATTERN, description="the stage's name (new, or one to add to)")
     blueprints: list[StageBlueprint] = Field(..., min_length=1, max_length=64)
-    sweep: list[Annotated[str, StringConstraints(max_length=2000)]] = Field(
+    sweep: list[Annotated[PlainText, StringConstraints(max_length=2000)]] = Field(
         default_factory=list, max_length=16, description="KEY=V1,V2 (each): expand every blueprint into one "
         "experiment per combination (a key here replaces the same key of a blueprint's [exp_sweep] part)")
-    stage_dir: str | None = Field(None, max_length=4096, description="where the stage report is written when its "
+    stage_dir: PlainText | None = Field(None, max_length=4096, description="where the stage report is written when its "
                                   "last experiment finishes (default: a single sweep's result dir)")
     webhook_url: str | None = Field(None, max_length=2048, pattern=r"^https?://",
                                     description="this stage's webhook (instead of AJET_RUNNER_WEBHOOK_URL)")
@@ -66,7 +68,7 @@ class StageView(StageSummary):
 
 class StageAddRequest(BaseModel):
     # Bounds: one more than the most of each still fits the request size limit, so too many is a 422, not a 413.
-    ids: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(default_factory=list,
-                                                                                      max_length=200)
-    result_dirs: list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]] = Field(
+    ids: list[Annotated[PlainText, StringConstraints(min_length=1, max_length=64)]] = Field(default_factory=list,
+                                                                                            max_length=200)
+    result_dirs: list[Annotated[PlainText, StringConstraints(min_length=1, max_length=4096)]] = Field(
         default_factory=list, max_length=200, description="each names the experiment last run in it")

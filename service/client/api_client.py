@@ -84,6 +84,18 @@ class ApiUnavailable(ApiError):
         super().__init__(0, f"cannot reach the ajet-runner API at {url}: {reason}")
 
 
+class StageNotFound(ApiError):
+    """`wait_stage` on a stage the server does not know (never submitted, refused whole, or expired): 404."""
+
+
+class EmptyStage(RuntimeError):
+    """`wait_stage` on a stage that holds no experiment: there is nothing to wait for."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"stage {name} has no experiments: nothing to wait for")
+
+
 class UnexpectedAnswer(ValueError):
     """A 2xx answer that is not what this version's API sends (the plain-JSON calls' check; the typed calls raise
     pydantic's ValidationError, also a ValueError)."""
@@ -227,6 +239,29 @@ def _stage_body(stage: str, blueprints: Sequence[BlueprintInput], sweep: list[st
         if value:
             body[key] = value
     return body
+
+
+def _not_found(name: str, exc: ApiError) -> ApiError:
+    """A 404 on a stage as StageNotFound (other errors unchanged)."""
+    if exc.status != 404:
+        return exc
+    return StageNotFound(404, f"no stage named {name!r} (never submitted, refused whole, or its experiments "
+                              "expired)", exc.problems)
+
+
+def _experiments_of(name: str, stage: Stage) -> list[Experiment]:
+    if not stage.experiments:
+        raise EmptyStage(name)
+    return list(stage.experiments)
+
+
+def _stage_experiments(name: str, look: Callable[[], Stage]) -> list[Experiment]:
+    """The stage's experiments at one look; StageNotFound / EmptyStage at once (nothing will ever finish)."""
+    try:
+        found = look()
+    except ApiError as exc:
+        raise _not_found(name, exc) from None
+    return _experiments_of(name, found)
 
 
 def _wait_args(name: str | None, ids: list[str] | tuple[str, ...] | None) -> list[str]:
@@ -457,12 +492,15 @@ class AjetRunnerClient:
     # -- stages -----------------------------------------------------------------------------------
     def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
                      stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
-                     priority: str | None = None, wait_for_node: bool = False) -> StageSubmission:
+                     priority: str | None = None, wait_for_node: bool = False,
+                     idempotency_key: str | None = None) -> StageSubmission:
         """Submit blueprints (paths, or (text, path) pairs) as stage `stage`; a blueprint with an `[exp_sweep]`
         part, or the `sweep` options (`KEY=V1,V2`), becomes one experiment per combination. `refused` lists
-        experiments the submission refused while the others were submitted; ApiError 422/409 when none was."""
+        experiments the submission refused while the others were submitted; ApiError 422/409 when none was.
+        With `idempotency_key`, a retry with the same request is the same stage (never a second run of it)."""
         return _answers().StageSubmission.model_validate(self._json("POST", "/v1/stages", json=_stage_body(
-            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node)))
+            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node),
+            headers=_idempotency(idempotency_key)))
 
     def stages(self) -> list[Stage]:
         """Every stage, newest first, with counts by state and outcome."""
@@ -489,13 +527,14 @@ class AjetRunnerClient:
                    interval: float = 2.0, reconnect_limit: float = RECONNECT_LIMIT,
                    on_update: Callable[[list[Experiment]], None] | None = None) -> list[Experiment]:
         """Block until every experiment of stage `name` (or every one of `ids`) is finished; returns their final
-        records in order. `on_update` gets the records at each look. TimeoutError after `timeout` seconds."""
+        records in order. `on_update` gets the records at each look. TimeoutError after `timeout` seconds;
+        at once StageNotFound (an unknown stage) or EmptyStage (one with no experiments)."""
         wanted = _wait_args(name, ids)
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Reconnect(self.url, reconnect_limit)
         while True:
             if name:
-                recs = backoff.call(lambda: self.stage(name)).experiments
+                recs = _stage_experiments(name, lambda: backoff.call(lambda: self.stage(name)))
             else:
                 recs = [backoff.call(functools.partial(self.get, i)) for i in wanted]
             if on_update is not None:
@@ -653,9 +692,11 @@ class AsyncAjetRunnerClient:
 
     async def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
                            stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
-                           priority: str | None = None, wait_for_node: bool = False) -> StageSubmission:
+                           priority: str | None = None, wait_for_node: bool = False,
+                           idempotency_key: str | None = None) -> StageSubmission:
         return _answers().StageSubmission.model_validate(await self._json("POST", "/v1/stages", json=_stage_body(
-            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node)))
+            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node),
+            headers=_idempotency(idempotency_key)))
 
     async def stages(self) -> list[Stage]:
         return [_answers().Stage.model_validate(s) for s in await self._json("GET", "/v1/stages")]
@@ -685,7 +726,11 @@ class AsyncAjetRunnerClient:
         async def until_finished() -> list[Experiment]:
             while True:
                 if name:
-                    recs = (await self.stage(name)).experiments
+                    try:
+                        found = await self.stage(name)
+                    except ApiError as exc:
+                        raise _not_found(name, exc) from None
+                    recs = _experiments_of(name, found)
                 else:
                     recs = list(await asyncio.gather(*(self.get(i) for i in wanted)))
                 if on_update is not None:

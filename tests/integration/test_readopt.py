@@ -9,7 +9,7 @@ import pytest
 from ajet_runner.service.submit import submit
 from ajet_runner.store.keys import exp_key
 from ajet_runner.store.store import Store
-from ajet_runner.workers.process.tmux import TmuxRunner
+from ajet_runner.workers.executors.local.tmux import TmuxRunner
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 

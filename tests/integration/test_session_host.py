@@ -20,8 +20,8 @@ import pytest
 
 from ajet_runner.service.submit import submit
 from ajet_runner.store.store import Store
-from ajet_runner.workers.process.session_host import SessionHost
-from ajet_runner.workers.process.tmux import TmuxRunner
+from ajet_runner.workers.executors.local.session_host import SessionHost
+from ajet_runner.workers.executors.local.tmux import TmuxRunner
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.workers import worker_env
 

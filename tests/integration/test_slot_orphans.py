@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from ajet_runner.service.cluster_metrics import ClusterCollector
 from ajet_runner.service.submit import SubmissionRejected, submit
 from ajet_runner.store.store import Store
-from ajet_runner.workers.process.tmux import RunHandle
+from ajet_runner.workers.executors.handle import RunHandle
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 

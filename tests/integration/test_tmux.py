@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ajet_runner.workers.process.procs import kill_marked, processes_with_marker
-from ajet_runner.workers.process.tmux import RunHandle, SessionExists, TmuxRunner, session_name
+from ajet_runner.workers.executors.local.procs import kill_marked, processes_with_marker
+from ajet_runner.workers.executors.local.tmux import RunHandle, SessionExists, TmuxRunner, session_name
 
 pytestmark = pytest.mark.integration
 MARKER = "AJET_RUNNER_EXPERIMENT"
@@ -227,7 +227,8 @@ def test_kill_marked_never_kills_its_caller(tmp_path: Path) -> None:
     """Even when the worker itself carries the marker (started from a marked shell)."""
     mark = f"exp-self-{os.getpid()}-{time.time_ns()}"
     env = {**os.environ, MARKER: mark, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    code = f"from ajet_runner.workers.process.procs import kill_marked; print(kill_marked('{MARKER}', '{mark}', 1))"
+    code = (f"from ajet_runner.workers.executors.local.procs import kill_marked; "
+            f"print(kill_marked('{MARKER}', '{mark}', 1))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ajet_runner.workers.process.session_host import SessionHost
+from ajet_runner.workers.executors.local.session_host import SessionHost
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.workers import kill_group
 from tests.redteam.procs import CmdlineSampler, redis_with_password, serving

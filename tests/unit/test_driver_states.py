@@ -20,9 +20,9 @@ from ajet_runner.store.records import Context, ExperimentRecord, PendingRepair, 
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.driver import ExperimentDriver
 from ajet_runner.workers.drive.seam import Drive
+from ajet_runner.workers.executors.local.tmux import TmuxRunner
+from ajet_runner.workers.executors.protocol import Runner
 from ajet_runner.workers.node.this_node import NodeInfo
-from ajet_runner.workers.process.runner import Runner
-from ajet_runner.workers.process.tmux import TmuxRunner
 from tests.doubles import InMemoryRunner, Script, seed, settings_for
 
 NODE = NodeInfo(name="test-node", gpus=0, slots=1)
@@ -45,7 +45,7 @@ def hook(answer: dict[str, Any]) -> str:
 
 def drive(store: Store, exp_id: str, runner: InMemoryRunner, **settings: Any) -> tuple[str, ExperimentRecord]:
     driver = ExperimentDriver(store, exp_id, settings_for(store_url(store), **settings), NODE, "test/1",
-                              runner=runner)  # an InMemoryRunner is a Runner (workers/process/runner.py)
+                              runner=runner)  # an InMemoryRunner is a Runner (workers/executors/protocol.py)
     outcome = driver.run()
     rec = store.record(exp_id)
     assert rec is not None

@@ -30,7 +30,7 @@ ALLOWED = {
 }
 # One home per feature: these folders hold sub-packages, and (besides `__init__.py`) only the modules named.
 LAYOUT = {
-    "workers": ({"drive", "process", "node", "repair", "gang", "swarm", "report", "notify"}, set()),
+    "workers": ({"drive", "executors", "node", "repair", "gang", "swarm", "report", "notify"}, set()),
     "service": ({"api", "client", "ui"},
                 {"cluster_metrics", "demo", "embedded", "metric_names", "stop", "submit",
                  "stage_submit"}),
@@ -153,7 +153,7 @@ def test_the_api_never_loads_the_driver_tmux_or_psutil() -> None:
 
 
 def test_the_sys_modules_check_would_see_a_driver_import() -> None:
-    code = ("import json, sys\nimport ajet_runner.workers.drive.jobs\n"
+    code = ("import json, sys\nimport ajet_runner.workers.drive.jobs, ajet_runner.workers.executors.local.tmux\n"
             "print(json.dumps('libtmux' in sys.modules and 'psutil' in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=True)
@@ -223,3 +223,30 @@ def test_the_redis_scan_sees_an_import_and_a_reach_in(tmp_path: Path) -> None:
     src.write_text("import redis.asyncio as aioredis\nfrom redis import Redis\n\ndef f(store):\n"
                    "    return store.r.get('x')\n")
     assert _redis_uses(src) == ["import redis.asyncio", "from redis", "line 5: store.r"]
+
+
+# Outside workers/executors/, psutil may look only at the worker's own processes (its owner identity, its
+# resource metrics), never at an experiment's: that is an executor's business, wherever the run lives.
+OWN_PROCESS_USERS = {"workers/drive/owner_identity.py": "is the driver that owns a record still this one",
+                     "workers/node/worker_metrics.py": "the worker's own CPU and memory"}
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_tmux_and_the_process_table_stay_inside_the_executors() -> None:
+    outside = [p for top in PACKAGES for p in (ROOT / top).rglob("*.py")
+               if not p.is_relative_to(ROOT / "workers" / "executors")]
+    tmux = sorted(str(p.relative_to(ROOT)) for p in outside if "libtmux" in _third_party_imports(p))
+    table = sorted(str(p.relative_to(ROOT)) for p in outside if "psutil" in _third_party_imports(p)
+                   and str(p.relative_to(ROOT)) not in OWN_PROCESS_USERS)
+    assert (tmux, table) == ([], [])
+    unused = [name for name in OWN_PROCESS_USERS if "psutil" not in _third_party_imports(ROOT / name)]
+    assert unused == [], "no longer needs psutil: take it off the list"

@@ -31,7 +31,7 @@ def drive(store: Store, exp_id: str, runner: InMemoryRunner, **settings: Any) ->
     kw = store.r.connection_pool.connection_kwargs
     url = f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
     driver = ExperimentDriver(store, exp_id, settings_for(url, **settings), NODE, "test/1",
-                              runner=runner)  # an InMemoryRunner is a Runner (workers/process/runner.py)
+                              runner=runner)  # an InMemoryRunner is a Runner (workers/executors/protocol.py)
     outcome = driver.run()
     rec = store.record(exp_id)
     assert rec is not None

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from ajet_runner.workers.drive.watch_loop import WatchLoop
-from ajet_runner.workers.process.exit_wait import ExitWaiter
+from ajet_runner.workers.executors.exit_wait import ExitWaiter
 
 
 def lend(loop: WatchLoop, tick, waiter: ExitWaiter, due: float) -> dict:

@@ -21,8 +21,8 @@ from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules import DiagnosisRule, Observation
 from ajet_runner.workers.drive import scan_checkpoint
 from ajet_runner.workers.drive.watch import FINISH_TAIL, SLICE_BYTES, AttemptWatch
-from ajet_runner.workers.process.exit_wait import ExitWaiter
-from ajet_runner.workers.process.tmux import RunHandle
+from ajet_runner.workers.executors.exit_wait import ExitWaiter
+from ajet_runner.workers.executors.handle import RunHandle
 
 CORPUS = Path(__file__).parents[1] / "corpus" / "logs"
 FILLER = ("(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns ü\n" * 50).encode()

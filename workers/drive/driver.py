@@ -30,10 +30,11 @@ from ajet_runner.workers.drive.owner_identity import driver_identity
 from ajet_runner.workers.drive.seam import WatchCallback
 from ajet_runner.workers.drive.states import HANDLERS
 from ajet_runner.workers.drive.watch import AttemptWatch
+from ajet_runner.workers.executors import build_executor, executor_for_handle
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.head import GangHead, gang_head
 from ajet_runner.workers.node.this_node import NodeInfo
-from ajet_runner.workers.process.runner import Runner
-from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
 from ajet_runner.workers.repair.adviser import advised_stat
 from ajet_runner.workers.repair.config_patch import patch_config_copy
 from ajet_runner.workers.report.plot_preload import PlotAhead
@@ -47,7 +48,7 @@ class ExperimentDriver:
     """Drives one experiment; its state handlers see it as a `Drive` (workers/drive/seam.py)."""
 
     def __init__(self, store: Store, exp_id: str, settings: Settings, node: NodeInfo, owner: str,
-                 runner: Runner | None = None,
+                 runner: Executor | None = None,
                  on_watch: WatchCallback | None = None,
                  handback: threading.Event | None = None) -> None:
         self.store = store
@@ -55,7 +56,6 @@ class ExperimentDriver:
         self.settings = settings
         self.node = node
         self.owner = owner
-        self.runner: Runner = runner or TmuxRunner(settings.tmux_socket or None, linger=settings.pane_linger_seconds)
         self.on_watch = on_watch
         self.handback = handback  # set once the hosting process stops: the watch gives the run back
         rec = store.record(exp_id)
@@ -69,6 +69,9 @@ class ExperimentDriver:
         self.journal = Journal(store, exp_id, owner, rec.version, node=node.name)
         self.started_at = rec.started_at or None
         self.handle = RunHandle.from_dict(rec.handle) if rec.handle else None
+        # A run already started is found again by the executor that started it; a new one runs on this worker's.
+        self.runner: Executor = runner or (executor_for_handle(settings, self.handle) if self.handle is not None
+                                           else build_executor(settings))
         self.watch: AttemptWatch | None = None
         self.server_watch: ServerWatch | None = None  # swarm mode: the server, watched beside the client
         self.plot_ahead = PlotAhead()  # the report's plot, drawn while the run is watched

@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from ajet_runner.store.store import Store
     from ajet_runner.workers.drive.journal import Journal
     from ajet_runner.workers.drive.watch import AttemptWatch
+    from ajet_runner.workers.executors.handle import RunHandle
+    from ajet_runner.workers.executors.protocol import Runner
     from ajet_runner.workers.gang.head import GangHead
     from ajet_runner.workers.node.this_node import NodeInfo
-    from ajet_runner.workers.process.runner import Runner
-    from ajet_runner.workers.process.tmux import RunHandle
     from ajet_runner.workers.report.plot_preload import PlotAhead
     from ajet_runner.workers.swarm.server_watch import ServerWatch
 

@@ -38,8 +38,8 @@ from ajet_runner.statemachine.logmetrics import (
 from ajet_runner.statemachine.models import Evaluation, Finding
 from ajet_runner.statemachine.results import ResultSummary, parse_val_file
 from ajet_runner.workers.drive import scan_checkpoint
-from ajet_runner.workers.process.runner import Runner
-from ajet_runner.workers.process.tmux import RunHandle
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.protocol import Runner
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20

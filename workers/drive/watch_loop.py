@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ajet_runner.workers.process.exit_wait import ExitWaiter
+from ajet_runner.workers.executors.exit_wait import ExitWaiter
 
 log = logging.getLogger(__name__)
 Tick = Callable[[], float | None]  # one pass; the monotonic time of the next, or None: give the run back

@@ -12,8 +12,8 @@ from ajet_runner.statemachine.models import Blueprint
 from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.attempt import MARKER
+from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.paths import rank_marker, rank_session
-from ajet_runner.workers.process.tmux import TmuxRunner
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def held_by_gang(gangs: GangStore, rec: dict[str, Any] | None, node: str) -> boo
     return gang is not None and node in gang.nodes
 
 
-def sweep_left_ranks(store: Store, gangs: GangStore, runner: TmuxRunner, node: str) -> list[tuple[str, int]]:
+def sweep_left_ranks(store: Store, gangs: GangStore, runner: Executor, node: str) -> list[tuple[str, int]]:
     """Ranks started on this node that no longer belong here (the run finished or is gone, or the rank moved to
     another node while this one was away) and whose job is gone: stop what is left of them, no process left."""
     swept = []

@@ -25,17 +25,20 @@ from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.attempt import MARKER, attempt_env
 from ajet_runner.workers.drive.journal import REDIS_ERRORS
+from ajet_runner.workers.executors import build_executor
+from ajet_runner.workers.executors.environment import launch_environment
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.env import gang_env
 from ajet_runner.workers.gang.paths import rank_marker, rank_paths, rank_session
 from ajet_runner.workers.node.this_node import NodeInfo
-from ajet_runner.workers.process.tmux import RunHandle, TmuxRunner
 
 log = logging.getLogger(__name__)
 
 
 class RankDriver:
     def __init__(self, store: Store, gangs: GangStore, exp_id: str, rank: int, settings: Settings,
-                 node: NodeInfo, owner: str, runner: TmuxRunner | None = None,
+                 node: NodeInfo, owner: str, runner: Executor | None = None,
                  handback: threading.Event | None = None) -> None:
         self.store = store
         self.gangs = gangs
@@ -44,7 +47,7 @@ class RankDriver:
         self.settings = settings
         self.node = node
         self.owner = owner
-        self.runner = runner or TmuxRunner(settings.tmux_socket or None, linger=settings.pane_linger_seconds)
+        self.runner: Executor = runner or build_executor(settings)
         self.handle: RunHandle | None = None
         self.handback = handback  # set when the hosting process is stopping
 
@@ -153,23 +156,26 @@ class RankDriver:
         try:
             self.handle = self.runner.start(session, str(launch.get("command") or ""), cwd=bp.exp_codebase_dir,
                                             env=env, log_path=paths["log"], rc_path=paths["rc"],
-                                            pid_path=paths["pid"])
+                                            pid_path=paths["pid"], base_env=self._base_env())
         except (OSError, RuntimeError) as exc:
             self._report(**base, state="exited", exit_code=None, error=f"could not start the tmux session: {exc}")
             return
         self._report(**base, state="running", handle=self.handle.to_dict(), started_at=self.handle.started_at)
         log.info("%s rank %d: attempt %d running in tmux session %s", self.id, self.rank, attempt, session)
 
+    def _base_env(self) -> dict[str, str] | None:
+        """The rank starts from this worker's environment less the control plane's (as the head's attempt)."""
+        if self.runner.capabilities.host_environment:
+            return None
+        return launch_environment(self.settings).variables
+
     def _find_started(self, rec: dict[str, Any], attempt: int) -> RunHandle | None:
         bp = Blueprint.model_validate(rec.get("blueprint_json") or {})
         session = rank_session(bp.exp_purpose, self.id, self.rank)
         paths = rank_paths(bp.exp_result_dir, attempt, self.rank)
-        if self.runner.exists(session) and paths["pid"].exists() and not paths["rc"].exists():
-            handle = RunHandle(session=session, log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
-                               wrapper_path=paths["log"].with_suffix(".sh"), socket_path=self.runner.socket_path)
-            handle.wait_for_pid(1.0, local=not self.runner.remote())
-            return handle
-        return None
+        if paths["rc"].exists():
+            return None  # that attempt ended: nothing to adopt
+        return self.runner.adopt(session, paths)
 
     # -- stopping ------------------------------------------------------------------------------
     def _stop(self, gang: Gang | None, *, report: bool = True) -> None:

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.rules.gang_members import gang_finding
+from ajet_runner.store.naming import session_name
 from ajet_runner.store.records import PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_paths
 from ajet_runner.workers.drive.journal import REDIS_ERRORS
+from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.gang.env import gang_env
 from ajet_runner.workers.gang.head import GangFailed
 from ajet_runner.workers.gang.paths import rank_paths, rank_session
-from ajet_runner.workers.process.tmux import RunHandle, session_name
 
 if TYPE_CHECKING:
     from ajet_runner.workers.drive.seam import Drive

@@ -23,11 +23,12 @@ from ajet_runner.store.queue import node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import REDIS_DOWN, Store
 from ajet_runner.workers.drive.owner_identity import driver_alive, owner_dead
+from ajet_runner.workers.executors import build_executor
+from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from ajet_runner.workers.node.queue_check import QueueChecker
 from ajet_runner.workers.node.this_node import NodeInfo
 from ajet_runner.workers.node.watcher_process import spawn_watcher
-from ajet_runner.workers.process.tmux import TmuxRunner
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0  # the drain is read in the same round trip (Store.heartbeat)
@@ -48,7 +49,7 @@ class NodeSupervisor:
         self.url = redis  # the watcher is handed the same Redis (a URL, or the sentinels)
         self.store = Store.from_url(redis, socket_timeout=10, socket_connect_timeout=5, health_check_interval=0)
         self.gangs = self.store.gangs()
-        self._runner: TmuxRunner | None = None  # for sweeping ranks left on this node (workers/gang/adopt.py)
+        self._runner: Executor | None = None  # for sweeping ranks left on this node (workers/gang/adopt.py)
         self.watcher: subprocess.Popen[bytes] | None = None
         self._indexed = False  # ensure_indexes() runs at the first scan
         self.stopping = threading.Event()
@@ -112,7 +113,7 @@ class NodeSupervisor:
             self.store.ensure_indexes()  # records from before the indexes existed: once per cluster
         self.queue_check.run(now)  # one round trip here, unless this supervisor holds the cluster's lease
         adopt_ranks(self.store, self.gangs, self.node.name, now, self.settings.lease_seconds)
-        sweep_left_ranks(self.store, self.gangs, self._tmux(), self.node.name)
+        sweep_left_ranks(self.store, self.gangs, self._executor(), self.node.name)
         mine = self._unfinished_here()
         self.running = [rec["id"] for rec in mine]
         starts: dict[int, int | None] = {}  # /proc read once per owner process, not once per run
@@ -153,9 +154,9 @@ class NodeSupervisor:
         log.info("%s: its driver %s is gone: re-adopting the run without waiting for its lease", rec["id"], owner)
         return True
 
-    def _tmux(self) -> TmuxRunner:
+    def _executor(self) -> Executor:
         if self._runner is None:
-            self._runner = TmuxRunner(self.settings.tmux_socket or None, linger=self.settings.pane_linger_seconds)
+            self._runner = build_executor(self.settings)
         return self._runner
 
     def _unfinished_here(self) -> list[dict]:

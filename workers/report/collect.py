@@ -17,6 +17,7 @@ from ajet_runner.statemachine.results import (
     parse_val_files,
     summarize,
 )
+from ajet_runner.store.naming import session_name
 from ajet_runner.store.records import Context, ExperimentRecord
 from ajet_runner.workers.drive.watch import (
     AttemptWatch,
@@ -25,7 +26,6 @@ from ajet_runner.workers.drive.watch import (
     own_offset,
     parse_own_results,
 )
-from ajet_runner.workers.process.tmux import session_name
 from ajet_runner.workers.repair.resume import note_start
 from ajet_runner.workers.report import ReportData
 from ajet_runner.workers.report.attempt_curve import attempt_curve
@@ -101,7 +101,8 @@ def _same_results_file(ctx: Context) -> bool:
 
 
 def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle, ctx: Context, *, node: str,
-                watch: AttemptWatch | None, started_at: float | None, tmux_socket: str = "") -> ReportData:
+                watch: AttemptWatch | None, started_at: float | None, tmux_socket: str = "",
+                executor: str = "local", ran_on: str = "", attach: str = "") -> ReportData:
     for attempt in ctx.attempts:
         note_start(attempt)  # the experiment name, start step and checkpoint each attempt's log names
     summary, source = gather_results(bp, ctx)
@@ -126,6 +127,7 @@ def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle
     return ReportData(
         id=exp_id, purpose=bp.exp_purpose, node=node,
         tmux_session=rec.tmux_session or session_name(bp.exp_purpose, exp_id), tmux_socket=tmux_socket,
+        executor=executor, ran_on=ran_on, attach=attach,
         outcome=lc.outcome, reason=lc.reason, created_at=rec.created_at,
         started_at=started_at, finished_at=time.time(), max_seconds=bp.exp_max_time_seconds,
         result_dir=bp.exp_result_dir, blueprint_path=rec.blueprint_path,

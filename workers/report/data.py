@@ -36,6 +36,10 @@ class ReportData(_Input):
     node: str = ""
     tmux_session: str = ""
     tmux_socket: str = ""
+    # Where the attempts ran (workers/executors/): the executor, its host or job, how to attach.
+    executor: str = "local"
+    ran_on: str = ""
+    attach: str = ""
     outcome: str = ""
     reason: str = ""
     created_at: float | None = None

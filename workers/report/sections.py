@@ -62,7 +62,7 @@ def _summary(c: ReportContext) -> list[str]:
     if d.tmux_session:
         sock = f"-S {shlex.quote(d.tmux_socket)} " if d.tmux_socket else ""  # as the console shows it
         where = f" on {md_cell(d.node)}" if d.node else ""
-        attach = f"tmux {sock}attach -t {shlex.quote(d.tmux_session)}"
+        attach = d.attach or f"tmux {sock}attach -t {shlex.quote(d.tmux_session)}"
         tmux = f"{code_span(d.tmux_session)} (attach{where}: {code_span(attach)})"
     else:
         tmux = NA
@@ -79,6 +79,7 @@ def _summary(c: ReportContext) -> list[str]:
         ["Experiment", code_span(d.id)],
         ["Outcome", outcome],
         ["Node", md_cell(d.node or NA)],
+        *([["Ran on", md_cell(d.ran_on)]] if d.ran_on else []),
         ["tmux session", tmux],
         ["Created", fmt_time(d.created_at)],
         ["Started", fmt_time(d.started_at) if d.started_at is not None else "never launched"],
@@ -228,12 +229,27 @@ def _attempts(c: ReportContext) -> list[str]:
     checks = [f"- attempt {a.number}: {md_cell(a.gpu_check, 600)}" for a in d.attempts if a.gpu_check]
     if checks:
         lines += ["", "The runner's own GPU check before launch:", "", *checks]
+    lines += _environments(d.attempts)
     commands = list(dict.fromkeys(a.command for a in d.attempts if a.command))
     if len(commands) == 1:
         lines += ["", f"Command: {code_span(commands[0])}"]
     else:
         lines += [""] + [f"- attempt {a.number}: {code_span(a.command)}" for a in d.attempts if a.command]
     return lines + _unscanned(d.attempts)
+
+
+def _environments(attempts: list[AttemptInfo]) -> list[str]:
+    """Which variables each attempt's job started with (names only, never values), and what was held back."""
+    lines: list[str] = []
+    for a in attempts:
+        if not a.env_names and not a.environment:
+            continue  # an older record, or an attempt that never started
+        lines.append(f"- attempt {a.number}: {len(a.env_names)} variables from {md_cell(a.environment or NA, 300)}: "
+                     + md_cell(", ".join(a.env_names), 4000))
+        if a.env_withheld:
+            lines.append(f"  - held back (the control plane's): {md_cell(', '.join(a.env_withheld), 1000)}")
+        lines += [f"  - {md_cell(note, 300)}" for note in a.env_notes]
+    return ["", "Environment (variable names the job started with):", "", *lines] if lines else []
 
 
 def _unscanned(attempts: list[Any]) -> list[str]:

@@ -26,8 +26,8 @@ from ajet_runner.statemachine.swarm_blueprint import (
     yaml_placeholder,
 )
 from ajet_runner.workers.drive.attempt import MARKER
-from ajet_runner.workers.process.runner import Runner
-from ajet_runner.workers.process.tmux import RunHandle
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.protocol import Runner
 from ajet_runner.workers.swarm.server import (
     SwarmServer,
     SwarmServerFailed,
@@ -83,6 +83,7 @@ def swarm_results_path(bp: Blueprint) -> str:
 def start_or_reuse(
     runner: Runner, state: dict[str, Any], bp: Blueprint, *, exp_id: str, env: Mapping[str, str],
     attempt: int, boot_timeout: float, publish: Callable[[dict[str, Any]], None],
+    base_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Make sure a swarm server listens; returns the client's environment.
 
@@ -99,7 +100,7 @@ def start_or_reuse(
     began = time.monotonic()
     server = ensure_server(runner, spec, purpose=bp.exp_purpose, exp_id=exp_id, cwd=bp.exp_codebase_dir,
                            env=server_env, log_dir=Path(bp.exp_result_dir) / "logs", n=attempt,
-                           boot_timeout=boot_timeout)
+                           boot_timeout=boot_timeout, base_env=base_env)
     history = state.setdefault("history", [])
     waited = round(time.monotonic() - began, 1)
     if server.reused:

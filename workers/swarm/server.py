@@ -24,8 +24,9 @@ from pathlib import Path
 
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.swarm_blueprint import SwarmSpec
-from ajet_runner.workers.process.runner import Runner
-from ajet_runner.workers.process.tmux import RunHandle, session_name
+from ajet_runner.store.naming import session_name
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.protocol import Runner
 
 __all__ = ["READY_LINE", "SwarmServer", "SwarmServerFailed", "port_listening", "answers_http",
            "server_session", "client_env", "ensure_server"]
@@ -133,6 +134,7 @@ def ensure_server(
     log_dir: Path,
     n: int,
     boot_timeout: float = DEFAULT_BOOT_TIMEOUT,
+    base_env: Mapping[str, str] | None = None,
 ) -> SwarmServer:
     """Reuse a listening server or start one (attempt `n`) and wait until it listens.
 
@@ -151,7 +153,7 @@ def ensure_server(
     handle = runner.start(
         session, spec.server_command, cwd=cwd, env=dict(env),
         log_path=log_dir / f"server-{n}.log", rc_path=log_dir / f"server-{n}.rc",
-        pid_path=log_dir / f"server-{n}.pid",
+        pid_path=log_dir / f"server-{n}.pid", base_env=base_env,
     )
     server = SwarmServer(spec=spec, reused=False, handle=handle, log_path=handle.log_path)
     try:

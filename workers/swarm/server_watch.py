@@ -17,8 +17,8 @@ from typing import Any
 from ajet_runner.statemachine.diagnose import LogScanner
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.swarm_blueprint import SwarmSpec, server_failure_finding
-from ajet_runner.workers.process.runner import Runner
-from ajet_runner.workers.process.tmux import RunHandle
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.protocol import Runner
 from ajet_runner.workers.swarm.server import SwarmServerFailed, port_listening
 
 __all__ = ["ServerWatch", "server_failure_pending"]

@@ -25,6 +25,25 @@ if TYPE_CHECKING:
     from ajet_runner.workers.drive.seam import Drive
 
 
+def _where(d: Drive) -> dict[str, str]:
+    """Where the attempts ran, for the report: the executor, the host or job, and how to attach."""
+    h = d.handle
+    name = h.executor if h is not None else d.runner.capabilities.name
+    if h is None:
+        return {"executor": name, "ran_on": "", "attach": ""}
+    parts = [f"{name} executor"]
+    if h.host:
+        parts.append(f"host {h.host}")
+    if h.job_id:
+        parts.append(f"job {h.job_id}")
+    parts.append(f"driven by the worker on node {d.node.name}")
+    try:
+        attach = d.runner.attach_command(h)
+    except Exception:  # noqa: BLE001 - the report is written whatever an executor's helper says
+        attach = ""
+    return {"executor": name, "ran_on": ", ".join(parts), "attach": attach}
+
+
 def handle(d: Drive) -> bool:
     if d.lc.attempt:
         d.renew()
@@ -46,7 +65,8 @@ def handle(d: Drive) -> bool:
         _tidy_config_copy(d)  # before the report: it points at the kept copy
         made.append(report_data(d.id, d.bp, d.rec, d.lc, d.ctx, node=d.node.name,
                                 watch=d.watch, started_at=d.started_at,
-                                tmux_socket=d.runner.socket_path or d.settings.tmux_socket))
+                                tmux_socket=d.runner.socket_path or d.settings.tmux_socket,
+                                **_where(d)))
         return made[-1]
 
     # The plot drawn while the run was watched: pasted with its title if still exact, else drawn again.

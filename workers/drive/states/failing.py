@@ -29,7 +29,7 @@ from ajet_runner.statemachine.rules import EXIT_NOT_RECORDED
 from ajet_runner.statemachine.signatures import signature as catalogue_entry
 from ajet_runner.store.records import PendingRepair, RepairRecord
 from ajet_runner.workers.drive.attempt import MARKER
-from ajet_runner.workers.process.procs import processes_with_marker
+from ajet_runner.workers.executors.local.procs import processes_with_marker
 from ajet_runner.workers.repair.adviser import advice_fields, advice_source
 from ajet_runner.workers.repair.attempt_inputs import earlier_failures, next_inputs
 from ajet_runner.workers.repair.config_patch import read_yaml_data

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
@@ -19,8 +19,10 @@ from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.signatures import signature
 from ajet_runner.store.records import Attempt, PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_env
+from ajet_runner.workers.executors.environment import LaunchEnvironment, launch_environment, worker_environment
+from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.wrapper import env_file_bytes
 from ajet_runner.workers.gang import steps as gang
-from ajet_runner.workers.process.tmux import RunHandle
 from ajet_runner.workers.repair.attempt_inputs import launch_inputs
 from ajet_runner.workers.repair.gpus import query_gpus
 from ajet_runner.workers.report.reserve import RESERVE_NAME
@@ -51,6 +53,8 @@ def handle(d: Drive) -> bool:
             _refuse_busy_gpus(d, paths["log"], inputs, gpu_check, busy)
             return True
         env = attempt_env(d.bp, d.id, d.ctx.env, d.ctx.gpus)
+        base = launch_environment(d.settings)
+        own_env = not d.runner.capabilities.host_environment
         if d.gang is not None:
             ranks = gang.launch_members(d)
             if ranks is None:
@@ -60,7 +64,8 @@ def handle(d: Drive) -> bool:
             try:
                 env = start_or_reuse(d.runner, d.ctx.swarm, d.bp, exp_id=d.id, env=env,
                                      attempt=d.lc.attempt, publish=d.journal.publish,
-                                     boot_timeout=d.settings.swarm_boot_timeout_seconds)
+                                     boot_timeout=d.settings.swarm_boot_timeout_seconds,
+                                     base_env=base.variables if own_env else None)
             except SwarmServerFailed as exc:  # diagnosed from the server's log
                 d.ctx.pending_repair = PendingRepair.model_validate(server_failure_pending(exc))
                 d.fire(Trigger.anomaly, f"swarm server: {exc.reason}",
@@ -71,16 +76,19 @@ def handle(d: Drive) -> bool:
                 session, d.ctx.command, cwd=d.bp.exp_codebase_dir, env=env,
                 log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
                 reserve_path=Path(d.bp.exp_result_dir) / RESERVE_NAME,
+                base_env=base.variables if own_env else None,
             )
         except (OSError, RuntimeError) as exc:
             gang.stop_members(d)
             d.fire(Trigger.anomaly, f"could not start the tmux session: {exc}")
             return True
+        d.handle.files = [p for p in (d.ctx.val_path, d.ctx.train_path) if p]
         gang.record_head(d, d.handle, paths["log"])
         d.ctx.attempts.append(Attempt(
             number=d.lc.attempt, started_at=d.handle.started_at, ended_at=None, exit_code=None,
             command=d.ctx.command, log_path=str(paths["log"]), end_reason="", inputs=inputs,
             val_offset=_size(d.ctx.val_path), gpu_check=gpu_check,
+            **_environment_fields(d, base, env, own_env),
         ))
         d.ctx.cleanups_done = []
     else:
@@ -88,6 +96,19 @@ def handle(d: Drive) -> bool:
     d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in tmux session {session}",
            fields={"handle": d.handle.to_dict(), "tmux_session": session})
     return True
+
+
+def _environment_fields(d: Drive, base: LaunchEnvironment, env: dict[str, str], own_env: bool) -> dict[str, Any]:
+    """What the report says of the attempt's environment: names only, as the job received them."""
+    if not own_env:
+        return {"env_names": sorted(env), "env_withheld": [], "env_notes": [],
+                "environment": f"the login environment of {d.runner.capabilities.name} host "
+                               f"{d.handle.host if d.handle else ''}".strip() + ", plus the variables named"}
+    merged = {**base.variables, **env}
+    notes = env_file_bytes(merged)[1]
+    dropped = {n.split(":", 1)[0] for n in notes}
+    return {"env_names": sorted(n for n in merged if n not in dropped), "env_withheld": base.withheld,
+            "env_notes": notes, "environment": worker_environment(d.node.name)}
 
 
 def _known_gpus(d: Drive) -> list[int] | None:
@@ -147,15 +168,4 @@ def _find_running_attempt(d: Drive, session: str, paths: dict[str, Path]) -> Run
     and collects it — a second launch would run the command again into the same log."""
     if d.handle is not None and Path(d.handle.log_path) == paths["log"]:
         return d.handle
-    if not paths["pid"].exists():
-        return None
-    ended = paths["rc"].exists()
-    if not ended and not d.runner.exists(session):
-        return None  # started, then its session vanished with no exit code (the tmux server died)
-    handle = RunHandle(
-        session=session, log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
-        wrapper_path=paths["log"].with_suffix(".sh"), socket_path=d.runner.socket_path,
-    )
-    if not ended:
-        handle.wait_for_pid(1.0, local=not d.runner.remote())
-    return handle
+    return d.runner.adopt(session, paths)

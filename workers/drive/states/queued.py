@@ -4,7 +4,6 @@ config, and the claim (the `start` transition is the compare-and-set that makes 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,10 +14,11 @@ from ajet_runner.resultdir.flag import atomic_write_bytes, write_error_reason
 from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.preflight import gpu_check_decision, launch_workdir, preflight
+from ajet_runner.store.naming import session_name
 from ajet_runner.workers.drive.owner_identity import driver_identity
 from ajet_runner.workers.drive.watch import file_start
+from ajet_runner.workers.executors.environment import launch_environment
 from ajet_runner.workers.gang import steps as gang
-from ajet_runner.workers.process.tmux import session_name
 from ajet_runner.workers.repair.gpus import launcher_skip_support
 from ajet_runner.workers.report.reserve import take_reserve
 from ajet_runner.workers.swarm.found_results import snapshot
@@ -35,7 +35,9 @@ def handle(d: Drive) -> bool:
     # The same preflight `ajet-runner check` runs, on this node's environment (swarm: no YAML).
     spec, _ = swarm_plan(d.bp)  # [exp_swarm_server], or `ajet.enable_swarm_mode: true` in the YAML
     swarm = spec is not None
-    plan = preflight(d.bp, env=os.environ, environment=f"node {d.node.name} (the worker's environment)")
+    # The same environment the job will start from (the control plane's variables held back).
+    plan = preflight(d.bp, env=launch_environment(d.settings).variables,
+                     environment=f"node {d.node.name} (the worker's environment)")
     problems = list(plan.problems) + (port_problems(spec) if spec is not None else [])
     _move_earlier_run(d, problems)
     problems += d.root_problems()

@@ -25,9 +25,9 @@ from ajet_runner.workers.drive.journal import HandedBack
 from ajet_runner.workers.drive.scan_checkpoint import remove as remove_checkpoint
 from ajet_runner.workers.drive.watch import CONSOLE_KEY, TRAIN_KEY, UNSCANNED_KEY, AttemptWatch, attempt_evaluations
 from ajet_runner.workers.drive.watch_loop import LOOP
+from ajet_runner.workers.executors.exit_cause import exit_record_problem
+from ajet_runner.workers.executors.exit_wait import ExitWaiter
 from ajet_runner.workers.gang import steps as gang
-from ajet_runner.workers.process.exit_cause import exit_record_problem
-from ajet_runner.workers.process.exit_wait import ExitWaiter
 from ajet_runner.workers.report.plot_preload import preload_plotting
 from ajet_runner.workers.swarm.found_results import swarm_results_source
 from ajet_runner.workers.swarm.server_watch import ServerWatch
@@ -235,6 +235,8 @@ class WatchPasses:
         tick = Tick(t0=time.monotonic(), now=time.time(), started=self.started, watch=watch, read_before=0)
         for o in self.hooks:
             o.before_tick(d, tick)
+        if not self.local:
+            d.runner.sync(d.handle)  # a host that does not share our disk: bring its log and results over
         # The pidfd says whether the process runs (checked against its start time when opened); psutil
         # and the rc file only without one. The wrapper writes the rc only after the process ended.
         alive = waiter.process_alive()

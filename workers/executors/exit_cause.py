@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ajet_runner.resultdir.roots import OutsideRoots, check_inside
-from ajet_runner.workers.process.tmux import exit_record_note
+from ajet_runner.workers.executors.handle import exit_record_note
 
 _ERRNO_OF_TEXT = {os.strerror(code): name for code, name in errno.errorcode.items()}
 
