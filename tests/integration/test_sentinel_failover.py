@@ -65,6 +65,11 @@ def test_mixed_incomplete_and_malformed_settings_name_the_setting() -> None:
     assert target is not None and target.sentinels == (("a", 1), ("::1", 2)) and target.master == "m"
     assert "pw" not in repr(target) and "pw" not in target.describe()
     assert target_from(Settings()) is None
+    # The password setting also serves a URL that holds none (never both).
+    plain = target_from(Settings(redis_url="redis://h:1/0", redis_password="p w/x"))
+    assert plain is not None and plain.url == "redis://:p%20w%2Fx@h:1/0" and "p w" not in plain.describe()
+    with pytest.raises(RedisSettingsError, match="holds credentials too"):
+        target_from(Settings(redis_url="redis://:a@h:1/0", redis_password="b"))
 
 
 def test_unreachable_member_and_wrong_master_are_refused_at_start(cluster: SentinelCluster, tmp_path: Path) -> None:
