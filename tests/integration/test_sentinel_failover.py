@@ -168,7 +168,7 @@ def test_retries_are_bounded_and_the_api_answers_503_only_while_no_master_is_kno
 
 # -- the done-when scenario -----------------------------------------------------------------------------
 def test_a_batch_of_runs_survives_a_master_sigkill(tmux_socket: str, tmp_path: Path) -> None:
-    figures = run_failover(tmp_path, tmux_socket, n=8, slots=3, restart_old=True, timeout=150)
+    figures = run_failover(tmp_path, tmux_socket, n=8, slots=3, restart_old=True, timeout=300)
     print("\n".join(figures.lines()))
     assert figures.passed, "\n".join([*figures.lines(), *figures.problems])
     assert figures.workers_kept  # the same worker processes served through it
@@ -179,7 +179,7 @@ def test_a_batch_of_runs_survives_a_master_sigkill(tmux_socket: str, tmp_path: P
 def test_a_batch_of_runs_survives_writes_lost_in_the_failover(tmux_socket: str, tmp_path: Path) -> None:
     """The master acknowledges 1.5 s of writes no replica gets (replicas stopped and cut off), then dies: the
     promoted replica lacks them (claims, transitions, finishes, job pops). Still every run finishes once."""
-    figures = run_failover(tmp_path, tmux_socket, n=12, slots=3, restart_old=True, timeout=200,
+    figures = run_failover(tmp_path, tmux_socket, n=12, slots=3, restart_old=True, timeout=300,
                            lose_writes_seconds=1.5)
     print("\n".join(figures.lines()))
     assert figures.passed, "\n".join([*figures.lines(), *figures.problems])
