@@ -1,6 +1,7 @@
-"""Redis clients made from a URL, for the processes that open their own: the API, the node's watcher and its
-RQ slot workers, the RQ job entry points. The timeouts are each caller's (a blocking pop must not be cut
-off, an API call must not hang); this module only keeps `redis` out of the layers above the store."""
+"""Redis clients for the processes that open their own: the API, the node's supervisor, watcher and RQ slot
+workers, the RQ job entry points, the CLI. They are all made by store/clients.py (a URL, or the master that
+Redis Sentinel names, with retries through a failover); this module adds the Store on one and keeps `redis`
+out of the layers above the store."""
 
 from __future__ import annotations
 
@@ -8,24 +9,37 @@ from typing import Any
 
 import redis
 
+from ajet_runner.store.clients import (
+    MASTER_ENV,
+    PASSWORD_ENV,
+    SENTINELS_ENV,
+    URL_ENV,
+    NoMasterKnown,
+    RedisSettingsError,
+    RedisTarget,
+    async_client,
+    check_reachable,
+    clone,
+    connect,
+    connection_target,
+    connection_url,
+    is_replicated,
+    master_address,
+    need_target,
+    redact_url,
+    server_identity,
+    target_from,
+)
 from ajet_runner.store.store import Store
 
 Connection = redis.Redis
 
-
-def connect(url: str, **options: Any) -> redis.Redis:
-    """A raw client (for RQ, which takes a connection): `redis.Redis.from_url(url, **options)`."""
-    return redis.Redis.from_url(url, **options)
-
-
-def store_at(url: str, **options: Any) -> Store:
-    """A Store on a client of its own: `Store(redis.Redis.from_url(url, **options))`."""
-    return Store(redis.Redis.from_url(url, **options))
+__all__ = ["MASTER_ENV", "PASSWORD_ENV", "SENTINELS_ENV", "URL_ENV", "Connection", "NoMasterKnown",
+           "RedisSettingsError", "RedisTarget", "async_client", "check_reachable", "clone", "connect",
+           "connection_target", "connection_url", "is_replicated", "master_address", "need_target", "redact_url",
+           "server_identity", "store_at", "target_from"]
 
 
-def connection_url(conn: redis.Redis) -> str:
-    """The URL a client was made from (an RQ job's connection, to build a client of our own)."""
-    kw = conn.connection_pool.connection_kwargs
-    if "path" in kw:
-        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
-    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+def store_at(where: RedisTarget | str, **options: Any) -> Store:
+    """A Store on a client of its own (a URL, or a target: store/clients.py)."""
+    return Store(connect(where, **options))

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis.asyncio as aioredis
+from ajet_runner.store.clients import RedisTarget, async_client
 
 
 class EventReader:
-    """Made from a URL on first use by the API's Backend; each method is the Redis command of its name."""
+    """Made from a URL or target on first use by the API's Backend; each method is the Redis command of its name."""
 
-    def __init__(self, url: str) -> None:
-        self._r = aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=5,
-                                          health_check_interval=10)
+    def __init__(self, where: RedisTarget | str) -> None:
+        self._r = async_client(where, socket_timeout=None, socket_connect_timeout=5, health_check_interval=10)
 
     async def xread(self, streams: dict[Any, Any], count: int | None = None, block: int | None = None) -> Any:
         return await self._r.xread(streams, count=count, block=block)

@@ -15,6 +15,16 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AJET_RUNNER_", extra="ignore")
 
     redis_url: str = Field(default="", validation_alias=AliasChoices("REDIS_URL", "AJET_RUNNER_REDIS_URL"))
+    # Redis Sentinel instead of one URL (store/clients.py builds every client from these)
+    redis_sentinels: str = Field(default="", description="host:port,host:port,... of the sentinels; with "
+                                 "redis_master, used instead of REDIS_URL (never both)")
+    redis_master: str = Field(default="", description="the master name the sentinels monitor")
+    redis_db: int = Field(default=0, ge=0, description="the database number on the sentinels' master")
+    redis_password: SecretStr = Field(default=SecretStr(""), description="Redis password, for the master and the "
+                                      "sentinels alike (or for REDIS_URL when it holds none)")
+    redis_retry_seconds: float = Field(default=10.0, ge=0, description="a Redis command that meets a lost "
+                                       "connection or no known master is retried with backoff this long "
+                                       "(covers a Sentinel failover) before it fails")
     node: str = Field(default_factory=socket.gethostname, description="this worker's node name")
     gpus: int | None = Field(default=None, description="GPUs on this node; None = ask nvidia-smi, else 0")
     tmux_socket: str = Field(default="", description="tmux -S socket path; empty = tmux's default server")

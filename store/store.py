@@ -9,10 +9,11 @@ experiment (the `start` transition is the claim).
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis.client import Pipeline, PubSub
@@ -21,6 +22,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, FINISHED, EventType, Outcome, State
+from ajet_runner.store.clients import is_replicated, master_address
 from ajet_runner.store.events import EventBase, checked
 from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.keys import (
@@ -61,6 +63,9 @@ from ajet_runner.store.scripts import lua
 from ajet_runner.store.snapshot import RowCache, Snapshot, read_snapshot, read_stages
 from ajet_runner.store.stats import TransitionStats
 
+if TYPE_CHECKING:
+    from ajet_runner.store.clients import RedisTarget
+
 __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "REDIS_DOWN", "UNFINISHED", "RedisError", "ResultDirTaken",
            "Store", "TransitionConflict",
            "decode",
@@ -71,7 +76,12 @@ __all__ = ["GLOBAL_STREAM", "INDEX", "NODES", "PREFIX", "REDIS_DOWN", "UNFINISHE
 RedisError = redis.RedisError
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
+log = logging.getLogger(__name__)
 STREAM_MAXLEN = 10_000
+# Under Sentinel, a transition waits this long for one replica to have it (WAIT 1): replication is asynchronous,
+# and a claim the master acknowledged and lost in a failover could otherwise be made a second time.
+REPLICA_WAIT_MS = 100
+REPLICA_WAIT_CLAIM_MS = 1000  # ... and a claim (or an adoption) longer: a claim lost is a run launched twice
 LOG_TAIL_CAP = 200  # lines of log kept in Redis, so the API can show a log without the node's disk
 NODE_RECORD_TTL = 3600
 NODE_ALIVE_SECONDS = 30.0  # a node whose last heartbeat is older is down (node_up 0, not offered work)
@@ -167,6 +177,7 @@ class Store:
 
     def __init__(self, client: redis.Redis, retention_seconds: float | None = None) -> None:
         self.r = client
+        self.replicated = is_replicated(client)  # a Sentinel-managed master: transitions wait for a replica
         if retention_seconds is None:
             from ajet_runner.store.settings import get_settings
 
@@ -189,10 +200,13 @@ class Store:
         self.indexes = Indexes(client, self.retention_seconds)  # the filtered lists, the expiry sweep, the backfill
 
     @classmethod
-    def from_url(cls, url: str, retention_seconds: float | None = None, **options: Any) -> Store:
-        """A store on its own client; `options` are redis-py's (socket_timeout, health_check_interval, ...)."""
+    def from_url(cls, url: RedisTarget | str, retention_seconds: float | None = None, **options: Any) -> Store:
+        """A store on its own client for a URL or a target (store/clients.py); `options` are redis-py's
+        (socket_timeout, health_check_interval, ...)."""
+        from ajet_runner.store.clients import connect
+
         options.setdefault("health_check_interval", 10)
-        return cls(redis.Redis.from_url(url, **options), retention_seconds)
+        return cls(connect(url, **options), retention_seconds)
 
     def outbox(self) -> Outbox:
         """The outbox of notices to deliver (store/outbox.py), on this store's client."""
@@ -214,17 +228,16 @@ class Store:
     @property
     def server(self) -> tuple[Any, ...]:
         """Which server and account this store's client talks to (equal for two clients of one Redis)."""
-        pool = self.r.connection_pool
-        kw = pool.connection_kwargs
-        return (pool.connection_class.__name__, *(kw.get(k) for k in ("host", "port", "path", "db", "username",
-                                                                        "password")))
+        from ajet_runner.store.clients import server_identity
+
+        return server_identity(self.r)
 
     def twin(self, **options: Any) -> Store:
         """A Store on a client of its own (own pool) with this one's connection settings, auth and TLS
         included; `options` override some (timeouts)."""
-        pool = self.r.connection_pool
-        return Store(redis.Redis(connection_pool=redis.ConnectionPool(
-            connection_class=pool.connection_class, **{**pool.connection_kwargs, **options})))
+        from ajet_runner.store.clients import clone
+
+        return Store(clone(self.r, **options))
 
     # -- the job queue (RQ, store/queue.py) on this store's client ----------------------------
     def enqueue_drive(self, exp_id: str, queue_name: str, *, at_front: bool = False,
@@ -251,6 +264,10 @@ class Store:
     def fetch_job(self, job_id: str) -> Job:
         """The RQ job (raises rq's NoSuchJobError when it is gone)."""
         return Job.fetch(job_id, connection=self.r, serializer=JSONSerializer)
+
+    def master_address(self) -> tuple[str, int] | None:
+        """Under Sentinel, the master this store's client last connected to (a change: a failover); else None."""
+        return master_address(self.r)
 
     def ping(self) -> bool:
         return bool(self.r.ping())
@@ -399,8 +416,10 @@ class Store:
         owner: str = "",
         stats: TransitionStats | Mapping[str, Any] | None = None,
         node: str = "",
+        durable: bool = False,
     ) -> int:
-        """Compare-and-set `fields` and publish `event` atomically; returns the new version.
+        """Compare-and-set `fields` and publish `event` atomically; returns the new version. `durable` (a claim):
+        under Sentinel, wait longer for a replica to have it.
 
         The script also keeps the indexes: per state, and (given the `node` the caller acts for) the
         node's active set and experiment index; a finished record starts to expire."""
@@ -408,11 +427,28 @@ class Store:
                                            owner=owner, stats=stats, node=node)
         if fields.get("state") == State.finished.value:
             ok, detail = self._finishing(exp_id, keys, args)
+        elif self.replicated:
+            wait_ms = REPLICA_WAIT_CLAIM_MS if durable else REPLICA_WAIT_MS
+            ok, detail = self._replicated_transition(exp_id, keys, args, wait_ms)
         else:
             ok, detail = self._transition(keys=keys, args=args)
         if not ok:
             raise TransitionConflict(f"experiment {exp_id}: {text(detail)} check failed")
         return int(text(detail))
+
+    def _replicated_transition(self, exp_id: str, keys: list[str], args: list[Any], wait_ms: int) -> Any:
+        """The transition, then WAIT for one replica on the same connection (one pipeline): once this returns,
+        a failover keeps the write (Sentinel promotes the replica that is most up to date). A replica that
+        does not answer in `wait_ms` is logged, not waited for: the runs go on with one server.
+        The finishing transition is not waited for: its result dir's finish.flag proves it (reconcile)."""
+        pipe = self.r.pipeline(transaction=False)
+        self._transition(keys=keys, args=args, client=pipe)
+        pipe.execute_command("WAIT", 1, wait_ms)
+        answer, acked = pipe.execute()
+        if not int(acked or 0):
+            log.warning("%s: no replica confirmed a transition within %d ms (a failover now could lose it)",
+                        exp_id, wait_ms)
+        return answer
 
     def _finishing(self, exp_id: str, keys: list[str], args: list[Any]) -> Any:
         """The finishing transition and its outbox task (store/outbox.py) in one MULTI: the notice that it
@@ -470,8 +506,12 @@ class Store:
         model (store/events.py: an unknown type raises EventRefused).
 
         `once=(writer, seq)` makes a retried send harmless: Redis adds the event only if that
-        writer's `seq` is new (returns "" otherwise)."""
+        writer's `seq` is new (returns "" otherwise). Under Sentinel every event is sent so, with a writer of
+        its own when none is given: the client retries a command across a failover, and a retry of a
+        command the old master did run must not publish it twice."""
         event = checked(event)
+        if once is None and self.replicated:
+            once = (uuid.uuid4().hex, 1)
         payload = json.dumps({"at": time.time(), **event}, default=str)
         kind = str(event.get("type", EventType.info))
         if once is not None:

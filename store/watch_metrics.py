@@ -8,6 +8,7 @@ from typing import Any
 
 import redis
 
+from ajet_runner.store.clients import clone
 from ajet_runner.store.keys import node_key, watch_exp_key, watch_exps_key, watch_metrics_key
 from ajet_runner.store.scripts import lua
 from ajet_runner.store.store import Store
@@ -15,9 +16,7 @@ from ajet_runner.store.store import Store
 
 def short_timeout_client(client: redis.Redis, seconds: float) -> redis.Redis:
     """A client like `client` whose calls give up quickly: the job's own one may block forever."""
-    pool = client.connection_pool
-    kwargs = {**pool.connection_kwargs, "socket_timeout": seconds, "socket_connect_timeout": seconds}
-    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+    return clone(client, socket_timeout=seconds, socket_connect_timeout=seconds)
 
 
 class WatchFlusher:

@@ -19,6 +19,7 @@ from rich.console import Console
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
 from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local, wait_for_node
+from ajet_runner.store.connection import RedisSettingsError, RedisTarget, check_reachable, target_from
 from ajet_runner.store.settings import get_settings
 
 EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
@@ -39,15 +40,21 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
         output.err(f"error: cannot read blueprint {path}: {why}")
         return output.USAGE
     embedded = None
-    url = redis_url or settings.redis_url
-    if not url:
+    try:  # REDIS_URL or the sentinels; mixed or broken settings are refused, never replaced by an embedded one
+        target = RedisTarget(url=redis_url) if redis_url else target_from(settings)
+        if target is not None:
+            check_reachable(target)
+    except RedisSettingsError as exc:
+        output.err(f"error: {exc}")
+        return output.USAGE
+    if target is None:
         embedded = EmbeddedRedis(private=True).start()  # a unix socket only this user reaches, with a password
-        url = embedded.url
+        target = RedisTarget(url=embedded.url)
         console.print(f"embedded Redis at {embedded.shown}")
     node = node or settings.node
-    worker = start_local_worker({**os.environ, "REDIS_URL": url}, node,
+    worker = start_local_worker({**os.environ, **target.env()}, node,
                                 quiet=bool(embedded) and not show_worker_log)
-    store = Store.from_url(url)
+    store = Store.from_url(target)
     try:
         try:
             wait_for_node(store, node, worker)

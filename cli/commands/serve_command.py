@@ -11,6 +11,7 @@ import logging
 
 import typer
 
+from ajet_runner.cli.commands.redis_config import redis_or_exit
 from ajet_runner.store.settings import get_settings
 
 
@@ -53,8 +54,7 @@ def register(app: typer.Typer) -> None:
         except LogSetupError as exc:
             raise _fail(str(exc)) from exc
         settings = get_settings()
-        if not settings.redis_url:
-            raise _fail("REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0)")
+        redis_or_exit(settings)  # REDIS_URL, or the sentinels (each must answer and name the master)
         try:
             token_set = TokenSet.from_settings(settings)
             tokens = token_set.current()

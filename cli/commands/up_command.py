@@ -29,9 +29,28 @@ import typer
 from ajet_runner.cli.commands import output
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import FINISHED
+from ajet_runner.store.connection import (
+    RedisSettingsError,
+    RedisTarget,
+    check_reachable,
+    need_target,
+    target_from,
+)
 from ajet_runner.store.settings import get_settings
 
 STOP_WAIT_SECONDS = 60.0  # after Ctrl-C: how long the running experiments get to stop and write their reports
+
+
+def _configured_redis() -> RedisTarget | None:
+    """REDIS_URL or the sentinels (None: start an embedded one); mixed or unreachable settings stop `up`
+    naming them."""
+    try:
+        target = target_from(get_settings())
+        if target is not None:
+            check_reachable(target)
+        return target
+    except RedisSettingsError as exc:
+        raise output.fail(f"error: {exc}") from None
 
 
 def _port_is_free(host: str, port: int) -> bool:
@@ -131,7 +150,7 @@ def register(app: typer.Typer) -> None:
         token, token_file = _token(workdir)
         os.environ.setdefault("AJET_RUNNER_TMUX_SOCKET", str(workdir / "tmux.sock"))
         embedded = None
-        if not get_settings().redis_url:
+        if _configured_redis() is None:  # REDIS_URL or the sentinels, else an embedded one
             try:
                 embedded = EmbeddedRedis(private=True).start()  # no TCP port: a 0700 unix socket and a password
             except EmbeddedRedisError as exc:
@@ -145,7 +164,7 @@ def register(app: typer.Typer) -> None:
         settings = get_settings()
         node = node or settings.node
         worker = start_local_worker(os.environ, node)
-        store = Store.from_url(settings.redis_url)
+        store = Store.from_url(need_target(settings))
         try:
             demo_id = _submit_demo(store, workdir, node) if demo else ""
             from ajet_runner.service.api.application import create_app

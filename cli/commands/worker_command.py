@@ -8,7 +8,14 @@ from typing import Any
 
 import typer
 
+from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+from ajet_runner.cli.commands.redis_config import redis_or_exit
+from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.settings import get_settings
+
+
+def _need_redis(check: bool = True) -> RedisTarget:
+    return redis_or_exit(get_settings(), check=check)
 
 
 def _check_webhook_url(settings: Any) -> None:
@@ -20,14 +27,6 @@ def _check_webhook_url(settings: Any) -> None:
     if problem:
         typer.echo(f"error: AJET_RUNNER_WEBHOOK_URL {problem}", err=True)
         raise typer.Exit(2)
-
-
-def _need_redis_url() -> str:
-    url = get_settings().redis_url
-    if not url:
-        typer.echo("error: REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0)", err=True)
-        raise typer.Exit(2)
-    return url
 
 
 def export_executor_options(executor: str, hosts: list[str], partition: str, sbatch_args: list[str]) -> None:
@@ -49,7 +48,7 @@ def export_executor_options(executor: str, hosts: list[str], partition: str, sba
     get_settings.cache_clear()
 
 
-def _first_heartbeat(url: str, info: Any) -> float:
+def _first_heartbeat(url: RedisTarget, info: Any) -> float:
     """The node's first heartbeat, on a connection of its own, before the supervisor's module is imported;
     returns the worker's start time it announced. An unreachable Redis is the supervisor's loop to report."""
     import logging
@@ -70,7 +69,8 @@ def _first_heartbeat(url: str, info: Any) -> float:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(epilog="Example: REDIS_URL=redis://redis-host:6379/0 ajet-runner worker --node gpu-a --gpus 8")
+    @app.command(epilog="Example: REDIS_URL=redis://redis-host:6379/0 ajet-runner worker --node gpu-a --gpus 8 "
+                        "(or AJET_RUNNER_REDIS_SENTINELS=s0:26379,s1:26379,s2:26379 AJET_RUNNER_REDIS_MASTER=ajet)")
     def worker(
         node: str = typer.Option("", help="this node's name", show_default="$AJET_RUNNER_NODE or the hostname"),
         gpus: int = typer.Option(-1, help="GPUs on this node (0 = none)",
@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
 
             os.environ["AJET_RUNNER_NODE_ADDRESS"] = address
             get_settings.cache_clear()
-        url = _need_redis_url()
+        url = _need_redis()
         settings = get_settings()
         try:  # first, so every line has the format; exported: the slot processes log the same way
             configure("worker", log_level, log_format, node=node or settings.node)
@@ -117,7 +117,6 @@ def register(app: typer.Typer) -> None:
         # First: the watcher's start-up (the driver's imports) is what re-adopting a node's runs waits for, so it
         # overlaps ours from here. Should a check below fail, it ends with this process (PR_SET_PDEATHSIG).
         watcher = spawn_watcher(info, url)
-        from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
 
         try:
             check_adviser("worker")
@@ -177,7 +176,7 @@ def register(app: typer.Typer) -> None:
 
         from ajet_runner.store.store import Store
 
-        store = Store.from_url(_need_redis_url())
+        store = Store.from_url(_need_redis(check=False))
         name = node or get_settings().node
         known = [n["name"] for n in store.nodes()]
         if name not in known and not (undo and store.draining(name)):

@@ -105,7 +105,7 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False, port
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if settings.redis_url:
+        if settings.redis_url or settings.redis_sentinels:
             threading.Thread(target=_warm_metrics, args=(be,), name="metrics-warm-up", daemon=True).start()
         yield
         await be.close()

@@ -6,7 +6,7 @@ import threading
 
 from fastapi import HTTPException, Request, status
 
-from ajet_runner.store.connection import store_at
+from ajet_runner.store.connection import RedisSettingsError, RedisTarget, store_at, target_from
 from ajet_runner.store.event_reader import EventReader
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
@@ -21,16 +21,22 @@ class Backend:
         self._aio: EventReader | None = None
         self._lock = threading.Lock()
 
-    def _url(self) -> str:
-        if not self.settings.redis_url:
-            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "REDIS_URL is not configured on this server")
-        return self.settings.redis_url
+    def _target(self) -> RedisTarget:
+        """REDIS_URL, or the sentinels and master name (checked by `serve` at start)."""
+        try:
+            target = target_from(self.settings)
+        except RedisSettingsError as exc:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from exc
+        if target is None:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "no Redis is configured on this server "
+                                "(REDIS_URL, or AJET_RUNNER_REDIS_SENTINELS and AJET_RUNNER_REDIS_MASTER)")
+        return target
 
     @property
     def store(self) -> Store:
         with self._lock:
             if self._store is None:
-                store = store_at(self._url(), socket_timeout=15, socket_connect_timeout=5, health_check_interval=10)
+                store = store_at(self._target(), socket_timeout=15, socket_connect_timeout=5, health_check_interval=10)
                 store.ensure_indexes()  # records from before the per-state/per-node indexes: once per cluster
                 self._store = store
             return self._store
@@ -39,7 +45,7 @@ class Backend:
     def aio(self) -> EventReader:
         """For XREAD BLOCK: no socket timeout, or a long block would be cut off as a timeout."""
         if self._aio is None:
-            self._aio = EventReader(self._url())
+            self._aio = EventReader(self._target())
         return self._aio
 
     @property

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ajet_runner.service.api.schemas import ErrorBody
+from ajet_runner.store.connection import NoMasterKnown
 from ajet_runner.store.store import REDIS_DOWN, RedisError
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ WHY = {
     413: "request body over the size limit",
     422: "invalid request: `problems` names each field",
     500: "an unexpected error (a Redis error other than a lost connection says what Redis answered)",
-    503: "Redis is unreachable (or not configured)",
+    503: "Redis is unreachable, no Redis master is known (a Sentinel failover; `Retry-After`), or none is configured",
 }
 
 
@@ -106,6 +107,11 @@ def install_handlers(app: FastAPI) -> None:
     async def redis_error(_: Request, exc: RedisError) -> JSONResponse:
         """Only a lost connection (or a timeout) is an outage; any other Redis error is ours (500), with
         what Redis said, e.g. a range it refused."""
+        if isinstance(exc, NoMasterKnown):  # Sentinel: the client's retries outlasted the failover
+            log.warning("no Redis master known: %s", exc)
+            return JSONResponse(status_code=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "2"},
+                                content=error_body("no Redis master is known (a Sentinel failover is under way, "
+                                                   "or the sentinels are away): try again shortly"))
         if is_outage(exc):
             log.warning("redis unreachable: %s", exc)
             return JSONResponse(status_code=status.HTTP_503_SERVICE_UNAVAILABLE,

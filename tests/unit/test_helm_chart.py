@@ -67,6 +67,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         },
         "config": {"extraEnv": {"AJET_RUNNER_PLATEAU_EVALUATIONS": 6}},
     },
+    "redis-sentinel": {"redis": {"sentinel": {"enabled": True}}},
+    "redis-sentinel-ephemeral-noauth": {
+        "redis": {"sentinel": {"enabled": True, "replicas": 5, "quorum": 3, "podDisruptionBudget": False},
+                  "auth": {"enabled": False}, "persistence": {"enabled": False}},
+    },
     "redis-ephemeral-noauth": {
         "redis": {"auth": {"enabled": False}, "persistence": {"enabled": False}},
         "networkPolicy": {"enabled": False},
@@ -629,3 +634,56 @@ def test_notes_say_what_a_worker_restart_does_to_the_runs(chart: helm.Chart) -> 
     assert "when its node is idle" in inside
     on_host = _notes(chart, {"worker": {"tmux": {"runOnHost": True}}, "storage": {"type": "hostPath"}})
     assert "host's tmux server" in on_host and "ends the experiments" not in on_host
+
+
+def test_redis_with_sentinel(chart: helm.Chart) -> None:
+    """redis.sentinel.enabled: a master and replicas with a sentinel each, and the runner's pods given the
+    sentinels and the master's name (never REDIS_URL); valid on the oldest and newest Kubernetes we support."""
+    docs = render(chart, VALUE_SETS["redis-sentinel"])
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["replicas"] == 3
+    assert [c["name"] for c in sts["spec"]["template"]["spec"]["containers"]] == ["redis", "sentinel"]
+    redis, sentinel = container(sts, "redis"), container(sts, "sentinel")
+    assert redis["command"] == ["/bin/sh", "/scripts/redis.sh"] and sentinel["command"][-1] == "/scripts/sentinel.sh"
+    assert env_of(sentinel)["QUORUM"]["value"] == "2" and env_of(redis)["REDISCLI_AUTH"]["valueFrom"]
+    scripts = one(docs, "ConfigMap", "-redis-scripts")["data"]
+    assert "sentinel monitor $MASTER_NAME $master 6379 $QUORUM" in scripts["sentinel.sh"]
+    assert "--replicaof \"$master\" 6379" in scripts["redis.sh"]
+    svc = one(docs, "Service", "-redis")
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert [p["port"] for p in svc["spec"]["ports"]] == [6379, 26379]
+    host = f"{RELEASE}-ajet-runner-redis.{NAMESPACE}.svc.cluster.local"
+    members = ",".join(f"{RELEASE}-ajet-runner-redis-{i}.{host}:26379" for i in range(3))
+    for owner in (one(docs, "Deployment"), one(docs, "DaemonSet", "-worker")):
+        env = env_of(owner["spec"]["template"]["spec"]["containers"][0])
+        assert env["AJET_RUNNER_REDIS_SENTINELS"]["value"] == members
+        assert env["AJET_RUNNER_REDIS_MASTER"]["value"] == "ajet"
+        assert env["AJET_RUNNER_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "redis-password"
+        assert "REDIS_URL" not in env and "REDIS_PASSWORD" not in env
+    policy = one(docs, "NetworkPolicy")
+    assert [[p["port"] for p in rule["ports"]] for rule in policy["spec"]["ingress"]] == [[6379, 26379], [6379, 26379]]
+    assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    for version in ("1.25.0", "1.33.0"):
+        for doc in docs:
+            if doc["kind"] not in OPERATOR_KINDS:
+                kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_sentinel_needs_the_bundled_redis_and_a_reachable_quorum(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmRenderError, match="needs redis.bundled=true"):
+        chart.render({"redis": {"bundled": False, "external": {"url": "redis://r:6379/0"},
+                                "sentinel": {"enabled": True}}}, name=RELEASE, namespace=NAMESPACE)
+    with pytest.raises(helm.HelmRenderError, match="quorum cannot be more than"):
+        chart.render({"redis": {"sentinel": {"enabled": True, "quorum": 4}}}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_sentinel_start_scripts_are_valid_sh(chart: helm.Chart, tmp_path: Path) -> None:
+    """The scripts the Redis pods run parse as POSIX sh (`sh -n`); they run in the official redis image."""
+    import subprocess
+
+    scripts = one(render(chart, VALUE_SETS["redis-sentinel"]), "ConfigMap", "-redis-scripts")["data"]
+    for name, text in scripts.items():
+        path = tmp_path / name
+        path.write_text(text)
+        checked = subprocess.run(["sh", "-n", str(path)], capture_output=True, text=True, check=False)
+        assert checked.returncode == 0, f"{name}: {checked.stderr}"

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 
+from ajet_runner.store.connection import need_target
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store, TransitionConflict
 from ajet_runner.workers.drive.driver import ExperimentDriver
@@ -29,7 +30,7 @@ EXIT_WRITE_FAILED = 3
 
 def finish_cancelled(exp_id: str, settings: Settings, node_name: str) -> None:
     """Drive the experiment once from here (its cancel flag is set). OSError: its result dir is not writable."""
-    store = Store.from_url(settings.redis_url)
+    store = Store.from_url(need_target(settings))  # REDIS_URL or the sentinels
     node = NodeInfo(name=node_name or "api", gpus=0, slots=1)
     try:
         ExperimentDriver(store, exp_id, settings, node, owner=f"api/{os.getppid()}/{os.getpid()}").run()

@@ -13,9 +13,9 @@ from rq import get_current_job
 from rq.job import Job
 
 from ajet_runner.statemachine.lifecycle import State
-from ajet_runner.store.connection import connect, connection_url
+from ajet_runner.store.connection import RedisTarget, connect, connection_target, target_from
 from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, job_timeout, node_queue, queue, target_queue
-from ajet_runner.store.settings import get_settings
+from ajet_runner.store.settings import Settings, get_settings
 from ajet_runner.store.store import RedisError, Store, TransitionConflict
 from ajet_runner.workers.drive.driver import ExperimentDriver
 from ajet_runner.workers.drive.hosting import HOST
@@ -35,7 +35,7 @@ def drive_rank(exp_id: str, rank: int) -> str:
 
     job = get_current_job()
     settings = get_settings()
-    url = _redis_url(settings.redis_url, job)
+    url = _redis_target(settings, job)
     conn = connect(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)
     owner = owner_id(node.name)
@@ -43,13 +43,14 @@ def drive_rank(exp_id: str, rank: int) -> str:
                       handback=HOST.handback()).run()
 
 
-def _redis_url(configured: str, job: Job | None) -> str:
-    """The configured Redis, else the one the current RQ job came from."""
-    if configured:
+def _redis_target(settings: Settings, job: Job | None) -> RedisTarget:
+    """The configured Redis (a URL or the sentinels), else the one the current RQ job came from."""
+    configured = target_from(settings)
+    if configured is not None:
         return configured
     if job is None:
-        raise RuntimeError("redis_url is not set and this is not an RQ job: no Redis to use")
-    return connection_url(job.connection)
+        raise RuntimeError("no Redis is configured and this is not an RQ job: no Redis to use")
+    return connection_target(job.connection)
 
 
 def drive(exp_id: str) -> str:
@@ -57,7 +58,7 @@ def drive(exp_id: str) -> str:
     job = get_current_job()
     settings = get_settings()
     # Our own connection, with timeouts: a node cut off from Redis must keep watching, not hang.
-    url = _redis_url(settings.redis_url, job)
+    url = _redis_target(settings, job)
     conn = connect(url, socket_timeout=5, socket_connect_timeout=3, health_check_interval=5)
     store = Store(conn)
     node = NodeInfo.from_settings(settings.node, settings.gpus, settings.slots)

@@ -68,6 +68,7 @@ class Journal:
         self.exp_id = exp_id
         self.owner = owner
         self.version = version
+        self.lost = 0  # writes Redis acknowledged and lost in a failover (versions behind ours): see _restore
         self.retry_seconds = retry_seconds
         self.online = True
         self.buffered_total = 0
@@ -105,12 +106,17 @@ class Journal:
         fields, event, counted = dict(fields), checked(event, EventType.transition), TransitionStats.of(stats)
 
         def op() -> None:
+            at = expected - self.lost  # the pump's thread alone sends, so `lost` only moves between ops
             try:
-                self.store.transition(self.exp_id, expected_version=expected, owner=self.owner,
-                                      fields=fields, event=event, stats=counted, node=self.node)
+                self.store.transition(self.exp_id, expected_version=at, owner=self.owner,
+                                      fields=fields, event=event, stats=counted, node=self.node, durable=ack)
             except TransitionConflict:
-                if not self._already_applied(expected):
+                if self._already_applied(at):
+                    return
+                behind = self._behind(at)
+                if behind is None:
                     raise
+                self._restore(behind, at, fields, event, counted)
 
 
         seq = self._put(op, droppable=False)
@@ -316,6 +322,27 @@ class Journal:
         """A retried write whose first try did reach Redis (only the reply was lost)."""
         rec = self.store.get(self.exp_id) or {}
         return rec.get("owner") == self.owner and int(rec.get("version") or 0) > expected
+
+    def _behind(self, expected: int) -> int | None:
+        """The record's version when it is still ours but older than what this journal wrote: acknowledged
+        writes lost with a Redis master in a failover (replication is asynchronous). None otherwise: someone
+        else's now (a lost claim included: another worker's claim is then the one that counts)."""
+        rec = self.store.get(self.exp_id) or {}
+        version = int(rec.get("version") or 0)
+        return version if rec.get("owner") == self.owner and version < expected else None
+
+    def _restore(self, behind: int, expected: int, fields: Mapping[str, Any], event: Mapping[str, Any],
+                 stats: TransitionStats) -> None:
+        """Reconcile after a failover: the transition again on the version Redis has. Each transition holds
+        the whole state (lifecycle, attempts, ctx), so the record is whole again; events lost are named."""
+        log.warning("%s: the record is at version %d, behind this driver's %d (writes lost in a Redis "
+                    "failover): restoring it from the driver's state", self.exp_id, behind, expected)
+        self.store.transition(self.exp_id, expected_version=behind, owner=self.owner, fields=fields,
+                              event=event, stats=stats, node=self.node)
+        self.lost += expected - behind  # the next transitions compare-and-set on what Redis has now
+        self.store.publish(self.exp_id, {"type": EventType.warning, "message": (
+            f"Redis lost {expected - behind} write(s) of this run in a failover; the record was restored from "
+            "its driver's state (events of that moment may be missing)")})
 
     def _poll_every(self) -> float:
         every = SUBSCRIBED_POLL_SECONDS if self._hub.subscribed(self.exp_id) else POLL_SECONDS

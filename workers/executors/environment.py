@@ -60,9 +60,7 @@ def control_plane_secrets(settings: Settings) -> list[str]:
               settings.llm_api_key.get_secret_value()]
     if settings.llm_api_key_file:
         values += _file_tokens(settings.llm_api_key_file)[:1]
-    extra = getattr(settings, "redis_password", None)  # a separate Redis password setting, where one exists
-    if extra is not None:
-        values.append(extra.get_secret_value() if hasattr(extra, "get_secret_value") else str(extra))
+    values.append(settings.redis_password.get_secret_value())  # the master's and the sentinels'
     return sorted({v for v in values if v and len(v) >= _MIN_SECRET})
 
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
+from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.queue import node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import REDIS_DOWN, Store
@@ -41,11 +42,11 @@ HOLDER_FIELDS = ("state", "node", "nnodes")  # what the GPU / swarm port checks 
 
 
 class NodeSupervisor:
-    def __init__(self, settings: Settings, node: NodeInfo, redis_url: str) -> None:
+    def __init__(self, settings: Settings, node: NodeInfo, redis: RedisTarget | str) -> None:
         self.settings = settings
         self.node = node
-        self.url = redis_url
-        self.store = Store.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=0)
+        self.url = redis  # the watcher is handed the same Redis (a URL, or the sentinels)
+        self.store = Store.from_url(redis, socket_timeout=10, socket_connect_timeout=5, health_check_interval=0)
         self.gangs = self.store.gangs()
         self._runner: Executor | None = None  # for sweeping ranks left on this node (workers/gang/adopt.py)
         self.watcher: subprocess.Popen[bytes] | None = None
@@ -56,6 +57,9 @@ class NodeSupervisor:
         self.on_tick: Callable[[NodeSupervisor], None] | None = None
         # the queue's health: checked by one supervisor of the cluster, the lease holder (queue_check.py)
         self.queue_check = QueueChecker(self.store, node.name, settings.node_absent_report_seconds)
+        self._master: tuple[str, int] | None = None  # under Sentinel: the master this supervisor last used
+        self.switches = 0  # failovers seen (each triggers a scan of this node's runs at once)
+        self._switched_at = 0.0  # monotonic: when the last one was seen
 
     # -- the watcher -------------------------------------------------------------------------
     def _spawn(self) -> None:
@@ -114,7 +118,8 @@ class NodeSupervisor:
             if gone:
                 lease = 0.0
             last_try = float(rec.get("adopt_enqueued_at") or 0)
-            if lease > now or now - last_try < 2 * self.settings.lease_seconds or driver_alive(rec):
+            if lease > now or now - last_try < 2 * self.settings.lease_seconds or (
+                    driver_alive(rec) and not self._forsaken(lease, now)):
                 continue
             self.store.update(rec["id"], {"adopt_enqueued_at": now})
             self.store.enqueue_drive(rec["id"], node_queue(self.node.name), at_front=True,
@@ -126,6 +131,14 @@ class NodeSupervisor:
         self._release_stale_gpus()
         self._release_stale_swarm_ports()
         return adopted
+
+    def _forsaken(self, lease: float, now: float) -> bool:
+        """After a failover, a run whose driver's process lives on but whose lease stayed expired for two lease
+        periods is driven by nobody: its driver finished, and the write that said so was lost with the old
+        master (a live driver renews its lease every third of a period once Redis answers). It is re-adopted:
+        the result dir (rc file, finish.flag) says what happened, as after a crash."""
+        wait = 2 * self.settings.lease_seconds  # live drivers renew within a third of a period once Redis is back
+        return bool(self.switches) and time.monotonic() - self._switched_at > wait and lease < now - wait
 
     def _owner_gone(self, rec: dict, starts: dict[int, int | None]) -> bool:
         """The owner is provably dead (this node and boot, its pid gone or reused): its lease is ended now,
@@ -204,6 +217,20 @@ class NodeSupervisor:
             log.info("node %s stays drained: sticky drain by %s%s (ajet-runner drain --undo ends it)",
                      self.node.name, kept["by"] or "someone", f": {kept['reason']}" if kept["reason"] else "")
 
+    def master_moved(self) -> bool:
+        """Under Sentinel, True once after each failover this process saw (the client now talks to another
+        master): the node's runs are re-read at once, not at the next scan."""
+        now = self.store.master_address()
+        moved = now is not None and self._master is not None and now != self._master
+        if now is not None:
+            self._master = now
+        if moved and now is not None:
+            self.switches += 1
+            self._switched_at = time.monotonic()
+            log.warning("the Redis master moved to %s:%d: re-reading this node's runs (a failover may have lost "
+                        "the last writes; drivers restore their records, runs nobody drives are re-adopted)", *now)
+        return moved
+
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> None:
         log.info("node %s: %d GPU(s), %d slot(s)", self.node.name, self.node.gpus, self.node.slots)
@@ -214,6 +241,8 @@ class NodeSupervisor:
             while not self.stopping.is_set():
                 now = time.monotonic()
                 try:
+                    if self.master_moved():
+                        next_scan = now
                     if now >= next_scan:
                         self.adopt_orphans()
                         next_scan = now + self.scan_every()

@@ -7,9 +7,9 @@ RQ still hands experiments to the node (`ajet_runner.workers.drive.jobs.drive` j
 the shared one); the node's `slots` are threads of this process (workers/node/slot_worker.py), so
 watching one more run costs a thread and its buffers, not a Python process and a fork.
 
-Run by the node supervisor as `python -m ajet_runner.workers.node.watcher NODE SLOTS` with REDIS_URL in its
-environment (never on the command line, which every user of the node can read); it dies with the
-supervisor (PR_SET_PDEATHSIG), and the supervisor restarts it when it dies alone. While the node
+Run by the node supervisor as `python -m ajet_runner.workers.node.watcher NODE SLOTS` with REDIS_URL (or the
+sentinels' settings) in its environment (never on the command line, which every user of the node can read); it
+dies with the supervisor (PR_SET_PDEATHSIG), and the supervisor restarts it when it dies alone. While the node
 is drained it takes no new job and keeps watching its runs. On SIGTERM (a worker stopping,
 restarting or being upgraded) it takes no new job and every driver hands its run back at its next
 look (lease ended at once, so the next worker re-adopts it without waiting for the lease to run
@@ -29,7 +29,7 @@ from rq.serializers import JSONSerializer
 
 from ajet_runner.logsetup import configure
 from ajet_runner.statemachine.signatures import use_extension
-from ajet_runner.store.connection import connect, store_at
+from ajet_runner.store.connection import RedisSettingsError, connect, need_target, store_at
 from ajet_runner.store.queue import DRIVE_JOB, queue, queue_names
 from ajet_runner.store.settings import get_settings
 from ajet_runner.store.store import RedisError, Store
@@ -62,9 +62,10 @@ def main(argv: list[str]) -> int:
     die_with_parent(expected_parent_from_env())  # a SIGKILLed supervisor leaves no watcher behind
     configure("watcher", node=node)  # level and format from the worker's environment
     settings = get_settings()  # read (and cached) before the variable below leaves the environment
-    url = settings.redis_url
-    if not url:
-        print("error: REDIS_URL is not set in the watcher's environment", file=sys.stderr)
+    try:
+        url = need_target(settings)  # REDIS_URL, or the sentinels and the master's name
+    except RedisSettingsError as exc:
+        print(f"error: {exc} (in the watcher's environment)", file=sys.stderr)
         return 2
     # The adviser's key stays in this process: experiments (tmux and the user's code) never inherit it.
     os.environ.pop("AJET_RUNNER_LLM_API_KEY", None)

@@ -37,6 +37,7 @@ from ajet_runner.statemachine.compare import compare
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.statemachine.redact import Redactor
+from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.stages import evaluation_events, note_report, stage_ids, stage_meta
@@ -68,10 +69,13 @@ def receiver_of(url: str) -> str:
     return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{port or ''}"
 
 
-def worker_redactor(settings: Settings, redis_url: str = "") -> Redactor:
+def worker_redactor(settings: Settings, redis_url: RedisTarget | str = "") -> Redactor:
     """A redactor that knows this worker's own secrets: every secret-named variable of its environment (the API
     token, the webhook secret, the adviser key, ...), the webhook secret as set, and the Redis password."""
-    extra = [settings.webhook_secret.get_secret_value()]
+    extra = [settings.webhook_secret.get_secret_value(), settings.redis_password.get_secret_value()]
+    if isinstance(redis_url, RedisTarget):
+        extra.append(redis_url.password)
+        redis_url = redis_url.url
     with contextlib.suppress(ValueError):
         extra.append(urlsplit(redis_url or settings.redis_url).password or "")
     return Redactor(envs=[dict(os.environ)], extra=extra)
@@ -295,7 +299,8 @@ class Deliverer:
         return self.settings.webhook_secret.get_secret_value()
 
 
-def start_deliverer(settings: Settings, redis_url: str, node: str, stopping: threading.Event) -> threading.Thread:
+def start_deliverer(settings: Settings, redis_url: RedisTarget | str, node: str,
+                    stopping: threading.Event) -> threading.Thread:
     """The deliverer in a daemon thread of this process, until `stopping` is set."""
     store = Store.from_url(redis_url, health_check_interval=10, socket_timeout=30)
     deliverer = Deliverer(store, settings, node, redactor=worker_redactor(settings, redis_url))

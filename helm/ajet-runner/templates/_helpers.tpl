@@ -156,9 +156,36 @@ Usage: include "ajet-runner.secretValue" (dict "ctx" $ "key" "token" "value" .Va
 {{- end -}}
 {{- end -}}
 
-{{/* REDIS_URL (and REDIS_PASSWORD for the bundled Redis) for every runner container. */}}
+{{/* The bundled Redis's headless Service domain: <pod>.<this> names one Redis pod. */}}
+{{- define "ajet-runner.redis.headless" -}}
+{{- printf "%s.%s.svc.%s" (include "ajet-runner.redis.fullname" .) .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
+{{/* With Sentinel: host:port of every pod's sentinel, comma-separated (AJET_RUNNER_REDIS_SENTINELS). */}}
+{{- define "ajet-runner.redis.sentinels" -}}
+{{- $members := list -}}
+{{- range $i := until (int .Values.redis.sentinel.replicas) -}}
+{{- $members = append $members (printf "%s-%d.%s:%d" (include "ajet-runner.redis.fullname" $) $i (include "ajet-runner.redis.headless" $) (int $.Values.redis.sentinel.port)) -}}
+{{- end -}}
+{{- join "," $members -}}
+{{- end -}}
+
+{{/* REDIS_URL (and REDIS_PASSWORD for the bundled Redis) for every runner container; with Sentinel, the
+sentinels, the master's name and the password (AJET_RUNNER_REDIS_SENTINELS/_MASTER/_PASSWORD) instead. */}}
 {{- define "ajet-runner.redisEnv" -}}
-{{- if .Values.redis.bundled }}
+{{- if and .Values.redis.bundled .Values.redis.sentinel.enabled }}
+- name: AJET_RUNNER_REDIS_SENTINELS
+  value: {{ include "ajet-runner.redis.sentinels" . | quote }}
+- name: AJET_RUNNER_REDIS_MASTER
+  value: {{ .Values.redis.sentinel.masterName | quote }}
+{{- if .Values.redis.auth.enabled }}
+- name: AJET_RUNNER_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "ajet-runner.redis.passwordSecretName" . }}
+      key: {{ include "ajet-runner.redis.passwordSecretKey" . }}
+{{- end }}
+{{- else if .Values.redis.bundled }}
 {{- if .Values.redis.auth.enabled }}
 - name: REDIS_PASSWORD
   valueFrom:
