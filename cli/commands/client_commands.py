@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, UNREACHABLE, USAGE, echo_json, err, print_table
@@ -577,7 +578,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         node: str = typer.Option(None, help="only this node"),
         outcome: str = typer.Option(None, help="only this outcome (completed, failed, cancelled, ...)"),
         stage: str = typer.Option(None, help="only the experiments of this stage"),
-        limit: int = typer.Option(200, help="at most this many (newest first)"),
+        limit: int = typer.Option(200, min=1, help="at most this many (newest first)"),
         as_json: bool = JSON_OPTION,
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
@@ -632,7 +633,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
     def logs(
         exp_id: str = typer.Argument(..., metavar="ID"),
         follow: bool = typer.Option(False, "-f", "--follow", help="keep printing new lines until it finishes"),
-        tail: int = typer.Option(200, "--tail", help="start with the last N lines"),
+        tail: int = typer.Option(200, "--tail", min=0, help="start with the last N lines"),
         raw: bool = typer.Option(False, "--raw", help="keep colour codes and Ray prefixes"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object per chunk: text, source, path, offset, "
                                      "state"),
@@ -688,6 +689,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
 
         console = output.console(stderr=as_json)
         with connect(url, token) as client:
+            client.get(exp_id)  # an unknown id is an error line before any bar is drawn
             backoff = Reconnect(client.url, reconnect_limit)
 
             def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
@@ -713,7 +715,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         if as_json:
             echo_json(final)
         else:
-            console.print(f"[bold]{outcome}[/]: {final.get('reason', '')}", soft_wrap=True)
+            console.print(f"[bold]{outcome}[/]: {escape(str(final.get('reason') or ''))}", soft_wrap=True)
             output.copyable(f"report: {Path(final.get('result_dir') or '.') / 'experiment_report.md'}")
         raise typer.Exit(EXIT_CODES.get(outcome, FAILED))
 

@@ -91,7 +91,7 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                 for event in events:
                     line = None if quiet else describe(event)
                     if line:
-                        progress.console.print(f"  {line}")
+                        progress.console.print(f"  {line}", markup=False, highlight=False)
                 max_s = float(rec.get("max_seconds") or 0)
                 elapsed = elapsed_of(rec)
                 reward = headline(rec.get("latest_metrics") or {})

@@ -16,6 +16,7 @@ from typing import Any
 import typer
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.client_commands import TOKEN_OPTION, URL_OPTION, connect
@@ -56,7 +57,7 @@ def _live_table(recs: list[Any]) -> Table:
     for name in WAIT_COLUMNS:
         table.add_column(name, overflow="fold", max_width=50 if name == "purpose" else None)
     for rec in recs:
-        table.add_row(*_row(rec))
+        table.add_row(*(Text(v) for v in _row(rec)))  # a sweep's `[key=value, …]` purpose is text, not markup
     done = sum(1 for r in recs if r.finished)
     table.caption = f"{done} of {len(recs)} finished"
     return table

@@ -272,12 +272,23 @@ def _sse_timeout(limit: float) -> httpx.Timeout:
     return httpx.Timeout(30.0, connect=max(1.0, min(10.0, limit)), read=SSE_READ_TIMEOUT)
 
 
+def base_url(url: str) -> str:
+    """The API's base URL without a trailing slash; anything but `http(s)://host[:port][/path]` is bad input
+    (httpx.UnsupportedProtocol / InvalidURL at once, not a connection error after a reconnect limit)."""
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https"):
+        raise httpx.UnsupportedProtocol("it must start with http:// or https://")
+    if not parsed.host:
+        raise httpx.InvalidURL("it names no host")
+    return url.rstrip("/")
+
+
 class AjetRunnerClient:
     """A synchronous client; one instance keeps one HTTP connection pool (close it, or use `with`)."""
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.url = base_url(url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
                                   verify=_needs_tls(self.url))
@@ -531,7 +542,7 @@ class AsyncAjetRunnerClient:
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.url = base_url(url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
                                        verify=_needs_tls(self.url))
