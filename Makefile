@@ -15,13 +15,13 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@bash scripts/ensure-system-deps.sh
-	$(PIP) -e .
+	$(PIP) -e '.[node]'
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	@bash scripts/ensure-system-deps.sh
 	@bash scripts/ensure-test-deps.sh
-	$(PIP) -e '.[test]'
+	$(PIP) -e '.[node,test]'
 	@touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed

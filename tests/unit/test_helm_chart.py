@@ -394,7 +394,7 @@ def test_bundled_redis_statefulset(chart: helm.Chart) -> None:
     assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == svc["metadata"]["name"]
     assert sts["spec"]["replicas"] == 1
     redis = container(sts, "redis")
-    assert redis["image"] == "docker.io/library/redis:7"
+    assert redis["image"] == "docker.io/library/redis:7.4.2"  # pinned, never a floating tag
     assert "--appendonly yes" in redis["args"][0] and "--maxmemory-policy noeviction" in redis["args"][0]
     claim = sts["spec"]["volumeClaimTemplates"][0]
     assert claim["spec"]["resources"]["requests"]["storage"] == "8Gi"
