@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import httpx
@@ -48,24 +49,27 @@ def grid(size: int) -> list[dict[str, object]]:
     return cells[:size]
 
 
-def plant(store: Store, root: Path, stage: str, size: int, evals: int) -> list[str]:
-    """`size` finished runs of one stage: records in Redis, results.json and config.original.yaml on disk."""
+def plant(store: Store, root: Path, stage: str, size: int, evals: int, cells: list[dict[str, object]] | None = None,
+          purpose: str = "比较学习率与温度") -> list[str]:
+    """`size` finished runs of one stage (the grid's first `size` cells, or `cells`): records in Redis,
+    results.json and config.original.yaml on disk. Runs that differ only in their seed have curves that
+    differ by a little noise; the level rises with lr and temperature."""
     base = yaml.safe_load(YAML.read_text())
     rng = random.Random(7)
     ids = []
-    for n, values in enumerate(grid(size)):
-        exp_id = f"{size:04x}{n:08x}"
+    for n, values in enumerate(cells or grid(size)):
+        exp_id = f"{zlib.crc32(stage.encode()) & 0xffff:04x}{n:08x}"
         label = ", ".join(f"{k}={v}" for k, v in values.items())
         result_dir = root / stage / label.replace(", ", ",")
         result_dir.mkdir(parents=True)
         (result_dir / "config.original.yaml").write_text(yaml.safe_dump(base))
         level = 0.4 + 0.05 * LRS.index(str(values["ajet.trainer_common.lr"])) + 0.02 * TEMPS.index(
-            float(values["ajet.rollout.temperature"]))  # type: ignore[arg-type]
+            float(values.get("ajet.rollout.temperature", TEMPS[0])))  # type: ignore[arg-type]
         curve = [{"step": s, "dataset": "gsm8k", "metrics": {
             "mean_reward": round(level * (1 - 0.6 * 0.9 ** s) + rng.gauss(0, 0.01), 4),
             **{f"task_pass_rate@{k}": round(min(1.0, level * (1 + 0.1 * k) * (1 - 0.5 * 0.9 ** s)), 4)
                for k in (1, 2, 4)}, "num_all_success_tasks": 100 + s}} for s in range(evals)]
-        doc = {"report_version": 1, "id": exp_id, "purpose": f"[{label}] 比较学习率与温度", "outcome": "completed",
+        doc = {"report_version": 1, "id": exp_id, "purpose": f"[{label}] {purpose}", "outcome": "completed",
                "reason": "the run completed", "attempt_count": 1, "repair_count": 0, "repairs": [],
                "elapsed_seconds": 3600.0, "train_steps": evals - 1, "evaluations": curve, "sweep": values,
                "result_dir": str(result_dir), "launch_command": "python -m ajet.launcher --conf x.yaml"}

@@ -117,7 +117,8 @@ def _experiments_table(c: StageComparison, base: str) -> list[str]:
     rows = []
     for n, r in enumerate(c.rows, start=1):
         repairs = str(r.repairs) + (f" ({', '.join(dict.fromkeys(r.repair_signatures))})" if r.repairs else "")
-        cells = [str(n), md_cell(r.label) or "n/a", code_span(r.id), _purpose(r.purpose), _outcome(r), str(r.attempts), md_cell(repairs),
+        cells = [str(n), md_cell(r.label) or "n/a", code_span(r.id), _purpose(r.purpose), _outcome(r), str(r.attempts),
+                 md_cell(repairs),
                  fmt_duration(r.elapsed_seconds), str(r.train_steps) if r.source == "results.json" else "n/a",
                  *(code_span(r.differs.get(k, "n/a")) for k in keys)]
         if c.command_differs:
@@ -189,7 +190,8 @@ def render_stage_report(c: StageComparison, base: str, plot_written: bool, now: 
              f"{len(c.rows)} experiment(s); {done} completed or early-stopped, {len(c.rows) - done} did not"
              f"{' (listed below with their decisive line)' if done < len(c.rows) else ''}. Generated {iso_utc(now)}.",
              ""]
-    lines += [*_differs_section(c), "", *_verdicts(c), "", *_experiments_table(c, base), "", *_metrics_table(c), "", *_ranking(c)]
+    lines += [*_differs_section(c), "", *_verdicts(c), "", *_experiments_table(c, base), "", *_metrics_table(c), "",
+              *_ranking(c)]
     lines += ["## Curves", ""]
     if plot_written:
         grouped = " Runs that differ only in their seed are one curve: their mean, with a band from the lowest " \
