@@ -19,7 +19,7 @@ from typing import Any
 from ajet_runner.service.submit import PARSE_DEADLINE_SECONDS, SubmissionRejected, submit
 from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint
 from ajet_runner.statemachine.models import Level, Problem
-from ajet_runner.statemachine.sweep import plan_sweep
+from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS, plan_sweep
 from ajet_runner.store.stages import StageNameError, check_stage_name, define_stage
 from ajet_runner.store.store import Store
 
@@ -58,8 +58,8 @@ def _named(where: str, problems: Sequence[Problem]) -> list[Problem]:
     return [p.model_copy(update={"field": f"{where}: {p.field}"}) for p in problems if p.level == Level.error]
 
 
-def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str] = ()
-                      ) -> tuple[list[Planned], str, list[Problem]]:
+def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str] = (),
+                      max_experiments: int = MAX_EXPERIMENTS) -> tuple[list[Planned], str, list[Problem]]:
     """Every experiment of the stage, the stage dir a single sweep implies (its blueprint's result dir), and
     the problems that refuse the whole stage."""
     planned: list[Planned] = []
@@ -76,7 +76,8 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
         if not (bp.exp_sweep.strip() or sweep):
             planned.append(Planned(text, path, {}, where, bp.exp_result_dir))
             continue
-        plan = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose)
+        plan = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
+                          max_experiments=max_experiments)
         if not plan.ok:
             problems += _named(where, plan.problems)
             continue
@@ -100,7 +101,8 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
 def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]], *,
                  sweep: Sequence[str] = (), stage_dir: str = "", webhook_url: str = "",
                  node: str | None = None, priority: str | None = None, allowed_roots: Sequence[str] = (),
-                 check_disk: bool = True, wait_for_node: bool = False) -> StageSubmission:
+                 check_disk: bool = True, wait_for_node: bool = False,
+                 max_experiments: int = MAX_EXPERIMENTS) -> StageSubmission:
     """Submit `blueprints` ((text, path) pairs) as stage `stage`; raises StageRejected when nothing was."""
     try:
         check_stage_name(stage)
@@ -108,7 +110,7 @@ def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]]
         raise StageRejected([Problem(level=Level.error, field="stage", message=str(exc))]) from None
     if not blueprints:
         raise StageRejected([Problem(level=Level.error, field="blueprints", message="a stage needs a blueprint")])
-    planned, implied, problems = expand_blueprints(blueprints, sweep)
+    planned, implied, problems = expand_blueprints(blueprints, sweep, max_experiments)
     if problems:
         raise StageRejected(problems)
     directory = stage_dir or implied

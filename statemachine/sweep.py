@@ -32,11 +32,14 @@ from pydantic import BaseModel, Field
 
 from ajet_runner.statemachine.models import ConfigChange, Level, Problem
 
-__all__ = ["MAX_EXPERIMENTS", "SWEEP_FIELD", "SweepAxis", "SweepPlan", "format_value", "is_seed_key",
+__all__ = ["MAX_EXPERIMENTS", "MAX_EXPERIMENTS_ALLOWED",
+           "SWEEP_FIELD", "SweepAxis", "SweepPlan", "format_value", "is_seed_key",
            "member_slug", "parse_sweep_options", "parse_sweep_text", "plan_sweep", "sweep_changes"]
 
 SWEEP_FIELD = "exp_sweep"
-MAX_EXPERIMENTS = 64  # a grid larger than this is a typo far more often than a plan
+MAX_EXPERIMENTS = 64  # by default: a grid larger than this is a typo far more often than a plan
+MAX_EXPERIMENTS_ALLOWED = 1000  # what a submitter may allow explicitly (`submit --max-experiments N`, the API's
+# max_experiments)
 MAX_VALUES = 32  # per key
 MAX_LINES = 200  # of the part read
 SLUG_MAX = 120  # characters of a result dir's sweep component (longer: shortened with a hash)
@@ -231,9 +234,11 @@ def name_suffix(values: Mapping[str, Any]) -> str:
     return text or "sweep"
 
 
-def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, purpose: str) -> SweepPlan:
+def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, purpose: str,
+               max_experiments: int = MAX_EXPERIMENTS) -> SweepPlan:
     """The grid of a blueprint's `[exp_sweep]` part and `--sweep` options (options replace the part's keys
-    they name); no axes at all gives an empty plan (not a sweep)."""
+    they name); no axes at all gives an empty plan (not a sweep). `max_experiments`: the combinations
+    allowed, MAX_EXPERIMENTS unless the submitter raised it (up to MAX_EXPERIMENTS_ALLOWED)."""
     part_axes, problems = parse_sweep_text(part_text) if part_text.strip() else ([], [])
     option_axes, option_problems = parse_sweep_options(options)
     problems += option_problems
@@ -245,10 +250,9 @@ def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, 
     if not axes or not plan.ok:
         return plan
     total = math.prod(len(a.values) for a in axes)
-    if total > MAX_EXPERIMENTS:
-        shape = " x ".join(str(len(a.values)) for a in axes)
-        plan.problems.append(_problem(f"the sweep makes {total} experiments ({shape}), more than {MAX_EXPERIMENTS}: "
-                                      "split it into stages"))
+    cap = min(max_experiments, MAX_EXPERIMENTS_ALLOWED)
+    if total > cap:
+        plan.problems.append(_problem(too_many(total, " x ".join(str(len(a.values)) for a in axes), cap)))
         return plan
     if not result_dir:
         plan.problems.append(_problem("a sweep puts each experiment in a dir under exp_result_dir, which is missing"))
@@ -262,6 +266,15 @@ def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, 
         plan.members.append(SweepMember(index=index, values=values, label=label, purpose=text,
                                         result_dir=os.path.join(result_dir, member_slug(values))))
     return plan
+
+
+def too_many(total: int, shape: str, cap: int) -> str:
+    """The refusal of a grid over the cap: the cap, and the way past it when there is one."""
+    head = f"the sweep makes {total} experiments ({shape}), more than {cap}"
+    if total > MAX_EXPERIMENTS_ALLOWED:
+        return f"{head} (a stage holds at most {MAX_EXPERIMENTS_ALLOWED}): split it into stages"
+    return (f"{head}: split it into stages, or allow it explicitly with `submit --max-experiments {total}` "
+            f"(API: \"max_experiments\": {total}; at most {MAX_EXPERIMENTS_ALLOWED})")
 
 
 def is_seed_key(key: str) -> bool:

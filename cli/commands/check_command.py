@@ -28,6 +28,7 @@ from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint
 from ajet_runner.statemachine.check_document import check_document
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Problem
+from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS
 
 SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
 
@@ -39,14 +40,16 @@ def _load(path: Path) -> tuple[Any, list[Problem]]:
     return parse_blueprint(sys.stdin.read()), []  # the preflight validates it
 
 
-def check_report(path: Path, sweep: list[str] | None = None) -> tuple[dict[str, Any], bool]:
+def check_report(path: Path, sweep: list[str] | None = None, max_experiments: int | None = None
+                 ) -> tuple[dict[str, Any], bool]:
     """The `check --json` document for a blueprint file, and whether it is runnable.
 
     It runs the very preflight a worker runs before launching (`ajet_runner.statemachine.preflight.preflight`),
     on this shell's environment; `env_decisions` lists every decision that read a variable.
     """
     bp, problems = _load(path)
-    return check_document(bp, problems, env=os.environ, environment=SUBMITTING_ENV, sweep=sweep or ())
+    return check_document(bp, problems, env=os.environ, environment=SUBMITTING_ENV, sweep=sweep or (),
+                          max_experiments=max_experiments or MAX_EXPERIMENTS)
 
 
 def _heading(console: Console, title: str, rest: str = "") -> None:
@@ -145,9 +148,11 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report."),
         sweep: list[str] = typer.Option(None, "--sweep", metavar="KEY=V1,V2",
                                         help="Show the expansion of a sweep (as `submit --sweep`; repeatable)."),
+        max_experiments: int = typer.Option(None, "--max-experiments", min=1, max=1000, metavar="N",
+                                            help="Allow a sweep of up to N combinations (as `submit`; default 64)."),
     ) -> None:
         """Parse and validate a blueprint; list its problems and the config changes planned."""
-        doc, runnable = check_report(blueprint, list(sweep or []))
+        doc, runnable = check_report(blueprint, list(sweep or []), max_experiments)
         unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
         if as_json:
             typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))

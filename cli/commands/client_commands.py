@@ -334,7 +334,7 @@ def default_stage_name(paths: list[str]) -> str:
 
 def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], stage_dir: str | None,
                      webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool,
-                     as_json: bool, url: str, token: str) -> int:
+                     as_json: bool, url: str, token: str, max_experiments: int | None = None) -> int:
     """`submit --stage` / `--sweep`: `Job submitted: <id>` per experiment, `Stage: NAME …` on stderr; exit 1 if
     any experiment was refused."""
     if not stage and len(paths) > 1:
@@ -347,7 +347,7 @@ def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], s
         try:
             result = client.submit_stage(name, pairs, sweep=sweep or None, stage_dir=stage_dir,
                                          webhook_url=webhook_url, node=node, priority=priority,
-                                         wait_for_node=wait_for_node)
+                                         wait_for_node=wait_for_node, max_experiments=max_experiments)
         except ApiError as exc:
             if exit_code_of(exc) != FAILED:
                 raise
@@ -541,13 +541,15 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                                       "when its last experiment finishes", show_default="a sweep's result dir"),
         webhook_url: str = typer.Option(None, "--webhook-url", metavar="URL",
                                         help="the stage's own webhook (instead of $AJET_RUNNER_WEBHOOK_URL)"),
+        max_experiments: int = typer.Option(None, "--max-experiments", min=1, max=1000, metavar="N",
+                                            help="allow a sweep of up to N combinations (default 64, at most 1000)"),
         as_json: bool = JSON_OPTION,
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
     ) -> None:
         """Submit blueprints: prints `Job submitted: <id>` for each (exit 1 if any was rejected)."""
         paths = [*(blueprints or []), *(blueprint or [])]
-        staged = stage or sweep or stage_dir or webhook_url
+        staged = stage or sweep or stage_dir or webhook_url or max_experiments
         if not paths:
             err("error: give at least one blueprint file (positional or --blueprint=PATH, - for stdin)")
             raise typer.Exit(USAGE)
@@ -567,7 +569,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
             runner_note("submit", runner)
             raise typer.Exit(submit_stage_cli(paths, stage=stage, sweep=list(sweep or []), stage_dir=stage_dir,
                                               webhook_url=webhook_url, node=node, priority=priority,
-                                              wait_for_node=wait_for_node, as_json=as_json, url=url, token=token))
+                                              wait_for_node=wait_for_node, as_json=as_json, url=url, token=token,
+                                              max_experiments=max_experiments))
         raise typer.Exit(submit_drop_in(paths, runner=runner, acknowledge=acknowledge, url=url, token=token,
                                         as_json=as_json, node=node, priority=priority,
                                         idempotency_key=idempotency_key, wait_for_node=wait_for_node, nodes=named))

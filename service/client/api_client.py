@@ -219,11 +219,11 @@ def _stage_blueprints(blueprints: Sequence[BlueprintInput]) -> list[dict[str, An
 
 
 def _stage_body(stage: str, blueprints: Sequence[BlueprintInput], sweep: list[str] | None, stage_dir: str | None,
-                webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool
-                ) -> dict[str, Any]:
+                webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool,
+                max_experiments: int | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"stage": stage, "blueprints": _stage_blueprints(blueprints)}
     for key, value in (("sweep", sweep), ("stage_dir", stage_dir), ("webhook_url", webhook_url), ("node", node),
-                       ("priority", priority), ("wait_for_node", wait_for_node)):
+                       ("priority", priority), ("wait_for_node", wait_for_node), ("max_experiments", max_experiments)):
         if value:
             body[key] = value
     return body
@@ -468,12 +468,14 @@ class AjetRunnerClient:
     # -- stages -----------------------------------------------------------------------------------
     def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
                      stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
-                     priority: str | None = None, wait_for_node: bool = False) -> StageSubmission:
+                     priority: str | None = None, wait_for_node: bool = False,
+                     max_experiments: int | None = None) -> StageSubmission:
         """Submit blueprints (paths, or (text, path) pairs) as stage `stage`; a blueprint with an `[exp_sweep]`
-        part, or the `sweep` options (`KEY=V1,V2`), becomes one experiment per combination. `refused` lists
-        experiments the submission refused while the others were submitted; ApiError 422/409 when none was."""
+        part, or the `sweep` options (`KEY=V1,V2`), becomes one experiment per combination (at most 64 unless
+        `max_experiments` allows more, up to 1000). `refused` lists experiments the submission refused while
+        the others were submitted; ApiError 422/409 when none was."""
         return _answers().StageSubmission.model_validate(self._json("POST", "/v1/stages", json=_stage_body(
-            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node)))
+            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node, max_experiments)))
 
     def stages(self) -> list[Stage]:
         """Every stage, newest first, with counts by state and outcome."""
@@ -664,9 +666,10 @@ class AsyncAjetRunnerClient:
 
     async def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
                            stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
-                           priority: str | None = None, wait_for_node: bool = False) -> StageSubmission:
+                           priority: str | None = None, wait_for_node: bool = False,
+                           max_experiments: int | None = None) -> StageSubmission:
         return _answers().StageSubmission.model_validate(await self._json("POST", "/v1/stages", json=_stage_body(
-            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node)))
+            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node, max_experiments)))
 
     async def stages(self) -> list[Stage]:
         return [_answers().Stage.model_validate(s) for s in await self._json("GET", "/v1/stages")]

@@ -82,7 +82,9 @@ def render_stage_png(comparison: StageComparison) -> bytes | None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: matplotlib is slow to import
     from matplotlib.figure import Figure
 
-    use_installed_fonts()
+    charts = [stage_chart(comparison, m) for m in metrics]
+    if any(not text.isascii() for chart in charts for text in [comparison.stage, *(s.label for s in chart.shown)]):
+        use_installed_fonts()  # CJK fallback fonts only when a label needs them (each is a 20 MB font file)
     cols = min(2, len(metrics))
     rows = -(-len(metrics) // cols)
     height = PANEL_INCHES[1] * rows + 0.5
@@ -92,13 +94,21 @@ def render_stage_png(comparison: StageComparison) -> bytes | None:
     axes = [ax for line in grid for ax in line]
     for ax in axes[len(metrics):]:
         ax.set_visible(False)
-    for ax, metric in zip(axes, metrics, strict=False):
-        _panel(ax, stage_chart(comparison, metric))
+    for ax, chart in zip(axes, charts, strict=False):
+        _panel(ax, chart)
     fig.suptitle(f"stage {comparison.stage}: {len(comparison.rows)} experiment(s)", y=1 - 0.12 / height)
     fig.subplots_adjust(left=0.07, right=0.98, top=1 - 0.75 / height, bottom=0.1 / rows, wspace=0.16, hspace=0.35)
-    canvas.draw()
+    canvas.draw()  # once: savefig would draw the whole figure again
+    return _png(canvas)
+
+
+def _png(canvas: Any) -> bytes:
+    from PIL import Image
+
+    width, height = canvas.get_width_height()
+    image = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
     buf = BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    image.convert("RGB").save(buf, format="png", compress_level=1, dpi=(DPI, DPI))
     return buf.getvalue()
 
 
