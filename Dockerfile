@@ -24,9 +24,9 @@ RUN pip wheel --no-cache-dir -c constraints.txt --wheel-dir /wheels ".[node]"
 FROM python:3.11-slim
 # tmux runs the experiments; procps gives ps/pkill for scoped clean-ups; tini reaps the orphans that
 # training jobs leave behind when the worker is PID 1. nsenter (util-linux, in the base image) serves
-# the chart's worker.tmux.runOnHost mode.
+# the chart's worker.tmux.runOnHost mode. fonts-noto-cjk: Chinese and Japanese labels in the PNG plots.
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tmux procps tini \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tmux procps tini fonts-noto-cjk \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /wheels
 COPY --from=build /src/constraints.txt /constraints.txt

@@ -83,7 +83,7 @@ def stage_chart_svg(chart: StageChart, width: int = 640, height: int = 260) -> M
     parts.append(f'<text class="axis" x="{width - pad_r}" y="{height}" text-anchor="end">step · {metric}</text>')
     if chart.rest_band:
         parts.append(_band(chart.rest_band, px, py, "rest-band", "#9ca3af"))
-    for s in reversed(chart.shown):  # the best last, on top
+    for s in sorted(reversed(chart.shown), key=lambda s: bool(s.dash)):  # the best last; a tie dashed on top
         if s.band:
             parts.append(_band([[p[0], p[2], p[3]] for p in s.points], px, py, "seed-band", s.colour))
         path = " ".join(f"{px(p[0]):.1f},{py(p[1]):.1f}" for p in s.points)

@@ -1,6 +1,7 @@
 """Fonts for the PNG plots: DejaVu Sans (matplotlib's own) first, then the CJK fonts installed here, so a
-Chinese or Japanese label is drawn, not boxes. matplotlib (3.6+) falls back per glyph along the family list;
-only fonts it finds are listed, so a machine without them draws as before (and warns of missing glyphs).
+Chinese or Japanese label is drawn, not boxes. matplotlib (3.6+) falls back per glyph along the families
+`font.family` names; only fonts it finds are listed, so a machine without them draws as before (and warns of
+missing glyphs). Set only when a label needs it: each CJK font is a 20 MB file to load.
 The image and the test tooling install fonts-noto-cjk.
 """
 
@@ -23,15 +24,14 @@ def installed_cjk_families() -> list[str]:
 
 
 def use_installed_fonts() -> list[str]:
-    """Put the installed CJK fonts after DejaVu Sans in matplotlib's sans-serif list (once per process);
-    returns the family list in use."""
+    """Draw with DejaVu Sans, then the installed CJK fonts (once per process); returns the families."""
     global _families
     with _done:
         if _families is None:
             import matplotlib
 
-            found = installed_cjk_families()
-            current = [f for f in matplotlib.rcParams["font.sans-serif"] if f not in found]
-            _families = ["DejaVu Sans", *found, *(f for f in current if f != "DejaVu Sans")]
-            matplotlib.rcParams["font.sans-serif"] = _families
+            # Named families, not the generic "sans-serif": matplotlib falls back per glyph only along the
+            # families font.family names.
+            _families = ["DejaVu Sans", *installed_cjk_families()]
+            matplotlib.rcParams["font.family"] = _families
         return _families

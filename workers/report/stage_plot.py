@@ -55,7 +55,7 @@ def _panel(ax: Any, chart: StageChart) -> None:
         xs = [p[0] for p in chart.rest_band]
         ax.fill_between(xs, [p[1] for p in chart.rest_band], [p[2] for p in chart.rest_band], color="#9a9a9a",
                         alpha=0.25, linewidth=0, label=_short(chart.rest_label))
-    for s in reversed(chart.shown):  # the best drawn last, on top
+    for s in sorted(reversed(chart.shown), key=lambda s: bool(s.dash)):  # the best last; a tie dashed on top
         xs = [p[0] for p in s.points]
         label = _short(s.label + (f" ({len(s.ids)} runs)" if s.band else "") + (" = tie" if s.ties else ""))
         if s.band:
