@@ -35,6 +35,14 @@ def _cjk_fonts() -> bool:
     return bool(subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True, check=False).stdout.strip())
 
 
+def server_icon(url: str) -> str:
+    import httpx
+
+    got = httpx.get(f"{url}/favicon.ico", timeout=10)
+    assert got.status_code == 200, got.status_code
+    return got.headers["content-type"]
+
+
 def _fonts_used(driver, selector: str) -> list[str]:
     """The platform fonts Chromium drew the element's text with (DevTools CSS.getPlatformFontsForNode)."""
     root = driver.execute_cdp_cmd("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
@@ -105,6 +113,17 @@ def test_the_stage_page_at_1366_px_small_and_at_200_runs(redis_url, tmp_path) ->
             assert any("CJK" in f or "Hei" in f or "Han" in f for f in used), used
         driver.execute_script("window.scrollTo(0, 0)")
         screenshot(driver, shots / "stage.png", colours=128, width=1366)
+        missing = [e["message"] for e in driver.get_log("browser") if "404" in e.get("message", "")]
+        assert not missing, missing  # the favicon too
+        assert server_icon(server.url) == "image/svg+xml"
+
+        # Dark mode follows the system's scheme.
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
+            {"name": "prefers-color-scheme", "value": "dark"}]})
+        assert driver.execute_script("return getComputedStyle(document.body).backgroundColor") == "rgb(15, 20, 25)"
+        screenshot(driver, shots / "stage-dark.png", colours=128, width=1366)
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
+            {"name": "prefers-color-scheme", "value": "light"}]})
 
         # 200 runs: grouped by what differs (20 groups of 10 seeds), the best TOP_N in colour, the rest one band.
         driver.get(f"{server.url}/ui/stages/grid200")
