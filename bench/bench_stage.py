@@ -29,6 +29,8 @@ from pathlib import Path
 import httpx
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: `bench` importable
+
 from ajet_runner.service.embedded import EmbeddedRedis
 from ajet_runner.statemachine.lifecycle import Lifecycle
 from ajet_runner.store.store import Store

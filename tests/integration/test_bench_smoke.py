@@ -19,6 +19,7 @@ CASES = {
     "cli": (["bench/bench_cli.py", "--runs", "1"], "ajet-runner scan"),
     "adoption": (["bench/bench_adoption.py", "--runs", "1"], "median of 1"),
     "per run": (["bench/bench_per_run.py", "2", "2"], "per watched run: 2 runs"),
+    "stage": (["bench/bench_stage.py", "--sizes", "8", "--samples", "1", "--evals", "5"], "GET /ui/stages/N"),
 }
 
 
