@@ -59,8 +59,8 @@ def test_the_stage_page_at_1366_px_small_and_at_200_runs(redis_url, tmp_path) ->
 
     shots = Path(os.environ.get("AJET_RUNNER_SCREENSHOTS") or tmp_path / "screenshots")
     store = Store.from_url(redis_url)
-    small = plant(store, tmp_path / "runs", "lr-study", 4, 21, cells=CELLS, purpose=PURPOSE)
     plant(store, tmp_path / "runs", "grid200", 200, 41)
+    small = plant(store, tmp_path / "runs", "lr-study", 4, 21, cells=CELLS, purpose=PURPOSE)  # the newest
     with running_server(redis_url, tmp_path / "serve.log") as server, headless_chromium() as driver:
         driver.set_window_size(1366, 900)
         wait = WebDriverWait(driver, 60, poll_frequency=0.2)
@@ -68,6 +68,9 @@ def test_the_stage_page_at_1366_px_small_and_at_200_runs(redis_url, tmp_path) ->
         driver.find_element(By.ID, "token").send_keys(TOKEN)
         driver.find_element(By.ID, "login").click()
         wait.until(ec.presence_of_element_located((By.ID, "exp-table")))
+        cell = driver.find_element(By.CSS_SELECTOR, f"#row-{small[3]} .purpose")  # the list cuts it to a line
+        assert PURPOSE in cell.text and cell.size["height"] < 40 and cell.find_element(
+            By.CSS_SELECTOR, ".cut").get_attribute("title").endswith(PURPOSE)
 
         driver.get(f"{server.url}/ui/stages/lr-study")
         wait.until(ec.presence_of_element_located((By.ID, "stage-table")))
