@@ -692,8 +692,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
 
         console = output.console(stderr=as_json)
         with connect(url, token) as client:
-            client.get(exp_id)  # an unknown id is an error line before any bar is drawn
             backoff = Reconnect(client.url, reconnect_limit)
+            backoff.call(lambda: client.get(exp_id))  # an unknown id is an error line before any bar is drawn
 
             def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
                 page = backoff.call(lambda: client.events(exp_id, after=after, wait_ms=1000))
