@@ -34,12 +34,6 @@ def plotted_metrics(comparison: StageComparison) -> list[str]:
     return charted[:MAX_PANELS]
 
 
-def experiment_label(comparison: StageComparison, exp_id: str) -> str:
-    """A run as the report's legend names it: what differs, then its id."""
-    row = next((r for r in comparison.rows if r.id == exp_id), None)
-    return f"{row.label} ({exp_id})" if row is not None and row.label else exp_id
-
-
 def _dashes(dash: str) -> Any:
     return (0, tuple(float(x) for x in dash.split())) if dash else "solid"
 
