@@ -46,7 +46,16 @@ def _stage(be: Backend, name: str, metric: str) -> dict[str, Any]:
         charted = [metric, *charted][:CHARTS]
     charts = [stage_chart_svg(stage_chart(comparison, m)) for m in charted]
     return {"s": summary, "c": comparison, "charts": charts, "metric": metric,
-            "rows": {r.id: r for r in comparison.rows}, "short": short_names(comparison.differing_keys)}
+            "rows": {r.id: r for r in comparison.rows}, "short": short_names(comparison.differing_keys),
+            "purposes": {r.id: shown_purpose(r.purpose) for r in comparison.rows}}
+
+
+def shown_purpose(purpose: str) -> str:
+    """A purpose's first line without the `[key=value, …] ` a sweep puts in front: the run column says that."""
+    first = (purpose.strip().splitlines() or [""])[0]
+    if first.startswith("[") and "] " in first:
+        return first.split("] ", 1)[1] or first
+    return first
 
 
 @router.get("/stages/{name}", response_class=HTMLResponse)
