@@ -223,6 +223,8 @@ def test_worker_daemonset_contract(chart: helm.Chart) -> None:
     assert worker["args"][:3] == ["worker", "--node", "$(NODE_NAME)"]
     assert worker["args"][3:5] == ["--metrics-port", "9101"]
     assert worker["ports"] == [{"name": "metrics", "containerPort": 9101, "protocol": "TCP"}]
+    # the worker listens on loopback unless told: the pod's probes and Prometheus come to its IP
+    assert env["AJET_RUNNER_METRICS_HOST"]["value"] == "0.0.0.0"
     assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
     pre_stop = worker["lifecycle"]["preStop"]["exec"]["command"]

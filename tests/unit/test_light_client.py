@@ -87,3 +87,4 @@ def test_a_report_without_matplotlib_says_why_it_has_no_plot(tmp_path: Path) -> 
                          check=False)
     assert out.returncode == 0, out.stderr
     assert "ajet-runner[node]" in out.stdout and not (tmp_path / "p.png").exists()
+
