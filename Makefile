@@ -76,7 +76,7 @@ conformance: install-test
 constraints:
 	rm -rf build/constraints-venv && $(PY) -m venv build/constraints-venv
 	build/constraints-venv/bin/python -m pip install -qq --upgrade pip
-	build/constraints-venv/bin/python -m pip install -qq '.[test]'
+	build/constraints-venv/bin/python -m pip install -qq '.[node,test]'
 	{ echo "# pip constraints for CI and the image: make constraints regenerates them"; \
 	  build/constraints-venv/bin/python -m pip freeze --exclude ajet-runner; } > constraints.txt
 
