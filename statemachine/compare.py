@@ -377,7 +377,7 @@ def compare(stage: str, experiments: Iterable[ExperimentFacts], metric: str = DE
     noise = seed_noise([[x for m in g.members if (x := finals.get(m)) is not None] for g in groups])
     by_group: dict[str, list[str]] = {}
     if seeds:
-        shared = run_labels({r.id: r.differs for r in rows}, compared, parts)
+        shared = run_labels({r.id: r.differs for r in rows}, compared, parts, limit=None)  # whole: a group's key
         for row in rows:
             by_group.setdefault(shared[row.id] or "all runs", []).append(row.id)
     return StageComparison(

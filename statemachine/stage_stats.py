@@ -27,6 +27,7 @@ __all__ = ["GroupCurve", "KeyVerdict", "competition_ranks", "group_curves", "run
 
 TIE_DIGITS = 4  # values equal to 4 decimals (what every table shows) are a tie
 NOISE_FACTOR = 2.0  # a difference under 2 standard errors of the seed noise is "within seed noise"
+LABEL_KEYS = 4  # differing values named in a run's label
 
 
 class GroupCurve(BaseModel):
@@ -60,17 +61,19 @@ def short_names(keys: Sequence[str]) -> dict[str, str]:
     return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last, strict=True)}
 
 
-def run_labels(differs: Mapping[str, Mapping[str, str]], keys: Sequence[str], command_parts: Mapping[str, str]
-               ) -> dict[str, str]:
+def run_labels(differs: Mapping[str, Mapping[str, str]], keys: Sequence[str], command_parts: Mapping[str, str],
+               limit: int | None = LABEL_KEYS) -> dict[str, str]:
     """Per run id, `name=value, …` over `keys` (and the launch command's differing part); '' when nothing
-    differs."""
+    differs. At most `limit` keys are named (`, +3 more`: the tables have every key's column); None: all
+    (a key that tells groups apart)."""
     names = short_names(keys)
     out = {}
     for exp_id, values in differs.items():
         bits = [f"{names[k]}={values.get(k, '')}" for k in keys]
         if exp_id in command_parts:
             bits.append(command_parts[exp_id])
-        out[exp_id] = ", ".join(bits)
+        more = len(bits) - limit if limit is not None else 0
+        out[exp_id] = ", ".join(bits[:limit]) + (f", +{more} more" if more > 0 else "")
     return out
 
 

@@ -105,3 +105,15 @@ def test_chinese_labels_are_drawn_with_a_cjk_font_not_boxes() -> None:
     assert png is not None
     missing = [str(w.message) for w in caught if "missing from" in str(w.message) or "Glyph" in str(w.message)]
     assert not missing, missing
+
+
+def test_a_label_names_four_keys_and_groups_still_tell_every_value_apart() -> None:
+    def values(last: int, seed: int) -> dict[str, Any]:
+        return {**{f"k{i}.v{i}": 1 for i in range(4)}, "k9.v9": last, "x.seed": seed}
+
+    runs = [run(f"r{last}{seed}", values(last, seed), 0.3 + 0.1 * last) for last in (1, 2) for seed in (1, 2)]
+    other = run("z", {**{f"k{i}.v{i}": 2 for i in range(4)}, "k9.v9": 1, "x.seed": 1}, 0.1)
+    c = compare("s", [*runs, other])
+    assert c.rows[0].label == "v0=1, v1=1, v2=1, v3=1, +2 more"
+    groups = c.group_curves["mean_reward"]
+    assert sorted(len(g.members) for g in groups) == [1, 2, 2]  # k9.v9=1 and =2 stay apart

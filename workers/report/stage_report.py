@@ -175,12 +175,11 @@ def _not_succeeded(c: StageComparison, base: str) -> list[str]:
     if not failed:
         return [*lines, "Every experiment completed or early-stopped."]
     for r in failed:
-        name = f"{md_cell(r.label)} {code_span(r.id)}" if r.label else code_span(r.id)
         if r.state != FINISHED:
-            lines.append(f"- {name}: still {r.state} when this report was written")
+            lines.append(f"- {code_span(r.id)}: still {r.state} when this report was written")
             continue
         decisive = r.decisive or "the runner recorded no decisive log line"
-        lines.append(f"- {name} ({r.outcome}): {md_cell(decisive, 400)} — "
+        lines.append(f"- {code_span(r.id)} ({r.outcome}): {md_cell(decisive, 400)} — "
                      f"{_link(r.report_path, base, 'report')}, {_link(r.repair_log_path, base, 'repair log')}")
     return lines
 
