@@ -137,8 +137,13 @@ def _compare(facts: list[Any], stage: str, metric: str, out_dir: str, as_json: b
         compared = ", ".join(comparison.compared_keys) or "nothing"
         seeds = f"; repeats over {', '.join(comparison.seed_keys)}" if comparison.seed_keys else ""
         output.copyable(f"stage {stage}: {len(comparison.rows)} experiment(s); differs in {compared}{seeds}")
-        for rank, item in enumerate((r for r in comparison.ranking_final if r.value is not None), start=1):
-            output.copyable(f"  {rank}. {item.id}  final {metric} {item.value:.4f} (step {item.step})")
+        for verdict in comparison.verdicts:
+            output.copyable(f"  verdict: {verdict.text}")
+        labels = {r.id: r.label for r in comparison.rows}
+        for item in (r for r in comparison.ranking_final if r.value is not None):
+            rank = f"={item.rank}" if item.tied else f"{item.rank}"
+            label = f"  {labels[item.id]}" if labels.get(item.id) else ""
+            output.copyable(f"  {rank}. {item.id}{label}  final {metric} {item.value:.4f} (step {item.step})")
         for exp_id in comparison.not_succeeded:
             row = next(r for r in comparison.rows if r.id == exp_id)
             output.copyable(f"  not succeeded: {exp_id} {row.outcome or row.state}: {row.decisive or row.state}")
