@@ -19,18 +19,19 @@ COPY ajet_runner ./ajet_runner
 # The samples ship in the wheel (package ajet_runner.examples) so `ajet-runner demo` works in the image.
 COPY examples ./examples
 COPY constraints.txt ./
-RUN pip wheel --no-cache-dir -c constraints.txt --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir -c constraints.txt --wheel-dir /wheels ".[node]"
 
 FROM python:3.11-slim
 # tmux runs the experiments; procps gives ps/pkill for scoped clean-ups; tini reaps the orphans that
 # training jobs leave behind when the worker is PID 1. nsenter (util-linux, in the base image) serves
-# the chart's worker.tmux.runOnHost mode.
+# the chart's worker.tmux.runOnHost mode. fonts-noto-cjk: Chinese and Japanese labels in the PNG plots.
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tmux procps tini \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tmux procps tini fonts-noto-cjk \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /wheels
 COPY --from=build /src/constraints.txt /constraints.txt
-RUN pip install --no-cache-dir -c /constraints.txt /wheels/*.whl && rm -rf /wheels /constraints.txt
+# [node]: the plotting stack the workers draw the reports' PNGs with (a bare client install leaves it out)
+RUN pip install --no-cache-dir --no-index -c /constraints.txt --find-links /wheels "ajet-runner[node]" && rm -rf /wheels /constraints.txt
 
 # The worker must run as the user who owns the experiment files and tmux sessions; the chart sets
 # runAsUser (1000 by default). This user only gives that uid a home and a name.

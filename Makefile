@@ -16,13 +16,13 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@bash scripts/ensure-system-deps.sh
-	$(PIP) -e .
+	$(PIP) -e '.[node]'
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	@bash scripts/ensure-system-deps.sh
 	@bash scripts/ensure-test-deps.sh
-	$(PIP) -e '.[test]'
+	$(PIP) -e '.[node,test]'
 	@touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
@@ -81,7 +81,7 @@ conformance: install-test
 constraints:
 	rm -rf build/constraints-venv && $(PY) -m venv build/constraints-venv
 	build/constraints-venv/bin/python -m pip install -qq --upgrade pip
-	build/constraints-venv/bin/python -m pip install -qq '.[test]'
+	build/constraints-venv/bin/python -m pip install -qq '.[node,test]'
 	{ echo "# pip constraints for CI and the image: make constraints regenerates them"; \
 	  build/constraints-venv/bin/python -m pip freeze --exclude ajet-runner; } > constraints.txt
 

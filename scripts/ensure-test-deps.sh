@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # System tools only the tests need, best effort (without root or apt the tests that need them skip and say why):
 # - Debian's chromium + chromium-driver for the web console's browser test (tests/integration/test_ui_browser.py);
-# - promtool (Debian's `prometheus` package) for the alert rules and dashboard queries (tests/unit/test_promtool.py).
+# - promtool (Debian's `prometheus` package) for the alert rules and dashboard queries (tests/unit/test_promtool.py);
+# - fonts-noto-cjk, so Chinese purposes render in the console's screenshots and the PNG plots (most shipped samples
+#   are Chinese; tests/integration/test_stage_page_browser.py, tests/unit/test_stage_plot.py look at them).
 set -uo pipefail
 want=()
 command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || want+=(chromium chromium-driver fonts-dejavu-core)
 command -v promtool >/dev/null 2>&1 || want+=(prometheus)
+command -v fc-list >/dev/null 2>&1 && [ -n "$(fc-list :lang=zh 2>/dev/null)" ] || want+=(fonts-noto-cjk)
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing test tools with apt-get: ${want[*]}" >&2

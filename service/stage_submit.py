@@ -21,7 +21,7 @@ from typing import Any
 from ajet_runner.service.submit import PARSE_DEADLINE_SECONDS, SubmissionRejected, submit
 from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint
 from ajet_runner.statemachine.models import Level, Problem
-from ajet_runner.statemachine.sweep import plan_sweep
+from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS, plan_sweep
 from ajet_runner.store.stages import StageNameError, check_stage_name, drop_if_empty
 from ajet_runner.store.store import Store
 
@@ -60,8 +60,8 @@ def _named(where: str, problems: Sequence[Problem]) -> list[Problem]:
     return [p.model_copy(update={"field": f"{where}: {p.field}"}) for p in problems if p.level == Level.error]
 
 
-def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str] = ()
-                      ) -> tuple[list[Planned], str, list[Problem]]:
+def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str] = (),
+                      max_experiments: int = MAX_EXPERIMENTS) -> tuple[list[Planned], str, list[Problem]]:
     """Every experiment of the stage, the stage dir a single sweep implies (its blueprint's result dir), and
     the problems that refuse the whole stage."""
     planned: list[Planned] = []
@@ -72,8 +72,9 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
         where = path or f"blueprint {k}"
         try:
             bp = parse_blueprint(text, deadline=deadline)
-            plan = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
-                              deadline=deadline) if bp.exp_sweep.strip() or sweep else None
+            plan = (plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
+                               deadline=deadline, max_experiments=max_experiments)
+                    if bp.exp_sweep.strip() or sweep else None)
         except ParseDeadline:
             problems.append(Problem(level=Level.error, field=f"{where}: blueprint", message=(
                 f"the stage's blueprints took over {PARSE_DEADLINE_SECONDS:g} s to parse and this one was refused "
@@ -105,7 +106,8 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
 def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]], *,
                  sweep: Sequence[str] = (), stage_dir: str = "", webhook_url: str = "",
                  node: str | None = None, priority: str | None = None, allowed_roots: Sequence[str] = (),
-                 check_disk: bool = True, wait_for_node: bool = False) -> StageSubmission:
+                 check_disk: bool = True, wait_for_node: bool = False,
+                 max_experiments: int = MAX_EXPERIMENTS) -> StageSubmission:
     """Submit `blueprints` ((text, path) pairs) as stage `stage`; raises StageRejected when nothing was."""
     try:
         check_stage_name(stage)
@@ -113,7 +115,7 @@ def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]]
         raise StageRejected([Problem(level=Level.error, field="stage", message=str(exc))]) from None
     if not blueprints:
         raise StageRejected([Problem(level=Level.error, field="blueprints", message="a stage needs a blueprint")])
-    planned, implied, problems = expand_blueprints(blueprints, sweep)
+    planned, implied, problems = expand_blueprints(blueprints, sweep, max_experiments)
     if problems:
         raise StageRejected(problems)
     directory = stage_dir or implied

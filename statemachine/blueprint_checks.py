@@ -14,7 +14,7 @@ from ajet_runner.statemachine.command import LAUNCH_COMMAND_MAX_CHARS
 from ajet_runner.statemachine.durations import DURATION_MAX_CHARS, format_limit
 from ajet_runner.statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
 from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
-from ajet_runner.statemachine.sweep import SWEEP_FIELD, plan_sweep
+from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS_ALLOWED, SWEEP_FIELD, plan_sweep
 
 __all__ = ["BLUEPRINT_MAX_LINES", "FIELD_MAX_CHARS", "template_placeholders", "validate_blueprint"]
 
@@ -229,8 +229,9 @@ def _check_placeholders(bp: Blueprint, problems: _Problems) -> bool:
 def sweep_part_problems(bp: Blueprint, deadline: float | None = None) -> list[Problem]:
     """What is wrong with the `[exp_sweep]` part itself (statemachine/sweep.py), and a sweep without a YAML
     to change."""
+    # The part itself is wrong only past what any stage may hold; the submitter's cap is the stage's to apply.
     found = plan_sweep(bp.exp_sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
-                       deadline=deadline).problems
+                       deadline=deadline, max_experiments=MAX_EXPERIMENTS_ALLOWED).problems
     if (bp.exp_swarm_declared or bp.exp_swarm_server or not bp.exp_yaml_path or bp.exp_yaml_na) and not any(
             p.field == SWEEP_FIELD for p in found if p.level == Level.error):
         found.append(Problem(level=Level.error, field=SWEEP_FIELD, message=(

@@ -20,7 +20,7 @@ from ajet_runner.statemachine.blueprint import parse_blueprint
 from ajet_runner.statemachine.command_file import command_script
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
 from ajet_runner.statemachine.preflight import preflight
-from ajet_runner.statemachine.sweep import plan_sweep
+from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS, plan_sweep
 
 
 def check_text(text: str, *, env: Mapping[str, str], check_disk: bool = True,
@@ -32,15 +32,16 @@ def check_text(text: str, *, env: Mapping[str, str], check_disk: bool = True,
 
 
 def check_document(bp: Blueprint, problems: list[Problem], *, env: Mapping[str, str], environment: str,
-                   check_disk: bool = True, sweep: Sequence[str] = ()) -> tuple[dict[str, Any], bool]:
+                   check_disk: bool = True, sweep: Sequence[str] = (),
+                   max_experiments: int = MAX_EXPERIMENTS) -> tuple[dict[str, Any], bool]:
     """The document and whether the blueprint is runnable: the very preflight a worker runs, on `env`."""
     plan = None
     if not any(p.field == "blueprint" for p in problems):
         plan = preflight(bp, env=env, environment=environment, check_disk=check_disk)
         problems = plan.problems
-    grid = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose) \
-        if bp.exp_sweep.strip() or sweep else None
-    if grid is not None and sweep:  # the part's own problems are the preflight's already; the options' are new
+    grid = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
+                      max_experiments=max_experiments) if bp.exp_sweep.strip() or sweep else None
+    if grid is not None:  # the part's own problems are the preflight's already; the options' and the cap's are new
         problems = [*problems, *(p for p in grid.problems if p not in problems)]
     changes: list[ConfigChange] = [*plan.command_changes, *plan.changes] if plan else []
     runnable = not any(p.level == Level.error for p in problems)

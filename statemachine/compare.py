@@ -15,6 +15,7 @@ YAML could not be read is named as such instead of being assumed equal to the ot
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -28,6 +29,15 @@ from pydantic import BaseModel, Field, computed_field
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
 from ajet_runner.statemachine.models import Evaluation
 from ajet_runner.statemachine.results import higher_is_better, summarize
+from ajet_runner.statemachine.stage_stats import (
+    GroupCurve,
+    KeyVerdict,
+    competition_ranks,
+    group_curves,
+    run_labels,
+    seed_noise,
+    verdicts,
+)
 from ajet_runner.statemachine.sweep import format_value, is_seed_key
 
 __all__ = ["DEFAULT_METRIC", "SUCCEEDED", "ExperimentFacts", "MetricValues", "StageComparison", "compare",
@@ -73,6 +83,7 @@ class MetricValues(BaseModel):
 
 class Row(BaseModel):
     id: str
+    label: str = ""  # what differs from the other runs, `lr=1e-6, seed=2` (stage_stats.run_labels)
     purpose: str
     state: str
     outcome: str
@@ -96,6 +107,8 @@ class Ranked(BaseModel):
     id: str
     value: float | None
     step: int | None = None
+    rank: int | None = None  # competition rank: equal values share one (None: no value)
+    tied: bool = False
 
 
 class RepeatGroup(BaseModel):
@@ -130,6 +143,11 @@ class StageComparison(BaseModel):
     repeat_groups: list[RepeatGroup]
     not_succeeded: list[str]  # ids (finished without success, or not finished), in row order
     curves: dict[str, dict[str, list[list[float]]]]  # metric -> id -> [[step, value], ...]
+    # metric -> the runs grouped by their compared values (they differ only in seeds): mean curve and band;
+    # empty when no seed key differs
+    group_curves: dict[str, list[GroupCurve]] = Field(default_factory=dict)
+    seed_noise: float | None = None  # pooled sd of the final metric across seeds; None: no repeats
+    verdicts: list[KeyVerdict] = Field(default_factory=list)  # one per compared key
 
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented use; mypy rejects decorated properties
     @property
@@ -256,24 +274,27 @@ def _summary(facts: ExperimentFacts) -> tuple[dict[str, MetricValues], dict[str,
         step = e.get("step")
         metrics = {str(k): float(v) for k, v in (e.get("metrics") or {}).items()
                    if _number(v) is not None}
-        if isinstance(step, (int, float)) and not isinstance(step, bool):
-            evals.append(Evaluation(step=int(step), dataset=str(e.get("dataset") or ""), metrics=metrics))
+        if isinstance(step, (int, float)) and not isinstance(step, bool):  # checked here: no validation needed
+            evals.append(Evaluation.model_construct(step=int(step), dataset=str(e.get("dataset") or ""),
+                                                    metrics=metrics))
     summary = summarize(evals)
     mine = [e for e in summary.evaluations if e.dataset == summary.primary_dataset]
     final = summary.final.get("metrics", {}) if summary.final else {}
     names = sorted({m for e in mine for m in e.metrics if validation_metric(m)})
     out: dict[str, MetricValues] = {}
     curves: dict[str, list[list[float]]] = {}
+    mine.sort(key=lambda e: e.step)
     for name in names:
         best = summary.best.get(name) or {}
         out[name] = MetricValues(final=_number(final.get(name)),
                                  final_step=summary.final.get("step") if name in final else None,
                                  best=_number(best.get("value")), best_step=best.get("step"))
-        curves[name] = [[float(e.step), float(e.metrics[name])] for e in sorted(mine, key=lambda e: e.step)
+        curves[name] = [[float(e.step), float(e.metrics[name])] for e in mine
                         if name in e.metrics and math.isfinite(e.metrics[name])]
     return out, curves
 
 
+@functools.lru_cache(maxsize=4096)
 def validation_metric(name: str) -> bool:
     """The metrics a stage is compared by: those where higher is better (mean_reward, task_pass_rate@k, TGC@k,
     …), not the task counts."""
@@ -308,7 +329,11 @@ def _ranked(rows: list[Row], metric: str, which: str) -> list[Ranked]:
         step = getattr(mv, f"{which}_step") if mv else None
         (have if value is not None else missing).append(Ranked(id=row.id, value=value, step=step))
     have.sort(key=lambda r: (r.value if lower else -(r.value or 0.0), r.id))
-    return have + missing
+    ranked = have + missing
+    ranks, tied = competition_ranks([r.value for r in ranked])
+    for item, rank, tie in zip(ranked, ranks, tied, strict=True):
+        item.rank, item.tied = rank, tie
+    return ranked
 
 
 def _spread(values: list[float]) -> tuple[float | None, float | None, float | None, float | None]:
@@ -339,17 +364,32 @@ def compare(stage: str, experiments: Iterable[ExperimentFacts], metric: str = DE
             command_part=(parts.get(f.id, UNKNOWN) if command_differs else None), result_dir=f.result_dir,
             report_path=f.report_path, repair_log_path=f.repair_log_path, source=f.source, decisive=f.decisive,
             succeeded=f.state == FINISHED and f.outcome in SUCCEEDED))
+    compared = [k for k in differing if k not in seeds]
+    labels = run_labels({r.id: r.differs for r in rows}, [*compared, *seeds], parts)  # seeds last
+    for row in rows:
+        row.label = labels[row.id]
     groups = _repeat_groups(rows, differing, seeds, metric, command_differs)
     names = sorted({m for metrics, _ in summaries.values() for m in metrics},
                    key=lambda m: (m != DEFAULT_METRIC, m))
+    curves = {m: {f.id: summaries[f.id][1].get(m, []) for f in facts if summaries[f.id][1].get(m)} for m in names}
+    finals = {r.id: (r.metrics[metric].final if metric in r.metrics else None) for r in rows}
+    lower = not higher_is_better(metric)
+    noise = seed_noise([[x for m in g.members if (x := finals.get(m)) is not None] for g in groups])
+    by_group: dict[str, list[str]] = {}
+    if seeds:
+        shared = run_labels({r.id: r.differs for r in rows}, compared, parts, limit=None)  # whole: a group's key
+        for row in rows:
+            by_group.setdefault(shared[row.id] or "all runs", []).append(row.id)
     return StageComparison(
         stage=stage, metric=metric, metrics=names, rows=rows, differing_keys=differing, seed_keys=seeds,
         unknown_config=[f.id for f in facts if f.config is None], command_differs=command_differs,
         unknown_command=[f.id for f in facts if f.launch_command is None],
         ranking_final=_ranked(rows, metric, "final"), ranking_best=_ranked(rows, metric, "best"),
-        repeat_groups=groups, not_succeeded=[r.id for r in rows if not r.succeeded],
-        curves={m: {f.id: summaries[f.id][1].get(m, []) for f in facts if summaries[f.id][1].get(m)}
-                for m in names})
+        repeat_groups=groups, not_succeeded=[r.id for r in rows if not r.succeeded], curves=curves,
+        group_curves={m: group_curves(by_group, curves[m], {
+            r.id: (r.metrics[m].final if m in r.metrics else None) for r in rows}, not higher_is_better(m))
+            for m in names} if by_group else {},
+        seed_noise=noise, verdicts=verdicts(compared, {r.id: r.differs for r in rows}, finals, noise, metric, lower))
 
 
 def _repeat_groups(rows: list[Row], differing: list[str], seeds: list[str], metric: str,

@@ -38,11 +38,14 @@ from ajet_runner.statemachine.models import ConfigChange, Level, Problem
 from ajet_runner.statemachine.parse_deadline import check as check_deadline
 from ajet_runner.statemachine.yamlload import load_yaml_text
 
-__all__ = ["MAX_EXPERIMENTS", "SWEEP_FIELD", "SweepAxis", "SweepPlan", "format_value", "is_seed_key",
+__all__ = ["MAX_EXPERIMENTS", "MAX_EXPERIMENTS_ALLOWED",
+           "SWEEP_FIELD", "SweepAxis", "SweepPlan", "format_value", "is_seed_key",
            "member_slug", "parse_sweep_options", "parse_sweep_text", "plan_sweep", "sweep_changes"]
 
 SWEEP_FIELD = "exp_sweep"
-MAX_EXPERIMENTS = 64  # a grid larger than this is a typo far more often than a plan
+MAX_EXPERIMENTS = 64  # by default: a grid larger than this is a typo far more often than a plan
+MAX_EXPERIMENTS_ALLOWED = 1000  # what a submitter may allow explicitly (`submit --max-experiments N`, the API's
+# max_experiments)
 MAX_VALUES = 32  # per key
 MAX_LINES = 200  # of the part read
 MAX_PART_BYTES = 8 * 1024  # the whole [exp_sweep] part (a real one is a few hundred bytes)
@@ -297,10 +300,11 @@ def name_suffix(values: Mapping[str, Any]) -> str:
 
 
 def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, purpose: str,
-               deadline: float | None = None) -> SweepPlan:
+               deadline: float | None = None, max_experiments: int = MAX_EXPERIMENTS) -> SweepPlan:
     """The grid of a blueprint's `[exp_sweep]` part and `--sweep` options (options replace the part's keys
     they name); no axes at all gives an empty plan (not a sweep). ParseDeadline once `deadline` (a
-    `time.monotonic()` instant: the request's parse deadline) passes."""
+    `time.monotonic()` instant: the request's parse deadline) passes. `max_experiments`: the combinations
+    allowed, MAX_EXPERIMENTS unless the submitter raised it (up to MAX_EXPERIMENTS_ALLOWED)."""
     part_axes, problems = parse_sweep_text(part_text, deadline) if part_text.strip() else ([], [])
     option_axes, option_problems = parse_sweep_options(options, deadline)
     problems += option_problems
@@ -312,10 +316,9 @@ def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, 
     if not axes or not plan.ok:
         return plan
     total = math.prod(len(a.values) for a in axes)
-    if total > MAX_EXPERIMENTS:
-        shape = " x ".join(str(len(a.values)) for a in axes)
-        plan.problems.append(_problem(f"the sweep makes {total} experiments ({shape}), more than {MAX_EXPERIMENTS}: "
-                                      "split it into stages"))
+    cap = min(max_experiments, MAX_EXPERIMENTS_ALLOWED)
+    if total > cap:
+        plan.problems.append(_problem(too_many(total, " x ".join(str(len(a.values)) for a in axes), cap)))
         return plan
     if not result_dir:
         plan.problems.append(_problem("a sweep puts each experiment in a dir under exp_result_dir, which is missing"))
@@ -329,6 +332,15 @@ def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, 
         plan.members.append(SweepMember(index=index, values=values, label=label, purpose=text,
                                         result_dir=os.path.join(result_dir, member_slug(values))))
     return plan
+
+
+def too_many(total: int, shape: str, cap: int) -> str:
+    """The refusal of a grid over the cap: the cap, and the way past it when there is one."""
+    head = f"the sweep makes {total} experiments ({shape}), more than {cap}"
+    if total > MAX_EXPERIMENTS_ALLOWED:
+        return f"{head} (a stage holds at most {MAX_EXPERIMENTS_ALLOWED}): split it into stages"
+    return (f"{head}: split it into stages, or allow it explicitly with `submit --max-experiments {total}` "
+            f"(API: \"max_experiments\": {total}; at most {MAX_EXPERIMENTS_ALLOWED})")
 
 
 def is_seed_key(key: str) -> bool:

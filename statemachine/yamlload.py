@@ -98,6 +98,11 @@ def load_yaml_file(path: str | os.PathLike[str]) -> Any:
     return _private_copy(data)
 
 
+def private_copy(data: Any) -> Any:
+    """A deep copy of loaded YAML that no other caller shares (for callers that cache parsed YAML)."""
+    return _private_copy(data)
+
+
 def _private_copy(data: Any) -> Any:
     """A deep copy of loaded YAML: new dicts, lists and sets; the scalars (str, numbers, dates, bytes) are
     immutable and shared. A self-referencing document (anchors) goes through `copy.deepcopy`."""

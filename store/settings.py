@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     lease_seconds: float = 15.0
     redis_outage_wait_seconds: float = 3600.0
     metrics_port: int = 0
+    metrics_host: str = Field(default="127.0.0.1", description="address a worker's /metrics listens on "
+                              "(0.0.0.0: every interface, as the chart sets it for Prometheus and the probes)")
     finished_metrics_ttl: float = 3600.0
     # Hardening
     result_reserve_bytes: int = Field(default=4 * 1024 * 1024, description="space reserved in the result dir "

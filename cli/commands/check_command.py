@@ -20,9 +20,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from ajet_runner.cli.commands import output
@@ -30,6 +28,7 @@ from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint
 from ajet_runner.statemachine.check_document import check_document
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Problem
+from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS
 
 SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
 
@@ -41,78 +40,103 @@ def _load(path: Path) -> tuple[Any, list[Problem]]:
     return parse_blueprint(sys.stdin.read()), []  # the preflight validates it
 
 
-def check_report(path: Path, sweep: list[str] | None = None) -> tuple[dict[str, Any], bool]:
+def check_report(path: Path, sweep: list[str] | None = None, max_experiments: int | None = None
+                 ) -> tuple[dict[str, Any], bool]:
     """The `check --json` document for a blueprint file, and whether it is runnable.
 
     It runs the very preflight a worker runs before launching (`ajet_runner.statemachine.preflight.preflight`),
     on this shell's environment; `env_decisions` lists every decision that read a variable.
     """
     bp, problems = _load(path)
-    return check_document(bp, problems, env=os.environ, environment=SUBMITTING_ENV, sweep=sweep or ())
+    return check_document(bp, problems, env=os.environ, environment=SUBMITTING_ENV, sweep=sweep or (),
+                          max_experiments=max_experiments or MAX_EXPERIMENTS)
+
+
+def _heading(console: Console, title: str, rest: str = "") -> None:
+    """A bold title and plain text after it; the text (user text, file names) is never read as markup."""
+    console.print(Text.assemble((title, "bold"), rest), highlight=False)
+
+
+def _block(console: Console, text: str) -> None:
+    """Text indented by 4: folded with its indent on a terminal, whole unpadded lines into a pipe."""
+    if console.is_terminal:
+        console.print(Padding(Text(text), (0, 0, 0, 4)))
+        return
+    for line in text.splitlines():
+        console.print(Text(f"    {line}"), soft_wrap=True, highlight=False)
+
+
+def _fields(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    fields = []
+    for key, value in doc["blueprint"].items():
+        if key == "exp_max_time_seconds":
+            fields.append(("exp_max_time", (format_limit(value) if value is not None else "") or "missing"))
+        elif key == "notes":
+            first = value.strip().splitlines()
+            fields.append(("notes", (first[0] + (" …" if len(first) > 1 else "")) if first else "-"))
+        else:
+            fields.append((key, value or "missing"))
+    return fields
 
 
 def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -> None:
-    bp = doc["blueprint"]
+    """The check as a person reads it. Every piece of the blueprint is printed as text (a purpose that starts
+    with `[lr=1e-6]` keeps it); into a pipe it is plain unpadded lines, the blueprint's parts `part<TAB>value`."""
+    tty = console.is_terminal
     unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
-    table = Table(title=f"Blueprint {path}", title_justify="left", show_header=False, expand=False)
-    table.add_column("part", style="bold", no_wrap=True)
-    table.add_column("value", overflow="fold")
-    for key, value in bp.items():
-        if key == "exp_max_time_seconds":
-            shown = format_limit(value) if value is not None else ""
-            table.add_row("exp_max_time", shown or "[red]missing[/red]")
-        elif key == "notes":
-            first = value.strip().splitlines()
-            table.add_row("notes", (first[0] + (" …" if len(first) > 1 else "")) if first else "-")
-        else:
-            table.add_row(key, value or "[red]missing[/red]")
     if not unreadable:
-        console.print(table)
+        _heading(console, "Blueprint ", str(path))
+        output.print_fields(_fields(doc), console=console if tty else None)
     if doc["problems"]:
-        console.print("[bold]Problems[/bold]")
+        _heading(console, "Problems")
         for p in doc["problems"]:
             colour = "red" if p["level"] == "error" else "yellow"
-            line = f"  [{colour}]{p['level']}[/{colour}] {escape(p['field'])}: {escape(p['message'])}"  # user text
-            console.print(line, highlight=False)
+            console.print(Text.assemble("  ", (p["level"], colour), f" {p['field']}: {p['message']}"),
+                          highlight=False, soft_wrap=not tty)
     if doc["config_changes"]:
-        console.print("[bold]Changes the runner will make before launching[/bold]")
+        _heading(console, "Changes the runner will make before launching")
         for c in doc["config_changes"]:
-            console.print(f"  [cyan]{c['key']}[/cyan]: {json.dumps(c['old'], ensure_ascii=False)} -> "
-                          f"{json.dumps(c['new'], ensure_ascii=False)}", highlight=False)
-            console.print(f"    [dim]{c['reason']}[/dim]", highlight=False)
+            console.print(Text.assemble("  ", (c["key"], "cyan"), f": {json.dumps(c['old'], ensure_ascii=False)} -> "
+                                        f"{json.dumps(c['new'], ensure_ascii=False)}"), highlight=False,
+                          soft_wrap=not tty)
+            console.print(Text(f"    {c['reason']}", style="dim"), highlight=False, soft_wrap=not tty)
     if doc.get("env_decisions"):
-        console.print(f"[bold]Decisions that read the environment[/bold] ({doc['environment']})")
+        _heading(console, "Decisions that read the environment", f" ({doc['environment']})")
         for d in doc["env_decisions"]:
-            console.print(f"  {d['variable']} {'set' if d['is_set'] else 'not set'}: {d['decision']}", highlight=False)
+            console.print(Text(f"  {d['variable']} {'set' if d['is_set'] else 'not set'}: {_decision(d)}"),
+                          highlight=False, soft_wrap=not tty)
     if doc.get("swarm"):
-        console.print(f"[bold]Swarm server[/bold] (port {doc['swarm'].get('port')}), started by the runner:")
-        console.print(Padding(Text(doc["swarm"].get("server_command") or ""), (0, 0, 0, 4)))
+        _heading(console, "Swarm server", f" (port {doc['swarm'].get('port')}), started by the runner:")
+        _block(console, doc["swarm"].get("server_command") or "")
     if doc.get("command_file") is not None:
         what = "the client" if doc.get("swarm") else "the launch command"
-        console.print(f"[bold]Command file[/bold] (logs/attempt-1.command.sh, {what}; node-specific changes such as "
-                      "GPU flags may still be added at launch):")
-        console.print(Padding(Text(doc["command_file"].rstrip("\n")), (0, 0, 0, 4)))
+        _heading(console, "Command file", f" (logs/attempt-1.command.sh, {what}; node-specific changes such as "
+                 "GPU flags may still be added at launch):")
+        _block(console, doc["command_file"].rstrip("\n"))
     elif not unreadable:
-        console.print("[bold]Command file[/bold]: none (the launch command is refused or missing, see above)")
+        _heading(console, "Command file", ": none (the launch command is refused or missing, see above)")
     if doc.get("sweep"):
         _render_sweep(doc["sweep"], console)
-    verdict = "[green]runnable[/green]" if runnable else "[red]not runnable: fix the errors above[/red]"
-    console.print(f"Verdict: {verdict}")
+    verdict = ("runnable", "green") if runnable else ("not runnable: fix the errors above", "red")
+    console.print(Text.assemble("Verdict: ", verdict))
+
+
+def _decision(d: dict[str, Any]) -> str:
+    """What a variable decided, without repeating the `set` / `not set` the line already says
+    (the preflight's decisions start with it: `not set: not set: …` was printed)."""
+    text = str(d["decision"])
+    said = "set: " if d["is_set"] else "not set: "
+    return text[len(said):] if text.startswith(said) else text
 
 
 def _render_sweep(sweep: dict[str, Any], console: Console) -> None:
     experiments = sweep.get("experiments") or []
     shape = " x ".join(f"{len(a['values'])} {a['key']}" for a in sweep.get("axes") or [])
-    console.print(f"[bold]Sweep[/bold]: {len(experiments)} experiment(s) ({shape}), submitted as one stage; each "
-                  "gets its values on the runner's copy of the YAML, its own experiment name and result dir:",
-                  highlight=False)
-    table = Table(show_header=True, expand=False, box=None, pad_edge=False)
-    table.add_column("#", justify="right")
-    table.add_column("values", overflow="fold")
-    table.add_column("result dir", overflow="fold")
-    for m in experiments:
-        table.add_row(str(m["index"] + 1), m["label"], m["result_dir"])
-    console.print(Padding(table, (0, 0, 0, 2)))
+    _heading(console, "Sweep", f": {len(experiments)} experiment(s) ({shape}), submitted as one stage; each "
+             "gets its values on the runner's copy of the YAML, its own experiment name and result dir:")
+    rows = [(str(m["index"] + 1), m["label"], m["result_dir"]) for m in experiments]
+    output.print_table(("#", "values", "result dir"), rows, console=console if console.is_terminal else None,
+                       shrink=("values", "result dir"))
 
 
 def register(app: typer.Typer) -> None:
@@ -124,9 +148,11 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report."),
         sweep: list[str] = typer.Option(None, "--sweep", metavar="KEY=V1,V2",
                                         help="Show the expansion of a sweep (as `submit --sweep`; repeatable)."),
+        max_experiments: int = typer.Option(None, "--max-experiments", min=1, max=1000, metavar="N",
+                                            help="Allow a sweep of up to N combinations (as `submit`; default 64)."),
     ) -> None:
         """Parse and validate a blueprint; list its problems and the config changes planned."""
-        doc, runnable = check_report(blueprint, list(sweep or []))
+        doc, runnable = check_report(blueprint, list(sweep or []), max_experiments)
         unreadable = any(p["field"] == "blueprint" for p in doc["problems"])
         if as_json:
             typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, UNREACHABLE, USAGE, echo_json, err, print_table
@@ -333,7 +334,8 @@ def default_stage_name(paths: list[str]) -> str:
 
 def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], stage_dir: str | None,
                      webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool,
-                     as_json: bool, url: str, token: str, idempotency_key: str | None = None) -> int:
+                     as_json: bool, url: str, token: str, idempotency_key: str | None = None,
+                     max_experiments: int | None = None) -> int:
     """`submit --stage` / `--sweep`: `Job submitted: <id>` per experiment, `Stage: NAME …` on stderr; exit 1 if
     any experiment was refused."""
     if not stage and len(paths) > 1:
@@ -346,7 +348,8 @@ def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], s
         try:
             result = client.submit_stage(name, pairs, sweep=sweep or None, stage_dir=stage_dir,
                                          webhook_url=webhook_url, node=node, priority=priority,
-                                         wait_for_node=wait_for_node, idempotency_key=idempotency_key)
+                                         wait_for_node=wait_for_node, idempotency_key=idempotency_key,
+                                         max_experiments=max_experiments)
         except ApiError as exc:
             if exit_code_of(exc) != FAILED:
                 raise
@@ -541,13 +544,15 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
                                       "when its last experiment finishes", show_default="a sweep's result dir"),
         webhook_url: str = typer.Option(None, "--webhook-url", metavar="URL",
                                         help="the stage's own webhook (instead of $AJET_RUNNER_WEBHOOK_URL)"),
+        max_experiments: int = typer.Option(None, "--max-experiments", min=1, max=1000, metavar="N",
+                                            help="allow a sweep of up to N combinations (default 64, at most 1000)"),
         as_json: bool = JSON_OPTION,
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
     ) -> None:
         """Submit blueprints: prints `Job submitted: <id>` for each (exit 1 if any was rejected)."""
         paths = [*(blueprints or []), *(blueprint or [])]
-        staged = stage or sweep or stage_dir or webhook_url
+        staged = stage or sweep or stage_dir or webhook_url or max_experiments
         if not paths:
             err("error: give at least one blueprint file (positional or --blueprint=PATH, - for stdin)")
             raise typer.Exit(USAGE)
@@ -568,7 +573,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
             raise typer.Exit(submit_stage_cli(paths, stage=stage, sweep=list(sweep or []), stage_dir=stage_dir,
                                               webhook_url=webhook_url, node=node, priority=priority,
                                               wait_for_node=wait_for_node, as_json=as_json, url=url, token=token,
-                                              idempotency_key=idempotency_key))
+                                              idempotency_key=idempotency_key, max_experiments=max_experiments))
         raise typer.Exit(submit_drop_in(paths, runner=runner, acknowledge=acknowledge, url=url, token=token,
                                         as_json=as_json, node=node, priority=priority,
                                         idempotency_key=idempotency_key, wait_for_node=wait_for_node, nodes=named))
@@ -579,7 +584,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         node: str = typer.Option(None, help="only this node"),
         outcome: str = typer.Option(None, help="only this outcome (completed, failed, cancelled, ...)"),
         stage: str = typer.Option(None, help="only the experiments of this stage"),
-        limit: int = typer.Option(200, help="at most this many (newest first)"),
+        limit: int = typer.Option(200, min=1, help="at most this many (newest first)"),
         as_json: bool = JSON_OPTION,
         url: str = URL_OPTION,
         token: str = TOKEN_OPTION,
@@ -634,7 +639,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
     def logs(
         exp_id: str = typer.Argument(..., metavar="ID"),
         follow: bool = typer.Option(False, "-f", "--follow", help="keep printing new lines until it finishes"),
-        tail: int = typer.Option(200, "--tail", help="start with the last N lines"),
+        tail: int = typer.Option(200, "--tail", min=0, help="start with the last N lines"),
         raw: bool = typer.Option(False, "--raw", help="keep colour codes and Ray prefixes"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object per chunk: text, source, path, offset, "
                                      "state"),
@@ -691,6 +696,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         console = output.console(stderr=as_json)
         with connect(url, token) as client:
             backoff = Reconnect(client.url, reconnect_limit)
+            backoff.call(lambda: client.get(exp_id))  # an unknown id is an error line before any bar is drawn
 
             def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
                 page = backoff.call(lambda: client.events(exp_id, after=after, wait_ms=1000))
@@ -715,7 +721,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         if as_json:
             echo_json(final)
         else:
-            console.print(f"[bold]{outcome}[/]: {final.get('reason', '')}", soft_wrap=True)
+            console.print(f"[bold]{outcome}[/]: {escape(str(final.get('reason') or ''))}", soft_wrap=True)
             output.copyable(f"report: {Path(final.get('result_dir') or '.') / 'experiment_report.md'}")
         raise typer.Exit(EXIT_CODES.get(outcome, FAILED))
 

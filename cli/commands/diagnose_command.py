@@ -9,7 +9,7 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.catalogue_command import install_site_catalogue
@@ -67,7 +67,7 @@ def _describe_action(action: dict[str, Any]) -> str:
 
 def _print(diagnosis: LogDiagnosis, log: Path, console: Console) -> None:
     cause: Finding | None = diagnosis.cause
-    console.print(f"[bold]{log}[/bold]: {diagnosis.line_count} lines")
+    console.print(Text.assemble((str(log), "bold"), f": {diagnosis.line_count} lines"), highlight=False)
     if diagnosis.completed_run:
         console.print(f"[green]The run completed[/green] (line {diagnosis.completed_line}).")
     if cause is None:
@@ -75,7 +75,7 @@ def _print(diagnosis: LogDiagnosis, log: Path, console: Console) -> None:
             console.print("[yellow]No known failure signature and no successful end: still running, hung, "
                           "or killed from outside.[/yellow]")
     else:
-        console.print(f"[bold red]Cause: {cause.signature}[/bold red] at line {cause.line}")
+        console.print(Text.assemble((f"Cause: {cause.signature}", "bold red"), f" at line {cause.line}"))
         console.print(f"  {cause.text}", markup=False, highlight=False)
         console.print(f"  {cause.explanation}", markup=False, highlight=False)
         if cause.repairable:
@@ -86,13 +86,10 @@ def _print(diagnosis: LogDiagnosis, log: Path, console: Console) -> None:
         else:
             console.print("[bold]Not repairable by the runner[/bold]: a person has to act.")
     if diagnosis.findings:
-        table = Table(title="Findings (log order)", show_lines=False)
-        for column in ("line", "signature", "fatal", "seen", "text"):
-            table.add_column(column, overflow="fold")
-        for f in diagnosis.findings:
-            table.add_row(str(f.line), f.signature, "yes" if f.fatal else "no",
-                          str(diagnosis.counts.get(f.signature, 1)), f.text[:160])
-        console.print(table)
+        console.print(Text("Findings (log order)", style="bold"))
+        output.print_table(("line", "signature", "fatal", "seen", "text"), (
+            (f.line, f.signature, "yes" if f.fatal else "no", diagnosis.counts.get(f.signature, 1), f.text[:160])
+            for f in diagnosis.findings), console=console if console.is_terminal else None, shrink=("text",))
 
 
 def register(app: typer.Typer) -> None:

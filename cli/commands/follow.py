@@ -70,7 +70,7 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
            interval: float = 0.5, quiet: bool = False) -> dict[str, Any]:
     """Show progress until the experiment is finished (the bar then full); returns its final record.
 
-    `quiet` shows nothing (the caller prints the final record).
+    `quiet` shows nothing (the caller prints the final record); into a pipe only the event lines are printed.
     Ctrl-C calls `on_interrupt` once (e.g. request a cancel) and keeps following until the
     experiment is collected and finished, so the result dir is complete when we return; a second
     Ctrl-C, or the first without `on_interrupt` (`watch` detaching), raises KeyboardInterrupt.
@@ -81,7 +81,8 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
     interrupted = False
     columns = (TextColumn("[bold]{task.fields[state]}[/]"), BarColumn(), TextColumn("{task.fields[clock]}"),
                TextColumn("attempt {task.fields[attempt]}"), TextColumn("{task.fields[reward]}"))
-    with Progress(*columns, console=console, transient=False, disable=quiet) as progress:
+    # Into a pipe or a file: the event lines only, no bar (a drawn bar is no line for grep or a log collector).
+    with Progress(*columns, console=console, transient=False, disable=quiet or not console.is_terminal) as progress:
         task = progress.add_task("run", total=1.0, state="queued", clock="", attempt="-", reward="mean_reward n/a")
         while True:
             try:
@@ -91,7 +92,7 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                 for event in events:
                     line = None if quiet else describe(event)
                     if line:
-                        progress.console.print(f"  {line}")
+                        progress.console.print(f"  {line}", markup=False, highlight=False)
                 max_s = float(rec.get("max_seconds") or 0)
                 elapsed = elapsed_of(rec)
                 reward = headline(rec.get("latest_metrics") or {})

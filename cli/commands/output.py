@@ -22,6 +22,7 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 # Exit codes of every command (docs/cli.md "Exit codes").
 OK = 0
@@ -133,7 +134,7 @@ def _columns_table(columns: Sequence[str], rows: list[list[str]], shrink: Sequen
         else:
             table.add_column(name, no_wrap=True, overflow="fold", min_width=widest[i])
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(v) for v in row))  # Text: user text is never read as markup ([key=v] stays)
     return table
 
 
@@ -146,7 +147,7 @@ def _records(columns: Sequence[str], rows: list[list[str]]) -> Table:
         if n:
             grid.add_row("", "")
         for name, value in zip(columns, row, strict=True):
-            grid.add_row(name, value)
+            grid.add_row(Text(name), Text(value))
     return grid
 
 
@@ -183,5 +184,5 @@ def print_fields(fields: Sequence[tuple[str, Any]], *, console: Console | None =
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
     for key, value in shown:
-        grid.add_row(key, value)
+        grid.add_row(Text(key), Text(value))
     (console or Console()).print(grid, crop=False, highlight=False)

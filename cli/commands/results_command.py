@@ -27,7 +27,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ajet_runner.cli.commands import output
 from ajet_runner.resultdir.names import RESULTS_NAME
@@ -83,22 +85,30 @@ def _fmt(value: float | None) -> str:
 
 
 def _render(summary: ResultSummary, console: Console) -> None:
+    """The evaluations as a table on a terminal; into a pipe, tab-separated lines under a header line."""
     cols = _columns(summary)
     several = len(summary.datasets) > 1
     legend = ", ".join(f"{_header(c)} = {c}" for c in cols if _header(c) != c)
-    table = Table(title="Validation results", title_justify="left", caption=legend or None)
-    table.caption_justify = "left"
-    table.add_column("step", justify="right", no_wrap=True)
-    if several:
-        table.add_column("dataset", overflow="fold")
-    for col in cols:
-        table.add_column(_header(col), justify="right", no_wrap=True)
-    for ev in summary.evaluations:
-        row = [str(ev.step)] + ([ev.dataset or "-"] if several else [])
-        table.add_row(*row, *(_fmt(ev.metrics.get(c)) for c in cols))
-    console.print(table)
+    headers = ["step", *(["dataset"] if several else []), *(_header(c) for c in cols)]
+    rows = [[str(ev.step), *([ev.dataset or "-"] if several else []), *(_fmt(ev.metrics.get(c)) for c in cols)]
+            for ev in summary.evaluations]
+    if not console.is_terminal:
+        output.print_table(headers, rows)
+        if legend:
+            console.print(Text(legend), soft_wrap=True)
+    else:
+        table = Table(title="Validation results", title_justify="left", caption=legend or None)
+        table.caption_justify = "left"
+        for name in headers:
+            if name == "dataset":
+                table.add_column(name, overflow="fold")
+            else:
+                table.add_column(name, justify="right", no_wrap=True)
+        for row in rows:
+            table.add_row(*(Text(v) for v in row))
+        console.print(table)
     if summary.final:
-        where = f" ({summary.primary_dataset})" if summary.primary_dataset else ""
+        where = f" ({escape(summary.primary_dataset)})" if summary.primary_dataset else ""
         console.print(f"[bold]final[/bold] step {summary.final['step']}{where}")
         base = summary.baseline.get("metrics", {}) if summary.baseline else {}
         for col in cols + [c for c in ("num_all_success_tasks", "total_tasks") if c not in cols]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
@@ -84,7 +85,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
 
         final = follow(poll, console, on_interrupt=lambda: store.request_cancel(exp_id))
         outcome = final.get("outcome", "")
-        console.print(f"[bold]{outcome}[/]: {final.get('reason', '')}")
+        console.print(f"[bold]{outcome}[/]: {escape(str(final.get('reason') or ''))}")
         console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}", soft_wrap=True,
                       highlight=False, markup=False)
         return EXIT_CODES.get(outcome, 1)
@@ -133,16 +134,19 @@ def register(app: typer.Typer) -> None:
         code = run_blueprint(blueprint, output.console(), node=node, show_worker_log=shown)
         raise typer.Exit(code)
 
+    from ajet_runner.service.demo import list_templates
+
     @app.command(epilog="Example: ajet-runner demo oom_first_attempt")
     def demo(
-        template: str = typer.Argument("demo", help="a sample blueprint from examples/blueprints"),
+        template: str = typer.Argument("demo", help="the sample blueprint to run, one of: "
+                                       + ", ".join(list_templates())),
         workdir: Path = typer.Option(None, "--dir", help="where to put the copy",
                                      show_default="./runs/TEMPLATE-TIME"),
         log_level: str = typer.Option("", help="show the local worker's log at this level (as for `run`)"),
         log_format: str = typer.Option("", help="text or json", show_default="$AJET_RUNNER_LOG_FORMAT, else text"),
     ) -> None:
         """Copy the simulated AgentJet and a sample blueprint into a fresh dir, then `run` it."""
-        from ajet_runner.service.demo import list_templates, materialize
+        from ajet_runner.service.demo import materialize
 
         shown = _setup_logs(log_level, log_format)
 

@@ -16,6 +16,7 @@ from typing import Any
 import typer
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.client_commands import TOKEN_OPTION, URL_OPTION, connect
@@ -57,7 +58,7 @@ def _live_table(recs: list[Any]) -> Table:
     for name in WAIT_COLUMNS:
         table.add_column(name, overflow="fold", max_width=50 if name == "purpose" else None)
     for rec in recs:
-        table.add_row(*_row(rec))
+        table.add_row(*(Text(v) for v in _row(rec)))  # a sweep's `[key=value, …]` purpose is text, not markup
     done = sum(1 for r in recs if r.finished)
     table.caption = f"{done} of {len(recs)} finished"
     return table
@@ -143,8 +144,13 @@ def _compare(facts: list[Any], stage: str, metric: str, out_dir: str, as_json: b
         compared = ", ".join(comparison.compared_keys) or "nothing"
         seeds = f"; repeats over {', '.join(comparison.seed_keys)}" if comparison.seed_keys else ""
         output.copyable(f"stage {stage}: {len(comparison.rows)} experiment(s); differs in {compared}{seeds}")
-        for rank, item in enumerate((r for r in comparison.ranking_final if r.value is not None), start=1):
-            output.copyable(f"  {rank}. {item.id}  final {metric} {item.value:.4f} (step {item.step})")
+        for verdict in comparison.verdicts:
+            output.copyable(f"  verdict: {verdict.text}")
+        labels = {r.id: r.label for r in comparison.rows}
+        for item in (r for r in comparison.ranking_final if r.value is not None):
+            rank = f"={item.rank}" if item.tied else f"{item.rank}"
+            label = f"  {labels[item.id]}" if labels.get(item.id) else ""
+            output.copyable(f"  {rank}. {item.id}{label}  final {metric} {item.value:.4f} (step {item.step})")
         for exp_id in comparison.not_succeeded:
             row = next(r for r in comparison.rows if r.id == exp_id)
             output.copyable(f"  not succeeded: {exp_id} {row.outcome or row.state}: {row.decisive or row.state}")

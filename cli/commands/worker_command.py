@@ -79,6 +79,8 @@ def register(app: typer.Typer) -> None:
                                   "or 2 without GPUs"),
         metrics_port: int = typer.Option(-1, help="Prometheus port for this worker (0 = off)",
                                          show_default="$AJET_RUNNER_METRICS_PORT, else off"),
+        metrics_host: str = typer.Option("", help="address /metrics listens on (0.0.0.0 = every interface)",
+                                         show_default="$AJET_RUNNER_METRICS_HOST, else 127.0.0.1"),
         log_level: str = typer.Option("", help="debug, info, warning or error",
                                       show_default="$AJET_RUNNER_LOG_LEVEL, else info"),
         log_format: str = typer.Option("", help="text, or json (one object per line)",
@@ -144,7 +146,7 @@ def register(app: typer.Typer) -> None:
         if port:
             from ajet_runner.workers.node.worker_metrics import serve_worker_metrics
 
-            serve_worker_metrics(sup, port)
+            serve_worker_metrics(sup, port, metrics_host or settings.metrics_host)
 
         def stop(*_: Any) -> None:
             sup.stopping.set()

@@ -30,6 +30,8 @@ class StageSubmitRequest(BaseModel):
     node: str | None = Field(None, pattern=NODE_PATTERN)
     priority: Literal["normal", "high"] | None = None
     wait_for_node: bool = False
+    max_experiments: int | None = Field(None, ge=1, le=1000, description="the sweep combinations allowed (default "
+                                        "64): a larger grid is refused unless the submitter says so here")
 
 
 class RefusedExperiment(BaseModel):

@@ -231,11 +231,11 @@ def _stage_blueprints(blueprints: Sequence[BlueprintInput]) -> list[dict[str, An
 
 
 def _stage_body(stage: str, blueprints: Sequence[BlueprintInput], sweep: list[str] | None, stage_dir: str | None,
-                webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool
-                ) -> dict[str, Any]:
+                webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool,
+                max_experiments: int | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"stage": stage, "blueprints": _stage_blueprints(blueprints)}
     for key, value in (("sweep", sweep), ("stage_dir", stage_dir), ("webhook_url", webhook_url), ("node", node),
-                       ("priority", priority), ("wait_for_node", wait_for_node)):
+                       ("priority", priority), ("wait_for_node", wait_for_node), ("max_experiments", max_experiments)):
         if value:
             body[key] = value
     return body
@@ -307,12 +307,23 @@ def _sse_timeout(limit: float) -> httpx.Timeout:
     return httpx.Timeout(30.0, connect=max(1.0, min(10.0, limit)), read=SSE_READ_TIMEOUT)
 
 
+def base_url(url: str) -> str:
+    """The API's base URL without a trailing slash; anything but `http(s)://host[:port][/path]` is bad input
+    (httpx.UnsupportedProtocol / InvalidURL at once, not a connection error after a reconnect limit)."""
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https"):
+        raise httpx.UnsupportedProtocol("it must start with http:// or https://")
+    if not parsed.host:
+        raise httpx.InvalidURL("it names no host")
+    return url.rstrip("/")
+
+
 class AjetRunnerClient:
     """A synchronous client; one instance keeps one HTTP connection pool (close it, or use `with`)."""
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.url = base_url(url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
                                   verify=_needs_tls(self.url))
@@ -493,13 +504,14 @@ class AjetRunnerClient:
     def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
                      stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
                      priority: str | None = None, wait_for_node: bool = False,
-                     idempotency_key: str | None = None) -> StageSubmission:
+                     idempotency_key: str | None = None, max_experiments: int | None = None) -> StageSubmission:
         """Submit blueprints (paths, or (text, path) pairs) as stage `stage`; a blueprint with an `[exp_sweep]`
-        part, or the `sweep` options (`KEY=V1,V2`), becomes one experiment per combination. `refused` lists
+        part, or the `sweep` options (`KEY=V1,V2`), becomes one experiment per combination (at most 64 unless
+        `max_experiments` allows more, up to 1000). `refused` lists
         experiments the submission refused while the others were submitted; ApiError 422/409 when none was.
         With `idempotency_key`, a retry with the same request is the same stage (never a second run of it)."""
         return _answers().StageSubmission.model_validate(self._json("POST", "/v1/stages", json=_stage_body(
-            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node),
+            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node, max_experiments),
             headers=_idempotency(idempotency_key)))
 
     def stages(self) -> list[Stage]:
@@ -570,7 +582,7 @@ class AsyncAjetRunnerClient:
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.url = base_url(url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
                                        verify=_needs_tls(self.url))
@@ -693,9 +705,9 @@ class AsyncAjetRunnerClient:
     async def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
                            stage_dir: str | None = None, webhook_url: str | None = None, node: str | None = None,
                            priority: str | None = None, wait_for_node: bool = False,
-                           idempotency_key: str | None = None) -> StageSubmission:
+                           idempotency_key: str | None = None, max_experiments: int | None = None) -> StageSubmission:
         return _answers().StageSubmission.model_validate(await self._json("POST", "/v1/stages", json=_stage_body(
-            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node),
+            stage, blueprints, sweep, stage_dir, webhook_url, node, priority, wait_for_node, max_experiments),
             headers=_idempotency(idempotency_key)))
 
     async def stages(self) -> list[Stage]:

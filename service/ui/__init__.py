@@ -40,6 +40,15 @@ def install_ui(app: FastAPI, settings: Settings, tokens: TokenSet, *, insecure: 
     def root() -> RedirectResponse:
         return RedirectResponse("/ui/", status_code=307)
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    @app.get("/ui/favicon.svg", include_in_schema=False)
+    def favicon() -> Response:
+        """The console's icon (an SVG, public like the login page): browsers ask /favicon.ico on every page."""
+        from importlib import resources
+
+        body = resources.files("ajet_runner.service.ui").joinpath("static").joinpath("favicon.svg").read_bytes()
+        return Response(body, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
+
     @app.exception_handler(LoginRequired)
     async def login_required(request: Request, exc: LoginRequired) -> Response:
         if _wants_page(request):

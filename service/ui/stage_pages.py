@@ -12,12 +12,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from ajet_runner.resultdir.palette import chart_metrics
+from ajet_runner.resultdir.stage_series import stage_chart
 from ajet_runner.service.api.backend import Backend, backend
 from ajet_runner.service.api.stage_routes import stage_facts, stage_summary
 from ajet_runner.service.ui.pages import page, viewer
 from ajet_runner.service.ui.session import Viewer
-from ajet_runner.service.ui.stage_chart import overlay_chart
+from ajet_runner.service.ui.stage_chart import stage_chart_svg
 from ajet_runner.statemachine.compare import DEFAULT_METRIC, compare
+from ajet_runner.statemachine.stage_stats import short_names
 from ajet_runner.store.stages import stage_names
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -42,17 +44,18 @@ def _stage(be: Backend, name: str, metric: str) -> dict[str, Any]:
                or [m for m in comparison.metrics if comparison.curves.get(m)])[:CHARTS]
     if metric in comparison.metrics and metric not in charted:
         charted = [metric, *charted][:CHARTS]
-    labels = [_label(r) for r in comparison.rows]
-    charts = [overlay_chart(m, [(label, comparison.curves.get(m, {}).get(r.id, []))
-                                for label, r in zip(labels, comparison.rows, strict=True)]) for m in charted]
+    charts = [stage_chart_svg(stage_chart(comparison, m)) for m in charted]
     return {"s": summary, "c": comparison, "charts": charts, "metric": metric,
-            "rows": {r.id: r for r in comparison.rows}}
+            "rows": {r.id: r for r in comparison.rows}, "short": short_names(comparison.differing_keys),
+            "purposes": {r.id: shown_purpose(r.purpose) for r in comparison.rows}}
 
 
-def _label(row: Any) -> str:
-    shown = list(row.differs.items())[:3]
-    values = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in shown) + (", …" if len(row.differs) > 3 else "")
-    return f"{row.id} ({values})" if shown else row.id
+def shown_purpose(purpose: str) -> str:
+    """A purpose's first line without the `[key=value, …] ` a sweep puts in front: the run column says that."""
+    first = (purpose.strip().splitlines() or [""])[0]
+    if first.startswith("[") and "] " in first:
+        return first.split("] ", 1)[1] or first
+    return first
 
 
 @router.get("/stages/{name}", response_class=HTMLResponse)

@@ -61,16 +61,16 @@ def headless_chromium(extra_flags: tuple[str, ...] = ()) -> Iterator[Any]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def screenshot(driver: Any, path: Path, colours: int = 64) -> None:
+def screenshot(driver: Any, path: Path, colours: int = 64, width: int = 1280) -> None:
     """A full-page PNG, quantised to a small palette so the committed files stay small."""
     from PIL import Image
 
     height = driver.execute_script("return Math.min(document.body.scrollHeight, 2400)")
-    driver.set_window_size(1280, max(700, int(height) + 20))
+    driver.set_window_size(width, max(700, int(height) + 20))
     path.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(path))
     Image.open(path).convert("RGB").quantize(colors=colours).save(path, optimize=True)
-    driver.set_window_size(1280, 900)
+    driver.set_window_size(width, 900)
 
 
 def requested_urls(driver: Any) -> list[str]:

@@ -24,6 +24,7 @@ CASES = {
     "adoption": (["bench/bench_adoption.py", "--runs", "1"], "median of 1"),
     "per run": (["bench/bench_per_run.py", "2", "2"], "per watched run: 2 runs"),
     "up": (["bench/bench_up.py", "--runs", "1"], "up -> console page answers"),
+    "stage": (["bench/bench_stage.py", "--sizes", "8", "--samples", "1", "--evals", "5"], "GET /ui/stages/N"),
 }
 
 

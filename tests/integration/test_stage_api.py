@@ -169,3 +169,22 @@ def test_wait_stage_in_both_clients(redis_url: str, tmp_path: Path) -> None:
                 assert [s.name for s in await aclient.stages()] == ["other", "w"]
 
         asyncio.run(both())
+
+
+def test_a_sweep_over_the_cap_is_refused_with_the_way_past_it_and_allowed_when_asked(api: TestClient,
+                                                                                   tmp_path: Path) -> None:
+    sc = make("demo", tmp_path / "big")
+    values = ", ".join(str(v) for v in range(1, 11))
+    rewards = ", ".join(f"0.{v:02d}" for v in range(50, 60))
+    text = sc.blueprint.read_text() + f"\n## [exp_sweep]\n- ajet_sim.seed: {values}\n- ajet_sim.reward_end: {rewards}\n"
+    refused = api.post("/v1/stages", json={"stage": "big", "blueprints": [{"blueprint": text}]}, headers=AUTH)
+    assert refused.status_code == 422, refused.text
+    assert "more than 64" in refused.text and "--max-experiments 100" in refused.text
+    assert api.get("/v1/stages/big", headers=AUTH).status_code == 404 or api.get(
+        "/v1/stages/big", headers=AUTH).json()["total"] == 0  # nothing was submitted
+    allowed = api.post("/v1/stages", json={"stage": "big", "blueprints": [{"blueprint": text}],
+                                           "max_experiments": 100}, headers=AUTH)
+    assert allowed.status_code == 201, allowed.text[:2000]
+    assert len(allowed.json()["experiments"]) == 100 and allowed.json()["refused"] == []
+    assert api.post("/v1/stages", json={"stage": "big2", "blueprints": [{"blueprint": text}],
+                                        "max_experiments": 1001}, headers=AUTH).status_code == 422

@@ -36,7 +36,9 @@ def test_a_sweep_from_the_submit_page_becomes_a_stage_page(redis_url, tmp_path) 
         assert page.status_code == 200
         rows = re.findall(r'<tr id="stage-row-([0-9a-f]{12})" data-outcome="queued">', page.text)
         assert len(rows) == 4
-        assert '<th data-key="ajet.rollout.temperature">' in page.text and '<th data-key="ajet_sim.seed">' in page.text
+        assert '<th data-key="ajet.rollout.temperature" title="ajet.rollout.temperature">temperature</th>' in page.text
+        assert '<th data-key="ajet_sim.seed" title="ajet_sim.seed">seed</th>' in page.text
+        assert page.text.count('<span class="run-label">temperature=') == 8  # the run column, and not-succeeded
         assert page.text.count("not finished yet") == 4  # listed under "Did not succeed", never dropped
         assert 'id="stage-temps"' in c.get("/ui/stages").text
         listed = c.get("/ui/", params={"stage": "temps"}).text

@@ -152,7 +152,7 @@ def _check_console_stage_page(url: str, report_text: str) -> None:
 
     from tests.integration.browser import headless_chromium
 
-    expected = [(r[1].strip("`"), r[3], r[8].strip("`"), r[9].strip("`"))
+    expected = [(r[2].strip("`"), r[4], r[9].strip("`"), r[10].strip("`"))
                 for r in table_rows(report_text, "Experiments")]
     with headless_chromium() as driver:
         wait = WebDriverWait(driver, 60, poll_frequency=0.2)
@@ -165,16 +165,18 @@ def _check_console_stage_page(url: str, report_text: str) -> None:
         driver.find_element(By.CSS_SELECTOR, "#stage-reward-sweep a").click()
         wait.until(ec.presence_of_element_located((By.ID, "stage-table")))
         header = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#stage-table thead th")]
-        assert header[8:10] == ["ajet_sim.reward_end", "ajet_sim.seed"], header
+        assert header[8:10] == ["reward_end", "seed"], header  # short names; the whole key on hover
         shown = []
         for tr in driver.find_elements(By.CSS_SELECTOR, "#stage-table tbody tr"):
             cells = [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-            shown.append((cells[1], cells[3], cells[8], cells[9]))
+            shown.append((cells[1].split()[-1], cells[3], cells[8], cells[9]))
+            assert cells[1].startswith(f"reward_end={cells[8]}, seed={cells[9]}")  # the run column: what differs
         assert shown == expected
         first = driver.find_elements(By.CSS_SELECTOR, "#stage-charts svg.stage-chart")[0]
         assert first.get_attribute("data-metric") == "mean_reward"
         strokes = [p.get_attribute("stroke") for p in first.find_elements(By.TAG_NAME, "polyline")]
-        assert len(strokes) == 4 and len(set(strokes)) == 4, strokes  # one curve per experiment, overlaid
+        assert len(strokes) == 2 and len(set(strokes)) == 2, strokes  # one mean curve per reward_end (2 seeds each)
+        assert len(first.find_elements(By.CSS_SELECTOR, "polygon.seed-band")) == 2  # with its band across seeds
         assert [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#differs li")][0] == "ajet_sim.reward_end"
         driver.get(f"{url}/ui/?stage=reward-sweep")
         wait.until(ec.presence_of_element_located((By.ID, "exp-table")))

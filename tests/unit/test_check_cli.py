@@ -145,3 +145,13 @@ def test_readable_output_without_json(good_blueprint: Path, tmp_path: Path) -> N
     proc = _run(str(broken))
     assert proc.returncode == 1
     assert "not runnable" in proc.stdout and "missing" in proc.stdout
+
+
+def test_an_environment_decision_says_set_or_not_set_once() -> None:
+    from ajet_runner.cli.commands.check_command import _decision
+
+    assert _decision({"is_set": False, "decision": "not set: the run sees every GPU of the node"}) == \
+        "the run sees every GPU of the node"  # printed after `CUDA_VISIBLE_DEVICES not set: `
+    assert _decision({"is_set": True, "decision": "set: logger swanlab kept"}) == "logger swanlab kept"
+    assert _decision({"is_set": True, "decision": "lists 2 GPU(s) for n_gpus_per_node=2"}) == \
+        "lists 2 GPU(s) for n_gpus_per_node=2"

@@ -228,6 +228,8 @@ def test_worker_daemonset_contract(chart: helm.Chart) -> None:
     assert worker["args"][:3] == ["worker", "--node", "$(NODE_NAME)"]
     assert worker["args"][3:5] == ["--metrics-port", "9101"]
     assert worker["ports"] == [{"name": "metrics", "containerPort": 9101, "protocol": "TCP"}]
+    # the worker listens on loopback unless told: the pod's probes and Prometheus come to its IP
+    assert env["AJET_RUNNER_METRICS_HOST"]["value"] == "0.0.0.0"
     assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
     pre_stop = worker["lifecycle"]["preStop"]["exec"]["command"]
@@ -399,7 +401,7 @@ def test_bundled_redis_statefulset(chart: helm.Chart) -> None:
     assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == svc["metadata"]["name"]
     assert sts["spec"]["replicas"] == 1
     redis = container(sts, "redis")
-    assert redis["image"] == "docker.io/library/redis:7"
+    assert redis["image"] == "docker.io/library/redis:7.4.2"  # pinned, never a floating tag
     assert "--appendonly yes" in redis["args"][0] and "--maxmemory-policy noeviction" in redis["args"][0]
     claim = sts["spec"]["volumeClaimTemplates"][0]
     assert claim["spec"]["resources"]["requests"]["storage"] == "8Gi"

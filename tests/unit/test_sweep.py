@@ -126,6 +126,16 @@ def test_a_grid_too_large_or_without_a_result_dir_is_refused() -> None:
     big = plan_sweep("- a: " + ", ".join(map(str, range(9))) + "\n- b: " + ", ".join(map(str, range(9))),
                      result_dir="/r", purpose="p")
     assert not big.ok and f"more than {MAX_EXPERIMENTS}" in big.problems[0].message and not big.members
+    assert "`submit --max-experiments 81`" in big.problems[0].message and '"max_experiments": 81' in \
+        big.problems[0].message  # the cap and the way past it
+    allowed = plan_sweep("- a: " + ", ".join(map(str, range(9))) + "\n- b: " + ", ".join(map(str, range(9))),
+                         result_dir="/r", purpose="p", max_experiments=81)
+    assert allowed.ok and len(allowed.members) == 81
+    nine = ", ".join(map(str, range(9)))
+    huge = plan_sweep("\n".join(f"- k{i}: {nine}" for i in range(4)), result_dir="/r", purpose="p",
+                      max_experiments=5000)  # 6561: past what any stage holds, whatever the submitter says
+    assert not huge.ok and "at most 1000" in huge.problems[0].message and "--max-experiments" not in \
+        huge.problems[0].message
     assert "exp_result_dir" in plan_sweep("- a: 1, 2", result_dir="", purpose="p").problems[0].message
     assert "names no key" in plan_sweep("- description: nothing swept", result_dir="/r", purpose="").problems[0].message
 

@@ -185,6 +185,11 @@ def draw_background(points: list[Eval]) -> Background:
     return _on_canvas(lambda canvas: canvas.background(points))
 
 
+def missing_plotting(exc: ModuleNotFoundError) -> str:
+    """Why a plot was not drawn on an install without the plotting stack, and the way to get it."""
+    return f"{exc.name or 'matplotlib'} is not installed here (pip install 'ajet-runner[node]' draws the plots)"
+
+
 def plot_points(evals: list[Eval]) -> list[Eval]:
     """The evaluations the plot shows: those with a step."""
     return [e for e in evals if e.step is not None]
@@ -207,5 +212,9 @@ def write_plot(path: Path, evals: list[Eval], title: str, background: Background
     why = nothing_to_plot(evals)
     if why:
         return why
-    atomic_write_bytes(path, render_png(plot_points(evals), title, background))
+    try:
+        png = render_png(plot_points(evals), title, background)
+    except ModuleNotFoundError as exc:  # a client-only install: the plotting stack is the [node] extra
+        return missing_plotting(exc)
+    atomic_write_bytes(path, png)
     return ""

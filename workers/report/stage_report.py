@@ -15,11 +15,12 @@ from typing import Any
 
 from ajet_runner.resultdir.confined import open_dir
 from ajet_runner.resultdir.flag import atomic_write_text, iso_utc, remove_file
+from ajet_runner.resultdir.stage_series import TOP_N
 from ajet_runner.statemachine.compare import StageComparison
 from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.workers.report.markdown import code_span, fmt_duration, fmt_value, md_cell, table
 from ajet_runner.workers.report.results_json import json_safe
-from ajet_runner.workers.report.stage_plot import STAGE_PLOT_NAME, experiment_label, write_stage_plot
+from ajet_runner.workers.report.stage_plot import STAGE_PLOT_NAME, write_stage_plot
 
 __all__ = ["STAGE_PLOT_NAME", "STAGE_REPORT_NAME", "STAGE_RESULTS_NAME", "render_stage_report",
            "write_stage_report"]
@@ -29,6 +30,7 @@ STAGE_RESULTS_NAME = "stage_results.json"
 STAGE_REPORT_VERSION = 1
 PURPOSE_CHARS = 80
 RANKING_KEYS = 4  # differing keys repeated in the ranking tables
+INDENTED_ROWS = 20  # stage_results.json is indented up to this many experiments
 
 
 def _link(path: str, base: str, text: str) -> str:
@@ -95,16 +97,29 @@ def _differs_section(c: StageComparison) -> list[str]:
     return lines
 
 
+def _verdicts(c: StageComparison) -> list[str]:
+    """One line per compared key: the best value and whether it stands out of the seed noise."""
+    lines = [f"## Verdicts (final {c.metric})", ""]
+    if not c.verdicts:
+        return [*lines, "No key is compared (nothing but seeds differs)."]
+    noise = (f"Seed noise: the standard deviation of the final {c.metric} across seeds is "
+             f"{fmt_value(c.seed_noise)}; a difference under two standard errors of it is within noise."
+             if c.seed_noise is not None else "No repeated seeds: the seed noise is unknown, so no difference can be "
+             "called beyond it.")
+    return [*lines, *(f"- {md_cell(v.text, 400)}" for v in c.verdicts), "", noise]
+
+
 def _experiments_table(c: StageComparison, base: str) -> list[str]:
     keys = c.differing_keys
-    header = ["#", "id", "purpose", "outcome", "attempts", "repairs", "elapsed", "steps", *keys]
+    header = ["#", "run (what differs)", "id", "purpose", "outcome", "attempts", "repairs", "elapsed", "steps", *keys]
     if c.command_differs:
         header.append("launch command (differing part)")
     header += ["report", "repair log"]
     rows = []
     for n, r in enumerate(c.rows, start=1):
         repairs = str(r.repairs) + (f" ({', '.join(dict.fromkeys(r.repair_signatures))})" if r.repairs else "")
-        cells = [str(n), code_span(r.id), _purpose(r.purpose), _outcome(r), str(r.attempts), md_cell(repairs),
+        cells = [str(n), md_cell(r.label) or "n/a", code_span(r.id), _purpose(r.purpose), _outcome(r), str(r.attempts),
+                 md_cell(repairs),
                  fmt_duration(r.elapsed_seconds), str(r.train_steps) if r.source == "results.json" else "n/a",
                  *(code_span(r.differs.get(k, "n/a")) for k in keys)]
         if c.command_differs:
@@ -130,18 +145,18 @@ def _ranking(c: StageComparison) -> list[str]:
     if len(c.differing_keys) > len(keys):
         lines += [f"(The first {len(keys)} of the {len(c.differing_keys)} differing keys; the Experiments table has "
                   "them all.)", ""]
+    by_id = {r.id: r for r in c.rows}
     for title, ranked in (("final value", c.ranking_final), ("best value", c.ranking_best)):
         rows = []
-        position = 0
         for item in ranked:
-            row = next(r for r in c.rows if r.id == item.id)
-            if item.value is not None:
-                position += 1
-            rows.append([str(position) if item.value is not None else "–", code_span(item.id),
+            row = by_id[item.id]
+            rank = "–" if item.rank is None else f"={item.rank}" if item.tied else str(item.rank)
+            rows.append([rank, code_span(item.id),
                          *(code_span(row.differs.get(k, "n/a")) for k in keys), _outcome(row),
                          fmt_value(item.value) if item.value is not None else f"no {c.metric} recorded",
                          str(item.step) if item.step is not None else "n/a"])
-        lines += [f"By {title}:", "", *table(["rank", "id", *keys, "outcome", c.metric, "step"], rows), ""]
+        lines += [f"By {title} (`=N`: tied with another run at the shown precision):", "",
+                  *table(["rank", "id", *keys, "outcome", c.metric, "step"], rows), ""]
     if c.repeat_groups:
         lines += [f"Repeats (experiments that differ only in {', '.join(code_span(k) for k in c.seed_keys)}), "
                   f"best group first:", ""]
@@ -176,12 +191,15 @@ def render_stage_report(c: StageComparison, base: str, plot_written: bool, now: 
              f"{len(c.rows)} experiment(s); {done} completed or early-stopped, {len(c.rows) - done} did not"
              f"{' (listed below with their decisive line)' if done < len(c.rows) else ''}. Generated {iso_utc(now)}.",
              ""]
-    lines += [*_differs_section(c), "", *_experiments_table(c, base), "", *_metrics_table(c), "", *_ranking(c)]
+    lines += [*_differs_section(c), "", *_verdicts(c), "", *_experiments_table(c, base), "", *_metrics_table(c), "",
+              *_ranking(c)]
     lines += ["## Curves", ""]
     if plot_written:
-        lines.append(f"![every experiment's curves]({STAGE_PLOT_NAME})")
-        legend = [f"- {code_span(experiment_label(c, r.id))}" for r in c.rows]
-        lines += ["", "Colours follow the experiments' order:", *legend]
+        grouped = " Runs that differ only in their seed are one curve: their mean, with a band from the lowest " \
+                  "to the highest." if c.group_curves else ""
+        lines += [f"![the stage's curves]({STAGE_PLOT_NAME})", "",
+                  f"The best {TOP_N} curves by final value are in colour, named by what differs; the rest share "
+                  f"one grey band.{grouped} Every run's values are in the tables above."]
     else:
         lines.append("No experiment has a curve yet (no evaluation with a step was recorded).")
     lines += ["", *_not_succeeded(c, base), ""]
@@ -216,7 +234,10 @@ def write_stage_report(out_dir: str | Path, c: StageComparison) -> dict[str, Pat
         written["plot"] = plot
     else:
         remove_file(plot)  # a stale plot would contradict the report
-    text = json.dumps(stage_document(c, str(out), drawn, now), indent=2, ensure_ascii=False, allow_nan=False)
+    # Indented for a person up to INDENTED_ROWS runs; larger ones compact (json's C encoder: indenting forces the
+    # pure-Python one, seconds for a 200-run stage's curves).
+    indent = 2 if len(c.rows) <= INDENTED_ROWS else None
+    text = json.dumps(stage_document(c, str(out), drawn, now), indent=indent, ensure_ascii=False, allow_nan=False)
     written["results"] = atomic_write_text(out / STAGE_RESULTS_NAME, text + "\n")
     written["report"] = atomic_write_text(out / STAGE_REPORT_NAME, render_stage_report(c, str(out), drawn, now))
     return written

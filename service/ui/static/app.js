@@ -149,3 +149,37 @@ function liveStatus(text) {
     reader.readAsText(f);
   });
 })();
+
+// Column sorting: a click on a heading of any table.sortable sorts its rows by that column (again: reverse).
+// A cell's data-sort is its sort key when given (numbers, raw seconds), else its text; headings marked
+// data-type="number" compare as numbers, empty cells last.
+(function () {
+  function key(row, index) {
+    const cell = row.children[index];
+    if (!cell) return "";
+    return cell.hasAttribute("data-sort") ? cell.getAttribute("data-sort") : cell.textContent.trim();
+  }
+  function sortBy(table, th) {
+    const index = Array.prototype.indexOf.call(th.parentNode.children, th);
+    const numeric = th.getAttribute("data-type") === "number";
+    const ascending = th.getAttribute("aria-sort") !== "ascending";
+    table.querySelectorAll("thead th[aria-sort]").forEach(function (h) { h.removeAttribute("aria-sort"); });
+    th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+    const body = table.tBodies[0];
+    const rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      const x = key(a, index), y = key(b, index);
+      if (x === "" || y === "") return x === y ? 0 : (x === "" ? 1 : -1); // empty last, both ways
+      let order;
+      if (numeric) order = parseFloat(x.replace(/^=/, "")) - parseFloat(y.replace(/^=/, ""));
+      else order = x.localeCompare(y, undefined, { numeric: true, sensitivity: "base" });
+      return ascending ? order : -order;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  }
+  document.addEventListener("click", function (ev) {
+    const th = ev.target.closest("table.sortable thead th");
+    if (!th) return;
+    sortBy(th.closest("table"), th);
+  });
+})();
