@@ -47,7 +47,7 @@ class Loose(BaseModel):
 
 
 _OPTIONAL_ATTEMPT_FIELDS = ("console_evaluations", "console_train_steps", "inputs", "experiment_name", "start_step",
-                            "resumed_from", "val_offset", "gpu_check", "unscanned")
+                            "resumed_from", "val_offset", "gpu_check", "unscanned", "queued_seconds")
 
 
 class Attempt(Loose):
@@ -84,6 +84,7 @@ class Attempt(Loose):
     env_withheld: list[str] = []
     env_notes: list[str] = []
     environment: str = ""  # whose environment the job started from
+    queued_seconds: float | None = None  # a scheduler's job (SLURM): time it waited for resources, not charged
 
     @model_serializer(mode="wrap")
     def _without_unset_evaluations(self, handler: Any) -> dict[str, Any]:
