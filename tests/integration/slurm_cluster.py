@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ class SlurmCluster:
     gpus: int = FAKE_GPUS
     pids: dict[str, int] = field(default_factory=dict)
     node: str = field(default_factory=socket.gethostname)
+    _munge_dir: Path | None = None
 
     @property
     def conf(self) -> Path:
@@ -60,7 +62,7 @@ class SlurmCluster:
 
     def start(self, timeout: float = 60.0) -> SlurmCluster:
         r = self.root
-        for sub in ("state", "spool", "munge", "log"):
+        for sub in ("state", "spool", "log"):
             (r / sub).mkdir(parents=True, exist_ok=True)
         self._munge()
         for i in range(self.gpus):
@@ -81,8 +83,15 @@ class SlurmCluster:
                    timeout, "the node to be idle")
         return self
 
+    @property
+    def munge_dir(self) -> Path:
+        """munged runs as the munge user, which cannot traverse pytest's 0700 temp dirs: a dir of its own."""
+        if self._munge_dir is None:
+            self._munge_dir = Path(tempfile.mkdtemp(prefix="ajet-munge-"))
+        return self._munge_dir
+
     def _munge(self) -> None:
-        r = self.root / "munge"
+        r = self.munge_dir
         key = r / "munge.key"
         if not key.exists():
             key.write_bytes(os.urandom(1024))
@@ -90,10 +99,12 @@ class SlurmCluster:
         shutil.chown(key, "munge", "munge")
         os.chmod(key, 0o600)
         shutil.chown(r, "munge", "munge")
-        subprocess.run(["runuser", "-u", "munge", "--", _which("munged"), f"--key-file={key}",
+        proc = subprocess.run(["runuser", "-u", "munge", "--", _which("munged"), f"--key-file={key}",
                         f"--socket={r / 'munge.sock'}", f"--pid-file={r / 'munged.pid'}",
                         f"--log-file={r / 'munged.log'}", f"--seed-file={r / 'munged.seed'}", "--force"],
-                       check=True, capture_output=True, timeout=30)
+                       check=False, capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise RuntimeError(f"private SLURM: munged did not start: {proc.stderr.strip()}")
         self._wait(lambda: (r / "munged.pid").exists() and (r / "munge.sock").exists(), 10.0, "munged")
         self.pids["munged"] = int((r / "munged.pid").read_text().split()[0])
 
@@ -108,7 +119,7 @@ class SlurmCluster:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={r / 'munge' / 'munge.sock'}",
+            f"AuthInfo=socket={self.munge_dir / 'munge.sock'}",
             f"StateSaveLocation={r / 'state'}",
             f"SlurmdSpoolDir={r / 'spool'}",
             f"SlurmctldPidFile={r / 'slurmctld.pid'}",
@@ -152,6 +163,15 @@ class SlurmCluster:
     def show_job(self, job_id: str) -> str:
         return self._out(["scontrol", "show", "job", job_id])
 
+    def sbatch_wrap(self, command: str, *args: str) -> str:
+        """Submit `command` as a job of its own (e.g. one that holds every GPU); its job id."""
+        proc = self._cmd(["sbatch", "--parsable", "--output=/dev/null", *args, f"--wrap={command}"])
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    def cancel(self, job_id: str) -> None:
+        self._cmd(["scancel", job_id])
+
     def scontrol(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self._cmd(["scontrol", *args])
 
@@ -180,6 +200,8 @@ class SlurmCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         self.pids.clear()
+        if self._munge_dir is not None:
+            shutil.rmtree(self._munge_dir, ignore_errors=True)
 
     def __enter__(self) -> SlurmCluster:
         try:

@@ -1,0 +1,221 @@
+"""`ajet-runner run --executor slurm` end to end against a real private one-node SLURM (munge, slurmctld,
+slurmd, 4 fake GPUs; tests/integration/slurm_cluster.py), the embedded Redis and the simulated AgentJet.
+
+Every test checks that nothing is left behind: no job of the experiment in the queue, no process carrying
+its marker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.scenario import CLI, Scenario, env_for, make, marked_processes, wait_for
+from tests.integration.slurm_cluster import SlurmCluster, missing_binaries
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"SLURM is not installed (missing {', '.join(missing)}): apt-get install slurm-wlm munge")
+    if os.geteuid() != 0:
+        pytest.skip("a private SLURM needs root here (munged runs as the munge user, slurmd as root)")
+    with SlurmCluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+def set_yaml(sc: Scenario, yaml_rel: str, **values: object) -> None:
+    """Replace `key: value` lines of the scenario's YAML (keys already present)."""
+    path = sc.codebase / yaml_rel
+    text = path.read_text()
+    for key, value in values.items():
+        text, n = re.subn(rf"(?m)^(\s*{key}:)\s*[^#\n]*", rf"\g<1> {value}", text)
+        assert n, key
+    path.write_text(text)
+
+
+DEMO_YAML = "tests/bench/benchmark_math/benchmark_math.yaml"
+
+
+def run_slurm(sc: Scenario, slurm: SlurmCluster, tmux_socket: str, *args: str, timeout: float = 240,
+              **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, "run", "--executor", "slurm", *args, str(sc.blueprint)],
+                          env={**env_for(tmux_socket, **env), **slurm.env}, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def start_slurm(sc: Scenario, slurm: SlurmCluster, tmux_socket: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*CLI, "run", "--executor", "slurm", str(sc.blueprint)],
+                            env={**env_for(tmux_socket), **slurm.env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def exp_jobs(slurm: SlurmCluster, exp_id: str) -> list[str]:
+    return [j for j in slurm.jobs() if j.endswith(f"|ajet_{exp_id}")]
+
+
+def job_ids(sc: Scenario) -> list[str]:
+    """The jobs the attempts ran as (the runner's launch events name them in the report)."""
+    return re.findall(r"running in slurm job (\d+)", (sc.results / "experiment_report.md").read_text())
+
+
+def assert_nothing_left(slurm: SlurmCluster, exp_id: str) -> None:
+    assert exp_jobs(slurm, exp_id) == []
+    assert marked_processes(exp_id) == []
+
+
+def test_a_run_completes_as_a_slurm_job_with_its_evaluations(tmp_path: Path, tmux_socket: str,
+                                                             slurm: SlurmCluster) -> None:
+    sc = make("demo", tmp_path)
+    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2)
+    proc = run_slurm(sc, slurm, tmux_socket)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "completed" and len(data["attempts"]) == 1
+    assert [e["step"] for e in data["evaluations"]][:2] == [0, 2]
+    (job,) = job_ids(sc)
+    shown = slurm.show_job(job)
+    assert "JobState=COMPLETED" in shown and f"Comment=ajet-runner:{data['id']}:attempt-1" in shown
+    assert f"JobName=ajet_{data['id']}" in shown and "TresPerNode=gres:gpu:2" in shown
+    assert data["attempts"][0]["queued_seconds"] >= 0
+    # The wrapper ran unchanged inside the job: its rc file is the truth; SLURM's GPUs reached the trainer.
+    assert (sc.results / "logs/attempt-1.rc").read_text() == "0\n"
+    assert "with value: [2]" in (sc.results / "logs/attempt-1.log").read_text()
+    assert_nothing_left(slurm, data["id"])
+
+
+def test_pending_time_is_shown_and_not_charged_to_the_max_time(tmp_path: Path, tmux_socket: str,
+                                                              slurm: SlurmCluster) -> None:
+    sc = make("demo", tmp_path)
+    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2)
+    bp = sc.blueprint.read_text()
+    sc.blueprint.write_text(bp.replace("5 minutes", "1 minute"))
+    # Every GPU is taken for 70 s: charged, that wait alone would use up the minute.
+    blocker = slurm.sbatch_wrap("sleep 70", "--gres=gpu:4", "--job-name=blocker")
+    try:
+        proc = run_slurm(sc, slurm, tmux_socket)
+    finally:
+        slurm.cancel(blocker)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "completed"
+    assert data["attempts"][0]["queued_seconds"] >= 30
+    assert "pending in SLURM: Reason=Resources" in proc.stdout + (sc.results / "experiment_report.md").read_text()
+    assert_nothing_left(slurm, data["id"])
+
+
+def test_the_time_limit_leaves_no_job_and_no_process(tmp_path: Path, tmux_socket: str, slurm: SlurmCluster) -> None:
+    sc = make("long_run", tmp_path)
+    set_yaml(sc, "tests/bench/long_run/long_run.yaml", n_gpus_per_node=1)
+    proc = run_slurm(sc, slurm, tmux_socket)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "timed_out" and len(data["evaluations"]) >= 1
+    (job,) = job_ids(sc)
+    assert re.search(r"JobState=(COMPLETED|CANCELLED|FAILED)", slurm.show_job(job))
+    assert (sc.results / "logs/attempt-1.rc").read_text().split("\n")[0] == "130"  # our INT, not SLURM's KILL
+    assert_nothing_left(slurm, data["id"])
+
+
+def test_a_stop_leaves_no_job_and_no_process_and_is_not_a_failure(tmp_path: Path, tmux_socket: str,
+                                                                  slurm: SlurmCluster) -> None:
+    sc = make("long_run", tmp_path)
+    set_yaml(sc, "tests/bench/long_run/long_run.yaml", n_gpus_per_node=1)
+    sc.blueprint.write_text(sc.blueprint.read_text().replace("0.5 minutes", "10 minutes"))
+    proc = start_slurm(sc, slurm, tmux_socket)
+    try:
+        log = sc.results / "logs/attempt-1.log"
+        wait_for(lambda: log.exists() and "Training Progress" in log.read_text(errors="replace"), 120,
+                 "the first training step")
+        proc.send_signal(signal.SIGINT)  # `run`'s Ctrl-C: a stop request
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    data = sc.results_json()
+    assert data["outcome"] == "cancelled", out
+    assert sc.flag()["outcome"] == "cancelled"
+    assert_nothing_left(slurm, data["id"])
+
+
+def test_a_requeue_mid_run_is_preempted_and_the_next_attempt_resumes(tmp_path: Path, tmux_socket: str,
+                                                                    slurm: SlurmCluster) -> None:
+    sc = make("demo", tmp_path)
+    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2, total_training_steps=14, save_freq=2, test_freq=4,
+             experiment_name='""')
+    proc = start_slurm(sc, slurm, tmux_socket)
+    try:
+        log = sc.results / "logs/attempt-1.log"
+        wait_for(lambda: log.exists() and "local_global_step_folder" in log.read_text(errors="replace"), 120,
+                 "the first checkpoint")
+        (job,) = wait_for(lambda: running_job(sc, slurm), 30, "the job id")  # type: ignore[misc]
+        requeued = slurm.scontrol("requeue", job)
+        assert requeued.returncode == 0, requeued.stderr
+        out, _ = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    data = sc.results_json()
+    assert data["outcome"] == "completed" and len(data["attempts"]) == 2
+    assert [r["signature"] for r in data["repairs"]] == ["preempted"]
+    assert data["repairs"][0]["result"] == "relaunched"
+    second = (sc.results / "logs/attempt-2.log").read_text(errors="replace")
+    assert "Load from checkpoint folder" in second and "Training from scratch" not in second
+    assert "SLURM preempted job" in (sc.results / "logs/attempt-1.log").read_text(errors="replace")
+    time.sleep(0.5)
+    assert "JobState=CANCELLED" in slurm.show_job(job)  # the requeued job never ran again
+    assert_nothing_left(slurm, data["id"])
+
+
+def running_job(sc: Scenario, slurm: SlurmCluster) -> list[str]:
+    """Attempt 1's job, found as a person would: the experiment id in the batch script, then squeue."""
+    script = sc.results / "logs/attempt-1.sbatch.sh"
+    if not script.exists():
+        return []
+    m = re.search(r"experiment (\S+), attempt", script.read_text())
+    return [j.split("|", 1)[0] for j in exp_jobs(slurm, m.group(1))] if m else []
+
+
+@pytest.mark.parametrize(("args", "yaml_gpus", "said"), [
+    (("--partition", "nosuchpartition"), 2, "Invalid partition name specified"),
+    ((), 8, "Requested node configuration is not available"),
+])
+def test_sbatch_refusing_the_job_fails_the_run_quoting_slurm(tmp_path: Path, tmux_socket: str, slurm: SlurmCluster,
+                                                             args: tuple[str, ...], yaml_gpus: int, said: str) -> None:
+    sc = make("demo", tmp_path)
+    set_yaml(sc, DEMO_YAML, n_gpus_per_node=yaml_gpus)
+    proc = run_slurm(sc, slurm, tmux_socket, *args)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "failed" and said in data["reason"], data["reason"]
+    assert sc.flag()["outcome"] == "failed"
+    assert said in (sc.results / "experiment_report.md").read_text()
+    assert not (sc.results / "logs/attempt-1.pid").exists()  # nothing ran, here or there
+    assert_nothing_left(slurm, data["id"])
+
+
+def test_a_scheduler_that_is_down_fails_the_run_naming_it(tmp_path: Path, tmux_socket: str,
+                                                          slurm: SlurmCluster) -> None:
+    down = tmp_path / "down.conf"
+    down.write_text(re.sub(r"(?m)^SlurmctldPort=\d+", "SlurmctldPort=1", slurm.conf.read_text()))
+    sc = make("demo", tmp_path)
+    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2)
+    proc = subprocess.run([*CLI, "run", "--executor", "slurm", str(sc.blueprint)],
+                          env={**env_for(tmux_socket), "SLURM_CONF": str(down)}, capture_output=True, text=True,
+                          timeout=240, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "failed" and "Unable to contact slurm controller" in data["reason"], data["reason"]
+    assert sc.flag()["outcome"] == "failed"
+    assert marked_processes(data["id"]) == []
