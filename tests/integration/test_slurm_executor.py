@@ -39,7 +39,7 @@ def set_yaml(sc: Scenario, yaml_rel: str, **values: object) -> None:
     path = sc.codebase / yaml_rel
     text = path.read_text()
     for key, value in values.items():
-        text, n = re.subn(rf"(?m)^(\s*{key}:)\s*[^#\n]*", rf"\g<1> {value}", text)
+        text, n = re.subn(rf"(?m)^([ \t]*{key}:)[ \t]*[^#\n]*?(?=[ \t]*(?:#|$))", rf"\g<1> {value}", text)
         assert n, key
     path.write_text(text)
 
@@ -151,8 +151,8 @@ def test_a_stop_leaves_no_job_and_no_process_and_is_not_a_failure(tmp_path: Path
 def test_a_requeue_mid_run_is_preempted_and_the_next_attempt_resumes(tmp_path: Path, tmux_socket: str,
                                                                     slurm: SlurmCluster) -> None:
     sc = make("demo", tmp_path)
-    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2, total_training_steps=14, save_freq=2, test_freq=4,
-             experiment_name='""')
+    # The YAML names its experiment (benchmark_math_demo): the next attempt finds that name's checkpoint.
+    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2, total_training_steps=14, save_freq=2, test_freq=4)
     proc = start_slurm(sc, slurm, tmux_socket)
     try:
         log = sc.results / "logs/attempt-1.log"

@@ -87,7 +87,10 @@ def handle(d: Drive) -> bool:
             gang.stop_members(d)
             what = "the tmux session" if d.runner.capabilities.name == "local" else \
                 f"the attempt ({d.runner.capabilities.name} executor)"
-            d.fire(Trigger.anomaly, f"could not start {what}: {exc}")
+            text = f"could not start {what}: {exc}"
+            # The executor's own words (a scheduler's refusal) are the failure's reason, quoted in the verdict.
+            d.ctx.pending_repair = PendingRepair(reason=text, log_excerpt=text, log_tail=[text])
+            d.fire(Trigger.anomaly, text)
             return True
         d.handle.files = [p for p in (d.ctx.val_path, d.ctx.train_path) if p]
         gang.record_head(d, d.handle, paths["log"])

@@ -121,13 +121,20 @@ class SlurmExecutor:
         exp_id = self._exp_of(session)
         if exp_id is None:
             return False
-        return any(not j.ended for j in self.slurm.find(job_name(exp_id)))
+        try:
+            return any(not j.ended for j in self.slurm.find(job_name(exp_id)))
+        except SlurmUnavailable:
+            return False  # nothing can be queued where nothing answers: sbatch then says why
 
     def kill_session(self, session: str) -> None:
         """Cancel every job of this experiment still queued or running (a previous attempt's leftover)."""
         exp_id = self._exp_of(session)
         if exp_id is not None:
-            for job in self.slurm.find(job_name(exp_id)):
+            try:
+                jobs = self.slurm.find(job_name(exp_id))
+            except SlurmUnavailable:
+                return
+            for job in jobs:
                 if not job.ended:
                     self._stopping.add(job.job_id)
                     self.slurm.cancel(job.job_id)
@@ -210,7 +217,13 @@ class SlurmExecutor:
         if req is None:
             return None
         comment = job_comment(req.exp_id, req.attempt)
-        jobs = sorted((j for j in self.slurm.find(job_name(req.exp_id)) if j.comment == comment),
+        try:
+            found = self.slurm.find(job_name(req.exp_id))
+        except SlurmUnavailable:
+            if paths["pid"].exists():
+                raise  # it started: which job it is must be known before anything is decided
+            return None  # nothing started that we could watch; submitting says what SLURM says
+        jobs = sorted((j for j in found if j.comment == comment),
                       key=lambda j: int(j.job_id) if j.job_id.isdigit() else 0)
         if not jobs and not paths["pid"].exists():
             return None  # never submitted, or submitted and gone without starting: launch again

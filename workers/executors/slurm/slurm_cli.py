@@ -126,12 +126,28 @@ class Slurm:
         proc = self._run(["sbatch", "--parsable", *args, script])
         if proc.returncode != 0:
             said = self._said(proc)
-            cls = SlurmUnavailable if _controller_down(said) else SlurmError
-            raise cls(f"sbatch refused the job: «{said}»")
+            down = _controller_down(said)
+            cls = SlurmUnavailable if down else SlurmError
+            raise cls(f"sbatch refused the job: «{said}»; next: {self._next_step(said, args, down)}")
         job_id = proc.stdout.strip().split(";", 1)[0]
         if not job_id.isdigit():
             raise SlurmError(f"sbatch answered no job id: «{proc.stdout.strip()}»")
         return job_id
+
+    def _next_step(self, said: str, args: Sequence[str], down: bool) -> str:
+        """What a person does about this refusal (nothing was queued)."""
+        gres = next((a.split(":", 1)[1] for a in args if a.startswith("--gres=gpu:")), "")
+        if down:
+            conf = self.env.get("SLURM_CONF", "the default slurm.conf")
+            return (f"the SLURM controller does not answer (SLURM_CONF={conf}): `scontrol ping` says whether it is up; "
+                    "resubmit once it is")
+        if "partition" in said.lower():
+            return "`sinfo -s` lists the partitions you may use; pass one with --partition (or slurm_partition)"
+        if gres and ("node configuration" in said.lower() or "gres" in said.lower()):
+            return (f"the job asks for {gres} GPU(s) (--gres=gpu:{gres}: the YAML's n_gpus_per_node x nnodes) and no "
+                    "node of the partition has that many: lower n_gpus_per_node or choose a partition with bigger "
+                    "nodes (`sinfo -o '%P %G'`)")
+        return "check the partition, the GPUs asked for and the extra sbatch arguments (--sbatch-arg), then resubmit"
 
     def show(self, job_id: str) -> JobInfo | None:
         """The job as the controller knows it; None once it is gone (past MinJobAge, or never existed)."""
