@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
+from ajet_runner.store.store import Store
 from tests.integration.scenario import CLI, Scenario, env_for, make, marked_processes, wait_for
 from tests.integration.slurm_cluster import SlurmCluster, missing_binaries
 
@@ -94,7 +96,7 @@ def test_a_run_completes_as_a_slurm_job_with_its_evaluations(tmp_path: Path, tmu
     assert_nothing_left(slurm, data["id"])
 
 
-def test_pending_time_is_shown_and_not_charged_to_the_max_time(tmp_path: Path, tmux_socket: str,
+def test_pending_time_is_shown_and_not_charged_to_the_max_time(tmp_path: Path, tmux_socket: str, redis_url: str,
                                                               slurm: SlurmCluster) -> None:
     sc = make("demo", tmp_path)
     set_yaml(sc, DEMO_YAML, n_gpus_per_node=2)
@@ -103,14 +105,16 @@ def test_pending_time_is_shown_and_not_charged_to_the_max_time(tmp_path: Path, t
     # Every GPU is taken for 70 s: charged, that wait alone would use up the minute.
     blocker = slurm.sbatch_wrap("sleep 70", "--gres=gpu:4", "--job-name=blocker")
     try:
-        proc = run_slurm(sc, slurm, tmux_socket)
+        proc = run_slurm(sc, slurm, tmux_socket, REDIS_URL=redis_url)  # its events stay readable afterwards
     finally:
         slurm.cancel(blocker)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = sc.results_json()
     assert data["outcome"] == "completed"
     assert data["attempts"][0]["queued_seconds"] >= 30
-    assert "pending in SLURM: Reason=Resources" in proc.stdout + (sc.results / "experiment_report.md").read_text()
+    messages = [e.get("message", "") for e in Store(redis.Redis.from_url(redis_url)).events(data["id"])]
+    assert any(m.startswith("pending in SLURM: Reason=Resources") for m in messages), messages
+    assert any(re.match(r"SLURM job \d+ running on \S+ after \d+", m) for m in messages), messages
     assert_nothing_left(slurm, data["id"])
 
 
