@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # System tools only the tests need, best effort (without root or apt the tests that need them skip and say why):
 # - Debian's chromium + chromium-driver for the web console's browser test (tests/integration/test_ui_browser.py);
-# - promtool (Debian's `prometheus` package) for the alert rules and dashboard queries (tests/unit/test_promtool.py).
+# - promtool (Debian's `prometheus` package) for the alert rules and dashboard queries (tests/unit/test_promtool.py);
+# - slurm-wlm + munge for the SLURM executor's tests (tests/integration/test_slurm_executor.py).
 set -uo pipefail
 want=()
 command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || want+=(chromium chromium-driver fonts-dejavu-core)
 command -v promtool >/dev/null 2>&1 || want+=(prometheus)
+[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ] || want+=(slurm-wlm munge)  # the private one-node SLURM (tests/integration/slurm_cluster.py)
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing test tools with apt-get: ${want[*]}" >&2
