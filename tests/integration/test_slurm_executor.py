@@ -19,10 +19,13 @@ import pytest
 import redis
 
 from ajet_runner.store.store import Store
+from ajet_runner.workers.executors.request import AttemptRequest
+from ajet_runner.workers.executors.slurm.executor import SlurmExecutor
 from tests.integration.scenario import CLI, Scenario, env_for, make, marked_processes, wait_for
 from tests.integration.slurm_cluster import SlurmCluster, missing_binaries
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+MARKER = "AJET_RUNNER_EXPERIMENT"
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +226,59 @@ def test_a_scheduler_that_is_down_fails_the_run_naming_it(tmp_path: Path, tmux_s
     assert data["outcome"] == "failed" and "Unable to contact slurm controller" in data["reason"], data["reason"]
     assert sc.flag()["outcome"] == "failed"
     assert marked_processes(data["id"]) == []
+
+
+def test_a_new_worker_finds_the_job_by_name_and_comment_and_stops_it(tmp_path: Path, slurm: SlurmCluster,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a restarted worker does when the record never got the handle (it died between sbatch and the
+    record): the job is found by `--job-name=ajet_<id>` and `--comment=ajet-runner:<id>:attempt-N`."""
+    for key, value in slurm.env.items():
+        monkeypatch.setenv(key, value)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    paths = {name: logs / f"attempt-2.{name}" for name in ("log", "rc", "pid")}
+    request = AttemptRequest(exp_id="adopt1", attempt=2, gpus=1, max_seconds=600, grace_seconds=10)
+    first = SlurmExecutor()
+    first.request("ajet_adopt", request)
+    started = first.start("ajet_adopt", "echo started; sleep 300", cwd=str(tmp_path), env={MARKER: "adopt1"},
+                          log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"], pid_timeout=60,
+                          base_env=dict(os.environ))
+    wait_for(lambda: paths["pid"].exists(), 60, "the job to run")
+    other = AttemptRequest(exp_id="adopt1", attempt=1, gpus=1, max_seconds=600, grace_seconds=10)
+    stranger = SlurmExecutor()
+    stranger.request("ajet_adopt", other)  # another attempt's comment: not this job
+    assert stranger.adopt("ajet_adopt", {**paths, "pid": logs / "attempt-1.pid"}) is None
+    second = SlurmExecutor()
+    second.request("ajet_adopt", request)
+    found = second.adopt("ajet_adopt", paths)
+    assert found is not None and found.job_id == started.job_id and found.pid is not None
+    assert second.is_running(found) and second.exists("ajet_adopt")
+    assert second.stop(found, grace=10) == 130
+    assert exp_jobs(slurm, "adopt1") == [] and marked_processes("adopt1") == []
+    assert "started" in paths["log"].read_text()
+
+
+def test_a_stop_while_pending_cancels_the_job_and_nothing_ever_runs(tmp_path: Path, tmux_socket: str,
+                                                                    slurm: SlurmCluster) -> None:
+    sc = make("demo", tmp_path)
+    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2)
+    blocker = slurm.sbatch_wrap("sleep 120", "--gres=gpu:4", "--job-name=blocker")
+    try:
+        proc = start_slurm(sc, slurm, tmux_socket)
+        try:
+            script = sc.results / "logs/attempt-1.sbatch.sh"
+            wait_for(lambda: running_job(sc, slurm), 60, "the job to be queued")
+            assert "PENDING" in slurm.show_job(running_job(sc, slurm)[0])
+            time.sleep(2)  # a few ticks while pending
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    finally:
+        slurm.cancel(blocker)
+    data = sc.results_json()
+    assert data["outcome"] == "cancelled", out
+    assert script.exists() and not (sc.results / "logs/attempt-1.pid").exists()
+    assert "stopped while pending in SLURM" in (sc.results / "logs/attempt-1.log").read_text()
+    assert_nothing_left(slurm, data["id"])

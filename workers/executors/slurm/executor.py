@@ -218,7 +218,7 @@ class SlurmExecutor:
             return None
         comment = job_comment(req.exp_id, req.attempt)
         try:
-            found = self.slurm.find(job_name(req.exp_id))
+            found = self.slurm.find(job_name(req.exp_id), ended_too=paths["pid"].exists())
         except SlurmUnavailable:
             if paths["pid"].exists():
                 raise  # it started: which job it is must be known before anything is decided

@@ -160,14 +160,15 @@ class Slurm:
         lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
         return job_info(parse_fields(lines[0])) if lines else None
 
-    def find(self, name: str) -> list[JobInfo]:
-        """Every job of this name the controller still knows (queued, running, or ended within MinJobAge)."""
+    def find(self, name: str, *, ended_too: bool = False) -> list[JobInfo]:
+        """The jobs of this name in the queue (pending, running, completing); `ended_too`: when none is, the
+        ones that ended within MinJobAge (every job the controller knows is listed for that: not every tick)."""
         proc = self._run(["squeue", "-h", f"--name={name}", "-o", "%i|%T|%k|%N|%M"])
         if proc.returncode != 0:
             raise SlurmUnavailable(f"squeue --name={name}: «{self._said(proc)}»")
         ids = [ln.split("|", 1)[0].strip() for ln in proc.stdout.splitlines() if ln.strip()]
         found = [info for job_id in ids if (info := self.show(job_id)) is not None]
-        if found:
+        if found or not ended_too:
             return found
         every = self._run(["scontrol", "-o", "show", "job"])  # ended jobs leave squeue but not scontrol
         if every.returncode != 0:
