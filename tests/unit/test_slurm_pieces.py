@@ -47,7 +47,8 @@ def test_sbatch_arguments_name_the_experiment_and_attempt_and_carry_the_sites_op
     req = AttemptRequest(exp_id="ab12", attempt=3, gpus=2, max_seconds=300, grace_seconds=60)
     args = ex.sbatch_args(req, out=tmp_path / "attempt-3.slurm.out", workdir=tmp_path)
     assert f"--job-name={job_name('ab12')}" in args and args.count(f"--comment={job_comment('ab12', 3)}") == 1
-    assert {"--gres=gpu:2", "--time=8", "--partition=gpu", "--requeue", "--open-mode=append", "--export=NONE"} <= set(args)
+    expected = {"--gres=gpu:2", "--time=8", "--partition=gpu", "--requeue", "--open-mode=append", "--export=NONE"}
+    assert expected <= set(args)
     assert args[-3:] == ["--account=lab", "--qos", "high prio"]
     assert not any(a.startswith("--signal") for a in args)  # USR1 clashes with NCCL; the runner stops it first
     with pytest.raises(ValueError, match="slurm_args"):
@@ -56,8 +57,8 @@ def test_sbatch_arguments_name_the_experiment_and_attempt_and_carry_the_sites_op
 
 def test_a_refusal_names_a_next_step(tmp_path: Path) -> None:
     fake = tmp_path / "sbatch"
-    fake.write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid partition name specified' >&2\n"
-                    "exit 1\n")
+    said = "sbatch: error: Batch job submission failed: Invalid partition name specified"
+    fake.write_text(f"#!/bin/sh\necho '{said}' >&2\nexit 1\n")
     fake.chmod(0o755)
     slurm = Slurm({"PATH": str(tmp_path)})
     with pytest.raises(SlurmError, match=r"«sbatch: error: .*Invalid partition name specified»; next: `sinfo -s`"):
