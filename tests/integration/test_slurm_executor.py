@@ -282,3 +282,28 @@ def test_a_stop_while_pending_cancels_the_job_and_nothing_ever_runs(tmp_path: Pa
     assert script.exists() and not (sc.results / "logs/attempt-1.pid").exists()
     assert "stopped while pending in SLURM" in (sc.results / "logs/attempt-1.log").read_text()
     assert_nothing_left(slurm, data["id"])
+
+
+def test_what_escaped_the_job_is_stopped_by_the_batch_script(tmp_path: Path, slurm: SlurmCluster,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under proctrack/linuxproc a daemon that left the job's process tree survives the job (a tmux server,
+    a Ray head); the batch script stops what carries the experiment's marker once the wrapper is done."""
+    for key, value in slurm.env.items():
+        monkeypatch.setenv(key, value)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    paths = {name: logs / f"attempt-1.{name}" for name in ("log", "rc", "pid")}
+    ex = SlurmExecutor()
+    ex.request("ajet_escape", AttemptRequest(exp_id="escape1", attempt=1, gpus=0, max_seconds=None,
+                                             grace_seconds=0))
+    daemon = f"setsid sleep 301 < /dev/null > /dev/null 2>&1 & echo $! > {tmp_path / 'daemon.pid'}; echo launched"
+    handle = ex.start("ajet_escape", daemon, cwd=str(tmp_path), env={MARKER: "escape1"}, log_path=paths["log"],
+                      rc_path=paths["rc"], pid_path=paths["pid"], pid_timeout=60, base_env=dict(os.environ))
+    assert ex.wait_for_exit(handle, 60) == 0
+    wait_for(lambda: exp_jobs(slurm, "escape1") == [], 60, "the job to end")
+    assert marked_processes("escape1") == []
+    daemon_pid = int((tmp_path / "daemon.pid").read_text())
+    assert not Path(f"/proc/{daemon_pid}").exists() or "sleep 301" not in Path(f"/proc/{daemon_pid}/cmdline") \
+        .read_bytes().replace(b"\0", b" ").decode()
+    assert f"stopped process(es) of this experiment left on {slurm.node} after the command ended: {daemon_pid}" \
+        in paths["log"].read_text()
