@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from ajet_runner.service.submit import submit
 from ajet_runner.store.store import Store
 from ajet_runner.workers.executors.request import AttemptRequest
 from ajet_runner.workers.executors.slurm.executor import SlurmExecutor
 from tests.integration.scenario import CLI, Scenario, env_for, make, marked_processes, wait_for
 from tests.integration.slurm_cluster import SlurmCluster, missing_binaries
+from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MARKER = "AJET_RUNNER_EXPERIMENT"
@@ -307,3 +309,29 @@ def test_what_escaped_the_job_is_stopped_by_the_batch_script(tmp_path: Path, slu
         .read_bytes().replace(b"\0", b" ").decode()
     assert f"stopped process(es) of this experiment left on {slurm.node} after the command ended: {daemon_pid}" \
         in paths["log"].read_text()
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_the_new_one_adopts_the_job(tmp_path: Path, redis_url: str,
+                                                                           tmux_socket: str,
+                                                                           slurm: SlurmCluster) -> None:
+    """`worker --executor slurm` on a login node: SIGKILL it mid-run; the next worker goes on watching the same
+    job (the handle in the record names it) and the run completes with one launch and one job."""
+    sc = make("demo", tmp_path)
+    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2, total_training_steps=16)
+    store = Store.from_url(redis_url)
+    env = {**worker_env(redis_url, tmux_socket, AJET_RUNNER_LEASE_SECONDS="60"), **slurm.env}
+    first = start_worker(env, "login1", "--gpus", "0", "--executor", "slurm")
+    try:
+        wait_for(lambda: store.nodes(), 30, "the first worker to register")
+        exp_id = submit(store, sc.blueprint.read_text(), node="login1")["id"]
+        wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 90, "a first evaluation")
+    finally:
+        kill_group(first)
+    assert [j.split("|")[1] for j in exp_jobs(slurm, exp_id)] == ["RUNNING"]  # the job lives on without a worker
+    with running_worker(env, "login1", "--gpus", "0", "--executor", "slurm"):
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 150, "the run to finish")
+    rec = store.get(exp_id)
+    assert rec is not None and rec["outcome"] == "completed", rec.get("reason")
+    launches = [e for e in store.events(exp_id) if e.get("trigger") == "launched"]
+    assert len(launches) == 1 and len(job_ids(sc)) == 1
+    assert_nothing_left(slurm, exp_id)
