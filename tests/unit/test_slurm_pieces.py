@@ -76,7 +76,7 @@ def test_the_batch_script_is_valid_bash_and_refuses_a_requeued_rerun(tmp_path: P
     wrapper.write_text("echo wrapper-ran >> " + str(log) + "\n")
     script = tmp_path / "attempt-1.sbatch.sh"
     script.write_text(batch_script(exp_id="ab12", attempt=1, wrapper=wrapper, log=log,
-                                   marker="AJET_RUNNER_EXPERIMENT=ab12"))
+                                   marker="AJET_RUNNER_EXPERIMENT=ab12", logs_id=_dev_ino(tmp_path)))
     assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
     rerun = subprocess.run(["bash", str(script)], env={"SLURM_RESTART_COUNT": "1", "SLURM_JOB_ID": "7",
                                                         "PATH": "/usr/bin:/bin"}, check=False)
@@ -84,3 +84,31 @@ def test_the_batch_script_is_valid_bash_and_refuses_a_requeued_rerun(tmp_path: P
     assert log.read_text().startswith("[ajet-runner] SLURM job 7 was preempted or requeued")
     first = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin"}, check=False)
     assert first.returncode == 0 and log.read_text().endswith("wrapper-ran\n")
+
+
+def _dev_ino(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def test_a_shared_filesystem_with_another_device_number_on_the_node_still_runs_the_wrapper(tmp_path: Path) -> None:
+    """NFS shows a directory with the same inode on every node, not always the same device number: the
+    wrapper (which checks both) runs from a copy that expects the node's device number; the inode is kept."""
+    log = tmp_path / "attempt-1.log"
+    wrapper = tmp_path / "attempt-1.sh"
+    dev, ino = _dev_ino(tmp_path).split(":")
+    submitted = f"{int(dev) + 7}:{ino}"  # as the login node saw it
+    wrapper.write_text(f"logs_id={submitted}\n"
+                       f'[ "$(stat -c %d:%i {tmp_path})" = "$logs_id" ] && echo checked-ok >> {log}\n')
+    script = tmp_path / "attempt-1.sbatch.sh"
+    script.write_text(batch_script(exp_id="ab12", attempt=1, wrapper=wrapper, log=log,
+                                   marker="AJET_RUNNER_EXPERIMENT=ab12", logs_id=submitted))
+    assert subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin"}, check=False).returncode == 0
+    assert log.read_text() == "checked-ok\n"
+    other = f"{dev}:{int(ino) + 1}"  # another directory altogether: never rewritten
+    script.write_text(batch_script(exp_id="ab12", attempt=1, wrapper=wrapper, log=log,
+                                   marker="AJET_RUNNER_EXPERIMENT=ab12", logs_id=other))
+    wrapper.write_text(f"logs_id={other}\n"
+                       f'[ "$(stat -c %d:%i {tmp_path})" = "$logs_id" ] || echo refused >> {log}\n')
+    subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin"}, check=False)
+    assert log.read_text().endswith("refused\n")

@@ -32,6 +32,7 @@ _SCRIPT = """\
 log={log}
 wrapper={wrapper}
 marker={marker}
+logs_id_ino={logs_ino}
 if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then
     printf '%s\\n' "[ajet-runner] SLURM job ${{SLURM_JOB_ID:-?}} was preempted or requeued \
 (SLURM_RESTART_COUNT=$SLURM_RESTART_COUNT): not run again into the same files; the runner relaunches \
@@ -43,7 +44,16 @@ _ajet_fwd() {{ [ -n "$_ajet_w" ] && kill -s "$1" "$_ajet_w" 2>/dev/null; }}
 trap '_ajet_fwd INT' INT
 trap '_ajet_fwd TERM' TERM
 trap '_ajet_fwd HUP' HUP
-{env} --default-signal=INT,QUIT {bash} "$wrapper" &
+# The wrapper refuses a log directory that is not the one checked at submission (device:inode). A shared
+# filesystem shows the same inode on every node but may show another device number: then the wrapper runs
+# from a copy that expects this node's device number, the inode still checked.
+run=$wrapper
+have=$({stat} -c %d:%i -- {logs_dir} 2>/dev/null)
+if [ -n "$have" ] && [ "$have" != {logs_id} ] && [ "${{have#*:}}" = "${{logs_id_ino}}" ]; then
+    run=${{wrapper%.sh}}.node.sh
+    {sed} "s/^logs_id=.*/logs_id=$have/" "$wrapper" > "$run" && chmod 755 "$run" || run=$wrapper
+fi
+{env} --default-signal=INT,QUIT {bash} "$run" &
 _ajet_w=$!
 while :; do
     wait "$_ajet_w"
@@ -72,10 +82,13 @@ exit "$rc"
 """
 
 
-def batch_script(*, exp_id: str, attempt: int, wrapper: Path, log: Path, marker: str) -> str:
-    """The script sbatch submits (tools by absolute path: the job starts with SLURM's variables only)."""
+def batch_script(*, exp_id: str, attempt: int, wrapper: Path, log: Path, marker: str, logs_id: str) -> str:
+    """The script sbatch submits (tools by absolute path: the job starts with SLURM's variables only).
+    `logs_id`: the log directory's `device:inode` as checked at submission (the wrapper's own check)."""
     q = shlex.quote
     return _SCRIPT.format(
+        stat=q(local_tool("stat")), sed=q(local_tool("sed")), logs_dir=q(str(log.parent)), logs_id=q(logs_id),
+        logs_ino=q(logs_id.split(":", 1)[-1]),
         bash=local_tool("bash"), env=q(local_tool("env")), grep=q(local_tool("grep")), sleep=q(local_tool("sleep")),
         hostname=q(local_tool("hostname")), exp_id=exp_id, attempt=attempt, wrapper_name=wrapper.name,
         generated=time.strftime("%Y-%m-%d %H:%M:%S"), log=q(str(log)), wrapper=q(str(wrapper)), marker=q(marker),

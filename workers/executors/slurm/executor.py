@@ -175,7 +175,7 @@ class SlurmExecutor:
                 text = wrapper_text(session, command_file, cwd, env, log_path, rc_path, pid_path, 0,
                                     logs_id=logs_id, reserve=reserve, env_file=env_file, keep=KEEP)
                 batch = batch_script(exp_id=req.exp_id, attempt=req.attempt, wrapper=wrapper, log=log_path,
-                                     marker=f"{MARKER}={env.get(MARKER, req.exp_id)}")
+                                     marker=f"{MARKER}={env.get(MARKER, req.exp_id)}", logs_id=logs_id)
             except WrapperError as exc:
                 raise SlurmError(str(exc)) from exc
             write_at(dfd, wrapper.name, text.encode(), mode=0o755)
