@@ -23,7 +23,8 @@ from ajet_runner.store.store import Store
 from ajet_runner.workers.executors.request import AttemptRequest
 from ajet_runner.workers.executors.slurm.executor import SlurmExecutor
 from tests.integration.scenario import CLI, Scenario, env_for, make, marked_processes, wait_for
-from tests.integration.slurm_cluster import SlurmCluster, missing_binaries
+from tests.integration.slurm_cluster import SlurmCluster, free_port, missing_binaries
+from tests.integration.swarm_helpers import make_swarm
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -335,3 +336,14 @@ def test_a_worker_killed_mid_run_is_replaced_and_the_new_one_adopts_the_job(tmp_
     launches = [e for e in store.events(exp_id) if e.get("trigger") == "launched"]
     assert len(launches) == 1 and len(job_ids(sc)) == 1
     assert_nothing_left(slurm, exp_id)
+
+
+def test_swarm_mode_is_refused_by_the_slurm_executor_naming_what_to_use(tmp_path: Path, tmux_socket: str,
+                                                                        slurm: SlurmCluster) -> None:
+    sc = make_swarm("swarm", tmp_path, free_port())
+    proc = run_slurm(sc, slurm, tmux_socket)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = sc.results_json()
+    assert data["outcome"] == "failed" and "swarm mode" in data["reason"] and "--executor local" in data["reason"]
+    assert sc.flag()["outcome"] == "failed"
+    assert_nothing_left(slurm, data["id"])

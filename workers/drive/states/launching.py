@@ -44,6 +44,8 @@ def handle(d: Drive) -> bool:
         d.fire(Trigger.cancel, "stop requested")
         return True
     session, paths = gang.session_and_paths(d)
+    if _unsupported(d):
+        return True
     _request(d, session)
     adopted = _find_running_attempt(d, session, paths)
     if adopted is None:
@@ -106,6 +108,20 @@ def handle(d: Drive) -> bool:
     where = f"{d.handle.executor} job {d.handle.job_id}" if d.handle.job_id else f"tmux session {session}"
     d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in {where}",
            fields={"handle": d.handle.to_dict(), "tmux_session": session})
+    return True
+
+
+def _unsupported(d: Drive) -> bool:
+    """A scheduling executor runs one job per attempt: a multi-node gang or a swarm server beside the run is
+    refused, naming why and what to use (never started halfway)."""
+    if not isinstance(d.runner, TakesRequest) or (d.gang is None and not d.ctx.swarm):
+        return False
+    what = "a multi-node run (nnodes > 1)" if d.gang is not None else "swarm mode (a swarm server beside the run)"
+    name = d.runner.capabilities.name
+    text = (f"could not start the attempt ({name} executor): {what} is not supported by the {name} executor; "
+            "run it with the local executor (ajet-runner run --executor local, or a worker on the GPU node)")
+    d.ctx.pending_repair = PendingRepair(reason=text, log_excerpt=text, log_tail=[text])
+    d.fire(Trigger.anomaly, text)
     return True
 
 
