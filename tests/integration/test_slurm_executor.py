@@ -243,7 +243,9 @@ def test_a_new_worker_finds_the_job_by_name_and_comment_and_stops_it(tmp_path: P
     request = AttemptRequest(exp_id="adopt1", attempt=2, gpus=1, max_seconds=600, grace_seconds=10)
     first = SlurmExecutor()
     first.request("ajet_adopt", request)
-    started = first.start("ajet_adopt", "echo started; sleep 300", cwd=str(tmp_path), env={MARKER: "adopt1"},
+    # The runner's side may hold a CUDA_VISIBLE_DEVICES (a node's slots, a repair): SLURM's choice wins in the job.
+    started = first.start("ajet_adopt", "echo started gpus=$CUDA_VISIBLE_DEVICES; sleep 300", cwd=str(tmp_path),
+                          env={MARKER: "adopt1", "CUDA_VISIBLE_DEVICES": "7"},
                           log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"], pid_timeout=60,
                           base_env=dict(os.environ))
     wait_for(lambda: paths["pid"].exists(), 60, "the job to run")
@@ -258,7 +260,7 @@ def test_a_new_worker_finds_the_job_by_name_and_comment_and_stops_it(tmp_path: P
     assert second.is_running(found) and second.exists("ajet_adopt")
     assert second.stop(found, grace=10) == 130
     assert exp_jobs(slurm, "adopt1") == [] and marked_processes("adopt1") == []
-    assert "started" in paths["log"].read_text()
+    assert "started gpus=0\n" in paths["log"].read_text()
 
 
 def test_a_stop_while_pending_cancels_the_job_and_nothing_ever_runs(tmp_path: Path, tmux_socket: str,

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 MARKER = "AJET_RUNNER_EXPERIMENT"  # the variable every process of an attempt carries (workers/drive/attempt.py)
 # What the job adds to its environment and must keep over the launcher's (the wrapper's `keep`).
 KEEP = "SLURM_*|SLURMD_*|CUDA_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL|ROCR_VISIBLE_DEVICES|TMPDIR"
+GPU_CHOICE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 TIME_MARGIN = 120.0  # seconds past max time + grace before SLURM's own limit (the runner stops it first)
 LOOK_EVERY = 2.0  # seconds between two `scontrol show job` of one job while nothing changed
 POLL = 0.05
@@ -152,6 +153,9 @@ class SlurmExecutor:
         if rc_path.parent != log_path.parent or pid_path.parent != log_path.parent:
             raise ValueError("the log, rc and pid files must share one directory")
         req = self._requests.get(session) or self._guess_request(env, log_path)
+        # The scheduler picks the GPUs (`--gres`): a CUDA_VISIBLE_DEVICES from the runner's side (a node's slots,
+        # a repair's confinement) would override the one SLURM gives the job, and name GPUs it does not hold.
+        env = {k: v for k, v in env.items() if k not in GPU_CHOICE}
         wrapper = log_path.with_name(log_path.stem + ".sh")
         script = log_path.with_name(log_path.stem + ".sbatch.sh")
         out = log_path.with_name(log_path.stem + ".slurm.out")
