@@ -57,6 +57,7 @@ TIME_MARGIN = 120.0  # seconds past max time + grace before SLURM's own limit (t
 LOOK_EVERY = 2.0  # seconds between two `scontrol show job` of one job while nothing changed
 POLL = 0.05
 RC_WAIT = 8.0
+RC_SHOW_WAIT = 30.0  # a job SLURM calls ended, its rc file not visible yet (NFS attribute caching)
 GONE_WAIT = 40.0  # after scancel: KillWait (30 s by default) plus a margin
 START_WAIT = 5.0  # start(): how long to wait for the job's first line before returning a pending handle
 _ATTEMPT = re.compile(r"attempt-(\d+)")
@@ -95,6 +96,7 @@ class SlurmExecutor:
         self._info: dict[str, tuple[float, JobInfo | None]] = {}  # job id -> (when looked, what SLURM said)
         self._settled: set[str] = set()  # jobs whose end was classified (and noted in the log)
         self._stopping: set[str] = set()  # jobs the runner itself stopped
+        self._rc_wait: dict[str, float] = {}  # job id -> when it was first seen ended without a visible rc
         self._lock = threading.Lock()
 
     # --- what it is ---------------------------------------------------------------------------
@@ -291,9 +293,21 @@ class SlurmExecutor:
         if info is None or info.ended or info.state in TAKEN_BACK or info.restarts > 0:
             info = self._look(handle.job_id, fresh=True)
             if info is None or info.ended or info.state in TAKEN_BACK or info.restarts > 0:
+                if self._rc_may_still_show(handle, info):
+                    return True
                 self._settle(handle, info)
                 return False
         return True
+
+    def _rc_may_still_show(self, handle: RunHandle, info: JobInfo | None) -> bool:
+        """The job ended normally but its rc file is not visible yet: a shared filesystem's attribute cache
+        shows another node's new file seconds late. Give it RC_SHOW_WAIT before calling the code lost."""
+        if info is None or info.state not in ("COMPLETED", "FAILED") or not handle.pid_path.exists():
+            return False
+        first = self._rc_wait.setdefault(handle.job_id or "", time.monotonic())
+        with contextlib.suppress(OSError):
+            os.listdir(handle.rc_path.parent)  # a fresh directory read revalidates an NFS client's cache
+        return time.monotonic() - first < RC_SHOW_WAIT
 
     def _settle(self, handle: RunHandle, info: JobInfo | None = None) -> None:
         """Once per job, when the attempt is over: a job the scheduler took back is noted in the log (the
