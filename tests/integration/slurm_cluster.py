@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -176,7 +177,7 @@ class SlurmCluster:
         return self._cmd(["scontrol", *args])
 
     @staticmethod
-    def _wait(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    def _wait(cond: Callable[[], object], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if cond():

@@ -57,15 +57,34 @@ DEMO_YAML = "tests/bench/benchmark_math/benchmark_math.yaml"
 
 def run_slurm(sc: Scenario, slurm: SlurmCluster, tmux_socket: str, *args: str, timeout: float = 240,
               **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "run", "--executor", "slurm", *args, str(sc.blueprint)],
-                          env={**env_for(tmux_socket, **env), **slurm.env}, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return run_group([*CLI, "run", "--executor", "slurm", *args, str(sc.blueprint)],
+                     {**env_for(tmux_socket, **env), **slurm.env}, timeout)
+
+
+def run_group(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`run` in its own process group: on a timeout its embedded Redis and worker go with it."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def start_slurm(sc: Scenario, slurm: SlurmCluster, tmux_socket: str) -> subprocess.Popen[str]:
     return subprocess.Popen([*CLI, "run", "--executor", "slurm", str(sc.blueprint)],
                             env={**env_for(tmux_socket), **slurm.env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def end_group(proc: subprocess.Popen[str]) -> None:
+    """A `run` that did not finish: it, its embedded Redis and its worker are killed (they share its group)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
 
 
 def exp_jobs(slurm: SlurmCluster, exp_id: str) -> list[str]:
@@ -150,8 +169,7 @@ def test_a_stop_leaves_no_job_and_no_process_and_is_not_a_failure(tmp_path: Path
         proc.send_signal(signal.SIGINT)  # `run`'s Ctrl-C: a stop request
         out, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        end_group(proc)
     data = sc.results_json()
     assert data["outcome"] == "cancelled", out
     assert sc.flag()["outcome"] == "cancelled"
@@ -168,13 +186,14 @@ def test_a_requeue_mid_run_is_preempted_and_the_next_attempt_resumes(tmp_path: P
         log = sc.results / "logs/attempt-1.log"
         wait_for(lambda: log.exists() and "local_global_step_folder" in log.read_text(errors="replace"), 120,
                  "the first checkpoint")
-        (job,) = wait_for(lambda: running_job(sc, slurm), 30, "the job id")  # type: ignore[misc]
+        found = wait_for(lambda: running_job(sc, slurm), 30, "the job id")
+        assert isinstance(found, list) and len(found) == 1
+        job = str(found[0])
         requeued = slurm.scontrol("requeue", job)
         assert requeued.returncode == 0, requeued.stderr
         out, _ = proc.communicate(timeout=200)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        end_group(proc)
     assert proc.returncode == 0, out
     data = sc.results_json()
     assert data["outcome"] == "completed" and len(data["attempts"]) == 2
@@ -221,9 +240,8 @@ def test_a_scheduler_that_is_down_fails_the_run_naming_it(tmp_path: Path, tmux_s
     down.write_text(re.sub(r"(?m)^SlurmctldPort=\d+", "SlurmctldPort=1", slurm.conf.read_text()))
     sc = make("demo", tmp_path)
     set_yaml(sc, DEMO_YAML, n_gpus_per_node=2)
-    proc = subprocess.run([*CLI, "run", "--executor", "slurm", str(sc.blueprint)],
-                          env={**env_for(tmux_socket), "SLURM_CONF": str(down)}, capture_output=True, text=True,
-                          timeout=240, check=False)
+    proc = run_group([*CLI, "run", "--executor", "slurm", str(sc.blueprint)],
+                     {**env_for(tmux_socket), "SLURM_CONF": str(down)}, 240)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     data = sc.results_json()
     assert data["outcome"] == "failed" and "Unable to contact slurm controller" in data["reason"], data["reason"]
@@ -278,8 +296,7 @@ def test_a_stop_while_pending_cancels_the_job_and_nothing_ever_runs(tmp_path: Pa
             proc.send_signal(signal.SIGINT)
             out, _ = proc.communicate(timeout=120)
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            end_group(proc)
     finally:
         slurm.cancel(blocker)
     data = sc.results_json()
@@ -334,7 +351,7 @@ def test_a_worker_killed_mid_run_is_replaced_and_the_new_one_adopts_the_job(tmp_
     with running_worker(env, "login1", "--gpus", "0", "--executor", "slurm"):
         wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 150, "the run to finish")
     rec = store.get(exp_id)
-    assert rec is not None and rec["outcome"] == "completed", rec.get("reason")
+    assert rec is not None and rec["outcome"] == "completed", rec
     launches = [e for e in store.events(exp_id) if e.get("trigger") == "launched"]
     assert len(launches) == 1 and len(job_ids(sc)) == 1
     assert_nothing_left(slurm, exp_id)
