@@ -47,7 +47,8 @@ class Loose(BaseModel):
 
 
 _OPTIONAL_ATTEMPT_FIELDS = ("console_evaluations", "console_train_steps", "inputs", "experiment_name", "start_step",
-                            "resumed_from", "start_read", "start_read_to", "val_offset", "gpu_check", "unscanned")
+                            "resumed_from", "start_read", "start_read_to", "val_offset", "gpu_check", "unscanned",
+                            "queued_seconds", "env_names", "env_withheld", "env_notes", "environment")
 
 
 class Attempt(Loose):
@@ -90,6 +91,7 @@ class Attempt(Loose):
     env_withheld: list[str] = []
     env_notes: list[str] = []
     environment: str = ""  # whose environment the job started from
+    queued_seconds: float | None = None  # a scheduler's job (SLURM): time it waited for resources, not charged
 
     @model_serializer(mode="wrap")
     def _without_unset_evaluations(self, handler: Any) -> dict[str, Any]:

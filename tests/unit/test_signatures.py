@@ -218,6 +218,7 @@ CORPUS_TABLE: dict[str, tuple[str | None, bool]] = {
     "unknown_traceback.log": ("python_traceback", False),
     "subprocess_killed.log": ("subprocess_failed", False),
     "unexpected_error.log": ("unexpected_error", False),
+    "slurm_preempted.log": ("preempted", False),  # the sim stopped by SIGTERM, then the SLURM executor's line
     "hang_no_error.log": (None, False),
     "success_actor_died.log": (None, True),
     "autokill_then_success.log": (None, True),

@@ -8,19 +8,24 @@ the launch as `gpu_busy`, as the launcher's own check would have.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
+from ajet_runner.statemachine.preflight import gpus_needed, read_yaml_data
 from ajet_runner.statemachine.signatures import signature
 from ajet_runner.store.records import Attempt, PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_env
 from ajet_runner.workers.executors.environment import LaunchEnvironment, launch_environment, worker_environment
 from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.executors.request import AttemptRequest, TakesRequest
 from ajet_runner.workers.executors.wrapper import env_file_bytes
 from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.repair.attempt_inputs import launch_inputs
@@ -39,6 +44,9 @@ def handle(d: Drive) -> bool:
         d.fire(Trigger.cancel, "stop requested")
         return True
     session, paths = gang.session_and_paths(d)
+    if _unsupported(d):
+        return True
+    _request(d, session)
     adopted = _find_running_attempt(d, session, paths)
     if adopted is None:
         outside = d.root_problems()  # checked at each launch: a path may have been swapped since
@@ -80,7 +88,12 @@ def handle(d: Drive) -> bool:
             )
         except (OSError, RuntimeError) as exc:
             gang.stop_members(d)
-            d.fire(Trigger.anomaly, f"could not start the tmux session: {exc}")
+            what = "the tmux session" if d.runner.capabilities.name == "local" else \
+                f"the attempt ({d.runner.capabilities.name} executor)"
+            text = f"could not start {what}: {exc}"
+            # The executor's own words (a scheduler's refusal) are the failure's reason, quoted in the verdict.
+            d.ctx.pending_repair = PendingRepair(reason=text, log_excerpt=text, log_tail=[text])
+            d.fire(Trigger.anomaly, text)
             return True
         d.handle.files = [p for p in (d.ctx.val_path, d.ctx.train_path) if p]
         gang.record_head(d, d.handle, paths["log"])
@@ -93,9 +106,40 @@ def handle(d: Drive) -> bool:
         d.ctx.cleanups_done = []
     else:
         d.handle = adopted
-    d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in tmux session {session}",
+    where = f"{d.handle.executor} job {d.handle.job_id}" if d.handle.job_id else f"tmux session {session}"
+    d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in {where}",
            fields={"handle": d.handle.to_dict(), "tmux_session": session})
     return True
+
+
+def _unsupported(d: Drive) -> bool:
+    """A scheduling executor runs one job per attempt: a multi-node gang or a swarm server beside the run is
+    refused, naming why and what to use (never started halfway)."""
+    if not isinstance(d.runner, TakesRequest) or (d.gang is None and not d.ctx.swarm):
+        return False
+    what = "a multi-node run (nnodes > 1)" if d.gang is not None else "swarm mode (a swarm server beside the run)"
+    name = d.runner.capabilities.name
+    text = (f"could not start the attempt ({name} executor): {what} is not supported by the {name} executor; "
+            "run it with the local executor (ajet-runner run --executor local, or a worker on the GPU node)")
+    d.ctx.pending_repair = PendingRepair(reason=text, log_excerpt=text, log_tail=[text])
+    d.fire(Trigger.anomaly, text)
+    return True
+
+
+def _request(d: Drive, session: str) -> None:
+    """A scheduling executor (SLURM) learns whose attempt it starts, its GPUs and its time, before it looks."""
+    if isinstance(d.runner, TakesRequest):
+        d.runner.request(session, AttemptRequest(
+            exp_id=d.id, attempt=d.lc.attempt, gpus=_gpus_needed(d), max_seconds=d.bp.exp_max_time_seconds,
+            grace_seconds=d.settings.time_limit_grace_seconds))
+
+
+def _gpus_needed(d: Drive) -> int:
+    """The GPUs of the YAML this attempt launches with (a repair may have changed it), else the record's."""
+    if d.ctx.config_path and not d.ctx.swarm:
+        with contextlib.suppress(OSError, ValueError, yaml.YAMLError):
+            return gpus_needed(read_yaml_data(Path(d.ctx.config_path)))
+    return max(1, d.rec.gpus_needed)
 
 
 def _environment_fields(d: Drive, base: LaunchEnvironment, env: dict[str, str], own_env: bool) -> dict[str, Any]:

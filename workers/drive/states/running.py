@@ -22,6 +22,7 @@ from ajet_runner.statemachine.results import latest_metrics
 from ajet_runner.statemachine.rules import Observation, Proposal, RuleSchedule, SwarmServerRule
 from ajet_runner.store.records import PendingRepair
 from ajet_runner.workers.drive.journal import HandedBack
+from ajet_runner.workers.drive.queue_wait import QueueWait
 from ajet_runner.workers.drive.scan_checkpoint import remove as remove_checkpoint
 from ajet_runner.workers.drive.watch import CONSOLE_KEY, TRAIN_KEY, UNSCANNED_KEY, AttemptWatch, attempt_evaluations
 from ajet_runner.workers.drive.watch_loop import LOOP
@@ -196,6 +197,8 @@ class WatchPasses:
         self.d, self.watch, self.waiter = d, watch, waiter
         self.attempt_started = d.handle.started_at
         self.started = d.started_at or self.attempt_started
+        self.queue = QueueWait.of(d)  # a scheduler's job: its wait in the queue moves both clocks
+        self.clocks = (self.started + (self.queue.earlier(d) if self.queue else 0.0), self.attempt_started)
         self.hooks = observers()
         self.schedule = RuleSchedule(d.rules)  # each rule runs when its inputs changed or its deadline came
         self.local = not d.runner.remote()
@@ -238,6 +241,10 @@ class WatchPasses:
             o.before_tick(d, tick)
         if not self.local:
             d.runner.sync(d.handle)  # a host that does not share our disk: bring its log and results over
+        if self.queue is not None:
+            waited = self.queue.look(d)
+            self.started, self.attempt_started = self.clocks[0] + waited, self.clocks[1] + waited
+            tick.started = self.started
         # The pidfd says whether the process runs (checked against its start time when opened); psutil
         # and the rc file only without one. The wrapper writes the rc only after the process ended.
         alive = waiter.process_alive()
