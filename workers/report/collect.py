@@ -38,6 +38,8 @@ def link_repair_outcomes(ctx: Context, outcome: str) -> None:
         if rep.relaunched:
             nxt = rep.attempt + 1
             later = ctx.attempt(nxt)
+            if later is None and rep.next:
+                continue  # the relaunch never came (e.g. the time limit in the wait): its own line says why
             end = later.end_reason if later else ""
             if i == len(ctx.repairs) - 1 or end:
                 rep.next = f"attempt {nxt}: {end or outcome}"

@@ -6,7 +6,8 @@ next attempt's inputs compared with every earlier attempt that failed for the sa
 catalogue's backoff when the cause is transient.
 
 A stop wins: requested before the repair is decided (or while the LLM adviser is asked, which aborts
-the ask at once), the run ends `cancelled`, the failure recorded with no repair tried.
+the ask at once), the run ends `cancelled`, the failure recorded with no repair tried. The time limit
+does the same with `timed_out`: reached here (an adviser's ask is aborted at the limit), no repair starts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.preflight import gang_shape
 from ajet_runner.statemachine.repairs import ResolvedRepair, resolve_avoiding_repeats
 from ajet_runner.statemachine.rules import EXIT_NOT_RECORDED
+from ajet_runner.statemachine.rules.time_limit import limit_at, time_up_reason
 from ajet_runner.statemachine.signatures import signature as catalogue_entry
 from ajet_runner.store.records import PendingRepair, RepairRecord
 from ajet_runner.workers.drive.attempt import MARKER
@@ -55,12 +57,21 @@ def handle(d: Drive) -> bool:
         return True
     stop = threading.Event()
     d.journal.on_cancel = stop.set  # the journal's listener: a stop request aborts an ask in flight
+    left = limit_at(d.started_at, d.bp.exp_max_time_seconds) - time.time()
+    clock = threading.Timer(max(left, 0.0), stop.set) if left < float("inf") else None  # the limit aborts it too
+    if clock is not None:
+        clock.daemon = True
+        clock.start()
     try:
         if d.journal.cancel_requested():
             return _stopped(d, record, "before a repair was decided")
+        if _time_up(d, record, "before a repair was decided"):
+            return True
         return _judge(d, record, pending, cause, sig_id, stop)
     finally:
         d.journal.on_cancel = None
+        if clock is not None:
+            clock.cancel()
 
 
 def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Finding | None, sig_id: str,
@@ -83,8 +94,10 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
             record = record.model_copy(update=advice_fields(pending))
         if stop.is_set() or d.journal.cancel_requested():
             record.source = source
-            return _stopped(d, record, "while the adviser was asked" if source == "adviser"
-                            else "before a repair was decided")
+            when = "while the adviser was asked" if source == "adviser" else "before a repair was decided"
+            if not d.journal.cancel_requested() and _time_up(d, record, when):
+                return True
+            return _stopped(d, record, when)
         if actions:
             resolved, identical_to = _resolve(d, actions, sig_id)
             backoff = _transient_backoff(d, sig_id, resolved)
@@ -95,6 +108,8 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
                             applicable=resolved is not None and resolved.applicable,
                             budget_left=budget_left, why=why, quote=quote,
                             rejection=d.lc.reason, identical_to=identical_to, backoff=backoff)
+    if verdict.trigger == Trigger.repair and _time_up(d, record, "before the repair was applied"):
+        return True
     record.result = verdict.result
     record.identical_to = verdict.identical_to
     if resolved is not None and verdict.trigger == Trigger.repair:
@@ -165,6 +180,18 @@ def _gpu_facts(d: Drive, data: dict[str, Any]) -> GpuFacts:
     listed, why = (None, "") if assigned is not None else query_gpus()
     return GpuFacts(assigned=assigned, listed=listed, unavailable=why, needed=max(per_node, 1),
                     skip_flag=supported is not False, current=parse_visible(d.ctx.env.get("CUDA_VISIBLE_DEVICES")))
+
+
+def _time_up(d: Drive, record: RepairRecord, when: str) -> bool:
+    """The time limit reached in `failing`: the failure is recorded, no repair is tried, the run ends `timed_out`."""
+    reason = time_up_reason(time.time(), d.started_at, d.bp.exp_max_time_seconds, when)
+    if reason is None:
+        return False
+    record.next = f"no repair: {reason}"
+    d.ctx.repairs.append(record)
+    d.ctx.pending_repair = None
+    d.fire(Trigger.time_up, reason)
+    return True
 
 
 def _stopped(d: Drive, record: RepairRecord, when: str) -> bool:
