@@ -113,13 +113,14 @@ def test_stall_is_detected(tmp_path, tmux_socket) -> None:
 
 
 def test_plateau_stops_early(tmp_path, tmux_socket) -> None:
+    # The sample as shipped, with the plateau rule's default settings (`ajet-runner demo plateau`): it must
+    # be past half of its time before the rule judges, and it ends early_stopped as its purpose says.
     sc = make("plateau", tmp_path)
-    env = env_for(tmux_socket, AJET_RUNNER_PLATEAU_AFTER_FRACTION="0", AJET_RUNNER_PLATEAU_EVALUATIONS="3",
-                  AJET_RUNNER_PLATEAU_EPSILON="0.01")
-    proc = run_cli(sc, env)
+    proc = run_cli(sc, env_for(tmux_socket))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = sc.results_json()
-    assert data["outcome"] == "early_stopped"
+    assert data["outcome"] == "early_stopped", data["reason"]
+    assert "plateau" in [h["trigger"] for h in data["history"]]
 
 
 def test_autokill_is_defused(tmp_path, tmux_socket) -> None:
