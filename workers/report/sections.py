@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ajet_runner.statemachine.command_file import command_script
 from ajet_runner.store.records import Attempt as AttemptInfo
 from ajet_runner.store.records import RepairRecord
 from ajet_runner.workers.report.data import (
@@ -228,12 +229,22 @@ def _attempts(c: ReportContext) -> list[str]:
     checks = [f"- attempt {a.number}: {md_cell(a.gpu_check, 600)}" for a in d.attempts if a.gpu_check]
     if checks:
         lines += ["", "The runner's own GPU check before launch:", "", *checks]
-    commands = list(dict.fromkeys(a.command for a in d.attempts if a.command))
-    if len(commands) == 1:
-        lines += ["", f"Command: {code_span(commands[0])}"]
-    else:
-        lines += [""] + [f"- attempt {a.number}: {code_span(a.command)}" for a in d.attempts if a.command]
-    return lines + _unscanned(d.attempts)
+    return lines + _commands(d) + _unscanned(d.attempts)
+
+
+def _commands(d: ReportData) -> list[str]:
+    """Each attempt's command file (`logs/attempt-N.command.sh`) as it ran, byte for byte and multi-line:
+    one block when every attempt ran the same one."""
+    ran = [a for a in d.attempts if a.command]
+    if not ran:
+        return []
+    if len({a.command for a in ran}) == 1:
+        which = "every attempt" if len(ran) > 1 else f"attempt {ran[0].number}"
+        return ["", f"Command file as run ({which}):", "", *fenced(command_script(ran[0].command), "bash")]
+    lines: list[str] = []
+    for a in ran:
+        lines += ["", f"Command file as run (attempt {a.number}):", "", *fenced(command_script(a.command), "bash")]
+    return lines
 
 
 def _unscanned(attempts: list[Any]) -> list[str]:
