@@ -18,7 +18,8 @@ Anything the runner cannot read with certainty is refused with the reason
 (`$EXTRA`, `"$@"`, `$((...))`, globs), a command piped into a shell, a launcher started some other
 way (`python -c ...`, `xargs`), `--autokill` / a launcher call written into a file or a variable,
 text the parser cannot read (ERROR / MISSING nodes) at or before a statement that mentions the
-launcher. A script file the command runs (`bash train.sh`) is not looked into: that is a note.
+launcher. A script file the command runs (`bash train.sh`) is never rewritten: that is a note, and the
+preflight reads the script to say where the launcher is (statemachine/script_launcher.py).
 docs/launch-command.md has the whole list.
 """
 
@@ -45,6 +46,8 @@ from ajet_runner.statemachine.shell_ast import (
 
 __all__ = [
     "HAZARD_FLAGS",
+    "INERT_PROGRAMS",
+    "SHELLS",
     "LAUNCHER_VALUE_OPTIONS",
     "LAUNCH_COMMAND_MAX_CHARS",
     "CommandAnalysis",
@@ -59,6 +62,7 @@ __all__ = [
     "launcher_segment",
     "point_command_at",
     "prefix_launcher",
+    "programs",
     "remove_flag",
     "remove_hazards",
     "replace_conf",
@@ -118,6 +122,7 @@ _INERT = frozenset({
     "grep", "test", "[", "sleep", "date", "mkdir", "touch", "nvidia-smi", "which", "type", "hostname", "wait",
     "tee", "unset", "ulimit", "umask", "df", "du", "free", "env_info",
 })
+SHELLS, INERT_PROGRAMS = _SHELLS, _INERT  # for the script reader (statemachine/script_launcher.py)
 _MORE_WRAPPERS = {"sudo": {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U"}, "xargs": {
     "-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args", "--max-procs"}}
 _ALL_WRAPPERS = _WRAPPERS | frozenset(_MORE_WRAPPERS)
@@ -582,6 +587,20 @@ def _removal(call: _Call, match: Callable[[str], tuple[bool, bool]]) -> list[_Ed
 def has_launcher(cmd: str) -> bool:
     """Whether any launcher call is found in the command (at any depth)."""
     return bool(analyze_command(cmd).calls)
+
+
+def programs(cmd: str) -> list[tuple[list[str], int]]:
+    """Each simple command of `cmd` (top level and nested alike) from its real program on, past assignments
+    and wrappers (`env A=1`, `nohup`, `proxychains4 -q`), as bash sees the words; with its byte offset.
+    What runs a launcher the command does not show (`bash scripts/train.sh`, `make`) is found here."""
+    if not isinstance(cmd, str) or not cmd.strip():
+        return []
+    out: list[tuple[list[str], int]] = []
+    for command in parse(cmd).commands:
+        p, _ = _resolve(command.words)
+        if p < len(command.words):
+            out.append(([w.value for w in command.words[p:]], command.start))
+    return out
 
 
 def split_chain(cmd: str) -> list[str]:

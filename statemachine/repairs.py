@@ -118,7 +118,8 @@ def _label(action: RepairAction) -> str:
 
 class _Resolver:
     def __init__(self, yaml_data: Mapping[str, Any], command: str, env: Mapping[str, str],
-                 installed: Callable[[str], bool], own_processes: bool | None, gpus: GpuFacts | None) -> None:
+                 installed: Callable[[str], bool], own_processes: bool | None, gpus: GpuFacts | None,
+                 yaml_unreached: str = "") -> None:
         self.data: dict[str, Any] = copy.deepcopy(dict(yaml_data)) if isinstance(yaml_data, Mapping) else {}
         self.original = copy.deepcopy(self.data)
         self.command = command
@@ -126,6 +127,7 @@ class _Resolver:
         self.installed = installed
         self.own_processes = own_processes
         self.gpus = gpus
+        self.yaml_unreached = yaml_unreached  # why a YAML change would not reach the launcher ("" : it would)
         self.changes: dict[str, ConfigChange] = {}
         self.env: dict[str, str] = {}
         self.cleanups: list[str] = []
@@ -145,6 +147,9 @@ class _Resolver:
     def set_yaml(self, action: RepairAction) -> None:
         if not action.key:
             self.skip(action, "no YAML key given")
+            return
+        if self.yaml_unreached:
+            self.skip(action, self.yaml_unreached)
             return
         current = get_dotted(self.data, action.key, MISSING)
         if action.factor is not None and current is not MISSING:
@@ -174,6 +179,9 @@ class _Resolver:
     def unset_yaml(self, action: RepairAction) -> None:
         if not action.key:
             self.skip(action, "no YAML key given")
+            return
+        if self.yaml_unreached:
+            self.skip(action, self.yaml_unreached)
             return
         current = get_dotted(self.data, action.key, MISSING)
         if current is MISSING:
@@ -296,16 +304,19 @@ class _Resolver:
 
 def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any], command: str,
                    env: Mapping[str, str], installed: Callable[[str], bool], own_processes: bool | None = None,
-                   gpus: GpuFacts | None = None, banned: Mapping[int, str] | None = None) -> ResolvedRepair:
+                   gpus: GpuFacts | None = None, banned: Mapping[int, str] | None = None,
+                   yaml_unreached: str = "") -> ResolvedRepair:
     """Apply a plan, in order, to this experiment's YAML data, command and environment.
 
     `installed(program)` tells whether a program exists on the node (for `prefix_command`);
     `own_processes` whether any process of this experiment still runs (False: a process cleanup has
     nothing to stop and is skipped; None: unknown); `gpus` the facts `confine_gpus` needs; `banned`
-    action indexes not to apply, with the reason (an alternative an earlier attempt already tried).
+    action indexes not to apply, with the reason (an alternative an earlier attempt already tried);
+    `yaml_unreached` why the runner's YAML copy would not reach the launcher (a launcher inside a script):
+    YAML actions are then skipped with it, never claimed.
     Changes compound: two actions on one key yield one change from the original value.
     """
-    r = _Resolver(yaml_data, command, env, installed, own_processes, gpus)
+    r = _Resolver(yaml_data, command, env, installed, own_processes, gpus, yaml_unreached)
     handlers: dict[str, Callable[[RepairAction], None]] = {
         "set_yaml": r.set_yaml,
         "unset_yaml": r.unset_yaml,

@@ -92,7 +92,8 @@ def _summary(c: ReportContext) -> list[str]:
         ["Training steps logged", str(d.train_steps) if d.train_steps else NA],
         ["Blueprint", path_link(d.blueprint_path, d.result_dir)],
         ["YAML (original)", code_span(d.yaml_path)],
-        ["YAML (as run)", path_link(d.patched_yaml_path, d.result_dir)],
+        ["YAML (as run)", "as the script names it (the runner changed nothing: see Preflight)" if d.launcher_hidden
+         else path_link(d.patched_yaml_path, d.result_dir)],
         ["Result dir", code_span(d.result_dir)],
     ]
     if d.previous_run:
@@ -288,6 +289,8 @@ def _preflight(c: ReportContext) -> list[str]:
                 for ch in d.preflight_changes if isinstance(ch, dict)]
         lines += ["Changed before the first launch (the original file is kept):", ""]
         lines += table(["setting", "was", "now", "why"], rows)
+    elif d.launcher_hidden:
+        lines.append(f"No preflight change applied: {md_cell(d.launcher_hidden, 1000)}.")
     else:
         lines.append("The preflight changed nothing.")
     if d.preflight_problems:

@@ -143,9 +143,11 @@ def _resolve(d: Drive, actions: list[RepairAction], sig_id: str) -> tuple[Resolv
         same = repeats_of(next_inputs(d.ctx, resolved), earlier, sig_id)
         return same[0] if same else None
 
+    unreached = ("not changed: the launcher runs inside a script the runner does not rewrite, so its YAML copy "
+                 "would not reach it" if d.ctx.launcher_hidden and not d.ctx.swarm else "")
     return resolve_avoiding_repeats(actions, identical=identical, yaml_data=data, command=d.ctx.command,
                                     env=d.ctx.env, installed=lambda prog: shutil.which(prog) is not None,
-                                    own_processes=own, gpus=gpus)
+                                    own_processes=own, gpus=gpus, yaml_unreached=unreached)
 
 
 def _transient_backoff(d: Drive, sig_id: str, resolved: ResolvedRepair) -> float | None:

@@ -47,7 +47,7 @@ def handle(d: Drive) -> bool:
     d.ctx.env.update(resolved.get("env") or {})
     d.ctx.command = resolved.get("command") or d.ctx.command
     changes: list[dict[str, Any]] = list(resolved.get("yaml_changes") or [])
-    if not d.ctx.swarm:
+    if not d.ctx.swarm and not d.ctx.launcher_hidden:  # a pin in a copy the script never reads is no pin
         pin, line = pin_experiment_name(d.ctx, launch_workdir(d.bp, d.ctx.command))
         if pin is not None:
             changes.append(pin.model_dump(mode="json"))
