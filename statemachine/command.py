@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NamedTuple
 
 from ajet_runner.statemachine.shell_ast import (
     INERT_CONTEXT,
@@ -61,7 +61,9 @@ __all__ = [
     "hazard_of",
     "launcher_segment",
     "point_command_at",
+    "prefix_command_at",
     "prefix_launcher",
+    "Program",
     "programs",
     "remove_flag",
     "remove_hazards",
@@ -589,18 +591,44 @@ def has_launcher(cmd: str) -> bool:
     return bool(analyze_command(cmd).calls)
 
 
-def programs(cmd: str) -> list[tuple[list[str], int]]:
+class Program(NamedTuple):
+    """One simple command from its real program on (see `programs`)."""
+
+    words: list[str]  # as bash sees them, past assignments and wrappers
+    start: int  # byte offset of the command (its first word or assignment) in the text
+    launcher: bool  # a launcher call
+    wrappers: tuple[str, ...]  # the wrappers in front of it (`env`, `nohup`, `proxychains4`)
+
+
+def programs(cmd: str) -> list[Program]:
     """Each simple command of `cmd` (top level and nested alike) from its real program on, past assignments
-    and wrappers (`env A=1`, `nohup`, `proxychains4 -q`), as bash sees the words; with its byte offset.
-    What runs a launcher the command does not show (`bash scripts/train.sh`, `make`) is found here."""
+    and wrappers (`env A=1`, `nohup`, `proxychains4 -q`), as bash sees the words. What runs a launcher the
+    command does not show (`bash scripts/train.sh`, `make`) and which command printed a failure are found here."""
     if not isinstance(cmd, str) or not cmd.strip():
         return []
-    out: list[tuple[list[str], int]] = []
+    out: list[Program] = []
     for command in parse(cmd).commands:
-        p, _ = _resolve(command.words)
+        p, wrappers = _resolve(command.words)
         if p < len(command.words):
-            out.append(([w.value for w in command.words[p:]], command.start))
+            out.append(Program([w.value for w in command.words[p:]], command.start,
+                               _launcher_args_at(command.words, p) is not None, tuple(wrappers)))
     return out
+
+
+def prefix_command_at(cmd: str, start: int, prefix: str) -> str:
+    """Run the simple command at byte offset `start` (a `Program.start`) behind `prefix` (`proxychains4 -q`),
+    after its assignments and wrappers; unchanged when it already runs behind proxychains. The rest of the
+    text stays byte for byte (the seed's rule: `python xxx.py` → `proxychains python xxx.py`)."""
+    for command in parse(cmd).commands:
+        if command.start != start:
+            continue
+        p, wrappers = _resolve(command.words)
+        if p >= len(command.words) or _PROXYCHAINS & set(wrappers):
+            return cmd
+        data = encode(cmd)
+        at = command.words[p].start
+        return decode(data[:at] + encode(prefix.strip() + " ") + data[at:])
+    return cmd
 
 
 def split_chain(cmd: str) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.failing_line import FailingCommand
 from ajet_runner.statemachine.failure import yaml_digest
 from ajet_runner.statemachine.gpu_check import SKIP_FLAG, GpuFacts, describe, free_gpus
 from ajet_runner.statemachine.models import ConfigChange, RepairAction
@@ -119,15 +120,17 @@ def _label(action: RepairAction) -> str:
 class _Resolver:
     def __init__(self, yaml_data: Mapping[str, Any], command: str, env: Mapping[str, str],
                  installed: Callable[[str], bool], own_processes: bool | None, gpus: GpuFacts | None,
-                 yaml_unreached: str = "") -> None:
+                 yaml_unreached: str = "", failing: FailingCommand | None = None) -> None:
         self.data: dict[str, Any] = copy.deepcopy(dict(yaml_data)) if isinstance(yaml_data, Mapping) else {}
         self.original = copy.deepcopy(self.data)
         self.command = command
+        self.original_command = command
         self.base_env = env
         self.installed = installed
         self.own_processes = own_processes
         self.gpus = gpus
         self.yaml_unreached = yaml_unreached  # why a YAML change would not reach the launcher ("" : it would)
+        self.failing = failing  # the command whose output holds the failure (offsets into `command`)
         self.changes: dict[str, ConfigChange] = {}
         self.env: dict[str, str] = {}
         self.cleanups: list[str] = []
@@ -211,15 +214,27 @@ class _Resolver:
         if not prefix:
             self.skip(action, "no prefix given")
             return
+        target = self.failing if self.command == self.original_command else None  # offsets hold until a rewrite
+        line = f"`{target.shown}`" if target is not None and not target.launcher else "the launcher"
         if action.requires and not self.installed(action.requires):
-            self.skip(action, f"{action.requires} is not installed on this node")
+            self.skip(action, f"{action.requires} is not installed on this node, so {line} cannot run behind it "
+                      "(install and configure it on the node for the proxy)")
             return
-        new = cmdlib.prefix_launcher(self.command, prefix)
+        if target is not None and not target.launcher:
+            new = cmdlib.prefix_command_at(self.command, target.start, prefix)
+        elif target is None and not cmdlib.analyze_command(self.command).calls:
+            self.skip(action, "the log does not tie the failure to one command of the launch command, and it "
+                      "shows no launcher call to put it in front of")
+            return
+        else:
+            new = cmdlib.prefix_launcher(self.command, prefix)
         if new == self.command:
-            self.skip(action, "the command already runs behind it")
+            self.skip(action, f"{line} already runs behind it")
             return
         self.command = new
-        self.did(f"run the launcher behind `{prefix}`{_label(action)}")
+        why = (f"the command whose output holds the failure: {target.how}" if target is not None else
+               "the log does not tie the failure to one command: the launcher's")
+        self.did(f"run {line} behind `{prefix}` ({why}){_label(action)}")
 
     def flag(self, action: RepairAction) -> None:
         flag = str(action.value or "").strip()
@@ -305,7 +320,7 @@ class _Resolver:
 def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any], command: str,
                    env: Mapping[str, str], installed: Callable[[str], bool], own_processes: bool | None = None,
                    gpus: GpuFacts | None = None, banned: Mapping[int, str] | None = None,
-                   yaml_unreached: str = "") -> ResolvedRepair:
+                   yaml_unreached: str = "", failing: FailingCommand | None = None) -> ResolvedRepair:
     """Apply a plan, in order, to this experiment's YAML data, command and environment.
 
     `installed(program)` tells whether a program exists on the node (for `prefix_command`);
@@ -313,10 +328,11 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
     nothing to stop and is skipped; None: unknown); `gpus` the facts `confine_gpus` needs; `banned`
     action indexes not to apply, with the reason (an alternative an earlier attempt already tried);
     `yaml_unreached` why the runner's YAML copy would not reach the launcher (a launcher inside a script):
-    YAML actions are then skipped with it, never claimed.
+    YAML actions are then skipped with it, never claimed; `failing` the command whose output holds the
+    failure (statemachine/failing_line.py): `prefix_command` goes in front of it, else of the launcher.
     Changes compound: two actions on one key yield one change from the original value.
     """
-    r = _Resolver(yaml_data, command, env, installed, own_processes, gpus, yaml_unreached)
+    r = _Resolver(yaml_data, command, env, installed, own_processes, gpus, yaml_unreached, failing)
     handlers: dict[str, Callable[[RepairAction], None]] = {
         "set_yaml": r.set_yaml,
         "unset_yaml": r.unset_yaml,

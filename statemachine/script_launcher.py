@@ -119,7 +119,7 @@ def hidden_launcher(command: str, cwd: str) -> HiddenLauncher | None:
     if cmdlib.analyze_command(command).calls:
         return None
     other, without = "", None
-    for words, _ in cmdlib.programs(command):
+    for words, *_ in cmdlib.programs(command):
         found = _script_of(words, cwd)
         if found is None:
             name = os.path.basename(words[0])

@@ -33,6 +33,9 @@ class TransientSpec(BaseModel):
 
     backoff_seconds: list[float] = Field(min_length=1)
     until: Literal["gpus_free"] | None = None
+    # A relaunch WITH a fix waits too: the n-th failure of this cause waits the n-th backoff (the last one past
+    # the list). A network outage does not pass in the seconds a relaunch takes (a proxy fix may need it too).
+    before_every_relaunch: bool = False
 
     @model_validator(mode="after")
     def _non_negative(self) -> TransientSpec:

@@ -314,7 +314,16 @@ def _repairs(c: ReportContext) -> list[str]:
              md_cell("; ".join(r.changes) or NA), md_cell(r.source or NA), md_cell(r.result or NA),
              md_cell(repair_next(d, r))] for i, r in enumerate(d.repairs, 1)]
     lines = [f"Details, log excerpts and diffs: [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}).", ""]
-    return lines + table(["#", "when", "attempt", "diagnosis", "change", "source", "result", "next"], rows)
+    lines += table(["#", "when", "attempt", "diagnosis", "change", "source", "result", "next"], rows)
+    return lines + _not_done(d)
+
+
+def _not_done(d: ReportData) -> list[str]:
+    """What a repair considered and could not do (a proxychains the node lacks, a YAML change a script would
+    not receive), one line each: the reader of the report sees why the fix they expected is missing."""
+    lines = [f"- failure {i}: {md_cell(line, 600)}" for i, r in enumerate(d.repairs, 1) for line in r.skipped
+             if "was already applied" not in line]
+    return ["", "Considered and not done:", "", *lines] if lines else []
 
 
 def _timeline(c: ReportContext) -> list[str]:

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ajet_runner.statemachine.diagnose import decisive_line
+from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.failing_line import FailingCommand, failing_command
 from ajet_runner.statemachine.failure import RepairResult, judge_failure, repeats_of
 from ajet_runner.statemachine.gpu_check import GpuFacts, parse_visible
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
@@ -99,7 +101,8 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
                 return True
             return _stopped(d, record, when)
         if actions:
-            resolved, identical_to = _resolve(d, actions, sig_id)
+            failing = failing_command(d.ctx.command, pending.get("log_tail") or [], cause.text) if cause else None
+            resolved, identical_to = _resolve(d, actions, sig_id, failing)
             backoff = _transient_backoff(d, sig_id, resolved)
         record.source = source
     else:
@@ -121,16 +124,19 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
     if verdict.trigger == Trigger.repair:
         assert resolved is not None
         repeat = verdict.identical_to is not None  # an unchanged relaunch of a transient cause
-        plan = {**resolved.model_dump(mode="json"), "backoff_seconds": verdict.backoff, "repeat": repeat,
+        wait = verdict.backoff if repeat else _wait_before_fix(d, sig_id)
+        plan = {**resolved.model_dump(mode="json"), "backoff_seconds": wait, "repeat": repeat,
                 "until": _until(sig_id) if repeat else None}
         d.ctx.pending_repair = PendingRepair.model_validate({**pending, "resolved": plan})
-        d.fire(Trigger.repair, verdict.reason, repair_stat=stat, signature=sig_id)
+        reason = verdict.reason if repeat or not wait else f"{verdict.reason}; relaunching after {format_limit(wait)}"
+        d.fire(Trigger.repair, reason, repair_stat=stat, signature=sig_id)
     else:
         d.fire(Trigger.give_up, verdict.reason, repair_stat=stat)
     return True
 
 
-def _resolve(d: Drive, actions: list[RepairAction], sig_id: str) -> tuple[ResolvedRepair, int | None]:
+def _resolve(d: Drive, actions: list[RepairAction], sig_id: str,
+             failing: FailingCommand | None) -> tuple[ResolvedRepair, int | None]:
     """The plan against this experiment, avoiding a next attempt an earlier failed one already ran."""
     data = read_yaml_data(Path(d.ctx.config_path)) if d.ctx.config_path else {}
     earlier = earlier_failures(d.ctx, d.lc.attempt, sig_id)
@@ -147,7 +153,7 @@ def _resolve(d: Drive, actions: list[RepairAction], sig_id: str) -> tuple[Resolv
                  "would not reach it" if d.ctx.launcher_hidden and not d.ctx.swarm else "")
     return resolve_avoiding_repeats(actions, identical=identical, yaml_data=data, command=d.ctx.command,
                                     env=d.ctx.env, installed=lambda prog: shutil.which(prog) is not None,
-                                    own_processes=own, gpus=gpus, yaml_unreached=unreached)
+                                    own_processes=own, gpus=gpus, yaml_unreached=unreached, failing=failing)
 
 
 def _transient_backoff(d: Drive, sig_id: str, resolved: ResolvedRepair) -> float | None:
@@ -164,6 +170,19 @@ def _transient_backoff(d: Drive, sig_id: str, resolved: ResolvedRepair) -> float
     if repeats == 0 or repeats > len(spec.backoff_seconds):
         return None
     return spec.backoff_seconds[repeats - 1] * d.settings.repair_backoff_scale
+
+
+def _wait_before_fix(d: Drive, sig_id: str) -> float:
+    """The catalogue's wait before a relaunch WITH a fix (`before_every_relaunch`): the n-th failure of this
+    cause waits the n-th backoff, the last one past the list; 0 for other causes."""
+    try:
+        spec = catalogue_entry(sig_id).transient
+    except KeyError:
+        return 0.0
+    if spec is None or not spec.before_every_relaunch:
+        return 0.0
+    nth = sum(1 for r in d.ctx.repairs if r.signature == sig_id)  # this failure's record is in already
+    return spec.backoff_seconds[min(max(nth, 1), len(spec.backoff_seconds)) - 1] * d.settings.repair_backoff_scale
 
 
 def _until(sig_id: str) -> str | None:
