@@ -58,7 +58,7 @@ def test_preflight_fixes_execute_test_and_val_path_keeping_the_users_yaml(tmp_pa
                                                      ("network_first_attempt", "network_unreachable")])
 def test_first_attempt_crash_is_repaired_and_completes_on_attempt_2(tmp_path, tmux_socket, template, signature):
     sc = make(template, tmp_path)
-    env = env_for(tmux_socket)
+    env = env_for(tmux_socket, AJET_RUNNER_REPAIR_BACKOFF_SCALE="0.05")  # a network relaunch waits 60 s × 0.05
     env["PATH"] = f"{sc.codebase / 'bin'}:{env['PATH']}"  # the sim's proxychains4
     proc = run_cli(sc, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
