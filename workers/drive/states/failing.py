@@ -23,7 +23,7 @@ from ajet_runner.statemachine.diagnose import decisive_line
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.failing_line import FailingCommand, failing_command
 from ajet_runner.statemachine.failure import RepairResult, judge_failure, repeats_of
-from ajet_runner.statemachine.gpu_check import GpuFacts, parse_visible
+from ajet_runner.statemachine.gpu_check import GpuFacts, parse_visible, too_busy
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.preflight import gang_shape
@@ -131,8 +131,25 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
         reason = verdict.reason if repeat or not wait else f"{verdict.reason}; relaunching after {format_limit(wait)}"
         d.fire(Trigger.repair, reason, repair_stat=stat, signature=sig_id)
     else:
-        d.fire(Trigger.give_up, verdict.reason, repair_stat=stat)
+        d.fire(Trigger.give_up, _with_advice(verdict.reason, sig_id, launched), repair_stat=stat)
     return True
+
+
+def _with_advice(reason: str, sig_id: str, launched: bool) -> str:
+    """A give-up reason that ends with what to do when the cause persists (the catalogue's `if_it_persists`);
+    for a busy GPU, which GPUs nvidia-smi shows busy now, against the launcher's rule for every GPU."""
+    try:
+        advice = catalogue_entry(sig_id).if_it_persists
+    except KeyError:
+        return reason
+    if not advice or not launched:
+        return reason
+    if sig_id == "gpu_busy":
+        listed, why = query_gpus()
+        busy = too_busy(listed, [g.index for g in listed]) if listed else []
+        now = f"; busy now: {'; '.join(busy)}" if busy else (f"; nvidia-smi: {why}" if why else "")
+        reason += now
+    return f"{reason}. What to do: {advice}"
 
 
 def _resolve(d: Drive, actions: list[RepairAction], sig_id: str,

@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.durations import format_duration, format_limit
-from ajet_runner.statemachine.gpu_check import describe, parse_visible, too_busy
+from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
 from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.preflight import launch_workdir
 from ajet_runner.statemachine.repairs import PROCESS_CLEANUPS
@@ -31,8 +32,7 @@ def handle(d: Drive) -> bool:
     record = d.ctx.repairs[-1] if d.ctx.repairs else None
     wait = float(resolved.get("backoff_seconds") or 0.0)
     if resolved.get("repeat") or wait > 0:
-        known = d.ctx.gpus if d.ctx.gpus is not None else parse_visible(
-            {**d.ctx.env, **(resolved.get("env") or {})}.get("CUDA_VISIBLE_DEVICES"))
+        known = _gpus_checked(d, resolved)
         then = "relaunching unchanged" if resolved.get("repeat") else "relaunching with the fix"
         line, ended = _wait(d, wait, resolved.get("until"), known, limit_at(d.started_at, d.bp.exp_max_time_seconds),
                             then)
@@ -72,6 +72,18 @@ def handle(d: Drive) -> bool:
     return True  # what the relaunch led to is linked when collecting (link_repair_outcomes)
 
 
+def _gpus_checked(d: Drive, resolved: dict[str, Any]) -> list[int] | None:
+    """The GPUs the next launch's GPU check looks at: the run's own when its command skips the launcher's check
+    (the runner checks those), else None — the launcher checks every GPU nvidia-smi lists, whatever
+    CUDA_VISIBLE_DEVICES says (agentjet 0.0.1 has no --skip-check-avail-gpu, and without --autokill it checks)."""
+    command = resolved.get("command") or d.ctx.command
+    if not cmdlib.has_launcher(command) or not cmdlib.has_flag(command, SKIP_FLAG):
+        return None
+    if d.ctx.gpus is not None:
+        return list(d.ctx.gpus)
+    return parse_visible({**d.ctx.env, **(resolved.get("env") or {})}.get("CUDA_VISIBLE_DEVICES"))
+
+
 def _timed_out(d: Drive, record: Any, where: str) -> bool:
     """The time limit reached in `repairing`: no relaunch; the run ends `timed_out` (and says so in the log)."""
     reason = time_up_reason(time.time(), d.started_at, d.bp.exp_max_time_seconds, where)
@@ -101,6 +113,7 @@ def _wait(d: Drive, seconds: float, until: str | None, known: list[int] | None,
     start = time.monotonic()
     deadline = start + seconds
     seen = ""
+    busy: list[str] = []
     next_look = start
     while True:
         d.renew()
@@ -116,7 +129,8 @@ def _wait(d: Drive, seconds: float, until: str | None, known: list[int] | None,
             listed, why = query_gpus()
             seen = describe(listed, known) if listed is not None else why
             wanted = known if known is not None else [g.index for g in listed or []]
-            if listed and not too_busy(listed, wanted):
+            busy = too_busy(listed, wanted) if listed else []
+            if listed and not busy:
                 which = f"GPU(s) {','.join(map(str, wanted))} are" if known is not None else "every GPU is"
                 return (f"waited {format_duration(now - start)}: {which} at least 95 % free now (nvidia-smi: {seen}); "
                         f"{then}"), ""
@@ -125,6 +139,8 @@ def _wait(d: Drive, seconds: float, until: str | None, known: list[int] | None,
             break
         time.sleep(max(0.0, min(1.0, deadline - now, max(next_look - now, 0.05), limit - time.time())))
     tail = f"; nvidia-smi still shows {seen}" if until == "gpus_free" and seen else ""
+    if until == "gpus_free" and busy:
+        tail = f"; still busy: {'; '.join(busy)} (nvidia-smi: {seen})"
     return (f"waited {format_limit(seconds)} (the catalogue's backoff for a transient cause){tail}; "
             f"{then}"), ""
 
