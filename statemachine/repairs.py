@@ -22,8 +22,8 @@ from ajet_runner.statemachine.failure import yaml_digest
 from ajet_runner.statemachine.gpu_check import SKIP_FLAG, GpuFacts, describe, free_gpus
 from ajet_runner.statemachine.models import ConfigChange, RepairAction
 
-__all__ = ["CLEANUP_TARGETS", "MISSING", "ResolvedRepair", "del_dotted", "get_dotted", "resolve_avoiding_repeats",
-           "resolve_repair", "set_dotted"]
+__all__ = ["CLEANUP_TARGETS", "MISSING", "STEP_UNIT_KEYS", "ResolvedRepair", "del_dotted", "get_dotted",
+           "resolve_avoiding_repeats", "resolve_repair", "set_dotted", "step_unit_note"]
 
 CLEANUP_TARGETS = ("ray", "gpu_processes", "session", "swarm_server")
 PROCESS_CLEANUPS = ("ray", "gpu_processes", "session")  # all mean: kill this experiment's marked processes
@@ -178,6 +178,9 @@ class _Resolver:
         self.changes[action.key] = ConfigChange(key=action.key, old=first_old, new=new, reason=reason)
         shown = "(absent)" if current is MISSING else repr(current)
         self.did(f"set {action.key}: {shown} -> {new!r}{_label(action)}")
+        note = step_unit_note(action.key, current, new, self.data)
+        if note:
+            self.did(note)
 
     def unset_yaml(self, action: RepairAction) -> None:
         if not action.key:
@@ -315,6 +318,25 @@ class _Resolver:
             self.skip(action, f"already confined to GPU(s) {value} with {SKIP_FLAG}")
         elif facts.assigned is not None:
             self.skip(action, f"the run already uses its GPU(s) {value} ({source}) with {SKIP_FLAG}")
+
+
+STEP_UNIT_KEYS = ("ajet.data.train_batch_size",)  # what a training step is made of
+
+
+def step_unit_note(key: str, old: Any, new: Any, data: Mapping[str, Any]) -> str:
+    """The line a repair log and report carry when a change alters what one training step is (""
+    otherwise): a halved batch trains half the samples per step and, with `total_training_steps` unset,
+    doubles the steps of an epoch, so steps before and after the change are not the same unit."""
+    if key not in STEP_UNIT_KEYS or not _is_number(old) or not _is_number(new) or old == new:
+        return ""
+    ratio = old / new
+    fixed = get_dotted(data, "ajet.trainer_common.total_training_steps", None)
+    count = (f"total_training_steps={fixed} is fixed, so the run keeps its step count and trains on "
+             f"{1 / ratio:.3g}x the samples" if _is_number(fixed) and fixed > 0 else
+             f"an epoch now has {ratio:.3g}x as many steps (total_training_steps is unset)")
+    return (f"step unit changed: {key} {old!r} -> {new!r}, one step is {1 / ratio:.3g}x the samples it was; {count}. "
+            "Steps of the attempts before and after this change are not comparable (the evaluations carry their "
+            "attempt)")
 
 
 def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any], command: str,

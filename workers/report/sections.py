@@ -156,6 +156,10 @@ def _evaluation_table(c: ReportContext) -> list[str]:
     if by_attempt:
         lines += ["The curve follows the attempts as the trainer did: a resumed attempt continues it from its "
                   "checkpoint's step; a restarted one replaces what came before (see Attempts).", ""]
+    units = [f"**From attempt {r.attempt + 1} on, the step unit changed** ({md_cell(line, 600)})."
+             for r in c.data.repairs if r.relaunched for line in r.changes if line.startswith("step unit changed")]
+    if units:
+        lines += [*units, ""]
     lines += table(header, rows)
     gone = c.data.superseded_evaluations
     if gone:
