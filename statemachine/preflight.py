@@ -661,7 +661,7 @@ def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | No
     if p.hidden:  # nothing reaches a launcher the command does not show: advice, not changes
         plan.changes = []
         plan.problems = p.problems + [Problem(level=Level.warning, field=c.key, message=(
-            f"not changed ({_NOT_REACHED}): {c.reason}; set it to {c.new!r} in the YAML the script uses if you want "
+            f"{_NOT_CHANGED}{_NOT_REACHED}): {c.reason}; set it to {c.new!r} in the YAML the script uses if you want "
             "it")) for c in p.changes]
         plan.launcher_hidden = p.hidden
     else:
@@ -670,6 +670,7 @@ def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | No
     return plan
 
 
+_NOT_CHANGED = "not changed ("
 _NOT_REACHED = "the launcher is not in the command, so the runner's YAML copy would not reach it"
 
 
@@ -735,6 +736,10 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
         # The swarm server reads this YAML as written and the launch command is the client (no
         # launcher): no config or command change is made, so none is planned or warned about.
         dropped = {c.key for c in plan.changes}
+        if plan.launcher_hidden:  # the client runs no launcher by design: no "not changed" advice either
+            dropped |= {p.field for p in plan.problems if p.message.startswith(_NOT_CHANGED)}
+            plan.problems = [p for p in plan.problems if not p.message.startswith(plan.launcher_hidden)]
+            plan.launcher_hidden = ""
         plan.changes, plan.command_changes, plan.command = [], [], bp.exp_launch_command
         plan.val_result_path = plan.train_result_path = ""
         plan.problems = [p for p in plan.problems if p.field not in dropped and not (
