@@ -33,6 +33,13 @@ class HiddenLauncher:
     line: int | None = None  # its line in the file
     conf: str | None = None  # its --conf, as written
     problem: str = ""  # why the file could not be read ("" when it was)
+    cwd: str = ""  # where the command starts: the script is shown relative to it
+
+    def shown(self) -> str:
+        """The script's path as the reader knows it: relative to the codebase when inside it."""
+        if self.cwd and self.script.startswith(self.cwd.rstrip("/") + "/"):
+            return os.path.relpath(self.script, self.cwd)
+        return self.script
 
     def sentence(self) -> str:
         """One line for `check`, the report and the repair log."""
@@ -41,18 +48,14 @@ class HiddenLauncher:
             found = f"{where}, whose script cannot be read ({self.problem})"
         elif self.launcher:
             conf = f", --conf {self.conf}" if self.conf else ", no --conf"
-            found = (f"{where}, which calls the launcher ({_shown(self.script)} line {self.line}: "
+            found = (f"{where}, which calls the launcher ({self.shown()} line {self.line}: "
                      f"`{' '.join(self.launcher.replace(chr(92) + chr(10), ' ').split())[:160]}`{conf})")
         elif self.script:
-            found = f"{where}; no launcher call was found in {_shown(self.script)}"
+            found = f"{where}; no launcher call was found in {self.shown()}"
         else:
             found = f"{where}, a program the runner cannot look into"
         return (f"no launcher call is visible in the command: it runs {found}. The runner does not rewrite a "
                 "script, so no preflight change applies (the YAML, flags and command run as written)")
-
-
-def _shown(path: str) -> str:
-    return os.path.basename(path) if len(path) > 60 else path
 
 
 def _script_of(words: list[str], cwd: str) -> tuple[str, str] | None:
@@ -130,13 +133,13 @@ def hidden_launcher(command: str, cwd: str) -> HiddenLauncher | None:
         path = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
         text, problem = _read(path)
         if problem:
-            return HiddenLauncher(runs=runs, script=path, problem=problem)
+            return HiddenLauncher(runs=runs, script=path, problem=problem, cwd=cwd)
         hit = _find_call(text, os.path.basename(path).lower().endswith("makefile"))
         if hit is None:
-            without = without or HiddenLauncher(runs=runs, script=path)
+            without = without or HiddenLauncher(runs=runs, script=path, cwd=cwd)
             continue
         call, line = hit
-        return HiddenLauncher(runs=runs, script=path, launcher=call.text, line=line, conf=call.conf)
+        return HiddenLauncher(runs=runs, script=path, launcher=call.text, line=line, conf=call.conf, cwd=cwd)
     if without is not None:
         return without
     return HiddenLauncher(runs=other) if other else None

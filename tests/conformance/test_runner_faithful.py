@@ -53,7 +53,7 @@ def test_a_launcher_in_a_script_runs_as_written_and_the_report_claims_no_change(
     original = conf.read_bytes()
     (codebase / "scripts").mkdir()
     (codebase / "scripts" / "train.sh").write_text(
-        f"#!/bin/bash\nset -e\npython -m ajet.launcher --conf {conf.name} --backbone verl\n", encoding="utf-8")
+        f"#!/bin/bash\nset -e\npython -m ajet.launcher --conf ./{conf.name} --backbone verl\n", encoding="utf-8")
     path, results = blueprint(tmp_path, codebase, conf, command="bash scripts/train.sh",
                               purpose="Conformance: the launcher is called by scripts/train.sh.")
     run = run_blueprint(path, results, runner_env(make_env(), tmux_socket))
@@ -106,7 +106,7 @@ def test_a_network_failure_in_a_download_step_is_proxied_on_that_line_after_the_
     assert repair["signature"] == "network_unreachable" and repair["backoff_seconds"] == pytest.approx(3.0)
     assert "the traceback starts in" in repair["changes"][0] and "download.py" in repair["changes"][0]
     assert second["started_at"] - first["ended_at"] >= 3.0  # the backoff was waited before attempt 2
-    assert "proxychains4 -q python download.py" in (results / "repair_log.md").read_text()
+    assert "run `python download.py` behind `proxychains4 -q`" in (results / "repair_log.md").read_text()
 
 
 # ----------------------------------------------------------------------------- (c)

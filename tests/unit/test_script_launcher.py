@@ -44,6 +44,8 @@ def test_the_script_that_runs_the_launcher_is_read_and_named(tmp_path: Path, com
     assert found is not None and found.runs == runs and found.line == line and found.conf == "conf.yaml"
     assert "python -m ajet.launcher" in found.launcher and not found.problem
     assert "no preflight change applies" in found.sentence()
+    where = "Makefile" if runs.startswith("make") else "scripts/train.sh"
+    assert f"({where} line {line}: `python -m ajet.launcher " in found.sentence()  # relative to the codebase
 
 
 def test_what_cannot_be_read_is_said_and_a_visible_launcher_needs_no_reading(tmp_path: Path) -> None:
