@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.script_launcher import runs_script
 
 __all__ = ["FailingCommand", "failing_command"]
 
@@ -100,4 +101,11 @@ def failing_command(command: str, lines: Sequence[str], text: str) -> FailingCom
         for p in commands:
             if _is_pip(p.words):
                 return FailingCommand(p.start, " ".join(p.words[:4]), False, "pip's error lines")
+    if frame and frame.replace("\\", "/").endswith("ajet/launcher.py") and not any(p.launcher for p in commands):
+        # The launcher runs inside a script the command runs: proxychains in front of that reaches it.
+        runner = next((p for p in commands if runs_script(p.words, "")), None)
+        if runner is not None:
+            shown = " ".join(runner.words[:3])
+            return FailingCommand(runner.start, shown, False,
+                                  f"the traceback starts in {frame}, which `{shown}` runs")
     return None

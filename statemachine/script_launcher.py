@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ajet_runner.statemachine import command as cmdlib
 
-__all__ = ["MAX_SCRIPT_BYTES", "HiddenLauncher", "hidden_launcher"]
+__all__ = ["MAX_SCRIPT_BYTES", "HiddenLauncher", "hidden_launcher", "runs_script"]
 
 MAX_SCRIPT_BYTES = 256 * 1024
 """A longer script is not read (a real training script is a few KB)."""
@@ -58,7 +58,7 @@ class HiddenLauncher:
                 "script, so no preflight change applies (the YAML, flags and command run as written)")
 
 
-def _script_of(words: list[str], cwd: str) -> tuple[str, str] | None:
+def runs_script(words: list[str], cwd: str) -> tuple[str, str] | None:
     """(the words that run a script, the script's path) for one simple command; None when it runs none."""
     name = os.path.basename(words[0])
     if name in cmdlib.SHELLS:
@@ -123,7 +123,7 @@ def hidden_launcher(command: str, cwd: str) -> HiddenLauncher | None:
         return None
     other, without = "", None
     for words, *_ in cmdlib.programs(command):
-        found = _script_of(words, cwd)
+        found = runs_script(words, cwd)
         if found is None:
             name = os.path.basename(words[0])
             if not other and name not in cmdlib.INERT_PROGRAMS and name not in cmdlib.SHELLS:

@@ -44,3 +44,11 @@ def test_a_failure_the_log_does_not_tie_to_a_command_is_none() -> None:
     assert failing_command(CHAIN, [ERR], ERR) is None  # no traceback, no pip lines
     assert failing_command(CHAIN, tb("/elsewhere/worker.py"), ERR) is None  # a frame no command runs
     assert failing_command(CHAIN, ["unrelated"], ERR) is None  # the line is not in the tail
+
+
+def test_a_launcher_inside_a_script_is_reached_through_the_command_that_runs_the_script() -> None:
+    command = "export HF_HOME=/x && bash scripts/train.sh --fast"
+    found = failing_command(command, tb("/venv/lib/python3.11/site-packages/ajet/launcher.py"), ERR)
+    assert found is not None and found.shown == "bash scripts/train.sh --fast"
+    assert prefix_command_at(command, found.start, "proxychains4 -q") == (
+        "export HF_HOME=/x && proxychains4 -q bash scripts/train.sh --fast")  # the script itself is not touched
