@@ -18,7 +18,8 @@ Anything the runner cannot read with certainty is refused with the reason
 (`$EXTRA`, `"$@"`, `$((...))`, globs), a command piped into a shell, a launcher started some other
 way (`python -c ...`, `xargs`), `--autokill` / a launcher call written into a file or a variable,
 text the parser cannot read (ERROR / MISSING nodes) at or before a statement that mentions the
-launcher. A script file the command runs (`bash train.sh`) is not looked into: that is a note.
+launcher. A script file the command runs (`bash train.sh`) is never rewritten: that is a note, and the
+preflight reads the script to say where the launcher is (statemachine/script_launcher.py).
 docs/launch-command.md has the whole list.
 """
 
@@ -31,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NamedTuple
 
 from ajet_runner.statemachine.shell_ast import (
     INERT_CONTEXT,
@@ -45,6 +46,8 @@ from ajet_runner.statemachine.shell_ast import (
 
 __all__ = [
     "HAZARD_FLAGS",
+    "INERT_PROGRAMS",
+    "SHELLS",
     "LAUNCHER_VALUE_OPTIONS",
     "LAUNCH_COMMAND_MAX_CHARS",
     "CommandAnalysis",
@@ -58,7 +61,10 @@ __all__ = [
     "hazard_of",
     "launcher_segment",
     "point_command_at",
+    "prefix_command_at",
     "prefix_launcher",
+    "Program",
+    "programs",
     "remove_flag",
     "remove_hazards",
     "replace_conf",
@@ -118,6 +124,7 @@ _INERT = frozenset({
     "grep", "test", "[", "sleep", "date", "mkdir", "touch", "nvidia-smi", "which", "type", "hostname", "wait",
     "tee", "unset", "ulimit", "umask", "df", "du", "free", "env_info",
 })
+SHELLS, INERT_PROGRAMS = _SHELLS, _INERT  # for the script reader (statemachine/script_launcher.py)
 _MORE_WRAPPERS = {"sudo": {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U"}, "xargs": {
     "-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args", "--max-procs"}}
 _ALL_WRAPPERS = _WRAPPERS | frozenset(_MORE_WRAPPERS)
@@ -582,6 +589,46 @@ def _removal(call: _Call, match: Callable[[str], tuple[bool, bool]]) -> list[_Ed
 def has_launcher(cmd: str) -> bool:
     """Whether any launcher call is found in the command (at any depth)."""
     return bool(analyze_command(cmd).calls)
+
+
+class Program(NamedTuple):
+    """One simple command from its real program on (see `programs`)."""
+
+    words: list[str]  # as bash sees them, past assignments and wrappers
+    start: int  # byte offset of the command (its first word or assignment) in the text
+    launcher: bool  # a launcher call
+    wrappers: tuple[str, ...]  # the wrappers in front of it (`env`, `nohup`, `proxychains4`)
+
+
+def programs(cmd: str) -> list[Program]:
+    """Each simple command of `cmd` (top level and nested alike) from its real program on, past assignments
+    and wrappers (`env A=1`, `nohup`, `proxychains4 -q`), as bash sees the words. What runs a launcher the
+    command does not show (`bash scripts/train.sh`, `make`) and which command printed a failure are found here."""
+    if not isinstance(cmd, str) or not cmd.strip():
+        return []
+    out: list[Program] = []
+    for command in parse(cmd).commands:
+        p, wrappers = _resolve(command.words)
+        if p < len(command.words):
+            out.append(Program([w.value for w in command.words[p:]], command.start,
+                               _launcher_args_at(command.words, p) is not None, tuple(wrappers)))
+    return out
+
+
+def prefix_command_at(cmd: str, start: int, prefix: str) -> str:
+    """Run the simple command at byte offset `start` (a `Program.start`) behind `prefix` (`proxychains4 -q`),
+    after its assignments and wrappers; unchanged when it already runs behind proxychains. The rest of the
+    text stays byte for byte (the seed's rule: `python xxx.py` → `proxychains python xxx.py`)."""
+    for command in parse(cmd).commands:
+        if command.start != start:
+            continue
+        p, wrappers = _resolve(command.words)
+        if p >= len(command.words) or _PROXYCHAINS & set(wrappers):
+            return cmd
+        data = encode(cmd)
+        at = command.words[p].start
+        return decode(data[:at] + encode(prefix.strip() + " ") + data[at:])
+    return cmd
 
 
 def split_chain(cmd: str) -> list[str]:

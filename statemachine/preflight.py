@@ -31,6 +31,7 @@ from ajet_runner.statemachine.blueprint import template_placeholders, validate_b
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
 from ajet_runner.statemachine.repairs import MISSING, get_dotted, set_dotted
+from ajet_runner.statemachine.script_launcher import hidden_launcher
 from ajet_runner.statemachine.shell_ast import unquote
 from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
 from ajet_runner.statemachine.sweep import sweep_changes
@@ -114,6 +115,7 @@ class PreflightPlan(BaseModel):
     env_decisions: list[EnvDecision] = Field(default_factory=list)
     environment: str = ""  # whose environment the env-dependent decisions read
     swarm: dict[str, Any] | None = None  # {"server_command", "port"} for a swarm experiment
+    launcher_hidden: str = ""  # no launcher call in the command: what runs it, and that no change applies
 
     @property
     def ok(self) -> bool:
@@ -203,6 +205,7 @@ class _Planner:
         self.problems: list[Problem] = []
         self.changes: list[ConfigChange] = []
         self.env_decisions: list[EnvDecision] = []
+        self.hidden = ""  # no visible launcher call: why no change applies (statemachine/script_launcher.py)
 
     def read_env(self, variable: str, decision: str) -> None:
         self.env_decisions.append(EnvDecision(variable=variable, is_set=bool((self.env or {}).get(variable)),
@@ -231,6 +234,21 @@ class _Planner:
                 cwd = os.path.join(cwd, words[1])
         return os.path.normpath(cwd) if cwd else ""
 
+    def hidden_launcher(self, cmd: str) -> None:
+        """No launcher call in the command: read the script that runs it (statemachine/script_launcher.py) and
+        say that no preflight change applies (`self.hidden`; plan_preflight turns the changes into advice)."""
+        hidden = hidden_launcher(cmd, self.workdir(cmd))
+        self.hidden = hidden.sentence() if hidden is not None else (
+            "no launcher call is visible in the command, so no preflight change applies (the YAML, flags and "
+            "command run as written)")
+        self.problem(Level.warning, "exp_launch_command", self.hidden)
+        if hidden is None or not hidden.conf or not self.bp.exp_yaml_path:
+            return
+        base = os.path.dirname(hidden.script) if hidden.script.lower().endswith("makefile") else self.workdir(cmd)
+        if os.path.normpath(os.path.join(base, hidden.conf)) != self.bp.yaml_abspath():
+            self.problem(Level.warning, "exp_launch_command", f"the script's --conf {hidden.conf} is not "
+                         f"exp_yaml_path {self.bp.exp_yaml_path}: the checks below read exp_yaml_path")
+
     def plan_command(self) -> tuple[str, list[ConfigChange], bool]:
         """The command to run: every launcher call rewritten, or an error naming what cannot be read.
 
@@ -246,10 +264,9 @@ class _Planner:
         for reason in analysis.refusals:
             self.problem(Level.error, field, f"cannot be run safely: {reason}")
         if not analysis.calls and not analysis.refusals:
-            self.problem(Level.warning, field,
-                         "the command does not visibly run `python -m ajet.launcher`; YAML fixes reach it "
-                         "only if it uses --conf")
-        for note in analysis.notes:
+            self.hidden_launcher(original)
+        read = "script the runner does not look into"  # a note the hidden-launcher sentence replaces
+        for note in (n for n in analysis.notes if not (self.hidden and read in n)):
             self.problem(Level.warning, field, note)
         if analysis.refusals or not analysis.calls:
             return original, [], False
@@ -638,10 +655,33 @@ def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | No
         plan.command_changes = [*plan.command_changes, *cluster_changes]
         p.model_path(data)
         p.experiment_name(data, workdir, time.time() if now is None else now)
+        if p.hidden:
+            plan.val_result_path, plan.train_result_path = _as_written(data, workdir)
     plan.changes = p.changes
-    plan.problems = p.problems
+    if p.hidden:  # nothing reaches a launcher the command does not show: advice, not changes
+        plan.changes = []
+        plan.problems = p.problems + [Problem(level=Level.warning, field=c.key, message=(
+            f"{_NOT_CHANGED}{_NOT_REACHED}): {c.reason}; set it to {c.new!r} in the YAML the script uses if you want "
+            "it")) for c in p.changes]
+        plan.launcher_hidden = p.hidden
+    else:
+        plan.problems = p.problems
     plan.env_decisions = p.env_decisions
     return plan
+
+
+_NOT_CHANGED = "not changed ("
+_NOT_REACHED = "the launcher is not in the command, so the runner's YAML copy would not reach it"
+
+
+def _as_written(data: dict[str, Any], workdir: str) -> tuple[str, str]:
+    """The results files the YAML itself names (resolved from the launch directory); "" for one it does not."""
+    out = []
+    for key in (VAL_KEY, TRAIN_KEY):
+        value = get_dotted(data, key, MISSING)
+        given = value.strip() if isinstance(value, str) else ""
+        out.append(os.path.normpath(os.path.join(workdir, given)) if given else "")
+    return out[0], out[1]
 
 
 _SEVERITY = {Level.warning: 1, Level.error: 2}
@@ -687,12 +727,19 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
         return plan
     plan = plan_preflight(bp, yaml_text, env=env)
     plan.environment = environment
+    if plan.launcher_hidden:  # the sentence says more than the blueprint's "does not mention the YAML"
+        problems = [p for p in problems if not (p.field == "exp_launch_command" and "does not mention the YAML"
+                                                in p.message)]
     plan.problems = merge_problems(problems, [*plan.problems, *prefix_problems(bp, plan.command, env, environment)])
     spec = swarm_spec(bp, yaml_text)  # `ajet.enable_swarm_mode: true` in the YAML
     if spec is not None:
         # The swarm server reads this YAML as written and the launch command is the client (no
         # launcher): no config or command change is made, so none is planned or warned about.
         dropped = {c.key for c in plan.changes}
+        if plan.launcher_hidden:  # the client runs no launcher by design: no "not changed" advice either
+            dropped |= {p.field for p in plan.problems if p.message.startswith(_NOT_CHANGED)}
+            plan.problems = [p for p in plan.problems if not p.message.startswith(plan.launcher_hidden)]
+            plan.launcher_hidden = ""
         plan.changes, plan.command_changes, plan.command = [], [], bp.exp_launch_command
         plan.val_result_path = plan.train_result_path = ""
         plan.problems = [p for p in plan.problems if p.field not in dropped and not (

@@ -17,12 +17,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.failing_line import FailingCommand
 from ajet_runner.statemachine.failure import yaml_digest
 from ajet_runner.statemachine.gpu_check import SKIP_FLAG, GpuFacts, describe, free_gpus
 from ajet_runner.statemachine.models import ConfigChange, RepairAction
 
-__all__ = ["CLEANUP_TARGETS", "MISSING", "ResolvedRepair", "del_dotted", "get_dotted", "resolve_avoiding_repeats",
-           "resolve_repair", "set_dotted"]
+__all__ = ["CLEANUP_TARGETS", "MISSING", "STEP_UNIT_KEYS", "ResolvedRepair", "del_dotted", "get_dotted",
+           "resolve_avoiding_repeats", "resolve_repair", "set_dotted", "step_unit_note"]
 
 CLEANUP_TARGETS = ("ray", "gpu_processes", "session", "swarm_server")
 PROCESS_CLEANUPS = ("ray", "gpu_processes", "session")  # all mean: kill this experiment's marked processes
@@ -118,14 +119,18 @@ def _label(action: RepairAction) -> str:
 
 class _Resolver:
     def __init__(self, yaml_data: Mapping[str, Any], command: str, env: Mapping[str, str],
-                 installed: Callable[[str], bool], own_processes: bool | None, gpus: GpuFacts | None) -> None:
+                 installed: Callable[[str], bool], own_processes: bool | None, gpus: GpuFacts | None,
+                 yaml_unreached: str = "", failing: FailingCommand | None = None) -> None:
         self.data: dict[str, Any] = copy.deepcopy(dict(yaml_data)) if isinstance(yaml_data, Mapping) else {}
         self.original = copy.deepcopy(self.data)
         self.command = command
+        self.original_command = command
         self.base_env = env
         self.installed = installed
         self.own_processes = own_processes
         self.gpus = gpus
+        self.yaml_unreached = yaml_unreached  # why a YAML change would not reach the launcher ("" : it would)
+        self.failing = failing  # the command whose output holds the failure (offsets into `command`)
         self.changes: dict[str, ConfigChange] = {}
         self.env: dict[str, str] = {}
         self.cleanups: list[str] = []
@@ -145,6 +150,9 @@ class _Resolver:
     def set_yaml(self, action: RepairAction) -> None:
         if not action.key:
             self.skip(action, "no YAML key given")
+            return
+        if self.yaml_unreached:
+            self.skip(action, self.yaml_unreached)
             return
         current = get_dotted(self.data, action.key, MISSING)
         if action.factor is not None and current is not MISSING:
@@ -170,10 +178,16 @@ class _Resolver:
         self.changes[action.key] = ConfigChange(key=action.key, old=first_old, new=new, reason=reason)
         shown = "(absent)" if current is MISSING else repr(current)
         self.did(f"set {action.key}: {shown} -> {new!r}{_label(action)}")
+        note = step_unit_note(action.key, current, new, self.data)
+        if note:
+            self.did(note)
 
     def unset_yaml(self, action: RepairAction) -> None:
         if not action.key:
             self.skip(action, "no YAML key given")
+            return
+        if self.yaml_unreached:
+            self.skip(action, self.yaml_unreached)
             return
         current = get_dotted(self.data, action.key, MISSING)
         if current is MISSING:
@@ -203,15 +217,27 @@ class _Resolver:
         if not prefix:
             self.skip(action, "no prefix given")
             return
+        target = self.failing if self.command == self.original_command else None  # offsets hold until a rewrite
+        line = f"`{target.shown}`" if target is not None and not target.launcher else "the launcher"
         if action.requires and not self.installed(action.requires):
-            self.skip(action, f"{action.requires} is not installed on this node")
+            self.skip(action, f"{action.requires} is not installed on this node, so {line} cannot run behind it "
+                      "(install and configure it on the node for the proxy)")
             return
-        new = cmdlib.prefix_launcher(self.command, prefix)
+        if target is not None and not target.launcher:
+            new = cmdlib.prefix_command_at(self.command, target.start, prefix)
+        elif target is None and not cmdlib.analyze_command(self.command).calls:
+            self.skip(action, "the log does not tie the failure to one command of the launch command, and it "
+                      "shows no launcher call to put it in front of")
+            return
+        else:
+            new = cmdlib.prefix_launcher(self.command, prefix)
         if new == self.command:
-            self.skip(action, "the command already runs behind it")
+            self.skip(action, f"{line} already runs behind it")
             return
         self.command = new
-        self.did(f"run the launcher behind `{prefix}`{_label(action)}")
+        why = (f"the command whose output holds the failure: {target.how}" if target is not None else
+               "the log does not tie the failure to one command: the launcher's")
+        self.did(f"run {line} behind `{prefix}` ({why}){_label(action)}")
 
     def flag(self, action: RepairAction) -> None:
         flag = str(action.value or "").strip()
@@ -294,18 +320,41 @@ class _Resolver:
             self.skip(action, f"the run already uses its GPU(s) {value} ({source}) with {SKIP_FLAG}")
 
 
+STEP_UNIT_KEYS = ("ajet.data.train_batch_size",)  # what a training step is made of
+
+
+def step_unit_note(key: str, old: Any, new: Any, data: Mapping[str, Any]) -> str:
+    """The line a repair log and report carry when a change alters what one training step is (""
+    otherwise): a halved batch trains half the samples per step and, with `total_training_steps` unset,
+    doubles the steps of an epoch, so steps before and after the change are not the same unit."""
+    if key not in STEP_UNIT_KEYS or not _is_number(old) or not _is_number(new) or old == new:
+        return ""
+    ratio = old / new
+    fixed = get_dotted(data, "ajet.trainer_common.total_training_steps", None)
+    count = (f"total_training_steps={fixed} is fixed, so the run keeps its step count and trains on "
+             f"{1 / ratio:.3g}x the samples" if _is_number(fixed) and fixed > 0 else
+             f"an epoch now has {ratio:.3g}x as many steps (total_training_steps is unset)")
+    return (f"step unit changed: {key} {old!r} -> {new!r}, one step is {1 / ratio:.3g}x the samples it was; {count}. "
+            "Steps of the attempts before and after this change are not comparable (the evaluations carry their "
+            "attempt)")
+
+
 def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any], command: str,
                    env: Mapping[str, str], installed: Callable[[str], bool], own_processes: bool | None = None,
-                   gpus: GpuFacts | None = None, banned: Mapping[int, str] | None = None) -> ResolvedRepair:
+                   gpus: GpuFacts | None = None, banned: Mapping[int, str] | None = None,
+                   yaml_unreached: str = "", failing: FailingCommand | None = None) -> ResolvedRepair:
     """Apply a plan, in order, to this experiment's YAML data, command and environment.
 
     `installed(program)` tells whether a program exists on the node (for `prefix_command`);
     `own_processes` whether any process of this experiment still runs (False: a process cleanup has
     nothing to stop and is skipped; None: unknown); `gpus` the facts `confine_gpus` needs; `banned`
-    action indexes not to apply, with the reason (an alternative an earlier attempt already tried).
+    action indexes not to apply, with the reason (an alternative an earlier attempt already tried);
+    `yaml_unreached` why the runner's YAML copy would not reach the launcher (a launcher inside a script):
+    YAML actions are then skipped with it, never claimed; `failing` the command whose output holds the
+    failure (statemachine/failing_line.py): `prefix_command` goes in front of it, else of the launcher.
     Changes compound: two actions on one key yield one change from the original value.
     """
-    r = _Resolver(yaml_data, command, env, installed, own_processes, gpus)
+    r = _Resolver(yaml_data, command, env, installed, own_processes, gpus, yaml_unreached, failing)
     handlers: dict[str, Callable[[RepairAction], None]] = {
         "set_yaml": r.set_yaml,
         "unset_yaml": r.unset_yaml,

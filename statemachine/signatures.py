@@ -33,6 +33,9 @@ class TransientSpec(BaseModel):
 
     backoff_seconds: list[float] = Field(min_length=1)
     until: Literal["gpus_free"] | None = None
+    # A relaunch WITH a fix waits too: the n-th failure of this cause waits the n-th backoff (the last one past
+    # the list). A network outage does not pass in the seconds a relaunch takes (a proxy fix may need it too).
+    before_every_relaunch: bool = False
 
     @model_validator(mode="after")
     def _non_negative(self) -> TransientSpec:
@@ -79,6 +82,7 @@ class SignatureSpec(BaseModel):
     transient: TransientSpec | None = None
     benign: list[BenignSpec] = Field(default_factory=list)
     shapes: list[Shape] = Field(default_factory=list)  # evidence shapes besides lineshape.DEFAULT_SHAPES
+    if_it_persists: str = ""  # what a person does when the repairs and waits are spent (the give-up reason ends so)
 
     @model_validator(mode="after")
     def _plan_matches_repairable(self) -> SignatureSpec:
@@ -103,6 +107,7 @@ class Signature:
     benign: tuple[BenignSpec, ...] = ()
     vetoes: tuple[re.Pattern[str], ...] = ()  # the benign entries' patterns
     shapes: frozenset[Shape] = DEFAULT_SHAPES  # the line shapes that count as evidence for this entry
+    if_it_persists: str = ""  # what a person does when the repairs and waits are spent
 
     def matches(self, line: str) -> bool:
         """True when any pattern is found in the (cleaned) line: a candidate, not yet evidence."""
@@ -159,6 +164,7 @@ def _compile(specs: Sequence[SignatureSpec], path: Path, taken: set[str] | None 
                 repair=tuple(spec.repair),
                 settle_seconds=spec.settle_seconds,
                 transient=spec.transient,
+                if_it_persists=spec.if_it_persists.strip(),
                 benign=tuple(spec.benign),
                 vetoes=tuple(re.compile(b.pattern) for b in spec.benign if b.pattern is not None),
                 shapes=DEFAULT_SHAPES | frozenset(spec.shapes),

@@ -124,15 +124,26 @@ def val_result_abspath(bp: Blueprint) -> str:
     return os.path.normpath(vr if os.path.isabs(vr) else os.path.join(bp.exp_codebase_dir, vr))
 
 
+def _as_it_stands(cause: Finding) -> bool:
+    """A specific, unrepairable cause: restarting the server would meet it again."""
+    try:
+        entry = signature(cause.signature)
+    except KeyError:
+        return False
+    return not entry.generic and not entry.repairable
+
+
 def server_failure_finding(server_cause: Finding | None, last_line: str = "", what: str = "died") -> Finding:
     """The diagnosis of a swarm server that died (or never came up), from the server's own log.
 
     A swarm signature in that log (`swarm_mode_disabled`, `swarm_engine_state`, ...) is the
-    diagnosis as it stands, with its own plan; anything else (another signature, or none) is
+    diagnosis as it stands, with its own plan; so is any specific cause that is not repairable (a missing
+    config, a missing module: a restart would read the same file and fail the same way, so the server is
+    never restarted unchanged). Anything else (a generic or repairable signature, or none) is
     `swarm_server_died`, whose plan restarts the server, awaits it and relaunches the client, and
     whose explanation quotes what the server's log said last.
     """
-    if server_cause is not None and server_cause.signature.startswith("swarm_"):
+    if server_cause is not None and (server_cause.signature.startswith("swarm_") or _as_it_stands(server_cause)):
         return server_cause
     quote = server_cause.text if server_cause is not None else last_line.strip()
     seen = f" (its log shows {server_cause.signature})" if server_cause is not None else ""

@@ -168,6 +168,7 @@ class Context(Loose):
     preflight_changes: list[dict[str, Any]] = []
     preflight_problems: list[dict[str, Any]] = []
     preflight_env: dict[str, Any] = {}  # {"environment", "decisions": [...]}
+    launcher_hidden: str = ""  # no launcher call in the command: what runs it; no preflight change applied
     attempts: list[Attempt] = []
     repairs: list[RepairRecord] = []
     yaml_changes: list[dict[str, Any]] = []  # preflight + repairs, on the original

@@ -33,7 +33,7 @@ BLUEPRINT = """# Driver test
 {command}
 ```
 [exp_result_dir] {results}
-[exp_max_time] 1 hour
+[exp_max_time] {max_time}
 """
 
 YAML = """ajet:
@@ -62,17 +62,18 @@ def settings_for(redis_url: str, **overrides: Any) -> Settings:
 LAUNCH = "python -m ajet.launcher --conf conf.yaml --backbone verl"
 
 
-def blueprint_text(tmp_path: Path, command: str = LAUNCH) -> str:
+def blueprint_text(tmp_path: Path, command: str = LAUNCH, max_time: str = "1 hour") -> str:
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
     (code / "conf.yaml").write_text(YAML, encoding="utf-8")
-    return BLUEPRINT.format(code=code, python=sys.executable, results=tmp_path / "results", command=command)
+    return BLUEPRINT.format(code=code, python=sys.executable, results=tmp_path / "results", command=command,
+                            max_time=max_time)
 
 
 def seed(store: Store, exp_id: str, tmp_path: Path, *, state: str = "queued", attempt: int = 0,
-         ctx: Context | None = None, command: str = LAUNCH, **fields: Any) -> None:
+         ctx: Context | None = None, command: str = LAUNCH, max_time: str = "1 hour", **fields: Any) -> None:
     """A record as submission (and earlier driving, for later states) would have left it."""
-    bp = parse_blueprint(blueprint_text(tmp_path, command))
+    bp = parse_blueprint(blueprint_text(tmp_path, command, max_time))
     lc = Lifecycle(id=exp_id, state=state, attempt=attempt)
     store.create(exp_id, {
         "state": state, "lifecycle": lc.to_dict(), "purpose": bp.exp_purpose, "result_dir": bp.exp_result_dir,

@@ -133,6 +133,29 @@ def _chart_series(evals: Iterable[dict[str, Any]]) -> Series:
     return {name: sorted(points.items()) for name, points in series.items()}
 
 
+def _attempt_of(e: dict[str, Any]) -> int | None:
+    try:
+        return int(e["attempt"]) if e.get("attempt") is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+Segments = dict[tuple[str, str], list[tuple[int | None, list[tuple[float, float]]]]]
+
+
+def _chart_segments(evals: list[dict[str, Any]]) -> Segments:
+    """(dataset, metric) -> one (attempt, points) segment per attempt, in attempt order: a relaunched run's curve
+    is drawn in pieces, never joined across attempts (their steps may repeat, or mean another batch size)."""
+    by_attempt: dict[int | None, list[dict[str, Any]]] = {}
+    for e in evals:
+        by_attempt.setdefault(_attempt_of(e), []).append(e)
+    out: Segments = {}
+    for attempt in sorted(by_attempt, key=lambda a: -1 if a is None else a):
+        for key, points in _chart_series(by_attempt[attempt]).items():
+            out.setdefault(key, []).append((attempt, points))
+    return out
+
+
 def step_ticks(x0: float, x1: float, most: int = 6) -> list[int]:
     """Whole-number ticks over [x0, x1] at a round interval (1, 2, 5 x 10^k), at most `most` of them."""
     lo, hi = math.ceil(x0), math.floor(x1)
@@ -197,15 +220,25 @@ def chart(evals: list[dict[str, Any]], width: int = 640, plot_height: int = 220)
     for x in step_ticks(x0, x1):
         parts.append(f'<text class="tick" x="{px(x):.1f}" y="{plot_height - 10}" text-anchor="middle">{x}</text>')
     parts.append(f'<text class="axis" x="{width - pad_r}" y="{plot_height}" text-anchor="end">step</text>')
+    segments = _chart_segments(evals)
+    attempts = sorted({a for parts_ in segments.values() for a, _ in parts_ if a is not None})
+    for later in attempts[1:]:  # where each relaunched attempt's curve starts
+        first = min(x for parts_ in segments.values() for a, pts in parts_ if a == later for x, _ in pts)
+        parts.append(f'<line class="attempt-mark" x1="{px(first):.1f}" x2="{px(first):.1f}" y1="{pad_t}" '
+                     f'y2="{plot_height - pad_b}" stroke="#888" stroke-dasharray="2 3"/>'
+                     f'<text class="attempt-label" x="{px(first) + 3:.1f}" y="{pad_t + 10}">attempt {later}</text>')
     for key in order:
         dataset, metric = key
         colour, dash = metric_colour(metric, metrics), DASHES[datasets.index(dataset) % len(DASHES)]
         name = names[order.index(key)]
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in series[key])
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dashed}/>')
-        parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"><title>{escape(name)} '
-                  f'step {x:g}: {y:.4f}</title></circle>' for x, y in series[key]]
+        for attempt, points in segments.get(key, []):
+            of = f" (attempt {attempt})" if len(attempts) > 1 and attempt is not None else ""
+            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
+            parts.append(f'<polyline class="segment" data-attempt="{attempt if attempt is not None else ""}" '
+                         f'points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dashed}/>')
+            parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"><title>{escape(name)}{of} '
+                      f'step {x:g}: {y:.4f}</title></circle>' for x, y in points]
     for r, row in enumerate(rows):  # the legend, outside the plot: a swatch in the series' colour, its name
         lx, ly = float(pad_l), plot_height + 8 + 18 * r
         for i in row:

@@ -31,3 +31,19 @@ class TimeLimitRule:
             Trigger.time_up, f"max time of {format_limit(obs.max_seconds)} reached", self.name,
             force_kill=phase == "kill",
         )
+
+
+def limit_at(started_at: float | None, max_seconds: float | None) -> float:
+    """When the experiment's time is up (inf: no limit, or not started yet). The same clock the rule watches
+    in `running`, for the states that wait elsewhere (`launching`, `failing`, `repairing`)."""
+    if started_at is None or not max_seconds or max_seconds <= 0:
+        return math.inf
+    return started_at + max_seconds
+
+
+def time_up_reason(now: float, started_at: float | None, max_seconds: float | None, where: str) -> str | None:
+    """The `time_up` reason once the limit is reached while the run was `where` (None before it)."""
+    if now < limit_at(started_at, max_seconds):
+        return None
+    assert max_seconds is not None  # a finite limit has a max time
+    return f"max time of {format_limit(max_seconds)} reached {where}"

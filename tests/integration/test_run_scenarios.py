@@ -58,7 +58,7 @@ def test_preflight_fixes_execute_test_and_val_path_keeping_the_users_yaml(tmp_pa
                                                      ("network_first_attempt", "network_unreachable")])
 def test_first_attempt_crash_is_repaired_and_completes_on_attempt_2(tmp_path, tmux_socket, template, signature):
     sc = make(template, tmp_path)
-    env = env_for(tmux_socket)
+    env = env_for(tmux_socket, AJET_RUNNER_REPAIR_BACKOFF_SCALE="0.05")  # a network relaunch waits 60 s × 0.05
     env["PATH"] = f"{sc.codebase / 'bin'}:{env['PATH']}"  # the sim's proxychains4
     proc = run_cli(sc, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -113,13 +113,14 @@ def test_stall_is_detected(tmp_path, tmux_socket) -> None:
 
 
 def test_plateau_stops_early(tmp_path, tmux_socket) -> None:
+    # The sample as shipped, with the plateau rule's default settings (`ajet-runner demo plateau`): it must
+    # be past half of its time before the rule judges, and it ends early_stopped as its purpose says.
     sc = make("plateau", tmp_path)
-    env = env_for(tmux_socket, AJET_RUNNER_PLATEAU_AFTER_FRACTION="0", AJET_RUNNER_PLATEAU_EVALUATIONS="3",
-                  AJET_RUNNER_PLATEAU_EPSILON="0.01")
-    proc = run_cli(sc, env)
+    proc = run_cli(sc, env_for(tmux_socket))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = sc.results_json()
-    assert data["outcome"] == "early_stopped"
+    assert data["outcome"] == "early_stopped", data["reason"]
+    assert "plateau" in [h["trigger"] for h in data["history"]]
 
 
 def test_autokill_is_defused(tmp_path, tmux_socket) -> None:

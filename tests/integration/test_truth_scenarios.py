@@ -35,13 +35,11 @@ def test_console_only_run_reports_step_0_to_the_final_step_from_the_log(tmp_path
 
 def test_console_only_run_can_stop_on_a_plateau(tmp_path, tmux_socket) -> None:
     sc = make("console_plateau", tmp_path)
-    env = env_for(tmux_socket, AJET_RUNNER_PLATEAU_AFTER_FRACTION="0", AJET_RUNNER_PLATEAU_EVALUATIONS="3",
-                  AJET_RUNNER_PLATEAU_EPSILON="0.01")
-    proc = run_cli(sc, env)
+    proc = run_cli(sc, env_for(tmux_socket))  # the sample as shipped, the plateau rule's defaults
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = sc.results_json()
     assert data["outcome"] == "early_stopped", data["reason"]
-    assert steps(data)[0] == 0 and max(steps(data)) < 200
+    assert steps(data)[0] == 0 and max(steps(data)) < 300
 
 
 def test_a_relative_val_file_with_old_lines_reports_only_this_runs_evaluations(tmp_path, tmux_socket) -> None:

@@ -287,7 +287,8 @@ _GOOD_YAML = ("ajet:\n  execute_test: false\n  trainer_common:\n    logger: tens
 def test_a_launcher_prefix_missing_on_path_is_a_preflight_error(tmp_path: Path) -> None:
     """`proxychains4 python …` on a node without proxychains4 exits 127 at launch: refused before."""
     bp = _classic(tmp_path, _GOOD_YAML, "proxychains4 -q python -m ajet.launcher --conf a.yaml")
-    bare = {"PATH": "/usr/bin:/bin"}
+    (tmp_path / "bare").mkdir()  # the host's own tools are not the test's: proxychains4 may be in /usr/bin
+    bare = {"PATH": str(tmp_path / "bare")}
     plan = preflight(bp, env=bare, environment="node n1")
     (problem,) = [p for p in plan.problems if p.level == Level.error]
     assert problem.field == "exp_launch_command" and "`proxychains4`" in problem.message
@@ -296,7 +297,7 @@ def test_a_launcher_prefix_missing_on_path_is_a_preflight_error(tmp_path: Path) 
     tools.mkdir()
     (tools / "proxychains4").write_text("#!/bin/sh\nexec \"$@\"\n")
     (tools / "proxychains4").chmod(0o755)
-    plan = preflight(bp, env={"PATH": f"{tools}:/usr/bin:/bin"}, environment="node n1")
+    plan = preflight(bp, env={"PATH": f"{tools}:{tmp_path / 'bare'}"}, environment="node n1")
     assert not [p for p in plan.problems if p.level == Level.error]
     gone = _classic(tmp_path, _GOOD_YAML, f"{tmp_path}/nope/python -m ajet.launcher --conf a.yaml")
     assert any("does not exist" in p.message for p in preflight(gone, env=bare, environment="x").problems)

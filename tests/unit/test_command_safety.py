@@ -122,7 +122,7 @@ def test_what_cannot_be_read_is_refused_with_the_reason(cmd: str, why: str) -> N
 
 def test_notes_and_harmless_mentions() -> None:
     plan = _plan("bash train.sh")
-    assert plan.ok and any("does not look into" in p.message for p in plan.problems)
+    assert plan.ok and any("no launcher call is visible" in p.message for p in plan.problems)
     ok = _plan("echo --autokill is not used; python -m ajet.launcher --conf a.yaml  # no --autokill here")
     assert ok.ok and not ok.command_changes
     two = _plan("python -m ajet.launcher --conf a.yaml; python -m ajet.launcher --conf b.yaml")

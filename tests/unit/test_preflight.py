@@ -195,7 +195,7 @@ def test_command_problems() -> None:
     no_conf = plan(command="python -m ajet.launcher --with-ray")
     assert not no_conf.ok and "without --conf" in messages(no_conf, "exp_launch_command")[0]
     script = plan(command="bash run.sh")
-    assert script.ok and "does not visibly run" in messages(script, "exp_launch_command")[0]
+    assert script.ok and "no launcher call is visible" in messages(script, "exp_launch_command")[0]
     other = plan(command="python -m ajet.launcher --conf tests/bench/other.yaml")
     assert "is not exp_yaml_path" in messages(other, "exp_launch_command")[0]
     moved = plan(command="cd tests && python -m ajet.launcher --conf corpus/yaml/benchmark_math.yaml",

@@ -173,3 +173,21 @@ def test_alternatives_apply_only_the_first_that_changes_something() -> None:
     assert with_proxy.command.startswith("proxychains4 -q") and "HF_HUB_OFFLINE" not in with_proxy.env
     without = resolve_repair(plan, yaml_data={}, command=cmd, env={}, installed=lambda p: False)
     assert without.command == cmd and without.env == {"HF_HUB_OFFLINE": "1"}
+
+
+def test_a_repair_that_changes_the_batch_says_the_step_unit_changed(data: dict) -> None:
+    from ajet_runner.statemachine.signatures import signature
+
+    data["ajet"]["data"]["train_batch_size"] = 32
+    data["ajet"]["trainer_common"].pop("total_training_steps", None)
+    oom = list(signature("cuda_oom").repair)
+    r = resolve(oom, data)
+    assert "set ajet.data.train_batch_size: 32 -> 16 (smaller batches use less memory per step)" in r.applied
+    [note] = [line for line in r.applied if line.startswith("step unit changed")]
+    assert "one step is 0.5x the samples it was; an epoch now has 2x as many steps" in note
+    assert "not comparable" in note
+    data["ajet"]["trainer_common"]["total_training_steps"] = 20
+    fixed = [line for line in resolve(oom, data).applied if line.startswith("step unit changed")]
+    assert "total_training_steps=20 is fixed, so the run keeps its step count" in fixed[0]
+    other = resolve([RepairAction(kind="set_yaml", key="ajet.rollout.max_model_len", factor=0.5)], data)
+    assert not [line for line in other.applied if line.startswith("step unit")]  # not every change is one

@@ -18,6 +18,7 @@ from ajet_runner.resultdir.flag import (
     read_finish_flag,
     write_finish_flag,
 )
+from ajet_runner.statemachine.command_file import command_script
 from ajet_runner.statemachine.lifecycle import Outcome
 from ajet_runner.statemachine.models import ConfigChange, Evaluation
 from ajet_runner.workers.report import (
@@ -254,7 +255,8 @@ def test_completed_report_has_one_row_per_evaluation_with_deltas(tmp_path: Path)
     assert "1h 02m" in text and "2h (52% used)" in text
     assert "> Does a 2x learning rate help GSM8K?" in text
     assert "[attempt_1.log](<attempt_1.log>)" in text  # logs inside the result dir are linked
-    assert "Command: `python -m ajet.launcher --conf math.yaml | tee x`" in text
+    assert "Command file as run (attempt 1):\n\n```bash\n# ajet-runner: the launch command" in text
+    assert "\npython -m ajet.launcher --conf math.yaml | tee x\n```" in text
     timeline = _table_rows(_section(text, "Lifecycle timeline"))
     assert timeline[2] == [  # a pipe inside a cell is escaped, the row keeps its 6 cells
         "2024-12-24 01:28:50 UTC", "1h 02m", "running → collecting", "completed", "1", "exit 0 \\| done"
@@ -510,3 +512,17 @@ def test_unscanned_log_ranges_are_named_in_the_report_and_results_json(tmp_path:
     assert "attempt 2: bytes" not in report
     doc = json.loads((tmp_path / RESULTS_NAME).read_text())
     assert doc["attempts"][0]["unscanned"] == [gap] and "unscanned" not in doc["attempts"][1]
+
+
+def test_the_report_shows_each_attempts_command_file_as_it_ran_multi_line_kept(tmp_path: Path) -> None:
+    data = completed_run(tmp_path)
+    multi = "cd /code && \\\n  python -m ajet.launcher \\\n    --conf math.yaml  # the main run\necho done"
+    second = AttemptInfo(number=2, started_at=T0 + 10, ended_at=T0 + 20, exit_code=0,
+                         command="proxychains4 -q " + multi, log_path="", end_reason="exited 0")
+    data = data.model_copy(update={"attempts": [data.attempts[0].model_copy(update={"command": multi}), second]})
+    write_result_files(data)
+    attempts = _section((tmp_path / "experiment_report.md").read_text(), "Attempts")
+    for number, command in ((1, multi), (2, "proxychains4 -q " + multi)):
+        block = attempts.split(f"Command file as run (attempt {number}):\n\n```bash\n", 1)[1].split("\n```", 1)[0]
+        assert block == command_script(command).rstrip("\n")  # byte for byte what logs/attempt-N.command.sh held
+    assert "Command:" not in attempts  # no joined one-liner

@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
-CLI = REPO / ".venv" / "bin" / "ajet-runner"
+# The console script of the interpreter running the tests (any venv, in or outside the repo).
+CLI = Path(sys.executable).with_name("ajet-runner")
 CORPUS = REPO / "tests" / "corpus" / "results"
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
     if not CLI.exists():
-        pytest.fail(f"console script missing: {CLI} (pip install -e . in the venv)")
+        pytest.fail(f"console script missing: {CLI} (pip install -e . into the venv of {sys.executable})")
     return subprocess.run(
         [str(CLI), "results", *map(str, args)],
         capture_output=True,

@@ -197,6 +197,7 @@ CORPUS_TABLE: dict[str, tuple[str | None, bool]] = {
     "swarm_val_before_train.log": ("swarm_val_before_train", False),
     "swarm_mode_disabled.log": ("swarm_mode_disabled", False),
     "swarm_engine_state.log": ("swarm_engine_state", False),
+    "swarm_config_missing.log": ("config_unreadable", False),
     "vllm_kv_cache.log": ("vllm_kv_cache", False),
     "vllm_gpu_busy.log": ("vllm_gpu_memory_busy", False),
     "ray_already_running.log": ("ray_already_running", False),

@@ -86,3 +86,21 @@ def test_a_failed_client_is_explained_by_a_swarm_signature_in_the_live_servers_l
     p = decide(default_rules(), obs(process_alive=False, exit_code=1, cause=bare), running().can)
     assert p is not None and p.rule == "process_exit"
     assert SwarmServerRule().check(obs(server_cause=engine)) is None  # the client still runs: it decides
+
+
+def test_a_server_that_failed_on_its_config_is_diagnosed_from_its_log_not_restarted() -> None:
+    from pathlib import Path
+
+    from ajet_runner.statemachine.failure import judge_failure
+
+    log = (Path(__file__).resolve().parent.parent / "corpus" / "logs" / "swarm_config_missing.log").read_text()
+    cause = diagnose_text(log).cause
+    assert cause is not None and cause.signature == "config_unreadable"
+    finding = server_failure_finding(cause, "", what="failed: the swarm server exited (code 1) before listening")
+    assert finding.signature == "config_unreadable" and not finding.repair  # no restart-the-server plan
+    assert "Cannot find primary config 'ajet_swarm_missing'" in finding.text
+    verdict = judge_failure(launched=True, signature=finding.signature, planned=bool(finding.repair),
+                            applicable=False, budget_left=True, why="not repairable")
+    assert verdict.trigger == "give_up"  # the run ends, quoting the server's log: never an unchanged restart
+    generic = diagnose_text("Traceback (most recent call last):\nValueError: boom\n").cause
+    assert generic is not None and server_failure_finding(generic).signature == SERVER_DIED  # unknown: restart

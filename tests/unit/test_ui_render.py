@@ -71,3 +71,26 @@ def test_chart_has_whole_step_ticks_a_legend_below_and_the_plot_colours() -> Non
     lowest_point = max(float(y) for y in re.findall(r'<circle cx="[\d.]+" cy="([\d.]+)"', svg))
     assert all(float(y) > lowest_point + 20 for y, _ in swatches), "the legend sits on the lines"
     assert render.number(67) == render.number(67.0) == "67" and render.number(0.5) == "0.5000"
+
+
+def test_a_relaunched_runs_evaluations_show_their_attempt_in_the_table_and_the_chart() -> None:
+    import re
+
+    from ajet_runner.service.ui.pages import fragment
+    from ajet_runner.store.events import EvaluationEvent
+
+    # attempt 1 evaluated 0, 2, 4; attempt 2 (resumed at 2) evaluated 2, 4, 6: the same steps twice
+    evals = [EvaluationEvent.model_validate({"step": s, "dataset": "gsm8k", "metrics": {"mean_reward": r},
+                                             "attempt": a})
+             for a, s, r in ((1, 0, 0.1), (1, 2, 0.2), (1, 4, 0.3), (2, 2, 0.25), (2, 4, 0.35), (2, 6, 0.4))]
+    svg = str(render.chart(evals))
+    assert re.findall(r'class="segment" data-attempt="(\d)"', svg) == ["1", "2"]  # one piece per attempt
+    assert "attempt 2</text>" in svg and "mean_reward (attempt 2) step 2: 0.2500" in svg
+    assert "mean_reward (attempt 1) step 2: 0.2000" in svg  # attempt 1's point is kept, not overwritten
+    html = fragment("_evals.html", evals=evals, chart=svg, metric_keys=["mean_reward"])
+    head = html.split("<thead>", 1)[1].split("</thead>", 1)[0]
+    assert "<th>step</th><th>attempt</th><th>dataset</th>" in head
+    rows = re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td><td>gsm8k</td>", html)
+    assert rows == [("0", "1"), ("2", "1"), ("4", "1"), ("2", "2"), ("4", "2"), ("6", "2")]
+    one = fragment("_evals.html", evals=evals[:3], chart="", metric_keys=["mean_reward"])
+    assert "<th>attempt</th>" not in one  # a single attempt needs no column

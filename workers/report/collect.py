@@ -38,6 +38,8 @@ def link_repair_outcomes(ctx: Context, outcome: str) -> None:
         if rep.relaunched:
             nxt = rep.attempt + 1
             later = ctx.attempt(nxt)
+            if later is None and rep.next:
+                continue  # the relaunch never came (e.g. the time limit in the wait): its own line says why
             end = later.end_reason if later else ""
             if i == len(ctx.repairs) - 1 or end:
                 rep.next = f"attempt {nxt}: {end or outcome}"
@@ -131,7 +133,8 @@ def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle
         outcome=lc.outcome, reason=lc.reason, created_at=rec.created_at,
         started_at=started_at, finished_at=time.time(), max_seconds=bp.exp_max_time_seconds,
         result_dir=bp.exp_result_dir, blueprint_path=rec.blueprint_path,
-        yaml_path=bp.yaml_abspath(), patched_yaml_path=ctx.config_path,
+        yaml_path=bp.yaml_abspath(), patched_yaml_path="" if ctx.launcher_hidden else ctx.config_path,
+        launcher_hidden=ctx.launcher_hidden,
         attempts=list(ctx.attempts),
         preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
         preflight_env=ctx.preflight_env,

@@ -50,6 +50,7 @@ class ReportData(_Input):
     blueprint_path: str = ""
     yaml_path: str = ""
     patched_yaml_path: str = ""
+    launcher_hidden: str = ""  # no launcher call in the command: what runs it; no preflight change applied
     attempts: list[AttemptInfo] = []
     preflight_changes: list[dict[str, Any]] = []
     preflight_problems: list[dict[str, Any]] = []

@@ -118,24 +118,36 @@ class PlotCanvas:
         datasets = list(dict.fromkeys(e.dataset for e in points))
         steps = sorted({e.step for e in points if e.step is not None})
 
-        def series(dataset: str, metric: str) -> tuple[list[int], list[float]]:
-            pairs = [(e.step, e.get(metric)) for e in points if e.dataset == dataset]
+        attempts = list(dict.fromkeys(e.attempt for e in points))
+
+        def series(dataset: str, metric: str, attempt: int | None) -> tuple[list[int], list[float]]:
+            pairs = [(e.step, e.get(metric)) for e in points if e.dataset == dataset and e.attempt == attempt]
             kept = [(s, v) for s, v in pairs if s is not None and v is not None]
             return [s for s, _ in kept], [v for _, v in kept]
 
         # One colour per metric, shared with the console's chart (resultdir/palette.py); datasets differ by
-        # marker and line style.
+        # marker and line style. Each attempt is its own segment (never joined across a relaunch), and a
+        # dotted line marks where each later attempt starts.
         for i, dataset in enumerate(datasets):
             style = {"marker": MARKERS[i % len(MARKERS)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
-            xs, ys = series(dataset, "mean_reward")
-            if xs:
-                ax_reward.plot(xs, ys, color=metric_colour("mean_reward", charted), label=dataset or "mean_reward",
-                               **style)
-            for metric in rates:
-                xs, ys = series(dataset, metric)
+            for k, attempt in enumerate(attempts):
+                xs, ys = series(dataset, "mean_reward", attempt)
                 if xs:
-                    label = metric if len(datasets) == 1 else f"{metric} ({dataset or 'default'})"
-                    ax_rate.plot(xs, ys, color=metric_colour(metric, charted), label=label, **style)
+                    ax_reward.plot(xs, ys, color=metric_colour("mean_reward", charted),
+                                   label=(dataset or "mean_reward") if k == 0 else None, **style)
+                for metric in rates:
+                    xs, ys = series(dataset, metric, attempt)
+                    if xs:
+                        label = metric if len(datasets) == 1 else f"{metric} ({dataset or 'default'})"
+                        ax_rate.plot(xs, ys, color=metric_colour(metric, charted), label=label if k == 0 else None,
+                                     **style)
+        for attempt in [a for a in attempts[1:] if a is not None]:
+            first = min((e.step for e in points if e.attempt == attempt and e.step is not None), default=None)
+            for ax in self.axes:
+                if first is not None:
+                    ax.axvline(first, color="#888888", linestyle=":", linewidth=1)
+                    ax.annotate(f"attempt {attempt}", (first, 1.0), xycoords=("data", "axes fraction"),
+                                xytext=(2, -10), textcoords="offset points", fontsize="x-small", color="#555555")
         for ax, name in zip(self.axes, PANELS, strict=True):
             if len(steps) == 1:  # one evaluation: show it in a sensible window, not ±0.05 of a step
                 ax.set_xlim(steps[0] - 1, steps[0] + 1)

@@ -56,6 +56,8 @@ def _preflight(data: ReportData) -> list[str]:
                          + (f" — {reason}" if reason else ""))
         if data.patched_yaml_path:
             lines += ["", f"The run used {code_span(data.patched_yaml_path)}."]
+    elif data.launcher_hidden:
+        lines.append(f"No preflight change applied: {md_cell(data.launcher_hidden, 1000)}.")
     else:
         lines.append("The preflight changed nothing.")
     problems = [p for p in data.preflight_problems if isinstance(p, dict)]

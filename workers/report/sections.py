@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ajet_runner.statemachine.command_file import command_script
 from ajet_runner.store.records import Attempt as AttemptInfo
 from ajet_runner.store.records import RepairRecord
 from ajet_runner.workers.report.data import (
@@ -92,7 +93,8 @@ def _summary(c: ReportContext) -> list[str]:
         ["Training steps logged", str(d.train_steps) if d.train_steps else NA],
         ["Blueprint", path_link(d.blueprint_path, d.result_dir)],
         ["YAML (original)", code_span(d.yaml_path)],
-        ["YAML (as run)", path_link(d.patched_yaml_path, d.result_dir)],
+        ["YAML (as run)", "as the script names it (the runner changed nothing: see Preflight)" if d.launcher_hidden
+         else path_link(d.patched_yaml_path, d.result_dir)],
         ["Result dir", code_span(d.result_dir)],
     ]
     if d.previous_run:
@@ -155,6 +157,10 @@ def _evaluation_table(c: ReportContext) -> list[str]:
     if by_attempt:
         lines += ["The curve follows the attempts as the trainer did: a resumed attempt continues it from its "
                   "checkpoint's step; a restarted one replaces what came before (see Attempts).", ""]
+    units = [f"**From attempt {r.attempt + 1} on, the step unit changed** ({md_cell(line, 600)})."
+             for r in c.data.repairs if r.relaunched for line in r.changes if line.startswith("step unit changed")]
+    if units:
+        lines += [*units, ""]
     lines += table(header, rows)
     gone = c.data.superseded_evaluations
     if gone:
@@ -230,12 +236,22 @@ def _attempts(c: ReportContext) -> list[str]:
     if checks:
         lines += ["", "The runner's own GPU check before launch:", "", *checks]
     lines += _environments(d.attempts)
-    commands = list(dict.fromkeys(a.command for a in d.attempts if a.command))
-    if len(commands) == 1:
-        lines += ["", f"Command: {code_span(commands[0])}"]
-    else:
-        lines += [""] + [f"- attempt {a.number}: {code_span(a.command)}" for a in d.attempts if a.command]
-    return lines + _unscanned(d.attempts)
+    return lines + _commands(d) + _unscanned(d.attempts)
+
+
+def _commands(d: ReportData) -> list[str]:
+    """Each attempt's command file (`logs/attempt-N.command.sh`) as it ran, byte for byte and multi-line:
+    one block when every attempt ran the same one."""
+    ran = [a for a in d.attempts if a.command]
+    if not ran:
+        return []
+    if len({a.command for a in ran}) == 1:
+        which = "every attempt" if len(ran) > 1 else f"attempt {ran[0].number}"
+        return ["", f"Command file as run ({which}):", "", *fenced(command_script(ran[0].command), "bash")]
+    lines: list[str] = []
+    for a in ran:
+        lines += ["", f"Command file as run (attempt {a.number}):", "", *fenced(command_script(a.command), "bash")]
+    return lines
 
 
 def _environments(attempts: list[AttemptInfo]) -> list[str]:
@@ -293,6 +309,8 @@ def _preflight(c: ReportContext) -> list[str]:
                 for ch in d.preflight_changes if isinstance(ch, dict)]
         lines += ["Changed before the first launch (the original file is kept):", ""]
         lines += table(["setting", "was", "now", "why"], rows)
+    elif d.launcher_hidden:
+        lines.append(f"No preflight change applied: {md_cell(d.launcher_hidden, 1000)}.")
     else:
         lines.append("The preflight changed nothing.")
     if d.preflight_problems:
@@ -316,7 +334,16 @@ def _repairs(c: ReportContext) -> list[str]:
              md_cell("; ".join(r.changes) or NA), md_cell(r.source or NA), md_cell(r.result or NA),
              md_cell(repair_next(d, r))] for i, r in enumerate(d.repairs, 1)]
     lines = [f"Details, log excerpts and diffs: [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}).", ""]
-    return lines + table(["#", "when", "attempt", "diagnosis", "change", "source", "result", "next"], rows)
+    lines += table(["#", "when", "attempt", "diagnosis", "change", "source", "result", "next"], rows)
+    return lines + _not_done(d)
+
+
+def _not_done(d: ReportData) -> list[str]:
+    """What a repair considered and could not do (a proxychains the node lacks, a YAML change a script would
+    not receive), one line each: the reader of the report sees why the fix they expected is missing."""
+    lines = [f"- failure {i}: {md_cell(line, 600)}" for i, r in enumerate(d.repairs, 1) for line in r.skipped
+             if "was already applied" not in line]
+    return ["", "Considered and not done:", "", *lines] if lines else []
 
 
 def _timeline(c: ReportContext) -> list[str]:

@@ -6,7 +6,8 @@ next attempt's inputs compared with every earlier attempt that failed for the sa
 catalogue's backoff when the cause is transient.
 
 A stop wins: requested before the repair is decided (or while the LLM adviser is asked, which aborts
-the ask at once), the run ends `cancelled`, the failure recorded with no repair tried.
+the ask at once), the run ends `cancelled`, the failure recorded with no repair tried. The time limit
+does the same with `timed_out`: reached here (an adviser's ask is aborted at the limit), no repair starts.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ajet_runner.statemachine.diagnose import decisive_line
+from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.failing_line import FailingCommand, failing_command
 from ajet_runner.statemachine.failure import RepairResult, judge_failure, repeats_of
-from ajet_runner.statemachine.gpu_check import GpuFacts, parse_visible
+from ajet_runner.statemachine.gpu_check import GpuFacts, parse_visible, too_busy
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.preflight import gang_shape
 from ajet_runner.statemachine.repairs import ResolvedRepair, resolve_avoiding_repeats
 from ajet_runner.statemachine.rules import EXIT_NOT_RECORDED
+from ajet_runner.statemachine.rules.time_limit import limit_at, time_up_reason
 from ajet_runner.statemachine.signatures import signature as catalogue_entry
 from ajet_runner.store.records import PendingRepair, RepairRecord
 from ajet_runner.workers.drive.attempt import MARKER
@@ -55,12 +59,21 @@ def handle(d: Drive) -> bool:
         return True
     stop = threading.Event()
     d.journal.on_cancel = stop.set  # the journal's listener: a stop request aborts an ask in flight
+    left = limit_at(d.started_at, d.bp.exp_max_time_seconds) - time.time()
+    clock = threading.Timer(max(left, 0.0), stop.set) if left < float("inf") else None  # the limit aborts it too
+    if clock is not None:
+        clock.daemon = True
+        clock.start()
     try:
         if d.journal.cancel_requested():
             return _stopped(d, record, "before a repair was decided")
+        if _time_up(d, record, "before a repair was decided"):
+            return True
         return _judge(d, record, pending, cause, sig_id, stop)
     finally:
         d.journal.on_cancel = None
+        if clock is not None:
+            clock.cancel()
 
 
 def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Finding | None, sig_id: str,
@@ -83,10 +96,13 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
             record = record.model_copy(update=advice_fields(pending))
         if stop.is_set() or d.journal.cancel_requested():
             record.source = source
-            return _stopped(d, record, "while the adviser was asked" if source == "adviser"
-                            else "before a repair was decided")
+            when = "while the adviser was asked" if source == "adviser" else "before a repair was decided"
+            if not d.journal.cancel_requested() and _time_up(d, record, when):
+                return True
+            return _stopped(d, record, when)
         if actions:
-            resolved, identical_to = _resolve(d, actions, sig_id)
+            failing = failing_command(d.ctx.command, pending.get("log_tail") or [], cause.text) if cause else None
+            resolved, identical_to = _resolve(d, actions, sig_id, failing)
             backoff = _transient_backoff(d, sig_id, resolved)
         record.source = source
     else:
@@ -95,6 +111,8 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
                             applicable=resolved is not None and resolved.applicable,
                             budget_left=budget_left, why=why, quote=quote,
                             rejection=d.lc.reason, identical_to=identical_to, backoff=backoff)
+    if verdict.trigger == Trigger.repair and _time_up(d, record, "before the repair was applied"):
+        return True
     record.result = verdict.result
     record.identical_to = verdict.identical_to
     if resolved is not None and verdict.trigger == Trigger.repair:
@@ -106,16 +124,36 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
     if verdict.trigger == Trigger.repair:
         assert resolved is not None
         repeat = verdict.identical_to is not None  # an unchanged relaunch of a transient cause
-        plan = {**resolved.model_dump(mode="json"), "backoff_seconds": verdict.backoff, "repeat": repeat,
+        wait = verdict.backoff if repeat else _wait_before_fix(d, sig_id)
+        plan = {**resolved.model_dump(mode="json"), "backoff_seconds": wait, "repeat": repeat,
                 "until": _until(sig_id) if repeat else None}
         d.ctx.pending_repair = PendingRepair.model_validate({**pending, "resolved": plan})
-        d.fire(Trigger.repair, verdict.reason, repair_stat=stat, signature=sig_id)
+        reason = verdict.reason if repeat or not wait else f"{verdict.reason}; relaunching after {format_limit(wait)}"
+        d.fire(Trigger.repair, reason, repair_stat=stat, signature=sig_id)
     else:
-        d.fire(Trigger.give_up, verdict.reason, repair_stat=stat)
+        d.fire(Trigger.give_up, _with_advice(verdict.reason, sig_id, launched), repair_stat=stat)
     return True
 
 
-def _resolve(d: Drive, actions: list[RepairAction], sig_id: str) -> tuple[ResolvedRepair, int | None]:
+def _with_advice(reason: str, sig_id: str, launched: bool) -> str:
+    """A give-up reason that ends with what to do when the cause persists (the catalogue's `if_it_persists`);
+    for a busy GPU, which GPUs nvidia-smi shows busy now, against the launcher's rule for every GPU."""
+    try:
+        advice = catalogue_entry(sig_id).if_it_persists
+    except KeyError:
+        return reason
+    if not advice or not launched:
+        return reason
+    if sig_id == "gpu_busy":
+        listed, why = query_gpus()
+        busy = too_busy(listed, [g.index for g in listed]) if listed else []
+        now = f"; busy now: {'; '.join(busy)}" if busy else (f"; nvidia-smi: {why}" if why else "")
+        reason += now
+    return f"{reason}. What to do: {advice}"
+
+
+def _resolve(d: Drive, actions: list[RepairAction], sig_id: str,
+             failing: FailingCommand | None) -> tuple[ResolvedRepair, int | None]:
     """The plan against this experiment, avoiding a next attempt an earlier failed one already ran."""
     data = read_yaml_data(Path(d.ctx.config_path)) if d.ctx.config_path else {}
     earlier = earlier_failures(d.ctx, d.lc.attempt, sig_id)
@@ -128,9 +166,11 @@ def _resolve(d: Drive, actions: list[RepairAction], sig_id: str) -> tuple[Resolv
         same = repeats_of(next_inputs(d.ctx, resolved), earlier, sig_id)
         return same[0] if same else None
 
+    unreached = ("not changed: the launcher runs inside a script the runner does not rewrite, so its YAML copy "
+                 "would not reach it" if d.ctx.launcher_hidden and not d.ctx.swarm else "")
     return resolve_avoiding_repeats(actions, identical=identical, yaml_data=data, command=d.ctx.command,
                                     env=d.ctx.env, installed=lambda prog: shutil.which(prog) is not None,
-                                    own_processes=own, gpus=gpus)
+                                    own_processes=own, gpus=gpus, yaml_unreached=unreached, failing=failing)
 
 
 def _transient_backoff(d: Drive, sig_id: str, resolved: ResolvedRepair) -> float | None:
@@ -149,6 +189,19 @@ def _transient_backoff(d: Drive, sig_id: str, resolved: ResolvedRepair) -> float
     return spec.backoff_seconds[repeats - 1] * d.settings.repair_backoff_scale
 
 
+def _wait_before_fix(d: Drive, sig_id: str) -> float:
+    """The catalogue's wait before a relaunch WITH a fix (`before_every_relaunch`): the n-th failure of this
+    cause waits the n-th backoff, the last one past the list; 0 for other causes."""
+    try:
+        spec = catalogue_entry(sig_id).transient
+    except KeyError:
+        return 0.0
+    if spec is None or not spec.before_every_relaunch:
+        return 0.0
+    nth = sum(1 for r in d.ctx.repairs if r.signature == sig_id)  # this failure's record is in already
+    return spec.backoff_seconds[min(max(nth, 1), len(spec.backoff_seconds)) - 1] * d.settings.repair_backoff_scale
+
+
 def _until(sig_id: str) -> str | None:
     try:
         spec = catalogue_entry(sig_id).transient
@@ -165,6 +218,18 @@ def _gpu_facts(d: Drive, data: dict[str, Any]) -> GpuFacts:
     listed, why = (None, "") if assigned is not None else query_gpus()
     return GpuFacts(assigned=assigned, listed=listed, unavailable=why, needed=max(per_node, 1),
                     skip_flag=supported is not False, current=parse_visible(d.ctx.env.get("CUDA_VISIBLE_DEVICES")))
+
+
+def _time_up(d: Drive, record: RepairRecord, when: str) -> bool:
+    """The time limit reached in `failing`: the failure is recorded, no repair is tried, the run ends `timed_out`."""
+    reason = time_up_reason(time.time(), d.started_at, d.bp.exp_max_time_seconds, when)
+    if reason is None:
+        return False
+    record.next = f"no repair: {reason}"
+    d.ctx.repairs.append(record)
+    d.ctx.pending_repair = None
+    d.fire(Trigger.time_up, reason)
+    return True
 
 
 def _stopped(d: Drive, record: RepairRecord, when: str) -> bool:

@@ -20,6 +20,7 @@ from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.preflight import gpus_needed, read_yaml_data
+from ajet_runner.statemachine.rules.time_limit import time_up_reason
 from ajet_runner.statemachine.signatures import signature
 from ajet_runner.store.records import Attempt, PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_env
@@ -49,6 +50,9 @@ def handle(d: Drive) -> bool:
     _request(d, session)
     adopted = _find_running_attempt(d, session, paths)
     if adopted is None:
+        if late := time_up_reason(time.time(), d.started_at, d.bp.exp_max_time_seconds, "before the launch"):
+            d.fire(Trigger.time_up, late)  # e.g. a relaunch after a long repair: no attempt starts past the limit
+            return True
         outside = d.root_problems()  # checked at each launch: a path may have been swapped since
         if outside:
             d.fire(Trigger.anomaly, "refused to launch: " + "; ".join(str(p) for p in outside))

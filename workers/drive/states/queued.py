@@ -148,6 +148,7 @@ def _apply_preflight(d: Drive, plan: Any) -> None:
     d.ctx.val_path = plan.val_result_path  # absolute, resolved from the launch directory
     d.ctx.train_path = plan.train_result_path
     d.ctx.val_chosen = any(c.key.endswith(".val_print_to_markdown_file_path") for c in changes)
+    d.ctx.launcher_hidden = plan.launcher_hidden  # the report then names no change the process did not get
     # The user's own results file may hold earlier runs' lines (AgentJet appends): only what
     # is written after this point is this run's, across every attempt.
     d.ctx.val_start = file_start(plan.val_result_path)

@@ -348,7 +348,8 @@ def _publish_evaluations(d: Drive, new: list[Any]) -> None:
     d.journal.update({"latest_metrics": metrics})
     for e in new:
         d.journal.publish(
-            {"type": EventType.evaluation, "step": e.step, "dataset": e.dataset, "metrics": e.metrics}
+            {"type": EventType.evaluation, "step": e.step, "dataset": e.dataset, "metrics": e.metrics,
+             "attempt": d.lc.attempt}
         )
 
 

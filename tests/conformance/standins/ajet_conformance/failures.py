@@ -95,6 +95,12 @@ def maybe_warn(knobs: dict, step: int) -> None:
 def maybe_fail(knobs: dict, step: int) -> None:
     if knobs.get("fail_at_step") is None or int(knobs["fail_at_step"]) != step:
         return
+    once = knobs.get("fail_once")
+    if once:
+        if os.path.exists(once):
+            return  # failed once already: this relaunch gets past it
+        with open(once, "w", encoding="utf-8") as fh:
+            fh.write(f"failed at step {step}\n")
     kind = knobs["fail_kind"]
     sys.stdout.flush()
     sys.stderr.flush()

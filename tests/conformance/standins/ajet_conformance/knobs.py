@@ -14,6 +14,8 @@
 | step_seconds   | 0       | wall time each training step takes (sleep), to make a run last |
 | fail_at_step   | (none)  | training step at which `fail_kind` happens |
 | fail_kind      | cuda_oom| see ajet_conformance.failures.KINDS |
+| fail_once      | (none)  | a marker file: the failure happens only while it does not exist (it is made then), |
+|                |         | so a relaunch gets past it, as after a real repair |
 | warn_at_step   | (none)  | training step at which a benign warning (`warn_kind`) is printed |
 | warn_kind      | benign_oom | see ajet_conformance.failures.WARNINGS |
 | ray_prefix     | 1       | prefix the TaskRunner's output with `(TaskRunner pid=N) ` as Ray's log forwarding does |
@@ -35,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "step_seconds": 0.0,
     "fail_at_step": None,
     "fail_kind": "cuda_oom",
+    "fail_once": None,
     "warn_at_step": None,
     "warn_kind": "benign_oom",
     "ray_prefix": 1,
