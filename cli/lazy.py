@@ -74,8 +74,8 @@ COMMANDS: dict[str, Lazy] = {
                       "`Failed to stop <id>: <why>`; always\nexit 0 (research-workflow drop-in for `stop_jobs "
                       "[--runner=ssh|pai] --stop-job-id=ID [--delete]`)."),
     "wait": Lazy("stage_commands", "Block until every experiment of a stage (or every id) is finished, one live "
-                 "line each.\nExit 0 when every one completed or early-stopped, 1 otherwise, 130 Ctrl-C (they go "
-                 "on)."),
+                 "line each.\nExit 0 when every one completed or early-stopped, 1 otherwise (also at once for a stage "
+                 "with no\nexperiments), 2 at once for an unknown stage, 130 Ctrl-C (they go on)."),
     "compare": Lazy("stage_commands", "Compare a stage's experiments: stage_report.md, stage_results.json and "
                     "stage_plot.png."),
     "stage": Lazy("stage_commands", "Stages: named groups of experiments (list, show, add)."),

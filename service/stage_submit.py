@@ -20,6 +20,7 @@ from typing import Any
 
 from ajet_runner.service.submit import PARSE_DEADLINE_SECONDS, SubmissionRejected, submit
 from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS, plan_sweep
 from ajet_runner.store.stages import StageNameError, check_stage_name, drop_if_empty
@@ -77,7 +78,8 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
                     if bp.exp_sweep.strip() or sweep else None)
         except ParseDeadline:
             problems.append(Problem(level=Level.error, field=f"{where}: blueprint", message=(
-                f"the stage's blueprints took over {PARSE_DEADLINE_SECONDS:g} s to parse and this one was refused "
+                f"the stage's blueprints took over {format_limit(PARSE_DEADLINE_SECONDS)} to parse and this one was "
+                "refused "
                 "unread; real ones parse in milliseconds (look for a huge line or deeply nested lists)")))
             continue
         if plan is None:

@@ -20,6 +20,7 @@
 -- ARGV[11]   every stage: name -> created_at (keys.STAGES)
 -- ARGV[12]   the outbox's dead tasks (keys.OUTBOX_DEAD, a list, newest first): the oldest ones given up more
 --            than ARGV[13] seconds ago (the records' retention; 0 = never) go, a batch per call
+-- ARGV[13]   that retention in seconds
 -- Returns the number of expired records whose ids left the indexes.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6

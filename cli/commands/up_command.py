@@ -27,7 +27,7 @@ from typing import Any
 import typer
 
 from ajet_runner.cli.commands import output
-from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.durations import format_duration, format_limit
 from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.store.connection import (
     RedisSettingsError,
@@ -103,7 +103,7 @@ def _await_worker(store: Any, node: str, worker: Any, server: Any, failed: list[
         failed.append(f"error: the local worker did not start: {exc}")
         server.should_exit = True
         return
-    output.err(f"worker {node} joined after {time.monotonic() - t0:.1f} s")
+    output.err(f"worker {node} joined after {format_duration(time.monotonic() - t0)}")
 
 
 def _stop_experiments(store: Any, wait: float) -> None:

@@ -51,6 +51,7 @@ class _Recorder:
 def test_the_store_passes_every_documented_key_to_the_transition_script() -> None:
     store = Store.__new__(Store)
     store._transition = recorder = _Recorder()  # type: ignore[attr-defined]
+    store.replicated = False  # a plain master (a Sentinel-managed one waits for a replica after the script)
     # (a finishing transition, state "finished", goes in one MULTI with its outbox task, store/outbox.py; the
     # keys are the same: tests/integration/test_stage_store.py runs it on a real Redis)
     store.transition("e1", expected_version=1, fields={"reason": "done"}, event={"type": "transition"},

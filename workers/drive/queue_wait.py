@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.workers.executors.request import TakesRequest
 
@@ -59,7 +60,8 @@ class QueueWait:
                 on = f" on {state.node}" if state.node else ""
                 d.journal.publish({"type": EventType.info, "scheduler": state.scheduler, "job_id": state.job_id,
                                    "queued_seconds": round(self.waited, 1),
-                                   "message": f"{state.scheduler} {job} running{on} after {self.waited:.1f} s in "
+                                   "message": f"{state.scheduler} {job} running{on} after "
+                                              f"{format_duration(self.waited)} in "
                                               "the queue (not charged to the max time)"})
         return self.waited
 

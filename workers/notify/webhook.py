@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 import httpx
 
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.webhook_url import shown_url, webhook_url_problem
 
 __all__ = ["SIGNATURE_HEADER", "Delivery", "post_json", "shown_url", "signature"]
@@ -78,7 +79,7 @@ async def _post(url: str, body: bytes, headers: dict[str, str], deadline: float,
                                                      f"{shown_url(resp.headers.get('location', ''))}")
         text = answer.decode("utf-8", errors="replace").strip()
         return Delivery(False, resp.status_code, f"HTTP {resp.status_code}: {text[:200]}")
-    return Delivery(False, 0, f"no answer within the {deadline:g}s deadline (connect, send and read)")
+    return Delivery(False, 0, f"no answer within the {format_limit(deadline)} deadline (connect, send and read)")
 
 
 async def _head_of(resp: httpx.Response) -> bytes:

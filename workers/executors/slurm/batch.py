@@ -50,7 +50,7 @@ trap '_ajet_fwd HUP' HUP
 run=$wrapper
 have=$({stat} -c %d:%i -- {logs_dir} 2>/dev/null)
 if [ -n "$have" ] && [ "$have" != {logs_id} ] && [ "${{have#*:}}" = "${{logs_id_ino}}" ]; then
-    run=${{wrapper%.sh}}.node.sh
+    run=${{wrapper:0:-3}}.node.sh  # attempt-N.sh -> attempt-N.node.sh
     {sed} "s/^logs_id=.*/logs_id=$have/" "$wrapper" > "$run" && chmod 755 "$run" || run=$wrapper
 fi
 {env} --default-signal=INT,QUIT {bash} "$run" &

@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.workers.executors.protocol import ExecutorError
 
 TIMEOUT = 60.0  # a controller that does not answer: sbatch itself retries for about MessageTimeout
@@ -113,7 +114,7 @@ class Slurm:
             return subprocess.run([tool, *args[1:]], input=stdin, capture_output=True, text=True, env=self.env,
                                   timeout=self.timeout, check=False)
         except subprocess.TimeoutExpired:
-            raise SlurmUnavailable(f"`{' '.join(args[:2])}` did not answer in {self.timeout:.0f} s: the SLURM "
+            raise SlurmUnavailable(f"`{' '.join(args[:2])}` did not answer in {format_limit(self.timeout)}: the SLURM "
                                    "controller looks down or unreachable") from None
 
     @staticmethod
