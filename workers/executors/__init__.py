@@ -49,6 +49,7 @@ def _module_builder(module: str) -> Callable[[Settings, str | None], Executor]:
 _BUILDERS: dict[str, Callable[[Settings, str | None], Executor]] = {
     "local": _local,
     "stub": _stub,
+    "ssh": _module_builder("ssh"),
 }
 
 
