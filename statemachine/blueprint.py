@@ -36,9 +36,9 @@ from ajet_runner.statemachine.blueprint_checks import (
     validate_blueprint,
 )
 from ajet_runner.statemachine.blueprint_command import CommandRead, Piece, read_command
+from ajet_runner.statemachine.blueprint_doc import Doc, dedent, parse_doc, unwrap
 from ajet_runner.statemachine.blueprint_host import FIELD as HOST_FIELD
 from ajet_runner.statemachine.blueprint_host import resolve_host
-from ajet_runner.statemachine.blueprint_doc import Doc, dedent, parse_doc, unwrap
 from ajet_runner.statemachine.blueprint_tags import NOTES, label_at, late_tag, line_head, match_tag, tag_at
 from ajet_runner.statemachine.blueprint_values import (
     PATH_PART_LINES,

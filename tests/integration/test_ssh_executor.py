@@ -71,7 +71,7 @@ def test_a_killed_master_connection_is_a_reconnect_not_a_dead_run(sshd: SshHost,
     wait_for(lambda: not ex.channel.master_up(), 10, "the master to be gone")
     ex.sync(h)
     notes = ex.notices()
-    assert [n["type"] for n in notes] == ["host_reconnected"], notes
+    assert [(n["type"], n["state"]) for n in notes] == [("host", "reconnected")], notes
     assert ex.wait_for_exit(h, 60) == 0
     lines = h.log_path.read_text().splitlines()
     assert [ln for ln in lines if ln.startswith("line ")] == [f"line {i}" for i in range(1, 41)]

@@ -191,13 +191,13 @@ class SshExecutor:
             now = time.time()
             if seen.down_since is None:
                 seen.down_since = now
-                self._notices.append({"type": "host_unreachable", "host": self.host, "message": (
+                self._notices.append({"type": "host", "state": "unreachable", "host": self.host, "message": (
                     f"ssh {self.host} does not answer ({exc}); the run goes on there, retrying")})
             seen.why = str(exc)
             return
         if seen.down_since is not None or self.channel.reconnects != self._reconnects:
             down = time.time() - seen.down_since if seen.down_since is not None else 0.0
-            self._notices.append({"type": "host_reconnected", "host": self.host, "message": (
+            self._notices.append({"type": "host", "state": "reconnected", "host": self.host, "message": (
                 f"ssh connection to {self.host} re-established" + (f" after {down:.0f} s" if down else "")
                 + f"; the run went on, its log read on from byte {_size(handle.log_path)}")})
             seen.down_since = None
