@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
+from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.signatures import signature
 from ajet_runner.store.records import Attempt, PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_env
@@ -79,6 +80,12 @@ def handle(d: Drive) -> bool:
             )
         except (OSError, RuntimeError) as exc:
             gang.stop_members(d)
+            host = getattr(exc, "host", None)  # an executor's host refused or did not answer: never repaired
+            if host:
+                d.ctx.pending_repair = _host_failure(host, str(exc))
+                d.fire(Trigger.anomaly, f"could not start the attempt on host {host}: {exc}",
+                       signature=HOST_FAILURE)
+                return True
             d.fire(Trigger.anomaly, f"could not start the tmux session: {exc}")
             return True
         d.handle.files = [p for p in (d.ctx.val_path, d.ctx.train_path) if p]
@@ -92,9 +99,24 @@ def handle(d: Drive) -> bool:
         d.ctx.cleanups_done = []
     else:
         d.handle = adopted
-    d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in tmux session {session}",
+    where = f" on ssh host {d.handle.host}" if d.handle.host else ""
+    d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in tmux session {session}{where}",
            fields={"handle": d.handle.to_dict(), "tmux_session": session})
     return True
+
+
+HOST_FAILURE = "ssh_host"
+
+
+def _host_failure(host: str, message: str) -> PendingRepair:
+    """The cause when the host the blueprint names refused or did not answer: ssh's words, and what to try."""
+    explanation = (f"{message}. Nothing was run (an experiment that names a host runs nowhere else): check that "
+                   f"`ssh {host}` works from this machine without a prompt (key, known host, ssh config), then "
+                   "submit again")
+    finding = Finding(signature=HOST_FAILURE, fatal=True, line=0, text=message, explanation=explanation,
+                      repairable=False)
+    return PendingRepair(cause=finding.model_dump(mode="json"), reason=explanation, log_excerpt=message,
+                         log_tail=[message])
 
 
 def _environment_fields(d: Drive, base: LaunchEnvironment, env: dict[str, str], own_env: bool) -> dict[str, Any]:

@@ -24,3 +24,17 @@ def build(settings: Settings, host: str | None) -> SshExecutor:
         host = served[0]
     return SshExecutor(host, config=settings.ssh_config, linger=settings.pane_linger_seconds,
                        unreachable_after=settings.ssh_unreachable_seconds)
+
+
+def attach_line(settings: Settings, host: str, session: str) -> str:
+    """What a person types to watch a run on `host` live (no connection is made here)."""
+    import shlex
+
+    from ajet_runner.statemachine.ssh_login import parse_target
+    from ajet_runner.workers.executors.ssh.host_scripts import tmux_socket
+
+    target = parse_target(host)
+    config = ["-F", settings.ssh_config] if settings.ssh_config else []
+    words = ["ssh", *config, "-t", *target.ssh_args()[:-2], target.destination(), "tmux", "-L", tmux_socket(),
+             "attach", "-t", f"={session}"]
+    return " ".join(shlex.quote(w) for w in words)

@@ -23,7 +23,7 @@ from typing import Any
 from ajet_runner.store.naming import session_name
 from ajet_runner.workers.executors.handle import RunHandle, read_int
 from ajet_runner.workers.executors.protocol import Capabilities, ExecutorError, ProcessesSurvived, SessionExists
-from ajet_runner.workers.executors.ssh import scripts
+from ajet_runner.workers.executors.ssh import host_scripts as scripts
 from ajet_runner.workers.executors.ssh.channel import HostRefused, SshChannel, SshError
 from ajet_runner.workers.executors.wrapper import WrapperError, command_path, command_text, host_tool, wrapper_text
 
@@ -80,18 +80,22 @@ class SshExecutor:
         return True
 
     def attach_command(self, handle: RunHandle) -> str:
-        ssh = " ".join(shlex.quote(a) for a in self.channel.base_args()[:-2] if not a.startswith("Control"))
-        ssh = ssh.replace("-o BatchMode=yes ", "")
-        target = shlex.quote(self.channel.target.destination())
-        return (f"{ssh} -t {target} tmux -L {shlex.quote(self.sock)} attach -t "
-                f"{shlex.quote('=' + handle.session)}")
+        words = ["ssh", *(["-F", self.channel.config] if self.channel.config else []), "-t",
+                 *self.channel.target.ssh_args()[:-2], self.channel.target.destination(),
+                 "tmux", "-L", handle.socket_path or self.sock, "attach", "-t", f"={handle.session}"]
+        return " ".join(shlex.quote(w) for w in words)
 
     # --- sessions -------------------------------------------------------------------------
     def exists(self, session: str) -> bool:
-        return self.channel.run(scripts.session_script(self.sock, session, "has")).out.strip() == b"1"
+        """Whether the session is there; False when ssh refuses the host (start() then says why)."""
+        try:
+            return self.channel.run(scripts.session_script(self.sock, session, "has")).out.strip() == b"1"
+        except HostRefused:
+            return False
 
     def kill_session(self, session: str) -> None:
-        self.channel.run(scripts.session_script(self.sock, session, "kill"))
+        with contextlib.suppress(SshError):  # an unreachable host: nothing can be closed there now
+            self.channel.run(scripts.session_script(self.sock, session, "kill"))
 
     def start(self, session: str, command: str, *, cwd: str, env: Mapping[str, str], log_path: Path,
               rc_path: Path, pid_path: Path, pid_timeout: float = 10.0,
@@ -155,8 +159,11 @@ class SshExecutor:
         with contextlib.suppress(OSError):
             probe.write_text(token)
         try:
+            # A refused host cannot hold a run of ours (start() will say why); an unreachable one may: raised.
             out = self.channel.run(scripts.adopt_script(sock=self.sock, session=session, logs_dir=logs_dir, token=token,
                                                         rc=paths["rc"].name, pid=paths["pid"].name)).out.split()
+        except HostRefused:
+            return None
         finally:
             with contextlib.suppress(FileNotFoundError):
                 probe.unlink()
@@ -267,11 +274,12 @@ class SshExecutor:
         """INT, then TERM, then KILL to the job's process group on the host; the session closed."""
         if handle.pid is None:
             self.sync(handle)
-        out = self.channel.run(scripts.stop_script(sock=handle.socket_path or self.sock,
-            session=handle.session, pgid=handle.pgid, rc_path=os.path.join(
-                handle.remote_dir or str(handle.rc_path.parent), handle.rc_path.name),
-            grace=grace, term_wait=min(grace, TERM_WAIT), kill_wait=KILL_WAIT,
-            rc_wait=RC_WAIT), timeout=grace + TERM_WAIT + KILL_WAIT + RC_WAIT + 60).out.decode()
+        try:
+            out = self._stop_on_host(handle, grace)
+        except SshError as exc:
+            self._notices.append({"type": "host", "state": "unreachable", "host": self.host,
+                                  "message": f"could not stop the run on {self.host}: {exc}"})
+            return self.exit_code(handle)
         if handle.remote_dir is not None:
             self.sync(handle)
         rc = self.exit_code(handle)
@@ -279,9 +287,21 @@ class SshExecutor:
             raise ProcessesSurvived([int(p) for p in out.split()[1:] if p.isdigit()] or [handle.pgid or 0])
         return rc
 
+    def _stop_on_host(self, handle: RunHandle, grace: float) -> str:
+        return self.channel.run(scripts.stop_script(sock=handle.socket_path or self.sock,
+            session=handle.session, pgid=handle.pgid, rc_path=os.path.join(
+                handle.remote_dir or str(handle.rc_path.parent), handle.rc_path.name),
+            grace=grace, term_wait=min(grace, TERM_WAIT), kill_wait=KILL_WAIT,
+            rc_wait=RC_WAIT), timeout=grace + TERM_WAIT + KILL_WAIT + RC_WAIT + 60).out.decode()
+
     def kill_marked(self, name: str, value: str, grace: float) -> list[int]:
         """The scoped cleanup, on the host: processes whose environment has `name=value`; their pids there."""
-        out = self.channel.run(scripts.kill_marked_script(name, value, grace), timeout=grace + 60).out.decode()
+        try:
+            out = self.channel.run(scripts.kill_marked_script(name, value, grace), timeout=grace + 60).out.decode()
+        except SshError as exc:
+            self._notices.append({"type": "host", "state": "unreachable", "host": self.host,
+                                  "message": f"could not clean up on {self.host}: {exc}"})
+            return []
         return [int(p) for p in out.split() if p.isdigit()]
 
 
