@@ -11,14 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.integration.scenario import CLI, Scenario, env_for, make, run_cli, wait_for
 from tests.integration.sshd import ALIAS, HOST_VAR, SshHost
-from tests.integration.sshd import sshd as sshd  # noqa: F401 - the fixture, used by name
+from tests.integration.sshd import sshd as sshd
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,20 +31,46 @@ export PATH={Path(sys.executable).parent}:$PATH
 """
 
 
-def seed_blueprint(sc: Scenario, login: str, *, max_time: str = "5 minutes", extra_args: str = "") -> Path:
-    """The demo blueprint with the seed's ssh example: its launch command and its login/goto lines."""
+def seed_blueprint(sc: Scenario, login: str, *, yaml_rel: str = YAML_REL, max_time: str = "5 minutes") -> Path:
+    """A blueprint with the seed's ssh example: its notes log in, go to the code and run with the venv."""
     venv = sc.codebase / ".venv" / "bin"
     venv.mkdir(parents=True, exist_ok=True)
     (venv / "activate").write_text(ACTIVATE)
     (venv / "python").symlink_to(sys.executable)
-    text = sc.blueprint.read_text()
-    start = text.index("## [exp_launch_command]")
-    end = text.index("## [exp_result_dir]")
-    command = f"source .venv/bin/activate && python -m ajet.launcher --conf {YAML_REL} --autokill{extra_args}"
-    text = text[:start] + f"## [exp_launch_command]\n```bash\n{command}\n```\n\n" + text[end:]
-    text = text.replace("5 minutes", max_time)
-    text += f"\nlogin\n{login}\ngoto\n{sc.codebase}\nrun with venv and monitor\n{command}\n"
-    sc.blueprint.write_text(text)
+    command = f"source .venv/bin/activate && python -m ajet.launcher --conf {yaml_rel} --autokill"
+    sc.blueprint.write_text(f"""# Blueprint: the seed's ssh example
+
+## [exp_purpose]
+Train on the GPU box reached by ssh, as the monitoring skill's example does.
+
+## [exp_codebase_dir]
+{sc.codebase}
+
+## [exp_venv_exe]
+{venv / "python"}
+
+## [exp_yaml_path]
+{yaml_rel}
+
+## [exp_launch_command]
+```bash
+{command}
+```
+
+## [exp_result_dir]
+{sc.results}
+
+## [exp_max_time]
+{max_time}
+
+## Notes
+login
+{login}
+goto
+{sc.codebase}
+run with venv and monitor
+{command}
+""")
     return sc.blueprint
 
 
@@ -90,7 +115,7 @@ def test_the_seed_ssh_example_runs_on_the_host_and_says_so(tmp_path: Path, tmux_
 
 def test_a_time_limit_leaves_no_process_on_the_host(tmp_path: Path, tmux_socket: str, sshd: SshHost) -> None:
     sc = make("long_run", tmp_path)
-    seed_blueprint(sc, f"ssh {ALIAS}", max_time="8s")
+    seed_blueprint(sc, f"ssh {ALIAS}", yaml_rel="tests/bench/long_run/long_run.yaml", max_time="8 seconds")
     proc = run_cli(sc, ssh_env(tmux_socket, sshd, tmp_path), timeout=300)
     flag = sc.flag()
     assert flag["outcome"] == "timed_out", proc.stdout + proc.stderr
@@ -126,27 +151,27 @@ def test_a_refused_key_fails_quoting_ssh(tmp_path: Path, tmux_socket: str, sshd:
 def test_killing_the_master_mid_run_is_only_a_reconnect(tmp_path: Path, tmux_socket: str, sshd: SshHost) -> None:
     sc = make("demo", tmp_path)
     seed_blueprint(sc, sshd.login)
-    env = ssh_env(tmux_socket, sshd, tmp_path)
-    cli = subprocess.Popen([*CLI, "run", str(sc.blueprint)], env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    cli = subprocess.Popen([*CLI, "run", str(sc.blueprint)], env=ssh_env(tmux_socket, sshd, tmp_path),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         log = sc.results / "logs" / "attempt-1.log"
         wait_for(lambda: log.exists() and "Training Progress" in log.read_text(errors="replace"), 120,
                  "training to start on the host")
-        masters = [int(p) for p in subprocess.run(["pgrep", "-f", f"ssh.*ControlPath={tmp_path / 'cm'}.*\\[mux\\]"],
-                                                   capture_output=True, text=True, check=False).stdout.split()]
-        assert masters, "no master connection"
-        for pid in masters:
-            os.kill(pid, signal.SIGKILL)
+        # The master renames itself "ssh: <ControlPath> [mux]"; ours live in this test's control dir.
+        found = subprocess.run(["pgrep", "-f", f"^ssh: {tmp_path / 'cm'}/"], capture_output=True, text=True,
+                               check=False).stdout.split()
+        assert found, "no master connection"
+        for pid in found:
+            os.kill(int(pid), signal.SIGKILL)
         out, _ = cli.communicate(timeout=300)
     finally:
         if cli.poll() is None:
             cli.kill()
+            cli.wait()
     assert cli.returncode == 0, out
+    assert "re-established" in out, out
+    assert out.count("(launched)") == 1, out
     assert sc.flag()["outcome"] == "completed"
     data = sc.results_json()
-    assert len(data["attempts"]) == 1
-    events = [json.loads(line) for line in (sc.results / "events.jsonl").read_text().splitlines()] \
-        if (sc.results / "events.jsonl").exists() else []
-    del events
-    time.sleep(0)
+    assert len(data["attempts"]) == 1 and data["attempts"][0]["exit_code"] == 0
+    assert len(data["evaluations"]) >= 3
