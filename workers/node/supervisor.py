@@ -24,6 +24,7 @@ from ajet_runner.store.store import REDIS_DOWN, Store
 from ajet_runner.workers.drive.owner_identity import driver_alive, owner_dead
 from ajet_runner.workers.executors import build_executor
 from ajet_runner.workers.executors.protocol import Executor
+from ajet_runner.workers.executors.ssh_hosts import served_hosts
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from ajet_runner.workers.node.queue_check import QueueChecker
 from ajet_runner.workers.node.this_node import NodeInfo
@@ -91,6 +92,7 @@ class NodeSupervisor:
         return self.store.heartbeat(self.node.name, {
             "gpus": self.node.gpus, "gpus_busy": busy, "slots": self.node.slots, "pid": os.getpid(),
             "running": self.running, "started_at": self.started_at,
+            "executor": self.settings.executor or "local", "hosts": served_hosts(self.settings),
         }, ttl=HEARTBEAT_SECONDS, with_drain=True)
 
     def scan_every(self) -> float:
@@ -142,8 +144,8 @@ class NodeSupervisor:
         return True
 
     def _executor(self) -> Executor:
-        if self._runner is None:
-            self._runner = build_executor(self.settings)
+        if self._runner is None:  # multi-node ranks: an ssh worker's runs are single-node, on their hosts
+            self._runner = build_executor(self.settings, "local" if self.settings.executor == "ssh" else None)
         return self._runner
 
     def _unfinished_here(self) -> list[dict]:
