@@ -12,7 +12,7 @@ from ajet_runner.service.submit import submit
 from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.sshd import ALIAS, SshHost
-from tests.integration.sshd import sshd as sshd  # noqa: F401 - the fixture, used by name
+from tests.integration.sshd import sshd as sshd  # the fixture, used by name
 from tests.integration.test_ssh_run import on_host, seed_blueprint
 from tests.integration.workers import running_worker, worker_env
 
