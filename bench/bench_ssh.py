@@ -75,6 +75,10 @@ def main() -> None:
             subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, check=False)
         with running_sshd(base / "sshd") as host:
             os.environ["AJET_RUNNER_SSH_TMUX_SOCKET"] = host.tmux
+            floor = SshExecutor(ALIAS, config=str(host.config)).channel
+            floor.run("true")  # the master connection, opened once
+            for _ in range(20):
+                timed(samples, "floor: one multiplexed `ssh HOST bash -s` running `true`", lambda: floor.run("true"))
             measure("ssh, shared disk", SshExecutor(ALIAS, config=str(host.config), linger=0), base / "shared",
                     runs, samples)
         private = base / "hostdisk"

@@ -111,8 +111,10 @@ def test_adopt_finds_the_run_again(sshd: SshHost, tmp_path: Path) -> None:
 
 
 def test_refusals_quote_ssh(sshd: SshHost, tmp_path: Path) -> None:
+    unknown = _executor(sshd, "no-such-alias")
     with pytest.raises(HostRefused, match="Could not resolve hostname no-such-alias"):
-        _executor(sshd, "no-such-alias").exists("ajet_x")
+        _start(unknown, tmp_path, "echo never")
+    assert not unknown.exists("ajet_x")  # a refused host holds no session of ours (start() says why)
     (sshd.dir / "authorized_keys").write_text("")  # the key is refused
     with pytest.raises(HostRefused, match="Permission denied"):
         _start(_executor(sshd), tmp_path, "echo never")
@@ -120,7 +122,7 @@ def test_refusals_quote_ssh(sshd: SshHost, tmp_path: Path) -> None:
     sshd.known_hosts.write_text(f"[127.0.0.1]:{sshd.port} ssh-ed25519 "
                                 "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n")
     with pytest.raises(HostRefused, match="Host key verification failed|REMOTE HOST IDENTIFICATION"):
-        _executor(sshd).exists("ajet_x")
+        _executor(sshd).channel.run("true")
 
 
 def test_without_a_shared_disk_the_files_come_back_incrementally(tmp_path: Path, monkeypatch) -> None:

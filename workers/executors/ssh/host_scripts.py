@@ -55,13 +55,14 @@ echo "ok $shared $id $pane $(head -n1 {q(pid)} 2>/dev/null)"
 
 
 def probe_script(*, sock: str, session: str, pid: int | None, files: Sequence[tuple[str, int]]) -> str:
-    """One tick: `A <alive> <session exists>`, then per file `F <offset> <n>` and n bytes from that offset
+    """One tick: `A <alive> <session exists>` (the session is asked only while the pid is unknown), then per
+    file `F <offset> <n>` and n bytes from that offset
     (from 0 when the file shrank: it was rewritten), or `N` when it does not exist."""
     alive = f"kill -0 {int(pid)} 2>/dev/null && a=1" if pid else ""
     reads = "\n".join(f"_f {q(path)} {int(offset)}" for path, offset in files)
     return f"""a=0; e=0
 {alive}
-{_tmux(sock)} has-session -t ={q(session)} 2>/dev/null && e=1
+{"e=1" if pid else f"{_tmux(sock)} has-session -t ={q(session)} 2>/dev/null && e=1"}
 echo "A $a $e"
 _f() {{
     if [ -f "$1" ]; then
