@@ -28,7 +28,10 @@ from ajet_runner.workers.executors.ssh.executor import SshExecutor
 from tests.integration.sshd import ALIAS, running_sshd
 
 T = TypeVar("T")
-LOG_WRITER = "for i in $(seq 1 100000); do echo step $i of a long line of training output; sleep 0.01; done"
+# One process printing a line every 10 ms (a bash loop would, by its wait-and-cooperative-exit rule, go on
+# after a SIGINT that lands while its `sleep` exits normally: a stop would then need SIGTERM).
+LOG_WRITER = (f"exec {sys.executable} -u -c 'import itertools, time\nfor i in itertools.count():\n"
+              "    print(\"step\", i, \"of a long line of training output\"); time.sleep(0.01)'")
 
 
 def timed(samples: dict[str, list[float]], name: str, fn: Callable[[], T]) -> T:
