@@ -137,14 +137,23 @@ def test_an_unknown_host_alias_fails_naming_it_and_runs_nothing_locally(tmp_path
     assert not (sc.results / "logs" / "attempt-1.pid").exists()
 
 
-def test_a_refused_key_fails_quoting_ssh(tmp_path: Path, tmux_socket: str, sshd: SshHost) -> None:
+@pytest.mark.parametrize(("break_it", "ssh_says"), [
+    ("key", "Permission denied"),
+    ("host key", "Host key verification failed"),
+])
+def test_a_refused_key_or_host_key_fails_quoting_ssh(tmp_path: Path, tmux_socket: str, sshd: SshHost,
+                                                     break_it: str, ssh_says: str) -> None:
     sc = make("demo", tmp_path)
     seed_blueprint(sc, sshd.login)
-    (sshd.dir / "authorized_keys").write_text("")
+    if break_it == "key":
+        (sshd.dir / "authorized_keys").write_text("")
+    else:  # another host's key recorded for this one
+        sshd.known_hosts.write_text(f"[127.0.0.1]:{sshd.port} ssh-ed25519 "
+                                    "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n")
     proc = run_cli(sc, ssh_env(tmux_socket, sshd, tmp_path), timeout=300)
     assert proc.returncode != 0
     assert sc.flag()["outcome"] == "failed"
-    assert "Permission denied" in (sc.results / "experiment_report.md").read_text()
+    assert ssh_says in (sc.results / "experiment_report.md").read_text()
     assert not (sc.results / "logs" / "attempt-1.pid").exists()
 
 
@@ -175,3 +184,13 @@ def test_killing_the_master_mid_run_is_only_a_reconnect(tmp_path: Path, tmux_soc
     data = sc.results_json()
     assert len(data["attempts"]) == 1 and data["attempts"][0]["exit_code"] == 0
     assert len(data["evaluations"]) >= 3
+
+
+def test_run_with_the_ssh_executor_and_no_host_fails_saying_what_to_add(tmp_path: Path, tmux_socket: str) -> None:
+    sc = make("demo", tmp_path)
+    proc = subprocess.run([*CLI, "run", "--executor", "ssh", str(sc.blueprint)], env=env_for(tmux_socket),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0
+    assert sc.flag()["outcome"] == "failed"
+    assert "add a login line (login: ssh HOST)" in proc.stdout
+    assert not (sc.results / "logs" / "attempt-1.pid").exists()  # nothing ran here instead

@@ -80,10 +80,10 @@ def handle(d: Drive) -> bool:
             )
         except (OSError, RuntimeError) as exc:
             gang.stop_members(d)
-            host = getattr(exc, "host", None)  # an executor's host refused or did not answer: never repaired
-            if host:
+            host = getattr(exc, "host", None)  # a host refused, did not answer, or none was named: never repaired
+            if host is not None:
                 d.ctx.pending_repair = _host_failure(host, str(exc))
-                d.fire(Trigger.anomaly, f"could not start the attempt on host {host}: {exc}",
+                d.fire(Trigger.anomaly, f"could not start the attempt{f' on host {host}' if host else ''}: {exc}",
                        signature=HOST_FAILURE)
                 return True
             d.fire(Trigger.anomaly, f"could not start the tmux session: {exc}")
@@ -112,7 +112,7 @@ def _host_failure(host: str, message: str) -> PendingRepair:
     """The cause when the host the blueprint names refused or did not answer: ssh's words, and what to try."""
     explanation = (f"{message}. Nothing was run (an experiment that names a host runs nowhere else): check that "
                    f"`ssh {host}` works from this machine without a prompt (key, known host, ssh config), then "
-                   "submit again")
+                   "submit again") if host else f"{message}. Nothing was run"
     finding = Finding(signature=HOST_FAILURE, fatal=True, line=0, text=message, explanation=explanation,
                       repairable=False)
     return PendingRepair(cause=finding.model_dump(mode="json"), reason=explanation, log_excerpt=message,
