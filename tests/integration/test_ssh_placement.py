@@ -52,3 +52,31 @@ def test_an_ssh_worker_serves_the_host_and_a_host_nobody_serves_waits_saying_so(
         assert len(data["evaluations"]) >= 3
         assert (store.get(lonely["id"]) or {}).get("state") == "queued"  # still waiting, not run anywhere
     assert on_host(sshd, f"grep -lzx AJET_RUNNER_EXPERIMENT={exp_id} /proc/[0-9]*/environ").strip() == ""
+
+
+def test_a_restarted_ssh_worker_adopts_the_run_on_the_host_without_relaunching(
+        tmp_path: Path, redis_url: str, tmux_socket: str, sshd: SshHost) -> None:
+    store = Store.from_url(redis_url)
+    env = worker_env(redis_url, tmux_socket, AJET_RUNNER_SSH_CONFIG=str(sshd.config),
+                     AJET_RUNNER_SSH_CONTROL_DIR=str(tmp_path / "cm"), AJET_RUNNER_SSH_TMUX_SOCKET=sshd.tmux)
+    env.pop("AJET_TEST_HOST", None)
+    sc = make("demo", tmp_path / "s")
+    seed_blueprint(sc, f"ssh {ALIAS}")
+    args = ("--gpus", "0", "--executor", "ssh", "--host", ALIAS)
+    with running_worker(env, "gate", *args):
+        wait_for(store.nodes, 60, "the worker to register")
+        exp_id = submit(store, sc.blueprint.read_text())["id"]
+        log = sc.results / "logs" / "attempt-1.log"
+        wait_for(lambda: log.exists() and "Training Progress" in log.read_text(errors="replace"), 120,
+                 "training to start on the host")
+    # The worker and its watcher are killed; the run goes on in tmux on the host.
+    assert on_host(sshd, f"grep -lzx AJET_RUNNER_EXPERIMENT={exp_id} /proc/[0-9]*/environ").strip()
+    with running_worker(env, "gate", *args):
+        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
+    rec = store.get(exp_id) or {}
+    assert rec["outcome"] == "completed", rec.get("reason")
+    moves = [e.get("trigger") for e in store.events(exp_id) if e.get("type") == "transition"]
+    assert moves.count("launched") == 1, moves  # adopted, never launched twice
+    assert any(e.get("type") == "adopted" for e in store.events(exp_id))
+    data = sc.results_json()
+    assert len(data["attempts"]) == 1 and data["attempts"][0]["exit_code"] == 0
