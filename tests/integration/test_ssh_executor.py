@@ -147,3 +147,26 @@ def test_without_a_shared_disk_the_files_come_back_incrementally(tmp_path: Path,
         assert [ln for ln in log.splitlines() if ln.startswith("step ")] == [f"step {i}" for i in range(1, 31)]
         assert len((root / "val.jsonl").read_text().splitlines()) == 30
         assert len(set(sizes)) > 1  # read while it ran, not once at the end
+
+
+def test_a_host_unreachable_past_the_limit_is_named_and_the_run_given_up(tmp_path: Path, monkeypatch) -> None:
+    with running_sshd(tmp_path / "sshd") as host:
+        monkeypatch.setenv("AJET_RUNNER_SSH_CONTROL_DIR", str(tmp_path / "cm"))
+        monkeypatch.setenv("AJET_RUNNER_SSH_TMUX_SOCKET", host.tmux)
+        ex = SshExecutor(ALIAS, config=str(host.config), linger=0, unreachable_after=2.0)
+        try:
+            h = _start(ex, tmp_path, "sleep 300")
+            assert ex.is_running(h)
+            ex.channel.close()
+            os.killpg(host.pid, signal.SIGTERM)  # sshd and its connections go; the run lives on in tmux there
+            wait_for(lambda: not host.alive() or os.waitpid(host.pid, os.WNOHANG)[0] != 0, 10, "sshd to exit")
+            ex.sync(h)
+            assert [(n["type"], n["state"]) for n in ex.notices()] == [("host", "unreachable")]
+            assert ex.is_running(h) or ex.lost(h)  # unknown, not dead, until the limit
+            time.sleep(2.1)
+            ex.sync(h)
+            why = ex.lost(h)
+            assert why.startswith(f"host {ALIAS} unreachable for") and "Connection refused" in why, why
+            assert not ex.is_running(h) and ex.exit_code(h) is None
+        finally:
+            subprocess.run(["tmux", "-L", host.tmux, "kill-server"], capture_output=True, check=False)
