@@ -76,7 +76,7 @@ def main() -> None:
             measure("local", TmuxRunner(sock, linger=0), base / "local", runs, samples)
         finally:
             subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, check=False)
-        with running_sshd(base / "sshd") as host:
+        with running_sshd(base / "sshd", control_dir=base / "cm") as host:
             os.environ["AJET_RUNNER_SSH_TMUX_SOCKET"] = host.tmux
             floor = SshExecutor(ALIAS, config=str(host.config)).channel
             floor.run("true")  # the master connection, opened once
@@ -85,7 +85,7 @@ def main() -> None:
             measure("ssh, shared disk", SshExecutor(ALIAS, config=str(host.config), linger=0), base / "shared",
                     runs, samples)
         private = base / "hostdisk"
-        with running_sshd(base / "sshd2", private_dir=private) as host:
+        with running_sshd(base / "sshd2", private_dir=private, control_dir=base / "cm") as host:
             os.environ["AJET_RUNNER_SSH_TMUX_SOCKET"] = host.tmux
             measure("ssh, files fetched", SshExecutor(ALIAS, config=str(host.config), linger=0), private,
                     runs, samples)

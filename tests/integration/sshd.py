@@ -144,19 +144,30 @@ def stop_sshd(host: SshHost) -> None:
         os.waitpid(host.pid, 0)
 
 
+def close_masters(control_dir: Path) -> None:
+    """End the master connections the runner left in `control_dir` (ControlPersist keeps them 10 minutes;
+    each holds an sshd child that outlives the listener)."""
+    for sock in sorted(control_dir.glob("cm-*")) if control_dir.is_dir() else []:
+        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "unused"], capture_output=True,
+                       timeout=20, check=False)
+
+
 @contextlib.contextmanager
-def running_sshd(base: Path, *, private_dir: Path | None = None) -> Iterator[SshHost]:
+def running_sshd(base: Path, *, private_dir: Path | None = None, control_dir: Path | None = None
+                 ) -> Iterator[SshHost]:
     host = start_sshd(base, private_dir=private_dir)
     try:
         yield host
     finally:
+        if control_dir is not None:
+            close_masters(control_dir)
         stop_sshd(host)
 
 
 @pytest.fixture()
 def sshd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshHost]:
     """A private sshd, the client config exported as AJET_RUNNER_SSH_CONFIG, a private control dir."""
-    with running_sshd(tmp_path / "sshd") as host:
+    with running_sshd(tmp_path / "sshd", control_dir=tmp_path / "cm") as host:
         monkeypatch.setenv("AJET_RUNNER_SSH_CONFIG", str(host.config))
         monkeypatch.setenv("AJET_RUNNER_SSH_CONTROL_DIR", str(tmp_path / "cm"))
         monkeypatch.setenv("AJET_RUNNER_SSH_TMUX_SOCKET", host.tmux)

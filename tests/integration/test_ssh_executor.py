@@ -127,7 +127,7 @@ def test_refusals_quote_ssh(sshd: SshHost, tmp_path: Path) -> None:
 
 def test_without_a_shared_disk_the_files_come_back_incrementally(tmp_path: Path, monkeypatch) -> None:
     private = tmp_path / "hostdisk"  # the host sees a tmpfs here: its own disk
-    with running_sshd(tmp_path / "sshd", private_dir=private) as host:
+    with running_sshd(tmp_path / "sshd", private_dir=private, control_dir=tmp_path / "cm") as host:
         monkeypatch.setenv("AJET_RUNNER_SSH_CONTROL_DIR", str(tmp_path / "cm"))
         monkeypatch.setenv("AJET_RUNNER_SSH_TMUX_SOCKET", host.tmux)
         ex = _executor(host)
@@ -150,7 +150,7 @@ def test_without_a_shared_disk_the_files_come_back_incrementally(tmp_path: Path,
 
 
 def test_a_host_unreachable_past_the_limit_is_named_and_the_run_given_up(tmp_path: Path, monkeypatch) -> None:
-    with running_sshd(tmp_path / "sshd") as host:
+    with running_sshd(tmp_path / "sshd", control_dir=tmp_path / "cm") as host:
         monkeypatch.setenv("AJET_RUNNER_SSH_CONTROL_DIR", str(tmp_path / "cm"))
         monkeypatch.setenv("AJET_RUNNER_SSH_TMUX_SOCKET", host.tmux)
         ex = SshExecutor(ALIAS, config=str(host.config), linger=0, unreachable_after=2.0)
