@@ -345,10 +345,13 @@ def node_families(snap: Snapshot) -> Iterable[Metric]:
                             labels=["node"])
     gpus = GaugeMetricFamily("ajet_runner_node_gpus", "GPUs of a node: total, busy (held by experiments), free.",
                              labels=["node", "state"])
+    executor = GaugeMetricFamily("ajet_runner_node_executor_info", "1 for the executor a node's runs go to "
+                                 "(local, ssh, slurm).", labels=["node", "executor"])
     for name, info in snap.nodes.items():
         if info is None:  # the heartbeat hash expired: a node we knew is gone
             up.add_metric([name], 0)
             continue
+        executor.add_metric([name, str(info.get("executor") or "local")], 1)
         seen = _num(info.get("last_seen")) or 0.0
         up.add_metric([name], 1 if snap.now - seen < NODE_ALIVE_SECONDS else 0)
         age.add_metric([name], max(0.0, snap.now - seen))
@@ -357,7 +360,7 @@ def node_families(snap: Snapshot) -> Iterable[Metric]:
         gpus.add_metric([name, "total"], total)
         gpus.add_metric([name, "busy"], busy)
         gpus.add_metric([name, "free"], max(0.0, total - busy))
-    yield from (up, age, gpus)
+    yield from (up, age, gpus, executor)
 
 
 def _http_registry() -> Any:

@@ -25,6 +25,7 @@ API_METRICS = (
     "ajet_runner_node_up",  # {node}
     "ajet_runner_node_heartbeat_age_seconds",  # {node}
     "ajet_runner_node_gpus",  # {node, state}  state = total|busy|free
+    "ajet_runner_node_executor_info",  # {node, executor}: 1 for the executor its runs go to (local, ssh, slurm)
     "ajet_runner_queued_for_absent_node",  # {node}: queued work for a node gone > node_absent_report_seconds
     "ajet_runner_queued_experiments",  # {node}: queued per target node ("" = any); no per-experiment series
     "ajet_runner_queued_oldest_age_seconds",  # {node}: how long the oldest of them has waited

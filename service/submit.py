@@ -14,10 +14,10 @@ from ajet_runner.resultdir.refusal import write_refusal
 from ajet_runner.resultdir.roots import confined
 from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.durations import format_limit
-from ajet_runner.statemachine.lifecycle import Lifecycle, State
+from ajet_runner.statemachine.lifecycle import EventType, Lifecycle, State
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
-from ajet_runner.store.naming import session_name
+from ajet_runner.store.naming import host_queue, session_name
 from ajet_runner.store.queue import drive_job_id, target_queue
 from ajet_runner.store.store import NODE_ALIVE_SECONDS, RedisError, ResultDirTaken, Store, new_id
 
@@ -136,14 +136,15 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
                 f"names {len(named)} node(s) but the run needs {nnodes} (ajet.trainer_common.nnodes): name {nnodes}"))])
         if nnodes > 1:
             _check_gang_capacity(live, nnodes, per_node, node, named)
-        else:
+        elif not bp.exp_host:  # an ssh host's GPUs are not the workers' to count
             _check_capacity(live, needed, node)
     except SubmissionRejected as exc:
         raise _refused(store, bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status,
                        roots=roots) from None
     if holder is not None:  # the cheap early answer; the claim below is what decides
         raise _dir_taken(bp.exp_result_dir, holder[0], holder[1], dir_key)
-    queue_name = target_queue(node)
+    queue_name = host_queue(bp.exp_host) if bp.exp_host and not node else target_queue(node)
+    unserved = _unserved_host(live, bp.exp_host) if bp.exp_host and not node else ""
     job_id = drive_job_id(exp_id)
     record = {
         "state": State.queued.value, "lifecycle": Lifecycle.initial_dict(exp_id), "purpose": bp.exp_purpose,
@@ -158,7 +159,9 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
     # The claim on the result dir and the record (with its indexes and `submitted` event) in one
     # compare-and-set: of concurrent submissions naming one dir, one wins; the others write nothing.
     try:
-        store.create(exp_id, record, {"message": f"submitted to queue {queue_name}", "purpose": bp.exp_purpose},
+        store.create(exp_id, record, {"message": f"submitted to queue {queue_name}" + (f"; {unserved}" if unserved
+                                                                                      else ""),
+                                      "purpose": bp.exp_purpose},
                      result_dir_key=dir_key, stage_settings=stage_settings if stage else None)
     except ResultDirTaken as taken:
         raise _dir_taken(bp.exp_result_dir, taken.holder, taken.state, taken.held_dir, dir_key) from None
@@ -173,9 +176,14 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
                     level=Level.error, field="exp_result_dir",
                     message=f"an earlier run's files could not be moved to previous/: {exc}")]) from None
         # The job only once the dir is ready: a worker never starts while the earlier run is being moved.
-        return store.admit(exp_id, {"previous_run": previous}, also=lambda pipe: store.enqueue_drive(
+        admitted = store.admit(exp_id, {"previous_run": previous}, also=lambda pipe: store.enqueue_drive(
             exp_id, queue_name, at_front=priority == "high", max_seconds=bp.exp_max_time_seconds,
             job_id=job_id, pipeline=pipe))
+        if unserved:  # said where people look (events, the console), not left to wait silently
+            with contextlib.suppress(RedisError):
+                store.publish(exp_id, {"type": EventType.host, "state": "unserved", "host": bp.exp_host,
+                                       "message": unserved})
+        return admitted
     except BaseException:
         with contextlib.suppress(RedisError):
             store.withdraw(exp_id)  # never admitted: the record goes and the dir is free again
@@ -237,6 +245,14 @@ def _check_node_served(nodes: list[dict[str, Any]], node: str) -> None:
         message=f"no live worker serves node {node} (live: {', '.join(live) or 'none'}); submit with "
                 f"wait_for_node (CLI --wait-for-node) to queue it until one does",
     )])
+
+
+def _unserved_host(live: list[dict[str, Any]], host: str) -> str:
+    """Why an experiment naming ssh host `host` will wait ("" when a live worker serves it)."""
+    if any(host in (n.get("hosts") or []) for n in live):
+        return ""
+    return (f"no live worker serves ssh host {host}: it waits queued (queue {host_queue(host)}) until one does: "
+            f"`ajet-runner worker --executor ssh --host {host}`")
 
 
 def _check_capacity(nodes: list[dict[str, Any]], needed: int, node: str | None) -> None:

@@ -36,6 +36,8 @@ from ajet_runner.statemachine.blueprint_checks import (
 )
 from ajet_runner.statemachine.blueprint_command import CommandRead, Piece, read_command
 from ajet_runner.statemachine.blueprint_doc import Doc, dedent, parse_doc, unwrap
+from ajet_runner.statemachine.blueprint_host import FIELD as HOST_FIELD
+from ajet_runner.statemachine.blueprint_host import resolve_host
 from ajet_runner.statemachine.blueprint_tags import NOTES, label_at, late_tag, line_head, match_tag, tag_at
 from ajet_runner.statemachine.blueprint_values import (
     PATH_PART_LINES,
@@ -476,9 +478,11 @@ def _read_text_section(state: _Parse, m: _Marker, start: int, end: int) -> None:
 
 def _read_section(state: _Parse, m: _Marker, end: int) -> None:
     fld = m.field
-    if fld == SWEEP_FIELD:  # its own small grammar (statemachine/sweep.py): kept as written
+    if fld in (SWEEP_FIELD, HOST_FIELD):  # their own small grammars (sweep.py, ssh_login.py): kept as written
         body = "\n".join(state.doc.lines[m.line + m.skip:end])
         text = dedent(body).strip("\n")
+        if fld == HOST_FIELD and m.inline:
+            text = f"{m.inline}\n{text}"
         state.values[fld] = "\n".join(x for x in (state.values.get(fld, ""), text) if x)
         return
     if fld != NOTES and state.values.get(fld):
@@ -519,6 +523,7 @@ def parse_blueprint(text: str, *, deadline: float | None = None) -> Blueprint:
     cursor = 0
     untagged: list[tuple[int, str]] = []
     declared_swarm = False
+    commands: set[int] = set()  # the command parts' lines: an ssh there is the command's (blueprint_host.py)
     for k, m in enumerate(markers):
         if k % 64 == 0:
             state.tick()
@@ -527,6 +532,8 @@ def parse_blueprint(text: str, *, deadline: float | None = None) -> Blueprint:
         stop = markers[k + 1].line if k + 1 < len(markers) else len(lines)
         end = _section_end(doc, m, stop, last=k + 1 == len(markers))
         declared_swarm = declared_swarm or m.field == "exp_swarm_server"
+        if m.field in _COMMAND_FIELDS:
+            commands.update(range(m.line, end))
         _read_section(state, m, end)
         cursor = max(end, m.line + m.skip)
     if cursor < len(lines):
@@ -558,6 +565,8 @@ def parse_blueprint(text: str, *, deadline: float | None = None) -> Blueprint:
         source_lines=source_lines,
     )
     _resolve_swarm(state, bp)
+    state.problems.extend(resolve_host(bp, state.values.get(HOST_FIELD, ""), "\n".join(
+        "" if k in commands else line for k, line in enumerate(lines))))
     bp.parse_problems = state.problems
     return bp
 

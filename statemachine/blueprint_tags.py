@@ -30,6 +30,7 @@ _TAGS: dict[str, tuple[str, ...]] = {
     "exp_val_result_path": ("exp_val_result_path", "exp_val_result", "exp_val_results_path",
                             "exp_result_file", "exp_results_file"),
     "exp_sweep": ("exp_sweep", "exp_sweeps", "exp_grid"),  # statemachine/sweep.py reads its text
+    "exp_host": ("exp_host", "exp_ssh_host", "exp_login", "exp_remote_host", "exp_ssh"),  # statemachine/ssh_login.py
     NOTES: ("exp_notes", "exp_note", "exp_other", "exp_others", "exp_other_notes", "exp_extra",
             "exp_additional_notes", "exp_additional_info", "exp_misc"),
 }
@@ -44,6 +45,7 @@ _BRACKET_ONLY: dict[str, tuple[str, ...]] = {
     "exp_swarm_server": ("swarm_server", "swarm"),
     "exp_val_result_path": ("val_result_path", "result_file"),
     "exp_sweep": ("sweep", "grid"),
+    "exp_host": ("host", "login", "ssh", "ssh_host", "remote_host", "主机", "登录", "远程主机"),
     NOTES: ("notes", "note", "other", "others", "other_notes", "additional_notes", "misc", "其他", "备注"),
 }
 _TAG_OF = {alias: f for f, aliases in _TAGS.items() for alias in aliases}
@@ -75,6 +77,7 @@ _LABELS: dict[str, tuple[str, ...]] = {
                          "swarm server command", "swarm server start command", "swarm server"),
     "exp_val_result_path": ("验证结果文件路径", "验证结果文件", "结果文件路径", "validation result path",
                             "validation results file", "val result path", "results file"),
+    "exp_host": ("远程主机", "登录主机", "登录", "登陆", "主机", "ssh login", "ssh host", "remote host", "login"),
     NOTES: ("其他实验相关信息", "其他信息", "其它信息", "其他说明", "其他注意事项", "附加说明", "补充说明",
             "备注", "其他", "其它", "other notes", "additional notes", "additional information",
             "other information", "notes", "remarks"),
@@ -100,6 +103,7 @@ FIELD_KEYWORDS: dict[str, re.Pattern[str]] = {
         "exp_max_time": r"time|时间|时长|duration|limit|限制",
         "exp_swarm_server": r"command|cmd|命令|指令|launch|启动|run|运行|server|服务器|swarm",
         "exp_val_result_path": _PATH_WORDS + r"result|结果|file|文件|val|验证",
+        "exp_host": r"host|主机|login|登录|登陆|ssh|server|服务器|machine|机器",
         NOTES: r"notes|说明|备注|信息|info|other|其他|其它|additional|附加|补充",
     }.items()
 }

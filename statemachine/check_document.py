@@ -54,8 +54,16 @@ def check_document(bp: Blueprint, problems: list[Problem], *, env: Mapping[str, 
         "swarm": plan.swarm if plan else None,
         "command_file": _command_file(bp, plan.command if plan else "", problems),
         "sweep": grid.public() if grid is not None else None,
+        "runs_on": runs_on(bp),
     }
     return doc, runnable
+
+
+def runs_on(bp: Blueprint) -> dict[str, Any]:
+    """Where the experiment will run: the ssh host the blueprint names (and where it says so), else locally."""
+    if bp.exp_host:
+        return {"executor": "ssh", "host": bp.exp_host, "from": bp.exp_host_source}
+    return {"executor": "local", "host": None, "from": ""}
 
 
 def _command_file(bp: Blueprint, planned: str, problems: list[Problem]) -> str | None:

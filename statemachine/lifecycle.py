@@ -90,6 +90,7 @@ class EventType(Name):
     webhook_delivered = "webhook_delivered"
     webhook_gave_up = "webhook_gave_up"
     webhook_failed = "webhook_failed"
+    host = "host"  # the ssh host of a run: unreachable, reconnected, or served by no worker (docs/executors.md)
     info = "info"  # what an event without a type reads as
 
 

@@ -41,7 +41,7 @@ class Problem(BaseModel):
 
 _NOT_PUBLIC = {"exp_max_time_text", "exp_swarm_server", "exp_val_result_path", "exp_swarm_declared",
                "exp_swarm_form", "exp_swarm_client_delay_seconds", "exp_yaml_na", "parse_problems", "exp_sweep",
-               "exp_sweep_values"}
+               "exp_sweep_values", "exp_host", "exp_host_source"}
 
 
 class Blueprint(BaseModel):
@@ -69,6 +69,10 @@ class Blueprint(BaseModel):
     # sweep expanded into, the YAML values that experiment runs with (the preflight applies them).
     exp_sweep: str = ""
     exp_sweep_values: dict[str, Any] = Field(default_factory=dict)
+    # The ssh host the experiment runs on (statemachine/ssh_login.py): `user@host:port` or an ssh config alias,
+    # "" to run where the worker is; and where the blueprint says so (a login line, [exp_host], the command).
+    exp_host: str = ""
+    exp_host_source: str = ""
     # What the parser itself found wrong (a command line that is not shell, text after a path, ...):
     # validation reports these first, so `check`, the API and `run` refuse the same blueprint alike.
     parse_problems: list[Problem] = Field(default_factory=list)

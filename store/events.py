@@ -197,6 +197,12 @@ class WebhookFailedEvent(EventBase):
     retry_in: float | None = None
 
 
+class HostEvent(EventBase):
+    type: Literal[EventType.host] = EventType.host
+    host: str = ""
+    state: str = ""  # unreachable | reconnected | unserved
+
+
 class InfoEvent(EventBase):
     type: Literal[EventType.info] = EventType.info
 
@@ -215,7 +221,7 @@ MODELS: dict[EventType, type[EventBase]] = {
     EventType.gang: GangEvent, EventType.swarm_server: SwarmServerEvent, EventType.adviser: AdviserEvent,
     EventType.stage_report: StageReportEvent, EventType.stage_report_failed: StageReportFailedEvent,
     EventType.webhook_delivered: WebhookDeliveredEvent, EventType.webhook_gave_up: WebhookGaveUpEvent,
-    EventType.webhook_failed: WebhookFailedEvent, EventType.info: InfoEvent,
+    EventType.webhook_failed: WebhookFailedEvent, EventType.host: HostEvent, EventType.info: InfoEvent,
 }
 
 
@@ -251,6 +257,7 @@ Event = Annotated[
     | Annotated[WebhookDeliveredEvent, Tag(EventType.webhook_delivered.value)]
     | Annotated[WebhookGaveUpEvent, Tag(EventType.webhook_gave_up.value)]
     | Annotated[WebhookFailedEvent, Tag(EventType.webhook_failed.value)]
+    | Annotated[HostEvent, Tag(EventType.host.value)]
     | Annotated[InfoEvent, Tag(EventType.info.value)]
     | Annotated[OtherEvent, Tag(OTHER)],
     Discriminator(_tag),

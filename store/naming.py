@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Sequence
 
 SESSION_PREFIX = "ajet"
 SLUG_MAX = 40
@@ -21,8 +22,16 @@ def node_queue(node: str) -> str:
     return f"node:{node}"
 
 
-def queue_names(node: str) -> list[str]:
-    """A worker serves its own node's queue first, then the shared one."""
+def host_queue(host: str) -> str:
+    """The queue of the experiments that name ssh host `host` (`user@host:port` or an alias, as canonical)."""
+    return f"host:{host}"
+
+
+def queue_names(node: str, hosts: Sequence[str] = ()) -> list[str]:
+    """A worker serves its own node's queue first, then the shared one; an ssh worker (`hosts`) its node's
+    queue, then the queues of the hosts it serves, never the shared one (those experiments run beside a worker)."""
+    if hosts:
+        return [node_queue(node), *(host_queue(h) for h in hosts)]
     return [node_queue(node), DEFAULT_QUEUE]
 
 

@@ -125,6 +125,8 @@ class Settings(BaseSettings):
                           "hosts a blueprint names) or slurm (a batch job per attempt)")
     hosts: str = Field(default="", description="comma-separated ssh hosts (aliases or user@host[:port]) this worker "
                        "serves")
+    ssh_unreachable_seconds: float = Field(default=300.0, gt=0, description="an ssh host that does not answer "
+                                           "this long: its run is given up as lost, naming the host")
     ssh_config: str = Field(default="", description="OpenSSH client config file for the ssh executor; empty: "
                             "~/.ssh/config")
     slurm_partition: str = Field(default="", description="sbatch --partition; empty: the cluster's default")

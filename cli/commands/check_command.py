@@ -5,7 +5,8 @@ JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seco
 "reason"}], "environment": "<whose environment was read>", "env_decisions": [{"variable",
 "is_set", "decision"}], "swarm": {"server_command", "port"} or null for a classic experiment, "command_file":
 the exact script the first attempt would run (`logs/attempt-1.command.sh`) or null when the command is refused,
-"sweep": the experiments a sweep expands into (`[exp_sweep]`, `--sweep KEY=V1,V2`) or null}.
+"sweep": the experiments a sweep expands into (`[exp_sweep]`, `--sweep KEY=V1,V2`) or null,
+"runs_on": {"executor": "ssh"|"local", "host": the ssh host the blueprint names or null, "from": where it says so}}.
 Exit code 0 when the blueprint is runnable (no error), 1 when it has errors, 2 when
 it cannot be read. `-` reads the blueprint from stdin.
 """
@@ -117,6 +118,7 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
         _heading(console, "Command file", ": none (the launch command is refused or missing, see above)")
     if doc.get("sweep"):
         _render_sweep(doc["sweep"], console)
+    _render_where(doc.get("runs_on") or {}, unreadable, console)
     verdict = ("runnable", "green") if runnable else ("not runnable: fix the errors above", "red")
     console.print(Text.assemble("Verdict: ", verdict))
 
@@ -127,6 +129,16 @@ def _decision(d: dict[str, Any]) -> str:
     text = str(d["decision"])
     said = "set: " if d["is_set"] else "not set: "
     return text[len(said):] if text.startswith(said) else text
+
+
+def _render_where(where: dict[str, Any], unreadable: bool, console: Console) -> None:
+    if unreadable:
+        return
+    if where.get("host"):
+        _heading(console, "Runs on", f": ssh host {where['host']} (from {where.get('from')}); the blueprint's "
+                 "paths are that host's paths")
+    else:
+        _heading(console, "Runs on", ": this machine (`ajet-runner run`), or the worker that takes it")
 
 
 def _render_sweep(sweep: dict[str, Any], console: Console) -> None:

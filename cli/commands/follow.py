@@ -32,7 +32,7 @@ def headline(metrics: dict[str, Any]) -> str:
 
 # The events `describe` writes a line of its own for (the others: `event_line` shows their message or fields).
 DESCRIBED = (EventType.transition, EventType.evaluation, EventType.adopted, EventType.adoption, EventType.cleanup,
-             EventType.warning)
+             EventType.warning, EventType.host)
 
 
 def describe(event: Mapping[str, Any] | EventBase) -> str | None:

@@ -20,6 +20,7 @@ from rich.markup import escape
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
 from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local, wait_for_node
+from ajet_runner.statemachine.blueprint import parse_blueprint
 from ajet_runner.store.connection import RedisSettingsError, RedisTarget, check_reachable, target_from
 from ajet_runner.store.settings import get_settings
 
@@ -75,7 +76,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
         exp_id = rec["id"]
         console.print(f"Job submitted: {exp_id}")
         # lines to copy: never wrapped, never styled
-        console.print(f"  watch it in tmux: tmux{_socket_flag(settings)} attach -t {rec['tmux_session']}",
+        console.print(f"  watch it in tmux: {_attach_line(settings, text, rec['tmux_session'])}",
                       soft_wrap=True, highlight=False, markup=False)
         console.print(f"  result dir: {rec['result_dir']}", soft_wrap=True, highlight=False, markup=False)
 
@@ -91,6 +92,16 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
         return EXIT_CODES.get(outcome, 1)
     finally:
         stop_local(worker, store, embedded)
+
+
+def _attach_line(settings: Any, text: str, session: str) -> str:
+    """The tmux attach line: on the ssh host the blueprint names (it runs there), else here."""
+    host = parse_blueprint(text).exp_host
+    if host:
+        from ajet_runner.workers.executors.ssh import attach_line
+
+        return f"{attach_line(settings, host, session)}  (it runs on ssh host {host})"
+    return f"tmux{_socket_flag(settings)} attach -t {session}"
 
 
 def _socket_flag(settings: Any) -> str:

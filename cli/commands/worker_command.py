@@ -55,12 +55,14 @@ def _first_heartbeat(url: RedisTarget, info: Any) -> float:
     import time
 
     from ajet_runner.store.store import REDIS_DOWN, Store
+    from ajet_runner.workers.executors.ssh_hosts import served_hosts
     from ajet_runner.workers.node.this_node import heartbeat
 
     started_at = time.time()
     store = Store.from_url(url, socket_timeout=10, socket_connect_timeout=5)
     try:
-        heartbeat(store, info, [], started_at)
+        settings = get_settings()
+        heartbeat(store, info, [], started_at, executor=settings.executor or "local", hosts=served_hosts(settings))
     except REDIS_DOWN as exc:
         logging.getLogger(__name__).warning("redis unreachable at start: %s", exc)
     finally:

@@ -148,6 +148,8 @@ class NodeView(BaseModel):
     pid: int | None = None
     started_at: float | None = None
     last_seen: float | None = None
+    executor: str = Field("local", description="where its runs go: local (tmux beside it), ssh, slurm")
+    hosts: list[str] = Field(default_factory=list, description="the ssh hosts it serves (executor ssh)")
 
 
 class ErrorBody(BaseModel):
@@ -211,4 +213,5 @@ def node_dict(info: dict[str, Any], now: float, alive_seconds: float) -> dict[st
         "drain_reason": drain.get("reason") if drain else None, "drain_sticky": bool(drain and drain.get("sticky")),
         "drained_at": _float(drain.get("at")) if drain else None,
         "pid": info.get("pid"), "started_at": _float(info.get("started_at")), "last_seen": last_seen,
+        "executor": str(info.get("executor") or "local"), "hosts": [str(h) for h in info.get("hosts") or []],
     }

@@ -30,7 +30,7 @@ def _check_json(path: Path) -> tuple[int, dict[str, Any]]:
 
 def _assert_shape(doc: dict[str, Any]) -> None:
     assert set(doc) == {"blueprint", "problems", "config_changes", "environment", "env_decisions", "swarm",
-                        "command_file", "sweep"}
+                        "command_file", "sweep", "runs_on"}
     assert doc["command_file"] is None or doc["command_file"].startswith("# ajet-runner: the launch command")
     assert set(doc["blueprint"]) == BLUEPRINT_KEYS
     for p in doc["problems"]:

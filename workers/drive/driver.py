@@ -69,9 +69,11 @@ class ExperimentDriver:
         self.journal = Journal(store, exp_id, owner, rec.version, node=node.name)
         self.started_at = rec.started_at or None
         self.handle = RunHandle.from_dict(rec.handle) if rec.handle else None
-        # A run already started is found again by the executor that started it; a new one runs on this worker's.
+        # A run already started is found again by the executor that started it; a new one runs on the host the
+        # blueprint names (never anywhere else), else on this worker's executor.
         self.runner: Executor = runner or (executor_for_handle(settings, self.handle) if self.handle is not None
-                                           else build_executor(settings))
+                                           else build_executor(settings, "ssh" if self.bp.exp_host else None,
+                                                               host=self.bp.exp_host or None))
         self.watch: AttemptWatch | None = None
         self.server_watch: ServerWatch | None = None  # swarm mode: the server, watched beside the client
         self.plot_ahead = PlotAhead()  # the report's plot, drawn while the run is watched

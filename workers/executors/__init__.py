@@ -50,6 +50,7 @@ _BUILDERS: dict[str, Callable[[Settings, str | None], Executor]] = {
     "local": _local,
     "stub": _stub,
     "slurm": _module_builder("slurm"),
+    "ssh": _module_builder("ssh"),
 }
 
 

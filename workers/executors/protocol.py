@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ajet_runner.workers.executors.handle import RunHandle
@@ -104,6 +104,18 @@ class Executor(Protocol):
     def attach_command(self, handle: RunHandle) -> str:
         """What a person types to watch the run live ("" when nothing can be attached)."""
         ...
+
+
+def executor_notices(runner: Executor) -> list[dict[str, Any]]:
+    """Events an executor has to tell since it was last asked (ssh: the link went away, came back)."""
+    notices = getattr(runner, "notices", None)
+    return list(notices()) if callable(notices) else []
+
+
+def executor_lost(runner: Executor, handle: RunHandle) -> str:
+    """Why an executor gives a run up without an exit code (ssh: the host unreachable past its limit), or ""."""
+    lost = getattr(runner, "lost", None)
+    return str(lost(handle)) if callable(lost) else ""
 
 
 Runner = Executor  # the name the node side used before the family had others

@@ -24,6 +24,7 @@ from ajet_runner.store.store import REDIS_DOWN, Store
 from ajet_runner.workers.drive.owner_identity import driver_alive, owner_dead
 from ajet_runner.workers.executors import build_executor
 from ajet_runner.workers.executors.protocol import Executor
+from ajet_runner.workers.executors.ssh_hosts import served_hosts
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
 from ajet_runner.workers.node.queue_check import QueueChecker
 from ajet_runner.workers.node.this_node import HEARTBEAT_SECONDS, NodeInfo
@@ -90,7 +91,8 @@ class NodeSupervisor:
     # -- node state ---------------------------------------------------------------------------
     def heartbeat(self) -> bool:
         """One round trip (plus the GPU owners on a GPU node); returns whether the node is drained."""
-        return node_heartbeat(self.store, self.node, self.running, self.started_at)
+        return node_heartbeat(self.store, self.node, self.running, self.started_at,
+                              executor=self.settings.executor or "local", hosts=served_hosts(self.settings))
 
     def scan_every(self) -> float:
         """Seconds to the next adoption scan: ADOPT_SCAN_SECONDS while this node has runs (or the cluster a
@@ -150,8 +152,8 @@ class NodeSupervisor:
         return True
 
     def _executor(self) -> Executor:
-        if self._runner is None:
-            self._runner = build_executor(self.settings)
+        if self._runner is None:  # multi-node ranks: an ssh worker's runs are single-node, on their hosts
+            self._runner = build_executor(self.settings, "local" if self.settings.executor == "ssh" else None)
         return self._runner
 
     def _unfinished_here(self) -> list[dict]:

@@ -48,11 +48,13 @@ class NodeInfo:
         return cls(name=name, gpus=total, slots=slots or (total if total else 2))
 
 
-def heartbeat(store: Store, node: NodeInfo, running: list[str], started_at: float) -> bool:
+def heartbeat(store: Store, node: NodeInfo, running: list[str], started_at: float, *, executor: str = "local",
+              hosts: list[str] | None = None) -> bool:
     """One heartbeat of the node (plus the GPU owners on a GPU node); returns whether the node is drained.
     Here, not in the supervisor's module, so `ajet-runner worker` can send its first one before importing
     the supervisor (a worker is listed within a second of its start: issue 39)."""
     busy = len(store.gpu_owners(node.name)) if node.manages_gpus else 0
     fields: dict[str, Any] = {"gpus": node.gpus, "gpus_busy": busy, "slots": node.slots, "pid": os.getpid(),
-                              "running": running, "started_at": started_at}
+                              "running": running, "started_at": started_at, "executor": executor,
+                              "hosts": hosts or []}
     return store.heartbeat(node.name, fields, ttl=HEARTBEAT_SECONDS, with_drain=True)

@@ -34,6 +34,7 @@ from ajet_runner.store.queue import DRIVE_JOB, queue, queue_names
 from ajet_runner.store.settings import get_settings
 from ajet_runner.store.store import RedisError, Store
 from ajet_runner.workers.drive.hosting import HOST
+from ajet_runner.workers.executors.ssh_hosts import served_hosts
 from ajet_runner.workers.node.lifeline import die_with_parent, expected_parent_from_env
 from ajet_runner.workers.node.slot_worker import SlotWorker
 from ajet_runner.workers.report.plot_preload import preload_plotting
@@ -78,7 +79,8 @@ def main(argv: list[str]) -> int:
     preload_plotting()
     conn = connect(url, health_check_interval=30)
     store = store_at(url, socket_timeout=10, socket_connect_timeout=5)
-    worker = SlotWorker([queue(conn, name) for name in queue_names(node)], slots=slots,
+    hosts = served_hosts(settings) if settings.executor == "ssh" else []
+    worker = SlotWorker([queue(conn, name) for name in queue_names(node, hosts)], slots=slots,
                         paused=lambda: _draining(store, node), on_stop=HOST.stopping.set,
                         connection=conn, serializer=JSONSerializer,
                         name=f"{node}.watcher.{uuid.uuid4().hex[:6]}")

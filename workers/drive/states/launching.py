@@ -19,6 +19,7 @@ import yaml
 from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
+from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.preflight import gpus_needed, read_yaml_data
 from ajet_runner.statemachine.rules.time_limit import time_up_reason
 from ajet_runner.statemachine.signatures import signature
@@ -92,6 +93,12 @@ def handle(d: Drive) -> bool:
             )
         except (OSError, RuntimeError) as exc:
             gang.stop_members(d)
+            host = getattr(exc, "host", None)  # a host refused, did not answer, or none was named: never repaired
+            if host is not None:
+                d.ctx.pending_repair = _host_failure(host, str(exc))
+                d.fire(Trigger.anomaly, f"could not start the attempt{f' on host {host}' if host else ''}: {exc}",
+                       signature=HOST_FAILURE)
+                return True
             what = "the tmux session" if d.runner.capabilities.name == "local" else \
                 f"the attempt ({d.runner.capabilities.name} executor)"
             text = f"could not start {what}: {exc}"
@@ -110,7 +117,10 @@ def handle(d: Drive) -> bool:
         d.ctx.cleanups_done = []
     else:
         d.handle = adopted
-    where = f"{d.handle.executor} job {d.handle.job_id}" if d.handle.job_id else f"tmux session {session}"
+    if d.handle.job_id:
+        where = f"{d.handle.executor} job {d.handle.job_id}"
+    else:
+        where = f"tmux session {session}" + (f" on ssh host {d.handle.host}" if d.handle.host else "")
     d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in {where}",
            fields={"handle": d.handle.to_dict(), "tmux_session": session})
     return True
@@ -144,6 +154,20 @@ def _gpus_needed(d: Drive) -> int:
         with contextlib.suppress(OSError, ValueError, yaml.YAMLError):
             return gpus_needed(read_yaml_data(Path(d.ctx.config_path)))
     return max(1, d.rec.gpus_needed)
+
+
+HOST_FAILURE = "ssh_host"
+
+
+def _host_failure(host: str, message: str) -> PendingRepair:
+    """The cause when the host the blueprint names refused or did not answer: ssh's words, and what to try."""
+    explanation = (f"{message}. Nothing was run (an experiment that names a host runs nowhere else): check that "
+                   f"`ssh {host}` works from this machine without a prompt (key, known host, ssh config), then "
+                   "submit again") if host else f"{message}. Nothing was run"
+    finding = Finding(signature=HOST_FAILURE, fatal=True, line=0, text=message, explanation=explanation,
+                      repairable=False)
+    return PendingRepair(cause=finding.model_dump(mode="json"), reason=explanation, log_excerpt=message,
+                         log_tail=[message])
 
 
 def _environment_fields(d: Drive, base: LaunchEnvironment, env: dict[str, str], own_env: bool) -> dict[str, Any]:

@@ -50,7 +50,7 @@ def handle(d: Drive) -> bool:
     if errors:
         _claim_and_fire(d, Trigger.reject, "; ".join(str(p) for p in errors))
         return True
-    if d.gang is not None or d.node.manages_gpus:
+    if d.gang is not None or (d.node.manages_gpus and not d.bp.exp_host):  # an ssh host's GPUs are not the node's
         gpus = gang.reserve(d)
         if gpus is None:
             return _wait_for_gpus(d)

@@ -28,6 +28,7 @@ from ajet_runner.workers.drive.watch import CONSOLE_KEY, TRAIN_KEY, UNSCANNED_KE
 from ajet_runner.workers.drive.watch_loop import LOOP
 from ajet_runner.workers.executors.exit_cause import exit_record_problem
 from ajet_runner.workers.executors.exit_wait import ExitWaiter
+from ajet_runner.workers.executors.protocol import executor_lost, executor_notices
 from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.repair.resume import keep_start_facts
 from ajet_runner.workers.report.plot_preload import preload_plotting
@@ -241,6 +242,8 @@ class WatchPasses:
             o.before_tick(d, tick)
         if not self.local:
             d.runner.sync(d.handle)  # a host that does not share our disk: bring its log and results over
+            for note in executor_notices(d.runner):  # ssh: the link went away, came back
+                d.journal.publish(note)
         if self.queue is not None:
             waited = self.queue.look(d)
             self.started, self.attempt_started = self.clocks[0] + waited, self.clocks[1] + waited
@@ -274,10 +277,12 @@ class WatchPasses:
                 o.on_evaluations(d, tick, new_evals)
         exit_code = None
         record = None
+        lost = ""
         if not alive:
             exit_code = watch.exit_code(d.runner)
             watch.finish_log(time.time())
             record = exit_record_problem(d.handle.rc_path, d.bp.exp_result_dir, d.roots)
+            lost = executor_lost(d.runner, d.handle) if record is None else ""
         obs = Observation(
             now=tick.now, started_at=self.started, attempt_started_at=self.attempt_started,
             max_seconds=d.bp.exp_max_time_seconds, process_alive=alive, exit_code=exit_code,
@@ -290,7 +295,7 @@ class WatchPasses:
             first_step_seen=watch.first_step_seen,
             first_step_timeout=self.first_step_timeout,
             gang_problem=gang.problem(d),
-            exit_record_error=record.reason if record is not None else "",
+            exit_record_error=record.reason if record is not None else lost,
             **_server_fields(d),
         )
         for o in self.hooks:

@@ -1,0 +1,160 @@
+"""The control channel to one ssh host: OpenSSH's own client, one multiplexed master connection per host.
+
+Options come from an OpenSSH client config (`AJET_RUNNER_SSH_CONFIG`, else the user's ~/.ssh/config), so keys,
+ports, jump hosts and known hosts work as ssh users expect; the runner adds only what it needs: no prompts
+(BatchMode), a master connection it can reuse (ControlMaster/ControlPath/ControlPersist) and keep-alives.
+
+A call that fails because the link is down (ssh's exit 255 with a transport error) is retried with backoff;
+one ssh refuses for a reason a retry cannot change (a refused key, a host key mismatch, a name that does not
+resolve) raises `HostRefused` at once with ssh's own words. A dropped master is replaced by the next call
+(ControlMaster=auto); `reconnects` counts it so the watch can say so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ajet_runner.statemachine.ssh_login import LoginError, SshTarget, parse_target
+from ajet_runner.workers.executors.protocol import ExecutorError
+
+SSH_FAILED = 255  # ssh's own exit code for a connection or authentication failure
+CONNECT_TIMEOUT = 15
+PERSIST = 600  # seconds the master stays after its last client
+# ssh's words for failures a retry cannot change: said at once, quoted.
+_PERMANENT = ("Permission denied", "Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED",
+              "Could not resolve hostname", "No such file or directory", "Bad configuration option",
+              "Too many authentication failures", "no matching host key type", "Unable to negotiate",
+              "Bad owner or permissions", "command-line line", "garbage at end of line", "Invalid argument")
+
+
+class SshError(ExecutorError):
+    """ssh failed; the message names the host and quotes ssh."""
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(message)
+        self.host = host
+
+
+class HostRefused(SshError):
+    """ssh refused the host for good (key, host key, name): a retry would meet the same refusal."""
+
+
+class HostUnreachable(SshError):
+    """The host did not answer for longer than the retries allow."""
+
+
+def control_dir() -> Path:
+    """Where master sockets live: short (a unix socket path is at most 108 bytes), private (0700)."""
+    default = Path(tempfile.gettempdir()) / f"ajet-ssh-{os.getuid()}"
+    path = Path(os.environ.get("AJET_RUNNER_SSH_CONTROL_DIR") or default)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def ssh_message(stderr: str) -> str:
+    """ssh's own words, without its warnings about known hosts it added."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    kept = [ln for ln in lines if not ln.startswith("Warning: Permanently added")]
+    return "; ".join(kept[-4:]) or "no message"
+
+
+@dataclass
+class Result:
+    rc: int
+    out: bytes
+    err: str
+
+
+class SshChannel:
+    """Runs scripts on one host over a multiplexed connection."""
+
+    def __init__(self, host: str, *, config: str = "", retries: int = 3, backoff: float = 1.0) -> None:
+        try:
+            self.target: SshTarget = parse_target(host)
+        except LoginError as exc:
+            raise HostRefused(host, f"ssh host {host!r}: {exc}") from exc
+        self.host = host
+        self.config = config
+        if config and not Path(config).is_file():
+            raise HostRefused(host, f"ssh config {config} (AJET_RUNNER_SSH_CONFIG) does not exist")
+        self.retries = retries
+        self.backoff = backoff
+        digest = hashlib.sha1(f"{config}|{host}".encode()).hexdigest()[:20]
+        self.control_path = control_dir() / f"cm-{digest}"
+        self.reconnects = 0
+        self._had_master = False
+
+    def base_args(self) -> list[str]:
+        """`ssh` with the config and the runner's options, up to the destination."""
+        return [
+            "ssh", *(["-F", self.config] if self.config else []),
+            "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}",
+            "-o", f"ControlPersist={PERSIST}", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+            "-o", f"ConnectTimeout={CONNECT_TIMEOUT}", "-o", "LogLevel=ERROR",
+            *self.target.ssh_args(),
+        ]
+
+    def master_up(self) -> bool:
+        """A master answers on the control socket (a socket file alone may be stale)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            try:
+                sock.connect(str(self.control_path))
+                return True
+            except OSError:
+                return False
+
+    def master_pid(self) -> int | None:
+        """The master connection's pid (`ssh -O check`), for tests and the bench that cut the link."""
+        proc = subprocess.run([*self.base_args()[:-2], "-O", "check", self.target.destination()],
+                              capture_output=True, text=True, timeout=10, check=False)
+        text = proc.stderr + proc.stdout
+        if "pid=" not in text:
+            return None
+        return int(text.split("pid=", 1)[1].split(")", 1)[0])
+
+    def run(self, script: str, *, stdin: bytes = b"", timeout: float = 60.0, retry: bool = True) -> Result:
+        """Run `script` with bash on the host (its login environment is not sourced: tools only).
+
+        Retries a dropped link; raises HostRefused for a refusal, HostUnreachable when retries run out."""
+        attempts = self.retries if retry else 1
+        last = ""
+        for n in range(attempts):
+            up = self.master_up()
+            if not up and self._had_master:
+                self.reconnects += 1
+                self._had_master = False
+            try:
+                proc = subprocess.run([*self.base_args(), "bash -s"], input=script.encode() + b"\n" + stdin,
+                                      capture_output=True, timeout=timeout, check=False)
+            except subprocess.TimeoutExpired:
+                last = f"no answer within {timeout:.0f} s"
+                time.sleep(self.backoff * (2 ** n))
+                continue
+            err = proc.stderr.decode("utf-8", "replace")
+            if proc.returncode != SSH_FAILED or (proc.stdout and not _transport_error(err)):
+                self._had_master = True
+                return Result(proc.returncode, proc.stdout, err)
+            last = ssh_message(err)
+            if any(p in err for p in _PERMANENT):
+                raise HostRefused(self.host, f"ssh {self.host}: {last}")
+            if n + 1 < attempts:
+                time.sleep(self.backoff * (2 ** n))
+        raise HostUnreachable(self.host, f"ssh {self.host}: {last}")
+
+    def close(self) -> None:
+        """End the master connection (the runs on the host are not touched)."""
+        subprocess.run([*self.base_args()[:-2], "-O", "exit", self.target.destination()], capture_output=True,
+                       timeout=10, check=False)
+
+
+def _transport_error(err: str) -> bool:
+    return any(w in err for w in ("Connection refused", "Connection closed", "Connection reset", "timed out",
+                                  "Broken pipe", "kex_exchange_identification", "Control socket connect"))
