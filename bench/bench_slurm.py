@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ajet_runner.workers.executors.request import AttemptRequest
-from ajet_runner.workers.executors.slurm.executor import SlurmExecutor
+from ajet_runner.workers.executors.slurm.slurm_executor import SlurmExecutor
 from tests.integration.slurm_cluster import SlurmCluster, missing_binaries
 
 MARKER = "AJET_RUNNER_EXPERIMENT"

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ajet_runner.workers.executors.local.tmux import TmuxRunner
 from ajet_runner.workers.executors.protocol import Executor
-from ajet_runner.workers.executors.ssh.executor import SshExecutor
+from ajet_runner.workers.executors.ssh.ssh_executor import SshExecutor
 from tests.integration.sshd import ALIAS, running_sshd
 
 T = TypeVar("T")

@@ -21,7 +21,7 @@ import redis
 from ajet_runner.service.submit import submit
 from ajet_runner.store.store import Store
 from ajet_runner.workers.executors.request import AttemptRequest
-from ajet_runner.workers.executors.slurm.executor import SlurmExecutor
+from ajet_runner.workers.executors.slurm.slurm_executor import SlurmExecutor
 from tests.integration.scenario import CLI, Scenario, env_for, make, marked_processes, wait_for
 from tests.integration.slurm_cluster import SlurmCluster, free_port, missing_binaries
 from tests.integration.swarm_helpers import make_swarm

@@ -18,7 +18,7 @@ from ajet_runner.store.settings import Settings
 from ajet_runner.workers.executors import build_executor
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.ssh.channel import HostRefused
-from ajet_runner.workers.executors.ssh.executor import SshExecutor
+from ajet_runner.workers.executors.ssh.ssh_executor import SshExecutor
 from tests.integration.scenario import wait_for
 from tests.integration.sshd import ALIAS, SshHost, running_sshd
 from tests.integration.sshd import sshd as sshd

@@ -11,8 +11,8 @@ import pytest
 
 from ajet_runner.workers.executors.request import AttemptRequest
 from ajet_runner.workers.executors.slurm.batch import batch_script
-from ajet_runner.workers.executors.slurm.executor import SlurmExecutor, job_comment, job_name, time_limit
 from ajet_runner.workers.executors.slurm.slurm_cli import Slurm, SlurmError, job_info, parse_fields
+from ajet_runner.workers.executors.slurm.slurm_executor import SlurmExecutor, job_comment, job_name, time_limit
 
 LINE = ("JobId=12 JobName=ajet_ab12 UserId=root(0) JobState=PENDING Reason=BeginTime Dependency=(null) "
         "Requeue=1 Restarts=1 BatchFlag=1 ExitCode=0:15 SubmitTime=2026-12-03T14:51:51 "

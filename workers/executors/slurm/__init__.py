@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ajet_runner.workers.executors.slurm.executor import SlurmExecutor
+from ajet_runner.workers.executors.slurm.slurm_executor import SlurmExecutor
 
 if TYPE_CHECKING:
     from ajet_runner.store.settings import Settings

@@ -11,7 +11,7 @@ from ajet_runner.workers.executors.stub import StubExecutor
 
 if TYPE_CHECKING:
     from ajet_runner.store.settings import Settings
-    from ajet_runner.workers.executors.ssh.executor import SshExecutor
+    from ajet_runner.workers.executors.ssh.ssh_executor import SshExecutor
 
 
 class NoRouteError(ExecutorError):
@@ -37,7 +37,7 @@ class NoRoute(StubExecutor):
 
 def build(settings: Settings, host: str | None) -> SshExecutor | NoRoute:
     """The executor for `host` (a blueprint's `exp_host`, or the one host a worker serves)."""
-    from ajet_runner.workers.executors.ssh.executor import SshExecutor
+    from ajet_runner.workers.executors.ssh.ssh_executor import SshExecutor
 
     if not host:
         served = [h.strip() for h in (settings.hosts or "").split(",") if h.strip()]

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.ssh_login import LoginError, SshTarget, parse_target
 from ajet_runner.workers.executors.protocol import ExecutorError
 
@@ -135,7 +136,7 @@ class SshChannel:
                 proc = subprocess.run([*self.base_args(), "bash -s"], input=script.encode() + b"\n" + stdin,
                                       capture_output=True, timeout=timeout, check=False)
             except subprocess.TimeoutExpired:
-                last = f"no answer within {timeout:.0f} s"
+                last = f"no answer within {format_limit(timeout)}"
                 time.sleep(self.backoff * (2 ** n))
                 continue
             err = proc.stderr.decode("utf-8", "replace")

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ajet_runner.statemachine.durations import format_duration, format_limit
 from ajet_runner.store.naming import session_name
 from ajet_runner.workers.executors.handle import RunHandle, read_int
 from ajet_runner.workers.executors.protocol import Capabilities, ExecutorError, ProcessesSurvived, SessionExists
@@ -205,7 +206,7 @@ class SshExecutor:
         if seen.down_since is not None or self.channel.reconnects != self._reconnects:
             down = time.time() - seen.down_since if seen.down_since is not None else 0.0
             self._notices.append({"type": "host", "state": "reconnected", "host": self.host, "message": (
-                f"ssh connection to {self.host} re-established" + (f" after {down:.0f} s" if down else "")
+                f"ssh connection to {self.host} re-established" + (f" after {format_duration(down)}" if down else "")
                 + f"; the run went on, its log read on from byte {_size(handle.log_path)}")})
             seen.down_since = None
             self._reconnects = self.channel.reconnects
@@ -238,8 +239,9 @@ class SshExecutor:
         seen = self._seen.get(handle.session)
         if seen is None or seen.down_since is None or time.time() - seen.down_since < self.unreachable_after:
             return ""
-        return (f"host {self.host} unreachable for {time.time() - seen.down_since:.0f} s "
-                f"(over the {self.unreachable_after:.0f} s limit): {seen.why}; the run may still be running there")
+        return (f"host {self.host} unreachable for {format_duration(time.time() - seen.down_since)} "
+                f"(over the {format_limit(self.unreachable_after)} limit): {seen.why}; "
+                "the run may still be running there")
 
     def is_running(self, handle: RunHandle) -> bool:
         if handle.rc_path.exists():
