@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ajet_runner.statemachine.durations import format_duration, format_limit
+from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.store.naming import session_name
 from ajet_runner.workers.executors.handle import RunHandle, read_int
 from ajet_runner.workers.executors.protocol import Capabilities, ExecutorError, ProcessesSurvived, SessionExists
@@ -199,13 +200,13 @@ class SshExecutor:
             now = time.time()
             if seen.down_since is None:
                 seen.down_since = now
-                self._notices.append({"type": "host", "state": "unreachable", "host": self.host, "message": (
+                self._notices.append({"type": EventType.host, "state": "unreachable", "host": self.host, "message": (
                     f"ssh {self.host} does not answer ({exc}); the run goes on there, retrying")})
             seen.why = str(exc)
             return
         if seen.down_since is not None or self.channel.reconnects != self._reconnects:
             down = time.time() - seen.down_since if seen.down_since is not None else 0.0
-            self._notices.append({"type": "host", "state": "reconnected", "host": self.host, "message": (
+            self._notices.append({"type": EventType.host, "state": "reconnected", "host": self.host, "message": (
                 f"ssh connection to {self.host} re-established" + (f" after {format_duration(down)}" if down else "")
                 + f"; the run went on, its log read on from byte {_size(handle.log_path)}")})
             seen.down_since = None
@@ -279,7 +280,7 @@ class SshExecutor:
         try:
             out = self._stop_on_host(handle, grace)
         except SshError as exc:
-            self._notices.append({"type": "host", "state": "unreachable", "host": self.host,
+            self._notices.append({"type": EventType.host, "state": "unreachable", "host": self.host,
                                   "message": f"could not stop the run on {self.host}: {exc}"})
             return self.exit_code(handle)
         if handle.remote_dir is not None:
@@ -301,7 +302,7 @@ class SshExecutor:
         try:
             out = self.channel.run(scripts.kill_marked_script(name, value, grace), timeout=grace + 60).out.decode()
         except SshError as exc:
-            self._notices.append({"type": "host", "state": "unreachable", "host": self.host,
+            self._notices.append({"type": EventType.host, "state": "unreachable", "host": self.host,
                                   "message": f"could not clean up on {self.host}: {exc}"})
             return []
         return [int(p) for p in out.split() if p.isdigit()]
