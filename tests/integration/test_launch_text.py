@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ajet_runner.statemachine.blueprint import parse_blueprint
-from ajet_runner.workers.executors.local.tmux import TmuxRunner, command_path
+from ajet_runner.workers.executors.local.tmux import TmuxRunner
+from ajet_runner.workers.executors.wrapper import command_path
 
 pytestmark = pytest.mark.integration
 

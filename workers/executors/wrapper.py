@@ -11,6 +11,7 @@ never from a tmux server's stale global environment; `keep` names what the host 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -240,3 +241,28 @@ def env_file_bytes(env: Mapping[str, str] | Mapping[bytes, bytes]) -> tuple[byte
         else:
             parts.append(k + b"=" + v + b"\0")
     return b"".join(parts), notes
+
+
+def write_attempt_files(dfd: int, log_path: Path, rc_path: Path, pid_path: Path, command: str,
+                        reserve_path: Path | None, base_env: Mapping[str, str] | None) -> tuple[str, Path, str, str]:
+    """Lay out one attempt's files in the logs directory open as `dfd`, for any executor: the previous
+    attempt's rc and pid removed, an empty log, the command file, and the env file (0600) when `base_env` is
+    given. Returns (the directory's `dev:ino` as checked, the command file, the reserve relative to the logs
+    dir or "", the env file's name or "")."""
+    from ajet_runner.resultdir.confined import write_at
+
+    st = os.fstat(dfd)
+    logs_id = f"{st.st_dev}:{st.st_ino}"  # the directory that was opened and checked
+    for stale in (rc_path, pid_path):  # a previous attempt's files must not be read as ours
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale.name, dir_fd=dfd)
+    write_at(dfd, log_path.name, b"", truncate=False)  # exists before start() returns; tee appends
+    command_file = command_path(log_path)
+    write_at(dfd, command_file.name, command_text(command).encode())
+    reserve = os.path.relpath(os.path.abspath(reserve_path), os.path.abspath(log_path.parent)) \
+        if reserve_path is not None else ""
+    env_file = ""
+    if base_env is not None:
+        env_file = env_path(log_path).name
+        write_at(dfd, env_file, env_file_bytes(base_env)[0], mode=0o600)
+    return logs_id, command_file, reserve, env_file

@@ -51,12 +51,9 @@ from ajet_runner.workers.executors.local.session_host import ServerIdentity, Ses
 from ajet_runner.workers.executors.protocol import Capabilities, ExecutorError, ProcessesSurvived, SessionExists
 from ajet_runner.workers.executors.wrapper import (
     WrapperError,
-    command_path,
-    command_text,
-    env_file_bytes,
-    env_path,
     local_tool,
     wrapper_text,
+    write_attempt_files,
 )
 
 SOCKET_ENV = "AJET_RUNNER_TMUX_SOCKET"
@@ -166,22 +163,10 @@ class TmuxRunner:
         if rc_path.parent != log_path.parent or pid_path.parent != log_path.parent:
             raise ValueError("the log, rc and pid files must share one directory")
         wrapper = log_path.with_name(log_path.stem + ".sh")
-        command_file = command_path(log_path)
         dfd = open_dir(log_path.parent)
         try:
-            st = os.fstat(dfd)
-            logs_id = f"{st.st_dev}:{st.st_ino}"  # the directory that was opened and checked
-            for stale in (rc_path, pid_path):  # a previous attempt's files must not be read as ours
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(stale.name, dir_fd=dfd)
-            write_at(dfd, log_path.name, b"", truncate=False)  # exists before start() returns; tee appends
-            write_at(dfd, command_file.name, command_text(command).encode())
-            reserve = os.path.relpath(os.path.abspath(reserve_path), os.path.abspath(log_path.parent)) \
-                if reserve_path is not None else ""
-            env_file = ""
-            if base_env is not None:
-                env_file = env_path(log_path).name
-                write_at(dfd, env_file, env_file_bytes(base_env)[0], mode=0o600)
+            logs_id, command_file, reserve, env_file = write_attempt_files(
+                dfd, log_path, rc_path, pid_path, command, reserve_path, base_env)
             try:
                 text = wrapper_text(session, command_file, cwd, env, log_path, rc_path, pid_path, round(self.linger),
                                     logs_id=logs_id, reserve=reserve, env_file=env_file)

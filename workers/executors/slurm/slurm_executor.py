@@ -40,11 +40,8 @@ from ajet_runner.workers.executors.slurm.batch import batch_script
 from ajet_runner.workers.executors.slurm.slurm_cli import TAKEN_BACK, JobInfo, Slurm, SlurmError, SlurmUnavailable
 from ajet_runner.workers.executors.wrapper import (
     WrapperError,
-    command_path,
-    command_text,
-    env_file_bytes,
-    env_path,
     wrapper_text,
+    write_attempt_files,
 )
 
 log = logging.getLogger(__name__)
@@ -163,20 +160,8 @@ class SlurmExecutor:
         out = log_path.with_name(log_path.stem + ".slurm.out")
         dfd = open_dir(log_path.parent)
         try:
-            st = os.fstat(dfd)
-            logs_id = f"{st.st_dev}:{st.st_ino}"
-            for stale in (rc_path, pid_path):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(stale.name, dir_fd=dfd)
-            write_at(dfd, log_path.name, b"", truncate=False)
-            command_file = command_path(log_path)
-            write_at(dfd, command_file.name, command_text(command).encode())
-            reserve = os.path.relpath(os.path.abspath(reserve_path), os.path.abspath(log_path.parent)) \
-                if reserve_path is not None else ""
-            env_file = ""
-            if base_env is not None:
-                env_file = env_path(log_path).name
-                write_at(dfd, env_file, env_file_bytes(base_env)[0], mode=0o600)
+            logs_id, command_file, reserve, env_file = write_attempt_files(
+                dfd, log_path, rc_path, pid_path, command, reserve_path, base_env)
             try:
                 text = wrapper_text(session, command_file, cwd, env, log_path, rc_path, pid_path, 0,
                                     logs_id=logs_id, reserve=reserve, env_file=env_file, keep=KEEP)
