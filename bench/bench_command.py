@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.shell import command as cmdlib
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = [ROOT / "tests/corpus/blueprints/expected.json", ROOT / "tests/corpus/blueprints/skills/expected.json"]
@@ -51,7 +51,7 @@ def _corpus() -> list[str]:
 
 def _clear() -> None:
     """Forget cached parses and scans (both implementations keep one per text)."""
-    from ajet_runner.statemachine import shell_ast
+    from ajet_runner.statemachine.shell import syntax as shell_ast
 
     for module in (shell_ast, cmdlib):
         for name in dir(module):
@@ -100,7 +100,7 @@ def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     first = subprocess.run(
         [sys.executable, "-c", "import time; t = time.perf_counter(); "
-         "from ajet_runner.statemachine.command import analyze_command; "
+         "from ajet_runner.statemachine.shell.command import analyze_command; "
          "analyze_command('python -m ajet.launcher --conf a.yaml'); print(time.perf_counter() - t)"],
         capture_output=True, text=True, check=True)
     print(f"{'first call in a new process':<30} {float(first.stdout) * 1000:8.1f} ms (import + first parse)")

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ajet_runner.service.client.api_client import AjetRunnerClient
 from ajet_runner.service.demo import materialize
 from ajet_runner.service.embedded import EmbeddedRedis
-from ajet_runner.statemachine.blueprint import parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint, validate_blueprint
 from bench.bench_api import TOKEN, serving_api
 from tests.fuzz.test_growth import GROWTH_SHAPES
 from tests.fuzz.test_parser_budgets import ADVERSARIAL, MAX_BYTES

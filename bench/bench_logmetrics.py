@@ -17,8 +17,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ajet_runner.statemachine.diagnose import LogScanner  # noqa: E402
-from ajet_runner.statemachine.logmetrics import LogMetrics, parse_log_lines  # noqa: E402
+from ajet_runner.statemachine.failures.diagnose import LogScanner  # noqa: E402
+from ajet_runner.statemachine.logs.metrics import LogMetrics, parse_log_lines  # noqa: E402
 
 RAY = "\x1b[36m(TaskRunner pid=40211)\x1b[0m "
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ajet_runner.statemachine.diagnose import LogScanner
+from ajet_runner.statemachine.failures.diagnose import LogScanner
 
 CHUNK = 64 * 1024
 E = "\x1b"

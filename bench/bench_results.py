@@ -70,7 +70,7 @@ def generate(path: Path, kind: str, target_bytes: int, relaunch_every: int) -> i
 
 def child(path: str) -> None:
     sys.path.insert(0, str(REPO))
-    from ajet_runner.statemachine.results import parse_val_file
+    from ajet_runner.statemachine.logs.results import parse_val_file
 
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
@@ -96,7 +96,7 @@ def child(path: str) -> None:
 def baseline_rss_mb() -> float:
     """Peak RSS of a child that only imports the module: the interpreter + pydantic floor."""
     code = (
-        f"import sys, resource; sys.path.insert(0, {str(REPO)!r}); import ajet_runner.statemachine.results; "
+        f"import sys, resource; sys.path.insert(0, {str(REPO)!r}); import ajet_runner.statemachine.logs.results; "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
     )
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)

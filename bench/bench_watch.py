@@ -169,7 +169,7 @@ def bench_adopt(gigabytes: float) -> None:
 
 
 def bench_fatal(runs: int) -> None:
-    from ajet_runner.statemachine.signatures import signature
+    from ajet_runner.statemachine.failures.signatures import signature
 
     oom = Path(__file__).resolve().parent.parent / "tests/corpus/logs/cuda_oom_ray.log"
     settle = signature("cuda_oom").settle_seconds or 0.0

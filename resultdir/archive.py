@@ -41,7 +41,7 @@ OWNER_NAME = ".ajet-runner-run"  # the id of the run whose files the dir holds, 
 RUNNER_NAMES = (
     OWNER_NAME, FLAG_NAME, REPORT_NAME, RESULTS_NAME, PLOT_NAME, REPAIR_LOG_NAME, LOGS_DIR,
     "config.original.yaml", "config.patched.yaml", "saved_val_result", "saved_train_result",
-    "checkpoints",  # a run's own verl checkpoints (statemachine/checkpoints.py ISOLATED_DIR)
+    "checkpoints",  # a run's own verl checkpoints (statemachine/logs/checkpoints.py ISOLATED_DIR)
 )
 _MARKERS = (FLAG_NAME, REPORT_NAME, RESULTS_NAME, REPAIR_LOG_NAME)
 

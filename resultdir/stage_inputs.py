@@ -1,7 +1,7 @@
 """What a stage comparison reads of each experiment: its `results.json` and the YAML it was given.
 
 Read-only, from a result dir: `results.json` (the runner's) and `config.original.yaml` (the user's YAML
-as it was at launch; the sweep values are added by statemachine/compare.py). Files are read only when
+as it was at launch; the sweep values are added by statemachine/comparison/compare.py). Files are read only when
 their real path is inside the result dir (the rule the console and the API's /log route follow). When
 results.json cannot be read here — the experiment is not finished, or this machine does not see that
 disk — the record and its evaluation events stand in (`facts_for`).
@@ -18,9 +18,9 @@ from typing import Any
 import yaml
 
 from ajet_runner.resultdir.names import REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
-from ajet_runner.statemachine.compare import ExperimentFacts, facts_from_record, facts_from_results
+from ajet_runner.statemachine.blueprint.yamlload import load_yaml_text, private_copy
+from ajet_runner.statemachine.comparison.compare import ExperimentFacts, facts_from_record, facts_from_results
 from ajet_runner.statemachine.lifecycle import FINISHED
-from ajet_runner.statemachine.yamlload import load_yaml_text, private_copy
 
 __all__ = ["ORIGINAL_CONFIG", "facts_for", "read_facts", "read_original_config"]
 

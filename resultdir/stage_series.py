@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ajet_runner.resultdir.palette import PALETTE
-from ajet_runner.statemachine.compare import StageComparison
-from ajet_runner.statemachine.results import higher_is_better
+from ajet_runner.statemachine.comparison.compare import StageComparison
+from ajet_runner.statemachine.logs.results import higher_is_better
 
 __all__ = ["TOP_N", "Series", "StageChart", "stage_chart"]
 

@@ -1,6 +1,6 @@
 """Submitting a stage: several blueprints, or a sweep of one, as one named group of experiments.
 
-Every blueprint is read and expanded first (statemachine/sweep.py: one experiment per combination of its
+Every blueprint is read and expanded first (statemachine/blueprint/sweep.py: one experiment per combination of its
 `[exp_sweep]` part and the `--sweep` options), and the whole stage is refused — nothing recorded — when a
 blueprint cannot be read, a sweep is malformed, or two experiments would share a result dir. Then each
 experiment goes through the one submission path (service/submit.py), tagged with the stage; one that is
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ajet_runner.service.submit import PARSE_DEADLINE_SECONDS, SubmissionRejected, submit
-from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint
+from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_blueprint
+from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS, plan_sweep
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Level, Problem
-from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS, plan_sweep
 from ajet_runner.store.stages import StageNameError, check_stage_name, drop_if_empty
 from ajet_runner.store.store import Store
 

@@ -12,11 +12,11 @@ from typing import Any
 from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.refusal import write_refusal
 from ajet_runner.resultdir.roots import confined
-from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.fixes.preflight import gang_shape, gpus_needed, read_yaml_data
 from ajet_runner.statemachine.lifecycle import EventType, Lifecycle, State
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
-from ajet_runner.statemachine.preflight import gang_shape, gpus_needed, read_yaml_data
 from ajet_runner.store.naming import host_queue, session_name
 from ajet_runner.store.queue import drive_job_id, target_queue
 from ajet_runner.store.store import NODE_ALIVE_SECONDS, RedisError, ResultDirTaken, Store, new_id

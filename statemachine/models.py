@@ -65,11 +65,11 @@ class Blueprint(BaseModel):
     exp_swarm_form: str = ""
     exp_swarm_client_delay_seconds: float | None = None  # the `sleep N` dropped between server and client
     exp_yaml_na: bool = False  # [exp_yaml_path] says NA / N/A / 无 (a swarm client configures its own job)
-    # A sweep (statemachine/sweep.py): the `[exp_sweep]` part's text as written, and, on each experiment a
+    # A sweep (statemachine/blueprint/sweep.py): the `[exp_sweep]` part's text as written, and, on each experiment a
     # sweep expanded into, the YAML values that experiment runs with (the preflight applies them).
     exp_sweep: str = ""
     exp_sweep_values: dict[str, Any] = Field(default_factory=dict)
-    # The ssh host the experiment runs on (statemachine/ssh_login.py): `user@host:port` or an ssh config alias,
+    # The ssh host the experiment runs on (statemachine/shell/ssh_login.py): `user@host:port` or an ssh config alias,
     # "" to run where the worker is; and where the blueprint says so (a login line, [exp_host], the command).
     exp_host: str = ""
     exp_host_source: str = ""

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
-from ajet_runner.statemachine.failure import RepairResult
+from ajet_runner.statemachine.fixes.failure import RepairResult
 from ajet_runner.statemachine.lifecycle import FINISHED
 
 
@@ -66,7 +66,7 @@ class Attempt(Loose):
     console_evaluations: list[dict[str, Any]] | None = None
     # The training steps its log printed a verl training row for, as [first, last] runs (None: an older record).
     console_train_steps: list[list[int]] | None = None
-    # What the attempt ran with (ajet_runner.statemachine.failure.AttemptInputs, dumped): the failing
+    # What the attempt ran with (ajet_runner.statemachine.fixes.failure.AttemptInputs, dumped): the failing
     # state compares the next attempt's with these (None: an older record, never compared).
     inputs: dict[str, Any] | None = None
     # What the trainer said about where it started (read from the attempt's log): the experiment name
@@ -150,7 +150,7 @@ class PendingRepair(Loose):
     reason: str = ""
     log_excerpt: str = ""
     log_tail: list[str] = []
-    resolved: dict[str, Any] | None = None  # a ajet_runner.statemachine.repairs resolution, dumped
+    resolved: dict[str, Any] | None = None  # a ajet_runner.statemachine.fixes.repairs resolution, dumped
     advice: dict[str, Any] | None = None  # what the adviser answered (workers/repair/adviser.py)
 
     def as_dict(self) -> dict[str, Any]:

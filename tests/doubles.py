@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ajet_runner.statemachine.blueprint import parse_blueprint
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint
 from ajet_runner.statemachine.lifecycle import Lifecycle
 from ajet_runner.store.records import Context
 from ajet_runner.store.settings import Settings

@@ -19,7 +19,7 @@ catalogue_app = typer.Typer(help="The failure catalogue: site extension and sugg
 
 def install_site_catalogue(prog: str) -> list[str]:
     """Load AJET_RUNNER_CATALOGUE_EXTRA (when set) into the catalogue; a bad file is a clear exit 2."""
-    from ajet_runner.statemachine.signatures import use_extension
+    from ajet_runner.statemachine.failures.signatures import use_extension
 
     path = get_settings().catalogue_extra
     if not path:
@@ -98,7 +98,7 @@ def suggestions(
 @catalogue_app.command("check", epilog="Example: ajet-runner catalogue check site-catalogue.yaml")
 def check(path: Annotated[Path, typer.Argument(help="a site catalogue extension (YAML list of entries)")]) -> None:
     """Validate a catalogue extension the way a worker does at start-up."""
-    from ajet_runner.statemachine.signatures import load_extension
+    from ajet_runner.statemachine.failures.signatures import load_extension
 
     if not path.is_file() or not os.access(path, os.R_OK):
         why = "cannot read it" if path.is_file() else "no such file"

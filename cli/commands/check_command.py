@@ -25,11 +25,11 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ajet_runner.cli.commands import output
-from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint
-from ajet_runner.statemachine.check_document import check_document
+from ajet_runner.statemachine.blueprint.check_document import check_document
+from ajet_runner.statemachine.blueprint.parse import load_blueprint, parse_blueprint
+from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Problem
-from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS
 
 SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
 
@@ -45,7 +45,7 @@ def check_report(path: Path, sweep: list[str] | None = None, max_experiments: in
                  ) -> tuple[dict[str, Any], bool]:
     """The `check --json` document for a blueprint file, and whether it is runnable.
 
-    It runs the very preflight a worker runs before launching (`ajet_runner.statemachine.preflight.preflight`),
+    It runs the very preflight a worker runs before launching (`ajet_runner.statemachine.fixes.preflight.preflight`),
     on this shell's environment; `env_decisions` lists every decision that read a variable.
     """
     bp, problems = _load(path)

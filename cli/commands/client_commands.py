@@ -319,7 +319,7 @@ def _has_sweep(paths: list[str]) -> bool:
         text = Path(paths[0]).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False  # read_blueprints says why
-    from ajet_runner.statemachine.blueprint import parse_blueprint
+    from ajet_runner.statemachine.blueprint.parse import parse_blueprint
 
     return bool(parse_blueprint(text).exp_sweep.strip())
 

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.catalogue_command import install_site_catalogue
-from ajet_runner.statemachine.diagnose import LogDiagnosis, LogScanner
+from ajet_runner.statemachine.failures.diagnose import LogDiagnosis, LogScanner
 from ajet_runner.statemachine.models import Finding
 
 CHUNK = 1 << 20

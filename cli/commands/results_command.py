@@ -33,9 +33,9 @@ from rich.text import Text
 
 from ajet_runner.cli.commands import output
 from ajet_runner.resultdir.names import RESULTS_NAME
-from ajet_runner.statemachine.logmetrics import merge_file_and_log, parse_log_lines
+from ajet_runner.statemachine.logs.metrics import merge_file_and_log, parse_log_lines
+from ajet_runner.statemachine.logs.results import ResultSummary, find_result_files, parse_val_files, summarize
 from ajet_runner.statemachine.models import Evaluation
-from ajet_runner.statemachine.results import ResultSummary, find_result_files, parse_val_files, summarize
 
 _RATE_RE = re.compile(r"^task_pass_rate@(\d+)$")
 _PREFERRED = ("mean_reward", "std_reward")

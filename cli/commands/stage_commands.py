@@ -118,7 +118,7 @@ def _wait(client: Any, stage: str | None, ids: list[str], timeout: float | None,
 def _local_or_served(served: dict[str, Any]) -> Any:
     """An experiment's facts: its results.json read here when this machine sees it, else what the server read."""
     from ajet_runner.resultdir.stage_inputs import read_facts
-    from ajet_runner.statemachine.compare import ExperimentFacts
+    from ajet_runner.statemachine.comparison.compare import ExperimentFacts
 
     facts = ExperimentFacts.model_validate(served)
     if facts.source != "results.json" and facts.state == FINISHED and facts.result_dir:
@@ -129,7 +129,7 @@ def _local_or_served(served: dict[str, Any]) -> Any:
 
 
 def _compare(facts: list[Any], stage: str, metric: str, out_dir: str, as_json: bool) -> int:
-    from ajet_runner.statemachine.compare import compare
+    from ajet_runner.statemachine.comparison.compare import compare
     from ajet_runner.workers.report.stage_report import write_stage_report
 
     comparison = compare(stage, facts, metric)

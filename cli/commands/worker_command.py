@@ -20,7 +20,7 @@ def _need_redis(check: bool = True) -> RedisTarget:
 
 def _check_webhook_url(settings: Any) -> None:
     """AJET_RUNNER_WEBHOOK_URL is posted to by this worker: one it may not post to stops it here, named."""
-    from ajet_runner.statemachine.webhook_url import webhook_url_problem
+    from ajet_runner.statemachine.blueprint.webhook_url import webhook_url_problem
 
     url = settings.webhook_url.strip()
     problem = webhook_url_problem(url, allow_http=settings.webhook_allow_http) if url else ""

@@ -240,7 +240,7 @@ def log(
     Headers: X-Log-Source (file or redis), X-Log-Path (percent-encoded), X-Log-Offset (pass as `since` to follow),
     X-Experiment-State.
     """
-    from ajet_runner.statemachine.logtext import clean_lines
+    from ajet_runner.statemachine.logs.text import clean_lines
 
     rec = _record(be, exp_id)
     attempts = (rec.get("ctx") or {}).get("attempts") or []

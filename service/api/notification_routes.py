@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from ajet_runner.service.api.backend import Backend, backend
 from ajet_runner.service.api.errors import V1_ERRORS, error_responses
-from ajet_runner.statemachine.webhook_url import shown_url
+from ajet_runner.statemachine.blueprint.webhook_url import shown_url
 from ajet_runner.store.outbox import DEAD_KEPT
 from ajet_runner.store.store import Store
 

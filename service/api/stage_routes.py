@@ -22,10 +22,10 @@ from ajet_runner.service.api.stage_schemas import (
     StageSummary,
     StageView,
 )
-from ajet_runner.statemachine.compare import DEFAULT_METRIC, ExperimentFacts, compare
+from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS
+from ajet_runner.statemachine.blueprint.webhook_url import webhook_url_problem
+from ajet_runner.statemachine.comparison.compare import DEFAULT_METRIC, ExperimentFacts, compare
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
-from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS
-from ajet_runner.statemachine.webhook_url import webhook_url_problem
 from ajet_runner.store.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ajet_runner.store.stage_idempotency import StageClaim
 from ajet_runner.store.stages import (
@@ -105,7 +105,7 @@ def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Dep
 
     allow_http = be.settings.webhook_allow_http
     problem = webhook_url_problem(body.webhook_url, allow_http=allow_http) if body.webhook_url else ""
-    if problem:  # before anything is written or claimed (statemachine/webhook_url.py)
+    if problem:  # before anything is written or claimed (statemachine/blueprint/webhook_url.py)
         return JSONResponse(status_code=422, content=error_body(f"stage {body.stage} rejected: webhook_url {problem}", [
             {"level": "error", "field": "webhook_url", "message": f"the webhook URL {problem}"}]))
     claim: StageClaim | None = None
@@ -253,7 +253,7 @@ def stage_facts(be: Backend, name: str) -> list[ExperimentFacts]:
 
 @router.get("/stages/{name}/facts", response_model=list[dict[str, Any]], responses=NOT_FOUND)
 async def get_stage_facts(name: str, be: Backend = Depends(backend)) -> Response:
-    """What the comparison reads of each experiment (statemachine/compare.py ExperimentFacts), in submission
+    """What the comparison reads of each experiment (statemachine/comparison/compare.py ExperimentFacts), in submission
     order: from its results.json when this server can read it, else from its record and evaluation events."""
     if stage_summary(be.store, name) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no stage named {name!r}")

@@ -528,7 +528,7 @@ class AjetRunnerClient:
                                                json={"ids": ids or [], "result_dirs": result_dirs or []}))
 
     def stage_facts(self, name: str) -> list[dict[str, Any]]:
-        """What a comparison reads of each experiment (statemachine/compare.py ExperimentFacts, as JSON)."""
+        """What a comparison reads of each experiment (statemachine/comparison/compare.py ExperimentFacts, as JSON)."""
         return list(self._json("GET", f"/v1/stages/{name}/facts"))
 
     def stage_comparison(self, name: str, metric: str = "mean_reward") -> dict[str, Any]:

@@ -286,7 +286,7 @@ async def submit_form(request: Request, who: Viewer = Depends(viewer), be: Backe
 
 
 def _check(be: Backend, text: str) -> tuple[dict[str, Any], bool]:
-    from ajet_runner.statemachine.check_document import check_text
+    from ajet_runner.statemachine.blueprint.check_document import check_text
 
     doc, runnable = check_text(text, env=os.environ, check_disk=be.settings.submit_check_disk)
     bp = doc["blueprint"]

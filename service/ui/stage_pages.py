@@ -1,6 +1,7 @@
 """The console's stage pages: every stage (/ui/stages) and one stage (/ui/stages/{name}) — the comparison's
 table (the rows of `stage_report.md`), its chart (every experiment overlaid), the ranking and what did not
-succeed — built by the comparison the API serves (statemachine/compare.py via service/api/stage_routes.py)."""
+succeed — built by the comparison the API serves
+(statemachine/comparison/compare.py via service/api/stage_routes.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from ajet_runner.service.api.stage_routes import stage_facts, stage_summary
 from ajet_runner.service.ui.pages import page, viewer
 from ajet_runner.service.ui.session import Viewer
 from ajet_runner.service.ui.stage_chart import stage_chart_svg
-from ajet_runner.statemachine.compare import DEFAULT_METRIC, compare
-from ajet_runner.statemachine.stage_stats import short_names
+from ajet_runner.statemachine.comparison.compare import DEFAULT_METRIC, compare
+from ajet_runner.statemachine.comparison.stage_stats import short_names
 from ajet_runner.store.stages import stage_names
 
 router = APIRouter(prefix="/ui", include_in_schema=False)

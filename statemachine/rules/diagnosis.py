@@ -1,6 +1,6 @@
 """A fatal log signature while the process still lives: confirm it before calling the run failing.
 
-The scanner only offers evidence (an exception-shaped line, statemachine/evidence.py) that nothing
+The scanner only offers evidence (an exception-shaped line, statemachine/failures/evidence.py) that nothing
 has progressed after yet (`Observation.cause`); any progress — a training step, a rollout or
 evaluation line, validation output, the trainer's own INFO records — withdraws it (a caught OOM,
 a dead actor that Ray replaced). Real launchers print the failure, tear Ray down and exit 1:
@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.failures.signatures import signature
 from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.rules.base import Observation, Proposal
-from ajet_runner.statemachine.signatures import signature
 
 DEFAULT_SETTLE_SECONDS = 8.0
 

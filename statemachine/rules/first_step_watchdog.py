@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.durations import format_limit
-from ajet_runner.statemachine.first_step import DEFAULT_FIRST_STEP_SECONDS
 from ajet_runner.statemachine.lifecycle import Trigger
+from ajet_runner.statemachine.logs.first_step import DEFAULT_FIRST_STEP_SECONDS
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 

@@ -4,7 +4,8 @@ the client failed.
 The client would notice a dead server only after its own retry (about 16 s in AgentJet) and then
 fail with `Unable to connect to swarm server.`, which says nothing about why. Watching the server
 directly ends the attempt at once, diagnosed from the server's own log (see
-`ajet_runner.statemachine.swarm_blueprint.server_failure_finding`); the catalogue's plan restarts the server, awaits it
+`ajet_runner.statemachine.blueprint.swarm_blueprint.server_failure_finding`);
+the catalogue's plan restarts the server, awaits it
 and relaunches the client, within the repair budget. When the client fails with nothing specific
 in its own log while the live server's log shows a swarm signature (an engine-state error, say),
 that signature is the diagnosis.
@@ -15,11 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ajet_runner.statemachine.blueprint.swarm_blueprint import server_failure_finding
+from ajet_runner.statemachine.failures.signatures import signature
 from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules.base import Observation, Proposal
-from ajet_runner.statemachine.signatures import signature
-from ajet_runner.statemachine.swarm_blueprint import server_failure_finding
 
 
 def _unspecific(cause: Finding | None) -> bool:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ajet_runner.statemachine.checkpoints import checkpoint_dir, explicit_name, parse_start
-from ajet_runner.statemachine.logtext import clean_line
+from ajet_runner.statemachine.logs.checkpoints import checkpoint_dir, explicit_name, parse_start
+from ajet_runner.statemachine.logs.text import clean_line
 from ajet_runner.statemachine.models import ConfigChange
 from ajet_runner.workers.repair.config_patch import patch_yaml_text
 from ajet_runner.workers.repair.gpus import launcher_skip_support

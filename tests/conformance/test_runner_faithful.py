@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.command_file import command_script
+from ajet_runner.statemachine.shell.command_file import command_script
 from tests.conformance.test_runner_console import (
     FULL_TIER,
     VALIDATION_ROW,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.steplines import parse_step_line
+from ajet_runner.statemachine.logs.steplines import parse_step_line
 from tests.conformance import harness
 from tests.conftest import EXAMPLES, REPO
 

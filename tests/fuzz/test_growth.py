@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ajet_runner.statemachine.blueprint import BLUEPRINT_MAX_LINES, parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint.parse import BLUEPRINT_MAX_LINES, parse_blueprint, validate_blueprint
 
 SMALL, BIG = 10_000, 100_000  # characters
 GROWTH_MAX = 15.0

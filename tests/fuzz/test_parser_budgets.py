@@ -31,14 +31,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from ajet_runner.statemachine import command as cmdlib
-from ajet_runner.statemachine.blueprint import parse_blueprint, validate_blueprint
-from ajet_runner.statemachine.diagnose import diagnose_text
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint.swarm_blueprint import swarm_problems, swarm_spec
 from ajet_runner.statemachine.durations import parse_duration
-from ajet_runner.statemachine.logmetrics import parse_log_text
+from ajet_runner.statemachine.failures.diagnose import diagnose_text
+from ajet_runner.statemachine.logs.metrics import parse_log_text
+from ajet_runner.statemachine.logs.results import parse_train_lines, parse_val_lines
 from ajet_runner.statemachine.models import Blueprint
-from ajet_runner.statemachine.results import parse_train_lines, parse_val_lines
-from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
+from ajet_runner.statemachine.shell import command as cmdlib
 
 BUDGET_SECONDS = 0.100
 MAX_BYTES = 100_000

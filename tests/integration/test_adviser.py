@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ajet_runner.statemachine.advice import parse_answer
+from ajet_runner.statemachine.fixes.advice import parse_answer
 from ajet_runner.store.store import Store
 from ajet_runner.workers.repair.adviser import AdviserConfig, AdviserUnavailable, chat
 from tests.integration.fake_llm import Reply, advice, fake_llm

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ajet_runner.service.submit import submit
-from ajet_runner.statemachine.signatures import signature
+from ajet_runner.statemachine.failures.signatures import signature
 from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import running_worker, worker_env

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from ajet_runner.statemachine.logtext import clean_lines
+from ajet_runner.statemachine.logs.text import clean_lines
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.test_api import TOKEN, free_port, running_server
 from tests.integration.workers import running_worker, worker_env

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.blueprint import parse_blueprint
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint
 from ajet_runner.workers.executors.local.tmux import TmuxRunner
 from ajet_runner.workers.executors.wrapper import command_path
 

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from ajet_runner.service.demo import materialize
-from ajet_runner.statemachine.blueprint import parse_blueprint
-from ajet_runner.statemachine.command_file import command_script
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint
+from ajet_runner.statemachine.shell.command_file import command_script
 from tests.integration.scenario import CLI, Scenario, env_for, marked_processes, run_cli
 from tests.integration.swarm_helpers import free_port, listening
 

@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from ajet_runner.service.demo import materialize
-from ajet_runner.statemachine.blueprint import parse_blueprint
-from ajet_runner.statemachine.swarm_blueprint import swarm_spec
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint
+from ajet_runner.statemachine.blueprint.swarm_blueprint import swarm_spec
 from ajet_runner.workers.executors.local.tmux import TmuxRunner
 from ajet_runner.workers.swarm.server import (
     SwarmServerFailed,

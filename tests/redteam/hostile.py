@@ -140,7 +140,7 @@ NOT_SECRETS = [
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
 ]
 
-# One answer may hold at most 20 changes (statemachine/advice.py MAX_CHANGES): the red-team pass's own six
+# One answer may hold at most 20 changes (statemachine/fixes/advice.py MAX_CHANGES): the red-team pass's own six
 # and model.path first, then one of each other kind.
 _ANSWER_KEYS = ["OPENAI_BASE_URL", "HF_ENDPOINT", "HTTPS_PROXY", "WANDB_BASE_URL", "RAY_ADDRESS", "SHELLOPTS",
                 "ajet.model.path", "BASHOPTS", "MASTER_ADDR", "LD_PRELOAD", "PYTHONPATH", "NCCL_NET_PLUGIN",

@@ -1,6 +1,7 @@
 """Red team, fast: every change a hostile adviser proposes is refused, and every secret shape is redacted.
 
-The pure parts (statemachine/advice.py, statemachine/redact.py, statemachine/advice_context.py) on the
+The pure parts (statemachine/fixes/advice.py, statemachine/failures/redact.py,
+statemachine/fixes/advice_context.py) on the
 red-team pass's inputs and more of the same kinds; `test_hostile_adviser.py` sends them through a whole
 real run.
 """
@@ -11,9 +12,9 @@ import json
 
 import pytest
 
-from ajet_runner.statemachine.advice import AdviceChange, AdviceRules, validate_changes
-from ajet_runner.statemachine.advice_context import build_messages, data_marker, quoted_context
-from ajet_runner.statemachine.redact import REDACTED, Redactor
+from ajet_runner.statemachine.failures.redact import REDACTED, Redactor
+from ajet_runner.statemachine.fixes.advice import AdviceChange, AdviceRules, validate_changes
+from ajet_runner.statemachine.fixes.advice_context import build_messages, data_marker, quoted_context
 from tests.redteam.hostile import HOSTILE_CHANGES, NOT_SECRETS, PLANTED_ENV, SECRET_SHAPES
 from tests.redteam.record import record
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.advice_context import quoted_context
+from ajet_runner.statemachine.fixes.advice_context import quoted_context
 from tests.integration.fake_llm import Reply, advice, fake_llm
 from tests.integration.scenario import env_for, make, run_cli
 from tests.redteam.hostile import HOSTILE_ANSWER, PEM_BODY, PLANTED_ENV, PLANTED_LOG, PLANTED_NOTES, PLANTED_YAML

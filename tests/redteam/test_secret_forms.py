@@ -1,12 +1,12 @@
 """Red team, fast: the secret forms that passed the redactor in the last round (issue 37 item 6), their family,
-and ordinary log lines that must stay readable. statemachine/redact.py is what the adviser's prompt and the
+and ordinary log lines that must stay readable. statemachine/failures/redact.py is what the adviser's prompt and the
 webhook payloads go through."""
 
 from __future__ import annotations
 
 import pytest
 
-from ajet_runner.statemachine.redact import REDACTED, Redactor
+from ajet_runner.statemachine.failures.redact import REDACTED, Redactor
 from tests.redteam.record import record
 
 # (a line as a log, a shell history or a YAML holds it; the secret in it)

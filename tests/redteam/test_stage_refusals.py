@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ajet_runner.service.api.application import create_app
-from ajet_runner.statemachine.advice import AdviceChange, AdviceRules, validate_changes
+from ajet_runner.statemachine.fixes.advice import AdviceChange, AdviceRules, validate_changes
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.stages import stage_meta
 from ajet_runner.store.store import Store

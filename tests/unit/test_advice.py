@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ajet_runner.statemachine import signatures
-from ajet_runner.statemachine.advice import (
+from ajet_runner.statemachine.failures import signatures
+from ajet_runner.statemachine.failures.diagnose import diagnose_text
+from ajet_runner.statemachine.failures.redact import REDACTED, Redactor
+from ajet_runner.statemachine.fixes.advice import (
     AdviceChange,
     AdviceError,
     AdviceRules,
@@ -18,7 +20,7 @@ from ajet_runner.statemachine.advice import (
     to_actions,
     validate_changes,
 )
-from ajet_runner.statemachine.advice_context import (
+from ajet_runner.statemachine.fixes.advice_context import (
     build_messages,
     error_window,
     launcher_flags,
@@ -26,9 +28,7 @@ from ajet_runner.statemachine.advice_context import (
     signature_pattern,
     suggested_entry,
 )
-from ajet_runner.statemachine.diagnose import diagnose_text
-from ajet_runner.statemachine.redact import REDACTED, Redactor
-from ajet_runner.statemachine.repairs import resolve_repair
+from ajet_runner.statemachine.fixes.repairs import resolve_repair
 from ajet_runner.workers.repair.config_patch import patch_yaml_text
 
 YAML = {"ajet": {"rollout": {"tensor_model_parallel_size": 3, "temperature": 1.0, "max_model_len": 16000,

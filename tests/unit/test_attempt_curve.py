@@ -1,12 +1,12 @@
 """Evaluations merged across attempts by step (workers/report/attempt_curve.py), and the start facts
-read from a log (statemachine/checkpoints.py): a resumed attempt continues the curve, a restarted one
+read from a log (statemachine/logs/checkpoints.py): a resumed attempt continues the curve, a restarted one
 replaces it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ajet_runner.statemachine.checkpoints import agentjet_name, checkpoint_dir, explicit_name, parse_start
+from ajet_runner.statemachine.logs.checkpoints import agentjet_name, checkpoint_dir, explicit_name, parse_start
 from ajet_runner.store.records import Attempt, Context
 from ajet_runner.workers.report.attempt_curve import attempt_curve
 

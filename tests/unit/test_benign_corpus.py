@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.diagnose import LogScanner
+from ajet_runner.statemachine.failures.diagnose import LogScanner
 from ajet_runner.statemachine.rules import DiagnosisRule, Observation, Proposal
 
 CORPUS = Path(__file__).parents[1] / "corpus" / "logs"

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ajet_runner.statemachine.blueprint import load_blueprint, parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint.parse import load_blueprint, parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "blueprints"
@@ -798,7 +798,7 @@ def test_field_length_caps() -> None:
 
 def test_a_blueprint_longer_than_the_line_cap_is_refused_naming_its_length() -> None:
     """Only the first BLUEPRINT_MAX_LINES are read (bounded parse time); the rest is not ignored quietly."""
-    from ajet_runner.statemachine.blueprint import BLUEPRINT_MAX_LINES
+    from ajet_runner.statemachine.blueprint.parse import BLUEPRINT_MAX_LINES
 
     head = "[exp_purpose] test\n[exp_max_time] 1h\n\n"
     bp = parse_blueprint(head + "x\n" * BLUEPRINT_MAX_LINES)
@@ -812,7 +812,7 @@ def test_a_blueprint_longer_than_the_line_cap_is_refused_naming_its_length() -> 
 
 
 def test_a_long_path_part_is_read_for_its_path_at_the_top_and_keeps_the_rest_as_notes() -> None:
-    from ajet_runner.statemachine.blueprint import PATH_PART_LINES
+    from ajet_runner.statemachine.blueprint.parse import PATH_PART_LINES
 
     prose = "".join(f"line {i} of prose\n" for i in range(PATH_PART_LINES + 50))
     bp = parse_blueprint(f"[exp_codebase_dir]\n/srv/code\n{prose}\n[exp_purpose] p\n")

@@ -1,12 +1,18 @@
-"""A blueprint names its ssh host the way researchers write it (statemachine/ssh_login.py, blueprint_host.py)."""
+"""A blueprint names its ssh host the way researchers write it (statemachine/shell/ssh_login.py, blueprint_host.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ajet_runner.statemachine.blueprint import parse_blueprint
-from ajet_runner.statemachine.check_document import runs_on
-from ajet_runner.statemachine.ssh_login import LoginError, SshTarget, find_login_lines, parse_ssh_words, parse_target
+from ajet_runner.statemachine.blueprint.check_document import runs_on
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint
+from ajet_runner.statemachine.shell.ssh_login import (
+    LoginError,
+    SshTarget,
+    find_login_lines,
+    parse_ssh_words,
+    parse_target,
+)
 
 BASE = """[exp_purpose] test
 [exp_codebase_dir] /srv/code

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint, validate_blueprint
-from ajet_runner.statemachine.blueprint_command import non_shell_reason
+from ajet_runner.statemachine.blueprint.command_field import non_shell_reason
+from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint.swarm_blueprint import split_swarm_command, swarm_spec
+from ajet_runner.statemachine.fixes.preflight import preflight
 from ajet_runner.statemachine.models import Blueprint, Level
-from ajet_runner.statemachine.preflight import preflight
-from ajet_runner.statemachine.swarm_blueprint import split_swarm_command, swarm_spec
 
 SKILLS = Path(__file__).resolve().parent.parent / "corpus" / "blueprints" / "skills"
 EXPECTED = json.loads((SKILLS / "expected.json").read_text(encoding="utf-8"))

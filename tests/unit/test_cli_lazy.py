@@ -17,8 +17,8 @@ from ajet_runner.cli.lazy import COMMANDS
 
 # What made `ajet-runner --help` take 30x an empty Python: none may load before a command runs.
 HEAVY = ("httpx", "pydantic", "pydantic_settings", "yaml", "redis", "rq", "libtmux", "psutil", "transitions",
-         "ajet_runner.store.settings", "ajet_runner.statemachine.blueprint",
-         "ajet_runner.statemachine.signatures", "ajet_runner.service.client.api_client",
+         "ajet_runner.store.settings", "ajet_runner.statemachine.blueprint.parse",
+         "ajet_runner.statemachine.failures.signatures", "ajet_runner.service.client.api_client",
          "ajet_runner.cli.commands.client_commands", "ajet_runner.cli.commands.check_command")
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ajet_runner.statemachine.command import (
+from ajet_runner.statemachine.shell.command import (
     add_flag,
     conf_path,
     has_flag,

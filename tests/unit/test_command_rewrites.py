@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ajet_runner.statemachine.command import point_command_at
-from ajet_runner.statemachine.preflight import SKIP_GPU_CHECK, shared_gpus_change
+from ajet_runner.statemachine.fixes.preflight import SKIP_GPU_CHECK, shared_gpus_change
+from ajet_runner.statemachine.shell.command import point_command_at
 
 CMD = "python -m ajet.launcher --conf tests/bench/x/x.yaml --backbone verl"
 

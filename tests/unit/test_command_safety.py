@@ -21,7 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ajet_runner.statemachine.command import (
+from ajet_runner.statemachine.fixes.preflight import plan_preflight
+from ajet_runner.statemachine.models import Blueprint
+from ajet_runner.statemachine.shell.command import (
     LAUNCH_COMMAND_MAX_CHARS,
     add_flag,
     analyze_command,
@@ -32,8 +34,6 @@ from ajet_runner.statemachine.command import (
     remove_hazards,
     replace_conf,
 )
-from ajet_runner.statemachine.models import Blueprint
-from ajet_runner.statemachine.preflight import plan_preflight
 
 YAML = "ajet:\n  execute_test: false\nhydra:\n  searchpath: [file://x]\ndefaults:\n  - _self_\n"
 LAUNCH = "python -m ajet.launcher --conf a.yaml"

@@ -10,7 +10,9 @@ import shlex
 
 import pytest
 
-from ajet_runner.statemachine.command import (
+from ajet_runner.statemachine.fixes.preflight import plan_preflight
+from ajet_runner.statemachine.models import Blueprint
+from ajet_runner.statemachine.shell.command import (
     add_flag,
     analyze_command,
     launcher_segment,
@@ -18,8 +20,6 @@ from ajet_runner.statemachine.command import (
     replace_conf,
     split_chain,
 )
-from ajet_runner.statemachine.models import Blueprint
-from ajet_runner.statemachine.preflight import plan_preflight
 
 YAML = "ajet:\n  execute_test: false\nhydra:\n  searchpath: [file://x]\ndefaults:\n  - _self_\n"
 LAUNCH = "python -m ajet.launcher --conf a.yaml"

@@ -1,4 +1,4 @@
-"""The stage comparison (statemachine/compare.py) and its files (workers/report/stage_report.py)."""
+"""The stage comparison (statemachine/comparison/compare.py) and its files (workers/report/stage_report.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ from typing import Any
 import yaml
 
 from ajet_runner.resultdir.stage_inputs import facts_for, read_facts
-from ajet_runner.statemachine.compare import ExperimentFacts, compare, decisive_of, facts_from_record, flatten
+from ajet_runner.statemachine.comparison.compare import (
+    ExperimentFacts,
+    compare,
+    decisive_of,
+    facts_from_record,
+    flatten,
+)
 from ajet_runner.workers.report.stage_report import (
     STAGE_PLOT_NAME,
     STAGE_REPORT_NAME,

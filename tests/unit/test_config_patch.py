@@ -11,9 +11,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ajet_runner.statemachine.fixes.preflight import plan_preflight
+from ajet_runner.statemachine.fixes.repairs import set_dotted
 from ajet_runner.statemachine.models import Blueprint, ConfigChange
-from ajet_runner.statemachine.preflight import plan_preflight
-from ajet_runner.statemachine.repairs import set_dotted
 from ajet_runner.workers.repair.config_patch import (
     PatchError,
     patch_yaml_text,

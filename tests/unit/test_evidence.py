@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine import lineshape
-from ajet_runner.statemachine.diagnose import CATALOGUE, LogScanner, diagnose_lines, signature
-from ajet_runner.statemachine.evidence import evidence_shape
-from ajet_runner.statemachine.lineshape import Shape
-from ajet_runner.statemachine.progress_lines import NO_NUMBER, shows_activity, step_number
+from ajet_runner.statemachine.failures.diagnose import CATALOGUE, LogScanner, diagnose_lines, signature
+from ajet_runner.statemachine.failures.evidence import evidence_shape
+from ajet_runner.statemachine.failures.signatures import load_catalogue
+from ajet_runner.statemachine.logs import lineshape
+from ajet_runner.statemachine.logs.lineshape import Shape
+from ajet_runner.statemachine.logs.progress_lines import NO_NUMBER, shows_activity, step_number
 from ajet_runner.statemachine.rules import DiagnosisRule, Observation
-from ajet_runner.statemachine.signatures import load_catalogue
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 LOGURU_ERROR = "2025-06-12 10:41:07.118 | ERROR    | ajet.utils.launch_utils:execute_training_process:253 - "

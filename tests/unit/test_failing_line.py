@@ -1,12 +1,12 @@
-"""Which command of the launch command printed the failure (statemachine/failing_line.py), and the seed's
+"""Which command of the launch command printed the failure (statemachine/failures/failing_line.py), and the seed's
 proxychains rule applied to exactly that command (`python xxx.py` → `proxychains4 -q python xxx.py`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ajet_runner.statemachine.command import prefix_command_at
-from ajet_runner.statemachine.failing_line import failing_command
+from ajet_runner.statemachine.failures.failing_line import failing_command
+from ajet_runner.statemachine.shell.command import prefix_command_at
 
 CHAIN = ("cd /code && HF_HOME=/x python scripts/download.py --model q && \\\n  pip install -r req.txt && "
          "huggingface-cli download Qwen/Q && python -m ajet.launcher --conf a.yaml")

@@ -1,10 +1,10 @@
-"""What a failure means (statemachine/failure.py): every branch, pure."""
+"""What a failure means (statemachine/fixes/failure.py): every branch, pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from ajet_runner.statemachine.failure import RepairResult, Verdict, judge_failure
+from ajet_runner.statemachine.fixes.failure import RepairResult, Verdict, judge_failure
 
 LAUNCHED = {"launched": True, "signature": "cuda_oom", "why": "lower the batch", "quote": "CUDA out of memory"}
 

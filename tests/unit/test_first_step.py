@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ajet_runner.statemachine.first_step import first_step_timeout_from_text, shows_training_step
+from ajet_runner.statemachine.logs.first_step import first_step_timeout_from_text, shows_training_step
 from ajet_runner.statemachine.rules import FirstStepRule, Observation, default_rules
 
 
@@ -60,7 +60,7 @@ def test_default_rules_hold_the_watchdog_with_twenty_minutes() -> None:
     ("12 小时，首步超时 20 分钟", 12 * 3600.0),
 ])
 def test_max_time_ignores_the_first_step_clause(text: str, seconds: float) -> None:
-    from ajet_runner.statemachine.blueprint import parse_blueprint
+    from ajet_runner.statemachine.blueprint.parse import parse_blueprint
 
     bp = parse_blueprint(f"[exp_purpose] x\n[exp_max_time] {text}\n")
     assert bp.exp_max_time_seconds == seconds
@@ -72,7 +72,7 @@ def test_max_time_ignores_the_first_step_clause(text: str, seconds: float) -> No
 def test_the_word_prefilter_never_hides_a_step_the_pattern_sees(line: str, odd: str) -> None:
     """shows_training_step looks for case-folded words before the regex: it must answer as the regex
     alone does, odd case-insensitive letters (dotless i, long s, Kelvin sign) included."""
-    from ajet_runner.statemachine.first_step import _STEP
+    from ajet_runner.statemachine.logs.first_step import _STEP
     for i in range(len(line)):
         text = f"(pid=1) {line[:i]}{odd or line[i]}{line[i + 1:]} tail"
         assert shows_training_step(text) == (_STEP.search(text) is not None), text

@@ -1,5 +1,5 @@
 """The preflight's GPU-check decision after `--autokill` is stripped, and its refusal to let a new
-experiment continue another one's checkpoints (statemachine/preflight.py, statemachine/gpu_check.py)."""
+experiment continue another one's checkpoints (statemachine/fixes/preflight.py, statemachine/fixes/gpu_check.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.gpu_check import (
+from ajet_runner.statemachine.fixes.gpu_check import (
     GpuMemory,
     describe,
     launcher_accepts_skip,
@@ -16,8 +16,8 @@ from ajet_runner.statemachine.gpu_check import (
     parse_visible,
     too_busy,
 )
+from ajet_runner.statemachine.fixes.preflight import gpu_check_decision, plan_preflight
 from ajet_runner.statemachine.models import Blueprint, Level
-from ajet_runner.statemachine.preflight import gpu_check_decision, plan_preflight
 
 CMD = "python -m ajet.launcher --conf tests/x.yaml --backbone verl"
 

@@ -1,8 +1,10 @@
-"""No identical relaunch (statemachine/failure.py) and the plan's alternatives (statemachine/repairs.py): pure."""
+"""No identical relaunch (statemachine/fixes/failure.py) and the plan's alternatives
+(statemachine/fixes/repairs.py): pure."""
 
 from __future__ import annotations
 
-from ajet_runner.statemachine.failure import (
+from ajet_runner.statemachine.failures.signatures import signature
+from ajet_runner.statemachine.fixes.failure import (
     AttemptInputs,
     EarlierAttempt,
     RepairResult,
@@ -11,10 +13,9 @@ from ajet_runner.statemachine.failure import (
     repeats_of,
     yaml_digest,
 )
-from ajet_runner.statemachine.gpu_check import GpuFacts, GpuMemory
+from ajet_runner.statemachine.fixes.gpu_check import GpuFacts, GpuMemory
+from ajet_runner.statemachine.fixes.repairs import resolve_avoiding_repeats, resolve_repair
 from ajet_runner.statemachine.models import RepairAction
-from ajet_runner.statemachine.repairs import resolve_avoiding_repeats, resolve_repair
-from ajet_runner.statemachine.signatures import signature
 
 CMD = "python -m ajet.launcher --conf conf.yaml --with-ray"
 DATA = {"ajet": {"trainer_common": {"n_gpus_per_node": 2}}}

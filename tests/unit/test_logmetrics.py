@@ -8,9 +8,9 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ajet_runner.statemachine.diagnose import LogScanner
-from ajet_runner.statemachine.logmetrics import LogMetrics, merge_file_and_log, parse_log_lines, parse_log_text
-from ajet_runner.statemachine.results import parse_val_text
+from ajet_runner.statemachine.failures.diagnose import LogScanner
+from ajet_runner.statemachine.logs.metrics import LogMetrics, merge_file_and_log, parse_log_lines, parse_log_text
+from ajet_runner.statemachine.logs.results import parse_val_text
 
 RAY = "\x1b[36m(TaskRunner pid=40211)\x1b[0m "
 INITIAL = ("Initial validation metrics: {'val-core/gsm8k/TGC@1': np.float64(0.31), "

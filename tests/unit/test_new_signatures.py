@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ajet_runner.statemachine.diagnose import decisive_line, diagnose_text
-from ajet_runner.statemachine.signatures import signature
+from ajet_runner.statemachine.failures.diagnose import decisive_line, diagnose_text
+from ajet_runner.statemachine.failures.signatures import signature
 
 RAY = "\x1b[36m(TaskRunner pid=40211)\x1b[0m "
 LOGS = {

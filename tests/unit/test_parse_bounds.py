@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from ajet_runner.statemachine import sweep as sweep_module
-from ajet_runner.statemachine.blueprint import ParseDeadline, parse_blueprint, validate_blueprint
-from ajet_runner.statemachine.sweep import MAX_PART_BYTES, MAX_SPEC_CHARS, MAX_VALUES, plan_sweep
-from ajet_runner.statemachine.yamlload import MAX_YAML_DEPTH, YamlTooDeep, load_yaml_file, load_yaml_text
+from ajet_runner.statemachine.blueprint import sweep as sweep_module
+from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint.sweep import MAX_PART_BYTES, MAX_SPEC_CHARS, MAX_VALUES, plan_sweep
+from ajet_runner.statemachine.blueprint.yamlload import MAX_YAML_DEPTH, YamlTooDeep, load_yaml_file, load_yaml_text
 
 BASE = """## [exp_purpose]
 Bounds.

@@ -8,8 +8,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ajet_runner.statemachine.fixes.preflight import PreflightPlan, gpus_needed, plan_preflight
 from ajet_runner.statemachine.models import Blueprint, Level
-from ajet_runner.statemachine.preflight import PreflightPlan, gpus_needed, plan_preflight
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "yaml"
 TC = "ajet.trainer_common"
@@ -265,7 +265,7 @@ def test_missing_local_model_path_is_a_warning_hub_ids_are_not_checked(tmp_path)
 
 
 def test_check_and_a_worker_run_one_preflight_with_the_env_named(tmp_path) -> None:
-    from ajet_runner.statemachine.preflight import preflight
+    from ajet_runner.statemachine.fixes.preflight import preflight
 
     code = tmp_path / "code"
     (code / "conf").mkdir(parents=True)
@@ -302,7 +302,7 @@ def test_single_node_run_keeps_with_ray() -> None:
 
 
 def test_gang_shape() -> None:
-    from ajet_runner.statemachine.preflight import gang_shape
+    from ajet_runner.statemachine.fixes.preflight import gang_shape
 
     assert gang_shape({"ajet": {"trainer_common": {"n_gpus_per_node": 4, "nnodes": 2}}}) == (2, 4)
     assert gang_shape({}) == (1, 8)

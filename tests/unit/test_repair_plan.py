@@ -7,7 +7,7 @@ import json
 import shlex
 import sys
 
-from ajet_runner.statemachine.diagnose import diagnose_text
+from ajet_runner.statemachine.failures.diagnose import diagnose_text
 from ajet_runner.statemachine.models import Blueprint, RepairAction
 from ajet_runner.workers.repair.plan import plan_repair
 

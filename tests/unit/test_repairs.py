@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ajet_runner.statemachine.fixes.repairs import MISSING, ResolvedRepair, get_dotted, resolve_repair, set_dotted
 from ajet_runner.statemachine.models import RepairAction
-from ajet_runner.statemachine.repairs import MISSING, ResolvedRepair, get_dotted, resolve_repair, set_dotted
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "yaml"
 CMD = "cd /repo && python -m ajet.launcher --conf tests/bench/benchmark_math/benchmark_math.yaml --with-ray"
@@ -165,7 +165,7 @@ def test_full_oom_plan_on_the_benchmark_yaml(data: dict) -> None:
 
 
 def test_alternatives_apply_only_the_first_that_changes_something() -> None:
-    from ajet_runner.statemachine.signatures import signature
+    from ajet_runner.statemachine.failures.signatures import signature
 
     plan = signature("network_unreachable").repair
     cmd = "python -m ajet.launcher --conf x.yaml"
@@ -176,7 +176,7 @@ def test_alternatives_apply_only_the_first_that_changes_something() -> None:
 
 
 def test_a_repair_that_changes_the_batch_says_the_step_unit_changed(data: dict) -> None:
-    from ajet_runner.statemachine.signatures import signature
+    from ajet_runner.statemachine.failures.signatures import signature
 
     data["ajet"]["data"]["train_batch_size"] = 32
     data["ajet"]["trainer_common"].pop("total_training_steps", None)

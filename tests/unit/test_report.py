@@ -18,9 +18,9 @@ from ajet_runner.resultdir.flag import (
     read_finish_flag,
     write_finish_flag,
 )
-from ajet_runner.statemachine.command_file import command_script
 from ajet_runner.statemachine.lifecycle import Outcome
 from ajet_runner.statemachine.models import ConfigChange, Evaluation
+from ajet_runner.statemachine.shell.command_file import command_script
 from ajet_runner.workers.report import (
     PLOT_NAME,
     REPORT_NAME,

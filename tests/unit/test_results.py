@@ -10,8 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ajet_runner.statemachine.models import Evaluation
-from ajet_runner.statemachine.results import (
+from ajet_runner.statemachine.logs.results import (
     MAX_LINE_CHARS,
     ResultSummary,
     classify_file,
@@ -27,6 +26,7 @@ from ajet_runner.statemachine.results import (
     parse_val_lines,
     parse_val_text,
 )
+from ajet_runner.statemachine.models import Evaluation
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "results"
 

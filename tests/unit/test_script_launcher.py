@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from ajet_runner.statemachine.blueprint import parse_blueprint
-from ajet_runner.statemachine.preflight import preflight
-from ajet_runner.statemachine.script_launcher import MAX_SCRIPT_BYTES, hidden_launcher
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint
+from ajet_runner.statemachine.fixes.preflight import preflight
+from ajet_runner.statemachine.shell.script_launcher import MAX_SCRIPT_BYTES, hidden_launcher
 from ajet_runner.store.records import ExperimentRecord
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.driver import ExperimentDriver

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ajet_runner.statemachine.shell_ast import EXPOSED_CONTEXT, INERT_CONTEXT, parse, unquote
+from ajet_runner.statemachine.shell.syntax import EXPOSED_CONTEXT, INERT_CONTEXT, parse, unquote
 
 
 def _words(text: str) -> list[list[str]]:
@@ -98,11 +98,11 @@ def test_the_grammar_is_loaded_on_first_parse_not_on_import() -> None:
     """`ajet-runner --help` imports the command analysis (through the preflight) but never tree-sitter."""
     code = ("import sys\nfrom ajet_runner.cli.app import app\nfrom typer.testing import CliRunner\n"
             "r = CliRunner().invoke(app, ['--help'])\nassert r.exit_code == 0, r.output\n"
-            "import ajet_runner.statemachine.command\n"
+            "import ajet_runner.statemachine.shell.command\n"
             "print(sorted(m for m in sys.modules if m.startswith('tree_sitter')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout
-    parsed = subprocess.run([sys.executable, "-c", "import sys; from ajet_runner.statemachine.shell_ast import "
+    parsed = subprocess.run([sys.executable, "-c", "import sys; from ajet_runner.statemachine.shell.syntax import "
                              "parse; parse('a'); print('tree_sitter' in sys.modules)"],
                             capture_output=True, text=True, check=True, timeout=120)
     assert parsed.stdout.strip() == "True"
@@ -112,7 +112,7 @@ def test_code_points_that_crash_tree_sitter_bash_are_parsed_in_a_process_that_su
     """tree-sitter-bash 0.25.1 segfaults on `{` before a code point far above the BMP in about two
     processes of three; five fresh processes all surviving means the parser never sees those bytes."""
     probe = (
-        "from ajet_runner.statemachine.shell_ast import parse\n"
+        "from ajet_runner.statemachine.shell.syntax import parse\n"
         "for c in (0x7A000, 0xC1E8F, 0xE0100, 0xF0000, 0x10FFFF):\n"
         "    for text in ('{' + chr(c), '{' + chr(c) + ' ', 'x{' + chr(c), 'echo {' + chr(c) + ';'):\n"
         "        script = parse(text)\n"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine import signatures
-from ajet_runner.statemachine.logtext import clean_lines
+from ajet_runner.statemachine.failures import signatures
+from ajet_runner.statemachine.logs.text import clean_lines
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "logs"
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ajet_runner.statemachine.diagnose import (
+from ajet_runner.statemachine.failures.diagnose import (
     CATALOGUE,
     MAX_LINE_CHARS,
     LogScanner,
@@ -18,9 +18,9 @@ from ajet_runner.statemachine.diagnose import (
     diagnose_text,
     signature,
 )
-from ajet_runner.statemachine.logtext import clean_lines
+from ajet_runner.statemachine.failures.signatures import load_catalogue, match_line
+from ajet_runner.statemachine.logs.text import clean_lines
 from ajet_runner.statemachine.models import Diagnosis
-from ajet_runner.statemachine.signatures import load_catalogue, match_line
 from tests.conftest import CORPUS
 
 LOGS = CORPUS / "logs"

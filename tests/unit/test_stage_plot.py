@@ -1,4 +1,5 @@
-"""A stage at 4 and at 200 runs: labels, ties, seed groups and their bands, verdicts (statemachine/stage_stats.py),
+"""A stage at 4 and at 200 runs: labels, ties, seed groups and their bands, verdicts
+(statemachine/comparison/stage_stats.py),
 what a chart draws (resultdir/stage_series.py) and stage_plot.png itself, CJK labels included."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Any
 import pytest
 
 from ajet_runner.resultdir.stage_series import TOP_N, stage_chart
-from ajet_runner.statemachine.compare import ExperimentFacts, compare
-from ajet_runner.statemachine.stage_stats import competition_ranks, seed_noise, short_names, verdicts
+from ajet_runner.statemachine.comparison.compare import ExperimentFacts, compare
+from ajet_runner.statemachine.comparison.stage_stats import competition_ranks, seed_noise, short_names, verdicts
 from ajet_runner.workers.report.stage_plot import render_stage_png
 
 

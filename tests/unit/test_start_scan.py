@@ -1,5 +1,5 @@
 """The start facts (experiment name, start step, resumed checkpoint) kept as the log streams by
-(statemachine/checkpoints.py StartScan, fed by the watch's LogScanner), so nothing at an attempt's end
+(statemachine/logs/checkpoints.py StartScan, fed by the watch's LogScanner), so nothing at an attempt's end
 reads the log again for them — a "not found" included (issue 39, item 1).
 
 Real files read through AttemptWatch exactly as the driver reads them."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ajet_runner.statemachine.checkpoints import StartScan, parse_start
-from ajet_runner.statemachine.diagnose import LogScanner
+from ajet_runner.statemachine.failures.diagnose import LogScanner
+from ajet_runner.statemachine.logs.checkpoints import StartScan, parse_start
 from ajet_runner.store.records import Attempt
 from ajet_runner.workers.drive.watch import FINISH_BYTES, AttemptWatch
 from ajet_runner.workers.executors.handle import RunHandle
@@ -112,7 +112,7 @@ def test_past_its_limit_the_scan_stops_looking_and_says_not_found() -> None:
 def test_reading_a_log_again_finds_what_a_line_by_line_parse_finds(tmp_path: Path) -> None:
     """The fallback for an attempt whose watch kept nothing (workers/repair/resume.py start_facts) maps the
     log and parses only the lines holding a phrase: the same facts as cleaning and parsing every line."""
-    from ajet_runner.statemachine.logtext import clean_line
+    from ajet_runner.statemachine.logs.text import clean_line
     from ajet_runner.workers.repair.resume import start_facts
 
     log = tmp_path / "attempt-1.log"

@@ -11,8 +11,14 @@ import math
 
 import pytest
 
-from ajet_runner.statemachine.logmetrics import LogMetrics, parse_log_text, scan_log_lines, step_ranges, steps_of_ranges
-from ajet_runner.statemachine.steplines import is_training_key, is_validation_marker, parse_step_line
+from ajet_runner.statemachine.logs.metrics import (
+    LogMetrics,
+    parse_log_text,
+    scan_log_lines,
+    step_ranges,
+    steps_of_ranges,
+)
+from ajet_runner.statemachine.logs.steplines import is_training_key, is_validation_marker, parse_step_line
 
 # AgentJet 0.0.1's eval_dataset row (numpy 1 reprs) and the same validation merged into a training row (numpy 2).
 VAL_ROW = ("step:3 - pass_n:4 - total_tasks:20 - num_all_success_tasks:2 - num_pass_n_tasks(pass@4):9 - "
@@ -151,7 +157,7 @@ def test_a_real_agentjet_0_0_1_log_keeps_every_evaluation_and_training_step() ->
 def test_the_followers_fast_reading_agrees_with_the_full_one() -> None:
     """LogMetrics reads step lines without the training values (training_values=False): the kind of each
     row and every evaluation must be the same as the full parse gives, on every step line of a real log."""
-    from ajet_runner.statemachine.logtext import clean_lines
+    from ajet_runner.statemachine.logs.text import clean_lines
     from tests.conftest import CORPUS
 
     text = (CORPUS / "console" / "agentjet-0.0.1-test_freq1.log").read_text(encoding="utf-8")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.blueprint import parse_blueprint, validate_blueprint
-from ajet_runner.statemachine.swarm_blueprint import DEFAULT_PORT, swarm_spec, val_result_abspath
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint.swarm_blueprint import DEFAULT_PORT, swarm_spec, val_result_abspath
 from tests.conftest import run_cli
 
 _BASE = """# Swarm run
@@ -110,7 +110,7 @@ def test_check_json_shows_swarm(tmp_path: Path) -> None:
 
 def test_yaml_declared_swarm_plans_no_config_change(tmp_path: Path) -> None:
     """The server reads the YAML as written; the launch command is the client, not a launcher."""
-    from ajet_runner.statemachine.preflight import preflight
+    from ajet_runner.statemachine.fixes.preflight import preflight
 
     (tmp_path / "swarm.yaml").write_text(
         "ajet:\n  enable_swarm_mode: true\n  project_name: p\n"

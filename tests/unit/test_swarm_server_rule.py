@@ -3,11 +3,11 @@ diagnosed from the server's log; a client that already finished decides by its o
 
 from __future__ import annotations
 
-from ajet_runner.statemachine.diagnose import diagnose_text
+from ajet_runner.statemachine.blueprint.swarm_blueprint import SERVER_DIED, server_failure_finding
+from ajet_runner.statemachine.failures.diagnose import diagnose_text
 from ajet_runner.statemachine.lifecycle import Lifecycle
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules import Observation, SwarmServerRule, decide, default_rules
-from ajet_runner.statemachine.swarm_blueprint import SERVER_DIED, server_failure_finding
 
 
 def obs(**kw: object) -> Observation:
@@ -91,7 +91,7 @@ def test_a_failed_client_is_explained_by_a_swarm_signature_in_the_live_servers_l
 def test_a_server_that_failed_on_its_config_is_diagnosed_from_its_log_not_restarted() -> None:
     from pathlib import Path
 
-    from ajet_runner.statemachine.failure import judge_failure
+    from ajet_runner.statemachine.fixes.failure import judge_failure
 
     log = (Path(__file__).resolve().parent.parent / "corpus" / "logs" / "swarm_config_missing.log").read_text()
     cause = diagnose_text(log).cause

@@ -1,4 +1,4 @@
-"""Sweeps (statemachine/sweep.py): the `[exp_sweep]` part and `--sweep` options, the grid, each experiment's
+"""Sweeps (statemachine/blueprint/sweep.py): the `[exp_sweep]` part and `--sweep` options, the grid, each experiment's
 result dir, purpose and values, and what the preflight applies for one of them."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.blueprint import parse_blueprint, validate_blueprint
-from ajet_runner.statemachine.preflight import plan_preflight
-from ajet_runner.statemachine.sweep import (
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint, validate_blueprint
+from ajet_runner.statemachine.blueprint.sweep import (
     MAX_EXPERIMENTS,
     SLUG_MAX,
     is_seed_key,
@@ -21,6 +20,7 @@ from ajet_runner.statemachine.sweep import (
     scalar,
     sweep_changes,
 )
+from ajet_runner.statemachine.fixes.preflight import plan_preflight
 
 BLUEPRINT = """# Blueprint
 ## [exp_purpose]

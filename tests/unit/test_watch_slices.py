@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ajet_runner.statemachine.diagnose import LogScanner
-from ajet_runner.statemachine.logmetrics import LogMetrics
+from ajet_runner.statemachine.failures.diagnose import LogScanner
+from ajet_runner.statemachine.logs.metrics import LogMetrics
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules import DiagnosisRule, Observation
 from ajet_runner.workers.drive import scan_checkpoint

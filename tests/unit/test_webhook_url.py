@@ -1,10 +1,10 @@
-"""Which webhook URLs are accepted (statemachine/webhook_url.py): one row per shape."""
+"""Which webhook URLs are accepted (statemachine/blueprint/webhook_url.py): one row per shape."""
 
 from __future__ import annotations
 
 import pytest
 
-from ajet_runner.statemachine.webhook_url import shown_url, webhook_url_problem
+from ajet_runner.statemachine.blueprint.webhook_url import shown_url, webhook_url_problem
 
 
 @pytest.mark.parametrize(("url", "why"), [

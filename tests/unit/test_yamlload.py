@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from ajet_runner.statemachine.yamlload import load_yaml_file
+from ajet_runner.statemachine.blueprint.yamlload import load_yaml_file
 
 DOC = """\
 trainer:

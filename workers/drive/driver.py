@@ -16,11 +16,11 @@ from typing import Any
 
 from ajet_runner.logsetup import bind
 from ajet_runner.resultdir.roots import OutsideRoots, check_inside, confined, parse_roots
+from ajet_runner.statemachine.blueprint.swarm_blueprint import SwarmSpec
 from ajet_runner.statemachine.lifecycle import EventType, Lifecycle, RepairBudget, State
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.statemachine.policies import parse_backoff
 from ajet_runner.statemachine.rules import default_rules
-from ajet_runner.statemachine.swarm_blueprint import SwarmSpec
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.stats import TransitionStats
 from ajet_runner.store.store import Store, TransitionConflict

@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ajet_runner.statemachine.diagnose import LogScanner
-from ajet_runner.statemachine.logmetrics import (
+from ajet_runner.statemachine.failures.diagnose import LogScanner
+from ajet_runner.statemachine.logs.metrics import (
     LogMetrics,
     merge_file_and_log,
     scan_log_lines,
     step_ranges,
     steps_of_ranges,
 )
+from ajet_runner.statemachine.logs.results import ResultSummary, parse_val_file
 from ajet_runner.statemachine.models import Evaluation, Finding
-from ajet_runner.statemachine.results import ResultSummary, parse_val_file
 from ajet_runner.workers.drive import scan_checkpoint
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.protocol import Runner

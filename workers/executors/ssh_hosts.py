@@ -1,11 +1,11 @@
 """The ssh hosts a worker serves (`worker --executor ssh --host H`, AJET_RUNNER_HOSTS), in the canonical form a
-blueprint's `exp_host` takes (statemachine/ssh_login.py), so `root@gpu1 -p 22` and `root@gpu1:22` are one host."""
+blueprint's `exp_host` takes (statemachine/shell/ssh_login.py), so `root@gpu1 -p 22` and `root@gpu1:22` are one host."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ajet_runner.statemachine.ssh_login import LoginError, parse_target
+from ajet_runner.statemachine.shell.ssh_login import LoginError, parse_target
 
 
 def canonical_host(text: str) -> str:

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ajet_runner.statemachine.command_file import command_script
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.shell.command_file import command_script
 from ajet_runner.workers.executors.handle import RECORD_ERROR
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -158,7 +158,8 @@ def env_path(log_path: Path) -> Path:
 
 
 def command_text(command: str) -> str:
-    """The launch command as the body of a script (`ajet_runner.statemachine.command_file`, which `check` shows)."""
+    """The launch command as the body of a script (`ajet_runner.statemachine.shell.command_file`, which `check`
+    shows)."""
     return command_script(command)
 
 

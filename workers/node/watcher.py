@@ -28,7 +28,7 @@ import uuid
 from rq.serializers import JSONSerializer
 
 from ajet_runner.logsetup import configure
-from ajet_runner.statemachine.signatures import use_extension
+from ajet_runner.statemachine.failures.signatures import use_extension
 from ajet_runner.store.connection import RedisSettingsError, connect, need_target, store_at
 from ajet_runner.store.queue import DRIVE_JOB, queue, queue_names
 from ajet_runner.store.settings import get_settings

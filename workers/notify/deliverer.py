@@ -3,7 +3,7 @@
 - `experiment_finished`: checks whether the experiment's stage is now complete (which queues the stage's
   task), then posts the experiment's webhook — to the stage's own URL, else AJET_RUNNER_WEBHOOK_URL; none
   configured: nothing to post.
-- `stage_finished`: writes the stage report into the stage's dir (when it has one; statemachine/compare.py
+- `stage_finished`: writes the stage report into the stage's dir (when it has one; statemachine/comparison/compare.py
   and workers/report/stage_report.py), then posts the stage's webhook.
 
 A failed POST is retried with backoff (2 s, doubling, capped) up to AJET_RUNNER_WEBHOOK_MAX_ATTEMPTS times,
@@ -33,10 +33,10 @@ from urllib.parse import urlsplit
 
 from ajet_runner.resultdir.roots import confined, parse_roots
 from ajet_runner.resultdir.stage_inputs import facts_for
-from ajet_runner.statemachine.compare import compare
+from ajet_runner.statemachine.comparison.compare import compare
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.failures.redact import Redactor
 from ajet_runner.statemachine.lifecycle import EventType
-from ajet_runner.statemachine.redact import Redactor
 from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED
 from ajet_runner.store.settings import Settings

@@ -4,7 +4,7 @@ Metrics come from the record: `final` is the last evaluation (its `latest_metric
 `best` the report's best per metric (`{metric: {"value", "step"}}`), so a receiver needs no disk access.
 
 The free-text fields (`reason`, which quotes the failing log line, and `purpose`) go through the caller's
-redactor (statemachine/redact.py: the deliverer's is built from the worker's own secrets): a log line that
+redactor (statemachine/failures/redact.py: the deliverer's is built from the worker's own secrets): a log line that
 printed a Redis URL with its password or `token=...` must not leave the cluster in a notification.
 """
 

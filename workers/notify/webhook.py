@@ -10,7 +10,8 @@ are per operation, so a receiver that accepts and then trickles a byte every few
 held a delivery for as long as it liked; here the request runs under `anyio.move_on_after(deadline)` and is
 cancelled at the deadline, whatever it is waiting for; of the answer's body only the first 4 KB is read (a
 receiver streaming gigabytes is not buffered). Redirects are never followed (a 3xx is a failed
-delivery, retried later like any other). The URL is checked again before sending (statemachine/webhook_url.py).
+delivery, retried later like any other). The URL is checked again before sending
+(statemachine/blueprint/webhook_url.py).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import Any
 import anyio
 import httpx
 
+from ajet_runner.statemachine.blueprint.webhook_url import shown_url, webhook_url_problem
 from ajet_runner.statemachine.durations import format_limit
-from ajet_runner.statemachine.webhook_url import shown_url, webhook_url_problem
 
 __all__ = ["SIGNATURE_HEADER", "Delivery", "post_json", "shown_url", "signature"]
 

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ajet_runner.statemachine.advice import AdviceChange
-from ajet_runner.statemachine.advice_context import suggested_entry
+from ajet_runner.statemachine.fixes.advice import AdviceChange
+from ajet_runner.statemachine.fixes.advice_context import suggested_entry
 from ajet_runner.store.records import Context
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,8 @@
 It talks to any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, Ollama, a hosted API)
 with httpx: JSON mode (`response_format`) when the endpoint offers it, a hard deadline for the
 whole exchange, no redirects (the key goes to the configured URL only) and no proxy from the
-environment. What it sends is redacted (ajet_runner.statemachine.redact); what it answers is
-validated (ajet_runner.statemachine.advice) and becomes ordinary repair actions, or is refused
+environment. What it sends is redacted (ajet_runner.statemachine.failures.redact); what it answers is
+validated (ajet_runner.statemachine.fixes.advice) and becomes ordinary repair actions, or is refused
 with the reason. A stop wins over an ask: `cancelled` is polled while the request is in flight
 and aborts it at once (the request is a task on its own event loop, cancelled with its connection).
 """
@@ -24,8 +24,9 @@ from typing import Any
 
 import httpx
 
-from ajet_runner.statemachine import command as cmdlib
-from ajet_runner.statemachine.advice import (
+from ajet_runner.statemachine.durations import format_duration
+from ajet_runner.statemachine.failures.redact import Redactor
+from ajet_runner.statemachine.fixes.advice import (
     AdviceError,
     AdviceRules,
     describe_change,
@@ -33,11 +34,10 @@ from ajet_runner.statemachine.advice import (
     to_actions,
     validate_changes,
 )
-from ajet_runner.statemachine.advice_context import build_messages, error_window
-from ajet_runner.statemachine.durations import format_duration
+from ajet_runner.statemachine.fixes.advice_context import build_messages, error_window
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.statemachine.models import Blueprint, RepairAction
-from ajet_runner.statemachine.redact import Redactor
+from ajet_runner.statemachine.shell import command as cmdlib
 from ajet_runner.store.records import Context, RepairRecord
 from ajet_runner.workers.repair.config_patch import read_yaml_data
 

@@ -1,12 +1,12 @@
-"""The facts "no identical relaunch" compares: what each attempt ran with (statemachine/failure.py)."""
+"""The facts "no identical relaunch" compares: what each attempt ran with (statemachine/fixes/failure.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from ajet_runner.statemachine.failure import AttemptInputs, EarlierAttempt, yaml_digest
-from ajet_runner.statemachine.repairs import ResolvedRepair
+from ajet_runner.statemachine.fixes.failure import AttemptInputs, EarlierAttempt, yaml_digest
+from ajet_runner.statemachine.fixes.repairs import ResolvedRepair
 from ajet_runner.store.records import Context
 from ajet_runner.workers.repair.config_patch import read_yaml_data
 

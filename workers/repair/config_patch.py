@@ -29,10 +29,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from ajet_runner.resultdir.flag import atomic_write_bytes
-from ajet_runner.statemachine.command import point_command_at
+from ajet_runner.statemachine.fixes.preflight import read_yaml_data
+from ajet_runner.statemachine.fixes.repairs import del_dotted, set_dotted
 from ajet_runner.statemachine.models import ConfigChange
-from ajet_runner.statemachine.preflight import read_yaml_data
-from ajet_runner.statemachine.repairs import del_dotted, set_dotted
+from ajet_runner.statemachine.shell.command import point_command_at
 from ajet_runner.store.records import Context
 
 __all__ = ["PATCH_MARKER", "RUNNER_DIR", "PatchError", "patch_yaml_text", "patched_config_path", "read_yaml_data",

@@ -1,6 +1,6 @@
 """Ask `nvidia-smi` what the GPUs hold, and whether this run's launcher can skip its own GPU check.
 
-The parsing and the 95 % rule are pure (statemachine/gpu_check.py); this module only runs the
+The parsing and the 95 % rule are pure (statemachine/fixes/gpu_check.py); this module only runs the
 programs and reads files.
 """
 
@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ajet_runner.statemachine.gpu_check import QUERY, GpuMemory, launcher_accepts_skip, parse_query
+from ajet_runner.statemachine.fixes.gpu_check import QUERY, GpuMemory, launcher_accepts_skip, parse_query
 
 __all__ = ["launcher_skip_support", "query_gpus"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ajet_runner.statemachine.failures.signatures import signature
 from ajet_runner.statemachine.models import Blueprint, Finding, RepairAction
-from ajet_runner.statemachine.signatures import signature
 from ajet_runner.workers.repair.site_hook import ask_hook
 
 

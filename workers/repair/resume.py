@@ -1,5 +1,5 @@
 """Repairs resume: the next attempt keeps the experiment name an earlier attempt used, so verl's
-`resume_mode: auto` finds that attempt's checkpoint (statemachine/checkpoints.py has the rules).
+`resume_mode: auto` finds that attempt's checkpoint (statemachine/logs/checkpoints.py has the rules).
 
 AgentJet names an unnamed experiment after the YAML and the launch minute, so a relaunch a minute
 later would be a new experiment training from step 0. The name the first attempt used is in its
@@ -13,7 +13,7 @@ import mmap
 import os
 from pathlib import Path
 
-from ajet_runner.statemachine.checkpoints import (
+from ajet_runner.statemachine.logs.checkpoints import (
     NAME_KEY,
     TRACKER,
     StartFacts,
@@ -22,7 +22,7 @@ from ajet_runner.statemachine.checkpoints import (
     explicit_name,
     tracker_step,
 )
-from ajet_runner.statemachine.logtext import clean_line
+from ajet_runner.statemachine.logs.text import clean_line
 from ajet_runner.statemachine.models import ConfigChange
 from ajet_runner.store.records import Attempt, Context
 from ajet_runner.workers.repair.config_patch import read_yaml_data

@@ -20,9 +20,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ajet_runner.statemachine.logmetrics import merge_file_and_log
+from ajet_runner.statemachine.logs.metrics import merge_file_and_log
+from ajet_runner.statemachine.logs.results import ResultSummary, parse_val_text, summarize
 from ajet_runner.statemachine.models import Evaluation
-from ajet_runner.statemachine.results import ResultSummary, parse_val_text, summarize
 from ajet_runner.store.records import Attempt, Context
 from ajet_runner.workers.drive.watch import attempt_evaluations
 

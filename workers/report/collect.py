@@ -7,16 +7,16 @@ import time
 from pathlib import Path
 
 from ajet_runner.statemachine.lifecycle import Lifecycle
-from ajet_runner.statemachine.logmetrics import merge_file_and_log
-from ajet_runner.statemachine.logtext import clean_line
-from ajet_runner.statemachine.models import Blueprint
-from ajet_runner.statemachine.results import (
+from ajet_runner.statemachine.logs.metrics import merge_file_and_log
+from ajet_runner.statemachine.logs.results import (
     ResultSummary,
     find_result_files,
     parse_train_file,
     parse_val_files,
     summarize,
 )
+from ajet_runner.statemachine.logs.text import clean_line
+from ajet_runner.statemachine.models import Blueprint
 from ajet_runner.store.naming import session_name
 from ajet_runner.store.records import Context, ExperimentRecord
 from ajet_runner.workers.drive.watch import (

@@ -72,7 +72,7 @@ class ReportData(_Input):
     # "resumed_from", "experiment_name"}, how: from scratch | resumed | restarted | start not logged).
     superseded_evaluations: list[dict[str, Any]] = []
     attempt_starts: list[dict[str, Any]] = []
-    # What a stage comparison needs besides (statemachine/compare.py): the launch command as the blueprint
+    # What a stage comparison needs besides (statemachine/comparison/compare.py): the launch command as the blueprint
     # gives it, the sweep values this experiment ran with, and its stage.
     launch_command: str = ""
     sweep: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """Evaluations as the report reads them: one normalised row per step and dataset, baselines, deltas.
 
-Metric keys are normalised by the results parser's own `normalize_key` (statemachine/results.py).
+Metric keys are normalised by the results parser's own `normalize_key` (statemachine/logs/results.py).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ajet_runner.statemachine.results import normalize_key
+from ajet_runner.statemachine.logs.results import normalize_key
 from ajet_runner.store.records import plain
 from ajet_runner.workers.report.data import COUNT_METRICS, DELTA_METRICS, RATE_RE
 from ajet_runner.workers.report.markdown import finite, number

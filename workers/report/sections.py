@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ajet_runner.statemachine.command_file import command_script
+from ajet_runner.statemachine.shell.command_file import command_script
 from ajet_runner.store.records import Attempt as AttemptInfo
 from ajet_runner.store.records import RepairRecord
 from ajet_runner.workers.report.data import (

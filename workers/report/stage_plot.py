@@ -17,7 +17,7 @@ from typing import Any
 from ajet_runner.resultdir.flag import atomic_write_bytes
 from ajet_runner.resultdir.palette import chart_metrics
 from ajet_runner.resultdir.stage_series import StageChart, stage_chart
-from ajet_runner.statemachine.compare import StageComparison
+from ajet_runner.statemachine.comparison.compare import StageComparison
 from ajet_runner.workers.report.plot_fonts import use_installed_fonts
 
 STAGE_PLOT_NAME = "stage_plot.png"

@@ -1,5 +1,5 @@
 """The stage report a research lead decides the next stage from: `stage_report.md`, `stage_results.json`,
-`stage_plot.png`, rendered from a comparison (statemachine/compare.py).
+`stage_plot.png`, rendered from a comparison (statemachine/comparison/compare.py).
 
 Rendering never raises on odd data (a value that cannot be shown reads "n/a"); I/O errors propagate, so
 the caller (the `compare` command, or the deliverer writing it when a stage finishes) can say so.
@@ -16,7 +16,7 @@ from typing import Any
 from ajet_runner.resultdir.confined import open_dir
 from ajet_runner.resultdir.flag import atomic_write_text, iso_utc, remove_file
 from ajet_runner.resultdir.stage_series import TOP_N
-from ajet_runner.statemachine.compare import StageComparison
+from ajet_runner.statemachine.comparison.compare import StageComparison
 from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.workers.report.markdown import code_span, fmt_duration, fmt_value, md_cell, table
 from ajet_runner.workers.report.results_json import json_safe

@@ -16,15 +16,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ajet_runner.statemachine.lifecycle import EventType
-from ajet_runner.statemachine.models import Blueprint, Level, Problem
-from ajet_runner.statemachine.swarm_blueprint import (
+from ajet_runner.statemachine.blueprint.swarm_blueprint import (
     SwarmSpec,
     swarm_problems,
     swarm_spec,
     val_result_abspath,
     yaml_placeholder,
 )
+from ajet_runner.statemachine.lifecycle import EventType
+from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.workers.drive.attempt import MARKER
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.protocol import Runner

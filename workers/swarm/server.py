@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ajet_runner.statemachine.blueprint.swarm_blueprint import SwarmSpec
 from ajet_runner.statemachine.durations import format_limit
-from ajet_runner.statemachine.swarm_blueprint import SwarmSpec
 from ajet_runner.store.naming import session_name
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.protocol import Runner

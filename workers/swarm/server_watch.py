@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ajet_runner.statemachine.diagnose import LogScanner
+from ajet_runner.statemachine.blueprint.swarm_blueprint import SwarmSpec, server_failure_finding
+from ajet_runner.statemachine.failures.diagnose import LogScanner
 from ajet_runner.statemachine.models import Finding
-from ajet_runner.statemachine.swarm_blueprint import SwarmSpec, server_failure_finding
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.protocol import Runner
 from ajet_runner.workers.swarm.server import SwarmServerFailed, port_listening

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ajet_runner.resultdir.flag import atomic_write_bytes, remove_temp_files, write_error_reason
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
-from ajet_runner.statemachine.results import latest_metrics
+from ajet_runner.statemachine.logs.results import latest_metrics
 from ajet_runner.statemachine.rules import EXIT_NOT_RECORDED
 from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.repair.advice_learning import learn_from_advice

@@ -1,4 +1,4 @@
-"""Failing: gather the facts about the failure and act on `ajet_runner.statemachine.failure.judge_failure`.
+"""Failing: gather the facts about the failure and act on `ajet_runner.statemachine.fixes.failure.judge_failure`.
 
 The facts: the plan (catalogue, hook or adviser), resolved against this experiment's config, command
 and node (are any of its processes still running for a cleanup to stop; which GPUs are free), the
@@ -19,18 +19,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ajet_runner.statemachine.diagnose import decisive_line
 from ajet_runner.statemachine.durations import format_limit
-from ajet_runner.statemachine.failing_line import FailingCommand, failing_command
-from ajet_runner.statemachine.failure import RepairResult, judge_failure, repeats_of
-from ajet_runner.statemachine.gpu_check import GpuFacts, parse_visible, too_busy
+from ajet_runner.statemachine.failures.diagnose import decisive_line
+from ajet_runner.statemachine.failures.failing_line import FailingCommand, failing_command
+from ajet_runner.statemachine.failures.signatures import signature as catalogue_entry
+from ajet_runner.statemachine.fixes.failure import RepairResult, judge_failure, repeats_of
+from ajet_runner.statemachine.fixes.gpu_check import GpuFacts, parse_visible, too_busy
+from ajet_runner.statemachine.fixes.preflight import gang_shape
+from ajet_runner.statemachine.fixes.repairs import ResolvedRepair, resolve_avoiding_repeats
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.models import Finding
-from ajet_runner.statemachine.preflight import gang_shape
-from ajet_runner.statemachine.repairs import ResolvedRepair, resolve_avoiding_repeats
 from ajet_runner.statemachine.rules import EXIT_NOT_RECORDED
 from ajet_runner.statemachine.rules.time_limit import limit_at, time_up_reason
-from ajet_runner.statemachine.signatures import signature as catalogue_entry
 from ajet_runner.store.records import PendingRepair, RepairRecord
 from ajet_runner.workers.drive.attempt import MARKER
 from ajet_runner.workers.executors.local.procs import processes_with_marker

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ajet_runner.statemachine import command as cmdlib
-from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
+from ajet_runner.statemachine.failures.signatures import signature
+from ajet_runner.statemachine.fixes.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
+from ajet_runner.statemachine.fixes.preflight import gpus_needed, read_yaml_data
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.models import Finding
-from ajet_runner.statemachine.preflight import gpus_needed, read_yaml_data
 from ajet_runner.statemachine.rules.time_limit import time_up_reason
-from ajet_runner.statemachine.signatures import signature
+from ajet_runner.statemachine.shell import command as cmdlib
 from ajet_runner.store.records import Attempt, PendingRepair
 from ajet_runner.workers.drive.attempt import attempt_env
 from ajet_runner.workers.executors.environment import LaunchEnvironment, launch_environment, worker_environment

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.confined import make_dir
 from ajet_runner.resultdir.flag import atomic_write_bytes, write_error_reason
+from ajet_runner.statemachine.fixes.preflight import gpu_check_decision, launch_workdir, preflight
 from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Level, Problem
-from ajet_runner.statemachine.preflight import gpu_check_decision, launch_workdir, preflight
 from ajet_runner.store.naming import session_name
 from ajet_runner.workers.drive.owner_identity import driver_identity
 from ajet_runner.workers.drive.watch import file_start
@@ -157,7 +157,7 @@ def _apply_preflight(d: Drive, plan: Any) -> None:
 def _share_node_gpus(d: Drive) -> None:
     """AgentJet's all-GPUs check on a shared node, or after `--autokill` was stripped: skipped where the
     runner knows this run's GPUs (it checks them itself before launch), else a warning that it will run
-    (statemachine/preflight.py: gpu_check_decision)."""
+    (statemachine/fixes/preflight.py: gpu_check_decision)."""
     if d.ctx.swarm:
         return
     hazard = d.ctx.cleanup_on_stop  # the preflight removed --autokill / --kill

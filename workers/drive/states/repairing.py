@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ajet_runner.statemachine import command as cmdlib
 from ajet_runner.statemachine.durations import format_duration, format_limit
-from ajet_runner.statemachine.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
+from ajet_runner.statemachine.fixes.gpu_check import SKIP_FLAG, describe, parse_visible, too_busy
+from ajet_runner.statemachine.fixes.preflight import launch_workdir
+from ajet_runner.statemachine.fixes.repairs import PROCESS_CLEANUPS
 from ajet_runner.statemachine.lifecycle import Trigger
-from ajet_runner.statemachine.preflight import launch_workdir
-from ajet_runner.statemachine.repairs import PROCESS_CLEANUPS
 from ajet_runner.statemachine.rules.time_limit import limit_at, time_up_reason
+from ajet_runner.statemachine.shell import command as cmdlib
 from ajet_runner.workers.repair.gpus import query_gpus
 from ajet_runner.workers.repair.resume import pin_experiment_name
 from ajet_runner.workers.swarm.hooks import stop_ours

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ajet_runner.statemachine.first_step import first_step_timeout_from_text
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
+from ajet_runner.statemachine.logs.first_step import first_step_timeout_from_text
+from ajet_runner.statemachine.logs.results import latest_metrics
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.policies import report_due_at
-from ajet_runner.statemachine.results import latest_metrics
 from ajet_runner.statemachine.rules import Observation, Proposal, RuleSchedule, SwarmServerRule
 from ajet_runner.store.records import PendingRepair
 from ajet_runner.workers.drive.journal import HandedBack

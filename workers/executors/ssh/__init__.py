@@ -55,7 +55,7 @@ def attach_line(settings: Settings, host: str, session: str) -> str:
     """What a person types to watch a run on `host` live (no connection is made here)."""
     import shlex
 
-    from ajet_runner.statemachine.ssh_login import parse_target
+    from ajet_runner.statemachine.shell.ssh_login import parse_target
     from ajet_runner.workers.executors.ssh.host_scripts import tmux_socket
 
     target = parse_target(host)

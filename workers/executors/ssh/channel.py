@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ajet_runner.statemachine.durations import format_limit
-from ajet_runner.statemachine.ssh_login import LoginError, SshTarget, parse_target
+from ajet_runner.statemachine.shell.ssh_login import LoginError, SshTarget, parse_target
 from ajet_runner.workers.executors.protocol import ExecutorError
 
 SSH_FAILED = 255  # ssh's own exit code for a connection or authentication failure

@@ -25,17 +25,17 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
-from ajet_runner.statemachine import checkpoints as ckpt
-from ajet_runner.statemachine import command as cmdlib
-from ajet_runner.statemachine.blueprint import template_placeholders, validate_blueprint
+from ajet_runner.statemachine.blueprint.parse import template_placeholders, validate_blueprint
+from ajet_runner.statemachine.blueprint.swarm_blueprint import swarm_problems, swarm_spec
+from ajet_runner.statemachine.blueprint.sweep import sweep_changes
+from ajet_runner.statemachine.blueprint.yamlload import load_yaml_file
 from ajet_runner.statemachine.durations import format_limit
+from ajet_runner.statemachine.fixes.repairs import MISSING, get_dotted, set_dotted
+from ajet_runner.statemachine.logs import checkpoints as ckpt
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
-from ajet_runner.statemachine.repairs import MISSING, get_dotted, set_dotted
-from ajet_runner.statemachine.script_launcher import hidden_launcher
-from ajet_runner.statemachine.shell_ast import unquote
-from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
-from ajet_runner.statemachine.sweep import sweep_changes
-from ajet_runner.statemachine.yamlload import load_yaml_file
+from ajet_runner.statemachine.shell import command as cmdlib
+from ajet_runner.statemachine.shell.script_launcher import hidden_launcher
+from ajet_runner.statemachine.shell.syntax import unquote
 
 __all__ = [
     "EnvDecision",
@@ -205,7 +205,7 @@ class _Planner:
         self.problems: list[Problem] = []
         self.changes: list[ConfigChange] = []
         self.env_decisions: list[EnvDecision] = []
-        self.hidden = ""  # no visible launcher call: why no change applies (statemachine/script_launcher.py)
+        self.hidden = ""  # no visible launcher call: why no change applies (statemachine/shell/script_launcher.py)
 
     def read_env(self, variable: str, decision: str) -> None:
         self.env_decisions.append(EnvDecision(variable=variable, is_set=bool((self.env or {}).get(variable)),
@@ -235,7 +235,7 @@ class _Planner:
         return os.path.normpath(cwd) if cwd else ""
 
     def hidden_launcher(self, cmd: str) -> None:
-        """No launcher call in the command: read the script that runs it (statemachine/script_launcher.py) and
+        """No launcher call in the command: read the script that runs it (statemachine/shell/script_launcher.py) and
         say that no preflight change applies (`self.hidden`; plan_preflight turns the changes into advice)."""
         hidden = hidden_launcher(cmd, self.workdir(cmd))
         self.hidden = hidden.sentence() if hidden is not None else (
@@ -357,7 +357,7 @@ class _Planner:
         return isinstance(ajet, dict)
 
     def sweep(self, data: dict[str, Any], now: float) -> None:
-        """One experiment of a sweep (statemachine/sweep.py): its values and its own experiment name."""
+        """One experiment of a sweep (statemachine/blueprint/sweep.py): its values and its own experiment name."""
         if not self.bp.exp_sweep_values:
             return
         stamp = time.strftime("%Y%m%d_%H%M", time.localtime(now))
@@ -538,7 +538,7 @@ class _Planner:
         """A new experiment never resumes another one's weights: when the name this run will have
         (explicit, or AgentJet's `<yaml stem>_<YYYYmmdd_HHMM>` for this minute or the next) already has
         a verl checkpoint under its checkpoint dir, the run gets its own checkpoint dir in the result
-        dir (statemachine/checkpoints.py has the naming and the layout)."""
+        dir (statemachine/logs/checkpoints.py has the naming and the layout)."""
         key = "ajet.experiment_name"
         explicit = ckpt.explicit_name(data)
         names = [explicit] if explicit is not None else list(dict.fromkeys(

@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ajet_runner.statemachine.fixes.repairs import MISSING, get_dotted
 from ajet_runner.statemachine.models import RepairAction
-from ajet_runner.statemachine.repairs import MISSING, get_dotted
 
 __all__ = [
     "ADVICE_KINDS",
@@ -111,7 +111,7 @@ UNSET_ALLOWED = frozenset({
     "ajet.rollout.max_env_worker", "ajet.rollout.max_response_length_in_one_turn",
     "ajet.trainer_common.mini_batch_num",
 })
-# What the preflight checks or sets (statemachine/preflight.py, agentjet-notes): never the adviser's to set or
+# What the preflight checks or sets (statemachine/fixes/preflight.py, agentjet-notes): never the adviser's to set or
 # unset, whether or not the preflight changed it this time (a YAML that already had them right is protected too).
 PREFLIGHT_GUARDED = frozenset({
     "ajet.execute_test", "ajet.execute_testing_lambda", "ajet.enable_swarm_mode", "ajet.model.path",

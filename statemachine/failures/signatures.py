@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ajet_runner.statemachine.lineshape import DEFAULT_SHAPES, Shape
+from ajet_runner.statemachine.logs.lineshape import DEFAULT_SHAPES, Shape
 from ajet_runner.statemachine.models import Finding, RepairAction
 
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")

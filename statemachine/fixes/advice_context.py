@@ -13,8 +13,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ajet_runner.statemachine import command as cmdlib
-from ajet_runner.statemachine.advice import (
+from ajet_runner.statemachine.failures.redact import Redactor
+from ajet_runner.statemachine.fixes.advice import (
     ADVICE_KINDS,
     ANSWER_SCHEMA,
     BOOLEAN_FLAGS,
@@ -23,8 +23,8 @@ from ajet_runner.statemachine.advice import (
     AdviceChange,
     to_actions,
 )
-from ajet_runner.statemachine.logtext import clean_lines
-from ajet_runner.statemachine.redact import Redactor
+from ajet_runner.statemachine.logs.text import clean_lines
+from ajet_runner.statemachine.shell import command as cmdlib
 
 __all__ = ["LOG_WINDOW", "error_window", "launcher_flags", "build_messages", "data_marker", "quoted_context",
            "suggested_entry", "signature_pattern"]

@@ -34,9 +34,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from ajet_runner.statemachine.blueprint.parse_deadline import check as check_deadline
+from ajet_runner.statemachine.blueprint.yamlload import load_yaml_text
 from ajet_runner.statemachine.models import ConfigChange, Level, Problem
-from ajet_runner.statemachine.parse_deadline import check as check_deadline
-from ajet_runner.statemachine.yamlload import load_yaml_text
 
 __all__ = ["MAX_EXPERIMENTS", "MAX_EXPERIMENTS_ALLOWED",
            "SWEEP_FIELD", "SweepAxis", "SweepPlan", "format_value", "is_seed_key",
@@ -363,7 +363,7 @@ def sweep_changes(values: Mapping[str, Any], data: Mapping[str, Any], *, yaml_pa
     """What the preflight applies for one sweep experiment: each value, then its own experiment name
     (`<name>_<values>`; AgentJet's own `<yaml stem>_<stamp>` when the YAML leaves it unset). Problems:
     a swept key the YAML does not hold (its value is added; AgentJet's defaults may hold it)."""
-    from ajet_runner.statemachine.checkpoints import AUTO_NAME, NAME_KEY, explicit_name
+    from ajet_runner.statemachine.logs.checkpoints import AUTO_NAME, NAME_KEY, explicit_name
 
     changes: list[ConfigChange] = []
     problems: list[Problem] = []

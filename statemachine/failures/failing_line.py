@@ -15,8 +15,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ajet_runner.statemachine import command as cmdlib
-from ajet_runner.statemachine.script_launcher import runs_script
+from ajet_runner.statemachine.shell import command as cmdlib
+from ajet_runner.statemachine.shell.script_launcher import runs_script
 
 __all__ = ["FailingCommand", "failing_command"]
 

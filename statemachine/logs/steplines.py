@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ajet_runner.statemachine.results import normalize_key
+from ajet_runner.statemachine.logs.results import normalize_key
 
 __all__ = ["StepLine", "is_training_key", "is_validation_marker", "parse_step_line"]
 

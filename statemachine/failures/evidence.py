@@ -8,7 +8,8 @@ diagnosis rule's part (rules/diagnosis.py).
 
 from __future__ import annotations
 
-from ajet_runner.statemachine.lineshape import (
+from ajet_runner.statemachine.failures.signatures import Signature
+from ajet_runner.statemachine.logs.lineshape import (
     Shape,
     announces_retry,
     is_error_record,
@@ -16,7 +17,6 @@ from ajet_runner.statemachine.lineshape import (
     is_shell_report,
     is_warning_record,
 )
-from ajet_runner.statemachine.signatures import Signature
 
 __all__ = ["evidence_shape", "lookalike_note"]
 

@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ajet_runner.statemachine.blueprint_tags import FIELD_KEYWORDS
+from ajet_runner.statemachine.blueprint.tags import FIELD_KEYWORDS
 
 __all__ = ["PATH_PART_LINES", "PathRead", "is_placeholder", "na_value", "read_path", "notes_under_path",
            "strip_label", "unquote", "extract_text", "clean_token"]

@@ -17,9 +17,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from ajet_runner.statemachine.blueprint.yamlload import load_yaml_text
+from ajet_runner.statemachine.failures.signatures import signature
 from ajet_runner.statemachine.models import Blueprint, Finding, Level, Problem
-from ajet_runner.statemachine.signatures import signature
-from ajet_runner.statemachine.yamlload import load_yaml_text
 
 __all__ = ["DEFAULT_PORT", "SERVER_DIED", "SwarmSpec", "server_failure_finding", "swarm_spec", "swarm_problems",
            "yaml_placeholder", "val_result_abspath"]

@@ -6,7 +6,7 @@ no results file:
 - at **every** validation, verl's console line `step:N - TGC@1:… - TGC@4:… - mean_reward:… - …`
   (`concat_dict_to_str`; AgentJet's `eval_dataset` logs it, and the training step that validated
   logs it again merged with its training keys), and at every training step a step line of
-  training keys (`critic/…`, `actor/…`, `timing_s/…`). `ajet_runner.statemachine.steplines` reads
+  training keys (`critic/…`, `actor/…`, `timing_s/…`). `ajet_runner.statemachine.logs.steplines` reads
   them and tells validation rows from training rows by their keys (the rule is documented there);
 - `Initial validation metrics: {...}` before training and `Final validation metrics: {...}` at
   the end, with no step number. The dict comes through `pprint` of a string, so the line can be
@@ -18,7 +18,7 @@ no results file:
   `task_pass_rate@k`, reported under that name too, the original key kept), `val-core/<source>/
   reward/mean@k` (also reported as `mean_reward`), `val-aux/...` and classic keys.
 
-Lines must be cleaned first (`ajet_runner.statemachine.logtext.clean_line`: ANSI, `\\r` redraws, Ray
+Lines must be cleaned first (`ajet_runner.statemachine.logs.text.clean_line`: ANSI, `\\r` redraws, Ray
 prefixes). The parser never raises and holds at most one pending multi-line record of
 bounded size (and one int per training step), so it can follow a multi-GB log.
 """
@@ -30,9 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ajet_runner.statemachine.logtext import clean_lines
-from ajet_runner.statemachine.models import Evaluation
-from ajet_runner.statemachine.results import (
+from ajet_runner.statemachine.logs.results import (
     _EVAL_FIELDS,
     STEP_KEYS,
     ResultSummary,
@@ -43,7 +41,9 @@ from ajet_runner.statemachine.results import (
     pass_rate_aliases,
     summarize,
 )
-from ajet_runner.statemachine.steplines import is_training_key, parse_step_line
+from ajet_runner.statemachine.logs.steplines import is_training_key, parse_step_line
+from ajet_runner.statemachine.logs.text import clean_lines
+from ajet_runner.statemachine.models import Evaluation
 
 __all__ = ["LOG_DATASET", "METRIC_MARKERS", "LogMetrics", "merge_file_and_log", "parse_log_lines", "parse_log_text",
            "scan_log_lines", "step_ranges", "steps_of_ranges"]
@@ -198,7 +198,7 @@ class LogMetrics:
     def _step_line(self, line: str) -> int | None:
         """verl's console logger: `step:N - key:value - ...`. A validation row becomes the step's
         evaluation (its validation keys only); a training row counts as a logged training step;
-        a training step that validated prints one line that is both (ajet_runner.statemachine.steplines)."""
+        a training step that validated prints one line that is both (ajet_runner.statemachine.logs.steplines)."""
         row = parse_step_line(line, training_values=False)
         if row is None:
             return None

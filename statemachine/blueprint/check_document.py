@@ -8,7 +8,7 @@ JSON contract (tests pin it): {"blueprint": {the 8 parts, with exp_max_time_seco
 would write as `logs/attempt-1.command.sh` (the launch command after the preflight's rewrites; for a swarm
 experiment the client), or null when the command is refused or missing, "sweep": {"keys", "axes": [{"key",
 "values"}], "experiments": [{"index", "values", "result_dir", "purpose", "label"}]} for a sweep (its
-`[exp_sweep]` part and `--sweep` options; statemachine/sweep.py), else null}.
+`[exp_sweep]` part and `--sweep` options; statemachine/blueprint/sweep.py), else null}.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ajet_runner.statemachine.blueprint import parse_blueprint
-from ajet_runner.statemachine.command_file import command_script
+from ajet_runner.statemachine.blueprint.parse import parse_blueprint
+from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS, plan_sweep
+from ajet_runner.statemachine.fixes.preflight import preflight
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
-from ajet_runner.statemachine.preflight import preflight
-from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS, plan_sweep
+from ajet_runner.statemachine.shell.command_file import command_script
 
 
 def check_text(text: str, *, env: Mapping[str, str], check_disk: bool = True,

@@ -29,8 +29,8 @@ _TAGS: dict[str, tuple[str, ...]] = {
                          "exp_swarm_command", "exp_swarm"),
     "exp_val_result_path": ("exp_val_result_path", "exp_val_result", "exp_val_results_path",
                             "exp_result_file", "exp_results_file"),
-    "exp_sweep": ("exp_sweep", "exp_sweeps", "exp_grid"),  # statemachine/sweep.py reads its text
-    "exp_host": ("exp_host", "exp_ssh_host", "exp_login", "exp_remote_host", "exp_ssh"),  # statemachine/ssh_login.py
+    "exp_sweep": ("exp_sweep", "exp_sweeps", "exp_grid"),  # statemachine/blueprint/sweep.py reads its text
+    "exp_host": ("exp_host", "exp_ssh_host", "exp_login", "exp_remote_host", "exp_ssh"),  # shell/ssh_login.py
     NOTES: ("exp_notes", "exp_note", "exp_other", "exp_others", "exp_other_notes", "exp_extra",
             "exp_additional_notes", "exp_additional_info", "exp_misc"),
 }

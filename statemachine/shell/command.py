@@ -7,7 +7,7 @@ the command: after `&&` / `;` / newlines, in subshells, `$(...)`, functions, `if
 in `bash -c` / `sh -c` strings (any quoting, any depth), `eval`, and heredocs or herestrings fed to
 a shell.
 
-The structure comes from one parser, tree-sitter-bash (`ajet_runner.statemachine.shell_ast`); there is no
+The structure comes from one parser, tree-sitter-bash (`ajet_runner.statemachine.shell.syntax`); there is no
 second lexer. Each edit splices a byte range of the original text, so everything outside the edited
 words stays byte-identical; a rewritten `bash -c` string is re-quoted as a whole. `--autokill` is
 recognised however argparse would accept it: any unique prefix (`--a`, `--auto`, `--autok`),
@@ -19,7 +19,7 @@ Anything the runner cannot read with certainty is refused with the reason
 way (`python -c ...`, `xargs`), `--autokill` / a launcher call written into a file or a variable,
 text the parser cannot read (ERROR / MISSING nodes) at or before a statement that mentions the
 launcher. A script file the command runs (`bash train.sh`) is never rewritten: that is a note, and the
-preflight reads the script to say where the launcher is (statemachine/script_launcher.py).
+preflight reads the script to say where the launcher is (statemachine/shell/script_launcher.py).
 docs/launch-command.md has the whole list.
 """
 
@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import PurePath
 from typing import Any, NamedTuple
 
-from ajet_runner.statemachine.shell_ast import (
+from ajet_runner.statemachine.shell.syntax import (
     INERT_CONTEXT,
     Command,
     Script,
@@ -124,7 +124,7 @@ _INERT = frozenset({
     "grep", "test", "[", "sleep", "date", "mkdir", "touch", "nvidia-smi", "which", "type", "hostname", "wait",
     "tee", "unset", "ulimit", "umask", "df", "du", "free", "env_info",
 })
-SHELLS, INERT_PROGRAMS = _SHELLS, _INERT  # for the script reader (statemachine/script_launcher.py)
+SHELLS, INERT_PROGRAMS = _SHELLS, _INERT  # for the script reader (statemachine/shell/script_launcher.py)
 _MORE_WRAPPERS = {"sudo": {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U"}, "xargs": {
     "-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args", "--max-procs"}}
 _ALL_WRAPPERS = _WRAPPERS | frozenset(_MORE_WRAPPERS)

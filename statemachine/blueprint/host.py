@@ -7,7 +7,13 @@ from __future__ import annotations
 import shlex
 
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
-from ajet_runner.statemachine.ssh_login import LoginError, SshTarget, find_login_lines, login_in_command, parse_target
+from ajet_runner.statemachine.shell.ssh_login import (
+    LoginError,
+    SshTarget,
+    find_login_lines,
+    login_in_command,
+    parse_target,
+)
 
 FIELD = "exp_host"
 

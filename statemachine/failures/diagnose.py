@@ -4,7 +4,7 @@ One code path serves both uses: `LogScanner` for a worker tailing a growing mult
 with constant memory, and `diagnose_lines` / `diagnose_text` for a finished log.
 
 A catalogue pattern only makes a line a candidate. It is evidence when the line reports the
-failure (statemachine/evidence.py: an exception line, a traceback's last line, an ERROR record,
+failure (statemachine/failures/evidence.py: an exception line, a traceback's last line, an ERROR record,
 the shell's report); other matches are look-alikes, kept as non-fatal findings. Evidence stays
 open until the log shows progress after it: any progress (progress_lines.py) clears it for the
 live verdict (`live_cause`), a training step that advances clears it for the verdict on the
@@ -22,26 +22,33 @@ from typing import Any
 
 from pydantic import Field
 
-from ajet_runner.statemachine.checkpoints import StartScan
-from ajet_runner.statemachine.evidence import evidence_shape, lookalike_note
-from ajet_runner.statemachine.first_step import shows_training_step
-from ajet_runner.statemachine.lineshape import (
+from ajet_runner.statemachine.failures.evidence import evidence_shape, lookalike_note
+from ajet_runner.statemachine.failures.signatures import (
+    CATALOGUE,
+    TRACEBACK_ID,
+    Signature,
+    candidates,
+    match_line,
+    signature,
+)
+from ajet_runner.statemachine.logs.checkpoints import StartScan
+from ajet_runner.statemachine.logs.first_step import shows_training_step
+from ajet_runner.statemachine.logs.lineshape import (
     announces_retry,
     is_exception_line,
     is_info_record,
     is_warning_record,
 )
-from ajet_runner.statemachine.logmetrics import METRIC_MARKERS, LogMetrics
-from ajet_runner.statemachine.logtext import clean_line, clean_lines
-from ajet_runner.statemachine.models import Diagnosis, Finding
-from ajet_runner.statemachine.progress_lines import (
+from ajet_runner.statemachine.logs.metrics import METRIC_MARKERS, LogMetrics
+from ajet_runner.statemachine.logs.progress_lines import (
     NO_NUMBER,
     may_show_progress,
     may_show_steps,
     shows_activity,
     step_number,
 )
-from ajet_runner.statemachine.signatures import CATALOGUE, TRACEBACK_ID, Signature, candidates, match_line, signature
+from ajet_runner.statemachine.logs.text import clean_line, clean_lines
+from ajet_runner.statemachine.models import Diagnosis, Finding
 
 __all__ = [
     "CATALOGUE",

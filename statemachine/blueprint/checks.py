@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import re
 
-from ajet_runner.statemachine.command import LAUNCH_COMMAND_MAX_CHARS
+from ajet_runner.statemachine.blueprint.swarm_blueprint import swarm_problems, swarm_spec
+from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS_ALLOWED, SWEEP_FIELD, plan_sweep
 from ajet_runner.statemachine.durations import DURATION_MAX_CHARS, format_limit
 from ajet_runner.statemachine.models import BLUEPRINT_FIELDS, Blueprint, Level, Problem
-from ajet_runner.statemachine.swarm_blueprint import swarm_problems, swarm_spec
-from ajet_runner.statemachine.sweep import MAX_EXPERIMENTS_ALLOWED, SWEEP_FIELD, plan_sweep
+from ajet_runner.statemachine.shell.command import LAUNCH_COMMAND_MAX_CHARS
 
 __all__ = ["BLUEPRINT_MAX_LINES", "FIELD_MAX_CHARS", "template_placeholders", "validate_blueprint"]
 
@@ -99,7 +99,7 @@ def _check_venv_exe(exe: str, problems: _Problems) -> None:
 def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
     import yaml
 
-    from ajet_runner.statemachine.yamlload import load_yaml_file
+    from ajet_runner.statemachine.blueprint.yamlload import load_yaml_file
 
     fld = "exp_yaml_path"
     path = bp.yaml_abspath()
@@ -227,7 +227,7 @@ def _check_placeholders(bp: Blueprint, problems: _Problems) -> bool:
 
 
 def sweep_part_problems(bp: Blueprint, deadline: float | None = None) -> list[Problem]:
-    """What is wrong with the `[exp_sweep]` part itself (statemachine/sweep.py), and a sweep without a YAML
+    """What is wrong with the `[exp_sweep]` part itself (statemachine/blueprint/sweep.py), and a sweep without a YAML
     to change."""
     # The part itself is wrong only past what any stage may hold; the submitter's cap is the stage's to apply.
     found = plan_sweep(bp.exp_sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,

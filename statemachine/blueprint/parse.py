@@ -28,18 +28,22 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ajet_runner.statemachine.blueprint_checks import (
+from ajet_runner.statemachine.blueprint.checks import (
     BLUEPRINT_MAX_LINES,
     FIELD_MAX_CHARS,
     template_placeholders,
     validate_blueprint,
 )
-from ajet_runner.statemachine.blueprint_command import CommandRead, Piece, read_command
-from ajet_runner.statemachine.blueprint_doc import Doc, dedent, parse_doc, unwrap
-from ajet_runner.statemachine.blueprint_host import FIELD as HOST_FIELD
-from ajet_runner.statemachine.blueprint_host import resolve_host
-from ajet_runner.statemachine.blueprint_tags import NOTES, label_at, late_tag, line_head, match_tag, tag_at
-from ajet_runner.statemachine.blueprint_values import (
+from ajet_runner.statemachine.blueprint.command_field import CommandRead, Piece, read_command
+from ajet_runner.statemachine.blueprint.doc import Doc, dedent, parse_doc, unwrap
+from ajet_runner.statemachine.blueprint.host import FIELD as HOST_FIELD
+from ajet_runner.statemachine.blueprint.host import resolve_host
+from ajet_runner.statemachine.blueprint.parse_deadline import ParseDeadline
+from ajet_runner.statemachine.blueprint.parse_deadline import check as check_deadline
+from ajet_runner.statemachine.blueprint.swarm_blueprint import no_server_refusal, split_swarm_command
+from ajet_runner.statemachine.blueprint.sweep import SWEEP_FIELD
+from ajet_runner.statemachine.blueprint.tags import NOTES, label_at, late_tag, line_head, match_tag, tag_at
+from ajet_runner.statemachine.blueprint.values import (
     PATH_PART_LINES,
     extract_text,
     na_value,
@@ -47,12 +51,8 @@ from ajet_runner.statemachine.blueprint_values import (
     read_path,
 )
 from ajet_runner.statemachine.durations import DURATION_MAX_CHARS, parse_duration
-from ajet_runner.statemachine.first_step import first_step_clause, without_first_step_clause
+from ajet_runner.statemachine.logs.first_step import first_step_clause, without_first_step_clause
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
-from ajet_runner.statemachine.parse_deadline import ParseDeadline
-from ajet_runner.statemachine.parse_deadline import check as check_deadline
-from ajet_runner.statemachine.swarm_blueprint import no_server_refusal, split_swarm_command
-from ajet_runner.statemachine.sweep import SWEEP_FIELD
 
 __all__ = ["BLUEPRINT_MAX_LINES", "FIELD_MAX_CHARS", "PATH_PART_LINES", "PATH_PART_SECTIONS", "ParseDeadline",
            "parse_blueprint", "validate_blueprint", "load_blueprint", "template_placeholders"]

@@ -18,9 +18,9 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
-from ajet_runner.statemachine.blueprint_doc import Block, dedent
-from ajet_runner.statemachine.blueprint_tags import FIELD_KEYWORDS
-from ajet_runner.statemachine.blueprint_values import is_placeholder, unquote
+from ajet_runner.statemachine.blueprint.doc import Block, dedent
+from ajet_runner.statemachine.blueprint.tags import FIELD_KEYWORDS
+from ajet_runner.statemachine.blueprint.values import is_placeholder, unquote
 
 __all__ = ["CommandRead", "Piece", "read_command", "non_shell_reason", "looks_like_a_command"]
 

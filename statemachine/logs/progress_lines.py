@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ajet_runner.statemachine.lineshape import is_error_record, is_info_record, is_warning_record
+from ajet_runner.statemachine.logs.lineshape import is_error_record, is_info_record, is_warning_record
 
 __all__ = ["NO_NUMBER", "may_show_progress", "may_show_steps", "shows_activity", "step_number"]
 

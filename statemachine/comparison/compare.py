@@ -26,10 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
-from ajet_runner.statemachine.models import Evaluation
-from ajet_runner.statemachine.results import higher_is_better, summarize
-from ajet_runner.statemachine.stage_stats import (
+from ajet_runner.statemachine.blueprint.sweep import format_value, is_seed_key
+from ajet_runner.statemachine.comparison.stage_stats import (
     GroupCurve,
     KeyVerdict,
     competition_ranks,
@@ -38,7 +36,9 @@ from ajet_runner.statemachine.stage_stats import (
     seed_noise,
     verdicts,
 )
-from ajet_runner.statemachine.sweep import format_value, is_seed_key
+from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
+from ajet_runner.statemachine.logs.results import higher_is_better, summarize
+from ajet_runner.statemachine.models import Evaluation
 
 __all__ = ["DEFAULT_METRIC", "SUCCEEDED", "ExperimentFacts", "MetricValues", "StageComparison", "compare",
            "decisive_of", "facts_from_record", "facts_from_results", "flatten"]

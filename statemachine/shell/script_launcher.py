@@ -3,7 +3,7 @@ the launcher call found by reading that script file. Read, never rewritten.
 
 The runner changes what a launcher call receives by rewriting the command (`--conf` at its YAML copy,
 flags, a prefix). When the call sits inside a script the command runs, none of that reaches it: the
-preflight then plans no change and says so (statemachine/preflight.py), and the report names no change
+preflight then plans no change and says so (statemachine/fixes/preflight.py), and the report names no change
 the process did not receive. The script is read one level deep with the same bash parser; a Makefile's
 recipe lines are read as shell lines.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ajet_runner.statemachine import command as cmdlib
+from ajet_runner.statemachine.shell import command as cmdlib
 
 __all__ = ["MAX_SCRIPT_BYTES", "HiddenLauncher", "hidden_launcher", "runs_script"]
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ajet_runner.statemachine import command as cmdlib
-from ajet_runner.statemachine.failing_line import FailingCommand
-from ajet_runner.statemachine.failure import yaml_digest
-from ajet_runner.statemachine.gpu_check import SKIP_FLAG, GpuFacts, describe, free_gpus
+from ajet_runner.statemachine.failures.failing_line import FailingCommand
+from ajet_runner.statemachine.fixes.failure import yaml_digest
+from ajet_runner.statemachine.fixes.gpu_check import SKIP_FLAG, GpuFacts, describe, free_gpus
 from ajet_runner.statemachine.models import ConfigChange, RepairAction
+from ajet_runner.statemachine.shell import command as cmdlib
 
 __all__ = ["CLEANUP_TARGETS", "MISSING", "STEP_UNIT_KEYS", "ResolvedRepair", "del_dotted", "get_dotted",
            "resolve_avoiding_repeats", "resolve_repair", "set_dotted", "step_unit_note"]
@@ -82,7 +82,7 @@ class ResolvedRepair(BaseModel):
     `applied` says what will be done (key, old -> new; the variable and its value; the flag), `skipped`
     what was considered and not done, and why; `notes` is both, in plan order. `chosen` are the indexes
     of plan actions with an `alternative` label that were applied; `yaml_digest` is the next attempt's
-    YAML data (statemachine/failure.py)."""
+    YAML data (statemachine/fixes/failure.py)."""
 
     yaml_changes: list[ConfigChange] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
@@ -351,7 +351,7 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
     action indexes not to apply, with the reason (an alternative an earlier attempt already tried);
     `yaml_unreached` why the runner's YAML copy would not reach the launcher (a launcher inside a script):
     YAML actions are then skipped with it, never claimed; `failing` the command whose output holds the
-    failure (statemachine/failing_line.py): `prefix_command` goes in front of it, else of the launcher.
+    failure (statemachine/failures/failing_line.py): `prefix_command` goes in front of it, else of the launcher.
     Changes compound: two actions on one key yield one change from the original value.
     """
     r = _Resolver(yaml_data, command, env, installed, own_processes, gpus, yaml_unreached, failing)

@@ -1,0 +1,2 @@
+"""Reading a blueprint: its markdown, the launch command and YAML it names, sweeps and swarms, and what submission
+checks."""
