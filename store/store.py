@@ -470,11 +470,12 @@ class Store:
         payload = {"at": time.time(), **checked(event, EventType.transition)}
         keys = [exp_key(exp_id), stream_key(exp_id), GLOBAL_STREAM, UNFINISHED,
                 stats_key("transitions"), stats_key("outcomes"), stats_key("duration_sum"),
-                duration_bucket_key(counted.outcome), stats_key("repairs"), stats_key("advised"),
-                stats_key("result_write_failures"), *(state_index_key(n) for n in STATE_NAMES),
-                node_active_key(node or "-"), EXPIRING, log_tail_key(exp_id),
-                published_key(exp_id), RESULT_DIRS, *(duration_bucket_key(o) for o in OUTCOME_NAMES),
-                EXPIRING_WHERE, *(outcome_index_key(o) for o in OUTCOME_NAMES), PURPOSES]
+                stats_key("repairs"), stats_key("advised"), stats_key("result_write_failures"),
+                node_active_key(node or "-"), EXPIRING, log_tail_key(exp_id), published_key(exp_id), RESULT_DIRS,
+                EXPIRING_WHERE, PURPOSES,
+                # then by name, in the order ARGV[7] and ARGV[10] list the names: the script looks them up so
+                *(state_index_key(n) for n in STATE_NAMES),
+                *(k for o in OUTCOME_NAMES for k in (outcome_index_key(o), duration_bucket_key(o)))]
         node_prefix, node_suffix = node_index_key("\0").split("\0")
         args = [
             "" if expected_version is None else str(expected_version),

@@ -57,10 +57,15 @@ def test_the_store_passes_every_documented_key_to_the_transition_script() -> Non
     store.transition("e1", expected_version=1, fields={"reason": "done"}, event={"type": "transition"},
                      stats={"transition": "collecting>finished", "outcome": "completed", "duration": 3.0})
     text = resources.files("ajet_runner.store").joinpath("transition.lua").read_text(encoding="utf-8")
-    # 11 + 7 state indexes, the node's set, the expiry schedule, the log tail, the event numbers, the result
-    # dir claims, the 5 outcomes' duration buckets (their expiry), the schedule's index keys, 5 outcome indexes,
-    # the purposes a search reads
-    assert len(recorder.keys) == len(_documented(text, "KEYS")) == 35
+    # the 17 keys of one role each, then by name: one index per state, an index and duration buckets per outcome
+    states, outcomes = recorder.args[6].split(","), recorder.args[9].split(",")
+    assert len(_documented(text, "KEYS")) == 17
+    assert len(recorder.keys) == 17 + len(states) + 2 * len(outcomes)
     assert all(k.startswith(f"{PREFIX}:") for k in recorder.keys)
-    assert recorder.keys[7].endswith(":duration_bucket:completed")
+    named = recorder.keys[17:]
+    assert [k.rsplit(":", 1)[1] for k in named[:len(states)]] == states
+    pairs = named[len(states):]
+    assert [(a.rsplit(":", 1)[1], b.rsplit(":", 1)[1]) for a, b in zip(pairs[::2], pairs[1::2], strict=True)] == [
+        (o, o) for o in outcomes]
+    assert all(":duration_bucket:" in b for b in pairs[1::2])
     assert recorder.args[4:6] == [10_000, 100_000]  # the stream limits, from store/store.py
