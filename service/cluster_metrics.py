@@ -17,7 +17,6 @@ of memory per experiment with gauges (51 MB at 10,000).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import json
 import logging
@@ -25,7 +24,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -47,12 +46,7 @@ from ajet_runner.store.store import DURATION_BUCKETS, NODE_ALIVE_SECONDS, Store
 
 log = logging.getLogger(__name__)
 
-PURPOSE_MAX_CHARS = 60
-# `purpose` is free text (CJK, backticks, up to 60 chars): it rides on one info series per experiment,
-# `ajet_runner_experiment_info`, and dashboards join it in (`* on (experiment) group_left (purpose)`),
-# so a long label value is stored once and not on every gauge.
-EXP_LABELS = ["experiment", "node"]
-INFO_LABELS = ["experiment", "purpose", "node"]
+PURPOSE_MAX_CHARS = 60  # `purpose` is free text (CJK, backticks): one line of at most this many characters
 PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
 
 
@@ -110,27 +104,6 @@ def _elapsed_between(started: float, end: float | None, now: float) -> float:
 
 def _elapsed(rec: dict[str, Any], now: float) -> float:
     return _elapsed_between(*_run_times(rec), now)
-
-
-class ClusterCollector(Collector):
-    """Every `API_METRICS` family except the HTTP histogram, from one Redis snapshot per scrape."""
-
-    def __init__(self, store: Store, finished_ttl: float | None = None,
-                 clock: Callable[[], float] = time.time, absent_after: float | None = None) -> None:
-        self.store = store
-        self.finished_ttl = get_settings().finished_metrics_ttl if finished_ttl is None else finished_ttl
-        self.absent_after = get_settings().node_absent_report_seconds if absent_after is None else absent_after
-        self.clock = clock
-
-    def collect(self) -> Iterator[Metric]:
-        snap = self.store.snapshot(self.finished_ttl, self.clock())
-        yield from experiment_families(snap)
-        yield from counter_families(snap)
-        yield from queue_families(snap)
-        yield from queued_families(snap)
-        yield from node_families(snap)
-        yield absent_node_family(snap, self.absent_after)
-        yield from stage_families(self.store)
 
 
 STAGES_EXPORTED = 200  # the newest stages get series: a scrape's cost stays bounded however many there were
@@ -222,48 +195,30 @@ def queued_families(snap: Snapshot) -> Iterable[Metric]:
     return count, oldest
 
 
-def experiment_families(snap: Snapshot) -> Iterable[Metric]:
+def state_family(snap: Snapshot) -> Metric:
+    """Experiments per lifecycle state: every state of the machine at 0 or more, then any other the store holds."""
     states = GaugeMetricFamily("ajet_runner_experiments", "Experiments per lifecycle state.", labels=["state"])
     for name in [s.value for s in State] + sorted(set(snap.states) - {s.value for s in State}):
         states.add_metric([name], snap.states.get(name, 0))
-    yield states
+    return states
 
-    def gauge(name: str, doc: str, extra: list[str] | None = None) -> GaugeMetricFamily:
-        return GaugeMetricFamily(name, doc, labels=EXP_LABELS + (extra or []))
 
-    elapsed = gauge("ajet_runner_experiment_elapsed_seconds",
-                    "Seconds since the run started (frozen when it finished; 0 before it starts).")
-    max_s = gauge("ajet_runner_experiment_max_seconds", "The blueprint's time limit in seconds (0 = none).")
-    reward = gauge("ajet_runner_experiment_mean_reward", "mean_reward of the latest evaluation.")
-    pass_rate = gauge("ajet_runner_experiment_task_pass_rate", "task_pass_rate@k of the latest evaluation.", ["k"])
-    step = gauge("ajet_runner_experiment_val_step", "Training step of the latest evaluation.")
-    state = gauge("ajet_runner_experiment_state", "1 for the experiment's current lifecycle state.", ["state"])
-    attempt = gauge("ajet_runner_experiment_attempt", "Launch attempt number (a repair starts a new one).")
-    nodes = gauge("ajet_runner_experiment_nodes", "Nodes the run spans (nnodes; node = the head's for a "
-                  "multi-node run, which is one experiment, not one per node).")
-    info = GaugeMetricFamily("ajet_runner_experiment_info",
-                             "1 per experiment, with its descriptive labels (purpose) for joins.",
-                             labels=INFO_LABELS)
-    for rec in snap.experiments:
-        labels = [rec["id"], rec.get("node") or ""]
-        info.add_metric([rec["id"], purpose_label(rec.get("purpose") or ""), rec.get("node") or ""], 1)
-        elapsed.add_metric(labels, _elapsed(rec, snap.now))
-        max_s.add_metric(labels, _num(rec.get("max_seconds")) or 0.0)
-        state.add_metric([*labels, rec.get("state") or ""], 1)
-        attempt.add_metric(labels, _num(rec.get("attempt")) or 0.0)
-        nodes.add_metric(labels, _num(rec.get("nnodes")) or 1.0)
-        metrics = rec.get("latest_metrics") or {}
-        if not isinstance(metrics, dict):
-            continue
-        if (value := _num(metrics.get("mean_reward"))) is not None:
-            reward.add_metric(labels, value)
-        if (value := _num(metrics.get("step"))) is not None:
-            step.add_metric(labels, value)
-        for key, raw in sorted(metrics.items()):
-            match = PASS_RATE_KEY.match(key)
-            if match and (value := _num(raw)) is not None:
-                pass_rate.add_metric([*labels, match[1]], value)
-    yield from (info, elapsed, max_s, reward, pass_rate, step, state, attempt, nodes)
+# The per-experiment gauges (labels experiment, node; `_experiment_lines` writes their series), in the order
+# they are written. `purpose` rides on the info series alone: dashboards join it in (`* on (experiment)
+# group_left (purpose)`), so a long label value is stored once and not on every gauge.
+EXPERIMENT_GAUGES = (
+    ("ajet_runner_experiment_info", "1 per experiment, with its descriptive labels (purpose) for joins."),
+    ("ajet_runner_experiment_elapsed_seconds",
+     "Seconds since the run started (frozen when it finished; 0 before it starts)."),
+    ("ajet_runner_experiment_max_seconds", "The blueprint's time limit in seconds (0 = none)."),
+    ("ajet_runner_experiment_mean_reward", "mean_reward of the latest evaluation."),
+    ("ajet_runner_experiment_task_pass_rate", "task_pass_rate@k of the latest evaluation."),
+    ("ajet_runner_experiment_val_step", "Training step of the latest evaluation."),
+    ("ajet_runner_experiment_state", "1 for the experiment's current lifecycle state."),
+    ("ajet_runner_experiment_attempt", "Launch attempt number (a repair starts a new one)."),
+    ("ajet_runner_experiment_nodes", "Nodes the run spans (nnodes; node = the head's for a multi-node run, which "
+     "is one experiment, not one per node)."),
+)
 
 
 def _all_transitions() -> list[str]:
@@ -427,15 +382,11 @@ def _experiment_lines(rec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def experiment_text(snap: Snapshot) -> str:
-    """`experiment_families(snap)` in the text format, written directly: byte for byte what
-    generate_latest makes of them, ~5x faster at 10,000 live experiments (100,000 series), because
-    no Metric/Sample object is built per series and each experiment's labels are escaped once."""
-    out: list[str] = []
-    families = list(experiment_families(dataclasses.replace(snap, experiments=[])))  # headers and state counts
-    for family in families[:1]:  # the per-state counts: a handful of samples, the generic path
-        out.append(generate_latest(_One(family)).decode())
-    docs = {f.name: f.documentation for f in families[1:]}
-    lines: dict[str, list[str]] = {name: [] for name in docs}
+    """The per-experiment gauges (EXPERIMENT_GAUGES) in the text format 0.0.4, written directly: the one way
+    they are rendered. At 10,000 live experiments (100,000 series) building prometheus_client Metric/Sample
+    objects for them took ~6x as long as this text (bench/bench_metrics.py): each experiment's series are
+    formatted once and kept in its row until its fields change, and its labels are escaped once."""
+    lines: dict[str, list[str]] = {name: [] for name, _ in EXPERIMENT_GAUGES}
     go = floatToGoString
     elapsed = lines["ajet_runner_experiment_elapsed_seconds"]
     rows = snap.rows
@@ -451,7 +402,8 @@ def experiment_text(snap: Snapshot) -> str:
             lines[name].append(text)
         seconds = _elapsed_between(row.started, row.end, snap.now)
         elapsed.append(f"ajet_runner_experiment_elapsed_seconds{{{exp}}} {go(seconds)}")
-    for name, doc in docs.items():
+    out: list[str] = []
+    for name, doc in EXPERIMENT_GAUGES:
         out.append(f"# HELP {name} {_escape_help(doc)}\n# TYPE {name} gauge\n")
         if lines[name]:
             out.append("\n".join(lines[name]) + "\n")
@@ -513,13 +465,23 @@ def metrics_response(store: Store) -> tuple[bytes, str]:
         return body, content_type
 
 
-def _metrics_response(store: Store) -> tuple[bytes, str]:
-    collector = ClusterCollector(store)
-    snap = store.snapshot(collector.finished_ttl, collector.clock(), ROWS)
-    body = experiment_text(snap).encode()
+def cluster_text(store: Store, *, finished_ttl: float | None = None, now: float | None = None,
+                 absent_after: float | None = None) -> bytes:
+    """Every `API_METRICS` family but the HTTP histogram, from one Redis snapshot: the per-experiment gauges
+    as text (experiment_text), the aggregate families (a handful of series each) through prometheus_client."""
+    settings = get_settings()
+    ttl = settings.finished_metrics_ttl if finished_ttl is None else finished_ttl
+    after = settings.node_absent_report_seconds if absent_after is None else absent_after
+    snap = store.snapshot(ttl, time.time() if now is None else now, ROWS)
+    body = generate_latest(_One(state_family(snap)))
+    body += experiment_text(snap).encode()
     body += generate_latest(_One(*counter_families(snap), *queue_families(snap), *queued_families(snap),
-                                 *node_families(snap),
-                                 absent_node_family(snap, collector.absent_after), *stage_families(store)))
+                                 *node_families(snap), absent_node_family(snap, after), *stage_families(store)))
+    return body
+
+
+def _metrics_response(store: Store) -> tuple[bytes, str]:
+    body = cluster_text(store)
     registry = _http_registry()
     if registry is not None:
         body += generate_latest(WithoutCreated(registry))

@@ -10,9 +10,8 @@ import signal
 
 import psutil
 import pytest
-from prometheus_client import generate_latest
 
-from ajet_runner.service.cluster_metrics import ClusterCollector
+from ajet_runner.service.cluster_metrics import cluster_text
 from ajet_runner.service.submit import SubmissionRejected, submit
 from ajet_runner.store.store import Store
 from ajet_runner.workers.executors.handle import RunHandle
@@ -84,5 +83,5 @@ def test_a_node_no_worker_serves_is_refused_unless_waiting_and_then_reported(tmp
                          "the absent node to be reported")
     assert len(event) == 1 and event[0]["node"] == "ghost"  # type: ignore[index]
     assert (store.get(exp_id) or {}).get("state") == "queued"
-    body = generate_latest(ClusterCollector(store, absent_after=1))
+    body = cluster_text(store, absent_after=1)
     assert b'ajet_runner_queued_for_absent_node{node="ghost"} 1.0' in body

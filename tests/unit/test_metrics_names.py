@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import ajet_runner.workers.node.worker_metrics as wm
 from ajet_runner.service import metric_names as metric_names_module
-from ajet_runner.service.cluster_metrics import ClusterCollector, _http_registry, metrics_response, purpose_label
+from ajet_runner.service.cluster_metrics import _http_registry, cluster_text, metrics_response, purpose_label
 from ajet_runner.service.embedded import free_port
 from ajet_runner.service.metric_names import API_METRICS, WORKER_METRICS
 from ajet_runner.store.queue import queue
@@ -202,7 +202,7 @@ def test_finished_experiment_leaves_per_experiment_gauges_after_the_ttl(store: S
                         "started_at": now - 100, "finished_at": now, "latest_metrics": {"mean_reward": 1.0}}, {})
 
     def scrape(at: float) -> bytes:
-        return generate_latest(ClusterCollector(store, finished_ttl=600, clock=lambda: at))
+        return cluster_text(store, finished_ttl=600, now=at)
 
     soon, late = scrape(now + 599), scrape(now + 601)
     for name in ("elapsed_seconds", "max_seconds", "mean_reward", "state", "attempt"):
