@@ -19,6 +19,8 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.core import _click as click  # typer's own click: the one its commands are built on
 
+from ajet_runner.statemachine.metric_vocabulary import HEADLINE_METRIC
+
 UsageError = click.exceptions.UsageError
 
 PACKAGE = "ajet_runner.cli.commands"
@@ -54,7 +56,7 @@ COMMANDS: dict[str, Lazy] = {
     "submit": Lazy("client_commands", "Submit blueprints: prints `Job submitted: <id>` for each (exit 1 if any "
                    "was rejected)."),
     "scan": Lazy("client_commands", "Experiments: id, purpose, state or outcome, node, elapsed, latest "
-                 "mean_reward (tab-separated when piped)."),
+                 f"{HEADLINE_METRIC} (tab-separated when piped)."),
     "status": Lazy("client_commands", "One experiment: state, outcome, node, tmux session, timings, latest "
                    "metrics, history."),
     "stop": Lazy("client_commands", "Stop experiments: queued ones are cancelled at once; running ones stop "

@@ -6,27 +6,19 @@ several datasets, the datasets differ by marker and dash, never by colour.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from ajet_runner.statemachine.metric_vocabulary import chart_metrics, is_headline
 
 # matplotlib's "tab10", which the plot used before the console shared it; readable on white and distinct.
 PALETTE: tuple[str, ...] = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                             "#7f7f7f", "#bcbd22", "#17becf")
 DASHES: tuple[str, ...] = ("", "6 3", "2 2", "8 3 2 3")  # SVG stroke-dasharray per dataset
-_RATE = re.compile(r"^task_pass_rate@(\d+)$")
+
+__all__ = ["DASHES", "PALETTE", "chart_metrics", "is_charted", "metric_colour"]
 
 
 def is_charted(name: str) -> bool:
-    """mean_reward and task_pass_rate@k (not task_pass_rate@4-all-pass and the like) are drawn."""
-    return name == "mean_reward" or _RATE.match(name) is not None
-
-
-def chart_metrics(names: Iterable[str]) -> list[str]:
-    """The charted metrics present in `names`, in colour order: mean_reward, then task_pass_rate@k by k."""
-    present = set(names)
-    by_k = sorted((int(m.group(1)), n) for n in present if (m := _RATE.match(n)))
-    rates = [n for _, n in by_k]
-    return (["mean_reward"] if "mean_reward" in present else []) + rates
+    """The headline metrics are drawn: mean_reward and task_pass_rate@k (not task_pass_rate@4-all-pass)."""
+    return is_headline(name)
 
 
 def metric_colour(metric: str, metrics: list[str]) -> str:

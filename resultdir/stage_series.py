@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ajet_runner.resultdir.palette import PALETTE
 from ajet_runner.statemachine.comparison.compare import StageComparison
-from ajet_runner.statemachine.logs.results import higher_is_better
+from ajet_runner.statemachine.metric_vocabulary import higher_is_better
 
 __all__ = ["TOP_N", "Series", "StageChart", "stage_chart"]
 

@@ -36,6 +36,7 @@ from ajet_runner.service.api.http_metrics import HTTP_REGISTRY
 from ajet_runner.statemachine.absence import node_absent_for
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import FINISHED, TRANSITIONS, Outcome, State
+from ajet_runner.statemachine.metric_vocabulary import HEADLINE, HEADLINE_METRIC, STAGE_BEST_GAUGE
 from ajet_runner.store.settings import get_settings
 from ajet_runner.store.snapshot import ROWS, Row, Snapshot
 from ajet_runner.store.snapshot import as_num as _num
@@ -47,12 +48,14 @@ from ajet_runner.store.store import DURATION_BUCKETS, NODE_ALIVE_SECONDS, Store
 log = logging.getLogger(__name__)
 
 PURPOSE_MAX_CHARS = 60  # `purpose` is free text (CJK, backticks): one line of at most this many characters
-PASS_RATE_KEY = re.compile(r"^task_pass_rate@(\d+)$")
 
 
 _MEMO_MAX = 4096
+# The headline metrics' gauges (statemachine/metric_vocabulary.py): one value each, and the family with a `k` label.
+_SINGLE = tuple(h for h in HEADLINE if not h.family)
+_FAMILY = next((h for h in HEADLINE if h.family), None)
 _GO: dict[float, str] = {}
-_PASS_K: dict[str, str] = {}  # metric key -> its k ("" when not a task_pass_rate@k key)
+_PASS_K: dict[str, str] = {}  # metric key -> its k in the headline family ("" when not one of it)
 
 
 def _go(value: float) -> str:
@@ -84,8 +87,7 @@ def _field_text(raw: str, default: float) -> str:
 def _pass_k(key: str) -> str:
     k = _PASS_K.get(key)
     if k is None:
-        match = PASS_RATE_KEY.match(key)
-        k = match[1] if match else ""
+        k = _FAMILY.k_of(key) if _FAMILY is not None else ""
         if len(_PASS_K) < _MEMO_MAX:
             _PASS_K[key] = k
     return k
@@ -111,15 +113,15 @@ STAGE_FIELDS = ("state", "outcome", "best_metrics", "latest_metrics")
 
 
 def stage_families(store: Store, limit: int = STAGES_EXPORTED) -> Iterable[Metric]:
-    """Per stage: experiments by state and by outcome, and the best mean_reward any of them reached (the
+    """Per stage: experiments by state and by outcome, and the best headline metric any of them reached (the
     report's best of a finished one, the latest value of one still running). Stages whose records have
     all expired are left out."""
     experiments = GaugeMetricFamily("ajet_runner_stage_experiments", "Experiments of a stage per lifecycle state.",
                                     labels=["stage", "state"])
     outcomes = GaugeMetricFamily("ajet_runner_stage_outcomes", "Finished experiments of a stage per outcome.",
                                  labels=["stage", "outcome"])
-    best = GaugeMetricFamily("ajet_runner_stage_best_mean_reward",
-                             "The best mean_reward any experiment of the stage reached.", labels=["stage"])
+    best = GaugeMetricFamily(STAGE_BEST_GAUGE, f"The best {HEADLINE_METRIC} any experiment of the stage reached.",
+                             labels=["stage"])
     for name, rows in store.stage_snapshot(limit, STAGE_FIELDS):
         states: dict[str, int] = {}
         ends: dict[str, int] = {}
@@ -151,8 +153,8 @@ def _stage_reward(best_raw: str, latest_raw: str) -> float | None:
         latest = json.loads(latest_raw) if latest_raw else {}
     except json.JSONDecodeError:
         return None
-    entry = best.get("mean_reward") if isinstance(best, dict) else None
-    value = entry.get("value") if isinstance(entry, dict) else (latest.get("mean_reward")
+    entry = best.get(HEADLINE_METRIC) if isinstance(best, dict) else None
+    value = entry.get("value") if isinstance(entry, dict) else (latest.get(HEADLINE_METRIC)
                                                                if isinstance(latest, dict) else None)
     number = _num(value)
     return number if number is not None and math.isfinite(number) else None
@@ -211,8 +213,7 @@ EXPERIMENT_GAUGES = (
     ("ajet_runner_experiment_elapsed_seconds",
      "Seconds since the run started (frozen when it finished; 0 before it starts)."),
     ("ajet_runner_experiment_max_seconds", "The blueprint's time limit in seconds (0 = none)."),
-    ("ajet_runner_experiment_mean_reward", "mean_reward of the latest evaluation."),
-    ("ajet_runner_experiment_task_pass_rate", "task_pass_rate@k of the latest evaluation."),
+    *((h.gauge, f"{h.name} of the latest evaluation.") for h in HEADLINE),
     ("ajet_runner_experiment_val_step", "Training step of the latest evaluation."),
     ("ajet_runner_experiment_state", "1 for the experiment's current lifecycle state."),
     ("ajet_runner_experiment_attempt", "Launch attempt number (a repair starts a new one)."),
@@ -368,16 +369,16 @@ def _experiment_lines(rec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
             f"ajet_runner_experiment_nodes{{{exp}}} {_field_text(rec.get('nnodes') or '', 1.0)}")]
     metrics = rec.get("latest_metrics") or {}
     if isinstance(metrics, dict):
-        if (value := _num(metrics.get("mean_reward"))) is not None:
-            out.append(("ajet_runner_experiment_mean_reward",
-                        f"ajet_runner_experiment_mean_reward{{{exp}}} {go(value)}"))
+        for headline in _SINGLE:
+            if (value := _num(metrics.get(headline.name))) is not None:
+                out.append((headline.gauge, f"{headline.gauge}{{{exp}}} {go(value)}"))
         if (value := _num(metrics.get("step"))) is not None:
             out.append(("ajet_runner_experiment_val_step", f"ajet_runner_experiment_val_step{{{exp}}} {go(value)}"))
-        for key, raw in sorted(metrics.items()):
-            k = _pass_k(key) if isinstance(key, str) else ""
-            if k and (value := _num(raw)) is not None:
-                out.append(("ajet_runner_experiment_task_pass_rate",
-                            f'ajet_runner_experiment_task_pass_rate{{{eid},k="{k}",{node}}} {go(value)}'))
+        if (family := _FAMILY) is not None:
+            for key, raw in sorted(metrics.items()):
+                k = _pass_k(key) if isinstance(key, str) else ""
+                if k and (value := _num(raw)) is not None:
+                    out.append((family.gauge, f'{family.gauge}{{{eid},k="{k}",{node}}} {go(value)}'))
     return tuple(out)
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from ajet_runner.statemachine.metric_vocabulary import HEADLINE, STAGE_BEST_GAUGE
+
 # Computed from Redis by the API at scrape time (one target sees the whole cluster).
 API_METRICS = (
     "ajet_runner_experiments",  # {state}
     "ajet_runner_experiment_info",  # {experiment, purpose, node} = 1: join purpose from here
     "ajet_runner_experiment_elapsed_seconds",  # {experiment, node}
     "ajet_runner_experiment_max_seconds",  # {experiment, node}
-    "ajet_runner_experiment_mean_reward",  # {experiment, node}
-    "ajet_runner_experiment_task_pass_rate",  # {experiment, node, k}
+    *(h.gauge for h in HEADLINE),  # {experiment, node} (+ {k} for a family): the latest value of each
     "ajet_runner_experiment_val_step",  # {experiment, node}
     "ajet_runner_experiment_state",  # {experiment, node, state} = 1
     "ajet_runner_experiment_attempt",  # {experiment, node}
@@ -31,7 +32,7 @@ API_METRICS = (
     "ajet_runner_queued_oldest_age_seconds",  # {node}: how long the oldest of them has waited
     "ajet_runner_stage_experiments",  # {stage, state}
     "ajet_runner_stage_outcomes",  # {stage, outcome}
-    "ajet_runner_stage_best_mean_reward",  # {stage}: the best any of its experiments reached
+    STAGE_BEST_GAUGE,  # {stage}: the best value of the headline metric any of its experiments reached
     "ajet_runner_http_request_duration_seconds",  # histogram {method, route, status}
     # The API process itself (prometheus_client's ProcessCollector): the serving process, not the cluster.
     "process_cpu_seconds_total",

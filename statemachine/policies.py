@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ajet_runner.statemachine.metric_vocabulary import PLATEAU_METRICS
 from ajet_runner.statemachine.models import Evaluation
 
 DEFAULT_BACKOFF = (30.0, 60.0, 120.0, 240.0, 480.0, 960.0)
-PLATEAU_METRICS = ("mean_reward", "task_pass_rate@1")
 
 
 def parse_backoff(text: str) -> tuple[float, ...]:

@@ -41,6 +41,7 @@ from ajet_runner.service.client.api_client import (
 )
 from ajet_runner.statemachine.durations import format_duration, format_progress
 from ajet_runner.statemachine.lifecycle import FINISHED
+from ajet_runner.statemachine.metric_vocabulary import HEADLINE_METRIC
 
 URL_OPTION = typer.Option(DEFAULT_URL, "--url", envvar="AJET_RUNNER_URL", help="the API's base URL")
 TOKEN_OPTION = typer.Option("", "--token", envvar="AJET_RUNNER_TOKEN", show_envvar=False,
@@ -136,7 +137,7 @@ def _elapsed(rec: Any) -> str:
 
 
 def _reward(rec: Any) -> str:
-    value = (rec.get("latest_metrics") or {}).get("mean_reward")
+    value = (rec.get("latest_metrics") or {}).get(HEADLINE_METRIC)
     return f"{value:.4f}" if isinstance(value, int | float) else "-"
 
 
@@ -466,7 +467,7 @@ def _node_columns(nodes: list[dict[str, Any]]) -> list[str]:
 
 
 # -- what scan, status and nodes show -----------------------------------------------------------------
-SCAN_COLUMNS = ("id", "purpose", "state", "node", "elapsed", "mean_reward")
+SCAN_COLUMNS = ("id", "purpose", "state", "node", "elapsed", HEADLINE_METRIC)
 NODE_TIMES = ("started_at", "last_seen", "drained_at")  # epoch seconds: shown as local times
 NODE_FREE_TEXT = ("running", "drained_by", "drain_reason")
 

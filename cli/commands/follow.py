@@ -16,18 +16,17 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from ajet_runner.statemachine.durations import format_progress
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
+from ajet_runner.statemachine.metric_vocabulary import PROGRESS_METRICS, progress_value
 from ajet_runner.store.events import AdoptedEvent, EvaluationEvent, EventBase, TransitionEvent, parse_event
 
+NO_VALUE = f"{PROGRESS_METRICS[0]} n/a"
 Poll = Callable[[str], tuple[dict[str, Any] | None, list[dict[str, Any]], str]]
 
 
 def headline(metrics: dict[str, Any]) -> str:
     """The progress bar's metric: mean_reward, else a swarm client's task_pass_rate@1 (its pass@1)."""
-    for key in ("mean_reward", "task_pass_rate@1"):
-        value = metrics.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return f"{key} {value:.4f}"
-    return "mean_reward n/a"
+    found = progress_value(metrics)
+    return f"{found[0]} {found[1]:.4f}" if found else NO_VALUE
 
 
 # The events `describe` writes a line of its own for (the others: `event_line` shows their message or fields).
@@ -41,7 +40,7 @@ def describe(event: Mapping[str, Any] | EventBase) -> str | None:
         return f"{typed.from_} → {typed.to} ({typed.trigger}) {typed.reason}".strip()
     if isinstance(typed, EvaluationEvent):
         m = typed.metrics
-        bits = [f"{k}={m[k]:.4g}" for k in ("mean_reward", "task_pass_rate@1") if isinstance(m.get(k), int | float)]
+        bits = [f"{k}={m[k]:.4g}" for k in PROGRESS_METRICS if isinstance(m.get(k), int | float)]
         return f"evaluation at step {typed.step}: {' '.join(bits)}"
     if isinstance(typed, AdoptedEvent):
         return f"{typed.type}: {typed.message or typed.owner}"
@@ -83,7 +82,7 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                TextColumn("attempt {task.fields[attempt]}"), TextColumn("{task.fields[reward]}"))
     # Into a pipe or a file: the event lines only, no bar (a drawn bar is no line for grep or a log collector).
     with Progress(*columns, console=console, transient=False, disable=quiet or not console.is_terminal) as progress:
-        task = progress.add_task("run", total=1.0, state="queued", clock="", attempt="-", reward="mean_reward n/a")
+        task = progress.add_task("run", total=1.0, state="queued", clock="", attempt="-", reward=NO_VALUE)
         while True:
             try:
                 got, events, after = poll(after)

@@ -35,11 +35,17 @@ from ajet_runner.cli.commands import output
 from ajet_runner.resultdir.names import RESULTS_NAME
 from ajet_runner.statemachine.logs.metrics import merge_file_and_log, parse_log_lines
 from ajet_runner.statemachine.logs.results import ResultSummary, find_result_files, parse_val_files, summarize
+from ajet_runner.statemachine.metric_vocabulary import (
+    NUM_ALL_SUCCESS_TASKS,
+    NUM_PASS_N_TASKS,
+    TABLE_FIRST,
+    TOTAL_TASKS,
+    rates_by_k,
+    short_label,
+)
 from ajet_runner.statemachine.models import Evaluation
 
-_RATE_RE = re.compile(r"^task_pass_rate@(\d+)$")
-_PREFERRED = ("mean_reward", "std_reward")
-_COUNTS = ("num_pass_n_tasks",)
+_COUNTS = (NUM_PASS_N_TASKS,)
 
 
 def _columns(summary: ResultSummary) -> list[str]:
@@ -47,24 +53,13 @@ def _columns(summary: ResultSummary) -> list[str]:
     present: dict[str, None] = {}
     for ev in summary.evaluations:
         present.update(dict.fromkeys(ev.metrics))
-    rates = sorted((name for name in present if _RATE_RE.match(name)), key=lambda n: int(n.split("@")[1]))
-    cols = [n for n in _PREFERRED if n in present] + rates + [n for n in _COUNTS if n in present]
+    cols = [n for n in TABLE_FIRST if n in present] + rates_by_k(present) + [n for n in _COUNTS if n in present]
     return cols or list(present)[:6]
-
-
-_SHORT = {
-    "mean_reward": "reward",
-    "std_reward": "std",
-    "num_pass_n_tasks": "solved",
-    "num_all_success_tasks": "all-pass",
-    "total_tasks": "tasks",
-}
 
 
 def _header(metric: str) -> str:
     """Short column titles so a 10-column table fits 80 characters; the legend names them."""
-    m = _RATE_RE.match(metric)
-    return f"pass@{m.group(1)}" if m else _SHORT.get(metric, metric)
+    return short_label(metric)
 
 
 def _delta(new: float, old: float) -> str:
@@ -111,7 +106,7 @@ def _render(summary: ResultSummary, console: Console) -> None:
         where = f" ({escape(summary.primary_dataset)})" if summary.primary_dataset else ""
         console.print(f"[bold]final[/bold] step {summary.final['step']}{where}")
         base = summary.baseline.get("metrics", {}) if summary.baseline else {}
-        for col in cols + [c for c in ("num_all_success_tasks", "total_tasks") if c not in cols]:
+        for col in cols + [c for c in (NUM_ALL_SUCCESS_TASKS, TOTAL_TASKS) if c not in cols]:
             value = summary.final["metrics"].get(col)
             if value is None:
                 continue

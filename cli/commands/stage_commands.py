@@ -24,8 +24,10 @@ from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, USAGE, echo
 from ajet_runner.service.client.api_client import EmptyStage, StageNotFound
 from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
+from ajet_runner.statemachine.metric_vocabulary import HEADLINE_METRIC
 
-WAIT_COLUMNS = ("id", "purpose", "state", "attempt", "elapsed", "mean_reward")
+WAIT_COLUMNS = ("id", "purpose", "state", "attempt", "elapsed", HEADLINE_METRIC)
+BEST = f"best {HEADLINE_METRIC}"
 
 
 def _purpose(rec: Any) -> str:
@@ -45,7 +47,7 @@ def _elapsed(rec: Any) -> str:
 
 
 def _reward(rec: Any) -> str:
-    value = (rec.get("latest_metrics") or {}).get("mean_reward")
+    value = (rec.get("latest_metrics") or {}).get(HEADLINE_METRIC)
     return f"{value:.4f}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
 
 
@@ -66,7 +68,7 @@ def _live_table(recs: list[Any]) -> Table:
 
 def summary_line(rec: Any) -> str:
     """One line per experiment once the wait is over: id, outcome, elapsed, final mean_reward, result dir."""
-    line = f"{rec.id}  {_state(rec)}  {_elapsed(rec)}  mean_reward {_reward(rec)}  {rec.get('result_dir') or ''}"
+    line = f"{rec.id}  {_state(rec)}  {_elapsed(rec)}  {HEADLINE_METRIC} {_reward(rec)}  {rec.get('result_dir') or ''}"
     if rec.get("state") == FINISHED and rec.get("outcome") not in SUCCEEDED and rec.get("reason"):
         line += f"  ({' '.join(str(rec.get('reason')).split())[:300]})"
     return line
@@ -188,7 +190,7 @@ def register(app: typer.Typer) -> None:
         out: str = typer.Option(None, "-o", "--output", metavar="DIR",
                                 show_default="the stage's dir, else the current dir",
                                 help="where stage_report.md, stage_results.json and stage_plot.png go"),
-        metric: str = typer.Option("mean_reward", "--metric", help="the ranking metric (final and best)"),
+        metric: str = typer.Option(HEADLINE_METRIC, "--metric", help="the ranking metric (final and best)"),
         name: str = typer.Option("", "--name", help="the stage's name in the report (for result dirs)"),
         as_json: bool = typer.Option(False, "--json", help="print stage_results.json instead of the summary"),
         url: str = URL_OPTION,
@@ -227,7 +229,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             echo_json([s.to_dict() for s in stages])
             return
-        print_table(("stage", "experiments", "states", "outcomes", "best mean_reward", "dir"), (
+        print_table(("stage", "experiments", "states", "outcomes", BEST, "dir"), (
             (s.name, s.total, _counts(s.states), _counts(s.outcomes), _best(s.best), s.dir) for s in stages))
 
     @stage_app.command("show", epilog="Example: ajet-runner stage show lr-sweep")
@@ -241,7 +243,7 @@ def register(app: typer.Typer) -> None:
             echo_json(found.to_dict())
             return
         output.print_fields([("stage", found.name), ("experiments", found.total), ("states", _counts(found.states)),
-                             ("outcomes", _counts(found.outcomes) or "-"), ("best mean_reward", _best(found.best)),
+                             ("outcomes", _counts(found.outcomes) or "-"), (BEST, _best(found.best)),
                              ("dir", found.dir or "-"), ("report", found.report or "-")])
         output.console().print("")
         print_table(WAIT_COLUMNS, (_row(r) for r in found.experiments), shrink=("purpose",))

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from ajet_runner.service.api.plain_text import PlainText
 from ajet_runner.service.api.schemas import NODE_PATTERN, STAGE_PATTERN, ExperimentSummary
+from ajet_runner.statemachine.metric_vocabulary import HEADLINE_METRIC
 from ajet_runner.statemachine.models import Problem
 
 
@@ -59,8 +60,8 @@ class StageSummary(BaseModel):
     outcomes: dict[str, int] = Field(default_factory=dict)
     finished: bool = Field(False, description="every experiment of it is finished")
     succeeded: bool = Field(False, description="finished, and every experiment completed or early-stopped")
-    best: dict[str, Any] | None = Field(None, description="{metric, id, value, step}: the best value of mean_reward "
-                                        "any of its experiments reached")
+    best: dict[str, Any] | None = Field(None, description="{metric, id, value, step}: the best value of "
+                                        f"{HEADLINE_METRIC} any of its experiments reached")
     report: str | None = Field(None, description="the stage report written into its dir, once it is")
 
 

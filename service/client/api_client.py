@@ -34,6 +34,8 @@ from urllib.parse import unquote
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
+from ajet_runner.statemachine.metric_vocabulary import HEADLINE_METRIC
+
 if TYPE_CHECKING:
     from ajet_runner.service.client.answers import (
         DeleteResult,
@@ -531,7 +533,7 @@ class AjetRunnerClient:
         """What a comparison reads of each experiment (statemachine/comparison/compare.py ExperimentFacts, as JSON)."""
         return list(self._json("GET", f"/v1/stages/{name}/facts"))
 
-    def stage_comparison(self, name: str, metric: str = "mean_reward") -> dict[str, Any]:
+    def stage_comparison(self, name: str, metric: str = HEADLINE_METRIC) -> dict[str, Any]:
         """The stage compared by the server (rows, what differs, rankings, repeats, curves)."""
         return dict(self._json("GET", f"/v1/stages/{name}/comparison", params={"metric": metric}))
 
@@ -724,7 +726,7 @@ class AsyncAjetRunnerClient:
     async def stage_facts(self, name: str) -> list[dict[str, Any]]:
         return list(await self._json("GET", f"/v1/stages/{name}/facts"))
 
-    async def stage_comparison(self, name: str, metric: str = "mean_reward") -> dict[str, Any]:
+    async def stage_comparison(self, name: str, metric: str = HEADLINE_METRIC) -> dict[str, Any]:
         return dict(await self._json("GET", f"/v1/stages/{name}/comparison", params={"metric": metric}))
 
     async def wait_stage(self, name: str | None = None, ids: list[str] | None = None, *,

@@ -15,7 +15,6 @@ YAML could not be read is named as such instead of being assumed equal to the ot
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -37,13 +36,14 @@ from ajet_runner.statemachine.comparison.stage_stats import (
     verdicts,
 )
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
-from ajet_runner.statemachine.logs.results import higher_is_better, summarize
+from ajet_runner.statemachine.logs.results import summarize
+from ajet_runner.statemachine.metric_vocabulary import HEADLINE_METRIC, higher_is_better, ranked_metric
 from ajet_runner.statemachine.models import Evaluation
 
 __all__ = ["DEFAULT_METRIC", "SUCCEEDED", "ExperimentFacts", "MetricValues", "StageComparison", "compare",
            "decisive_of", "facts_from_record", "facts_from_results", "flatten"]
 
-DEFAULT_METRIC = "mean_reward"
+DEFAULT_METRIC = HEADLINE_METRIC  # what a stage is ranked by unless asked otherwise
 UNSET = "(unset)"
 UNKNOWN = "(unknown)"
 _QUOTED_LINE = re.compile(r'((?:log line \d+|last log line): ".*")')
@@ -294,11 +294,7 @@ def _summary(facts: ExperimentFacts) -> tuple[dict[str, MetricValues], dict[str,
     return out, curves
 
 
-@functools.lru_cache(maxsize=4096)
-def validation_metric(name: str) -> bool:
-    """The metrics a stage is compared by: those where higher is better (mean_reward, task_pass_rate@k, TGC@k,
-    …), not the task counts."""
-    return higher_is_better(name) and not name.startswith("num_")
+validation_metric = ranked_metric  # the metrics a stage is compared by (statemachine/metric_vocabulary.py)
 
 
 def _command_parts(commands: Mapping[str, str]) -> dict[str, str]:

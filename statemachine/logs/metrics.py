@@ -43,6 +43,7 @@ from ajet_runner.statemachine.logs.results import (
 )
 from ajet_runner.statemachine.logs.steplines import is_training_key, parse_step_line
 from ajet_runner.statemachine.logs.text import clean_lines
+from ajet_runner.statemachine.metric_vocabulary import MEAN_REWARD
 from ajet_runner.statemachine.models import Evaluation
 
 __all__ = ["LOG_DATASET", "METRIC_MARKERS", "LogMetrics", "merge_file_and_log", "parse_log_lines", "parse_log_text",
@@ -89,7 +90,7 @@ def _aliases(metrics: dict[str, float]) -> dict[str, float]:
     out = dict(pass_rate_aliases(metrics))
     for key, value in metrics.items():
         if "/reward/mean@" in key and _REWARD_MEAN_RE.match(key):
-            out.setdefault("mean_reward", value)
+            out.setdefault(MEAN_REWARD, value)
     return out
 
 

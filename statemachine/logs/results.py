@@ -42,6 +42,14 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ajet_runner.statemachine.metric_vocabulary import (
+    MEAN_REWARD,
+    NUM_PASS_N_TASKS,
+    PASS_N,
+    PASS_RATE_PREFIX,
+    higher_is_better,
+    pass_rate,
+)
 from ajet_runner.statemachine.models import Evaluation
 
 MAX_LINE_CHARS = 4 * 1024 * 1024  # a real result line is < 100 KB; longer ones are garbage
@@ -54,7 +62,7 @@ SKIP_DIRS = frozenset({"previous", ".git", "__pycache__", "checkpoints", "global
 STEP_KEYS = ("global_steps", "global_step", "step")
 TRAIN_STEP_KEYS = ("training/global_step", "global_steps", "global_step", "step")
 DATASET_KEYS = frozenset({"dataset", "target_dataset_name", "dataset_name", "eval_set"})
-VAL_HINT_KEYS = ("mean_reward", "task_pass_rate@", "num_pass_n_tasks", "pass_n", "val-core/")
+VAL_HINT_KEYS = (MEAN_REWARD, PASS_RATE_PREFIX, NUM_PASS_N_TASKS, PASS_N, "val-core/")
 
 _OVERLONG = "\x00overlong\n"  # what _iter_lines yields in place of a line too long to hold
 _NAN = "\x00ajet-nan\x00"  # stand-in literal for nan: ast.literal_eval has no nan literal
@@ -93,10 +101,6 @@ _KEY_SUFFIX_RE = re.compile(r"\s*\([^()]*\)\s*$")
 # Swarm clients write `pass@k` / `pass_at_k` (percentages); verl logs `.../TGC@k`: all are the
 # share of tasks solved in k tries, which the runner reports as `task_pass_rate@k`.
 _PASS_AT_RE = re.compile(r"^(?:.*/)?(?:pass(?:@|_at_?|_)|tgc@)(\d+)$", re.IGNORECASE)
-_HIGHER_IS_BETTER_RE = re.compile(
-    r"^(?:mean_reward|num_pass_n_tasks|task_pass_rate@.*|num_.*success.*|(?:.+/)?TGC@\d+(?:-all-pass)?"
-    r"|val-core/.+/(?:reward|acc|score)/(?:mean@\d+|(?:best|maj)@\d+/mean))$"
-)
 
 
 # One shared fields-set for the (many) evaluations we build: model_construct would otherwise
@@ -139,23 +143,18 @@ class TrainSummary(BaseModel):
         return [(s.step, s.metrics[metric]) for s in self.steps if metric in s.metrics]
 
 
-def higher_is_better(metric: str) -> bool:
-    """Metrics where a larger value means a better model (the ones `best` tracks)."""
-    return bool(_HIGHER_IS_BETTER_RE.match(metric))
-
-
 def pass_rate_aliases(metrics: dict[str, float]) -> dict[str, float]:
     """Add `task_pass_rate@k` for `pass@k`, `pass_at_k` and `TGC@k` keys, keeping the originals;
     an alias never replaces a key the record already has (its own `task_pass_rate@k` wins)."""
     out = metrics
     for key, value in metrics.items():
-        if key.startswith("task_pass_rate@"):
+        if key.startswith(PASS_RATE_PREFIX):
             continue
         m = _PASS_AT_RE.match(key)
         if m is not None:
             if out is metrics:
                 out = dict(metrics)
-            out.setdefault(f"task_pass_rate@{m.group(1)}", value)
+            out.setdefault(pass_rate(m.group(1)), value)
     return out
 
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from ajet_runner.statemachine.lifecycle import Trigger
+from ajet_runner.statemachine.metric_vocabulary import PLATEAU_PROSE
 from ajet_runner.statemachine.policies import plateaued
 from ajet_runner.statemachine.rules.base import Observation, Proposal
 
@@ -38,7 +39,7 @@ class PlateauRule:
         ):
             return Proposal(
                 Trigger.plateau,
-                f"mean_reward and task_pass_rate@1 moved less than {self.epsilon} over the last "
+                f"{PLATEAU_PROSE} moved less than {self.epsilon} over the last "
                 f"{self.window} evaluations",
                 self.name,
             )

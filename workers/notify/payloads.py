@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ajet_runner.statemachine.lifecycle import SUCCEEDED
+from ajet_runner.statemachine.metric_vocabulary import HEADLINE_METRIC
 
 __all__ = ["LOG_TEXT_FIELDS", "experiment_payload", "stage_payload"]
 
@@ -51,7 +52,7 @@ def experiment_payload(rec: Mapping[str, Any], delivery: str, redact: Redact = _
 
 
 def stage_payload(stage: str, meta: Mapping[str, str], records: Sequence[Mapping[str, Any]], delivery: str,
-                  report: str | None, metric: str = "mean_reward", redact: Redact = _keep) -> dict[str, Any]:
+                  report: str | None, metric: str = HEADLINE_METRIC, redact: Redact = _keep) -> dict[str, Any]:
     members = []
     top: dict[str, Any] | None = None
     for rec in records:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import field_validator
 
 from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
+from ajet_runner.statemachine.metric_vocabulary import COUNT_METRICS, DELTA_METRICS
 from ajet_runner.store.records import Attempt, Loose, RepairRecord, plain
 
 REPORT_VERSION = 1
@@ -15,9 +16,6 @@ NA = "n/a"
 LOG_TAIL_LINES = 200
 CELL_CHARS = 300
 
-COUNT_METRICS = ("num_all_success_tasks", "num_pass_n_tasks", "total_tasks", "pass_n")
-DELTA_METRICS = ("mean_reward", "task_pass_rate@1")
-RATE_RE = re.compile(r"^task_pass_rate@(\d+)$")
 PIPE_RE = re.compile(r"(?<!\\)\|")
 CONTROL_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f]")
 

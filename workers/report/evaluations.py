@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ajet_runner.statemachine.logs.results import normalize_key
+from ajet_runner.statemachine.metric_vocabulary import TABLE_FIRST, rates_by_k
 from ajet_runner.store.records import plain
-from ajet_runner.workers.report.data import COUNT_METRICS, DELTA_METRICS, RATE_RE
+from ajet_runner.workers.report.data import COUNT_METRICS, DELTA_METRICS
 from ajet_runner.workers.report.markdown import finite, number
 
 
@@ -57,13 +58,12 @@ def normalize_evaluations(raw: Iterable[Any]) -> list[Eval]:
 def rate_metrics(evals: list[Eval]) -> list[str]:
     """`task_pass_rate@k` names present, by k."""
     names = {m for e in evals for m in e.metrics}
-    by_k = sorted((int(hit.group(1)), m) for m in names if (hit := RATE_RE.match(m)))
-    return [m for _, m in by_k]
+    return rates_by_k(names)
 
 
 def table_metrics(evals: list[Eval]) -> list[str]:
     present = {m for e in evals for m in e.metrics}
-    wanted = ["mean_reward", "std_reward", *rate_metrics(evals), *COUNT_METRICS[:3]]
+    wanted = [*TABLE_FIRST, *rate_metrics(evals), *COUNT_METRICS[:3]]
     chosen = [m for m in wanted if m in present]
     if not chosen:  # only unusual keys (e.g. val-core/...): show a few of them rather than nothing
         chosen = sorted(present)[:4]

@@ -26,13 +26,14 @@ from typing import Any
 
 from ajet_runner.resultdir.flag import atomic_write_bytes
 from ajet_runner.resultdir.palette import chart_metrics, metric_colour
+from ajet_runner.statemachine.metric_vocabulary import MEAN_REWARD, PASS_RATE_FAMILY, PASS_RATE_K
 from ajet_runner.workers.report.evaluations import Eval, rate_metrics
 
 SIZE_INCHES = (12, 4.8)
 DPI = 100
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]  # per dataset, as the console's dashes
-PANELS = ("mean_reward", "task_pass_rate@k")
+PANELS = (MEAN_REWARD, PASS_RATE_K)
 PNG_COMPRESS_LEVEL = 1  # of zlib's 0-9: ~8 ms less than the default 6 at 1200x480, ~5 % bigger
 
 _lock = threading.Lock()
@@ -131,10 +132,10 @@ class PlotCanvas:
         for i, dataset in enumerate(datasets):
             style = {"marker": MARKERS[i % len(MARKERS)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
             for k, attempt in enumerate(attempts):
-                xs, ys = series(dataset, "mean_reward", attempt)
+                xs, ys = series(dataset, MEAN_REWARD, attempt)
                 if xs:
-                    ax_reward.plot(xs, ys, color=metric_colour("mean_reward", charted),
-                                   label=(dataset or "mean_reward") if k == 0 else None, **style)
+                    ax_reward.plot(xs, ys, color=metric_colour(MEAN_REWARD, charted),
+                                   label=(dataset or MEAN_REWARD) if k == 0 else None, **style)
                 for metric in rates:
                     xs, ys = series(dataset, metric, attempt)
                     if xs:
@@ -213,8 +214,8 @@ def nothing_to_plot(evals: list[Eval]) -> str:
     if not points:
         return "no evaluation with a step was recorded"
     rates = rate_metrics(points)
-    if not any(e.get(m) is not None for e in points for m in ("mean_reward", *rates)):
-        return "no finite mean_reward or task_pass_rate value was recorded"
+    if not any(e.get(m) is not None for e in points for m in (MEAN_REWARD, *rates)):
+        return f"no finite {MEAN_REWARD} or {PASS_RATE_FAMILY} value was recorded"
     return ""
 
 

@@ -25,12 +25,13 @@ _thread: threading.Thread | None = None
 
 def _load() -> None:
     try:
+        from ajet_runner.statemachine.metric_vocabulary import PLATEAU_METRICS
         from ajet_runner.workers.report.evaluations import Eval
         from ajet_runner.workers.report.plot import render_png
 
         # One drawing on the process's reused figure: imports matplotlib and PIL, loads the fonts,
         # creates the panels' ticks; the report's plot then only draws.
-        render_png([Eval(step=0, dataset="", metrics={"mean_reward": 0.0, "task_pass_rate@1": 0.0})], "warm-up")
+        render_png([Eval(step=0, dataset="", metrics=dict.fromkeys(PLATEAU_METRICS, 0.0))], "warm-up")
     except Exception:  # noqa: BLE001 - a broken matplotlib is reported when the plot is drawn
         return
 

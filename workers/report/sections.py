@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ajet_runner.statemachine.metric_vocabulary import CHART_TITLE
 from ajet_runner.statemachine.shell.command_file import command_script
 from ajet_runner.store.records import Attempt as AttemptInfo
 from ajet_runner.store.records import RepairRecord
@@ -209,7 +210,7 @@ def _best_final(c: ReportContext) -> list[str]:
 def _plot(c: ReportContext) -> list[str]:
     if c.plot_note:
         return [f"No plot: {c.plot_note}."]
-    return [f"![mean_reward and task_pass_rate@k over steps]({PLOT_NAME})"]
+    return [f"![{CHART_TITLE}]({PLOT_NAME})"]
 
 
 def _attempts(c: ReportContext) -> list[str]:
