@@ -6,7 +6,9 @@ Redis, the report renders them. Keep them small, serialisable and free of I/O.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, Literal
 
@@ -117,9 +119,66 @@ class ConfigChange(BaseModel):
 
 
 class Evaluation(BaseModel):
+    """One evaluation of a run (one validation, at one step, on one dataset), the one type from the log line or
+    results file a parser read it from to the stage report: the parsers, the rules, the report and its plot hold
+    it; `to_json` is its stored form (the report's evaluations, results.json) and `from_json` reads that back,
+    tolerant of what older writers stored."""
+
     step: int
     dataset: str = ""
     metrics: dict[str, float] = Field(default_factory=dict)
+    attempt: int | None = None  # the attempt that produced it, once the report can tell (a relaunch starts one)
+
+    def get(self, metric: str) -> float | None:
+        """The metric's value when it is a finite number; None when absent, NaN or infinite."""
+        value = self.metrics.get(metric)
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+    def to_json(self) -> dict[str, Any]:
+        """{"step", "dataset", "metrics"} and "attempt" when known."""
+        out: dict[str, Any] = {"step": self.step, "dataset": self.dataset, "metrics": dict(self.metrics)}
+        if self.attempt is not None:
+            out["attempt"] = self.attempt
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any, key: Callable[[str], str] = str) -> Evaluation | None:
+        """The stored form back (None when it holds no step): metrics under "metrics", or a flat dict whose
+        other keys are the metrics; numbers as numbers or numeric text ("87.5%" is 87.5); a step under "step"
+        or "global_steps". `key` renames each metric key (the parsers' normalize_key)."""
+        if not isinstance(raw, dict):
+            return None
+        step = _whole(raw.get("step", raw.get("global_steps")))
+        if step is None:
+            return None
+        given = raw.get("metrics")
+        if not isinstance(given, dict):
+            given = {k: v for k, v in raw.items() if k not in ("step", "global_steps", "dataset", "attempt")}
+        metrics: dict[str, float] = {}
+        for name, value in given.items():
+            number = _number(value)
+            if number is not None:
+                metrics.setdefault(key(str(name)), number)
+        return cls.model_construct(step=step, dataset=str(raw.get("dataset") or ""), metrics=metrics,
+                                   attempt=_whole(raw.get("attempt")))
+
+
+def _number(value: Any) -> float | None:
+    """A metric value as float (NaN and inf kept), or None when it is no number at all."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value).strip().rstrip("%"))
+    except ValueError:
+        return None
+
+
+def _whole(value: Any) -> int | None:
+    """A step or attempt number: a finite number, truncated; else None."""
+    number = _number(value)
+    return int(number) if number is not None and math.isfinite(number) else None
 
 
 class RepairAction(BaseModel):

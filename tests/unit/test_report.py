@@ -400,7 +400,7 @@ def test_odd_data_never_raises(tmp_path: Path) -> None:
         result_dir=str(tmp_path / "new" / "dir"),
         evaluations=[
             "not a dict",
-            {"metrics": {"mean_reward": "0.5"}},  # no step
+            {"metrics": {"mean_reward": "0.5"}},  # no step: no evaluation (an Evaluation has a step), dropped
             {"step": "3", "metrics": {"mean_reward": "41.25%", "num_pass_n_tasks(pass@4)": 7}},
             {"step": 4, "dataset": None, "mean_reward": float("nan")},  # flat shape
         ],
@@ -414,7 +414,7 @@ def test_odd_data_never_raises(tmp_path: Path) -> None:
     text = written["report"].read_text()
     assert "could not be rendered" not in text
     rows = _table_rows(_section(text, "Evaluations"))
-    assert [r[0] for r in rows] == ["3", "4", "n/a"]
+    assert [r[0] for r in rows] == ["3", "4"]
     assert rows[0][2] == "41.2500" and "7" in rows[0]
     assert "````text\n```\nplain ``` line\nbell\n````" in text  # fence longer than any inside
     assert json.loads(written["results"].read_text())["id"] == "odd|id"

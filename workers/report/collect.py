@@ -139,8 +139,7 @@ def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle
         preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
         preflight_env=ctx.preflight_env,
         repairs=list(ctx.repairs),
-        evaluations=[{**e.model_dump(), **({"attempt": attempt_of[(e.step, e.dataset)]}
-                                          if (e.step, e.dataset) in attempt_of else {})}
+        evaluations=[e.model_copy(update={"attempt": attempt_of.get((e.step, e.dataset))}).to_json()
                      for e in summary.evaluations] if summary else [],
         superseded_evaluations=curve.superseded if curve is not None and len(ctx.attempts) > 1 else [],
         attempt_starts=curve.lineage if curve is not None else [],

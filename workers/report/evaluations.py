@@ -6,53 +6,22 @@ Metric keys are normalised by the results parser's own `normalize_key` (statemac
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ajet_runner.statemachine.logs.results import normalize_key
 from ajet_runner.statemachine.metric_vocabulary import TABLE_FIRST, rates_by_k
+from ajet_runner.statemachine.models import Evaluation
 from ajet_runner.store.records import plain
 from ajet_runner.workers.report.data import COUNT_METRICS, DELTA_METRICS
-from ajet_runner.workers.report.markdown import finite, number
+
+Eval = Evaluation  # the name the report code has always used: the one evaluation type (statemachine/models.py)
 
 
-@dataclass
-class Eval:
-    """One evaluation, normalised: metric keys without `(pass@4)` suffixes, values as floats or None."""
-
-    step: int | None
-    dataset: str
-    metrics: dict[str, float | None] = field(default_factory=dict)
-    attempt: int | None = None  # the attempt that produced it (when the runner could tell)
-
-    def get(self, metric: str) -> float | None:
-        return finite(self.metrics.get(metric))
-
-
-def _as_int(value: Any) -> int | None:
-    x = finite(value)
-    return int(x) if x is not None else None
-
-
-def normalize_evaluations(raw: Iterable[Any]) -> list[Eval]:
-    """Whatever the driver passed → sorted :class:`Eval` rows (rows that are not dicts are dropped)."""
-    out: list[Eval] = []
-    for item in raw or []:
-        item = plain(item)
-        if not isinstance(item, dict):
-            continue
-        metrics_raw = item.get("metrics")
-        if not isinstance(metrics_raw, dict):  # a flat dict: every other numeric key is a metric
-            metrics_raw = {k: v for k, v in item.items() if k not in ("step", "dataset", "attempt")}
-        metrics: dict[str, float | None] = {}
-        for key, value in metrics_raw.items():
-            name = normalize_key(str(key))
-            if name not in metrics and number(value) is not None:
-                metrics[name] = number(value)
-        step = _as_int(item.get("step", item.get("global_steps")))
-        out.append(Eval(step=step, dataset=str(item.get("dataset") or ""), metrics=metrics,
-                        attempt=_as_int(item.get("attempt"))))
-    return sorted(out, key=lambda e: (e.step is None, e.step or 0))
+def normalize_evaluations(raw: Iterable[Any]) -> list[Evaluation]:
+    """Whatever the driver passed (the stored form, or evaluations themselves) → evaluations sorted by step, metric
+    keys without `(pass@4)` suffixes; items that are no mapping, or name no step, are dropped."""
+    out = [e for item in raw or [] if (e := Evaluation.from_json(plain(item), normalize_key)) is not None]
+    return sorted(out, key=lambda e: e.step)
 
 
 def rate_metrics(evals: list[Eval]) -> list[str]:

@@ -57,10 +57,10 @@ class PlotAhead:
         self._background: Background | None = None
 
     def update(self, evaluations: list[Any]) -> None:
-        """`evaluations` as the report gets them (each an `Evaluation`, as `model_dump()` gives it).
+        """`evaluations` as the report gets them (each an `Evaluation`, in its stored form).
         Never raises: drawing ahead is an optimisation, the watch loop must not depend on it."""
         try:
-            points = plot_points(normalize_evaluations([e.model_dump() for e in evaluations]))
+            points = plot_points(normalize_evaluations([e.to_json() for e in evaluations]))
         except Exception:  # noqa: BLE001 - collecting draws the plot in full
             return
         if not points:
