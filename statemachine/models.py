@@ -127,7 +127,9 @@ class Evaluation(BaseModel):
     step: int
     dataset: str = ""
     metrics: dict[str, float] = Field(default_factory=dict)
-    attempt: int | None = None  # the attempt that produced it, once the report can tell (a relaunch starts one)
+    # The attempt that produced it, once the report can tell (a relaunch starts one). model_dump leaves it out (the
+    # parsers' summaries and `results --json` keep their contract); to_json writes it when known.
+    attempt: int | None = Field(None, exclude=True)
 
     def get(self, metric: str) -> float | None:
         """The metric's value when it is a finite number; None when absent, NaN or infinite."""

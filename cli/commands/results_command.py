@@ -195,11 +195,9 @@ def _from_results_json(path: Path) -> ResultSummary:
         typer.echo(f"error: {path}: unreadable ({exc})", err=True)
         raise typer.Exit(1) from None
     rows = doc.get("evaluations") if isinstance(doc, dict) else None
-    evaluations = [
-        Evaluation.model_construct(step=int(row["step"]), dataset=str(row.get("dataset") or ""),
-                                   metrics={str(k): _number(v) for k, v in (row.get("metrics") or {}).items()})
-        for row in rows or [] if isinstance(row, dict) and isinstance(row.get("step"), int)
-    ]
+    stored = [{**row, "metrics": {str(k): _number(v) for k, v in (row.get("metrics") or {}).items()}}
+              for row in rows or [] if isinstance(row, dict) and isinstance(row.get("step"), int)]
+    evaluations = [e for row in stored if (e := Evaluation.from_json(row)) is not None]
     summary = summarize(evaluations)
     summary.final = doc.get("final") or summary.final
     summary.best = doc.get("best") or summary.best

@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, computed_field, field_serializer, field_validator
 
 from ajet_runner.statemachine.blueprint.sweep import format_value, is_seed_key
 from ajet_runner.statemachine.comparison.stage_stats import (
@@ -62,7 +62,7 @@ class ExperimentFacts(BaseModel):
     repair_signatures: list[str] = Field(default_factory=list)
     elapsed_seconds: float | None = None
     train_steps: int = 0
-    evaluations: list[dict[str, Any]] = Field(default_factory=list)  # {"step", "dataset", "metrics"}
+    evaluations: list[Evaluation] = Field(default_factory=list)  # stored as Evaluation.to_json gives them
     config: dict[str, Any] | None = None  # the YAML as given plus its sweep values, flattened; None: unknown
     config_source: str = ""
     launch_command: str | None = None  # the blueprint's; None: unknown
@@ -72,6 +72,19 @@ class ExperimentFacts(BaseModel):
     repair_log_path: str = ""
     source: str = ""  # results.json | record (not finished, or its files unreadable here)
     decisive: str = ""  # for one that did not succeed: the line that decided it
+
+    @field_validator("evaluations", mode="before")
+    @classmethod
+    def _stored_evaluations(cls, value: Any) -> Any:
+        """The stored form (results.json, the facts the API sends), tolerantly: an item naming no step is none."""
+        if not isinstance(value, list):
+            return value
+        items = (e if isinstance(e, Evaluation) else Evaluation.from_json(e) for e in value)
+        return [e for e in items if e is not None]
+
+    @field_serializer("evaluations")
+    def _evaluations_stored(self, value: list[Evaluation]) -> list[dict[str, Any]]:
+        return [e.to_json() for e in value]
 
 
 class MetricValues(BaseModel):
@@ -269,14 +282,8 @@ def _number(value: Any) -> float | None:
 
 def _summary(facts: ExperimentFacts) -> tuple[dict[str, MetricValues], dict[str, list[list[float]]]]:
     """Best and final of each validation metric on the primary dataset, and its curve."""
-    evals = []
-    for e in facts.evaluations:
-        step = e.get("step")
-        metrics = {str(k): float(v) for k, v in (e.get("metrics") or {}).items()
-                   if _number(v) is not None}
-        if isinstance(step, (int, float)) and not isinstance(step, bool):  # checked here: no validation needed
-            evals.append(Evaluation.model_construct(step=int(step), dataset=str(e.get("dataset") or ""),
-                                                    metrics=metrics))
+    evals = [e.model_copy(update={"metrics": {k: v for k, v in e.metrics.items() if math.isfinite(v)}})
+             for e in facts.evaluations]
     summary = summarize(evals)
     mine = [e for e in summary.evaluations if e.dataset == summary.primary_dataset]
     final = summary.final.get("metrics", {}) if summary.final else {}

@@ -98,7 +98,7 @@ def test_an_unreadable_config_is_named_not_assumed_equal() -> None:
 
 def test_the_ranking_metric_is_chosen_and_one_nobody_recorded_ranks_no_one() -> None:
     a, b = facts("a", values=(0.3, 0.9)), facts("b", values=(0.3, 0.5))
-    b.evaluations[-1]["metrics"]["task_pass_rate@1"] = 0.95  # b is better by pass rate, worse by reward
+    b.evaluations[-1].metrics["task_pass_rate@1"] = 0.95  # b is better by pass rate, worse by reward
     by_rate = compare("s", [a, b], metric="task_pass_rate@1")
     assert [r.id for r in by_rate.ranking_final] == ["b", "a"] and by_rate.metric == "task_pass_rate@1"
     assert [r.id for r in compare("s", [a, b]).ranking_final] == ["a", "b"]
