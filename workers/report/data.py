@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import field_serializer, field_validator
 
 from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
+from ajet_runner.statemachine.logs.results import normalize_key
 from ajet_runner.statemachine.metric_vocabulary import COUNT_METRICS, DELTA_METRICS
+from ajet_runner.statemachine.models import Evaluation
 from ajet_runner.store.records import Attempt, Loose, RepairRecord, plain
 
 REPORT_VERSION = 1
@@ -53,7 +55,7 @@ class ReportData(_Input):
     preflight_changes: list[dict[str, Any]] = []
     preflight_problems: list[dict[str, Any]] = []
     repairs: list[RepairRecord] = []
-    evaluations: list[dict[str, Any]] = []
+    evaluations: list[Evaluation] = []  # stored as Evaluation.to_json writes them
     final: dict[str, Any] = {}
     best: dict[str, Any] = {}
     train_steps: int = 0
@@ -81,7 +83,23 @@ class ReportData(_Input):
     def _none_is_empty(cls, value: Any) -> Any:
         return {} if value is None else plain(value)
 
-    @field_validator("evaluations", "history", "preflight_changes", "preflight_problems", mode="before")
+    @field_validator("evaluations", mode="before")
+    @classmethod
+    def _stored_evaluations(cls, value: Any) -> Any:
+        """The stored form, tolerantly (Evaluation.from_json, metric keys without `(pass@4)` suffixes): an item
+        that is no mapping, or names no step, carries no evaluation."""
+        if value is None:
+            return []
+        if not isinstance(value, list | tuple):
+            return value
+        items = (e.to_json() if isinstance(e, Evaluation) else plain(e) for e in value)
+        return [e for e in (Evaluation.from_json(item, normalize_key) for item in items) if e is not None]
+
+    @field_serializer("evaluations")
+    def _evaluations_stored(self, value: list[Evaluation]) -> list[dict[str, Any]]:
+        return [e.to_json() for e in value]
+
+    @field_validator("history", "preflight_changes", "preflight_problems", mode="before")
     @classmethod
     def _dicts_only(cls, value: Any) -> Any:
         """Items that are not mappings carry nothing renderable; drop them rather than refuse the report."""

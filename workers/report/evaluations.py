@@ -20,7 +20,8 @@ Eval = Evaluation  # the name the report code has always used: the one evaluatio
 def normalize_evaluations(raw: Iterable[Any]) -> list[Evaluation]:
     """Whatever the driver passed (the stored form, or evaluations themselves) → evaluations sorted by step, metric
     keys without `(pass@4)` suffixes; items that are no mapping, or name no step, are dropped."""
-    out = [e for item in raw or [] if (e := Evaluation.from_json(plain(item), normalize_key)) is not None]
+    items = (item.to_json() if isinstance(item, Evaluation) else plain(item) for item in raw or [])
+    out = [e for item in items if (e := Evaluation.from_json(item, normalize_key)) is not None]
     return sorted(out, key=lambda e: e.step)
 
 

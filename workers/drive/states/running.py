@@ -352,10 +352,7 @@ def _publish_evaluations(d: Drive, new: list[Any]) -> None:
     metrics = latest_metrics(d.watch.summary)
     d.journal.update({"latest_metrics": metrics})
     for e in new:
-        d.journal.publish(
-            {"type": EventType.evaluation, "step": e.step, "dataset": e.dataset, "metrics": e.metrics,
-             "attempt": d.lc.attempt}
-        )
+        d.journal.publish({"type": EventType.evaluation, **e.to_json(), "attempt": d.lc.attempt})
 
 
 def _maybe_report(d: Drive, elapsed: float) -> None:
