@@ -15,6 +15,7 @@ from typing import Any
 from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 from ajet_runner.service.api import listing
 from ajet_runner.statemachine.lifecycle import EventType
+from ajet_runner.statemachine.models import Evaluation
 from ajet_runner.store.filters import SEARCH_WINDOW, Query
 from ajet_runner.store.stages import stage_names
 from ajet_runner.store.store import Store
@@ -62,15 +63,19 @@ def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE, window: in
                 stage_names(store), got["search"])
 
 
-def evaluations(store: Store, exp_id: str) -> list[dict[str, Any]]:
-    """Every `evaluation` event, oldest first: step, dataset, metrics."""
-    out: list[dict[str, Any]] = []
+def evaluations(store: Store, exp_id: str) -> list[Evaluation]:
+    """The evaluation of every `evaluation` event, oldest first (one that names no step is none)."""
+    out: list[Evaluation] = []
     after = "0-0"
     while True:
         batch = store.events(exp_id, after=after, count=1000)
         if not batch:
             return out
-        out += [e for e in batch if e.get("type") == EventType.evaluation]
+        for e in batch:
+            if e.get("type") == EventType.evaluation and (ev := Evaluation.from_json(
+                    {"step": e.get("step"), "dataset": e.get("dataset"), "metrics": e.get("metrics") or {},
+                     "attempt": e.get("attempt")})) is not None:
+                out.append(ev)
         after = batch[-1]["event_id"]
 
 

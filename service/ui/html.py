@@ -18,6 +18,7 @@ from markupsafe import Markup, escape
 from ajet_runner.resultdir.palette import DASHES, chart_metrics, is_charted, metric_colour
 from ajet_runner.service.ui.console_data import SERVED_FILES
 from ajet_runner.statemachine.durations import format_duration, format_limit, format_progress
+from ajet_runner.statemachine.models import Evaluation
 
 
 def _diff_lines(code: str) -> str:
@@ -112,43 +113,25 @@ def number(value: Any, digits: int = 4) -> str:
 Series = dict[tuple[str, str], list[tuple[float, float]]]
 
 
-def _chart_series(evals: Iterable[dict[str, Any]]) -> Series:
-    """(dataset, metric) -> [(step, value)] for mean_reward and task_pass_rate@k, finite values only."""
+def _chart_series(evals: Iterable[Evaluation]) -> Series:
+    """(dataset, metric) -> [(step, value)] for the headline metrics, finite values only."""
     series: dict[tuple[str, str], dict[float, float]] = {}
     for e in evals:
-        try:
-            step = float(e.get("step", ""))  # missing or None: skipped below
-        except (TypeError, ValueError):
-            continue
-        for key, value in (e.get("metrics") or {}).items():
-            if not is_charted(str(key)):
-                continue
-            try:
-                v = float(value)
-            except (TypeError, ValueError):
-                continue
-            if not math.isfinite(v):
-                continue
-            series.setdefault((str(e.get("dataset") or ""), str(key)), {})[step] = v  # a re-run step: its latest
+        for key in e.metrics:
+            if is_charted(key) and (v := e.get(key)) is not None:
+                series.setdefault((e.dataset, key), {})[float(e.step)] = v  # a re-run step: its latest
     return {name: sorted(points.items()) for name, points in series.items()}
-
-
-def _attempt_of(e: dict[str, Any]) -> int | None:
-    try:
-        return int(e["attempt"]) if e.get("attempt") is not None else None
-    except (TypeError, ValueError):
-        return None
 
 
 Segments = dict[tuple[str, str], list[tuple[int | None, list[tuple[float, float]]]]]
 
 
-def _chart_segments(evals: list[dict[str, Any]]) -> Segments:
+def _chart_segments(evals: list[Evaluation]) -> Segments:
     """(dataset, metric) -> one (attempt, points) segment per attempt, in attempt order: a relaunched run's curve
     is drawn in pieces, never joined across attempts (their steps may repeat, or mean another batch size)."""
-    by_attempt: dict[int | None, list[dict[str, Any]]] = {}
+    by_attempt: dict[int | None, list[Evaluation]] = {}
     for e in evals:
-        by_attempt.setdefault(_attempt_of(e), []).append(e)
+        by_attempt.setdefault(e.attempt, []).append(e)
     out: Segments = {}
     for attempt in sorted(by_attempt, key=lambda a: -1 if a is None else a):
         for key, points in _chart_series(by_attempt[attempt]).items():
@@ -184,7 +167,7 @@ def _legend_rows(names: list[str], width: float, char: float = 6.8, item_pad: fl
     return rows
 
 
-def chart(evals: list[dict[str, Any]], width: int = 640, plot_height: int = 220) -> Markup:
+def chart(evals: list[Evaluation], width: int = 640, plot_height: int = 220) -> Markup:
     """mean_reward and task_pass_rate@k over steps as an inline SVG (no script, no external library): one colour
     per metric as in reward_plot.png, one dash per dataset, whole-number step ticks, the legend below the plot."""
     series = _chart_series(evals)

@@ -185,7 +185,7 @@ def _parts(be: Backend, exp_id: str, csrf: str) -> dict[str, str]:
            "report": render.markdown(report, exp_id) if report is not None else None,
            "repairs": render.markdown(repairs, exp_id) if repairs is not None else None,
            "chart": render.chart(evals),
-           "metric_keys": sorted({k for ev in evals for k in (ev.get("metrics") or {})})}
+           "metric_keys": sorted({k for ev in evals for k in ev.metrics})}
     return {name: fragment(f"_{name}.html", **ctx) for name in ("header", "timeline", "evals", "report", "repairs")}
 
 

@@ -4,10 +4,12 @@ with their token."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from ajet_runner.service.api.auth import TokenSet
 from ajet_runner.service.ui import html as render
 from ajet_runner.service.ui.session import Sessions, safe_next
+from ajet_runner.statemachine.models import Evaluation
 
 
 def test_markdown_keeps_no_raw_html_and_no_script_links() -> None:
@@ -24,10 +26,16 @@ def test_markdown_keeps_no_raw_html_and_no_script_links() -> None:
     assert '<span class="d-add">+a: &lt;b&gt;2&lt;/b&gt;</span>' in html and '<span class="d-del">-a: 1</span>' in html
 
 
+def _stored(rows: list[dict[str, Any]]) -> list[Evaluation]:
+    """Evaluations read from their stored form, as the console reads them from the evaluation events."""
+    return [e for row in rows if (e := Evaluation.from_json(row)) is not None]
+
+
 def test_chart_escapes_names_and_keeps_the_latest_value_per_step() -> None:
-    evals = [{"step": 0, "dataset": "<x>", "metrics": {"mean_reward": 0.2}},
-             {"step": 0, "dataset": "<x>", "metrics": {"mean_reward": 0.3}},
-             {"step": 2, "dataset": "y", "metrics": {"mean_reward": "nan", "task_pass_rate@1": 0.5, "other": 9}}]
+    evals = _stored([{"step": 0, "dataset": "<x>", "metrics": {"mean_reward": 0.2}},
+                     {"step": 0, "dataset": "<x>", "metrics": {"mean_reward": 0.3}},
+                     {"step": 2, "dataset": "y",
+                      "metrics": {"mean_reward": "nan", "task_pass_rate@1": 0.5, "other": 9}}])
     svg = str(render.chart(evals))
     assert "<x>" not in svg and "&lt;x&gt;: mean_reward step 0: 0.3000" in svg and "0.2000" not in svg
     assert "other" not in svg and "y: task_pass_rate@1" in svg
@@ -58,10 +66,11 @@ def test_chart_has_whole_step_ticks_a_legend_below_and_the_plot_colours() -> Non
 
     from ajet_runner.resultdir.palette import PALETTE
 
-    evals = [{"step": s, "dataset": "main", "metrics": {"mean_reward": s / 300, "task_pass_rate@1": s / 250,
-                                                        "task_pass_rate@4": s / 210, "num_all_success_tasks": 67,
-                                                        "task_pass_rate@4-all-pass": 0.5}}
-             for s in (0, 41, 82, 123, 164, 205)]
+    metrics = {"mean_reward": 1 / 300, "task_pass_rate@1": 1 / 250, "task_pass_rate@4": 1 / 210}
+    evals = _stored([{"step": s, "dataset": "main", "metrics": {**{k: s * v for k, v in metrics.items()},
+                                                                "num_all_success_tasks": 67,
+                                                                "task_pass_rate@4-all-pass": 0.5}}
+                     for s in (0, 41, 82, 123, 164, 205)])
     svg = str(render.chart(evals))
     ticks = [t for t in re.findall(r'<text class="tick"[^>]*>([^<]*)</text>', svg)]
     assert ticks == ["0", "50", "100", "150", "200"]  # never 102.5
@@ -77,12 +86,9 @@ def test_a_relaunched_runs_evaluations_show_their_attempt_in_the_table_and_the_c
     import re
 
     from ajet_runner.service.ui.pages import fragment
-    from ajet_runner.store.events import EvaluationEvent
-
     # attempt 1 evaluated 0, 2, 4; attempt 2 (resumed at 2) evaluated 2, 4, 6: the same steps twice
-    evals = [EvaluationEvent.model_validate({"step": s, "dataset": "gsm8k", "metrics": {"mean_reward": r},
-                                             "attempt": a})
-             for a, s, r in ((1, 0, 0.1), (1, 2, 0.2), (1, 4, 0.3), (2, 2, 0.25), (2, 4, 0.35), (2, 6, 0.4))]
+    evals = _stored([{"step": s, "dataset": "gsm8k", "metrics": {"mean_reward": r}, "attempt": a}
+                     for a, s, r in ((1, 0, 0.1), (1, 2, 0.2), (1, 4, 0.3), (2, 2, 0.25), (2, 4, 0.35), (2, 6, 0.4))])
     svg = str(render.chart(evals))
     assert re.findall(r'class="segment" data-attempt="(\d)"', svg) == ["1", "2"]  # one piece per attempt
     assert "attempt 2</text>" in svg and "mean_reward (attempt 2) step 2: 0.2500" in svg
