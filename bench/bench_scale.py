@@ -46,9 +46,9 @@ from ajet_runner.store.lease import ClusterLease
 from ajet_runner.store.queue import DEFAULT_QUEUE, drive_job_id, enqueue_drive, node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store, _encode
+from ajet_runner.workers.identity.this_node import NodeInfo
 from ajet_runner.workers.node.queue_check import LEASE_NAME
 from ajet_runner.workers.node.supervisor import ADOPT_SCAN_SECONDS, HEARTBEAT_SECONDS, NodeSupervisor
-from ajet_runner.workers.node.this_node import NodeInfo
 from ajet_runner.workers.node.worker_metrics import WatchReporter
 from bench.bench_api import TOKEN, free_port
 

@@ -214,8 +214,8 @@ def bench_backlog(megabytes: int) -> None:
         load = os.getloadavg()[0]
         c.store.request_cancel(exp_id)
         wait(lambda: c.state(exp_id) == "finished", 120, "finished")
-        from ajet_runner.workers.drive.watch import AttemptWatch
         from ajet_runner.workers.executors.handle import RunHandle
+        from ajet_runner.workers.watching.watch import AttemptWatch
 
         h = RunHandle(session="s", log_path=log, rc_path=log.with_suffix(".rc"), pid_path=log.with_suffix(".pid"),
                       wrapper_path=log.with_suffix(".sh"), started_at=time.time())

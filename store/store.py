@@ -697,7 +697,7 @@ class Store:
         return bool(self._hand_back(keys=[exp_key(exp_id)], args=[owner]))
 
     def end_dead_lease(self, exp_id: str, dead_owner: str) -> bool:
-        """End the lease of an owner the caller proved dead (workers/drive/owner_identity.owner_dead), so the
+        """End the lease of an owner the caller proved dead (workers/identity/owner_identity.owner_dead), so the
         run is re-adopted now: compare-and-set on that exact owner value (hand_back.lua), never another's."""
         return bool(self._hand_back(keys=[exp_key(exp_id)], args=[dead_owner]))
 

@@ -56,7 +56,7 @@ def _first_heartbeat(url: RedisTarget, info: Any) -> float:
 
     from ajet_runner.store.store import REDIS_DOWN, Store
     from ajet_runner.workers.executors.ssh_hosts import served_hosts
-    from ajet_runner.workers.node.this_node import heartbeat
+    from ajet_runner.workers.identity.this_node import heartbeat
 
     started_at = time.time()
     store = Store.from_url(url, socket_timeout=10, socket_connect_timeout=5)
@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run this node's worker: the watcher (a thread per run), heartbeat, re-adoption of running experiments."""
         from ajet_runner.logsetup import LogSetupError, configure
-        from ajet_runner.workers.node.this_node import NodeInfo
+        from ajet_runner.workers.identity.this_node import NodeInfo
         from ajet_runner.workers.node.watcher_process import spawn_watcher
 
         export_executor_options(executor, host, partition, sbatch_arg)

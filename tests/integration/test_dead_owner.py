@@ -11,9 +11,9 @@ import pytest
 
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
-from ajet_runner.workers.drive.owner_identity import boot_id, owner_dead, owner_id, parse_owner, process_start
+from ajet_runner.workers.identity.owner_identity import boot_id, owner_dead, owner_id, parse_owner, process_start
+from ajet_runner.workers.identity.this_node import NodeInfo
 from ajet_runner.workers.node.supervisor import NodeSupervisor
-from ajet_runner.workers.node.this_node import NodeInfo
 
 pytestmark = pytest.mark.integration
 

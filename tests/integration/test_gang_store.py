@@ -118,7 +118,7 @@ def test_a_submission_may_name_the_gangs_nodes(redis_url: str, tmp_path) -> None
     from ajet_runner.service.submit import SubmissionRejected, submit
     from ajet_runner.store.settings import Settings
     from ajet_runner.workers.gang.head import gang_head
-    from ajet_runner.workers.node.this_node import NodeInfo
+    from ajet_runner.workers.identity.this_node import NodeInfo
     from tests.integration.scenario import make
 
     store = Store.from_url(redis_url)
@@ -167,8 +167,8 @@ def test_a_single_cpu_node_cannot_hold_a_two_node_run(redis_url: str, tmp_path) 
 
 def test_a_member_keeps_a_running_gangs_gpus_and_frees_a_finished_ones(redis_url: str) -> None:
     from ajet_runner.store.settings import Settings
+    from ajet_runner.workers.identity.this_node import NodeInfo
     from ajet_runner.workers.node.supervisor import NodeSupervisor
-    from ajet_runner.workers.node.this_node import NodeInfo
 
     store = Store.from_url(redis_url)
     gangs = GangStore(store.r)

@@ -46,8 +46,8 @@ def test_two_four_gpu_runs_share_an_eight_gpu_node(tmp_path, redis_url, tmux_soc
 
 def test_gpus_of_experiments_that_ended_or_vanished_during_a_crash_are_recovered(redis_url) -> None:
     from ajet_runner.store.settings import Settings
+    from ajet_runner.workers.identity.this_node import NodeInfo
     from ajet_runner.workers.node.supervisor import NodeSupervisor
-    from ajet_runner.workers.node.this_node import NodeInfo
 
     store = Store.from_url(redis_url)
     store.create("done", {"state": "finished", "node": "gpu8"}, {})

@@ -21,9 +21,9 @@ from rq.utils import now, utcformat
 from ajet_runner.service.submit import submit
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
+from ajet_runner.workers.identity.this_node import NodeInfo
 from ajet_runner.workers.node.queue_check import LOST_JOB_SECONDS, QueueChecker
 from ajet_runner.workers.node.supervisor import NodeSupervisor
-from ajet_runner.workers.node.this_node import NodeInfo
 from tests.integration.scenario import make
 
 pytestmark = [pytest.mark.integration]

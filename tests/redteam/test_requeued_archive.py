@@ -20,7 +20,7 @@ import pytest
 from ajet_runner.resultdir.archive import OWNER_NAME, archive_previous_run, run_owner
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.driver import ExperimentDriver
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.this_node import NodeInfo
 from tests.doubles import InMemoryRunner, Script, seed, settings_for
 from tests.redteam.record import record
 

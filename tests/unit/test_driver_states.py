@@ -22,7 +22,7 @@ from ajet_runner.workers.drive.driver import ExperimentDriver
 from ajet_runner.workers.drive.seam import Drive
 from ajet_runner.workers.executors.local.tmux import TmuxRunner
 from ajet_runner.workers.executors.protocol import Runner
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.this_node import NodeInfo
 from tests.doubles import InMemoryRunner, Script, seed, settings_for
 
 NODE = NodeInfo(name="test-node", gpus=0, slots=1)

@@ -30,7 +30,8 @@ ALLOWED = {
 }
 # One home per feature: these folders hold sub-packages, and (besides `__init__.py`) only the modules named.
 LAYOUT = {
-    "workers": ({"drive", "executors", "node", "repair", "gang", "swarm", "report", "notify"}, set()),
+    "workers": ({"drive", "executors", "node", "repair", "gang", "swarm", "report", "notify", "identity", "watching"},
+                set()),
     "service": ({"api", "client", "ui"},
                 {"cluster_metrics", "demo", "embedded", "metric_names", "stop", "submit",
                  "stage_submit"}),
@@ -50,14 +51,14 @@ def _module_name(path: Path) -> str:
     return ".".join([TOP, *parts])
 
 
-def _imports(path: Path, module: str) -> set[str]:
+def _imports(path: Path, module: str, typing: bool = False) -> set[str]:
     """Every project module `path` imports, at the top or inside a function (not those only for type
-    checking: an `if TYPE_CHECKING:` import is never executed)."""
+    checking unless `typing`: an `if TYPE_CHECKING:` import is never executed)."""
     out: set[str] = set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             node.body = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -72,11 +73,11 @@ def _imports(path: Path, module: str) -> set[str]:
     return {name for name in out if name.split(".")[0] == TOP}
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(typing: bool = False) -> dict[str, set[str]]:
     files = {_module_name(p): p for top in PACKAGES for p in (ROOT / top).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
-        graph[module] = {name for name in _imports(path, module) if name in files and name != module}
+        graph[module] = {name for name in _imports(path, module, typing) if name in files and name != module}
     return graph
 
 
@@ -127,6 +128,42 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
+def _feature(module: str) -> str:
+    """`ajet_runner.workers.drive.states.running` -> `drive`; "" outside a workers/ sub-package."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == [TOP, "workers"] and len(parts) > 2 else ""
+
+
+def _feature_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which workers/ sub-package imports which (type-only imports included: knowing the other's types is
+    depending on it)."""
+    out: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        if src := _feature(mod):
+            out.setdefault(src, set()).update(dst for dep in deps if (dst := _feature(dep)) and dst != src)
+    return out
+
+
+def test_workers_sub_packages_import_each_other_without_a_cycle() -> None:
+    """The shared primitives live in the package that owns them, so the workers/ sub-packages form a DAG:
+    drive on top (it uses every feature); executors, identity and repair at the bottom. Two sub-packages
+    that import each other (or a longer loop) mean a primitive sits in the wrong house."""
+    features = _feature_graph(_graph(typing=True))
+    assert set(features) == LAYOUT["workers"][0]
+    assert _cycle(features) is None, "workers/ sub-packages in a cycle: " + " -> ".join(_cycle(features) or [])
+    assert not any("drive" in deps for deps in features.values())  # nothing drives the driver
+
+
+def test_the_feature_graph_sees_a_mutual_import() -> None:
+    graph = {"ajet_runner.workers.gang.rank": {"ajet_runner.workers.drive.journal"},
+             "ajet_runner.workers.drive.jobs": {"ajet_runner.workers.gang.rank", "ajet_runner.store.store"},
+             "ajet_runner.workers.drive": {"ajet_runner.workers.drive.jobs"},
+             "ajet_runner.workers.node.supervisor": {"ajet_runner.workers.executors"}}  # a package's __init__
+    features = _feature_graph(graph)
+    assert features == {"gang": {"drive"}, "drive": {"gang"}, "node": {"executors"}}
+    assert _cycle(features) == ["drive", "gang", "drive"]
+
+
 def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from ajet_runner.workers.drive.driver import ExperimentDriver\n"
@@ -135,6 +172,7 @@ def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
     assert _imports(src, "x.m") == {"ajet_runner.workers.drive.driver",
                                     "ajet_runner.workers.drive.driver.ExperimentDriver",
                                     "ajet_runner.service.api.application"}
+    assert "ajet_runner.workers.drive.jobs" in _imports(src, "x.m", typing=True)
 
 
 def test_the_api_never_loads_the_driver_tmux_or_psutil() -> None:
@@ -227,7 +265,7 @@ def test_the_redis_scan_sees_an_import_and_a_reach_in(tmp_path: Path) -> None:
 
 # Outside workers/executors/, psutil may look only at the worker's own processes (its owner identity, its
 # resource metrics), never at an experiment's: that is an executor's business, wherever the run lives.
-OWN_PROCESS_USERS = {"workers/drive/owner_identity.py": "is the driver that owns a record still this one",
+OWN_PROCESS_USERS = {"workers/identity/owner_identity.py": "is the driver that owns a record still this one",
                      "workers/node/worker_metrics.py": "the worker's own CPU and memory"}
 
 

@@ -27,7 +27,7 @@ from ajet_runner.service.metric_names import API_METRICS, WORKER_METRICS
 from ajet_runner.store.queue import queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.this_node import NodeInfo
 
 HISTOGRAMS = set(re.findall(r'"(\w+)",\s*#\s*histogram', Path(metric_names_module.__file__).read_text()))
 HTTP_METRIC = "ajet_runner_http_request_duration_seconds"

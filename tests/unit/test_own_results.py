@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ajet_runner.workers.drive.watch import file_start, own_offset, parse_own_results
+from ajet_runner.workers.watching.watch import file_start, own_offset, parse_own_results
 
 
 def line(step: int, reward: float) -> str:

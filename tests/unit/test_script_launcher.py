@@ -16,7 +16,7 @@ from ajet_runner.statemachine.shell.script_launcher import MAX_SCRIPT_BYTES, hid
 from ajet_runner.store.records import ExperimentRecord
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.driver import ExperimentDriver
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.this_node import NodeInfo
 from tests.doubles import InMemoryRunner, Script, blueprint_text, seed, settings_for
 
 SCRIPT = ("#!/bin/bash\nset -e\nexport HF_HOME=/data/hf\npython -m ajet.launcher \\\n"

@@ -12,9 +12,9 @@ from pathlib import Path
 from ajet_runner.statemachine.failures.diagnose import LogScanner
 from ajet_runner.statemachine.logs.checkpoints import StartScan, parse_start
 from ajet_runner.store.records import Attempt
-from ajet_runner.workers.drive.watch import FINISH_BYTES, AttemptWatch
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.repair.resume import keep_start_facts, note_start
+from ajet_runner.workers.watching.watch import FINISH_BYTES, AttemptWatch
 
 FILLER = b"(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns\n" * 64
 HEAD = (b"2026-01-29 17:41:34.123 | INFO     | ajet.utils.config_utils:prepare_experiment_config:285 - "

@@ -14,7 +14,7 @@ import pytest
 from ajet_runner.store.records import Context, ExperimentRecord, PendingRepair
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.driver import ExperimentDriver
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.this_node import NodeInfo
 from tests.doubles import LAUNCH, InMemoryRunner, Script, seed, settings_for
 
 NODE = NodeInfo(name="test-node", gpus=0, slots=1)

@@ -19,10 +19,10 @@ from ajet_runner.statemachine.failures.diagnose import LogScanner
 from ajet_runner.statemachine.logs.metrics import LogMetrics
 from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules import DiagnosisRule, Observation
-from ajet_runner.workers.drive import scan_checkpoint
-from ajet_runner.workers.drive.watch import FINISH_TAIL, SLICE_BYTES, AttemptWatch
 from ajet_runner.workers.executors.exit_wait import ExitWaiter
 from ajet_runner.workers.executors.handle import RunHandle
+from ajet_runner.workers.watching import scan_checkpoint
+from ajet_runner.workers.watching.watch import FINISH_TAIL, SLICE_BYTES, AttemptWatch
 
 CORPUS = Path(__file__).parents[1] / "corpus" / "logs"
 FILLER = ("(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns ü\n" * 50).encode()
@@ -272,7 +272,7 @@ def test_an_unscanned_range_survives_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_console_evaluations_kept_at_an_attempts_end_are_used_instead_of_its_log(tmp_path: Path) -> None:
-    from ajet_runner.workers.drive.watch import CONSOLE_KEY, attempt_evaluations
+    from ajet_runner.workers.watching.watch import CONSOLE_KEY, attempt_evaluations
 
     log = tmp_path / "attempt-1.log"
     log.write_bytes((CORPUS / "success_actor_died.log").read_bytes())

@@ -22,7 +22,7 @@ from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store, TransitionConflict
 from ajet_runner.workers.drive.driver import ExperimentDriver
 from ajet_runner.workers.drive.journal import LostOwnership
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.this_node import NodeInfo
 
 log = logging.getLogger(__name__)
 EXIT_WRITE_FAILED = 3

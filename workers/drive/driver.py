@@ -24,22 +24,22 @@ from ajet_runner.statemachine.rules import default_rules
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.stats import TransitionStats
 from ajet_runner.store.store import Store, TransitionConflict
-from ajet_runner.workers.drive.attempt import MARKER
 from ajet_runner.workers.drive.journal import REDIS_ERRORS, Journal, LostOwnership
-from ajet_runner.workers.drive.owner_identity import driver_identity
 from ajet_runner.workers.drive.seam import WatchCallback
 from ajet_runner.workers.drive.states import HANDLERS
-from ajet_runner.workers.drive.watch import AttemptWatch
 from ajet_runner.workers.executors import build_executor, executor_for_handle
+from ajet_runner.workers.executors.attempt import MARKER
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.head import GangHead, gang_head
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.owner_identity import driver_identity
+from ajet_runner.workers.identity.this_node import NodeInfo
 from ajet_runner.workers.repair.adviser import advised_stat
 from ajet_runner.workers.repair.config_patch import patch_config_copy
 from ajet_runner.workers.report.plot_preload import PlotAhead
 from ajet_runner.workers.swarm.hooks import swarm_plan
 from ajet_runner.workers.swarm.server_watch import ServerWatch
+from ajet_runner.workers.watching.watch import AttemptWatch
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class ExperimentDriver:
         )
         self.backoff = parse_backoff(settings.progress_backoff)
         self.roots = parse_roots(settings.allowed_roots)
-        # A multi-node run (nnodes > 1): this driver is the head's (rank 0); see workers/gang/steps.py.
+        # A multi-node run (nnodes > 1): this driver is the head's (rank 0); see workers/drive/gang_steps.py.
         self.gang: GangHead | None = gang_head(store, rec, settings, node, renew=self.renew,
                                                 cancelled=lambda: self.store.cancel_requested(self.id))
 

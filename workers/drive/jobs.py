@@ -18,10 +18,10 @@ from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, job_timeout, n
 from ajet_runner.store.settings import Settings, get_settings
 from ajet_runner.store.store import RedisError, Store, TransitionConflict
 from ajet_runner.workers.drive.driver import ExperimentDriver
-from ajet_runner.workers.drive.hosting import HOST
 from ajet_runner.workers.drive.journal import HandedBack, LostOwnership, RedisUnavailable
-from ajet_runner.workers.drive.owner_identity import owner_id
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.owner_identity import owner_id
+from ajet_runner.workers.identity.this_node import NodeInfo
+from ajet_runner.workers.node.hosting import HOST
 
 log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_QUEUE", "drive", "drive_rank", "enqueue_drive", "job_timeout", "node_queue", "queue",

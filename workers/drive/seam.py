@@ -1,5 +1,5 @@
 """The seam between the driver and its state handlers: what a handler (workers/drive/states/), a gang step
-(workers/gang/steps.py) or a watch observer may use of the driver, and nothing more.
+(workers/drive/gang_steps.py) or a watch observer may use of the driver, and nothing more.
 
 `ExperimentDriver` (workers/drive/driver.py) is the one implementation; mypy checks it against `Drive`
 wherever a handler is called with it (the HANDLERS table). The four attributes a handler sets (the run's
@@ -20,13 +20,13 @@ if TYPE_CHECKING:
     from ajet_runner.store.settings import Settings
     from ajet_runner.store.store import Store
     from ajet_runner.workers.drive.journal import Journal
-    from ajet_runner.workers.drive.watch import AttemptWatch
     from ajet_runner.workers.executors.handle import RunHandle
     from ajet_runner.workers.executors.protocol import Runner
     from ajet_runner.workers.gang.head import GangHead
-    from ajet_runner.workers.node.this_node import NodeInfo
+    from ajet_runner.workers.identity.this_node import NodeInfo
     from ajet_runner.workers.report.plot_preload import PlotAhead
     from ajet_runner.workers.swarm.server_watch import ServerWatch
+    from ajet_runner.workers.watching.watch import AttemptWatch
 
 WatchCallback = Callable[[str, float, int, float], None]  # (id, tick seconds, bytes read, seconds since output)
 

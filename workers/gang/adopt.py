@@ -11,7 +11,7 @@ from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, FINISHED
 from ajet_runner.statemachine.models import Blueprint
 from ajet_runner.store.gangs import GangStore
 from ajet_runner.store.store import Store
-from ajet_runner.workers.drive.attempt import MARKER
+from ajet_runner.workers.executors.attempt import MARKER
 from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.paths import rank_marker, rank_session
 

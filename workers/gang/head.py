@@ -18,7 +18,7 @@ from ajet_runner.store.records import ExperimentRecord
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import NODE_ALIVE_SECONDS, Store
 from ajet_runner.workers.gang.env import free_port
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.this_node import NodeInfo
 
 
 class GangFailed(RuntimeError):

@@ -22,16 +22,16 @@ from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.statemachine.models import Blueprint
 from ajet_runner.store.gangs import Gang, GangStore
 from ajet_runner.store.settings import Settings
+from ajet_runner.store.store import REDIS_DOWN as REDIS_ERRORS
 from ajet_runner.store.store import Store
-from ajet_runner.workers.drive.attempt import MARKER, attempt_env
-from ajet_runner.workers.drive.journal import REDIS_ERRORS
 from ajet_runner.workers.executors import build_executor
+from ajet_runner.workers.executors.attempt import MARKER, attempt_env
 from ajet_runner.workers.executors.environment import launch_environment
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.gang.env import gang_env
 from ajet_runner.workers.gang.paths import rank_marker, rank_paths, rank_session
-from ajet_runner.workers.node.this_node import NodeInfo
+from ajet_runner.workers.identity.this_node import NodeInfo
 
 log = logging.getLogger(__name__)
 

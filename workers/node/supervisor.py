@@ -21,14 +21,14 @@ from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.queue import node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import REDIS_DOWN, Store
-from ajet_runner.workers.drive.owner_identity import driver_alive, owner_dead
 from ajet_runner.workers.executors import build_executor
 from ajet_runner.workers.executors.protocol import Executor
 from ajet_runner.workers.executors.ssh_hosts import served_hosts
 from ajet_runner.workers.gang.adopt import adopt_ranks, held_by_gang, sweep_left_ranks
+from ajet_runner.workers.identity.owner_identity import driver_alive, owner_dead
+from ajet_runner.workers.identity.this_node import HEARTBEAT_SECONDS, NodeInfo
+from ajet_runner.workers.identity.this_node import heartbeat as node_heartbeat
 from ajet_runner.workers.node.queue_check import QueueChecker
-from ajet_runner.workers.node.this_node import HEARTBEAT_SECONDS, NodeInfo
-from ajet_runner.workers.node.this_node import heartbeat as node_heartbeat
 from ajet_runner.workers.node.watcher_process import spawn_watcher
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class NodeSupervisor:
 
     def _owner_gone(self, rec: dict, starts: dict[int, int | None]) -> bool:
         """The owner is provably dead (this node and boot, its pid gone or reused): its lease is ended now,
-        not waited out (workers/drive/owner_identity.py)."""
+        not waited out (workers/identity/owner_identity.py)."""
         owner = str(rec.get("owner") or "")
         if not owner_dead(owner, self.node.name, starts) or not self.store.end_dead_lease(rec["id"], owner):
             return False

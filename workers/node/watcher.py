@@ -33,8 +33,8 @@ from ajet_runner.store.connection import RedisSettingsError, connect, need_targe
 from ajet_runner.store.queue import DRIVE_JOB, queue, queue_names
 from ajet_runner.store.settings import get_settings
 from ajet_runner.store.store import RedisError, Store
-from ajet_runner.workers.drive.hosting import HOST
 from ajet_runner.workers.executors.ssh_hosts import served_hosts
+from ajet_runner.workers.node.hosting import HOST
 from ajet_runner.workers.node.lifeline import die_with_parent, expected_parent_from_env
 from ajet_runner.workers.node.slot_worker import SlotWorker
 from ajet_runner.workers.report.plot_preload import preload_plotting

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 from ajet_runner.store.connection import RedisTarget
+from ajet_runner.workers.identity.this_node import NodeInfo
 from ajet_runner.workers.node.lifeline import PARENT_ENV
-from ajet_runner.workers.node.this_node import NodeInfo
 
 
 def spawn_watcher(node: NodeInfo, redis: RedisTarget | str) -> subprocess.Popen[bytes]:

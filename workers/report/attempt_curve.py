@@ -24,7 +24,7 @@ from ajet_runner.statemachine.logs.metrics import merge_file_and_log
 from ajet_runner.statemachine.logs.results import ResultSummary, parse_val_text, summarize
 from ajet_runner.statemachine.models import Evaluation
 from ajet_runner.store.records import Attempt, Context
-from ajet_runner.workers.drive.watch import attempt_evaluations
+from ajet_runner.workers.watching.watch import attempt_evaluations
 
 __all__ = ["Curve", "attempt_curve"]
 

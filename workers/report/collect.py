@@ -19,17 +19,17 @@ from ajet_runner.statemachine.logs.text import clean_line
 from ajet_runner.statemachine.models import Blueprint
 from ajet_runner.store.naming import session_name
 from ajet_runner.store.records import Context, ExperimentRecord
-from ajet_runner.workers.drive.watch import (
+from ajet_runner.workers.repair.resume import note_start
+from ajet_runner.workers.report import ReportData
+from ajet_runner.workers.report.attempt_curve import attempt_curve
+from ajet_runner.workers.swarm.found_results import swarm_results_source
+from ajet_runner.workers.watching.watch import (
     AttemptWatch,
     attempt_evaluations,
     attempt_train_steps,
     own_offset,
     parse_own_results,
 )
-from ajet_runner.workers.repair.resume import note_start
-from ajet_runner.workers.report import ReportData
-from ajet_runner.workers.report.attempt_curve import attempt_curve
-from ajet_runner.workers.swarm.found_results import swarm_results_source
 
 
 def link_repair_outcomes(ctx: Context, outcome: str) -> None:

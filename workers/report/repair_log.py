@@ -31,7 +31,7 @@ from ajet_runner.workers.report import (
     repair_next,
     repair_summary,
 )
-from ajet_runner.workers.swarm.repair_log_section import swarm_server_section
+from ajet_runner.workers.report.repair_log_section import swarm_server_section
 
 SOURCES = {
     "catalogue": "the runner's catalogue of known failures",

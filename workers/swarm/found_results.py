@@ -19,7 +19,7 @@ from typing import Any
 
 from ajet_runner.statemachine.logs.results import OWN_FILES, SKIP_DIRS, ResultSummary, parse_val_files
 from ajet_runner.statemachine.models import Blueprint
-from ajet_runner.workers.drive.watch import file_start, own_offset
+from ajet_runner.workers.watching.watch import file_start, own_offset
 
 __all__ = ["SWARM_DIR_SUFFIX", "SwarmResults", "candidate_files", "snapshot", "swarm_results_source"]
 

@@ -25,7 +25,7 @@ from ajet_runner.statemachine.blueprint.swarm_blueprint import (
 )
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
-from ajet_runner.workers.drive.attempt import MARKER
+from ajet_runner.workers.executors.attempt import MARKER
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.protocol import Runner
 from ajet_runner.workers.swarm.server import (

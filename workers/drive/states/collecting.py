@@ -12,7 +12,7 @@ from ajet_runner.resultdir.flag import atomic_write_bytes, remove_temp_files, wr
 from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.logs.results import latest_metrics
 from ajet_runner.statemachine.rules import EXIT_NOT_RECORDED
-from ajet_runner.workers.gang import steps as gang
+from ajet_runner.workers.drive import gang_steps as gang
 from ajet_runner.workers.repair.advice_learning import learn_from_advice
 from ajet_runner.workers.repair.config_patch import remove_patched_copy
 from ajet_runner.workers.report import ReportData

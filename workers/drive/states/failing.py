@@ -32,7 +32,7 @@ from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules import EXIT_NOT_RECORDED
 from ajet_runner.statemachine.rules.time_limit import limit_at, time_up_reason
 from ajet_runner.store.records import PendingRepair, RepairRecord
-from ajet_runner.workers.drive.attempt import MARKER
+from ajet_runner.workers.executors.attempt import MARKER
 from ajet_runner.workers.executors.local.procs import processes_with_marker
 from ajet_runner.workers.repair.adviser import advice_fields, advice_source
 from ajet_runner.workers.repair.attempt_inputs import earlier_failures, next_inputs

@@ -24,12 +24,12 @@ from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.rules.time_limit import time_up_reason
 from ajet_runner.statemachine.shell import command as cmdlib
 from ajet_runner.store.records import Attempt, PendingRepair
-from ajet_runner.workers.drive.attempt import attempt_env
+from ajet_runner.workers.drive import gang_steps as gang
+from ajet_runner.workers.executors.attempt import attempt_env
 from ajet_runner.workers.executors.environment import LaunchEnvironment, launch_environment, worker_environment
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.request import AttemptRequest, TakesRequest
 from ajet_runner.workers.executors.wrapper import env_file_bytes
-from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.repair.attempt_inputs import launch_inputs
 from ajet_runner.workers.repair.gpus import query_gpus
 from ajet_runner.workers.report.reserve import RESERVE_NAME

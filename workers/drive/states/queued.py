@@ -16,14 +16,14 @@ from ajet_runner.statemachine.fixes.preflight import gpu_check_decision, launch_
 from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.store.naming import session_name
-from ajet_runner.workers.drive.owner_identity import driver_identity
-from ajet_runner.workers.drive.watch import file_start
+from ajet_runner.workers.drive import gang_steps as gang
 from ajet_runner.workers.executors.environment import launch_environment
-from ajet_runner.workers.gang import steps as gang
+from ajet_runner.workers.identity.owner_identity import driver_identity
 from ajet_runner.workers.repair.gpus import launcher_skip_support
 from ajet_runner.workers.report.reserve import take_reserve
 from ajet_runner.workers.swarm.found_results import snapshot
 from ajet_runner.workers.swarm.hooks import port_problems, swarm_plan, swarm_results_path
+from ajet_runner.workers.watching.watch import file_start
 
 if TYPE_CHECKING:
     from ajet_runner.workers.drive.seam import Drive

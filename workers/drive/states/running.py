@@ -21,19 +21,19 @@ from ajet_runner.statemachine.models import Finding
 from ajet_runner.statemachine.policies import report_due_at
 from ajet_runner.statemachine.rules import Observation, Proposal, RuleSchedule, SwarmServerRule
 from ajet_runner.store.records import PendingRepair
+from ajet_runner.workers.drive import gang_steps as gang
 from ajet_runner.workers.drive.journal import HandedBack
 from ajet_runner.workers.drive.queue_wait import QueueWait
-from ajet_runner.workers.drive.scan_checkpoint import remove as remove_checkpoint
-from ajet_runner.workers.drive.watch import CONSOLE_KEY, TRAIN_KEY, UNSCANNED_KEY, AttemptWatch, attempt_evaluations
 from ajet_runner.workers.drive.watch_loop import LOOP
 from ajet_runner.workers.executors.exit_cause import exit_record_problem
 from ajet_runner.workers.executors.exit_wait import ExitWaiter
 from ajet_runner.workers.executors.protocol import executor_lost, executor_notices
-from ajet_runner.workers.gang import steps as gang
 from ajet_runner.workers.repair.resume import keep_start_facts
 from ajet_runner.workers.report.plot_preload import preload_plotting
 from ajet_runner.workers.swarm.found_results import swarm_results_source
 from ajet_runner.workers.swarm.server_watch import ServerWatch
+from ajet_runner.workers.watching.scan_checkpoint import remove as remove_checkpoint
+from ajet_runner.workers.watching.watch import CONSOLE_KEY, TRAIN_KEY, UNSCANNED_KEY, AttemptWatch, attempt_evaluations
 
 if TYPE_CHECKING:
     from ajet_runner.workers.drive.seam import Drive

@@ -46,7 +46,7 @@ from ajet_runner.workers.executors.wrapper import (
 
 log = logging.getLogger(__name__)
 
-MARKER = "AJET_RUNNER_EXPERIMENT"  # the variable every process of an attempt carries (workers/drive/attempt.py)
+MARKER = "AJET_RUNNER_EXPERIMENT"  # the variable every process of an attempt carries (workers/executors/attempt.py)
 # What the job adds to its environment and must keep over the launcher's (the wrapper's `keep`).
 KEEP = "SLURM_*|SLURMD_*|CUDA_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL|ROCR_VISIBLE_DEVICES|TMPDIR"
 GPU_CHOICE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")

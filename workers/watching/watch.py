@@ -37,9 +37,9 @@ from ajet_runner.statemachine.logs.metrics import (
 )
 from ajet_runner.statemachine.logs.results import ResultSummary, parse_val_file
 from ajet_runner.statemachine.models import Evaluation, Finding
-from ajet_runner.workers.drive import scan_checkpoint
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.protocol import Runner
+from ajet_runner.workers.watching import scan_checkpoint
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20

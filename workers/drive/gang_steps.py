@@ -15,8 +15,8 @@ from ajet_runner.statemachine.lifecycle import EventType, Trigger
 from ajet_runner.statemachine.rules.gang_members import gang_finding
 from ajet_runner.store.naming import session_name
 from ajet_runner.store.records import PendingRepair
-from ajet_runner.workers.drive.attempt import attempt_paths
 from ajet_runner.workers.drive.journal import REDIS_ERRORS
+from ajet_runner.workers.executors.attempt import attempt_paths
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.gang.env import gang_env
 from ajet_runner.workers.gang.head import GangFailed
