@@ -209,11 +209,15 @@ def register(app: typer.Typer) -> None:
                 facts.append(found)
             raise typer.Exit(_compare(facts, name or Path(os.path.commonpath(
                 [os.path.abspath(d) for d in dirs])).name or "stage", metric, out or ".", as_json))
+        from ajet_runner.workers.report.stage_plot import preload_matplotlib
+
+        preload_matplotlib()  # imported while the server reads the facts: the plot's import is half its cost
         with connect(url, token) as client:
-            info = client.stage(stage)
-            served = client.stage_facts(stage)
+            served = client.stage_facts(stage)  # 404 for an unknown stage, as client.stage() says it
+            # the stage's own dir only when no -o: the stage with its experiments is a second walk of its records
+            out = out or client.stage(stage).dir or "."
         facts = [_local_or_served(f) for f in served]
-        raise typer.Exit(_compare(facts, stage, metric, out or info.dir or ".", as_json))
+        raise typer.Exit(_compare(facts, stage, metric, out, as_json))
 
     stage_app = typer.Typer(name="stage", help="Stages: named groups of experiments (list, show, add).",
                             no_args_is_help=True)

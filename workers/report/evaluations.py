@@ -11,8 +11,8 @@ from typing import Any
 
 from ajet_runner.statemachine.logs.results import normalize_key
 from ajet_runner.store.records import plain
-from ajet_runner.workers.report.data import COUNT_METRICS, DELTA_METRICS, RATE_RE
 from ajet_runner.workers.report.markdown import finite, number
+from ajet_runner.workers.report.report_consts import COUNT_METRICS, DELTA_METRICS, RATE_RE
 
 
 @dataclass

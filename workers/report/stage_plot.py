@@ -10,6 +10,7 @@ fixed legend place: `loc="best"` over 200 curves took most of the 41 s `compare`
 
 from __future__ import annotations
 
+import threading
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,25 @@ MAX_PANELS = 4
 PANEL_INCHES = (7.0, 4.6)
 DPI = 100
 LABEL_CHARS = 48  # of a legend entry
+REST_COLOUR = "#9a9a9a"
+
+
+def _import_matplotlib() -> None:
+    try:
+        import matplotlib.backends.backend_agg
+        import matplotlib.collections
+        import matplotlib.figure  # noqa: F401
+        import PIL.Image  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken matplotlib is reported when the plot is drawn
+        return
+
+
+def preload_matplotlib() -> threading.Thread:
+    """Import what the plot draws with on a daemon thread, so a caller that first waits (on the API, on the disk)
+    has it imported meanwhile; importing it where it is needed then waits for this import, never repeats it."""
+    thread = threading.Thread(target=_import_matplotlib, name="stage-plot-import", daemon=True)
+    thread.start()
+    return thread
 
 
 def plotted_metrics(comparison: StageComparison) -> list[str]:
@@ -42,29 +62,47 @@ def _short(text: str) -> str:
     return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"
 
 
+def _label(s: Any) -> str:
+    return _short(s.label + (f" ({len(s.ids)} runs)" if s.band else "") + (" = tie" if s.ties else ""))
+
+
+def _band(points: list[list[float]], low: int, high: int) -> list[tuple[float, float]]:
+    """A band's outline: along its lows, back along its highs."""
+    return [(p[0], p[low]) for p in points] + [(p[0], p[high]) for p in reversed(points)]
+
+
 def _panel(ax: Any, chart: StageChart) -> None:
+    """One metric's panel. Every band (the rest's, each group's) is one polygon of one collection, and the legend
+    is given its entries: 9 `fill_between` calls and the legend's search of the axes' artists were a fifth of
+    the drawing."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
+    order = sorted(reversed(chart.shown), key=lambda s: bool(s.dash))  # the best last; a tie dashed on top
+    bands = [(_band(chart.rest_band, 1, 2), to_rgba(REST_COLOUR, 0.25))] if chart.rest_band else []
+    bands += [(_band(s.points, 2, 3), to_rgba(s.colour, 0.15)) for s in order if s.band]
+    if bands:
+        ax.add_collection(PolyCollection([b[0] for b in bands], facecolors=[b[1] for b in bands], linewidths=0))
+    entries = []
+    for s in order:
+        (line,) = ax.plot([p[0] for p in s.points], [p[1] for p in s.points], color=s.colour,
+                          linestyle=_dashes(s.dash), linewidth=1.8, marker="o" if len(s.points) <= 30 else None,
+                          markersize=3)
+        entries.append((line, _label(s)))
+    entries.reverse()  # best first, the rest's band last
     if chart.rest_band:
-        xs = [p[0] for p in chart.rest_band]
-        ax.fill_between(xs, [p[1] for p in chart.rest_band], [p[2] for p in chart.rest_band], color="#9a9a9a",
-                        alpha=0.25, linewidth=0, label=_short(chart.rest_label))
-    for s in sorted(reversed(chart.shown), key=lambda s: bool(s.dash)):  # the best last; a tie dashed on top
-        xs = [p[0] for p in s.points]
-        label = _short(s.label + (f" ({len(s.ids)} runs)" if s.band else "") + (" = tie" if s.ties else ""))
-        if s.band:
-            ax.fill_between(xs, [p[2] for p in s.points], [p[3] for p in s.points], color=s.colour, alpha=0.15,
-                            linewidth=0)
-        ax.plot(xs, [p[1] for p in s.points], color=s.colour, linestyle=_dashes(s.dash), linewidth=1.8,
-                marker="o" if len(s.points) <= 30 else None, markersize=3, label=label)
-    ax.set_title(chart.metric + (" (mean of seeds, band: lowest–highest)" if chart.grouped else ""), fontsize=10)
+        entries.append((Patch(facecolor=REST_COLOUR, alpha=0.25, linewidth=0), _short(chart.rest_label)))
+    # Placed at the top of the axes (where the automatic placement puts it: nothing is drawn above the axes),
+    # not measured against the ticks at each draw.
+    ax.set_title(chart.metric + (" (mean of seeds, band: lowest–highest)" if chart.grouped else ""), fontsize=10,
+                 y=1.0)
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:  # best first, the rest's band last
-        order = sorted(range(len(labels)), key=lambda i: (labels[i].startswith("the other"), -i))
-        ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize="x-small", loc="lower right",
+    if entries:
+        ax.legend([e[0] for e in entries], [e[1] for e in entries], fontsize="x-small", loc="lower right",
                   framealpha=0.85)
 
 
