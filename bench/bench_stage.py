@@ -103,6 +103,37 @@ def row(label: str, xs: list[float], floor: list[float]) -> str:
             f"median {statistics.median(floor) * 1000:6.0f} ms")
 
 
+def measure_stage(url: str, store: Store, root: Path, size: int, samples: int, evals: int) -> dict[str, list[float]]:
+    """Seconds of `compare --stage` (a CLI process), GET /v1/stages/N/comparison and GET /ui/stages/N on a
+    planted stage of `size` runs, `samples` each, against the server at `url` (bench/bench_issue39.py imports
+    it)."""
+    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300)
+    ui = httpx.Client(base_url=url, timeout=300)
+    ui.post("/ui/login", data={"token": TOKEN})
+    cli_env = {**os.environ, "AJET_RUNNER_URL": url, "AJET_RUNNER_TOKEN": TOKEN}
+    stage = f"grid{size}"
+    plant(store, root, stage, size, evals)
+    out = root / f"out{size}"
+
+    def cli() -> None:
+        done = subprocess.run([*CLI, "compare", "--stage", stage, "-o", str(out)], env=cli_env,
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+
+    def api() -> None:
+        assert http.get(f"/v1/stages/{stage}/comparison").status_code == 200
+
+    def page() -> None:
+        got = ui.get(f"/ui/stages/{stage}")
+        assert got.status_code == 200 and "stage-table" in got.text, got.status_code
+
+    return {"cli": timed(cli, samples), "api": timed(api, samples), "page": timed(page, samples),
+            "cli_floor": timed(lambda: subprocess.run([*CLI, "--version"], capture_output=True, check=True), 3),
+            "http_floor": timed(lambda: http.get("/healthz"), 20),
+            "plot_kb": [os.path.getsize(out / "stage_plot.png") / 1024],
+            "page_kb": [len(ui.get(f"/ui/stages/{stage}").content) / 1024]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="50,200,800")
@@ -114,37 +145,14 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}")
     with EmbeddedRedis() as redis, tempfile.TemporaryDirectory(prefix="ajet-bench-stage-") as tmp:
         store = Store.from_url(redis.url)
-        root = Path(tmp)
         with serving_api(redis.url) as url:
-            http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300)
-            ui = httpx.Client(base_url=url, timeout=300)
-            ui.post("/ui/login", data={"token": TOKEN})
-            cli_env = {**os.environ, "AJET_RUNNER_URL": url, "AJET_RUNNER_TOKEN": TOKEN}
-            floor_cli = timed(lambda: subprocess.run([*CLI, "--version"], capture_output=True, check=True), 3)
-            floor_http = timed(lambda: http.get("/healthz"), 20)
             for size in [int(s) for s in args.sizes.split(",")]:
-                stage = f"grid{size}"
-                plant(store, root, stage, size, args.evals)
-                out = root / f"out{size}"
-
-                def cli() -> None:
-                    done = subprocess.run([*CLI, "compare", "--stage", stage, "-o", str(out)], env=cli_env,  # noqa: B023
-                                          capture_output=True, text=True, check=False)
-                    assert done.returncode == 0, done.stderr
-
-                def api() -> None:
-                    assert http.get(f"/v1/stages/{stage}/comparison").status_code == 200  # noqa: B023
-
-                def page() -> None:
-                    got = ui.get(f"/ui/stages/{stage}")  # noqa: B023
-                    assert got.status_code == 200 and "stage-table" in got.text, got.status_code
-
+                got = measure_stage(url, store, Path(tmp), size, args.samples, args.evals)
                 print(f"-- {size} runs x {args.evals} evaluations")
-                print(row("compare --stage (CLI process)", timed(cli, args.samples), floor_cli))
-                print(row("GET /v1/stages/N/comparison", timed(api, args.samples), floor_http))
-                print(row("GET /ui/stages/N", timed(page, args.samples), floor_http))
-                print(f"   stage_plot.png {os.path.getsize(out / 'stage_plot.png') // 1024} KB, stage page "
-                      f"{len(ui.get(f'/ui/stages/{stage}').content) // 1024} KB")
+                print(row("compare --stage (CLI process)", got["cli"], got["cli_floor"]))
+                print(row("GET /v1/stages/N/comparison", got["api"], got["http_floor"]))
+                print(row("GET /ui/stages/N", got["page"], got["http_floor"]))
+                print(f"   stage_plot.png {got['plot_kb'][0]:.0f} KB, stage page {got['page_kb'][0]:.0f} KB")
 
 
 if __name__ == "__main__":
