@@ -209,13 +209,17 @@ def register(app: typer.Typer) -> None:
                 facts.append(found)
             raise typer.Exit(_compare(facts, name or Path(os.path.commonpath(
                 [os.path.abspath(d) for d in dirs])).name or "stage", metric, out or ".", as_json))
-        from ajet_runner.workers.report.stage_plot import preload_matplotlib
+        from ajet_runner.workers.report.stage_plot import STAGE_PLOT_NAME, preload_matplotlib
 
-        preload_matplotlib()  # imported while the server reads the facts: the plot's import is half its cost
         with connect(url, token) as client:
-            served = client.stage_facts(stage)  # 404 for an unknown stage, as client.stage() says it
             # the stage's own dir only when no -o: the stage with its experiments is a second walk of its records
             out = out or client.stage(stage).dir or "."
+            if not os.path.isfile(os.path.join(out, STAGE_PLOT_NAME)):
+                # Imported while the server reads the facts (half the plot's cost). Not when a plot is there: it is
+                # kept when it was drawn from the same comparison (the outbox's stage report), and an import
+                # beside the comparison would only slow it.
+                preload_matplotlib()
+            served = client.stage_facts(stage)  # 404 for an unknown stage, as client.stage() says it
         facts = [_local_or_served(f) for f in served]
         raise typer.Exit(_compare(facts, stage, metric, out, as_json))
 

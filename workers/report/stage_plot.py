@@ -10,6 +10,7 @@ fixed legend place: `loc="best"` over 200 curves took most of the 41 s `compare`
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from io import BytesIO
 from pathlib import Path
@@ -26,6 +27,9 @@ MAX_PANELS = 4
 PANEL_INCHES = (7.0, 4.6)
 DPI = 100
 LABEL_CHARS = 48  # of a legend entry
+PLOT_VERSION = 2  # of the drawing below: a plot drawn by another version is drawn again
+DIGEST_KEY = "ajet-runner:drawn-from"  # the PNG text chunk holding plot_digest()
+HEAD_BYTES = 4096  # the PNG's signature, header and text chunks come before its pixels
 REST_COLOUR = "#9a9a9a"
 
 
@@ -106,8 +110,30 @@ def _panel(ax: Any, chart: StageChart) -> None:
                   framealpha=0.85)
 
 
-def render_stage_png(comparison: StageComparison) -> bytes | None:
-    """The PNG, or None when no experiment has a curve."""
+def plot_digest(comparison: StageComparison) -> str:
+    """What the plot is drawn from, as a digest: the comparison and this module's drawing version."""
+    body = comparison.model_dump_json().encode()
+    return hashlib.sha256(f"stage plot {PLOT_VERSION}\n".encode() + body).hexdigest()
+
+
+def digest_of(path: Path) -> str:
+    """The digest an existing plot was drawn from (its PNG text chunk), '' when it has none or is unreadable.
+    Read from the file's head without decoding the image (the chunk is written before the pixels)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    except OSError:
+        return ""
+    at = head.find(DIGEST_KEY.encode() + b"\0")
+    if not head.startswith(b"\x89PNG") or at < 0:
+        return ""
+    start = at + len(DIGEST_KEY) + 1
+    value = head[start:start + 64]
+    return value.decode("ascii", "replace") if len(value) == 64 else ""
+
+
+def render_stage_png(comparison: StageComparison, digest: str = "") -> bytes | None:
+    """The PNG (`digest` in a text chunk, see write_stage_plot), or None when no experiment has a curve."""
     metrics = plotted_metrics(comparison)
     if not metrics:
         return None
@@ -131,22 +157,33 @@ def render_stage_png(comparison: StageComparison) -> bytes | None:
     fig.suptitle(f"stage {comparison.stage}: {len(comparison.rows)} experiment(s)", y=1 - 0.12 / height)
     fig.subplots_adjust(left=0.07, right=0.98, top=1 - 0.75 / height, bottom=0.1 / rows, wspace=0.16, hspace=0.35)
     canvas.draw()  # once: savefig would draw the whole figure again
-    return _png(canvas)
+    return _png(canvas, digest)
 
 
-def _png(canvas: Any) -> bytes:
+def _png(canvas: Any, digest: str) -> bytes:
     from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
 
     width, height = canvas.get_width_height()
     image = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
     buf = BytesIO()
-    image.convert("RGB").save(buf, format="png", compress_level=1, dpi=(DPI, DPI))
+    info = PngInfo()
+    if digest:
+        info.add_text(DIGEST_KEY, digest)
+    image.convert("RGB").save(buf, format="png", compress_level=1, dpi=(DPI, DPI), pnginfo=info)
     return buf.getvalue()
 
 
 def write_stage_plot(path: Path, comparison: StageComparison) -> bool:
-    """Write the plot; False (and nothing written) when there is nothing to draw."""
-    png = render_stage_png(comparison)
+    """Write the plot; False (and nothing written) when there is nothing to draw. A plot already at `path` drawn
+    from the very same comparison (the stage's report the outbox wrote when the stage finished, or an earlier
+    `compare`) is kept, not drawn again: drawing is most of what `compare --stage` costs."""
+    if not plotted_metrics(comparison):
+        return False
+    digest = plot_digest(comparison)
+    if digest_of(path) == digest:
+        return True
+    png = render_stage_png(comparison, digest)
     if png is None:
         return False
     atomic_write_bytes(path, png)
