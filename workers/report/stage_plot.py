@@ -43,10 +43,15 @@ def _import_matplotlib() -> None:
         return
 
 
+_preload: list[threading.Thread] = []  # the import under way, if one was started
+
+
 def preload_matplotlib() -> threading.Thread:
     """Import what the plot draws with on a daemon thread, so a caller that first waits (on the API, on the disk)
-    has it imported meanwhile; importing it where it is needed then waits for this import, never repeats it."""
+    has it imported meanwhile. Drawing joins it first: two threads importing the same modules at once could see
+    one another's half-imported modules."""
     thread = threading.Thread(target=_import_matplotlib, name="stage-plot-import", daemon=True)
+    _preload.append(thread)
     thread.start()
     return thread
 
@@ -137,6 +142,8 @@ def render_stage_png(comparison: StageComparison, digest: str = "") -> bytes | N
     metrics = plotted_metrics(comparison)
     if not metrics:
         return None
+    for thread in _preload:
+        thread.join()
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: matplotlib is slow to import
     from matplotlib.figure import Figure
 
