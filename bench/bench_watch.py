@@ -87,7 +87,9 @@ def bench_stop(runs: int) -> None:
     print(line("stop -> finished", ours, floor))
 
 
-def bench_exit(runs: int) -> None:
+def measure_exit(runs: int) -> dict[str, list[float]]:
+    """Seconds from the command's exit to `collecting` in Redis and to `finish.flag`, and the floor (the
+    wrapper's exit -> rc file), per run (bench/bench_issue39.py imports it)."""
     to_collect, to_flag, floor = [], [], []
     with cluster() as c:
         c.worker()
@@ -115,6 +117,12 @@ def bench_exit(runs: int) -> None:
             floor.append(rc_at - exit_at)
             to_collect.append(redis_at - exit_at)
             to_flag.append((results / "finish.flag").stat().st_mtime - exit_at)
+    return {"collecting": to_collect, "flag": to_flag, "floor": floor}
+
+
+def bench_exit(runs: int) -> None:
+    got = measure_exit(runs)
+    to_collect, to_flag, floor = got["collecting"], got["flag"], got["floor"]
     print(f"exit: {runs} runs of the simulated AgentJet (2 steps, evaluations plotted); default poll interval; "
           + (f"{TEARDOWN:g} s between the last evaluation and the exit (a real run's teardown)" if TEARDOWN
              else "the exit right after the last evaluation"))
@@ -237,27 +245,27 @@ BIGLOG_MB = float(os.environ.get("BENCH_BIGLOG_MB", "40"))
 AGENTJET_HEAD = "printf 'Experiment Name: bench_biglog_20260101_0000\\nTraining from scratch\\n'\n"
 
 
-def _biglog_script(with_head: bool) -> str:
-    """A log of BIGLOG_MB MB of rollout lines (with or without AgentJet's first lines), then idle."""
+def _biglog_script(with_head: bool, mb: float = BIGLOG_MB) -> str:
+    """A log of `mb` MB of rollout lines (with or without AgentJet's first lines), then idle."""
     filler = "(TaskRunner pid=1) INFO rollout: task 0042 finished with reward 1.0 in 12 turns xxxxxxxxxx"
-    return ((AGENTJET_HEAD if with_head else "") + f"yes '{filler}' | head -c {int(BIGLOG_MB * 1e6)}\n"
+    return ((AGENTJET_HEAD if with_head else "") + f"yes '{filler}' | head -c {int(mb * 1e6)}\n"
             + "exec sleep 600")
 
 
-def _caught_up(log: Path) -> bool:
+def _caught_up(log: Path, mb: float = BIGLOG_MB) -> bool:
     ckpt = log.with_name("attempt-1.scan.json")
     try:
-        return json.loads(ckpt.read_text())["offset"] >= log.stat().st_size >= BIGLOG_MB * 1e6 - 4096
+        return json.loads(ckpt.read_text())["offset"] >= log.stat().st_size >= mb * 1e6 - 4096
     except (OSError, ValueError, KeyError):
         return False
 
 
-def _biglog_stop(c, name: str, with_head: bool) -> float:
+def _biglog_stop(c, name: str, with_head: bool, mb: float = BIGLOG_MB) -> float:
     """Seconds from the stop request to `finished`, once the watch has read the whole log."""
-    bp = blueprint(c.work / name, _biglog_script(with_head))
+    bp = blueprint(c.work / name, _biglog_script(with_head, mb))
     exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
     log = c.work / f"{name}/results/logs/attempt-1.log"
-    wait(lambda: _caught_up(log), 180, "the log written and scanned", interval=0.05)
+    wait(lambda: _caught_up(log, mb), 180, "the log written and scanned", interval=0.05)
     t0 = time.monotonic()
     c.store.request_cancel(exp_id)
     wait(lambda: c.state(exp_id) == "finished", 120, "finished", interval=0.005)
@@ -266,9 +274,9 @@ def _biglog_stop(c, name: str, with_head: bool) -> float:
     return took
 
 
-def _biglog_overshoot(c, name: str, with_head: bool, limit: int) -> float:
+def _biglog_overshoot(c, name: str, with_head: bool, limit: int, mb: float = BIGLOG_MB) -> float:
     """Seconds from the time limit (the record's start + the blueprint's max time) to `finished`."""
-    bp = blueprint(c.work / name, _biglog_script(with_head), max_time=f"{limit} seconds")
+    bp = blueprint(c.work / name, _biglog_script(with_head, mb), max_time=f"{limit} seconds")
     exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
     wait(lambda: c.state(exp_id) == "finished", limit + 180, "finished", interval=0.005)
     done = time.time()
@@ -278,17 +286,27 @@ def _biglog_overshoot(c, name: str, with_head: bool, limit: int) -> float:
     return done - (float(rec["started_at"]) + limit)
 
 
-def bench_biglog(runs: int) -> None:
+def measure_biglog(runs: int, limit: int, mb: float = BIGLOG_MB) -> dict[str, list[float]]:
+    """Stop -> finished and the time-limit overshoot (seconds) on an `mb` MB log without AgentJet's first lines
+    and with them (the floor), `runs` of each, alternating (bench/bench_issue39.py imports it)."""
     stop_with, stop_without, over_with, over_without = [], [], [], []
-    limit = int(os.environ.get("BENCH_TIME_LIMIT", "20"))
     with cluster() as c:
         c.worker()
         wait(lambda: c.store.nodes(), 60, "the worker")
         for i in range(runs):  # back to back, alternating, so the machine's load falls on both alike
-            stop_with.append(_biglog_stop(c, f"sw{i}", True))
-            stop_without.append(_biglog_stop(c, f"so{i}", False))
-            over_with.append(_biglog_overshoot(c, f"tw{i}", True, limit))
-            over_without.append(_biglog_overshoot(c, f"to{i}", False, limit))
+            stop_with.append(_biglog_stop(c, f"sw{i}", True, mb))
+            stop_without.append(_biglog_stop(c, f"so{i}", False, mb))
+            over_with.append(_biglog_overshoot(c, f"tw{i}", True, limit, mb))
+            over_without.append(_biglog_overshoot(c, f"to{i}", False, limit, mb))
+    return {"stop_with": stop_with, "stop_without": stop_without, "over_with": over_with,
+            "over_without": over_without}
+
+
+def bench_biglog(runs: int) -> None:
+    limit = int(os.environ.get("BENCH_TIME_LIMIT", "20"))
+    got = measure_biglog(runs, limit)
+    stop_with, stop_without, over_with, over_without = (got[k] for k in ("stop_with", "stop_without", "over_with",
+                                                                         "over_without"))
     print(f"a {BIGLOG_MB:g} MB log, idle once written (scanned to its end before acting): {runs} runs each, "
           f"alternating; time limit {limit} s; load average {os.getloadavg()[0]:.1f}; floor = the same log "
           "starting with AgentJet's `Experiment Name:` line")

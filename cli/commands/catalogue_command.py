@@ -19,11 +19,11 @@ catalogue_app = typer.Typer(help="The failure catalogue: site extension and sugg
 
 def install_site_catalogue(prog: str) -> list[str]:
     """Load AJET_RUNNER_CATALOGUE_EXTRA (when set) into the catalogue; a bad file is a clear exit 2."""
-    from ajet_runner.statemachine.failures.signatures import use_extension
-
     path = get_settings().catalogue_extra
     if not path:
-        return []
+        return []  # the catalogue is not loaded for nothing: `worker` calls this before its first heartbeat
+    from ajet_runner.statemachine.failures.signatures import use_extension
+
     try:
         return use_extension(path)
     except ValueError as exc:

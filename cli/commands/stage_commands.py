@@ -211,11 +211,19 @@ def register(app: typer.Typer) -> None:
                 facts.append(found)
             raise typer.Exit(_compare(facts, name or Path(os.path.commonpath(
                 [os.path.abspath(d) for d in dirs])).name or "stage", metric, out or ".", as_json))
+        from ajet_runner.workers.report.stage_plot import STAGE_PLOT_NAME, preload_matplotlib
+
         with connect(url, token) as client:
-            info = client.stage(stage)
-            served = client.stage_facts(stage)
+            # the stage's own dir only when no -o: the stage with its experiments is a second walk of its records
+            out = out or client.stage(stage).dir or "."
+            if not os.path.isfile(os.path.join(out, STAGE_PLOT_NAME)):
+                # Imported while the server reads the facts (half the plot's cost). Not when a plot is there: it is
+                # kept when it was drawn from the same comparison (the outbox's stage report), and an import
+                # beside the comparison would only slow it.
+                preload_matplotlib()
+            served = client.stage_facts(stage)  # 404 for an unknown stage, as client.stage() says it
         facts = [_local_or_served(f) for f in served]
-        raise typer.Exit(_compare(facts, stage, metric, out or info.dir or ".", as_json))
+        raise typer.Exit(_compare(facts, stage, metric, out, as_json))
 
     stage_app = typer.Typer(name="stage", help="Stages: named groups of experiments (list, show, add).",
                             no_args_is_help=True)

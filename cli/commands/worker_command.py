@@ -8,7 +8,6 @@ from typing import Any
 
 import typer
 
-from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
 from ajet_runner.cli.commands.redis_config import redis_or_exit
 from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.settings import get_settings
@@ -99,6 +98,9 @@ def register(app: typer.Typer) -> None:
                                              show_default="$AJET_RUNNER_SLURM_ARGS"),
     ) -> None:
         """Run this node's worker: the watcher (a thread per run), heartbeat, re-adoption of running experiments."""
+        # Imported here, not with the module: what runs before the first heartbeat is what a restarted node's
+        # adoption waits for (issue 39), and the catalogue command's module brings rich and yaml.
+        from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
         from ajet_runner.logsetup import LogSetupError, configure
         from ajet_runner.workers.identity.this_node import NodeInfo
         from ajet_runner.workers.node.watcher_process import spawn_watcher

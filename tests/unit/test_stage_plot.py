@@ -118,3 +118,17 @@ def test_a_label_names_four_keys_and_groups_still_tell_every_value_apart() -> No
     assert c.rows[0].label == "v0=1, v1=1, v2=1, v3=1, +2 more"
     groups = c.group_curves["mean_reward"]
     assert sorted(len(g.members) for g in groups) == [1, 2, 2]  # k9.v9=1 and =2 stay apart
+
+
+def test_a_plot_drawn_from_the_same_comparison_is_kept_and_any_other_is_drawn_again(tmp_path: Any) -> None:
+    from ajet_runner.workers.report.stage_plot import digest_of, plot_digest, write_stage_plot
+
+    c = compare("s", grid(2, 1, 2))
+    path = tmp_path / "stage_plot.png"
+    path.write_bytes(render_stage_png(c) or b"")  # a plot without its digest (an older version's): drawn again
+    assert digest_of(path) == ""
+    assert write_stage_plot(path, c) and digest_of(path) == plot_digest(c)
+    drawn = path.stat().st_ino
+    assert write_stage_plot(path, c) and path.stat().st_ino == drawn  # the same comparison: kept as it is
+    other = compare("s", grid(2, 1, 3))
+    assert write_stage_plot(path, other) and path.stat().st_ino != drawn and digest_of(path) == plot_digest(other)

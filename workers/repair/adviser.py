@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.statemachine.failures.redact import Redactor
 from ajet_runner.statemachine.fixes.advice import (
@@ -176,6 +174,8 @@ async def _race(request: Any, cancelled: Cancelled | None) -> tuple[int, str]:
 
 async def _post_async(url: str, headers: dict[str, str], payload: dict[str, Any], deadline: float,
                       left: float) -> tuple[int, str]:
+    import httpx  # here: the node's watcher imports this module at its start, and httpx (with its CLI) cost it ~0.2 s
+
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(left), follow_redirects=False, trust_env=False) as client, \
                 client.stream("POST", url, headers=headers, content=json.dumps(payload)) as resp:

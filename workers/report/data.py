@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import field_serializer, field_validator
 
 from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME, RESULTS_NAME
 from ajet_runner.statemachine.logs.results import normalize_key
-from ajet_runner.statemachine.metric_vocabulary import COUNT_METRICS, DELTA_METRICS
 from ajet_runner.statemachine.models import Evaluation
 from ajet_runner.store.records import Attempt, Loose, RepairRecord, plain
-
-REPORT_VERSION = 1
-NA = "n/a"
-LOG_TAIL_LINES = 200
-CELL_CHARS = 300
-
-PIPE_RE = re.compile(r"(?<!\\)\|")
-CONTROL_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f]")
-
-
-
+from ajet_runner.workers.report.report_consts import (  # noqa: F401 - the names this module always gave
+    CELL_CHARS,
+    CONTROL_RE,
+    COUNT_METRICS,
+    DELTA_METRICS,
+    LOG_TAIL_LINES,
+    NA,
+    PIPE_RE,
+    REPORT_VERSION,
+)
 
 _Input = Loose
 AttemptInfo = Attempt  # the name the report code has always used

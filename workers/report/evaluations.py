@@ -12,7 +12,7 @@ from ajet_runner.statemachine.logs.results import normalize_key
 from ajet_runner.statemachine.metric_vocabulary import TABLE_FIRST, rates_by_k
 from ajet_runner.statemachine.models import Evaluation
 from ajet_runner.store.records import plain
-from ajet_runner.workers.report.data import COUNT_METRICS, DELTA_METRICS
+from ajet_runner.workers.report.report_consts import COUNT_METRICS, DELTA_METRICS
 
 Eval = Evaluation  # the name the report code has always used: the one evaluation type (statemachine/models.py)
 

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ajet_runner.statemachine.durations import format_duration, format_limit
-from ajet_runner.workers.report.data import CELL_CHARS, CONTROL_RE, COUNT_METRICS, NA, PIPE_RE
+from ajet_runner.workers.report.report_consts import CELL_CHARS, CONTROL_RE, COUNT_METRICS, NA, PIPE_RE
 
 
 def number(value: Any) -> float | None:
