@@ -55,9 +55,9 @@ class StopResult:
 
 def _flag(store: Store, exp_id: str, delete: bool) -> dict[str, Any]:
     """Set cancel (and delete) flags on an existing record only: never resurrect a deleted hash."""
-    if not store.request_stop(exp_id, delete=delete):
+    if not store.runs.request_stop(exp_id, delete=delete):
         raise ExperimentNotFound(exp_id)
-    rec = store.get(exp_id)
+    rec = store.records.get(exp_id)
     if rec is None:
         raise ExperimentNotFound(exp_id)
     return rec
@@ -65,7 +65,7 @@ def _flag(store: Store, exp_id: str, delete: bool) -> dict[str, Any]:
 
 def _dequeue(store: Store, rec: dict[str, Any]) -> bool:
     """Take the record's RQ job out of its queue; True if it was still waiting there."""
-    return store.remove_queued(str(rec.get("job_id") or ""), str(rec.get("queue") or ""))
+    return store.jobs.remove_queued(str(rec.get("job_id") or ""), str(rec.get("queue") or ""))
 
 
 def _writable_here(result_dir: str) -> bool:
@@ -105,13 +105,13 @@ def stop_experiment(store: Store, exp_id: str, settings: Settings, delete: bool 
 
     Never touches result files: a deleted experiment keeps its result dir and `finish.flag`.
     """
-    rec = store.get(exp_id)
+    rec = store.records.get(exp_id)
     if rec is None:
         raise ExperimentNotFound(exp_id)
     if rec.get("state") == State.finished.value:
         if not delete:
             raise AlreadyFinished(rec)
-        store.delete(exp_id)
+        store.records.delete(exp_id)
         return StopResult(exp_id, None, finished=True, deleted=True)
     rec = _flag(store, exp_id, delete)
     if rec.get("state") == State.queued.value and _writable_here(str(rec.get("result_dir") or "")):
@@ -119,12 +119,12 @@ def stop_experiment(store: Store, exp_id: str, settings: Settings, delete: bool 
         _finish_inline(store, exp_id, settings, rec)
     # Else (the result dir is on another host's disk): the job stays queued and the first worker that
     # takes it sees the cancel flag before anything else and finishes it as cancelled, never launched.
-    rec = store.get(exp_id)
+    rec = store.records.get(exp_id)
     if rec is None:
         return StopResult(exp_id, None, finished=True, deleted=True)
     finished = rec.get("state") == State.finished.value
     if finished and delete:
         # The driver finished it before it could see delete_requested: drop it ourselves.
-        store.delete(exp_id)
+        store.records.delete(exp_id)
         return StopResult(exp_id, None, finished=True, deleted=True)
     return StopResult(exp_id, rec, finished=finished, deleted=False)

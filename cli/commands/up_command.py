@@ -108,15 +108,15 @@ def _await_worker(store: Any, node: str, worker: Any, server: Any, failed: list[
 
 def _stop_experiments(store: Any, wait: float) -> None:
     """Ask every unfinished experiment to stop, and wait (up to `wait` seconds) until they are finished."""
-    live = [rec["id"] for rec in store.unfinished()]
+    live = [rec["id"] for rec in store.records.unfinished()]
     for exp_id in live:
-        store.request_cancel(exp_id)
+        store.runs.request_cancel(exp_id)
     if live:
         output.err(f"stopping {len(live)} experiment(s) and writing their reports (up to {format_limit(wait)}; "
                    "Ctrl-C again to leave them)")
     deadline = time.monotonic() + wait
     while live and time.monotonic() < deadline:
-        live = [i for i in live if (store.get(i) or {}).get("state") not in (None, FINISHED)]
+        live = [i for i in live if (store.records.get(i) or {}).get("state") not in (None, FINISHED)]
         time.sleep(0.2)
 
 

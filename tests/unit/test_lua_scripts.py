@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ajet_runner.store.keys import PREFIX
-from ajet_runner.store.store import Store
+from ajet_runner.store.record_store import Records
 
 SCRIPTS = sorted(p for p in resources.files("ajet_runner.store").iterdir() if p.name.endswith(".lua"))
 
@@ -49,13 +49,14 @@ class _Recorder:
 
 
 def test_the_store_passes_every_documented_key_to_the_transition_script() -> None:
-    store = Store.__new__(Store)
-    store._transition = recorder = _Recorder()  # type: ignore[attr-defined]
-    store.replicated = False  # a plain master (a Sentinel-managed one waits for a replica after the script)
+    records = Records.__new__(Records)
+    records._transition = recorder = _Recorder()  # type: ignore[assignment]
+    records.replicated = False  # a plain master (a Sentinel-managed one waits for a replica after the script)
+    records.retention_seconds = 0
     # (a finishing transition, state "finished", goes in one MULTI with its outbox task, store/outbox.py; the
     # keys are the same: tests/integration/test_stage_store.py runs it on a real Redis)
-    store.transition("e1", expected_version=1, fields={"reason": "done"}, event={"type": "transition"},
-                     stats={"transition": "collecting>finished", "outcome": "completed", "duration": 3.0})
+    records.transition("e1", expected_version=1, fields={"reason": "done"}, event={"type": "transition"},
+                       stats={"transition": "collecting>finished", "outcome": "completed", "duration": 3.0})
     text = resources.files("ajet_runner.store").joinpath("transition.lua").read_text(encoding="utf-8")
     # 11 + 7 state indexes, the node's set, the expiry schedule, the log tail, the event numbers, the result
     # dir claims, the 5 outcomes' duration buckets (their expiry), the schedule's index keys, 5 outcome indexes,
@@ -63,4 +64,4 @@ def test_the_store_passes_every_documented_key_to_the_transition_script() -> Non
     assert len(recorder.keys) == len(_documented(text, "KEYS")) == 35
     assert all(k.startswith(f"{PREFIX}:") for k in recorder.keys)
     assert recorder.keys[7].endswith(":duration_bucket:completed")
-    assert recorder.args[4:6] == [10_000, 100_000]  # the stream limits, from store/store.py
+    assert recorder.args[4:6] == [10_000, 100_000]  # the stream limits, from store/record_store.py

@@ -49,9 +49,9 @@ def test_rows_reused_between_scrapes_give_the_text_of_a_fresh_read(store: Store)
     moves with the clock, and the text is what a scrape without the cache writes."""
     now = time.time()
     for i, state in enumerate(["running", "queued", "finished"]):
-        store.create(f"e{i}", {"state": state, "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
-                               "finished_at": now - 10 if state == "finished" else "",
-                               "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
+        store.records.create(f"e{i}", {"state": state, "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
+                                       "finished_at": now - 10 if state == "finished" else "",
+                                       "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
     cache = RowCache()
 
     def text(at: float, rows: RowCache | None) -> str:
@@ -59,8 +59,8 @@ def test_rows_reused_between_scrapes_give_the_text_of_a_fresh_read(store: Store)
 
     assert text(now, cache) == text(now, None)
     store.r.hset(exp_key("e0"), "latest_metrics", json.dumps({"mean_reward": 0.75, "step": 4}))
-    store.create("e3", {"state": "running", "purpose": "new", "node": "n2", "started_at": now - 5}, {})
-    store.delete("e1")
+    store.records.create("e3", {"state": "running", "purpose": "new", "node": "n2", "started_at": now - 5}, {})
+    store.records.delete("e1")
     later = text(now + 30, cache)
     assert later == text(now + 30, None)
     assert 'ajet_runner_experiment_mean_reward{experiment="e0",node="n1"} 0.75' in later
@@ -83,8 +83,8 @@ def test_the_api_fills_the_row_cache_before_the_first_scrape(store: Store, redis
     now = time.time()
     ids = [f"warm{i}" for i in range(3)]
     for i, exp_id in enumerate(ids):
-        store.create(exp_id, {"state": "running", "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
-                              "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
+        store.records.create(exp_id, {"state": "running", "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
+                                      "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
     ROWS.rows.clear()
     with TestClient(create_app(Settings(redis_url=redis_url), insecure=True), base_url="http://127.0.0.1") as client:
         wait_for(lambda: all((row := ROWS.rows.get(i.encode())) is not None and row.lines for i in ids),
@@ -104,7 +104,7 @@ def test_a_scrape_that_waits_for_another_answers_with_its_body(store: Store, mon
     import ajet_runner.service.cluster_metrics as metrics
     from tests.integration.scenario import wait_for
 
-    store.create("sf1", {"state": "running", "purpose": "p", "node": "n1", "started_at": time.time()}, {})
+    store.records.create("sf1", {"state": "running", "purpose": "p", "node": "n1", "started_at": time.time()}, {})
     computing, release, made = threading.Event(), threading.Event(), []
     real = metrics._metrics_response
 

@@ -83,7 +83,7 @@ class RankDriver:
             log.warning("%s rank %d: could not hand back (%s): its lease will run out", self.id, self.rank, exc)
 
     def _step(self) -> str | None:
-        rec = self.store.get(self.id)
+        rec = self.store.records.get(self.id)
         gang = self.gangs.get(self.id)
         if rec is None or gang is None:
             self._stop(gang)
