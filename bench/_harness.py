@@ -110,7 +110,7 @@ class Cluster:
         psutil.wait_procs(tree, timeout=10)
 
     def state(self, exp_id: str) -> str:
-        return str((self.store.records.get(exp_id) or {}).get("state") or "")
+        return str((self.store.records.raw(exp_id) or {}).get("state") or "")
 
     def transition_at(self, exp_id: str, dest: str) -> float | None:
         for e in self.store.events.read(exp_id):

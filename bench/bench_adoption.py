@@ -42,9 +42,9 @@ def one_run(tmp: Path, lease: float) -> tuple[float, float, float]:
             wait(lambda: store.nodes.all(), 120, "the first worker's heartbeat")
             floor = time.monotonic() - t0
             exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-            wait(lambda: (store.records.get(exp_id) or {}).get("state") == "running", 120, "the run to be running",
+            wait(lambda: (store.records.raw(exp_id) or {}).get("state") == "running", 120, "the run to be running",
                  0.05)
-            dead = (store.records.get(exp_id) or {})["owner"]
+            dead = (store.records.raw(exp_id) or {})["owner"]
         finally:
             kill_group(first)
         t0 = time.monotonic()
@@ -55,7 +55,7 @@ def one_run(tmp: Path, lease: float) -> tuple[float, float, float]:
 
             wait(lambda: event("adoption"), 120, "the new supervisor's scan", 0.02)
             scanned = time.monotonic() - t0
-            wait(lambda: (store.records.get(exp_id) or {}).get("owner") not in (None, "", dead), 120, "the adoption",
+            wait(lambda: (store.records.raw(exp_id) or {}).get("owner") not in (None, "", dead), 120, "the adoption",
                  0.02)
             adopted = time.monotonic() - t0
         finally:

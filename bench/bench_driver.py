@@ -53,10 +53,10 @@ def main() -> None:
                              .replace("total_training_steps: 10", "total_training_steps: 2"))
                 t0 = time.time()
                 exp_id = submit(store, bp.read_text(), node="bench")["id"]
-                wait(lambda i=exp_id: (store.records.get(i) or {}).get("state") in ("running", "collecting",
+                wait(lambda i=exp_id: (store.records.raw(i) or {}).get("state") in ("running", "collecting",
                                                                                     "finished"), 60)
                 running_at = next(e["at"] for e in store.events.read(exp_id) if e.get("trigger") == "launched")
-                wait(lambda i=exp_id: (store.records.get(i) or {}).get("state") == "finished", 60)
+                wait(lambda i=exp_id: (store.records.raw(i) or {}).get("state") == "finished", 60)
                 t1 = time.time()
                 results = work / f"run{i}/results"
                 exited = (results / "logs/attempt-1.rc").stat().st_mtime

@@ -143,7 +143,7 @@ def _adopt_once(c, name: str, size: int) -> tuple[float, float, float]:
     wait(lambda: ckpt.exists() and json.loads(ckpt.read_text())["offset"] >= log.stat().st_size, 120,
          "the watcher to checkpoint at the end", interval=0.1)
     c.kill(first)
-    wait(lambda: float((c.store.records.get(exp_id) or {}).get("lease_until") or 0) < c.store.server_time(), 60,
+    wait(lambda: float((c.store.records.raw(exp_id) or {}).get("lease_until") or 0) < c.store.server_time(), 60,
          "the dead worker's lease to run out", interval=0.05)
     t0 = time.time()
     second = c.worker()
@@ -272,7 +272,7 @@ def _biglog_overshoot(c, name: str, with_head: bool, limit: int) -> float:
     exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
     wait(lambda: c.state(exp_id) == "finished", limit + 180, "finished", interval=0.005)
     done = time.time()
-    rec = c.store.records.get(exp_id) or {}
+    rec = c.store.records.raw(exp_id) or {}
     assert rec.get("outcome") == "timed_out", rec.get("outcome")
     (c.work / f"{name}/results/logs/attempt-1.log").unlink(missing_ok=True)
     return done - (float(rec["started_at"]) + limit)

@@ -291,7 +291,7 @@ def _orphans(url: str, ids: set[str]) -> int:
 
 def _judge(store: Store, ids: list[str], scenarios: list, figures: Figures) -> None:  # type: ignore[type-arg]
     for exp_id, sc in zip(ids, scenarios, strict=True):
-        rec = store.records.get(exp_id)
+        rec = store.records.raw(exp_id)
         if rec is None or rec.get("state") != "finished":
             figures.lost += 1
             print(f"  lost: {exp_id} ({(rec or {}).get('state', 'no record')})")

@@ -57,7 +57,7 @@ def _flag(store: Store, exp_id: str, delete: bool) -> dict[str, Any]:
     """Set cancel (and delete) flags on an existing record only: never resurrect a deleted hash."""
     if not store.runs.request_stop(exp_id, delete=delete):
         raise ExperimentNotFound(exp_id)
-    rec = store.records.get(exp_id)
+    rec = store.records.raw(exp_id)
     if rec is None:
         raise ExperimentNotFound(exp_id)
     return rec
@@ -105,7 +105,7 @@ def stop_experiment(store: Store, exp_id: str, settings: Settings, delete: bool 
 
     Never touches result files: a deleted experiment keeps its result dir and `finish.flag`.
     """
-    rec = store.records.get(exp_id)
+    rec = store.records.raw(exp_id)
     if rec is None:
         raise ExperimentNotFound(exp_id)
     if rec.get("state") == State.finished.value:
@@ -119,7 +119,7 @@ def stop_experiment(store: Store, exp_id: str, settings: Settings, delete: bool 
         _finish_inline(store, exp_id, settings, rec)
     # Else (the result dir is on another host's disk): the job stays queued and the first worker that
     # takes it sees the cancel flag before anything else and finishes it as cancelled, never launched.
-    rec = store.records.get(exp_id)
+    rec = store.records.raw(exp_id)
     if rec is None:
         return StopResult(exp_id, None, finished=True, deleted=True)
     finished = rec.get("state") == State.finished.value

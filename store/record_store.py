@@ -313,14 +313,16 @@ class Records:
         pipe.execute()
 
     # -- reading ---------------------------------------------------------------------------
-    def get(self, exp_id: str) -> dict[str, Any] | None:
+    def get(self, exp_id: str) -> ExperimentRecord | None:
+        """The experiment's record, typed (None when it does not exist)."""
+        raw = self.raw(exp_id)
+        return ExperimentRecord.from_hash(raw) if raw is not None else None
+
+    def raw(self, exp_id: str) -> dict[str, Any] | None:
+        """The record's hash as stored, JSON fields decoded (None when it does not exist): for the views that
+        show it whole (the API's and the console's); code that reads a field reads `get`'s attributes."""
         raw = self.r.hgetall(exp_key(exp_id))
         return decode(raw) if raw else None
-
-    def record(self, exp_id: str) -> ExperimentRecord | None:
-        """The experiment's record, typed (None when it does not exist)."""
-        raw = self.get(exp_id)
-        return ExperimentRecord.from_hash(raw) if raw is not None else None
 
     def exists(self, exp_id: str) -> bool:
         return bool(self.r.exists(exp_key(exp_id)))

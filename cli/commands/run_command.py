@@ -82,7 +82,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
 
         def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
             events = store.events.read(exp_id, after=after, block_ms=500)
-            return store.records.get(exp_id), events, events[-1]["event_id"] if events else after
+            return store.records.raw(exp_id), events, events[-1]["event_id"] if events else after
 
         final = follow(poll, console, on_interrupt=lambda: store.runs.request_cancel(exp_id))
         outcome = final.get("outcome", "")

@@ -28,7 +28,6 @@ import typer
 
 from ajet_runner.cli.commands import output
 from ajet_runner.statemachine.durations import format_duration, format_limit
-from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.store.connection import (
     RedisSettingsError,
     RedisTarget,
@@ -116,7 +115,7 @@ def _stop_experiments(store: Any, wait: float) -> None:
                    "Ctrl-C again to leave them)")
     deadline = time.monotonic() + wait
     while live and time.monotonic() < deadline:
-        live = [i for i in live if (store.records.get(i) or {}).get("state") not in (None, FINISHED)]
+        live = [i for i in live if (rec := store.records.get(i)) is not None and not rec.finished]
         time.sleep(0.2)
 
 

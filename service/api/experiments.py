@@ -45,7 +45,7 @@ def not_found(exp_id: str) -> HTTPException:
 
 
 def _record(be: Backend, exp_id: str) -> dict[str, Any]:
-    rec = be.store.records.get(exp_id)
+    rec = be.store.records.raw(exp_id)
     if rec is None:
         raise not_found(exp_id)
     return rec

@@ -64,7 +64,7 @@ async def form(request: Request) -> dict[str, str]:
 
 
 def _record(be: Backend, exp_id: str) -> dict[str, Any]:
-    rec = be.store.records.get(exp_id)
+    rec = be.store.records.raw(exp_id)
     if rec is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no experiment with id {exp_id!r} (never submitted or deleted)")
     return rec

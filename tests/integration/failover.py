@@ -193,7 +193,7 @@ def _states(store: Store, ids: list[str]) -> dict[str, str]:
 
 def judge(store: Store, ids: list[str], runs: list[Scenario], figures: FailoverFigures) -> None:
     for exp_id, sc in zip(ids, runs, strict=True):
-        rec = store.records.get(exp_id)
+        rec = store.records.raw(exp_id)
         if rec is None or rec.get("state") != "finished":
             figures.lost += 1
             figures.problems.append(f"lost: {exp_id} ({(rec or {}).get('state', 'no record')})")

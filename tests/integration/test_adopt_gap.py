@@ -95,7 +95,7 @@ def test_a_worker_killed_under_a_50_mb_s_writer_is_adopted_and_the_gap_is_scanne
         failing = wait_for(lambda: [e for e in store.events.read(exp_id) if e.get("type") == "transition"
                                     and e.get("to") == "failing"], 240, "the fatal line in the gap to be seen")
         store.runs.request_cancel(exp_id)
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 60, "finished")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "finished")
     rate = float((work / "rate").read_text())
     events = store.events.read(exp_id)
     with log.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:

@@ -59,9 +59,9 @@ def test_a_stop_during_an_adviser_ask_ends_the_run_cancelled_within_2_s(
             wait_for(lambda: llm.requests, 30, "the request to reach the model")
             stopped_at = time.time()
             store.runs.request_cancel(exp_id)
-            wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 60, "the run to finish")
+            wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "the run to finish")
             finished_at = time.time()
-    rec = store.records.get(exp_id) or {}
+    rec = store.records.raw(exp_id) or {}
     assert rec["outcome"] == "cancelled", rec.get("reason")
     events = store.events.read(exp_id)
     (cancel,) = [e for e in events if e.get("type") == "transition" and e.get("trigger") == "cancel"]

@@ -265,7 +265,7 @@ def test_delete_queued_stops_and_drops_it_at_once(api: TestClient, tmp_path: Pat
     rec, results = submit_demo(api, tmp_path)
     resp = api.delete(f"/v1/experiments/{rec['id']}", headers=auth())
     assert resp.status_code == 200 and resp.json() == {**resp.json(), "deleted": True}
-    assert store.records.get(rec["id"]) is None and store.indexes.count() == 0
+    assert store.records.raw(rec["id"]) is None and store.indexes.count() == 0
     assert json.loads((results / "finish.flag").read_text())["outcome"] == "cancelled"
 
 

@@ -63,9 +63,9 @@ def test_the_benign_corpus_in_a_live_run_ends_completed_with_one_attempt(
     with running_worker(env, "n1", "--gpus", "0"):
         wait_for(store.nodes.all, 30, "the worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
     took = time.monotonic() - t0
-    rec = store.records.get(exp_id) or {}
+    rec = store.records.raw(exp_id) or {}
     moves = [(e.get("from"), e.get("to"), e.get("trigger")) for e in transitions(store, exp_id)]
     print(f"benign live run: {took:.1f}s, transitions {moves}")
     assert rec["outcome"] == "completed", (rec.get("reason"), moves)
@@ -98,7 +98,7 @@ def test_a_real_fatal_line_in_a_live_process_is_failing_once_its_settle_has_pass
         failing = wait_for(lambda: [e for e in transitions(store, exp_id) if e.get("to") == "failing"], 60,
                            "the run to be failing")
         store.runs.request_cancel(exp_id)
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 90, "finished")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 90, "finished")
     (first,) = failing
     after = first["at"] - printed_at
     print(f"cuda_oom printed -> failing: {after:.2f}s (settle {settle:.0f}s)")

@@ -87,7 +87,7 @@ def test_the_supervisor_takes_a_dead_owners_run_at_once_and_leaves_the_others(re
                          redis_url)
     assert sorted(sup.adopt_orphans()) == ["dead", "reused"]
     for exp_id, owner in owners.items():
-        rec = store.records.get(exp_id) or {}
+        rec = store.records.raw(exp_id) or {}
         assert rec["owner"] == owner  # the new driver writes its own owner when it takes the run
         assert (float(rec["lease_until"]) == 0) == (exp_id in ("dead", "reused")), exp_id
     assert not store.runs.end_dead_lease("live", owners["dead"])  # compare-and-set on the exact owner value

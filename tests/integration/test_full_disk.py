@@ -82,10 +82,10 @@ def _run_filling_the_disk(tmp_path: Path, disk: Path, redis_url: str, tmux_socke
     with running_worker(env, "n1", "--gpus", "0"):
         wait_for(lambda: store.nodes.all(), 30, "the worker to register")
         exp_id = submit(store, text)["id"]
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "running", 60, "the run to start")
         assert _fill(disk) > 0
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
-    rec = store.records.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    rec = store.records.raw(exp_id)
     assert rec is not None
     return rec, results, store
 

@@ -136,7 +136,7 @@ def test_a_submission_may_name_the_gangs_nodes(redis_url: str, tmp_path) -> None
     rec = submit(store, sc.blueprint.read_text(), nodes=["c", "a"])
     assert rec["target_node"] == "c" and rec["queue"] == "node:c" and rec["target_nodes"] == "c,a"
     # The head on c reserves only among the named nodes: b stays free even though it comes first.
-    typed = store.records.record(rec["id"])
+    typed = store.records.get(rec["id"])
     assert typed is not None and typed.nnodes == 2 and typed.target_nodes == "c,a"
     head = gang_head(store, typed, Settings(redis_url=redis_url), NodeInfo(name="c", gpus=8, slots=2),
                      renew=lambda: None, cancelled=lambda: False)

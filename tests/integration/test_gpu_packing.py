@@ -24,23 +24,23 @@ def test_two_four_gpu_runs_share_an_eight_gpu_node(tmp_path, redis_url, tmux_soc
     with running_worker(env, "gpu8", "--gpus", "8"):
         wait_for(lambda: store.nodes.all(), 30, "the worker to register")
         ids = [submit(store, sc.blueprint.read_text())["id"] for sc in scenarios]
-        assert [store.records.get(i)["gpus_needed"] for i in ids] == ["4", "4"]  # type: ignore[index]
+        assert [store.records.raw(i)["gpus_needed"] for i in ids] == ["4", "4"]  # type: ignore[index]
 
         def both_running() -> bool:
-            return all((store.records.get(i) or {}).get("state") == "running" for i in ids)
+            return all((store.records.raw(i) or {}).get("state") == "running" for i in ids)
 
         wait_for(both_running, 60, "both experiments to run at the same time")
-        gpus = [store.records.get(i)["gpus"] for i in ids]  # type: ignore[index]
+        gpus = [store.records.raw(i)["gpus"] for i in ids]  # type: ignore[index]
         assert all(len(g) == 4 for g in gpus) and not set(gpus[0]) & set(gpus[1])
         assert sorted(store.slots.gpu_owners("gpu8")) == list(range(8))
-        wait_for(lambda: all((store.records.get(i) or {}).get("state") == "finished" for i in ids), 120,
+        wait_for(lambda: all((store.records.raw(i) or {}).get("state") == "finished" for i in ids), 120,
                  "both to finish")
     for sc, exp_id in zip(scenarios, ids, strict=True):
         data = sc.results_json()
         assert data["outcome"] == "completed", data["reason"]
         assert "--skip-check-avail-gpu" in data["attempts"][0]["command"]
         script = (sc.results / "logs" / "attempt-1.sh").read_text()
-        expected = ",".join(str(g) for g in store.records.get(exp_id)["gpus"])  # type: ignore[index]
+        expected = ",".join(str(g) for g in store.records.raw(exp_id)["gpus"])  # type: ignore[index]
         assert f"CUDA_VISIBLE_DEVICES={expected}" in script or f"CUDA_VISIBLE_DEVICES='{expected}'" in script
     assert store.slots.gpu_owners("gpu8") == {}  # released on finish
 

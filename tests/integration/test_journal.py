@@ -50,7 +50,7 @@ def test_writes_are_buffered_while_redis_is_away_and_delivered_in_order(server) 
     events = store.events.read("e")
     kinds = [(e["type"], e.get("n", e.get("to"))) for e in events[1:]]
     assert kinds == [*(("progress", n) for n in range(20)), ("transition", "collecting"), ("progress", 20)]
-    rec = store.records.get("e")
+    rec = store.records.raw("e")
     assert rec is not None and rec["state"] == "collecting" and rec["version"] == "2"
 
 
@@ -59,7 +59,7 @@ def test_a_claim_waits_for_redis_and_says_so_when_it_cannot(server, monkeypatch)
     store.records.create("e", {"state": "queued"}, {})
     j = Journal(store, "e", "me", version=1, retry_seconds=0.1)
     j.transition({"state": "launching", "owner": "me"}, {"type": "transition"}, ack=True)
-    assert store.records.get("e")["state"] == "launching"  # type: ignore[index]
+    assert store.records.raw("e")["state"] == "launching"  # type: ignore[index]
     real_wait = j._wait_for
     monkeypatch.setattr(j, "_wait_for", lambda seq, timeout, required, **kw: real_wait(seq, min(timeout, 2), required))
     os.kill(server.process.pid, signal.SIGSTOP)
@@ -80,7 +80,7 @@ def test_someone_else_taking_over_is_raised_in_the_driver(server) -> None:
         j.transition({"state": "collecting"}, {"type": "transition"})
     with pytest.raises(LostOwnership):  # and every later call says so too
         j.cancel_requested()
-    assert store.records.get("e")["state"] == "running"  # type: ignore[index]
+    assert store.records.raw("e")["state"] == "running"  # type: ignore[index]
 
 
 def test_overflow_drops_events_but_never_a_transition(server, monkeypatch) -> None:
@@ -100,7 +100,7 @@ def test_overflow_drops_events_but_never_a_transition(server, monkeypatch) -> No
     j.close()
     assert j.dropped >= 5
     types = [e["type"] for e in store.events.read("e")]
-    assert types.count("transition") == 1 and store.records.get("e")["state"] == "collecting"  # type: ignore[index]
+    assert types.count("transition") == 1 and store.records.raw("e")["state"] == "collecting"  # type: ignore[index]
 
 
 def test_one_pump_thread_sends_for_every_journal_and_tries_redis_once_per_retry_when_it_is_away(server) -> None:

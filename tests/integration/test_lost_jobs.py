@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration]
 
 
 def _job(store: Store, exp_id: str) -> Job:
-    rec = store.records.get(exp_id)
+    rec = store.records.raw(exp_id)
     assert rec is not None
     return Job.fetch(str(rec["job_id"]), connection=store.r, serializer=JSONSerializer)
 

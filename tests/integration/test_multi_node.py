@@ -243,10 +243,10 @@ def test_restarted_workers_re_adopt_their_ranks_and_cancel_stops_every_node(host
     assert state(client, gang) == "running" and not (logs / "attempt-2-rank1.log").exists()
     assert not [e for e in store.events.read(gang) if e.get("trigger") == "anomaly"]
 
-    head_owner = str(store.records.get(gang)["owner"])  # type: ignore[index]
+    head_owner = str(store.records.raw(gang)["owner"])  # type: ignore[index]
     hosts.kill("nodeA")  # now the head's worker: its driver is re-adopted like any run's
     hosts.start("nodeA")
-    wait_for(lambda: str((store.records.get(gang) or {}).get("owner")) not in ("", head_owner), 60,
+    wait_for(lambda: str((store.records.raw(gang) or {}).get("owner")) not in ("", head_owner), 60,
              "a new head driver to re-adopt the run")
     wait_for(lambda: [e for e in store.events.read(gang) if e.get("type") == "adopted"], 10, "the adoption event")
     assert state(client, gang) == "running" and os.path.exists(f"/proc/{rank1_pid}")
@@ -336,7 +336,7 @@ def test_a_member_node_that_disappears_is_replaced_on_the_relaunch(hosts, client
     gang = client.submit_file(sc.blueprint, nodes=["nodeA", "nodeB", "nodeC"])["id"]
     logs = sc.results / "logs"
     wait_for(lambda: state(client, gang) == "running", 60, "the gang to run")
-    assert GangStore(store.r).records.get(gang).nodes == ["nodeA", "nodeB"]  # type: ignore[union-attr]
+    assert GangStore(store.r).records.raw(gang).nodes == ["nodeA", "nodeB"]  # type: ignore[union-attr]
     wait_for(lambda: "Training Progress" in (logs / "attempt-1-rank0.log").read_text(), 60, "a training step")
     hosts.kill("nodeB")  # the member node is gone for good: no heartbeat, no rank job (its command is out of reach)
 

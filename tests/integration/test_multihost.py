@@ -133,13 +133,13 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
     ids = [submit(store, sc.blueprint.read_text())["id"] for sc in scenarios]
 
     def records() -> list[dict]:
-        return [store.records.get(i) or {} for i in ids]
+        return [store.records.raw(i) or {} for i in ids]
 
     wait_for(lambda: all(r.get("state") == "running" for r in records()), 60, "all four to run")
     placed = {r["id"]: r["node"] for r in records()}
     assert set(placed.values()) == {"host-a", "host-b"}, placed  # spread across both hosts
     on_a = [i for i, node in placed.items() if node == "host-a"]
-    val_files = [Path(store.records.get(i)["blueprint_json"]["exp_codebase_dir"])  # type: ignore[index]
+    val_files = [Path(store.records.raw(i)["blueprint_json"]["exp_codebase_dir"])  # type: ignore[index]
                  / "saved_val_result/benchmark_math_demo_val.md" for i in on_a]
 
     def evaluations() -> list[int]:
@@ -149,7 +149,7 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
     cut_at = time.time()
     at_cut = evaluations()
     # The partition is real once host a's leases have run out in Redis ...
-    wait_for(lambda: all(float(store.records.get(i)["lease_until"]) < store.server_time() for i in on_a),  # type: ignore[index]
+    wait_for(lambda: all(float(store.records.raw(i)["lease_until"]) < store.server_time() for i in on_a),  # type: ignore[index]
              30, "host a's leases to expire")
     # ... and the cut-off runs keep training: two more evaluations each (so the driver saw the first).
     wait_for(lambda: all(n >= before + 2 for n, before in zip(evaluations(), at_cut, strict=True)), 60,
@@ -167,7 +167,7 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
     for exp_id in on_a:
         during = [e for e in store.events.read(exp_id) if cut_at < float(e.get("at", 0)) < back_at]
         assert during, "events written while cut off were not delivered"
-        assert store.records.get(exp_id)["node"] == "host-a"  # type: ignore[index]
+        assert store.records.raw(exp_id)["node"] == "host-a"  # type: ignore[index]
 
 
 def _pings(store: Store) -> bool:

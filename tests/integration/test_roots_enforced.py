@@ -106,8 +106,8 @@ def test_a_worker_refuses_to_launch_or_write_through_a_swapped_result_dir(
     exp_id = submit(store, sc.blueprint.read_text(), allowed_roots=parse_roots(roots))["id"]
     _swap_for_symlink(sc.results, outside)  # after submission, before any worker took it
     with running_worker(worker_env(redis_url, tmux_socket, AJET_RUNNER_ALLOWED_ROOTS=roots), "n1", "--gpus", "0"):
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 60, "the refusal")
-    rec = store.records.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "the refusal")
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "failed", rec
     assert "exp_result_dir" in rec["reason"] or "outside the allowed roots" in rec["reason"], rec["reason"]
     history = [h["trigger"] for h in rec["lifecycle"]["history"]]
@@ -129,14 +129,14 @@ def _swap_mid_run(redis_url: str, tmux_socket: str, tmp_path: Path, swap: str,
     exp_id = submit(store, text, allowed_roots=parse_roots(roots))["id"]
     target = sc.results / "logs" if swap == "logs" else sc.results
     with running_worker(worker_env(redis_url, tmux_socket, AJET_RUNNER_ALLOWED_ROOTS=roots), "n1", "--gpus", "0"):
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "running", 60, "the run to start")
         wait_for(lambda: (target / "attempt-1.log").exists() if swap == "logs" else (target / "logs").exists(),
                  10, "the wrapper's files")
         target.rename(target.with_name(target.name + ".moved"))
         outside.mkdir()
         target.symlink_to(outside, target_is_directory=True)
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
-    rec = store.records.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    rec = store.records.raw(exp_id)
     assert rec is not None
     return rec, outside
 

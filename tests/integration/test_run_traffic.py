@@ -24,13 +24,13 @@ def test_the_tail_is_appended_capped_and_replaced_and_never_outlives_its_record(
     assert store.log_tail.append("e", [f"l{i}" for i in range(5)], 50, cap=4) == 4
     assert store.log_tail.read("e") == ["l1", "l2", "l3", "l4"]
     assert store.log_tail.append("e", ["m"], 60, cap=4) == 4
-    assert store.log_tail.read("e", 2) == ["l4", "m"] and store.records.get("e")["log_bytes"] == "60"
+    assert store.log_tail.read("e", 2) == ["l4", "m"] and store.records.raw("e")["log_bytes"] == "60"
     assert store.log_tail.append("e", ["new"], 70, replace=True, cap=4) == 1
     assert store.log_tail.read("e") == ["new"]
     store.records.delete("e")
     assert not store.r.exists(log_tail_key("e"))
     assert store.log_tail.append("e", ["late"], 80) == -1  # a deleted experiment is not recreated
-    assert not store.r.exists(log_tail_key("e")) and store.records.get("e") is None
+    assert not store.r.exists(log_tail_key("e")) and store.records.raw("e") is None
 
 
 def test_an_older_records_json_tail_is_still_shown(store: Store) -> None:
@@ -41,12 +41,12 @@ def test_an_older_records_json_tail_is_still_shown(store: Store) -> None:
 def test_one_look_says_ownership_and_cancel_and_renews_only_when_asked(store: Store) -> None:
     store.records.create("e", {"state": "running", "owner": "me", "lease_until": 0}, {})
     assert store.runs.poll_run("e", "me") == (True, False)
-    assert float(store.records.get("e")["lease_until"]) == 0
+    assert float(store.records.raw("e")["lease_until"]) == 0
     assert store.runs.poll_run("e", "me", 30) == (True, False)
-    assert float(store.records.get("e")["lease_until"]) > store.server_time() + 25
+    assert float(store.records.raw("e")["lease_until"]) > store.server_time() + 25
     assert store.runs.request_cancel("e")
     assert store.runs.poll_run("e", "other", 30) == (False, True)
-    assert float(store.records.get("e")["lease_until"]) < store.server_time() + 31  # not renewed for a stranger
+    assert float(store.records.raw("e")["lease_until"]) < store.server_time() + 31  # not renewed for a stranger
 
 
 def test_a_stop_request_wakes_the_journal_at_once_not_at_its_poll(store: Store, monkeypatch) -> None:

@@ -198,5 +198,5 @@ def test_the_cli_run_uses_the_sentinels(cluster: SentinelCluster, tmux_socket: s
     assert done.returncode == 0, done.stdout + done.stderr
     assert "embedded Redis" not in done.stdout and sc.flag()["outcome"] == "completed"
     store = store_at(cluster.target)
-    assert store.records.get(sc.flag()["id"])["state"] == "finished"
+    assert store.records.raw(sc.flag()["id"])["state"] == "finished"
     store.close()

@@ -344,13 +344,13 @@ def test_a_worker_killed_mid_run_is_replaced_and_the_new_one_adopts_the_job(tmp_
     try:
         wait_for(lambda: store.nodes.all(), 30, "the first worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="login1")["id"]
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("latest_metrics"), 90, "a first evaluation")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("latest_metrics"), 90, "a first evaluation")
     finally:
         kill_group(first)
     assert [j.split("|")[1] for j in exp_jobs(slurm, exp_id)] == ["RUNNING"]  # the job lives on without a worker
     with running_worker(env, "login1", "--gpus", "0", "--executor", "slurm"):
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 150, "the run to finish")
-    rec = store.records.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 150, "the run to finish")
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "completed", rec
     launches = [e for e in store.events.read(exp_id) if e.get("trigger") == "launched"]
     assert len(launches) == 1 and len(job_ids(sc)) == 1

@@ -45,14 +45,14 @@ def test_an_ssh_worker_serves_the_host_and_a_host_nobody_serves_waits_saying_so(
         sc = make("demo", tmp_path / "s")
         seed_blueprint(sc, f"ssh {ALIAS}")
         exp_id = submit(store, sc.blueprint.read_text())["id"]
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
-        rec = store.records.get(exp_id) or {}
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
+        rec = store.records.raw(exp_id) or {}
         assert rec["outcome"] == "completed", rec.get("reason")
         assert rec["node"] == "gate"  # the ssh worker drove it, the plain one never took it
         data = sc.results_json()
         assert len(data["attempts"]) == 1 and ALIAS in data["attempts"][0]["environment"]
         assert len(data["evaluations"]) >= 3
-        assert (store.records.get(lonely["id"]) or {}).get("state") == "queued"  # still waiting, not run anywhere
+        assert (store.records.raw(lonely["id"]) or {}).get("state") == "queued"  # still waiting, not run anywhere
     assert on_host(sshd, f"grep -lzx AJET_RUNNER_EXPERIMENT={exp_id} /proc/[0-9]*/environ").strip() == ""
 
 
@@ -74,8 +74,8 @@ def test_a_restarted_ssh_worker_adopts_the_run_on_the_host_without_relaunching(
     # The worker and its watcher are killed; the run goes on in tmux on the host.
     assert on_host(sshd, f"grep -lzx AJET_RUNNER_EXPERIMENT={exp_id} /proc/[0-9]*/environ").strip()
     with running_worker(env, "gate", *args):
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
-    rec = store.records.get(exp_id) or {}
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
+    rec = store.records.raw(exp_id) or {}
     assert rec["outcome"] == "completed", rec.get("reason")
     moves = [e.get("trigger") for e in store.events.read(exp_id) if e.get("type") == "transition"]
     assert moves.count("launched") == 1, moves  # adopted, never launched twice

@@ -52,7 +52,7 @@ def test_a_sweep_is_one_stage_of_four_experiments(api: TestClient, tmp_path: Pat
         "ajet_sim.seed=2,ajet.rollout.temperature=0.7", "ajet_sim.seed=2,ajet.rollout.temperature=1.0")]
     assert exps[1]["purpose"].startswith("[ajet_sim.seed=1, ajet.rollout.temperature=1.0] ")
     assert all(e["stage"] == "temps" and e["state"] == "queued" for e in exps)
-    stored = Store.from_url(redis_url).records.get(exps[3]["id"])
+    stored = Store.from_url(redis_url).records.raw(exps[3]["id"])
     assert stored["blueprint_json"]["exp_sweep_values"] == {"ajet_sim.seed": 2, "ajet.rollout.temperature": 1.0}
 
     listed = api.get("/v1/stages", headers=AUTH).json()

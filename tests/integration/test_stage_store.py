@@ -53,7 +53,7 @@ def test_the_stage_index_is_written_with_the_record_and_not_for_a_lost_claim(sto
     with pytest.raises(ResultDirTaken):
         _create(store, "e2", "s1", "/r/shared")  # the same dir: the claim is lost, nothing is written
     assert stage_ids(store, "s1") == ["e1"] and stage_names(store) == ["s1"]
-    assert store.records.get("e2") is None and store.records.get("e1")["stage"] == "s1"
+    assert store.records.raw("e2") is None and store.records.raw("e1")["stage"] == "s1"
     _create(store, "e3")  # no stage: no index
     assert stage_ids(store, "s1") == ["e1"]
     store.records.delete("e1")
@@ -72,7 +72,7 @@ def test_a_finishing_transition_queues_one_notice_and_a_replay_none(store: Store
         _finish(store, "e1", v)  # a resend of the same transition (the reply was lost): no second notice
     store.records.transition("e1", expected_version=None, fields={"state": "finished"}, event={"type": "transition"})
     assert len(_tasks(store)) == 1  # a later write to a finished record: still one
-    assert store.records.get("e1")["finish_notified"] == tasks[0]["delivery"]
+    assert store.records.raw("e1")["finish_notified"] == tasks[0]["delivery"]
 
 
 def test_a_stage_is_reported_once_per_membership(store: Store) -> None:
@@ -96,7 +96,7 @@ def test_stage_add_moves_records_between_stages_and_names_the_missing(store: Sto
     _create(store, "b")
     assert add_to_stage(store, "new", ["a", "b", "ghost"]) == ["ghost"]
     assert stage_ids(store, "new") == ["a", "b"] and stage_ids(store, "old") == []
-    assert store.records.get("a")["stage"] == "new"
+    assert store.records.raw("a")["stage"] == "new"
     with pytest.raises(StageNameError):
         add_to_stage(store, "bad name", ["a"])
     assert store.r.exists(stage_key("bad name")) == 0

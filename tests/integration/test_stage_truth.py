@@ -85,7 +85,7 @@ def test_an_idempotency_key_names_one_stage(api: TestClient, tmp_path: Path, red
     ids = [e["id"] for e in first.json()["experiments"]]
     store = Store.from_url(redis_url)
     for exp_id in ids:  # the runs finish: their result dirs are free again
-        rec = store.records.get(exp_id)
+        rec = store.records.raw(exp_id)
         store.records.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"},
                                  fields={"state": "finished", "outcome": "completed"})
     repeat = api.post("/v1/stages", json=body, headers=key)

@@ -14,7 +14,7 @@ def store(redis_url: str) -> Store:
 
 def test_create_publishes_submitted_event_and_indexes(store: Store) -> None:
     store.records.create("e1", {"state": "queued", "purpose": "p", "gpus": [0, 1]}, {"message": "hi"})
-    rec = store.records.get("e1")
+    rec = store.records.raw("e1")
     assert rec is not None and rec["state"] == "queued" and rec["version"] == "1" and rec["gpus"] == [0, 1]
     events = store.events.read("e1")
     assert [e["type"] for e in events] == ["submitted"] and events[0]["message"] == "hi"
@@ -55,7 +55,7 @@ def test_compare_and_set_lets_exactly_one_of_many_claimers_win(store: Store) -> 
     for t in threads:
         t.join(10)
     assert len(winners) == 1
-    rec = store.records.get("e1")
+    rec = store.records.raw("e1")
     assert rec is not None and rec["owner"] == winners[0] and rec["version"] == "2"
     assert [e["type"] for e in store.events.read("e1")] == ["submitted", "transition"]
 
@@ -73,7 +73,7 @@ def test_live_owner_blocks_others_until_its_lease_expires(store: Store) -> None:
     assert not store.runs.renew_lease("e1", "b", 30)
     store.records.update("e1", {"lease_until": store.server_time() - 1})
     store.records.transition("e1", expected_version=None, owner="b", fields={"owner": "b"}, event={"type": "adopted"})
-    assert store.records.get("e1")["owner"] == "b"  # type: ignore[index]
+    assert store.records.raw("e1")["owner"] == "b"  # type: ignore[index]
 
 
 def test_stale_version_is_refused(store: Store) -> None:
@@ -81,7 +81,7 @@ def test_stale_version_is_refused(store: Store) -> None:
     store.records.transition("e1", expected_version=1, fields={"state": "launching"}, event={})
     with pytest.raises(TransitionConflict, match="version"):
         store.records.transition("e1", expected_version=1, fields={"state": "finished"}, event={})
-    assert store.records.get("e1")["state"] == "launching"  # type: ignore[index]
+    assert store.records.raw("e1")["state"] == "launching"  # type: ignore[index]
 
 
 def test_stats_counters_and_histogram(store: Store) -> None:

@@ -109,12 +109,12 @@ def test_a_killed_worker_leaves_a_swarm_run_the_next_worker_finishes(redis_url, 
     try:
         wait_for(lambda: store.nodes.all(), 30, "the first worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="adoptnode")["id"]
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
     finally:
         kill_group(first)
-    assert (store.records.get(exp_id) or {})["state"] == "running"
+    assert (store.records.raw(exp_id) or {})["state"] == "running"
     with running_worker(env, "adoptnode"):
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
     data = sc.results_json()
     assert data["outcome"] == "completed" and len(data["attempts"]) == 1 and data["repairs"] == []
     assert [e["step"] for e in data["evaluations"]] == [0, 2, 4, 6]

@@ -44,7 +44,7 @@ def test_a_fatal_line_in_a_process_that_hangs_fails_the_run_without_waiting_for_
         exp_id = submit(store, bp.read_text(), node="n1")["id"]
         failing = wait_for(lambda: transitions(store, exp_id, "failing"), 90, "the run to be failing")
         store.runs.request_cancel(exp_id)
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 90, "finished")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 90, "finished")
     first = failing[0]
     assert first["trigger"] == "anomaly" and first.get("rule") == "diagnosis" and first.get("signature") == "cuda_oom"
 
@@ -58,8 +58,8 @@ def test_training_that_goes_on_after_a_fatal_looking_line_is_left_to_finish(tmp_
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
         wait_for(store.nodes.all, 30, "the worker to register")
         exp_id = submit(store, bp.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 120, "finished")
-    rec = store.records.get(exp_id) or {}
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "finished")
+    rec = store.records.raw(exp_id) or {}
     assert rec["outcome"] == "completed", rec.get("reason")
     assert not transitions(store, exp_id, "failing")
 
@@ -98,6 +98,6 @@ def test_a_readopting_worker_goes_on_from_the_checkpoint_and_never_rereads_the_l
         go.touch()
         failing = wait_for(lambda: transitions(store, exp_id, "failing"), 90, "the host OOM to be seen")
         store.runs.request_cancel(exp_id)
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 90, "finished")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 90, "finished")
     assert failing[0].get("signature") == "host_oom", failing[0]
     assert not ckpt.exists()  # removed once the attempt ended

@@ -18,7 +18,7 @@ def test_a_repaired_run_is_counted(tmp_path, redis_url, tmux_socket) -> None:
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
         wait_for(lambda: store.nodes.all(), 30, "the worker to register")
         exp_id = submit(store, sc.blueprint.read_text())["id"]
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
     stats = store.counters.read()
     assert stats["repairs"] == {"cuda_oom|relaunched": 1.0}
     assert stats["outcomes"] == {"completed": 1.0}
@@ -34,8 +34,8 @@ def test_a_blueprint_the_node_cannot_run_is_rejected_there_with_a_report_and_no_
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
         wait_for(lambda: store.nodes.all(), 30, "the worker to register")
         exp_id = submit(store, text, check_disk=False)["id"]  # an API host that cannot see the disk
-        wait_for(lambda: (store.records.get(exp_id) or {}).get("state") == "finished", 60, "the rejection")
-    rec = store.records.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "the rejection")
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "failed" and "exp_codebase_dir" in rec["reason"]
     assert [e for e in store.events.read(exp_id) if e.get("trigger") == "launched"] == []
     assert sc.flag()["outcome"] == "failed"

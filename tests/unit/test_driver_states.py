@@ -47,7 +47,7 @@ def drive(store: Store, exp_id: str, runner: InMemoryRunner, **settings: Any) ->
     driver = ExperimentDriver(store, exp_id, settings_for(store_url(store), **settings), NODE, "test/1",
                               runner=runner)  # an InMemoryRunner is a Runner (workers/executors/protocol.py)
     outcome = driver.run()
-    rec = store.records.record(exp_id)
+    rec = store.records.get(exp_id)
     assert rec is not None
     return outcome, rec
 
@@ -119,7 +119,7 @@ def test_running_stops_the_run_when_a_stop_is_requested(store: Store, tmp_path: 
     thread = threading.Thread(target=lambda: result.append(drive(store, exp_id, runner)), daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
-    while (rec := store.records.record(exp_id)) is not None and rec.state != "running":
+    while (rec := store.records.get(exp_id)) is not None and rec.state != "running":
         assert time.monotonic() < deadline, "the run never reached running"
         time.sleep(0.01)
     store.runs.request_cancel(exp_id)

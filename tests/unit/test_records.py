@@ -73,9 +73,9 @@ def test_the_store_hands_out_typed_records(redis_url: str) -> None:
     """Records.record over the tests' throwaway redis-server."""
     store = Store.from_url(redis_url)
     store.records.create("e1", {"state": "queued", "ctx": OLD_CTX, "max_seconds": ""}, {"message": "submitted"})
-    rec = store.records.record("e1")
+    rec = store.records.get("e1")
     assert rec is not None and rec.version == 1 and rec.state == "queued" and rec.max_seconds is None
-    assert rec.ctx.repairs[0].result is RepairResult.relaunched and store.records.record("nope") is None
+    assert rec.ctx.repairs[0].result is RepairResult.relaunched and store.records.get("nope") is None
 
 
 def test_a_stop_request_is_a_flag_on_an_existing_record_only(redis_url: str) -> None:
@@ -84,6 +84,6 @@ def test_a_stop_request_is_a_flag_on_an_existing_record_only(redis_url: str) -> 
     assert not store.records.exists("never-submitted")
     store.records.create("s1", {"state": "running"}, {"message": "submitted"})
     assert store.runs.request_stop("s1") is True
-    rec = store.records.record("s1")
+    rec = store.records.get("s1")
     assert rec is not None and rec.cancel_requested and not rec.delete_requested
-    assert store.runs.request_stop("s1", delete=True) and store.records.record("s1").delete_requested  # type: ignore[union-attr]
+    assert store.runs.request_stop("s1", delete=True) and store.records.get("s1").delete_requested  # type: ignore[union-attr]

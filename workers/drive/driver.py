@@ -58,7 +58,7 @@ class ExperimentDriver:
         self.owner = owner
         self.on_watch = on_watch
         self.handback = handback  # set once the hosting process stops: the watch gives the run back
-        rec = store.records.record(exp_id)
+        rec = store.records.get(exp_id)
         if rec is None:
             raise LookupError(f"experiment {exp_id} does not exist")
         self.rec = rec

@@ -85,7 +85,7 @@ def drive(exp_id: str) -> str:
             raise
         if outcome:
             return outcome
-        rec = store.records.record(exp_id)
+        rec = store.records.get(exp_id)
         if rec is not None and rec.state == State.queued.value:  # no GPUs free here: back to the queue it came from
             origin = job.origin if job is not None else target_queue(None)
             store.jobs.enqueue_drive(exp_id, origin, max_seconds=driver.bp.exp_max_time_seconds)

@@ -320,16 +320,17 @@ class Journal:
 
     def _already_applied(self, expected: int) -> bool:
         """A retried write whose first try did reach Redis (only the reply was lost)."""
-        rec = self.store.records.get(self.exp_id) or {}
-        return rec.get("owner") == self.owner and int(rec.get("version") or 0) > expected
+        rec = self.store.records.get(self.exp_id)
+        return rec is not None and rec.owner == self.owner and rec.version > expected
 
     def _behind(self, expected: int) -> int | None:
         """The record's version when it is still ours but older than what this journal wrote: acknowledged
         writes lost with a Redis master in a failover (replication is asynchronous). None otherwise: someone
         else's now (a lost claim included: another worker's claim is then the one that counts)."""
-        rec = self.store.records.get(self.exp_id) or {}
-        version = int(rec.get("version") or 0)
-        return version if rec.get("owner") == self.owner and version < expected else None
+        rec = self.store.records.get(self.exp_id)
+        if rec is None:
+            return None
+        return rec.version if rec.owner == self.owner and rec.version < expected else None
 
     def _restore(self, behind: int, expected: int, fields: Mapping[str, Any], event: Mapping[str, Any],
                  stats: TransitionStats) -> None:

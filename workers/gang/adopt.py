@@ -61,11 +61,11 @@ def sweep_left_ranks(store: Store, gangs: GangStore, runner: Executor, node: str
         rec = store.records.get(exp_id)
         gang = gangs.get(exp_id)
         placed_here = gang is not None and rank < len(gang.nodes) and gang.nodes[rank] == node
-        if rec is not None and rec.get("state") in ACTIVE_STATE_NAMES and placed_here:
+        if rec is not None and rec.state in ACTIVE_STATE_NAMES and placed_here:
             continue  # still ours: adopt_ranks keeps it driven
         if placed_here and gang is not None and gang.rank_lease(rank) > store.server_time():
             continue  # its rank job is stopping it right now
-        bp = Blueprint.model_validate((rec or {}).get("blueprint_json") or {})
+        bp = Blueprint.model_validate(rec.blueprint_json if rec is not None else {})
         if rec is not None:
             with contextlib.suppress(Exception):
                 runner.kill_session(rank_session(bp.exp_purpose, exp_id, rank))

@@ -171,7 +171,7 @@ class Deliverer:
     # -- the two kinds -------------------------------------------------------------------------------------
     def _experiment(self, task_id: str, task: dict[str, Any]) -> None:
         exp_id = str(task.get("id") or "")
-        rec = self.store.records.get(exp_id)
+        rec = self.store.records.raw(exp_id)
         if rec is None:
             self.outbox.done(task_id)  # deleted meanwhile: nobody left to tell about
             return
