@@ -165,7 +165,7 @@ def stop(exp_id: str, response: Response, be: Backend = Depends(backend)) -> dic
         raise not_found(exp_id) from exc
     except AlreadyFinished as exc:
         raise HTTPException(status.HTTP_409_CONFLICT,
-                            f"experiment {exp_id} is already finished ({exc.record.get('outcome')})") from exc
+                            f"experiment {exp_id} is already finished ({exc.record.outcome})") from exc
     except StopFailed as exc:
         raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)) from exc
     if result.record is None:
