@@ -336,7 +336,7 @@ def test_a_member_node_that_disappears_is_replaced_on_the_relaunch(hosts, client
     gang = client.submit_file(sc.blueprint, nodes=["nodeA", "nodeB", "nodeC"])["id"]
     logs = sc.results / "logs"
     wait_for(lambda: state(client, gang) == "running", 60, "the gang to run")
-    assert GangStore(store.r).records.raw(gang).nodes == ["nodeA", "nodeB"]  # type: ignore[union-attr]
+    assert GangStore(store.r).get(gang).nodes == ["nodeA", "nodeB"]  # type: ignore[union-attr]
     wait_for(lambda: "Training Progress" in (logs / "attempt-1-rank0.log").read_text(), 60, "a training step")
     hosts.kill("nodeB")  # the member node is gone for good: no heartbeat, no rank job (its command is out of reach)
 
