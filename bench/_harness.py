@@ -110,10 +110,10 @@ class Cluster:
         psutil.wait_procs(tree, timeout=10)
 
     def state(self, exp_id: str) -> str:
-        return str((self.store.get(exp_id) or {}).get("state") or "")
+        return str((self.store.records.raw(exp_id) or {}).get("state") or "")
 
     def transition_at(self, exp_id: str, dest: str) -> float | None:
-        for e in self.store.events(exp_id):
+        for e in self.store.events.read(exp_id):
             if e.get("type") == "transition" and e.get("to") == dest:
                 return float(e["at"])
         return None

@@ -39,22 +39,24 @@ def one_run(tmp: Path, lease: float) -> tuple[float, float, float]:
         first = start_worker(env, "n1", "--gpus", "0")
         try:
             t0 = time.monotonic()
-            wait(lambda: store.nodes(), 120, "the first worker's heartbeat")
+            wait(lambda: store.nodes.all(), 120, "the first worker's heartbeat")
             floor = time.monotonic() - t0
             exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-            wait(lambda: (store.get(exp_id) or {}).get("state") == "running", 120, "the run to be running", 0.05)
-            dead = (store.get(exp_id) or {})["owner"]
+            wait(lambda: (store.records.raw(exp_id) or {}).get("state") == "running", 120, "the run to be running",
+                 0.05)
+            dead = (store.records.raw(exp_id) or {})["owner"]
         finally:
             kill_group(first)
         t0 = time.monotonic()
         second = start_worker(env, "n1", "--gpus", "0")
         try:
             def event(kind: str) -> bool:
-                return any(e.get("type") == kind for e in store.events(exp_id))
+                return any(e.get("type") == kind for e in store.events.read(exp_id))
 
             wait(lambda: event("adoption"), 120, "the new supervisor's scan", 0.02)
             scanned = time.monotonic() - t0
-            wait(lambda: (store.get(exp_id) or {}).get("owner") not in (None, "", dead), 120, "the adoption", 0.02)
+            wait(lambda: (store.records.raw(exp_id) or {}).get("owner") not in (None, "", dead), 120, "the adoption",
+                 0.02)
             adopted = time.monotonic() - t0
         finally:
             kill_group(second)

@@ -44,13 +44,15 @@ def fill(store: Store, nodes: int, runs: int, queued: int, finished: int) -> Non
     n = 0
     for node in range(nodes):
         for _ in range(runs):
-            store.create(f"r{n}", {"state": "queued", **BIG}, {})
+            store.records.create(f"r{n}", {"state": "queued", **BIG}, {})
             for state in ("launching", "running"):
-                store.transition(f"r{n}", expected_version=None, fields={"state": state, "node": f"node{node}",
-                                 "lease_until": time.time() + 60}, event={"type": "transition"}, node=f"node{node}")
+                store.records.transition(f"r{n}", expected_version=None,
+                                         fields={"state": state, "node": f"node{node}",
+                                                 "lease_until": time.time() + 60},
+                                         event={"type": "transition"}, node=f"node{node}")
             n += 1
     for i in range(queued):
-        store.create(f"q{i}", {"state": "queued", **BIG}, {})
+        store.records.create(f"q{i}", {"state": "queued", **BIG}, {})
     pipe = store.r.pipeline(transaction=False)
     for i in range(finished):  # written directly (fast), then indexed as an older store would be
         pipe.hset(f"ajet:exp:f{i}", mapping={"id": f"f{i}", "state": "finished", "outcome": "completed",
@@ -61,7 +63,7 @@ def fill(store: Store, nodes: int, runs: int, queued: int, finished: int) -> Non
             pipe.execute()
     pipe.execute()
     store.r.delete("ajet:index_version")
-    store.ensure_indexes()
+    store.indexes.backfill()
 
 
 def timed(fn, repeat: int = 20) -> tuple[float, int]:
@@ -78,8 +80,8 @@ def scan_costs(store: Store, node: str) -> tuple[tuple[float, int], tuple[float,
     # a node whose supervisor does not hold the queue-check lease (all but one: workers/node/queue_check.py)
     ClusterLease(store.r, LEASE_NAME, "another-node", 3600).hold()
     check = QueueChecker(store, node, 300.0)
-    new = timed(lambda: (check.run(0.0), store.node_active(node, SCAN_FIELDS)))
-    old = timed(lambda: store.unfinished(), repeat=5)
+    new = timed(lambda: (check.run(0.0), store.indexes.node_active(node, SCAN_FIELDS)))
+    old = timed(lambda: store.records.unfinished(), repeat=5)
     return new, old
 
 

@@ -44,7 +44,7 @@ def main() -> None:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         store = Store.from_url(redis_server.url)
         try:
-            wait(lambda: store.nodes(), 30)
+            wait(lambda: store.nodes.all(), 30)
             to_running, exit_to_flag, total = [], [], []
             for i in range(N):
                 bp = materialize("demo", work / f"run{i}")
@@ -53,9 +53,10 @@ def main() -> None:
                              .replace("total_training_steps: 10", "total_training_steps: 2"))
                 t0 = time.time()
                 exp_id = submit(store, bp.read_text(), node="bench")["id"]
-                wait(lambda i=exp_id: (store.get(i) or {}).get("state") in ("running", "collecting", "finished"), 60)
-                running_at = next(e["at"] for e in store.events(exp_id) if e.get("trigger") == "launched")
-                wait(lambda i=exp_id: (store.get(i) or {}).get("state") == "finished", 60)
+                wait(lambda i=exp_id: (store.records.raw(i) or {}).get("state") in ("running", "collecting",
+                                                                                    "finished"), 60)
+                running_at = next(e["at"] for e in store.events.read(exp_id) if e.get("trigger") == "launched")
+                wait(lambda i=exp_id: (store.records.raw(i) or {}).get("state") == "finished", 60)
                 t1 = time.time()
                 results = work / f"run{i}/results"
                 exited = (results / "logs/attempt-1.rc").stat().st_mtime

@@ -1,7 +1,7 @@
 """What reading and writing events through their models (store/events.py) costs, per event.
 
 Run: .venv/bin/python bench/bench_events.py [--events 10000]
-`checked` is what every Store.publish/transition adds before its Redis call; `parse_event(...).to_dict()` is
+`checked` is what every EventLog.publish/Records.transition adds before its Redis call; `parse_event(...).to_dict()` is
 what a reader (the client, the CLI, the console) pays per event it types. Prints microseconds per event.
 """
 

@@ -83,13 +83,13 @@ def fill(r: redis.Redis, total: int, unfinished: int, recent: int, queued: int =
             pipe.execute()
     pipe.execute()
     store = Store(r)
-    store.ensure_indexes()  # the per-state indexes and the expiry schedule, as the transition script keeps them
+    store.indexes.backfill()  # the per-state indexes and the expiry schedule, as the transition script keeps them
     for n in range(10):
-        store.heartbeat(f"node{n}", {"gpus": 8, "gpus_busy": 3, "slots": 8, "running": []}, ttl=2)
+        store.nodes.heartbeat(f"node{n}", {"gpus": 8, "gpus_busy": 3, "slots": 8, "running": []}, ttl=2)
     q = queue(r, "default")
     for i in range(min(unfinished, 50)):
         q.enqueue("ajet_runner.workers.drive.jobs.drive", f"exp-{i:06d}", job_id=f"drive-{i}")
-    s = store.stats()
+    s = store.counters.read()
     assert s is not None
 
 

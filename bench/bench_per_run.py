@@ -85,7 +85,7 @@ def main(argv: list[str]) -> None:
     seconds = float(argv[2]) if len(argv) > 2 else 20.0
     with cluster() as c:
         worker = c.worker(slots=runs)
-        wait(lambda: c.store.nodes(), 30, "the worker")
+        wait(lambda: c.store.nodes.all(), 30, "the worker")
         settle(lambda: tree(worker.pid))  # the watcher's start-up (imports, plot preload) is over
         idle_cpu, idle_pss = measure(lambda: tree(worker.pid), seconds / 2)
         ids = [submit(c.store, blueprint(c.work / f"run{i}", SCRIPT).read_text(), node="bench")["id"]
@@ -100,7 +100,7 @@ def main(argv: list[str]) -> None:
         minimal.kill()
         minimal.wait()
         for e in ids:
-            c.store.request_cancel(e)
+            c.store.runs.request_cancel(e)
         wait(lambda: all(c.state(e) == "finished" for e in ids), 120, "all stopped")
     per_cpu = (busy_cpu - idle_cpu) / runs * 100
     per_pss = (busy_pss - idle_pss) / runs / 1e6

@@ -121,7 +121,7 @@ def main(argv: list[str]) -> None:
     seconds = float(argv[2]) if len(argv) > 2 else 30.0  # two watch-metrics flushes (every 15 s)
     with cluster() as c:
         worker = c.worker(slots=runs)
-        wait(lambda: c.store.nodes(), 30, "the worker")
+        wait(lambda: c.store.nodes.all(), 30, "the worker")
         wait(lambda: watcher_pid(worker.pid), 30, "the watcher")
         time.sleep(3)  # the watcher's start (its first heartbeat, queue registration) is over
         idle_cpu = redis_cpu(c.store.r, seconds / 2)
@@ -136,7 +136,7 @@ def main(argv: list[str]) -> None:
         busy_cpu = redis_cpu(c.store.r, seconds / 2)  # without MONITOR, which costs Redis CPU itself
         by_cmd, per_run, other, size = monitor(c.url, ids, seconds)
         for e in ids:
-            c.store.request_cancel(e)
+            c.store.runs.request_cancel(e)
         wait(lambda: all(c.state(e) == "finished" for e in ids), 120, "all stopped")
     idle = sum(idle_cmds.values()) / seconds
     print(f"idle worker ({runs} slots, no run), {seconds:.0f} s window: {idle:6.2f} commands/s "

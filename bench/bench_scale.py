@@ -43,9 +43,10 @@ from redis.client import Pipeline
 from ajet_runner.service.embedded import EmbeddedRedis
 from ajet_runner.store.keys import INDEX, exp_key, gpu_key
 from ajet_runner.store.lease import ClusterLease
-from ajet_runner.store.queue import DEFAULT_QUEUE, drive_job_id, enqueue_drive, node_queue
+from ajet_runner.store.queue import DEFAULT_QUEUE, drive_job_id, node_queue
+from ajet_runner.store.record_store import encode
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.store import Store, _encode
+from ajet_runner.store.store import Store
 from ajet_runner.workers.identity.this_node import NodeInfo
 from ajet_runner.workers.node.queue_check import LEASE_NAME
 from ajet_runner.workers.node.supervisor import ADOPT_SCAN_SECONDS, HEARTBEAT_SECONDS, NodeSupervisor
@@ -112,7 +113,7 @@ def quiet(r: redis.Redis, deadline: float = 120.0) -> Cost:
 
 # -- the simulated cluster -----------------------------------------------------------------------
 def _bulk(store: Store, items: range, write: Callable[[Pipeline, int, float], None]) -> None:
-    """Records written as `Store.create` and `Store.transition` write them (the same commands, the real
+    """Records written as `Records.create` and `Records.transition` write them (the same commands, the real
     transition script), 250 to a MULTI: a create per round trip took ~25 ms each on a busy 2-core box."""
     for lo in range(items.start, items.stop, 250):
         pipe = store.r.pipeline(transaction=True)
@@ -124,23 +125,23 @@ def _bulk(store: Store, items: range, write: Callable[[Pipeline, int, float], No
 
 def _create(store: Store, pipe: Pipeline, exp_id: str, fields: dict[str, Any], now: float) -> None:
     record = {"id": exp_id, "version": 0, "created_at": now, "state": "queued", **fields}
-    pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(_encode(record))] * 2, strict=True)))
+    pipe.hset(exp_key(exp_id), mapping=dict(zip(*[iter(encode(record))] * 2, strict=True)))
     pipe.zadd(INDEX, {exp_id: now})
-    keys, args = store._transition_call(exp_id, expected_version=0, fields={}, event={"type": "submitted"},
-                                        node=str(fields.get("target_node") or ""))
-    store._transition(keys=keys, args=args, client=pipe)
+    keys, args = store.records._transition_call(exp_id, expected_version=0, fields={}, event={"type": "submitted"},
+                                                node=str(fields.get("target_node") or ""))
+    store.records._transition(keys=keys, args=args, client=pipe)
 
 
 def add_running(store: Store, nodes: int, runs: int) -> None:
     def write(pipe: Pipeline, k: int, now: float) -> None:
         n, exp_id = k // runs, f"n{k // runs}r{k % runs}"
         _create(store, pipe, exp_id, {"blueprint": BLUEPRINT}, now)
-        keys, args = store._transition_call(exp_id, expected_version=None, event={"type": "transition"},
-                                            node=f"node{n}",
-                                            fields={"state": "running", "node": f"node{n}", "owner": f"o{n}",
-                                                    "lease_until": now + 3600})
-        store._transition(keys=keys, args=args, client=pipe)
-        store._reserve(keys=[gpu_key(f"node{n}")], args=[exp_id, 1, 8], client=pipe)
+        keys, args = store.records._transition_call(exp_id, expected_version=None, event={"type": "transition"},
+                                                    node=f"node{n}",
+                                                    fields={"state": "running", "node": f"node{n}", "owner": f"o{n}",
+                                                            "lease_until": now + 3600})
+        store.records._transition(keys=keys, args=args, client=pipe)
+        store.slots._reserve(keys=[gpu_key(f"node{n}")], args=[exp_id, 1, 8], client=pipe)
     _bulk(store, range(nodes * runs), write)
 
 
@@ -152,7 +153,7 @@ def add_queued(store: Store, start: int, stop: int, nodes: int) -> None:
         queue = node_queue(target) if target else DEFAULT_QUEUE
         _create(store, pipe, exp_id, {"blueprint": BLUEPRINT, "job_id": job_id, "queue": queue,
                                       "target_node": target}, now)
-        enqueue_drive(store.r, store, exp_id, queue, job_id=job_id, pipeline=pipe)
+        store.jobs.enqueue_drive(exp_id, queue, job_id=job_id, pipeline=pipe)
     _bulk(store, range(start, stop), write)
 
 
@@ -171,7 +172,7 @@ def node_loop(sup: NodeSupervisor, offset: float, stop: threading.Event) -> None
         for key, at in due.items():
             if now >= at:
                 if key == "drain":
-                    sup.store.draining(sup.node.name)
+                    sup.store.nodes.draining(sup.node.name)
                 elif key == "beat":
                     sup.heartbeat()
                 else:
@@ -196,10 +197,10 @@ def driver_loop(url: str, n: int, runs: int, stop: threading.Event) -> None:
                 continue
             exp_id = f"n{n}r{key[4:]}"
             if key.startswith("poll"):
-                store.poll_run(exp_id, f"o{n}", 15 if int(now) % 5 == 0 else 0)
+                store.runs.poll_run(exp_id, f"o{n}", 15 if int(now) % 5 == 0 else 0)
                 due[key] = at + 2
             else:
-                store.append_log_tail(exp_id, [LINE] * 5, int(now * 1000))
+                store.log_tail.append(exp_id, [LINE] * 5, int(now * 1000))
                 reporter(exp_id, 0.002, 500, 0.5)  # flushes every 15 s, as the real one
                 due[key] = at + 1
         stop.wait(max(0.0, min(due.values()) - time.monotonic()))

@@ -77,11 +77,11 @@ def plant(store: Store, root: Path, stage: str, size: int, evals: int, cells: li
                "result_dir": str(result_dir), "launch_command": "python -m ajet.launcher --conf x.yaml"}
         (result_dir / "results.json").write_text(__import__("json").dumps(doc))
         (result_dir / "experiment_report.md").write_text("# report\n")
-        rec = store.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id),
-                                    "result_dir": str(result_dir), "purpose": doc["purpose"], "stage": stage,
-                                    "blueprint_json": {"exp_sweep_values": values}},
+        rec = store.records.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id),
+                                            "result_dir": str(result_dir), "purpose": doc["purpose"], "stage": stage,
+                                            "blueprint_json": {"exp_sweep_values": values}},
                            {"message": "submitted"}, result_dir_key=str(result_dir))
-        store.transition(exp_id, expected_version=int(rec["version"]), fields={
+        store.records.transition(exp_id, expected_version=int(rec["version"]), fields={
             "state": "finished", "outcome": "completed", "started_at": time.time() - 3600,
             "finished_at": time.time()}, event={"type": "transition", "to": "finished"})
         ids.append(exp_id)

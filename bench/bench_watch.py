@@ -58,7 +58,7 @@ def bench_stop(runs: int) -> None:
     ours, floor, rates = [], [], []
     with cluster() as c:
         c.worker()
-        wait(lambda: c.store.nodes(), 30, "the worker")
+        wait(lambda: c.store.nodes.all(), 30, "the worker")
         runner = TmuxRunner(c.sock)
         for i in range(runs):
             # floor: the same command in the same wrapper, stopped directly
@@ -78,7 +78,7 @@ def bench_stop(runs: int) -> None:
             rates.append(_mbps(log, 1.0))
             time.sleep(2)
             t0 = time.monotonic()
-            c.store.request_cancel(exp_id)
+            c.store.runs.request_cancel(exp_id)
             wait(lambda e=exp_id: c.state(e) == "finished", 60, "finished", interval=0.005)
             ours.append(time.monotonic() - t0)
             log.unlink(missing_ok=True)
@@ -93,7 +93,7 @@ def measure_exit(runs: int) -> dict[str, list[float]]:
     to_collect, to_flag, floor = [], [], []
     with cluster() as c:
         c.worker()
-        wait(lambda: c.store.nodes(), 30, "the worker")
+        wait(lambda: c.store.nodes.all(), 30, "the worker")
         for i in range(runs):
             wd = c.work / f"run{i}"
             script = (f"{PY} -m ajet.launcher --conf tests/bench/benchmark_math/benchmark_math.yaml --backbone verl\n"
@@ -111,7 +111,7 @@ def measure_exit(runs: int) -> dict[str, list[float]]:
             text = (results / "logs/attempt-1.log").read_text()
             exit_at = float(text.rsplit("BENCH_EXIT_AT ", 1)[1].split()[0])
             rc_at = (results / "logs/attempt-1.rc").stat().st_mtime
-            collecting = next(e for e in c.store.events(exp_id)
+            collecting = next(e for e in c.store.events.read(exp_id)
                               if e.get("type") == "transition" and e.get("to") == "collecting")
             redis_at = int(collecting["event_id"].split("-")[0]) / 1000  # when Redis stored it
             floor.append(rc_at - exit_at)
@@ -143,7 +143,7 @@ def _adopt_once(c, name: str, size: int) -> tuple[float, float, float]:
         script += f"truncate -s +{size - 2 * real} {log}\nyes '{filler}' | head -c {real}\n"
     bp = blueprint(c.work / name, script + "exec sleep 600")
     first = c.worker()
-    wait(lambda: c.store.nodes(), 30, "the worker")
+    wait(lambda: c.store.nodes.all(), 30, "the worker")
     exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
     wait(lambda: c.state(exp_id) == "running", 60, "running")
     wait(lambda: log.exists() and log.stat().st_size >= size - 4096, 120, "the log to be written", interval=0.1)
@@ -151,13 +151,13 @@ def _adopt_once(c, name: str, size: int) -> tuple[float, float, float]:
     wait(lambda: ckpt.exists() and json.loads(ckpt.read_text())["offset"] >= log.stat().st_size, 120,
          "the watcher to checkpoint at the end", interval=0.1)
     c.kill(first)
-    wait(lambda: float((c.store.get(exp_id) or {}).get("lease_until") or 0) < c.store.server_time(), 60,
+    wait(lambda: float((c.store.records.raw(exp_id) or {}).get("lease_until") or 0) < c.store.server_time(), 60,
          "the dead worker's lease to run out", interval=0.05)
     t0 = time.time()
     second = c.worker()
-    adopted = wait(lambda: next((e["at"] for e in c.store.events(exp_id) if e.get("type") == "adopted"), None),
+    adopted = wait(lambda: next((e["at"] for e in c.store.events.read(exp_id) if e.get("type") == "adopted"), None),
                    120, "adopted", interval=0.005)
-    c.store.request_cancel(exp_id)
+    c.store.runs.request_cancel(exp_id)
     wait(lambda: c.state(exp_id) == "finished", 120, "finished", interval=0.005)
     done = time.time()
     c.kill(second)
@@ -184,18 +184,18 @@ def bench_fatal(runs: int) -> None:
     ours = []
     with cluster() as c:
         c.worker()
-        wait(lambda: c.store.nodes(), 30, "the worker")
+        wait(lambda: c.store.nodes.all(), 30, "the worker")
         for i in range(runs):
             script = (f"{PY} -c 'import time; print(\"BENCH_FATAL_AT %r\" % time.time(), flush=True)'\n"
                       f"cat {oom}\nexec sleep 600")
             wd = c.work / f"run{i}"
             exp_id = submit(c.store, blueprint(wd, script).read_text(), node="bench")["id"]
-            failing = wait(lambda e=exp_id: next((x for x in c.store.events(e) if x.get("type") == "transition"
+            failing = wait(lambda e=exp_id: next((x for x in c.store.events.read(e) if x.get("type") == "transition"
                                                   and x.get("to") == "failing"), None), 120, "failing")
             text = (wd / "results/logs/attempt-1.log").read_text()
             at = float(text.split("BENCH_FATAL_AT ", 1)[1].split()[0])
             ours.append(int(failing["event_id"].split("-")[0]) / 1000 - at)
-            c.store.request_cancel(exp_id)
+            c.store.runs.request_cancel(exp_id)
             wait(lambda e=exp_id: c.state(e) == "finished", 120, "finished")
     print(f"fatal line in a live, hanging process: {runs} runs (cuda_oom, catalogue settle {settle:.0f} s)")
     print(line("fatal line -> failing (in Redis)", ours, [settle], unit="s", scale=1.0))
@@ -208,7 +208,7 @@ def bench_backlog(megabytes: int) -> None:
     size = megabytes * 1_000_000
     with cluster(AJET_RUNNER_LEASE_SECONDS="3") as c:
         first = c.worker()
-        wait(lambda: c.store.nodes(), 60, "the worker")
+        wait(lambda: c.store.nodes.all(), 60, "the worker")
         bp = blueprint(c.work / "b", f"sleep 5\nyes '{filler}' | head -c {size}\nexec sleep 600")
         exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
         log = c.work / "b/results/logs/attempt-1.log"
@@ -216,11 +216,11 @@ def bench_backlog(megabytes: int) -> None:
         c.kill(first)
         wait(lambda: log.exists() and log.stat().st_size >= size, 120, "the backlog written", 0.05)
         c.worker()
-        caught = wait(lambda: next((e for e in c.store.events(exp_id) if e.get("type") == "scan_caught_up"), None),
+        caught = wait(lambda: next((e for e in c.store.events.read(exp_id) if e.get("type") == "scan_caught_up"), None),
                       1200, "the catch-up", 0.2)
         ours = float(caught["seconds"])
         load = os.getloadavg()[0]
-        c.store.request_cancel(exp_id)
+        c.store.runs.request_cancel(exp_id)
         wait(lambda: c.state(exp_id) == "finished", 120, "finished")
         from ajet_runner.workers.executors.handle import RunHandle
         from ajet_runner.workers.watching.watch import AttemptWatch
@@ -267,7 +267,7 @@ def _biglog_stop(c, name: str, with_head: bool, mb: float = BIGLOG_MB) -> float:
     log = c.work / f"{name}/results/logs/attempt-1.log"
     wait(lambda: _caught_up(log, mb), 180, "the log written and scanned", interval=0.05)
     t0 = time.monotonic()
-    c.store.request_cancel(exp_id)
+    c.store.runs.request_cancel(exp_id)
     wait(lambda: c.state(exp_id) == "finished", 120, "finished", interval=0.005)
     took = time.monotonic() - t0
     log.unlink(missing_ok=True)
@@ -280,7 +280,7 @@ def _biglog_overshoot(c, name: str, with_head: bool, limit: int, mb: float = BIG
     exp_id = submit(c.store, bp.read_text(), node="bench")["id"]
     wait(lambda: c.state(exp_id) == "finished", limit + 180, "finished", interval=0.005)
     done = time.time()
-    rec = c.store.get(exp_id) or {}
+    rec = c.store.records.raw(exp_id) or {}
     assert rec.get("outcome") == "timed_out", rec.get("outcome")
     (c.work / f"{name}/results/logs/attempt-1.log").unlink(missing_ok=True)
     return done - (float(rec["started_at"]) + limit)
@@ -292,7 +292,7 @@ def measure_biglog(runs: int, limit: int, mb: float = BIGLOG_MB) -> dict[str, li
     stop_with, stop_without, over_with, over_without = [], [], [], []
     with cluster() as c:
         c.worker()
-        wait(lambda: c.store.nodes(), 60, "the worker")
+        wait(lambda: c.store.nodes.all(), 60, "the worker")
         for i in range(runs):  # back to back, alternating, so the machine's load falls on both alike
             stop_with.append(_biglog_stop(c, f"sw{i}", True, mb))
             stop_without.append(_biglog_stop(c, f"so{i}", False, mb))

@@ -199,7 +199,7 @@ def _finished_count(store: Store, ids: list[str]) -> int:
 def _both_alive(store: Store, cluster: Cluster | None = None) -> bool:
     """Both nodes heartbeat now (within 3 s) -- from the current supervisor's pid, when known."""
     now = time.time()
-    nodes = {n["name"]: n for n in store.nodes() if now - float(n.get("last_seen", 0)) < 3}
+    nodes = {n["name"]: n for n in store.nodes.all() if now - float(n.get("last_seen", 0)) < 3}
     for host in HOSTS:
         info = nodes.get(f"host-{host}")
         if info is None:
@@ -217,7 +217,7 @@ def _upgrade(cluster: Cluster, host: str, figures: Figures, store: Store) -> str
     """Replace the host's worker by a new process, as an upgrade does (`systemctl restart` sends
     SIGTERM: the drivers hand their runs back, the runs stay in the session host)."""
     session_host = cluster.session_hosts[host]
-    running = {str(r.get("tmux_session")) for r in store.unfinished()
+    running = {str(r.get("tmux_session")) for r in store.records.unfinished()
                if r.get("node") == f"host-{host}" and r.get("state") == "running"}  # not lingering panes
     hosted = running & cluster.sessions(host)
     if not hosted:
@@ -291,7 +291,7 @@ def _orphans(url: str, ids: set[str]) -> int:
 
 def _judge(store: Store, ids: list[str], scenarios: list, figures: Figures) -> None:  # type: ignore[type-arg]
     for exp_id, sc in zip(ids, scenarios, strict=True):
-        rec = store.get(exp_id)
+        rec = store.records.raw(exp_id)
         if rec is None or rec.get("state") != "finished":
             figures.lost += 1
             print(f"  lost: {exp_id} ({(rec or {}).get('state', 'no record')})")
@@ -304,7 +304,7 @@ def _judge(store: Store, ids: list[str], scenarios: list, figures: Figures) -> N
         if len(logs) > attempts or finals > 1:
             figures.duplicate_launches += 1
             print(f"  duplicate: {exp_id} ({len(logs)} logs for {attempts} attempt(s), {finals} final lines)")
-            for e in store.events(exp_id):  # what happened, for the diagnosis
+            for e in store.events.read(exp_id):  # what happened, for the diagnosis
                 print("    " + " ".join(f"{k}={e[k]}" for k in ("at", "type", "trigger", "owner", "state", "node",
                                                                   "attempt", "message") if e.get(k) is not None)[:300])
             for p in logs:

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from ajet_runner.statemachine.lifecycle import State
+from ajet_runner.store.records import ExperimentRecord
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 
@@ -36,9 +37,9 @@ class ExperimentNotFound(LookupError):
 class AlreadyFinished(RuntimeError):
     """Stop of an experiment that is already finished."""
 
-    def __init__(self, record: dict[str, Any]) -> None:
+    def __init__(self, record: ExperimentRecord) -> None:
         self.record = record
-        super().__init__(f"experiment {record.get('id')} is already finished ({record.get('outcome') or 'no outcome'})")
+        super().__init__(f"experiment {record.id} is already finished ({record.outcome or 'no outcome'})")
 
 
 class StopFailed(RuntimeError):
@@ -53,19 +54,19 @@ class StopResult:
     deleted: bool
 
 
-def _flag(store: Store, exp_id: str, delete: bool) -> dict[str, Any]:
+def _flag(store: Store, exp_id: str, delete: bool) -> ExperimentRecord:
     """Set cancel (and delete) flags on an existing record only: never resurrect a deleted hash."""
-    if not store.request_stop(exp_id, delete=delete):
+    if not store.runs.request_stop(exp_id, delete=delete):
         raise ExperimentNotFound(exp_id)
-    rec = store.get(exp_id)
+    rec = store.records.get(exp_id)
     if rec is None:
         raise ExperimentNotFound(exp_id)
     return rec
 
 
-def _dequeue(store: Store, rec: dict[str, Any]) -> bool:
+def _dequeue(store: Store, rec: ExperimentRecord) -> bool:
     """Take the record's RQ job out of its queue; True if it was still waiting there."""
-    return store.remove_queued(str(rec.get("job_id") or ""), str(rec.get("queue") or ""))
+    return store.jobs.remove_queued(rec.job_id, rec.queue)
 
 
 def _writable_here(result_dir: str) -> bool:
@@ -84,12 +85,12 @@ def _settings_json(settings: Settings) -> str:
     return json.dumps(data, default=str)
 
 
-def _finish_inline(store: Store, exp_id: str, settings: Settings, rec: dict[str, Any]) -> None:
+def _finish_inline(store: Store, exp_id: str, settings: Settings, rec: ExperimentRecord) -> None:
     """Run the worker's cancel-finish in a child process (`python -m ajet_runner.workers.drive.cancel_queued`): the
     API never loads the driver. Raises StopFailed when the child could not write the result dir (or failed
     otherwise)."""
     cmd = [sys.executable, "-m", "ajet_runner.workers.drive.cancel_queued", exp_id,
-           str(rec.get("target_node") or "api")]
+           rec.target_node or "api"]
     try:
         done = subprocess.run(cmd, input=_settings_json(settings), capture_output=True, text=True,
                               timeout=FINISH_TIMEOUT_SECONDS, check=False)
@@ -105,26 +106,26 @@ def stop_experiment(store: Store, exp_id: str, settings: Settings, delete: bool 
 
     Never touches result files: a deleted experiment keeps its result dir and `finish.flag`.
     """
-    rec = store.get(exp_id)
+    rec = store.records.get(exp_id)
     if rec is None:
         raise ExperimentNotFound(exp_id)
-    if rec.get("state") == State.finished.value:
+    if rec.finished:
         if not delete:
             raise AlreadyFinished(rec)
-        store.delete(exp_id)
+        store.records.delete(exp_id)
         return StopResult(exp_id, None, finished=True, deleted=True)
     rec = _flag(store, exp_id, delete)
-    if rec.get("state") == State.queued.value and _writable_here(str(rec.get("result_dir") or "")):
+    if rec.state == State.queued.value and _writable_here(rec.result_dir):
         _dequeue(store, rec)
         _finish_inline(store, exp_id, settings, rec)
     # Else (the result dir is on another host's disk): the job stays queued and the first worker that
     # takes it sees the cancel flag before anything else and finishes it as cancelled, never launched.
-    rec = store.get(exp_id)
-    if rec is None:
+    view = store.records.raw(exp_id)  # the record whole, as the API shows it
+    if view is None:
         return StopResult(exp_id, None, finished=True, deleted=True)
-    finished = rec.get("state") == State.finished.value
+    finished = view.get("state") == State.finished.value
     if finished and delete:
         # The driver finished it before it could see delete_requested: drop it ourselves.
-        store.delete(exp_id)
+        store.records.delete(exp_id)
         return StopResult(exp_id, None, finished=True, deleted=True)
-    return StopResult(exp_id, rec, finished=finished, deleted=False)
+    return StopResult(exp_id, view, finished=finished, deleted=False)

@@ -49,7 +49,7 @@ def live_nodes(store: Store, now: float | None = None, nodes: list[dict[str, Any
                ) -> list[dict[str, Any]]:
     """The nodes that sent a heartbeat recently (of `nodes`, if already read)."""
     now = now or time.time()
-    return [n for n in (store.nodes() if nodes is None else nodes)
+    return [n for n in (store.nodes.all() if nodes is None else nodes)
             if now - float(n.get("last_seen", 0)) < NODE_ALIVE_SECONDS]
 
 
@@ -126,7 +126,7 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
         raise _refused(store, bp, exp_id, problems, blueprint_path, check_disk, roots=roots)
     needed, nnodes, per_node = _gpu_shape(bp, check_disk)
     dir_key = os.path.realpath(bp.exp_result_dir)
-    holder, nodes_seen = store.submission_view(dir_key)  # one round trip for every check below
+    holder, nodes_seen = store.result_dirs.submission_view(dir_key)  # one round trip for every check below
     try:
         live = live_nodes(store, nodes=nodes_seen)
         for name in [node, *named[1:]] if node and not wait_for_node else []:
@@ -159,10 +159,9 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
     # The claim on the result dir and the record (with its indexes and `submitted` event) in one
     # compare-and-set: of concurrent submissions naming one dir, one wins; the others write nothing.
     try:
-        store.create(exp_id, record, {"message": f"submitted to queue {queue_name}" + (f"; {unserved}" if unserved
-                                                                                      else ""),
-                                      "purpose": bp.exp_purpose},
-                     result_dir_key=dir_key, stage_settings=stage_settings if stage else None)
+        message = f"submitted to queue {queue_name}" + (f"; {unserved}" if unserved else "")
+        store.records.create(exp_id, record, {"message": message, "purpose": bp.exp_purpose},
+                             result_dir_key=dir_key, stage_settings=stage_settings if stage else None)
     except ResultDirTaken as taken:
         raise _dir_taken(bp.exp_result_dir, taken.holder, taken.state, taken.held_dir, dir_key) from None
     try:
@@ -176,17 +175,17 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
                     level=Level.error, field="exp_result_dir",
                     message=f"an earlier run's files could not be moved to previous/: {exc}")]) from None
         # The job only once the dir is ready: a worker never starts while the earlier run is being moved.
-        admitted = store.admit(exp_id, {"previous_run": previous}, also=lambda pipe: store.enqueue_drive(
+        admitted = store.records.admit(exp_id, {"previous_run": previous}, also=lambda pipe: store.jobs.enqueue_drive(
             exp_id, queue_name, at_front=priority == "high", max_seconds=bp.exp_max_time_seconds,
             job_id=job_id, pipeline=pipe))
         if unserved:  # said where people look (events, the console), not left to wait silently
             with contextlib.suppress(RedisError):
-                store.publish(exp_id, {"type": EventType.host, "state": "unserved", "host": bp.exp_host,
-                                       "message": unserved})
+                store.events.publish(exp_id, {"type": EventType.host, "state": "unserved", "host": bp.exp_host,
+                                              "message": unserved})
         return admitted
     except BaseException:
         with contextlib.suppress(RedisError):
-            store.withdraw(exp_id)  # never admitted: the record goes and the dir is free again
+            store.records.withdraw(exp_id)  # never admitted: the record goes and the dir is free again
         raise
 
 
@@ -200,7 +199,7 @@ def _refused(store: Store, bp: Any, exp_id: str, problems: Sequence[Problem], bl
     if check_disk and os.path.isabs(bp.exp_result_dir or "") and not any(p.field == "exp_result_dir" for p in errors):
         dir_key = os.path.realpath(bp.exp_result_dir)
         try:
-            store.hold_result_dir(dir_key, exp_id)
+            store.result_dirs.hold(dir_key, exp_id)
         except ResultDirTaken as taken:
             errors.append(Problem(level=Level.warning, field="exp_result_dir", message=(
                 f"no refusal report was written: {_holder_text(taken.holder, taken.state, taken.held_dir, dir_key)}")))
@@ -210,7 +209,7 @@ def _refused(store: Store, bp: Any, exp_id: str, problems: Sequence[Problem], bl
                     written = write_refusal(bp.exp_result_dir, exp_id, bp.exp_purpose, problems,
                                             blueprint_path=blueprint_path, codebase=bp.exp_codebase_dir)
             finally:
-                store.release_result_dir(dir_key, exp_id)
+                store.result_dirs.release(dir_key, exp_id)
     return SubmissionRejected(errors, status=status, report_dir=bp.exp_result_dir if written else "")
 
 

@@ -1,6 +1,6 @@
 """What an experiment's event stream carries, typed: one model per `EventType`, one union on `type`.
 
-The one definition of an event's shape: `Store.publish`/`Store.transition` (and the journal, before it
+The one definition of an event's shape: `EventLog.publish`/`Records.transition` (and the journal, before it
 queues a write) check what is written against it (`checked`), the API's event endpoints document their
 answer with it (every type in the OpenAPI schema; the events themselves are sent as stored), the console
 and the CLI read events through it, and the Python client returns these models.

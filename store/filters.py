@@ -18,12 +18,13 @@ older window.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from ajet_runner.statemachine.lifecycle import ACTIVE_STATES, FINISHED, Outcome, State
+from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, ACTIVE_STATES, FINISHED, Outcome, State
 from ajet_runner.store.keys import (
     EXPIRING,
     EXPIRING_WHERE,
@@ -109,8 +110,29 @@ class SearchWindow:
         return bool(self.before) or self.next_before is not None
 
 
+def unindex(pipe: Any, ids: list[str], nodes: Iterable[str] = ()) -> None:
+    """Queue on `pipe` the removal of `ids` from every index (and from the indexes of `nodes`)."""
+    pipe.zrem(INDEX, *ids)
+    pipe.srem(UNFINISHED, *ids)
+    pipe.zrem(EXPIRING, *ids)
+    pipe.hdel(EXPIRING_WHERE, *ids)
+    pipe.hdel(PURPOSES, *ids)
+    for name in STATE_NAMES:
+        pipe.zrem(state_index_key(name), *ids)
+    for name in OUTCOME_NAMES:
+        pipe.zrem(outcome_index_key(name), *ids)
+    for node in nodes:
+        pipe.zrem(node_index_key(node), *ids)
+        pipe.srem(node_active_key(node), *ids)
+        for name in STATE_NAMES:
+            pipe.zrem(node_state_key(node, name), *ids)
+        for name in OUTCOME_NAMES:
+            pipe.zrem(node_outcome_key(node, name), *ids)
+
+
 class Indexes:
-    """The list and search reads, the expiry sweep and the backfill, on one Redis client."""
+    """The list and search reads, the expiry sweep and the backfill, on one Redis client: what a filtered
+    list or a node's scan reads instead of every record."""
 
     def __init__(self, client: redis.Redis, retention_seconds: float = 0) -> None:
         self.r = client
@@ -158,6 +180,69 @@ class Indexes:
         _, (total, searched, nxt, found) = pipe.execute()
         return SearchWindow([text(i) for i in found], before, int(searched), int(total),
                             text(nxt) if nxt is not None else None)
+
+    def ids(self, offset: int = 0, limit: int = 1000, newest_first: bool = True) -> list[str]:
+        fn = self.r.zrevrange if newest_first else self.r.zrange
+        return [text(i) for i in fn(INDEX, offset, offset + limit - 1)]
+
+    def count(self) -> int:
+        return int(self.r.zcard(INDEX))
+
+    def ids_in(self, state: str | None = None, node: str | None = None, offset: int = 0, limit: int = 100,
+               *, outcome: str | None = None, stage: str | None = None) -> tuple[list[str], int]:
+        """Newest first, one page of the experiments matching every filter given, and how many match
+        (index zsets only, expired records swept out first)."""
+        return self.page(Query(state or "", node or "", outcome or "", stage or ""), offset, limit)
+
+    def node_active(self, node: str, names: Iterable[str]) -> list[dict[str, str]]:
+        """The node's launched, unfinished experiments with only the fields asked for: the scan reads
+        its own node's index, never the cluster's. Entries that moved on (finished, adopted by another
+        node, expired) are dropped from the index as they are met."""
+        names = list(dict.fromkeys(["state", "node", *names]))
+        recs = self._sort_fields(node_active_key(node), names)
+        live = [r for r in recs if r["node"] == node and r["state"] in ACTIVE_STATE_NAMES]
+        stale = {r["id"] for r in recs} - {r["id"] for r in live}
+        if stale:
+            self.r.srem(node_active_key(node), *stale)
+        return sorted(live, key=lambda r: r["id"])
+
+    def _sort_fields(self, key: str, names: list[str]) -> list[dict[str, str]]:
+        """`names` of every record whose id is in the set or zset `key`, in one command (SORT … GET:
+        Redis reads the hashes itself), whatever the number of records."""
+        flat = self.r.sort(key, by="nosort", get=["#", *(exp_key("*") + "->" + n for n in names)])
+        assert isinstance(flat, list)  # no `store=`: SORT returns the elements
+        width = len(names) + 1
+        out = []
+        for k in range(0, len(flat), width):
+            exp_id, values = text(flat[k]), flat[k + 1:k + width]
+            rec = {n: (text(v) if v is not None else "") for n, v in zip(names, values, strict=True)}
+            rec["id"] = exp_id
+            out.append(rec)
+        return out
+
+    def queued(self, names: Iterable[str]) -> list[dict[str, str]]:
+        """Queued experiments (the whole queue, not every record) with only the fields asked for."""
+        names = list(dict.fromkeys(["state", *names]))
+        recs = self._sort_fields(state_index_key(State.queued.value), names)
+        return [r for r in recs if r["state"] == State.queued.value]
+
+    def prune(self, ids: Iterable[str], keys: Iterable[str] = ()) -> int:
+        """Drop ids whose record is gone (expired after the retention time, deleted) from the indexes
+        (and from the index zsets `keys`, e.g. the node's or stage's a page was read from)."""
+        ids = list(ids)
+        if not ids:
+            return 0
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.exists(exp_key(i))
+        gone = [i for i, alive in zip(ids, pipe.execute(), strict=True) if not alive]
+        if gone:
+            pipe = self.r.pipeline(transaction=False)
+            unindex(pipe, gone)
+            for key in keys:
+                pipe.zrem(key, *gone)
+            pipe.execute()
+        return len(gone)
 
     def backfill(self, force: bool = False) -> bool:
         """Index every record as the transition script would now, once per INDEX_VERSION (idempotent: a

@@ -95,7 +95,7 @@ def first_record(store: Store, key: str, held: Claim, timeout: float = 10.0) -> 
     """
     deadline = time.monotonic() + timeout
     while True:
-        rec = store.get(held.exp_id)
+        rec = store.records.raw(held.exp_id)
         if rec is not None:
             return rec
         if store.r.get(redis_key(key)) is None:

@@ -67,7 +67,7 @@ class QueueSuspects:
         queued = [_text(i) for i in self.store.r.zrange(state_index_key(State.queued.value), 0, -1)]
         look = [i for i in queued if i in far or i not in waiting]
         out = []
-        for rec in self.store.fields_of(look, (*SUSPECT_FIELDS, self.reported_field)):
+        for rec in self.store.records.fields_of(look, (*SUSPECT_FIELDS, self.reported_field)):
             if rec["state"] != State.queued.value:
                 continue
             lost = bool(rec["job_id"]) and not rec["owner"] and rec["id"] not in waiting

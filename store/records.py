@@ -1,7 +1,7 @@
 """What is stored, typed: the experiment record and the driver's context inside it.
 
 The Redis hash stays a flat map of strings (JSON for the fields in `JSON_FIELDS`); these models are
-how the code reads and writes it (`ExperimentRecord.from_hash` / `Store.record`, `Context.to_json`),
+how the code reads and writes it (`ExperimentRecord.from_hash` / `Records.record`, `Context.to_json`),
 so nothing parses the same dict twice. Unknown fields are ignored on read, so an older or newer
 record still loads.
 """

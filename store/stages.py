@@ -1,7 +1,7 @@
 """Stages: named groups of experiments (`submit --stage NAME`, a sweep, `ajet-runner stage add`).
 
 The record carries its stage (`stage` field); the stage's index (a zset of ids, store/keys.stage_key) is
-written in the MULTI that writes the record (store/stage_member.lua, from `Store.create`), or with the
+written in the MULTI that writes the record (store/stage_member.lua, from `Records.create`), or with the
 field by store/stage_add.lua. A stage's settings (its dir for the automatic report, its own webhook URL)
 and bookkeeping (the membership last reported) live in one hash beside it, written with its first accepted
 experiment (store/stage_member.lua): a refused submission leaves no stage and rewrites no settings. A stage
@@ -107,7 +107,7 @@ def evaluation_events(store: Store, exp_id: str) -> list[dict[str, Any]]:
     results.json cannot be read."""
     out: list[dict[str, Any]] = []
     after = "0-0"
-    while batch := store.events(exp_id, after=after, count=1000):
+    while batch := store.events.read(exp_id, after=after, count=1000):
         out += [e for e in batch if e.get("type") == EventType.evaluation]
         after = batch[-1]["event_id"]
     return out

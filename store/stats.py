@@ -2,7 +2,7 @@
 
 Callers say what happened (`TransitionStats`: which transition, which repair result, ...). How a pair
 of labels is packed into one field of a Redis counter hash (`a>b`, `a|b`) is this module's business
-only: `Store.transition` packs, `service/cluster_metrics.py` unpacks with `split_*`.
+only: `Records.transition` packs, `service/cluster_metrics.py` unpacks with `split_*`; `Counters` reads them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import redis
 from pydantic import BaseModel
+
+from ajet_runner.store.keys import STATS_NAMES, duration_bucket_key, stats_key
+from ajet_runner.store.records import text
 
 _TRANSITION_SEP = ">"
 _PAIR_SEP = "|"
@@ -54,6 +58,26 @@ class TransitionStats(BaseModel):
             out["advised"] = pair_label(*self.advised)
         if self.write_failure:
             out["write_failure"] = self.write_failure
+        return out
+
+
+class Counters:
+    """The counter hashes the transitions bump (keys.stats_key, keys.duration_bucket_key), read for /metrics."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.r = client
+
+    def read(self) -> dict[str, dict[str, float]]:
+        """Every counter hash by name, and each outcome's duration buckets as `duration_bucket:<outcome>`."""
+        pipe = self.r.pipeline(transaction=False)
+        names = list(STATS_NAMES)
+        for n in names:
+            pipe.hgetall(stats_key(n))
+        out = {n: {k.decode(): float(v) for k, v in raw.items()} for n, raw in zip(names, pipe.execute(),
+                                                                                    strict=True)}
+        for outcome in out["outcomes"]:
+            raw = self.r.hgetall(duration_bucket_key(outcome))
+            out[f"duration_bucket:{outcome}"] = {text(k): float(v) for k, v in raw.items()}
         return out
 
 

@@ -75,7 +75,7 @@ def seed(store: Store, exp_id: str, tmp_path: Path, *, state: str = "queued", at
     """A record as submission (and earlier driving, for later states) would have left it."""
     bp = parse_blueprint(blueprint_text(tmp_path, command, max_time))
     lc = Lifecycle(id=exp_id, state=state, attempt=attempt)
-    store.create(exp_id, {
+    store.records.create(exp_id, {
         "state": state, "lifecycle": lc.to_dict(), "purpose": bp.exp_purpose, "result_dir": bp.exp_result_dir,
         "blueprint_json": bp.stored(), "attempt": attempt, "gpus_needed": 1, "queue": "default",
         "ctx": (ctx or Context()).to_json(), **fields,

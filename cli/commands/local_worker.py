@@ -26,7 +26,7 @@ def wait_for_node(store: Any, node: str, proc: subprocess.Popen[bytes], timeout:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the worker exited with code {proc.returncode} before it started")
-        if any(n["name"] == node for n in store.nodes()):
+        if any(n["name"] == node for n in store.nodes.all()):
             return
         time.sleep(0.05)
     raise RuntimeError(f"the worker did not register within {format_limit(timeout)}")

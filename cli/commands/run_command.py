@@ -81,10 +81,10 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
         console.print(f"  result dir: {rec['result_dir']}", soft_wrap=True, highlight=False, markup=False)
 
         def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
-            events = store.events(exp_id, after=after, block_ms=500)
-            return store.get(exp_id), events, events[-1]["event_id"] if events else after
+            events = store.events.read(exp_id, after=after, block_ms=500)
+            return store.records.raw(exp_id), events, events[-1]["event_id"] if events else after
 
-        final = follow(poll, console, on_interrupt=lambda: store.request_cancel(exp_id))
+        final = follow(poll, console, on_interrupt=lambda: store.runs.request_cancel(exp_id))
         outcome = final.get("outcome", "")
         console.print(f"[bold]{outcome}[/]: {escape(str(final.get('reason') or ''))}")
         console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}", soft_wrap=True,

@@ -28,7 +28,6 @@ import typer
 
 from ajet_runner.cli.commands import output
 from ajet_runner.statemachine.durations import format_duration, format_limit
-from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.store.connection import (
     RedisSettingsError,
     RedisTarget,
@@ -108,15 +107,15 @@ def _await_worker(store: Any, node: str, worker: Any, server: Any, failed: list[
 
 def _stop_experiments(store: Any, wait: float) -> None:
     """Ask every unfinished experiment to stop, and wait (up to `wait` seconds) until they are finished."""
-    live = [rec["id"] for rec in store.unfinished()]
+    live = [rec["id"] for rec in store.records.unfinished()]
     for exp_id in live:
-        store.request_cancel(exp_id)
+        store.runs.request_cancel(exp_id)
     if live:
         output.err(f"stopping {len(live)} experiment(s) and writing their reports (up to {format_limit(wait)}; "
                    "Ctrl-C again to leave them)")
     deadline = time.monotonic() + wait
     while live and time.monotonic() < deadline:
-        live = [i for i in live if (store.get(i) or {}).get("state") not in (None, FINISHED)]
+        live = [i for i in live if (rec := store.records.get(i)) is not None and not rec.finished]
         time.sleep(0.2)
 
 

@@ -184,17 +184,17 @@ def register(app: typer.Typer) -> None:
 
         store = Store.from_url(_need_redis(check=False))
         name = node or get_settings().node
-        known = [n["name"] for n in store.nodes()]
-        if name not in known and not (undo and store.draining(name)):
+        known = [n["name"] for n in store.nodes.all()]
+        if name not in known and not (undo and store.nodes.draining(name)):
             typer.echo(f"error: no node named {name!r} has a worker registered (known: {', '.join(known) or 'none'}); "
                        "see `ajet-runner nodes`", err=True)
             raise typer.Exit(2)
         if undo:
-            store.set_drain(name, False)
+            store.nodes.set_drain(name, False)
             result: dict[str, Any] = {"node": name, "draining": False}
         else:
             who = by or f"{getpass.getuser()}@{socket.gethostname()}"
-            store.set_drain(name, True, by=who, reason=reason, sticky=sticky)
+            store.nodes.set_drain(name, True, by=who, reason=reason, sticky=sticky)
             result = {"node": name, "draining": True, "by": who, "reason": reason, "sticky": sticky}
         if as_json:
             typer.echo(json.dumps(result))

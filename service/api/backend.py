@@ -37,7 +37,7 @@ class Backend:
         with self._lock:
             if self._store is None:
                 store = store_at(self._target(), socket_timeout=15, socket_connect_timeout=5, health_check_interval=10)
-                store.ensure_indexes()  # records from before the per-state/per-node indexes: once per cluster
+                store.indexes.backfill()  # records from before the per-state/per-node indexes: once per cluster
                 self._store = store
             return self._store
 

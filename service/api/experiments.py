@@ -45,7 +45,7 @@ def not_found(exp_id: str) -> HTTPException:
 
 
 def _record(be: Backend, exp_id: str) -> dict[str, Any]:
-    rec = be.store.get(exp_id)
+    rec = be.store.records.raw(exp_id)
     if rec is None:
         raise not_found(exp_id)
     return rec
@@ -165,7 +165,7 @@ def stop(exp_id: str, response: Response, be: Backend = Depends(backend)) -> dic
         raise not_found(exp_id) from exc
     except AlreadyFinished as exc:
         raise HTTPException(status.HTTP_409_CONFLICT,
-                            f"experiment {exp_id} is already finished ({exc.record.get('outcome')})") from exc
+                            f"experiment {exp_id} is already finished ({exc.record.outcome})") from exc
     except StopFailed as exc:
         raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)) from exc
     if result.record is None:
@@ -255,7 +255,7 @@ def log(
         except OSError:
             text = None
     if text is None:
-        lines = be.store.log_tail(exp_id, max(1, tail))
+        lines = be.store.log_tail.read(exp_id, max(1, tail))
         text = "\n".join(lines[-tail:])
         headers.update({"X-Log-Source": "redis", "X-Log-Offset": ""})
     elif not raw and text:
@@ -271,5 +271,5 @@ def nodes(be: Backend = Depends(backend)) -> list[dict[str, Any]]:
     """Every node that sent a heartbeat recently: GPUs, busy GPUs, slots, its running experiments."""
 
     now = time.time()
-    return [node_dict(n, now, NODE_ALIVE_SECONDS) for n in be.store.nodes()]
+    return [node_dict(n, now, NODE_ALIVE_SECONDS) for n in be.store.nodes.all()]
 

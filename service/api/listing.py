@@ -13,7 +13,7 @@ from ajet_runner.store.store import Store
 
 def summaries(store: Store, ids: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The summaries of `ids` (one pipeline of HMGETs), and the ids whose record is gone."""
-    recs, gone = store.partial_and_gone(ids, SUMMARY_FIELDS)
+    recs, gone = store.records.partial_and_gone(ids, SUMMARY_FIELDS)
     now = time.time()
     return [summary_dict(rec, now) for rec in recs], gone
 
@@ -36,5 +36,5 @@ def list_page(store: Store, query: Query, offset: int, limit: int, q: str = "", 
         items, gone = summaries(store, ids)
         if not gone:
             break
-        store.prune(gone, query.keys() or [])
+        store.indexes.prune(gone, query.keys() or [])
     return {"items": items, "total": total, "limit": limit, "offset": offset, "search": search}

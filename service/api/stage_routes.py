@@ -45,7 +45,7 @@ NOT_FOUND = error_responses(404, notes={404: "no stage with that name"})
 
 
 def _records(store: Store, ids: list[str], fields: tuple[str, ...] = SUMMARY_FIELDS) -> list[dict[str, Any]]:
-    return store.partial(ids, [*fields, "best_metrics"])
+    return store.records.partial(ids, [*fields, "best_metrics"])
 
 
 def _best(records: list[dict[str, Any]], metric: str = DEFAULT_METRIC) -> dict[str, Any] | None:
@@ -160,7 +160,7 @@ def _submit_stage(body: StageSubmitRequest, response: Response, be: Backend, key
 def _repeated(store: Store, answer: dict[str, Any]) -> dict[str, Any]:
     """The first submission's answer, its experiments as they are now (those whose records still exist)."""
     now = time.time()
-    records = store.partial([str(i) for i in answer.get("ids") or []], [*SUMMARY_FIELDS])
+    records = store.records.partial([str(i) for i in answer.get("ids") or []], [*SUMMARY_FIELDS])
     return {"stage": answer.get("stage", ""), "stage_dir": answer.get("stage_dir", ""),
             "experiments": [summary_dict(r, now) for r in records], "refused": answer.get("refused") or []}
 
@@ -185,10 +185,10 @@ def _resolve_dir(store: Store, result_dir: str) -> str | None:
     from ajet_runner.resultdir.stage_inputs import read_facts
 
     facts = read_facts(result_dir)
-    if facts is not None and store.exists(facts.id):
+    if facts is not None and store.records.exists(facts.id):
         return facts.id
     real = os.path.realpath(result_dir)
-    recs = store.fields_of(store.ids(0, 1_000_000), ("result_dir",))
+    recs = store.records.fields_of(store.indexes.ids(0, 1_000_000), ("result_dir",))
     return next((r["id"] for r in recs if r["result_dir"] and os.path.realpath(r["result_dir"]) == real), None)
 
 
@@ -230,7 +230,7 @@ def add_to_stage(name: str, body: StageAddRequest, be: Backend = Depends(backend
                 f"{d}: no experiment recorded for this result dir (not run by this runner, or its record expired)")})
         else:
             ids.append(found)
-    missing = [i for i in ids if not be.store.exists(i)]
+    missing = [i for i in ids if not be.store.records.exists(i)]
     problems += [{"level": "error", "field": "ids", "message": f"no experiment with id {i!r}"} for i in missing]
     if problems or not ids:
         detail = "; ".join(p["message"] for p in problems) or "give at least one id or result dir"
@@ -246,7 +246,7 @@ def stage_facts(be: Backend, name: str) -> list[ExperimentFacts]:
     from ajet_runner.resultdir.stage_inputs import facts_for
 
     ids = stage_ids(be.store, name)
-    records = be.store.all(ids)
+    records = be.store.records.all(ids)
     return facts_for(records, lambda exp_id: evaluation_events(be.store, exp_id),
                      read_files=be.settings.submit_check_disk)
 

@@ -59,7 +59,7 @@ def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE, window: in
     got = listing.list_page(store, query, start, page_size, q=f.q, scan_before=f.scan, window=window)
     total = int(got["total"])
     pages = max(1, -(-total // page_size))
-    return Page(got["items"], total, max(1, f.page), pages, sorted(n["name"] for n in store.nodes()),
+    return Page(got["items"], total, max(1, f.page), pages, sorted(n["name"] for n in store.nodes.all()),
                 stage_names(store), got["search"])
 
 
@@ -68,7 +68,7 @@ def evaluations(store: Store, exp_id: str) -> list[Evaluation]:
     out: list[Evaluation] = []
     after = "0-0"
     while True:
-        batch = store.events(exp_id, after=after, count=1000)
+        batch = store.events.read(exp_id, after=after, count=1000)
         if not batch:
             return out
         for e in batch:

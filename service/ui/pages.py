@@ -64,7 +64,7 @@ async def form(request: Request) -> dict[str, str]:
 
 
 def _record(be: Backend, exp_id: str) -> dict[str, Any]:
-    rec = be.store.get(exp_id)
+    rec = be.store.records.raw(exp_id)
     if rec is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no experiment with id {exp_id!r} (never submitted or deleted)")
     return rec
@@ -275,7 +275,7 @@ async def delete(exp_id: str, request: Request, who: Viewer = Depends(viewer),
 
 def _live_nodes(be: Backend) -> list[str]:
     now = time.time()
-    return [n["name"] for n in be.store.nodes() if now - float(n.get("last_seen", 0)) < NODE_ALIVE_SECONDS]
+    return [n["name"] for n in be.store.nodes.all() if now - float(n.get("last_seen", 0)) < NODE_ALIVE_SECONDS]
 
 
 @router.get("/submit", response_class=HTMLResponse)
@@ -365,7 +365,7 @@ async def _submit_stage(request: Request, who: Viewer, be: Backend, text: str, s
 
 def _nodes(be: Backend) -> dict[str, Any]:
     now = time.time()
-    return {"nodes": [node_dict(n, now, NODE_ALIVE_SECONDS) for n in be.store.nodes()], "now": now}
+    return {"nodes": [node_dict(n, now, NODE_ALIVE_SECONDS) for n in be.store.nodes.all()], "now": now}
 
 
 @router.get("/nodes", response_class=HTMLResponse)

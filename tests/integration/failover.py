@@ -187,19 +187,19 @@ def watchers(proc: subprocess.Popen[bytes]) -> set[int]:
 
 
 def _states(store: Store, ids: list[str]) -> dict[str, str]:
-    recs = store.fields_of(ids, ("state",))
+    recs = store.records.fields_of(ids, ("state",))
     return {r["id"]: str(r.get("state") or "") for r in recs}
 
 
 def judge(store: Store, ids: list[str], runs: list[Scenario], figures: FailoverFigures) -> None:
     for exp_id, sc in zip(ids, runs, strict=True):
-        rec = store.get(exp_id)
+        rec = store.records.raw(exp_id)
         if rec is None or rec.get("state") != "finished":
             figures.lost += 1
             figures.problems.append(f"lost: {exp_id} ({(rec or {}).get('state', 'no record')})")
             continue
         figures.finished += 1
-        figures.adoptions += sum(1 for e in store.events(exp_id) if e.get("type") == "adoption")
+        figures.adoptions += sum(1 for e in store.events.read(exp_id) if e.get("type") == "adoption")
         outcome = str(rec.get("outcome"))
         figures.outcomes[outcome] = figures.outcomes.get(outcome, 0) + 1
         logs = sorted((sc.results / "logs").glob("attempt-*.log"))
@@ -239,7 +239,7 @@ def run_failover(work: Path, tmux_socket: str, n: int = 12, slots: int = 3, rest
             procs += workers
             store = store_at(cluster.target, socket_timeout=5, socket_connect_timeout=2)
             deadline = time.monotonic() + 60
-            while {n_["name"] for n_ in store.nodes()} < {"node-a", "node-b"}:
+            while {n_["name"] for n_ in store.nodes.all()} < {"node-a", "node-b"}:
                 assert time.monotonic() < deadline, "the workers did not register"
                 assert all(w.poll() is None for w in workers), "a worker exited at start"
                 time.sleep(0.2)

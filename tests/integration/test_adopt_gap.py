@@ -75,7 +75,7 @@ def test_a_worker_killed_under_a_50_mb_s_writer_is_adopted_and_the_gap_is_scanne
     ckpt = work / "results/logs/attempt-1.scan.json"
     first = start_worker(env, "n1", "--gpus", "0")
     try:
-        wait_for(store.nodes, 30, "the worker to register")
+        wait_for(store.nodes.all, 30, "the worker to register")
         exp_id = submit(store, bp.read_text(), node="n1")["id"]
         wait_for(lambda: ckpt.exists() and json.loads(ckpt.read_text())["offset"] >= 32 << 20, 120,
                  "a checkpoint past 32 MB")
@@ -87,17 +87,17 @@ def test_a_worker_killed_under_a_50_mb_s_writer_is_adopted_and_the_gap_is_scanne
     wait_for(lambda: log.stat().st_size - saved >= GAP, 120, "the gap to grow past 512 MB", interval=0.2)
     t_adopt = time.monotonic()
     with running_worker(env, "n1", "--gpus", "0"):
-        adopted = wait_for(lambda: [e for e in store.events(exp_id) if e["type"] == "adopted"], 60, "the adoption")
-        resumed = wait_for(lambda: [e for e in store.events(exp_id) if e["type"] == "scan_resumed"], 30,
+        adopted = wait_for(lambda: [e for e in store.events.read(exp_id) if e["type"] == "adopted"], 60, "the adoption")
+        resumed = wait_for(lambda: [e for e in store.events.read(exp_id) if e["type"] == "scan_resumed"], 30,
                            "the scan to resume from the checkpoint")
         time.sleep(2)  # the writer goes on a little while the adopter reads the gap
         (work / "stop").touch()
-        failing = wait_for(lambda: [e for e in store.events(exp_id) if e.get("type") == "transition"
+        failing = wait_for(lambda: [e for e in store.events.read(exp_id) if e.get("type") == "transition"
                                     and e.get("to") == "failing"], 240, "the fatal line in the gap to be seen")
-        store.request_cancel(exp_id)
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "finished")
+        store.runs.request_cancel(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "finished")
     rate = float((work / "rate").read_text())
-    events = store.events(exp_id)
+    events = store.events.read(exp_id)
     with log.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         fatal_at = m.find(FATAL.encode())
         size = m.size()

@@ -44,7 +44,7 @@ def exp_id(sc: Scenario) -> str:
 
 
 def adviser_events(redis_url: str, eid: str) -> list[dict]:
-    return [e for e in Store.from_url(redis_url).events(eid) if e["type"] == "adviser"]
+    return [e for e in Store.from_url(redis_url).events.read(eid) if e["type"] == "adviser"]
 
 
 def test_unknown_failure_is_fixed_by_advice_completes_on_attempt_2_and_is_suggested(
@@ -81,7 +81,7 @@ def test_unknown_failure_is_fixed_by_advice_completes_on_attempt_2_and_is_sugges
     events = adviser_events(redis_url, eid)
     assert [e["status"] for e in events] == ["asking", "answered"]
     assert events[1]["result"] == "advised" and 0 <= events[1]["seconds"] < 30 and events[1]["asked_at"] > 0
-    stats = Store.from_url(redis_url).stats()["advised"]
+    stats = Store.from_url(redis_url).counters.read()["advised"]
     assert stats == {f"{MODEL}|relaunched": 1, f"{MODEL}|then completed": 1}
 
     # Learning: a suggested entry, listed by the CLI, and once adopted it names the failure.
@@ -170,7 +170,7 @@ def test_bad_answers_are_refused_and_the_run_fails_with_the_reason(tmp_path: Pat
         assert time.monotonic() - started < 60
         (answered,) = [e for e in adviser_events(redis_url, exp_id(sc)) if e["status"] == "answered"]
         assert 1.4 <= answered["seconds"] < 5 and answered["result"] == "no answer"
-    stats = Store.from_url(redis_url).stats()["advised"]
+    stats = Store.from_url(redis_url).counters.read()["advised"]
     assert stats == {f"{MODEL}|{rep['advice_result']}": 1}
 
 
@@ -187,7 +187,7 @@ def test_adviser_is_asked_at_most_max_asks_times(tmp_path: Path, tmux_socket: st
     events = adviser_events(redis_url, exp_id(sc))
     assert [e["status"] for e in events] == ["asking", "answered", "not asked"]
     assert "AJET_RUNNER_LLM_MAX_ASKS=1" in events[-1]["message"]
-    assert Store.from_url(redis_url).stats()["advised"] == {f"{MODEL}|relaunched": 1, f"{MODEL}|then failed": 1}
+    assert Store.from_url(redis_url).counters.read()["advised"] == {f"{MODEL}|relaunched": 1, f"{MODEL}|then failed": 1}
     assert not (tmp_path / "suggestions.yaml").exists()
 
 
@@ -204,7 +204,7 @@ def test_adviser_off_changes_nothing(tmp_path: Path, tmux_socket: str, redis_url
     (rep,) = data["repairs"]
     assert rep["source"] == "none" and rep["result"] == "not repairable" and rep["advised_by"] == ""
     assert adviser_events(redis_url, exp_id(sc)) == []
-    assert Store.from_url(redis_url).stats()["advised"] == {}
+    assert Store.from_url(redis_url).counters.read()["advised"] == {}
     assert "Advised by" not in (sc.results / "repair_log.md").read_text()
 
 

@@ -51,19 +51,19 @@ def test_a_stop_during_an_adviser_ask_ends_the_run_cancelled_within_2_s(
                          AJET_RUNNER_LLM_TIMEOUT_SECONDS="120",
                          AJET_RUNNER_CATALOGUE_SUGGESTIONS=str(tmp_path / "suggestions.yaml"))
         with running_worker(env, "n1", "--gpus", "0"):
-            wait_for(store.nodes, 30, "the worker to register")
+            wait_for(store.nodes.all, 30, "the worker to register")
             exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-            asking = wait_for(lambda: [e for e in store.events(exp_id)
+            asking = wait_for(lambda: [e for e in store.events.read(exp_id)
                                        if e.get("type") == "adviser" and e.get("status") == "asking"],
                               120, "the adviser to be asked")
             wait_for(lambda: llm.requests, 30, "the request to reach the model")
             stopped_at = time.time()
-            store.request_cancel(exp_id)
-            wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the run to finish")
+            store.runs.request_cancel(exp_id)
+            wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "the run to finish")
             finished_at = time.time()
-    rec = store.get(exp_id) or {}
+    rec = store.records.raw(exp_id) or {}
     assert rec["outcome"] == "cancelled", rec.get("reason")
-    events = store.events(exp_id)
+    events = store.events.read(exp_id)
     (cancel,) = [e for e in events if e.get("type") == "transition" and e.get("trigger") == "cancel"]
     assert cancel["from"] == "failing" and "while the adviser was asked" in cancel.get("reason", "")
     aborted = [e for e in events if e.get("type") == "adviser" and e.get("status") == "cancelled"]

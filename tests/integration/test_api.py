@@ -168,7 +168,7 @@ def test_too_large_bodies_get_413_before_parsing(api: TestClient, store: Store) 
 
     resp = api.post("/v1/experiments", content=chunks(), headers={**auth(), "Content-Type": "application/json"})
     assert resp.status_code == 413
-    assert store.count() == 0
+    assert store.indexes.count() == 0
 
 
 # -- submission --------------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def test_broken_blueprints_get_422_with_problems_naming_fields(api: TestClient, 
         assert resp.status_code == 422 and field in {p["field"] for p in resp.json()["problems"]}, resp.text
     resp = api.post("/v1/experiments", content=b"{not json", headers={**auth(), "Content-Type": "application/json"})
     assert resp.status_code == 422 and resp.json()["problems"][0]["field"] == "body"
-    assert store.count() == 0  # nothing half-done
+    assert store.indexes.count() == 0  # nothing half-done
 
 
 def test_paths_outside_the_allowed_roots_are_refused(redis_url: str, tmp_path: Path, store: Store) -> None:
@@ -197,7 +197,7 @@ def test_paths_outside_the_allowed_roots_are_refused(redis_url: str, tmp_path: P
     problems = {p["field"]: p["message"] for p in resp.json()["problems"]}
     assert "outside the allowed roots" in problems["exp_codebase_dir"]
     assert "outside the allowed roots" in problems["exp_result_dir"]
-    assert store.count() == 0
+    assert store.indexes.count() == 0
 
 
 def test_submit_get_list_and_events_page(api: TestClient, tmp_path: Path) -> None:
@@ -265,7 +265,7 @@ def test_delete_queued_stops_and_drops_it_at_once(api: TestClient, tmp_path: Pat
     rec, results = submit_demo(api, tmp_path)
     resp = api.delete(f"/v1/experiments/{rec['id']}", headers=auth())
     assert resp.status_code == 200 and resp.json() == {**resp.json(), "deleted": True}
-    assert store.get(rec["id"]) is None and store.count() == 0
+    assert store.records.raw(rec["id"]) is None and store.indexes.count() == 0
     assert json.loads((results / "finish.flag").read_text())["outcome"] == "cancelled"
 
 

@@ -43,7 +43,7 @@ def sim_yaml(sc, **sim: object) -> None:
 
 
 def transitions(store: Store, exp_id: str) -> list[dict]:
-    return [e for e in store.events(exp_id) if e.get("type") == "transition"]
+    return [e for e in store.events.read(exp_id) if e.get("type") == "transition"]
 
 
 def test_the_benign_corpus_in_a_live_run_ends_completed_with_one_attempt(
@@ -61,11 +61,11 @@ def test_the_benign_corpus_in_a_live_run_ends_completed_with_one_attempt(
     env = worker_env(redis_url, tmux_socket, AJET_RUNNER_DIAGNOSIS_SETTLE_SECONDS=str(SETTLE))
     t0 = time.monotonic()
     with running_worker(env, "n1", "--gpus", "0"):
-        wait_for(store.nodes, 30, "the worker to register")
+        wait_for(store.nodes.all, 30, "the worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
     took = time.monotonic() - t0
-    rec = store.get(exp_id) or {}
+    rec = store.records.raw(exp_id) or {}
     moves = [(e.get("from"), e.get("to"), e.get("trigger")) for e in transitions(store, exp_id)]
     print(f"benign live run: {took:.1f}s, transitions {moves}")
     assert rec["outcome"] == "completed", (rec.get("reason"), moves)
@@ -90,15 +90,15 @@ def test_a_real_fatal_line_in_a_live_process_is_failing_once_its_settle_has_pass
     log = sc.results / "logs" / "attempt-1.log"
     needle = "Set the environment variable HYDRA_FULL_ERROR=1"  # the OOM file's last lines are out
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
-        wait_for(store.nodes, 30, "the worker to register")
+        wait_for(store.nodes.all, 30, "the worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
         wait_for(lambda: log.exists() and needle in log.read_text(errors="replace"), 120, "the OOM to be printed",
                  interval=0.02)
         printed_at = time.time()
         failing = wait_for(lambda: [e for e in transitions(store, exp_id) if e.get("to") == "failing"], 60,
                            "the run to be failing")
-        store.request_cancel(exp_id)
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 90, "finished")
+        store.runs.request_cancel(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 90, "finished")
     (first,) = failing
     after = first["at"] - printed_at
     print(f"cuda_oom printed -> failing: {after:.2f}s (settle {settle:.0f}s)")

@@ -28,7 +28,7 @@ def test_many_journals_share_one_subscription_and_each_hears_its_own_stop(store:
     heard: dict[str, threading.Event] = {i: threading.Event() for i in ids}
     journals = []
     for i in ids:
-        store.create(i, {"state": "running", "owner": "me"}, {})
+        store.records.create(i, {"state": "running", "owner": "me"}, {})
         j = Journal(store, i, "me", version=1)
         j.on_cancel = heard[i].set
         journals.append(j)
@@ -37,7 +37,7 @@ def test_many_journals_share_one_subscription_and_each_hears_its_own_stop(store:
         wait_for(lambda: all(hub_for(store).subscribed(i) for i in ids), 10, "the subscriptions")
         assert subscribed_clients(store) <= before + 1  # the hub's one connection (if it is new), not five
         assert not any(name.startswith("cancel-e") for name in threads)  # no listener thread per run
-        assert store.request_cancel("e3")
+        assert store.runs.request_cancel("e3")
         assert heard["e3"].wait(5) and journals[3].cancel_requested()
         assert not any(heard[i].is_set() for i in ids if i != "e3")
     finally:
@@ -55,8 +55,8 @@ def test_two_registrations_of_one_run_are_kept_apart(store: Store) -> None:
     hub.register("r1", new.set)
     hub.unregister("r1", first)
     wait_for(lambda: hub.subscribed("r1"), 10, "the subscription")
-    store.create("r1", {"state": "running", "owner": "me"}, {})
-    assert store.request_cancel("r1")
+    store.records.create("r1", {"state": "running", "owner": "me"}, {})
+    assert store.runs.request_cancel("r1")
     assert new.wait(5)
     assert not old.is_set()
 
@@ -72,7 +72,7 @@ def test_a_failing_callback_does_not_deafen_the_other_runs(store: Store) -> None
     hub.register("good", heard.set)
     wait_for(lambda: hub.subscribed("bad") and hub.subscribed("good"), 10, "the subscriptions")
     for exp_id in ("bad", "good"):
-        store.create(exp_id, {"state": "running", "owner": "me"}, {})
-    assert store.request_cancel("bad")
-    assert store.request_cancel("good")
+        store.records.create(exp_id, {"state": "running", "owner": "me"}, {})
+    assert store.runs.request_cancel("bad")
+    assert store.runs.request_cancel("good")
     assert heard.wait(5)

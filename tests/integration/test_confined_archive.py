@@ -47,4 +47,4 @@ def test_a_previous_symlink_out_of_the_roots_is_refused_and_nothing_is_written_o
     assert "previous is a symlink" in problem["message"] and "never follows a link" in problem["message"]
     assert _tree(outside) == [] and _tree(sc.results) == before  # nothing outside, nothing moved, no flag
     store = Store.from_url(redis_url)
-    assert store.count() == 0 and store.r.hlen("ajet:result_dirs") == 0  # withdrawn: the dir is free again
+    assert store.indexes.count() == 0 and store.r.hlen("ajet:result_dirs") == 0  # withdrawn: the dir is free again

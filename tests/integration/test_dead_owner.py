@@ -81,13 +81,13 @@ def test_the_supervisor_takes_a_dead_owners_run_at_once_and_leaves_the_others(re
         "old-format": f"n1/{dead.pid}/abc123",
     }
     for exp_id, owner in owners.items():
-        store.create(exp_id, {"state": "running", "node": "n1", "target_node": "n1", "owner": owner,
-                              "lease_until": until}, {})
+        store.records.create(exp_id, {"state": "running", "node": "n1", "target_node": "n1", "owner": owner,
+                                      "lease_until": until}, {})
     sup = NodeSupervisor(Settings(redis_url=redis_url, lease_seconds=600), NodeInfo(name="n1", gpus=0, slots=1),
                          redis_url)
     assert sorted(sup.adopt_orphans()) == ["dead", "reused"]
     for exp_id, owner in owners.items():
-        rec = store.get(exp_id) or {}
+        rec = store.records.raw(exp_id) or {}
         assert rec["owner"] == owner  # the new driver writes its own owner when it takes the run
         assert (float(rec["lease_until"]) == 0) == (exp_id in ("dead", "reused")), exp_id
-    assert not store.end_dead_lease("live", owners["dead"])  # compare-and-set on the exact owner value
+    assert not store.runs.end_dead_lease("live", owners["dead"])  # compare-and-set on the exact owner value

@@ -58,11 +58,11 @@ def world(store: Store, rng: random.Random, count: int) -> None:
         target = rng.choice(["", "", *NODES])
         stage = rng.choice(["", *STAGES])
         purpose = " ".join(rng.sample(WORDS, 2)).strip()
-        store.create(exp_id, {"state": "queued", "target_node": target, "purpose": purpose,
-                              **({"stage": stage} if stage else {})}, {})
+        store.records.create(exp_id, {"state": "queued", "target_node": target, "purpose": purpose,
+                                      **({"stage": stage} if stage else {})}, {})
         if rng.random() < 0.1:
-            store.transition(exp_id, expected_version=None, fields={"state": "finished", "outcome": "cancelled"},
-                             event={"type": "transition"})
+            store.records.transition(exp_id, expected_version=None,
+                                     fields={"state": "finished", "outcome": "cancelled"}, event={"type": "transition"})
             continue
         node = target or rng.choice(NODES)
         steps: list[tuple[dict[str, str], str]] = [({"state": "launching", "node": node}, node),
@@ -74,8 +74,8 @@ def world(store: Store, rng: random.Random, count: int) -> None:
             steps.append(({"state": "failing"}, node))
         steps += [({"state": "collecting", "outcome": rng.choice(OUTCOMES)}, node), ({"state": "finished"}, node)]
         for fields, acting in steps[:rng.randint(0, len(steps))]:
-            store.transition(exp_id, expected_version=None, fields=fields, event={"type": "transition"},
-                             node=acting)
+            store.records.transition(exp_id, expected_version=None, fields=fields, event={"type": "transition"},
+                                     node=acting)
 
 
 def full_scan(store: Store) -> list[dict[str, str]]:
@@ -136,14 +136,15 @@ def test_every_filter_and_combination_returns_what_a_full_scan_returns(store: St
 
 
 def test_a_node_that_a_run_left_no_longer_lists_it(store: Store) -> None:
-    store.create("a", {"state": "queued", "target_node": "n1"}, {})
-    store.transition("a", expected_version=None, fields={"state": "running", "node": "n1"}, event={}, node="n1")
-    store.transition("a", expected_version=None, fields={"node": "n2"}, event={"type": "adopted"}, node="n2")
-    assert store.ids_in(node="n1") == ([], 0) and store.ids_in(node="n2") == (["a"], 1)
-    store.transition("a", expected_version=None, fields={"state": "finished", "outcome": "failed"}, event={},
-                     node="n2")
-    assert store.ids_in(outcome="failed", node="n2") == (["a"], 1) and store.ids_in(outcome="completed") == ([], 0)
-    assert store.ids_in(state="running", outcome="failed") == ([], 0)  # an outcome is a finished one's
+    store.records.create("a", {"state": "queued", "target_node": "n1"}, {})
+    store.records.transition("a", expected_version=None, fields={"state": "running", "node": "n1"}, event={}, node="n1")
+    store.records.transition("a", expected_version=None, fields={"node": "n2"}, event={"type": "adopted"}, node="n2")
+    assert store.indexes.ids_in(node="n1") == ([], 0) and store.indexes.ids_in(node="n2") == (["a"], 1)
+    store.records.transition("a", expected_version=None, fields={"state": "finished", "outcome": "failed"}, event={},
+                             node="n2")
+    assert store.indexes.ids_in(outcome="failed", node="n2") == (["a"], 1)
+    assert store.indexes.ids_in(outcome="completed") == ([], 0)
+    assert store.indexes.ids_in(state="running", outcome="failed") == ([], 0)  # an outcome is a finished one's
 
 
 def test_the_purpose_search_reads_one_bounded_window_at_a_time(store: Store) -> None:
@@ -172,16 +173,17 @@ def test_the_purpose_search_reads_one_bounded_window_at_a_time(store: Store) -> 
 
 def test_expired_records_leave_every_index_before_the_next_list(redis_url: str) -> None:
     store = Store(redis.Redis.from_url(redis_url), retention_seconds=1)
-    store.create("gone", {"state": "queued", "target_node": "n1", "stage": "s1"}, {})
-    store.create("kept", {"state": "queued", "target_node": "n1", "stage": "s1"}, {})
-    store.transition("gone", expected_version=None, fields={"state": "running", "node": "n1"}, event={},
-                     node="n1")
-    store.transition("gone", expected_version=None, fields={"state": "finished", "outcome": "failed"}, event={},
-                     node="n1")
-    assert store.ids_in(outcome="failed", node="n1", stage="s1") == (["gone"], 1)
+    store.records.create("gone", {"state": "queued", "target_node": "n1", "stage": "s1"}, {})
+    store.records.create("kept", {"state": "queued", "target_node": "n1", "stage": "s1"}, {})
+    store.records.transition("gone", expected_version=None, fields={"state": "running", "node": "n1"}, event={},
+                             node="n1")
+    store.records.transition("gone", expected_version=None, fields={"state": "finished", "outcome": "failed"}, event={},
+                             node="n1")
+    assert store.indexes.ids_in(outcome="failed", node="n1", stage="s1") == (["gone"], 1)
     assert store.r.zscore(EXPIRING, "gone") and store.r.hget(EXPIRING_WHERE, "gone") == b"n1\ns1"
-    wait_for(lambda: store.ids_in(node="n1") == (["kept"], 1), 10, "the expired record to leave the node's list")
-    assert store.ids_in() == (["kept"], 1) and store.ids_in(outcome="failed") == ([], 0)
+    wait_for(lambda: store.indexes.ids_in(node="n1") == (["kept"], 1), 10,
+             "the expired record to leave the node's list")
+    assert store.indexes.ids_in() == (["kept"], 1) and store.indexes.ids_in(outcome="failed") == ([], 0)
     for key in (INDEX, state_index_key("finished"), outcome_index_key("failed"), node_index_key("n1"),
                 node_state_key("n1", "finished"), node_outcome_key("n1", "failed"), stage_key("s1"), EXPIRING):
         assert store.r.zscore(key, "gone") is None, key
@@ -204,13 +206,13 @@ def test_records_from_before_the_indexes_are_backfilled_once(store: Store) -> No
     store.r.zadd(INDEX, {"ghost": 1})
     store.r.zadd(node_index_key("n1"), {"ghost": 1})
     store.r.set(VERSION_KEY, 1)
-    assert store.ensure_indexes()
+    assert store.indexes.backfill()
     assert_filters_match_a_full_scan(store, rng, 25)
     assert store.r.zscore(INDEX, "ghost") is None and store.r.zscore(node_index_key("n1"), "ghost") is None
     finished = {r["id"] for r in want if r["state"] == "finished"}
     assert {m.decode() for m in store.r.zrange(EXPIRING, 0, -1)} == finished  # each will leave when it expires
     assert store.r.hlen(PURPOSES) == len(want)  # what the search reads
-    assert not store.ensure_indexes()  # once
+    assert not store.indexes.backfill()  # once
     store.indexes.backfill(force=True)  # and idempotent
     assert_filters_match_a_full_scan(store, rng, 10)
 

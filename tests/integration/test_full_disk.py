@@ -80,12 +80,12 @@ def _run_filling_the_disk(tmp_path: Path, disk: Path, redis_url: str, tmux_socke
     store = Store.from_url(redis_url)
     env = worker_env(redis_url, tmux_socket, AJET_RUNNER_RESULT_RESERVE_BYTES=reserve)
     with running_worker(env, "n1", "--gpus", "0"):
-        wait_for(lambda: store.nodes(), 30, "the worker to register")
+        wait_for(lambda: store.nodes.all(), 30, "the worker to register")
         exp_id = submit(store, text)["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "running", 60, "the run to start")
         assert _fill(disk) > 0
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
-    rec = store.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    rec = store.records.raw(exp_id)
     assert rec is not None
     return rec, results, store
 
@@ -99,9 +99,9 @@ def test_full_disk_without_reserve_ends_failed_naming_enospc(
     if flag.exists():  # written only if the flag itself found room
         assert json.loads(flag.read_text())["outcome"] == "failed"
     assert _temp_files(results) == []
-    events = store.events(rec["id"])
+    events = store.events.read(rec["id"])
     assert any(e.get("type") == "result_write_failed" and e.get("errno") == "ENOSPC" for e in events)
-    assert store.stats()["result_write_failures"] == {"ENOSPC": 1.0}  # one run, counted once
+    assert store.counters.read()["result_write_failures"] == {"ENOSPC": 1.0}  # one run, counted once
     # The command ended on the full disk: no reserve to free, so no rc file; the full filesystem is
     # the named cause (not "ended without recording an exit code"), and it is not relaunched.
     rc_file = results / "logs" / "attempt-1.rc"
@@ -141,8 +141,8 @@ def test_disk_full_when_the_command_ends_fails_naming_enospc_and_the_rc_file(
     assert _temp_files(results) == []
     history = [h["trigger"] for h in rec["lifecycle"]["history"]]
     assert history.count("launched") == 1 and "repair" not in history, history  # not relaunched onto a full disk
-    events = store.events(rec["id"])
+    events = store.events.read(rec["id"])
     assert any(e.get("type") == "result_write_failed" and e.get("errno") == "ENOSPC"
                and e.get("path") == str(rc_file) for e in events)
-    assert store.stats()["result_write_failures"] == {"ENOSPC": 1.0}
+    assert store.counters.read()["result_write_failures"] == {"ENOSPC": 1.0}
 

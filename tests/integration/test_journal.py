@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from ajet_runner.service.embedded import EmbeddedRedis
+from ajet_runner.store.event_log import EventLog
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive import journal as journal_mod
 from ajet_runner.workers.drive.journal import Journal, LostOwnership, RedisUnavailable
@@ -30,7 +31,7 @@ def quick_store(url: str) -> Store:
 
 def test_writes_are_buffered_while_redis_is_away_and_delivered_in_order(server) -> None:
     store = quick_store(server.url)
-    store.create("e", {"state": "running", "owner": "me"}, {})
+    store.records.create("e", {"state": "running", "owner": "me"}, {})
     j = Journal(store, "e", "me", version=1, retry_seconds=0.1)
     os.kill(server.process.pid, signal.SIGSTOP)
     try:
@@ -46,19 +47,19 @@ def test_writes_are_buffered_while_redis_is_away_and_delivered_in_order(server) 
         os.kill(server.process.pid, signal.SIGCONT)
     assert j.flush(30)
     j.close()
-    events = store.events("e")
+    events = store.events.read("e")
     kinds = [(e["type"], e.get("n", e.get("to"))) for e in events[1:]]
     assert kinds == [*(("progress", n) for n in range(20)), ("transition", "collecting"), ("progress", 20)]
-    rec = store.get("e")
+    rec = store.records.raw("e")
     assert rec is not None and rec["state"] == "collecting" and rec["version"] == "2"
 
 
 def test_a_claim_waits_for_redis_and_says_so_when_it_cannot(server, monkeypatch) -> None:
     store = quick_store(server.url)
-    store.create("e", {"state": "queued"}, {})
+    store.records.create("e", {"state": "queued"}, {})
     j = Journal(store, "e", "me", version=1, retry_seconds=0.1)
     j.transition({"state": "launching", "owner": "me"}, {"type": "transition"}, ack=True)
-    assert store.get("e")["state"] == "launching"  # type: ignore[index]
+    assert store.records.raw("e")["state"] == "launching"  # type: ignore[index]
     real_wait = j._wait_for
     monkeypatch.setattr(j, "_wait_for", lambda seq, timeout, required, **kw: real_wait(seq, min(timeout, 2), required))
     os.kill(server.process.pid, signal.SIGSTOP)
@@ -72,20 +73,20 @@ def test_a_claim_waits_for_redis_and_says_so_when_it_cannot(server, monkeypatch)
 
 def test_someone_else_taking_over_is_raised_in_the_driver(server) -> None:
     store = quick_store(server.url)
-    store.create("e", {"state": "running", "owner": "me"}, {})
+    store.records.create("e", {"state": "running", "owner": "me"}, {})
     j = Journal(store, "e", "me", version=1, retry_seconds=0.1)
-    store.transition("e", expected_version=1, fields={"owner": "other"}, event={"type": "adopted"})
+    store.records.transition("e", expected_version=1, fields={"owner": "other"}, event={"type": "adopted"})
     with pytest.raises(LostOwnership):  # online, a plain transition waits for its answer
         j.transition({"state": "collecting"}, {"type": "transition"})
     with pytest.raises(LostOwnership):  # and every later call says so too
         j.cancel_requested()
-    assert store.get("e")["state"] == "running"  # type: ignore[index]
+    assert store.records.raw("e")["state"] == "running"  # type: ignore[index]
 
 
 def test_overflow_drops_events_but_never_a_transition(server, monkeypatch) -> None:
     monkeypatch.setattr(journal_mod, "MAX_BUFFERED", 5)
     store = quick_store(server.url)
-    store.create("e", {"state": "running", "owner": "me"}, {})
+    store.records.create("e", {"state": "running", "owner": "me"}, {})
     j = Journal(store, "e", "me", version=1, retry_seconds=0.1)
     os.kill(server.process.pid, signal.SIGSTOP)
     try:
@@ -98,8 +99,8 @@ def test_overflow_drops_events_but_never_a_transition(server, monkeypatch) -> No
     assert j.flush(30)
     j.close()
     assert j.dropped >= 5
-    types = [e["type"] for e in store.events("e")]
-    assert types.count("transition") == 1 and store.get("e")["state"] == "collecting"  # type: ignore[index]
+    types = [e["type"] for e in store.events.read("e")]
+    assert types.count("transition") == 1 and store.records.raw("e")["state"] == "collecting"  # type: ignore[index]
 
 
 def test_one_pump_thread_sends_for_every_journal_and_tries_redis_once_per_retry_when_it_is_away(server) -> None:
@@ -108,7 +109,7 @@ def test_one_pump_thread_sends_for_every_journal_and_tries_redis_once_per_retry_
     back every journal's buffered writes land, in order."""
     store = quick_store(server.url)
     for i in range(10):
-        store.create(f"p{i}", {"state": "running", "owner": "me"}, {})
+        store.records.create(f"p{i}", {"state": "running", "owner": "me"}, {})
     before = {t.name for t in threading.enumerate()}
     journals = [Journal(store, f"p{i}", "me", version=1, retry_seconds=0.3) for i in range(10)]
     started = [t.name for t in threading.enumerate() if t.name not in before]
@@ -117,14 +118,14 @@ def test_one_pump_thread_sends_for_every_journal_and_tries_redis_once_per_retry_
         j.publish({"type": "progress", "n": 0})
     assert all(j.flush(10) for j in journals)
     tries = []
-    real = Store.publish
+    real = EventLog.publish
 
     def counted(self, *args, **kwargs):
         tries.append(time.monotonic())
         return real(self, *args, **kwargs)
     os.kill(server.process.pid, signal.SIGSTOP)
     try:
-        Store.publish = counted  # type: ignore[method-assign]
+        EventLog.publish = counted  # type: ignore[method-assign]
         for j in journals:
             j.publish({"type": "progress", "n": 1})
         wait_for(lambda: all(not j.online for j in journals), 10, "every journal to go offline")
@@ -134,17 +135,17 @@ def test_one_pump_thread_sends_for_every_journal_and_tries_redis_once_per_retry_
         assert len(tries) - n0 <= window / 0.3 + 2, (len(tries) - n0, window)  # one per retry, not ten
     finally:
         os.kill(server.process.pid, signal.SIGCONT)
-        Store.publish = real  # type: ignore[method-assign]
+        EventLog.publish = real  # type: ignore[method-assign]
     assert all(j.flush(30) for j in journals)
     for i, j in enumerate(journals):
         j.close()
-        assert [e.get("n") for e in store.events(f"p{i}") if e["type"] == "progress"] == [0, 1]
+        assert [e.get("n") for e in store.events.read(f"p{i}") if e["type"] == "progress"] == [0, 1]
 
 
 def test_a_write_that_breaks_fails_its_own_driver_and_the_other_journals_go_on(server) -> None:
     store = quick_store(server.url)
     for name in ("bad", "good"):
-        store.create(name, {"state": "running", "owner": "me"}, {})
+        store.records.create(name, {"state": "running", "owner": "me"}, {})
     bad, good = Journal(store, "bad", "me", version=1), Journal(store, "good", "me", version=1)
 
     def broken() -> None:
@@ -156,7 +157,7 @@ def test_a_write_that_breaks_fails_its_own_driver_and_the_other_journals_go_on(s
         bad.check()
     good.publish({"type": "progress", "n": 2})
     assert good.flush(10)
-    assert [e.get("n") for e in store.events("good") if e["type"] == "progress"] == [1, 2]
+    assert [e.get("n") for e in store.events.read("good") if e["type"] == "progress"] == [1, 2]
     good.close()
 
 
@@ -164,7 +165,7 @@ def test_log_tails_and_polls_of_every_journal_go_in_one_pipeline_within_a_poll_p
     store = quick_store(server.url)
     ids = [f"t{i}" for i in range(8)]
     for i in ids:
-        store.create(i, {"state": "running", "owner": "me"}, {})
+        store.records.create(i, {"state": "running", "owner": "me"}, {})
     journals = [Journal(store, i, "me", version=1) for i in ids]
     for j in journals:
         j.renew(15.0)
@@ -186,7 +187,7 @@ def test_log_tails_and_polls_of_every_journal_go_in_one_pipeline_within_a_poll_p
         queued = time.monotonic()
         for n, j in enumerate(journals):
             j.append_tail([f"line {n}"], 10, replace=True)
-        wait_for(lambda: all(store.log_tail(i) == [f"line {n}"] for n, i in enumerate(ids)), 15, "the tails")
+        wait_for(lambda: all(store.log_tail.read(i) == [f"line {n}"] for n, i in enumerate(ids)), 15, "the tails")
         landed = time.monotonic() - queued
     finally:
         Store.pipeline = real  # type: ignore[method-assign]

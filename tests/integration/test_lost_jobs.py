@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration]
 
 
 def _job(store: Store, exp_id: str) -> Job:
-    rec = store.get(exp_id)
+    rec = store.records.raw(exp_id)
     assert rec is not None
     return Job.fetch(str(rec["job_id"]), connection=store.r, serializer=JSONSerializer)
 
@@ -45,7 +45,7 @@ def _supervisor(redis_url: str, name: str) -> NodeSupervisor:
 
 def _requeued_event(store: Store, exp_id: str, job: Job, status: str) -> bool:
     return any(e.get("type") == "requeued" and e.get("job") == job.id and status in e.get("status", "")
-               for e in store.events(exp_id))
+               for e in store.events.read(exp_id))
 
 
 def test_a_job_popped_and_dropped_by_a_killed_slot_is_queued_again(tmp_path, redis_url) -> None:
@@ -83,7 +83,7 @@ def test_a_failed_job_and_a_vanished_one_are_queued_again(tmp_path, redis_url) -
     fjob.set_status(JobStatus.FAILED)  # its work-horse was killed before the driver claimed the record
     vjob.delete()
     assert check.run(store.server_time()) == [failed]  # a young record's job may not be there yet
-    store.update(vanished, {"created_at": time.time() - LOST_JOB_SECONDS - 5})
+    store.records.update(vanished, {"created_at": time.time() - LOST_JOB_SECONDS - 5})
     assert check.run(store.server_time()) == [vanished]
     assert _requeued_event(store, failed, fjob, "FAILED") and _requeued_event(store, vanished, vjob, "missing")
     assert check.run(store.server_time()) == []
@@ -132,6 +132,6 @@ def test_work_queued_for_an_absent_node_is_reported_once_by_the_checker(tmp_path
     assert check.suspects(["ghost"]) == []
     for _ in range(2):
         assert check.run(store.server_time() + 1) == []  # reported, not queued again: its job waits
-    assert [e["node"] for e in store.events(ghost) if e.get("type") == "node_absent"] == ["ghost"]
-    assert not [e for e in store.events(other) if e.get("type") == "node_absent"]
+    assert [e["node"] for e in store.events.read(ghost) if e.get("type") == "node_absent"] == ["ghost"]
+    assert not [e for e in store.events.read(other) if e.get("type") == "node_absent"]
     assert check.suspects([]) == []  # once reported, no longer read

@@ -105,9 +105,9 @@ def submit_long_run(store: Store, tmp_path: Path) -> str:
 
 
 def cancel_and_wait(store: Store, exp_id: str) -> dict:
-    store.request_cancel(exp_id)
-    wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 90, "the run to finish")
-    rec = store.get(exp_id)
+    store.runs.request_cancel(exp_id)
+    wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 90, "the run to finish")
+    rec = store.records.raw(exp_id)
     assert rec is not None
     return rec
 

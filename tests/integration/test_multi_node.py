@@ -132,7 +132,7 @@ def test_a_two_node_run_completes_as_one_gang_and_never_shares_gpus(hosts, clien
     deadline = time.monotonic() + 180
     while not all(state(client, i) == "finished" for i in (gang, single)):
         assert time.monotonic() < deadline, "the two experiments did not finish"
-        owners = {n: set(store.gpu_owners(n).values()) for n in HOSTS}
+        owners = {n: set(store.slots.gpu_owners(n).values()) for n in HOSTS}
         if all(gang in o for o in owners.values()) and any(single in o for o in owners.values()):
             overlap.append(owners)
         states = {i: state(client, i) for i in (gang, single)}
@@ -150,7 +150,7 @@ def test_a_two_node_run_completes_as_one_gang_and_never_shares_gpus(hosts, clien
     logs = gang_sc.results / "logs"
     # Exactly one launch per rank, non-head first, each in its own session and log.
     assert sorted(p.name for p in logs.glob("attempt-*.log")) == ["attempt-1-rank0.log", "attempt-1-rank1.log"]
-    events = store.events(gang)
+    events = store.events.read(gang)
     assert len([e for e in events if e.get("trigger") == "launched"]) == 1
     env0, env1 = assignments(logs / "attempt-1-rank0.sh"), assignments(logs / "attempt-1-rank1.sh")
     assert env0["MASTER_ADDR"] == env1["MASTER_ADDR"] == HOSTS[head]  # the head's hostname
@@ -183,7 +183,7 @@ def test_a_two_node_run_completes_as_one_gang_and_never_shares_gpus(hosts, clien
 
     # GPUs released on both nodes; no process of either rank left; the non-head's session is closed (the
     # head's pane lingers a while for inspection, as a single-node run's does).
-    wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
+    wait_for(lambda: all(store.slots.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
     listed = subprocess.run(["tmux", "-S", hosts.sockets[member], "ls"], capture_output=True, text=True,
                             check=False).stdout
@@ -204,7 +204,7 @@ def test_a_non_head_killed_mid_run_is_diagnosed_and_the_gang_relaunched(hosts, c
     wait_for(lambda: state(client, gang) == "finished", 120, "the relaunched gang to finish")
     rec = client.get(gang)
     assert rec["outcome"] == "completed", rec["reason"]
-    events = store.events(gang)
+    events = store.events.read(gang)
     lost = [e for e in events if e.get("trigger") == "anomaly"]
     assert len(lost) == 1 and lost[0].get("signature") == "gang_member_lost" and "rank 1" in lost[0]["reason"]
     assert [e.get("trigger") for e in events if e.get("type") == "transition"].count("launched") == 2
@@ -215,7 +215,7 @@ def test_a_non_head_killed_mid_run_is_diagnosed_and_the_gang_relaunched(hosts, c
     assert data["repairs"][0]["result"] == "relaunched"
     assert rec["node"] == "nodeB" and assignments(logs / "attempt-2-rank1.sh")["MASTER_ADDR"] == HOSTS["nodeB"]
     assert sc.flag()["outcome"] == "completed"
-    wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
+    wait_for(lambda: all(store.slots.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
 
 
@@ -241,22 +241,22 @@ def test_restarted_workers_re_adopt_their_ranks_and_cancel_stops_every_node(host
              and g.rank_lease(1) > store.server_time(), 60, "a new rank job to re-adopt rank 1")
     assert os.path.exists(f"/proc/{rank1_pid}")  # the same command: re-adopted, not relaunched
     assert state(client, gang) == "running" and not (logs / "attempt-2-rank1.log").exists()
-    assert not [e for e in store.events(gang) if e.get("trigger") == "anomaly"]
+    assert not [e for e in store.events.read(gang) if e.get("trigger") == "anomaly"]
 
-    head_owner = str(store.get(gang)["owner"])  # type: ignore[index]
+    head_owner = str(store.records.raw(gang)["owner"])  # type: ignore[index]
     hosts.kill("nodeA")  # now the head's worker: its driver is re-adopted like any run's
     hosts.start("nodeA")
-    wait_for(lambda: str((store.get(gang) or {}).get("owner")) not in ("", head_owner), 60,
+    wait_for(lambda: str((store.records.raw(gang) or {}).get("owner")) not in ("", head_owner), 60,
              "a new head driver to re-adopt the run")
-    wait_for(lambda: [e for e in store.events(gang) if e.get("type") == "adopted"], 10, "the adoption event")
+    wait_for(lambda: [e for e in store.events.read(gang) if e.get("type") == "adopted"], 10, "the adoption event")
     assert state(client, gang) == "running" and os.path.exists(f"/proc/{rank1_pid}")
-    assert not [e for e in store.events(gang) if e.get("trigger") == "anomaly"]
+    assert not [e for e in store.events.read(gang) if e.get("trigger") == "anomaly"]
 
     client.stop(gang)
     wait_for(lambda: state(client, gang) == "finished", 60, "the cancelled gang to be collected")
     assert client.get(gang)["outcome"] == "cancelled" and sc.flag()["outcome"] == "cancelled"
     assert gangs.get(gang).rank_state(1)["state"] == "stopped"  # type: ignore[union-attr]
-    wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
+    wait_for(lambda: all(store.slots.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
     assert sorted(p.name for p in logs.glob("attempt-*.log")) == ["attempt-1-rank0.log", "attempt-1-rank1.log"]
 
@@ -321,7 +321,7 @@ def test_the_heads_gpu_count_failure_relaunches_the_whole_gang(hosts, client, re
     for n in (1, 2):  # each attempt's ranks share one MASTER_PORT
         ports = {assignments(logs / f"attempt-{n}-rank{r}.sh")["MASTER_PORT"] for r in (0, 1)}
         assert len(ports) == 1, ports
-    wait_for(lambda: all(store.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
+    wait_for(lambda: all(store.slots.gpu_owners(n) == {} for n in HOSTS), 15, "every GPU to be released")
     wait_for(lambda: no_process_left(gang), 15, "no process of the gang left")
 
 
@@ -343,7 +343,7 @@ def test_a_member_node_that_disappears_is_replaced_on_the_relaunch(hosts, client
     wait_for(lambda: state(client, gang) == "finished", 180, "the gang to finish on the other nodes")
     rec = client.get(gang)
     assert rec["outcome"] == "completed", rec["reason"]
-    events = store.events(gang)
+    events = store.events.read(gang)
     lost = [e for e in events if e.get("trigger") == "anomaly"]
     assert len(lost) == 1 and lost[0]["signature"] == "gang_member_lost" and "lease ran out" in lost[0]["reason"]
     assert [e for e in events if e.get("type") == "gang" and "nodeB gone" in e.get("message", "")]
@@ -351,7 +351,7 @@ def test_a_member_node_that_disappears_is_replaced_on_the_relaunch(hosts, client
     assert nodes == {0: "nodeA", 1: "nodeC"}
     assert assignments(logs / "attempt-2-rank1.sh")["MASTER_ADDR"] == HOSTS["nodeA"]
     # Every node's GPUs free: nodeB's were freed when its rank moved, the others' when the run ended.
-    wait_for(lambda: all(store.gpu_owners(n) == {} for n in live), 15, "GPUs released")
+    wait_for(lambda: all(store.slots.gpu_owners(n) == {} for n in live), 15, "GPUs released")
 
     # nodeB comes back: its supervisor sweeps what is left there of the rank that moved away.
     gangs = GangStore(store.r)

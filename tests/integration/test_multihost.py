@@ -122,7 +122,7 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
                "AJET_RUNNER_LEASE_SECONDS": "3", "AJET_RUNNER_POLL_INTERVAL": "0.2"}
         net.run(host, [sys.executable, "-m", "ajet_runner", "worker", "--node", f"host-{host}", "--gpus", "0",
                        "--slots", "2"], env)
-    wait_for(lambda: len(store.nodes()) == 2, 30, "both hosts' workers to register")
+    wait_for(lambda: len(store.nodes.all()) == 2, 30, "both hosts' workers to register")
 
     scenarios = []
     for i in range(4):
@@ -133,13 +133,13 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
     ids = [submit(store, sc.blueprint.read_text())["id"] for sc in scenarios]
 
     def records() -> list[dict]:
-        return [store.get(i) or {} for i in ids]
+        return [store.records.raw(i) or {} for i in ids]
 
     wait_for(lambda: all(r.get("state") == "running" for r in records()), 60, "all four to run")
     placed = {r["id"]: r["node"] for r in records()}
     assert set(placed.values()) == {"host-a", "host-b"}, placed  # spread across both hosts
     on_a = [i for i, node in placed.items() if node == "host-a"]
-    val_files = [Path(store.get(i)["blueprint_json"]["exp_codebase_dir"])  # type: ignore[index]
+    val_files = [Path(store.records.raw(i)["blueprint_json"]["exp_codebase_dir"])  # type: ignore[index]
                  / "saved_val_result/benchmark_math_demo_val.md" for i in on_a]
 
     def evaluations() -> list[int]:
@@ -149,7 +149,7 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
     cut_at = time.time()
     at_cut = evaluations()
     # The partition is real once host a's leases have run out in Redis ...
-    wait_for(lambda: all(float(store.get(i)["lease_until"]) < store.server_time() for i in on_a),  # type: ignore[index]
+    wait_for(lambda: all(float(store.records.raw(i)["lease_until"]) < store.server_time() for i in on_a),  # type: ignore[index]
              30, "host a's leases to expire")
     # ... and the cut-off runs keep training: two more evaluations each (so the driver saw the first).
     wait_for(lambda: all(n >= before + 2 for n, before in zip(evaluations(), at_cut, strict=True)), 60,
@@ -161,13 +161,13 @@ def _run_the_cut(net: Net, store: Store, url: str, sockets: dict[str, str], tmp_
     for sc, rec in zip(scenarios, records(), strict=True):
         assert rec["outcome"] == "completed", rec.get("reason")
         assert (sc.results / "finish.flag").exists()
-        events = store.events(rec["id"])
+        events = store.events.read(rec["id"])
         assert len([e for e in events if e.get("trigger") == "launched"]) == 1, "launched twice"
         assert not (sc.results / "logs" / "attempt-2.log").exists()
     for exp_id in on_a:
-        during = [e for e in store.events(exp_id) if cut_at < float(e.get("at", 0)) < back_at]
+        during = [e for e in store.events.read(exp_id) if cut_at < float(e.get("at", 0)) < back_at]
         assert during, "events written while cut off were not delivered"
-        assert store.get(exp_id)["node"] == "host-a"  # type: ignore[index]
+        assert store.records.raw(exp_id)["node"] == "host-a"  # type: ignore[index]
 
 
 def _pings(store: Store) -> bool:

@@ -25,12 +25,12 @@ def start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, step_seconds: s
     env = worker_env(redis_url, tmux_socket, **env_extra)
     first = start_worker(env, "n1", "--gpus", "0")
     try:
-        wait_for(lambda: store.nodes(), 30, "the first worker to register")
+        wait_for(lambda: store.nodes.all(), 30, "the first worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-        checks = {"evaluated": lambda: (store.get(exp_id) or {}).get("latest_metrics"),
-                  "running": lambda: (store.get(exp_id) or {}).get("state") == "running"}
+        checks = {"evaluated": lambda: (store.records.raw(exp_id) or {}).get("latest_metrics"),
+                  "running": lambda: (store.records.raw(exp_id) or {}).get("state") == "running"}
         wait_for(checks[until], 60, f"the run to be {until}")
-        rec = store.get(exp_id)
+        rec = store.records.raw(exp_id)
         assert rec is not None and rec["state"] == "running"
     finally:
         kill_group(first)
@@ -48,15 +48,15 @@ def test_sigkilled_worker_is_replaced_and_the_run_completes_with_one_launch(tmp_
 
     started = time.monotonic()
     with running_worker(env, "n1", "--gpus", "0"):
-        wait_for(lambda: (store.get(exp_id) or {}).get("owner") not in (None, "", dead_owner), 50,
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("owner") not in (None, "", dead_owner), 50,
                  "the new worker to adopt the run")
         took, adopted_at = time.monotonic() - started, store.server_time()
         print(f"adopted {took:.2f} s after the new worker started")
         assert adopted_at < lease_until, "the dead owner's lease was waited out"
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
-    rec = store.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "completed"
-    events = store.events(exp_id)
+    events = store.events.read(exp_id)
     launches = [e for e in events if e.get("trigger") == "launched"]
     assert len(launches) == 1, "the re-adopting worker must not launch a second copy"
     assert any(e["type"] == "adopted" for e in events)
@@ -72,8 +72,8 @@ def test_a_run_that_ended_while_no_worker_watched_is_judged_from_its_log_and_exi
     rc_file = sc.results / "logs" / "attempt-1.rc"
     wait_for(rc_file.exists, 90, "the run to end on its own, unwatched")
     with running_worker(env, "n1", "--gpus", "0"):
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the run to be collected")
-    rec = store.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "the run to be collected")
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "completed" and rec["attempt"] == "1"
     assert sc.results_json()["attempts"][0]["exit_code"] == 0
     assert sc.flag()["outcome"] == "completed"
@@ -89,7 +89,7 @@ def test_an_attempt_that_ended_before_its_launch_was_recorded_is_collected_not_r
     sc, store, env, exp_id, _ = start_then_kill_the_worker(tmp_path, redis_url, tmux_socket, "0.3", "running")
     rc_file = sc.results / "logs" / "attempt-1.rc"
     wait_for(rc_file.exists, 90, "the run to end on its own, unwatched")
-    rec = store.get(exp_id) or {}
+    rec = store.records.raw(exp_id) or {}
     lifecycle = json.loads(rec["lifecycle"]) if isinstance(rec["lifecycle"], str) else dict(rec["lifecycle"])
     lifecycle["state"] = "launching"
     key = exp_key(exp_id)
@@ -97,8 +97,8 @@ def test_an_attempt_that_ended_before_its_launch_was_recorded_is_collected_not_r
     store.r.hset(key, mapping={"state": "launching", "lifecycle": json.dumps(lifecycle)})
     store.r.hdel(key, "handle", "tmux_session")  # as before `launched` was recorded
     with running_worker(env, "n1", "--gpus", "0"):
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the run to be collected")
-    rec = store.get(exp_id) or {}
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "the run to be collected")
+    rec = store.records.raw(exp_id) or {}
     assert rec["outcome"] == "completed" and rec["attempt"] == "1", rec.get("reason")
     log = (sc.results / "logs" / "attempt-1.log").read_text()
     assert log.count("Final validation metrics") == 1, "the command ran a second time"

@@ -83,12 +83,12 @@ def test_a_dir_inside_or_around_a_live_ones_is_refused_and_the_finish_releases_t
     assert first["id"] in str(refused.value)
 
     # The finishing transition gives the dir back, atomically with the state change.
-    store.transition(first["id"], expected_version=1, fields={"state": "finished", "outcome": "cancelled"},
-                     event={"type": "transition", "to": "finished"})
+    store.records.transition(first["id"], expected_version=1, fields={"state": "finished", "outcome": "cancelled"},
+                             event={"type": "transition", "to": "finished"})
     assert store.r.hget(RESULT_DIRS, real) is None
     second = submit(store, text)
     assert store.r.hget(RESULT_DIRS, os.path.realpath(outer.results / "sub")) == second["id"].encode()
-    store.delete(second["id"])  # a deleted record releases its claim too
+    store.records.delete(second["id"])  # a deleted record releases its claim too
     assert store.r.hlen(RESULT_DIRS) == 0
 
 
@@ -103,15 +103,15 @@ def test_a_hold_without_a_record_blocks_the_dir_until_released_or_lapsed(redis_u
     store = Store.from_url(redis_url)
     sc = make("demo", tmp_path)
     real = os.path.realpath(sc.results)
-    store.hold_result_dir(real, "refusing1", seconds=30)
+    store.result_dirs.hold(real, "refusing1", seconds=30)
     with pytest.raises(SubmissionRejected, match="refusal report") as refused:
         submit(store, sc.blueprint.read_text())
     assert refused.value.status == 409
     with pytest.raises(ResultDirTaken):
-        store.hold_result_dir(real, "refusing2")
-    assert store.release_result_dir(real, "someone-else") is False
-    assert store.release_result_dir(real, "refusing1") is True
-    store.hold_result_dir(real, "refusing3", seconds=0.001)  # lapses at once
+        store.result_dirs.hold(real, "refusing2")
+    assert store.result_dirs.release(real, "someone-else") is False
+    assert store.result_dirs.release(real, "refusing1") is True
+    store.result_dirs.hold(real, "refusing3", seconds=0.001)  # lapses at once
     assert submit(store, sc.blueprint.read_text())["state"] == "queued"
 
 
@@ -147,15 +147,15 @@ def test_counters_take_the_retention_of_the_records_they_count(redis_url: str) -
     import redis
 
     store = Store(redis.Redis.from_url(redis_url), retention_seconds=3600)
-    store.create("e1", {"state": "queued"}, {})
-    store.transition("e1", expected_version=1, fields={"state": "finished", "outcome": "completed"},
-                     event={"type": "transition"}, stats={"transition": ("queued", "finished"),
-                                                          "outcome": "completed", "duration": 3.0})
+    store.records.create("e1", {"state": "queued"}, {})
+    store.records.transition("e1", expected_version=1, fields={"state": "finished", "outcome": "completed"},
+                             event={"type": "transition"}, stats={"transition": ("queued", "finished"),
+                                                                  "outcome": "completed", "duration": 3.0})
     for name in ("transitions", "outcomes", "duration_sum"):
         assert 3500 < store.r.ttl(stats_key(name)) <= 3600, name
     assert 3500 < store.r.ttl("ajet:stats:duration_bucket:completed") <= 3600
     forever = Store(redis.Redis.from_url(redis_url), retention_seconds=0)
-    forever.create("e2", {"state": "queued"}, {})
-    forever.transition("e2", expected_version=1, fields={"state": "running"}, event={"type": "transition"},
-                       stats={"transition": ("queued", "running")})
+    forever.records.create("e2", {"state": "queued"}, {})
+    forever.records.transition("e2", expected_version=1, fields={"state": "running"}, event={"type": "transition"},
+                               stats={"transition": ("queued", "running")})
     assert forever.r.ttl(stats_key("transitions")) > 3500  # retention 0 never shortens what is set

@@ -72,7 +72,7 @@ def test_venv_and_yaml_outside_the_roots_are_refused_at_submission(redis_url: st
         submit(store, sc.blueprint.read_text(), allowed_roots=[str(tmp_path)])  # venv is elsewhere
     fields = {p.field for p in err.value.problems}
     assert fields == {"exp_venv_exe"}, err.value.problems
-    assert store.count() == 0
+    assert store.indexes.count() == 0
 
 
 def test_api_stop_of_a_queued_run_never_writes_through_a_swapped_result_dir(redis_url: str, tmp_path: Path) -> None:
@@ -91,9 +91,9 @@ def test_api_stop_of_a_queued_run_never_writes_through_a_swapped_result_dir(redi
     assert _everything_under(outside) == []  # nothing written outside the roots
     assert rec["state"] == "finished" and rec["outcome"] == "failed"
     assert "outside the allowed roots" in rec["reason"] and str(outside) in rec["reason"]
-    events = Store.from_url(redis_url).events(exp_id)
+    events = Store.from_url(redis_url).events.read(exp_id)
     assert any(e.get("type") == "result_write_failed" and e.get("errno") == "EACCES" for e in events)
-    assert Store.from_url(redis_url).stats()["result_write_failures"] == {"EACCES": 1.0}
+    assert Store.from_url(redis_url).counters.read()["result_write_failures"] == {"EACCES": 1.0}
 
 
 @pytest.mark.slow
@@ -106,8 +106,8 @@ def test_a_worker_refuses_to_launch_or_write_through_a_swapped_result_dir(
     exp_id = submit(store, sc.blueprint.read_text(), allowed_roots=parse_roots(roots))["id"]
     _swap_for_symlink(sc.results, outside)  # after submission, before any worker took it
     with running_worker(worker_env(redis_url, tmux_socket, AJET_RUNNER_ALLOWED_ROOTS=roots), "n1", "--gpus", "0"):
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the refusal")
-    rec = store.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "the refusal")
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "failed", rec
     assert "exp_result_dir" in rec["reason"] or "outside the allowed roots" in rec["reason"], rec["reason"]
     history = [h["trigger"] for h in rec["lifecycle"]["history"]]
@@ -129,14 +129,14 @@ def _swap_mid_run(redis_url: str, tmux_socket: str, tmp_path: Path, swap: str,
     exp_id = submit(store, text, allowed_roots=parse_roots(roots))["id"]
     target = sc.results / "logs" if swap == "logs" else sc.results
     with running_worker(worker_env(redis_url, tmux_socket, AJET_RUNNER_ALLOWED_ROOTS=roots), "n1", "--gpus", "0"):
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "running", 60, "the run to start")
         wait_for(lambda: (target / "attempt-1.log").exists() if swap == "logs" else (target / "logs").exists(),
                  10, "the wrapper's files")
         target.rename(target.with_name(target.name + ".moved"))
         outside.mkdir()
         target.symlink_to(outside, target_is_directory=True)
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
-    rec = store.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    rec = store.records.raw(exp_id)
     assert rec is not None
     return rec, outside
 
@@ -153,7 +153,7 @@ def test_logs_dir_swapped_for_a_symlink_mid_run_is_never_written_through(
     reasons = " | ".join(h.get("reason", "") for h in rec["lifecycle"]["history"])
     assert "outside the allowed roots" in reasons and str(outside) in reasons, reasons
     assert [h["trigger"] for h in rec["lifecycle"]["history"]].count("launched") == 1
-    events = Store.from_url(redis_url).events(rec["id"])
+    events = Store.from_url(redis_url).events.read(rec["id"])
     assert any(e.get("type") == "result_write_failed" and e.get("errno") == "EACCES" for e in events)
 
 
@@ -167,5 +167,5 @@ def test_result_dir_swapped_for_a_symlink_mid_run_is_never_written_through(
     assert not (moved / "logs" / "attempt-1.rc").exists()
     assert rec["outcome"] == "failed", rec
     assert "outside the allowed roots" in rec["reason"] and str(outside) in rec["reason"], rec["reason"]
-    events = Store.from_url(redis_url).events(rec["id"])
+    events = Store.from_url(redis_url).events.read(rec["id"])
     assert any(e.get("type") == "result_write_failed" and e.get("errno") == "EACCES" for e in events)

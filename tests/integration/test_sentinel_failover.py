@@ -123,7 +123,7 @@ def test_clients_follow_the_new_master_without_an_error(cluster: SentinelCluster
     assert len(shas) > 20 and all(store.r.script_exists(*shas))
     # Under Sentinel a plain event is published at most once too (a writer of its own): a retry of a command
     # the old master ran cannot add it twice.
-    assert store.publish("e1", {"type": "info", "message": "x"}) and store.r.hlen(published_key("e1")) == 1
+    assert store.events.publish("e1", {"type": "info", "message": "x"}) and store.r.hlen(published_key("e1")) == 1
     cluster.restart(old)
     cluster.wait_replica(old)
     for _ in range(20):
@@ -198,5 +198,5 @@ def test_the_cli_run_uses_the_sentinels(cluster: SentinelCluster, tmux_socket: s
     assert done.returncode == 0, done.stdout + done.stderr
     assert "embedded Redis" not in done.stdout and sc.flag()["outcome"] == "completed"
     store = store_at(cluster.target)
-    assert store.get(sc.flag()["id"])["state"] == "finished"
+    assert store.records.raw(sc.flag()["id"])["state"] == "finished"
     store.close()

@@ -76,12 +76,12 @@ def test_a_run_outlives_its_workers_pid_namespace_and_is_readopted_once(tmp_path
     env = worker_env(redis_url, session_host)
     first = start_namespaced_worker(env, "n1")
     try:
-        wait_for(lambda: store.nodes(), 30, "the first worker to register")
+        wait_for(lambda: store.nodes.all(), 30, "the first worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
     finally:
         kill_namespace(first)
-    rec = store.get(exp_id)
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["state"] == "running"
     session = rec["tmux_session"]
     assert TmuxRunner(session_host).exists(session), "the run lives on in the session host's tmux"
@@ -89,12 +89,12 @@ def test_a_run_outlives_its_workers_pid_namespace_and_is_readopted_once(tmp_path
 
     second = start_namespaced_worker(env, "n1")
     try:
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
     finally:
         kill_namespace(second)
-    rec = store.get(exp_id)
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "completed", rec.get("reason")
-    events = store.events(exp_id)
+    events = store.events.read(exp_id)
     assert len([e for e in events if e.get("trigger") == "launched"]) == 1, "one launch, never a second copy"
     assert any(e["type"] == "adopted" for e in events)
     assert rec["attempt"] == "1" and not (sc.results / "logs" / "attempt-2.log").exists()
@@ -140,19 +140,19 @@ def test_the_charts_layout_keeps_a_run_through_a_worker_pod_restart(tmp_path, re
                          AJET_RUNNER_SESSION_HOST=tmux_env["AJET_RUNNER_SESSION_HOST"])
         first = start_namespaced_worker(env, "n1")
         try:
-            wait_for(lambda: store.nodes(), 30, "the first worker to register")
+            wait_for(lambda: store.nodes.all(), 30, "the first worker to register")
             exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-            wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
+            wait_for(lambda: (store.records.raw(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
         finally:
             kill_namespace(first)
         second = start_namespaced_worker(env, "n1")
         try:
-            wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+            wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
         finally:
             kill_namespace(second)
-        rec = store.get(exp_id)
+        rec = store.records.raw(exp_id)
         assert rec is not None and rec["outcome"] == "completed"
-        assert len([e for e in store.events(exp_id) if e.get("trigger") == "launched"]) == 1
+        assert len([e for e in store.events.read(exp_id) if e.get("trigger") == "launched"]) == 1
         assert sc.flag()["outcome"] == "completed"
     finally:
         os.killpg(host.pid, signal.SIGTERM)
@@ -169,14 +169,14 @@ def test_a_namespaced_worker_stops_a_run_hosted_by_a_hand_started_tmux(tmp_path,
     env = worker_env(redis_url, tmux_socket)
     worker = start_namespaced_worker(env, "n1")
     try:
-        wait_for(lambda: store.nodes(), 30, "the worker to register")
+        wait_for(lambda: store.nodes.all(), 30, "the worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
-        store.request_cancel(exp_id)
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 60, "the stopped run to finish")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "running", 60, "the run to start")
+        store.runs.request_cancel(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 60, "the stopped run to finish")
     finally:
         kill_namespace(worker)
-    rec = store.get(exp_id)
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "cancelled"
     rc = int((sc.results / "logs" / "attempt-1.rc").read_text())
     assert rc in (130, 2, 1), f"the job ended by our SIGINT, not by {rc}"

@@ -36,9 +36,9 @@ def test_sigkilled_supervisor_leaves_no_orphan_watcher_and_the_run_is_readopted(
     env = worker_env(redis_url, tmux_socket)
     first = start_worker(env, "n1", "--gpus", "0", "--slots", "2")
     try:
-        wait_for(lambda: store.nodes(), 30, "the worker to register")
+        wait_for(lambda: store.nodes.all(), 30, "the worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "running", 60, "the run to start")
         supervisor = psutil.Process(first.pid)
         # The watcher, whose thread drives the run (two slots: still one process).
         tree = wait_for(lambda: [p for p in supervisor.children(recursive=True)
@@ -53,16 +53,16 @@ def test_sigkilled_supervisor_leaves_no_orphan_watcher_and_the_run_is_readopted(
         assert orphans == [], f"left behind (pid, ppid): {orphans}"
     finally:
         kill_group(first)
-    rec = store.get(exp_id)
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["state"] == "running"
     handle = RunHandle.from_dict(rec["handle"])
     assert handle.process() is not None  # the experiment itself lives on in tmux
 
     with running_worker(env, "n1", "--gpus", "0"):
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
-    rec = store.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "completed", rec
-    events = store.events(exp_id)
+    events = store.events.read(exp_id)
     assert len([e for e in events if e.get("trigger") == "launched"]) == 1
     assert any(e["type"] == "adopted" for e in events)
     assert sc.flag()["outcome"] == "completed"
@@ -73,15 +73,15 @@ def test_a_node_no_worker_serves_is_refused_unless_waiting_and_then_reported(tmp
     store = Store.from_url(redis_url)
     with running_worker(worker_env(redis_url, tmux_socket, AJET_RUNNER_NODE_ABSENT_REPORT_SECONDS="1"),
                         "n1", "--gpus", "0"):
-        wait_for(lambda: store.nodes(), 30, "the worker to register")
+        wait_for(lambda: store.nodes.all(), 30, "the worker to register")
         with pytest.raises(SubmissionRejected) as err:
             submit(store, sc.blueprint.read_text(), node="ghost")
         assert err.value.problems[0].field == "node" and "no live worker serves node ghost" in str(err.value)
-        assert store.count() == 0
+        assert store.indexes.count() == 0
         exp_id = submit(store, sc.blueprint.read_text(), node="ghost", wait_for_node=True)["id"]
-        event = wait_for(lambda: [e for e in store.events(exp_id) if e.get("type") == "node_absent"], 30,
+        event = wait_for(lambda: [e for e in store.events.read(exp_id) if e.get("type") == "node_absent"], 30,
                          "the absent node to be reported")
     assert len(event) == 1 and event[0]["node"] == "ghost"  # type: ignore[index]
-    assert (store.get(exp_id) or {}).get("state") == "queued"
+    assert (store.records.raw(exp_id) or {}).get("state") == "queued"
     body = cluster_text(store, absent_after=1)
     assert b'ajet_runner_queued_for_absent_node{node="ghost"} 1.0' in body

@@ -137,7 +137,7 @@ def test_pending_time_is_shown_and_not_charged_to_the_max_time(tmp_path: Path, t
     data = sc.results_json()
     assert data["outcome"] == "completed"
     assert data["attempts"][0]["queued_seconds"] >= 30
-    messages = [e.get("message", "") for e in Store(redis.Redis.from_url(redis_url)).events(data["id"])]
+    messages = [e.get("message", "") for e in Store(redis.Redis.from_url(redis_url)).events.read(data["id"])]
     assert any(m.startswith("pending in SLURM: Reason=Resources") for m in messages), messages
     assert any(re.match(r"SLURM job \d+ running( on \S+)? after \d+", m) for m in messages), messages
     assert_nothing_left(slurm, data["id"])
@@ -342,17 +342,17 @@ def test_a_worker_killed_mid_run_is_replaced_and_the_new_one_adopts_the_job(tmp_
     env = {**worker_env(redis_url, tmux_socket, AJET_RUNNER_LEASE_SECONDS="60"), **slurm.env}
     first = start_worker(env, "login1", "--gpus", "0", "--executor", "slurm")
     try:
-        wait_for(lambda: store.nodes(), 30, "the first worker to register")
+        wait_for(lambda: store.nodes.all(), 30, "the first worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="login1")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 90, "a first evaluation")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("latest_metrics"), 90, "a first evaluation")
     finally:
         kill_group(first)
     assert [j.split("|")[1] for j in exp_jobs(slurm, exp_id)] == ["RUNNING"]  # the job lives on without a worker
     with running_worker(env, "login1", "--gpus", "0", "--executor", "slurm"):
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 150, "the run to finish")
-    rec = store.get(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 150, "the run to finish")
+    rec = store.records.raw(exp_id)
     assert rec is not None and rec["outcome"] == "completed", rec
-    launches = [e for e in store.events(exp_id) if e.get("trigger") == "launched"]
+    launches = [e for e in store.events.read(exp_id) if e.get("trigger") == "launched"]
     assert len(launches) == 1 and len(job_ids(sc)) == 1
     assert_nothing_left(slurm, exp_id)
 

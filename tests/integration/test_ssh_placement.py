@@ -30,7 +30,7 @@ def test_an_ssh_worker_serves_the_host_and_a_host_nobody_serves_waits_saying_so(
     local_env = worker_env(redis_url, tmux_socket)
     with running_worker(local_env, "plain", "--gpus", "0"), \
             running_worker(env, "gate", "--gpus", "0", "--executor", "ssh", "--host", ALIAS):
-        nodes = wait_for(lambda: len(store.nodes()) == 2 and store.nodes(), 60, "both workers to register")
+        nodes = wait_for(lambda: len(store.nodes.all()) == 2 and store.nodes.all(), 60, "both workers to register")
         assert {n["name"]: n.get("executor") for n in nodes} == {"plain": "local", "gate": "ssh"}
         assert {n["name"]: n.get("hosts") for n in nodes}["gate"] == [ALIAS]
 
@@ -38,21 +38,21 @@ def test_an_ssh_worker_serves_the_host_and_a_host_nobody_serves_waits_saying_so(
         seed_blueprint(unserved, "ssh nobody-serves-this-box")
         lonely = submit(store, unserved.blueprint.read_text())
         assert lonely["queue"] == "host:nobody-serves-this-box"
-        events = store.events(lonely["id"])
+        events = store.events.read(lonely["id"])
         said = [e for e in events if e.get("type") == "host" and e.get("state") == "unserved"]
         assert said and "ajet-runner worker --executor ssh --host nobody-serves-this-box" in said[0]["message"]
 
         sc = make("demo", tmp_path / "s")
         seed_blueprint(sc, f"ssh {ALIAS}")
         exp_id = submit(store, sc.blueprint.read_text())["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
-        rec = store.get(exp_id) or {}
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
+        rec = store.records.raw(exp_id) or {}
         assert rec["outcome"] == "completed", rec.get("reason")
         assert rec["node"] == "gate"  # the ssh worker drove it, the plain one never took it
         data = sc.results_json()
         assert len(data["attempts"]) == 1 and ALIAS in data["attempts"][0]["environment"]
         assert len(data["evaluations"]) >= 3
-        assert (store.get(lonely["id"]) or {}).get("state") == "queued"  # still waiting, not run anywhere
+        assert (store.records.raw(lonely["id"]) or {}).get("state") == "queued"  # still waiting, not run anywhere
     assert on_host(sshd, f"grep -lzx AJET_RUNNER_EXPERIMENT={exp_id} /proc/[0-9]*/environ").strip() == ""
 
 
@@ -66,7 +66,7 @@ def test_a_restarted_ssh_worker_adopts_the_run_on_the_host_without_relaunching(
     seed_blueprint(sc, f"ssh {ALIAS}")
     args = ("--gpus", "0", "--executor", "ssh", "--host", ALIAS)
     with running_worker(env, "gate", *args):
-        wait_for(store.nodes, 60, "the worker to register")
+        wait_for(store.nodes.all, 60, "the worker to register")
         exp_id = submit(store, sc.blueprint.read_text())["id"]
         log = sc.results / "logs" / "attempt-1.log"
         wait_for(lambda: log.exists() and "Training Progress" in log.read_text(errors="replace"), 120,
@@ -74,11 +74,11 @@ def test_a_restarted_ssh_worker_adopts_the_run_on_the_host_without_relaunching(
     # The worker and its watcher are killed; the run goes on in tmux on the host.
     assert on_host(sshd, f"grep -lzx AJET_RUNNER_EXPERIMENT={exp_id} /proc/[0-9]*/environ").strip()
     with running_worker(env, "gate", *args):
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
-    rec = store.get(exp_id) or {}
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 240, "the run to finish")
+    rec = store.records.raw(exp_id) or {}
     assert rec["outcome"] == "completed", rec.get("reason")
-    moves = [e.get("trigger") for e in store.events(exp_id) if e.get("type") == "transition"]
+    moves = [e.get("trigger") for e in store.events.read(exp_id) if e.get("type") == "transition"]
     assert moves.count("launched") == 1, moves  # adopted, never launched twice
-    assert any(e.get("type") == "adopted" for e in store.events(exp_id))
+    assert any(e.get("type") == "adopted" for e in store.events.read(exp_id))
     data = sc.results_json()
     assert len(data["attempts"]) == 1 and data["attempts"][0]["exit_code"] == 0

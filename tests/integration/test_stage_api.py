@@ -52,7 +52,7 @@ def test_a_sweep_is_one_stage_of_four_experiments(api: TestClient, tmp_path: Pat
         "ajet_sim.seed=2,ajet.rollout.temperature=0.7", "ajet_sim.seed=2,ajet.rollout.temperature=1.0")]
     assert exps[1]["purpose"].startswith("[ajet_sim.seed=1, ajet.rollout.temperature=1.0] ")
     assert all(e["stage"] == "temps" and e["state"] == "queued" for e in exps)
-    stored = Store.from_url(redis_url).get(exps[3]["id"])
+    stored = Store.from_url(redis_url).records.raw(exps[3]["id"])
     assert stored["blueprint_json"]["exp_sweep_values"] == {"ajet_sim.seed": 2, "ajet.rollout.temperature": 1.0}
 
     listed = api.get("/v1/stages", headers=AUTH).json()
@@ -88,7 +88,7 @@ def test_a_stage_that_cannot_run_is_refused_whole(api: TestClient, tmp_path: Pat
     assert any(p["field"].endswith(field) and p["field"].startswith("/bp/") and message in p["message"]
                for p in problems), problems
     store = Store.from_url(redis_url)
-    assert store.count() == 0 and api.get("/v1/stages/bad", headers=AUTH).status_code == 404
+    assert store.indexes.count() == 0 and api.get("/v1/stages/bad", headers=AUTH).status_code == 404
 
 
 def test_an_experiment_refused_on_placement_is_listed_while_the_others_run(api: TestClient, tmp_path: Path) -> None:
@@ -145,11 +145,12 @@ def test_wait_stage_in_both_clients(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
     define_stage(store, "w")
     for exp_id, state in (("done1", "finished"), ("done2", "finished"), ("open", "queued")):
-        rec = store.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id),
-                                    "stage": "w" if exp_id != "open" else "other"}, {"message": "x"})
+        rec = store.records.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id),
+                                            "stage": "w" if exp_id != "open" else "other"}, {"message": "x"})
         if state == "finished":
-            store.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"},
-                             fields={"state": "finished", "outcome": "completed" if exp_id == "done1" else "failed"})
+            store.records.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"},
+                                     fields={"state": "finished",
+                                             "outcome": "completed" if exp_id == "done1" else "failed"})
     with running_server(redis_url, tmp_path / "serve.log", token=TOKEN) as server:
         seen: list[int] = []
         with AjetRunnerClient(server.url, TOKEN) as client:

@@ -37,10 +37,11 @@ def settings(url: str, **extra: object) -> Settings:
 
 
 def finished(store: Store, exp_id: str, stage: str = "", result_dir: str = "/r") -> None:
-    rec = store.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id), "purpose": exp_id,
-                                "result_dir": f"{result_dir}/{exp_id}", **({"stage": stage} if stage else {})},
-                       {"message": "submitted"})
-    store.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"}, fields={
+    rec = store.records.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id),
+                                        "purpose": exp_id, "result_dir": f"{result_dir}/{exp_id}",
+                                        **({"stage": stage} if stage else {})},
+                               {"message": "submitted"})
+    store.records.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"}, fields={
         "state": "finished", "outcome": "completed", "latest_metrics": {"mean_reward": 0.7, "step": 4.0},
         "best_metrics": {"mean_reward": {"value": 0.75, "step": 2}}})
 
@@ -55,7 +56,7 @@ def drain(deliverer: Deliverer, until: object, timeout: float = 20.0) -> None:
 
 
 def types(store: Store, exp_id: str) -> list[str]:
-    return [e["type"] for e in store.events(exp_id)]
+    return [e["type"] for e in store.events.read(exp_id)]
 
 
 def test_a_post_that_fails_is_retried_with_backoff_and_each_try_is_an_event(store: Store) -> None:
@@ -69,7 +70,7 @@ def test_a_post_that_fails_is_retried_with_backoff_and_each_try_is_an_event(stor
         assert body["type"] == "experiment_finished" and body["id"] == "e1" and body["outcome"] == "completed"
         assert body["final"] == {"mean_reward": 0.7, "step": 4.0} and body["best"]["mean_reward"]["value"] == 0.75
         assert hook.refused == 2
-        events = [e for e in store.events("e1") if e["type"].startswith("webhook_")]
+        events = [e for e in store.events.read("e1") if e["type"].startswith("webhook_")]
         assert [e["type"] for e in events] == ["webhook_failed", "webhook_failed", "webhook_delivered"]
         assert [e["attempt"] for e in events] == [1, 2, 3] and "HTTP 503" in events[0]["error"]
         assert {e["delivery"] for e in events} == {body["delivery"]}
@@ -83,7 +84,7 @@ def test_an_unreachable_receiver_is_given_up_and_the_outcome_stays(store: Store,
         drain(d, lambda: "webhook_gave_up" in types(store, "e1"))
         assert hook.refused == 3 and Outbox(store.r).pending() == 0
         assert Outbox(store.r).dead()[0]["id"] == "e1"
-        rec = store.get("e1")
+        rec = store.records.raw("e1")
         assert rec["state"] == "finished" and rec["outcome"] == "completed"  # a failed delivery changes nothing
 
 
@@ -124,7 +125,7 @@ def test_a_stage_report_that_cannot_be_written_is_retried_then_the_webhook_still
         d = Deliverer(store, settings(hook.url))
         drain(d, lambda: hook.of_type("stage_finished"))
         assert hook.of_type("stage_finished")[0].json["report"] is None
-        assert [e["attempt"] for e in store.events("a") if e["type"] == "stage_report_failed"] == [1, 2, 3]
+        assert [e["attempt"] for e in store.events.read("a") if e["type"] == "stage_report_failed"] == [1, 2, 3]
         assert stage_meta(store, "s1")["report_error"]
 
 

@@ -36,12 +36,12 @@ def _create(store: Store, exp_id: str, stage: str = "", result_dir: str = "") ->
     result_dir = result_dir or f"/r/{exp_id}"
     fields = {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id), "result_dir": result_dir,
               **({"stage": stage} if stage else {})}
-    return store.create(exp_id, fields, {"message": "submitted"}, result_dir_key=result_dir)
+    return store.records.create(exp_id, fields, {"message": "submitted"}, result_dir_key=result_dir)
 
 
 def _finish(store: Store, exp_id: str, version: int, outcome: str = "completed") -> int:
-    return store.transition(exp_id, expected_version=version, fields={"state": "finished", "outcome": outcome},
-                            event={"type": "transition", "to": "finished"})
+    return store.records.transition(exp_id, expected_version=version, fields={"state": "finished", "outcome": outcome},
+                                    event={"type": "transition", "to": "finished"})
 
 
 def _tasks(store: Store) -> list[dict]:
@@ -53,26 +53,26 @@ def test_the_stage_index_is_written_with_the_record_and_not_for_a_lost_claim(sto
     with pytest.raises(ResultDirTaken):
         _create(store, "e2", "s1", "/r/shared")  # the same dir: the claim is lost, nothing is written
     assert stage_ids(store, "s1") == ["e1"] and stage_names(store) == ["s1"]
-    assert store.get("e2") is None and store.get("e1")["stage"] == "s1"
+    assert store.records.raw("e2") is None and store.records.raw("e1")["stage"] == "s1"
     _create(store, "e3")  # no stage: no index
     assert stage_ids(store, "s1") == ["e1"]
-    store.delete("e1")
+    store.records.delete("e1")
     assert stage_ids(store, "s1") == []
 
 
 def test_a_finishing_transition_queues_one_notice_and_a_replay_none(store: Store) -> None:
     rec = _create(store, "e1", "s1")
-    v = store.transition("e1", expected_version=int(rec["version"]), fields={"state": "running"},
-                         event={"type": "transition"})
+    v = store.records.transition("e1", expected_version=int(rec["version"]), fields={"state": "running"},
+                                 event={"type": "transition"})
     assert _tasks(store) == []  # not finished: nothing to tell
     _finish(store, "e1", v)
     tasks = _tasks(store)
     assert [(t["kind"], t["id"]) for t in tasks] == [(EXPERIMENT_FINISHED, "e1")]
     with pytest.raises(TransitionConflict):
         _finish(store, "e1", v)  # a resend of the same transition (the reply was lost): no second notice
-    store.transition("e1", expected_version=None, fields={"state": "finished"}, event={"type": "transition"})
+    store.records.transition("e1", expected_version=None, fields={"state": "finished"}, event={"type": "transition"})
     assert len(_tasks(store)) == 1  # a later write to a finished record: still one
-    assert store.get("e1")["finish_notified"] == tasks[0]["delivery"]
+    assert store.records.raw("e1")["finish_notified"] == tasks[0]["delivery"]
 
 
 def test_a_stage_is_reported_once_per_membership(store: Store) -> None:
@@ -96,7 +96,7 @@ def test_stage_add_moves_records_between_stages_and_names_the_missing(store: Sto
     _create(store, "b")
     assert add_to_stage(store, "new", ["a", "b", "ghost"]) == ["ghost"]
     assert stage_ids(store, "new") == ["a", "b"] and stage_ids(store, "old") == []
-    assert store.get("a")["stage"] == "new"
+    assert store.records.raw("a")["stage"] == "new"
     with pytest.raises(StageNameError):
         add_to_stage(store, "bad name", ["a"])
     assert store.r.exists(stage_key("bad name")) == 0

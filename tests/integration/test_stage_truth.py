@@ -85,21 +85,21 @@ def test_an_idempotency_key_names_one_stage(api: TestClient, tmp_path: Path, red
     ids = [e["id"] for e in first.json()["experiments"]]
     store = Store.from_url(redis_url)
     for exp_id in ids:  # the runs finish: their result dirs are free again
-        rec = store.get(exp_id)
-        store.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"},
-                         fields={"state": "finished", "outcome": "completed"})
+        rec = store.records.raw(exp_id)
+        store.records.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"},
+                                 fields={"state": "finished", "outcome": "completed"})
     repeat = api.post("/v1/stages", json=body, headers=key)
     assert repeat.status_code == 200, repeat.text
     assert [e["id"] for e in repeat.json()["experiments"]] == ids and repeat.json()["stage"] == "idem"
     assert all(e["state"] == "finished" for e in repeat.json()["experiments"])
-    assert store.count() == len(ids)  # not run again
+    assert store.indexes.count() == len(ids)  # not run again
     other = api.post("/v1/stages", json={**body, "sweep": ["ajet.rollout.temperature=0.5,0.6"]}, headers=key)
     assert other.status_code == 409 and other.json()["problems"][0]["field"] == "Idempotency-Key"
     renamed = api.post("/v1/stages", json={**body, "stage": "idem2"}, headers=key)
     assert renamed.status_code == 409 and "stage 'idem'" in renamed.json()["detail"]
     as_experiment = api.post("/v1/experiments", json={"blueprint": text}, headers=key)
     assert as_experiment.status_code == 409 and "stage 'idem'" in as_experiment.json()["detail"]
-    assert store.count() == len(ids)
+    assert store.indexes.count() == len(ids)
     # A submission refused whole gives the key back: a corrected retry may use it.
     bad = api.post("/v1/stages", json={"stage": "later", "blueprints": [{"blueprint": text + "- x: 1, 1\n"}]},
                    headers={**AUTH, "Idempotency-Key": "stage-k2"})
@@ -124,7 +124,7 @@ def test_an_experiments_idempotency_key_is_bound_to_its_stage(api: TestClient, t
     assert unstaged.status_code == 409
     as_stage = api.post("/v1/stages", json={"stage": "a", "blueprints": [{"blueprint": text}]}, headers=key)
     assert as_stage.status_code == 409 and "experiment" in as_stage.json()["detail"]
-    assert Store.from_url(redis_url).count() == 1 and stage_names(Store.from_url(redis_url)) == ["a"]
+    assert Store.from_url(redis_url).indexes.count() == 1 and stage_names(Store.from_url(redis_url)) == ["a"]
 
 
 @pytest.mark.parametrize(("result_dir", "message"), [
@@ -174,10 +174,11 @@ def test_a_nul_in_a_blueprint_path_field_is_a_422_naming_it(api: TestClient, tmp
 def test_a_stage_goes_when_its_last_record_expires(redis_url: str) -> None:
     store = Store.from_url(redis_url, retention_seconds=1)
     for exp_id in ("x1", "x2"):
-        rec = store.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id), "stage": "old"},
-                           {"message": "x"}, stage_settings={"dir": "/tmp/old", "webhook_url": "https://h.example/"})
-        store.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"},
-                         fields={"state": "finished", "outcome": "completed"})
+        rec = store.records.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id),
+                                            "stage": "old"},
+                                   {"message": "x"}, stage_settings={"dir": "/tmp/old", "webhook_url": "https://h.example/"})
+        store.records.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"},
+                                 fields={"state": "finished", "outcome": "completed"})
     assert stage_names(store) == ["old"] and stage_meta(store, "old")["dir"] == "/tmp/old"
 
     def gone() -> bool:
@@ -219,7 +220,7 @@ def test_wait_on_an_unknown_or_empty_stage_answers_at_once(redis_url: str, tmp_p
                                env=env, capture_output=True, text=True, timeout=60) for _ in range(2)]
         assert [r.returncode for r in runs] == [0, 0], runs
         assert runs[0].stdout == runs[1].stdout and runs[0].stdout.count("Job submitted: ") == 2
-        assert store.count() == 2
+        assert store.indexes.count() == 2
 
 
 def test_wait_stage_raises_empty_stage_for_a_stage_without_experiments() -> None:
@@ -270,7 +271,7 @@ def test_concurrent_retries_with_one_key_make_one_stage(redis_url: str, tmp_path
             t.join(90)
     assert sorted(a.status_code for a in answers) == [200, 200, 200, 201], [a.text[:200] for a in answers]
     assert len({tuple(e["id"] for e in a.json()["experiments"]) for a in answers}) == 1
-    assert Store.from_url(redis_url).count() == 2
+    assert Store.from_url(redis_url).indexes.count() == 2
 
 
 def test_a_claim_written_before_stages_were_bound_still_answers_its_retry(api: TestClient, tmp_path: Path,

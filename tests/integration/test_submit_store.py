@@ -25,13 +25,13 @@ def test_a_submission_writes_record_event_indexes_and_job_together(redis_url: st
     text = make("demo", tmp_path / "a").blueprint.read_text()
     rec = submit(store, text)
     exp_id = rec["id"]
-    assert rec == store.get(exp_id)  # what submit returns is the record as stored
+    assert rec == store.records.raw(exp_id)  # what submit returns is the record as stored
     assert rec["state"] == "queued" and rec["version"] == "1" and rec["queue"] == "default"
     assert rec["lifecycle"]["state"] == "queued" and rec["lifecycle"]["history"] == []
     job = Job.fetch(rec["job_id"], connection=store.r, serializer=JSONSerializer)
     assert job.func_name == DRIVE_JOB and job.args == [exp_id] and job.get_status() == "queued"
     assert queue(store.r, "default").job_ids == [rec["job_id"]]
-    assert [e["type"] for e in store.events(exp_id)] == ["submitted"]
+    assert [e["type"] for e in store.events.read(exp_id)] == ["submitted"]
     assert store.r.zscore(state_index_key("queued"), exp_id) is not None
     assert store.r.zscore(INDEX, exp_id) is not None
     assert store.r.hget(RESULT_DIRS, os.path.realpath(rec["result_dir"])) == exp_id.encode()
@@ -39,17 +39,17 @@ def test_a_submission_writes_record_event_indexes_and_job_together(redis_url: st
 
 def test_the_submission_view_reads_nodes_drains_and_the_holder(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
-    store.heartbeat("gpu-b", {"gpus": 8, "gpus_busy": 0, "slots": 2}, ttl=2)
-    store.heartbeat("gpu-a", {"gpus": 4, "gpus_busy": 1, "slots": 1}, ttl=2)
-    store.set_drain("gpu-b", by="ops@x", reason="disk", sticky=True)
-    holder, nodes = store.submission_view("/no/such/dir")
-    assert holder is None and nodes == store.nodes() and [n["name"] for n in nodes] == ["gpu-a", "gpu-b"]
+    store.nodes.heartbeat("gpu-b", {"gpus": 8, "gpus_busy": 0, "slots": 2}, ttl=2)
+    store.nodes.heartbeat("gpu-a", {"gpus": 4, "gpus_busy": 1, "slots": 1}, ttl=2)
+    store.nodes.set_drain("gpu-b", by="ops@x", reason="disk", sticky=True)
+    holder, nodes = store.result_dirs.submission_view("/no/such/dir")
+    assert holder is None and nodes == store.nodes.all() and [n["name"] for n in nodes] == ["gpu-a", "gpu-b"]
     assert nodes[1]["drain"]["by"] == "ops@x" and nodes[0]["drain"] is None
     rec = submit(store, make("demo", tmp_path / "b").blueprint.read_text())
     real = os.path.realpath(rec["result_dir"])
-    assert store.submission_view(real)[0] == (rec["id"], "queued")
+    assert store.result_dirs.submission_view(real)[0] == (rec["id"], "queued")
     store.r.hset(f"ajet:exp:{rec['id']}", "state", "finished")
-    assert store.submission_view(real)[0] is None  # a finished holder frees the dir
+    assert store.result_dirs.submission_view(real)[0] is None  # a finished holder frees the dir
 
 
 def test_a_refused_submission_writes_nothing(redis_url: str, tmp_path: Path) -> None:

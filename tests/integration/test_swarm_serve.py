@@ -60,22 +60,22 @@ def test_stale_swarm_port_reservations_are_freed_when_a_worker_starts(client, re
 
     store = Store.from_url(redis_url)
     port, live_port = free_port(), free_port()
-    store.create("swarm-done", {"state": "finished", "node": "portnode"}, {})
-    store.create("swarm-live", {"state": "running", "node": "portnode",
-                                "lease_until": store.server_time() + 600}, {})
-    assert store.reserve_swarm_port("portnode", "swarm-done", port)
-    assert store.reserve_swarm_port("portnode", "swarm-vanished", port + 1 if port < 65535 else port - 1)
-    assert store.reserve_swarm_port("portnode", "swarm-live", live_port)
+    store.records.create("swarm-done", {"state": "finished", "node": "portnode"}, {})
+    store.records.create("swarm-live", {"state": "running", "node": "portnode",
+                                        "lease_until": store.server_time() + 600}, {})
+    assert store.slots.reserve_swarm_port("portnode", "swarm-done", port)
+    assert store.slots.reserve_swarm_port("portnode", "swarm-vanished", port + 1 if port < 65535 else port - 1)
+    assert store.slots.reserve_swarm_port("portnode", "swarm-live", live_port)
     sc = Scenario(tmp_path / "next", materialize("swarm", tmp_path / "next", swarm_port=port))
     env = worker_env(redis_url, tmux_socket, AJET_RUNNER_CAPACITY_WAIT_SECONDS="1")
     with running_worker(env, "portnode"):
-        wait_for(lambda: set(store.swarm_port_owners("portnode").values()) == {"swarm-live"},
+        wait_for(lambda: set(store.slots.swarm_port_owners("portnode").values()) == {"swarm-live"},
                  30, "the stale swarm port reservations to be freed")
-        assert store.swarm_port_owners("portnode").get(live_port) == "swarm-live"
+        assert store.slots.swarm_port_owners("portnode").get(live_port) == "swarm-live"
         exp_id = client.submit_file(sc.blueprint)["id"]
         wait_for(lambda: state_of(client, exp_id) == "finished", 120, "the swarm run on the freed port")
         assert json.loads((sc.results / "finish.flag").read_text())["outcome"] == "completed"
-        assert store.swarm_port_owners("portnode") == {live_port: "swarm-live"}
+        assert store.slots.swarm_port_owners("portnode") == {live_port: "swarm-live"}
 
 
 def test_a_server_dying_mid_run_is_restarted_through_a_worker(client, redis_url, tmux_socket, tmp_path) -> None:
@@ -107,18 +107,18 @@ def test_a_killed_worker_leaves_a_swarm_run_the_next_worker_finishes(redis_url, 
     env = worker_env(redis_url, tmux_socket)
     first = start_worker(env, "adoptnode")
     try:
-        wait_for(lambda: store.nodes(), 30, "the first worker to register")
+        wait_for(lambda: store.nodes.all(), 30, "the first worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="adoptnode")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("latest_metrics"), 60, "a first evaluation")
     finally:
         kill_group(first)
-    assert (store.get(exp_id) or {})["state"] == "running"
+    assert (store.records.raw(exp_id) or {})["state"] == "running"
     with running_worker(env, "adoptnode"):
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
     data = sc.results_json()
     assert data["outcome"] == "completed" and len(data["attempts"]) == 1 and data["repairs"] == []
     assert [e["step"] for e in data["evaluations"]] == [0, 2, 4, 6]
     assert [h["what"] for h in data["swarm"]["history"]] == ["started", "stopped"]
     assert "Swarm server stopped." in (sc.results / "logs" / "server-1.log").read_text()
     assert not (sc.results / "logs" / "server-2.log").exists()
-    assert store.swarm_port_owners("adoptnode") == {}
+    assert store.slots.swarm_port_owners("adoptnode") == {}

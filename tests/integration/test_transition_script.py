@@ -24,7 +24,7 @@ def _call(store: Store, exp_id: str, fields: dict[str, str]) -> tuple[list[str],
 
 
 def test_a_state_named_by_the_caller_gets_its_index_without_a_change_to_the_script(store: Store) -> None:
-    store.create("e1", {"state": "queued"}, {})
+    store.records.create("e1", {"state": "queued"}, {})
     keys, args = _call(store, "e1", {"state": "paused"})
     states = str(args[6]).split(",")
     keys.insert(17 + len(states), state_index_key("paused"))  # the new state's key after the others
@@ -35,7 +35,7 @@ def test_a_state_named_by_the_caller_gets_its_index_without_a_change_to_the_scri
 
 
 def test_keys_that_do_not_match_the_names_are_refused_before_any_write(store: Store) -> None:
-    store.create("e1", {"state": "queued"}, {})
+    store.records.create("e1", {"state": "queued"}, {})
     keys, args = _call(store, "e1", {"state": "running"})
     with pytest.raises(redis.ResponseError, match="keys for"):
         store.r.eval(lua("transition"), len(keys) - 1, *keys[:-1], *args)
@@ -44,7 +44,7 @@ def test_keys_that_do_not_match_the_names_are_refused_before_any_write(store: St
 
 
 def test_an_outcome_counted_without_its_buckets_key_is_refused(store: Store) -> None:
-    store.create("e1", {"state": "collecting"}, {})
+    store.records.create("e1", {"state": "collecting"}, {})
     keys, args = store._transition_call("e1", expected_version=None, fields={"state": "finished"},
                                         event={"type": "transition"},
                                         stats={"transition": "collecting>finished", "outcome": "vanished",

@@ -200,7 +200,7 @@ def test_the_experiments_page_says_when_no_worker_is_live(redis_url, tmp_path) -
     with running_server(redis_url, tmp_path / "serve.log") as server:
         c = login(server.url)
         assert "No worker is live yet" in c.get("/ui/", headers=PAGE).text
-        store.heartbeat("n1", {"gpus": 0, "slots": 1}, ttl=30)
+        store.nodes.heartbeat("n1", {"gpus": 0, "slots": 1}, ttl=30)
         assert "No worker is live yet" not in c.get("/ui/fragments/experiments").text
         assert "No worker is live yet" not in c.get("/ui/", headers=PAGE).text
         c.close()

@@ -31,7 +31,7 @@ def blueprint(workdir: Path, script: str) -> Path:
 
 
 def transitions(store: Store, exp_id: str, dest: str) -> list[dict]:
-    return [e for e in store.events(exp_id) if e.get("type") == "transition" and e.get("to") == dest]
+    return [e for e in store.events.read(exp_id) if e.get("type") == "transition" and e.get("to") == dest]
 
 
 def test_a_fatal_line_in_a_process_that_hangs_fails_the_run_without_waiting_for_the_stall(
@@ -40,11 +40,11 @@ def test_a_fatal_line_in_a_process_that_hangs_fails_the_run_without_waiting_for_
     bp = blueprint(tmp_path / "w", f"cat {oom}\nexec sleep 600")  # prints the OOM, then hangs
     store = Store.from_url(redis_url)
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
-        wait_for(store.nodes, 30, "the worker to register")
+        wait_for(store.nodes.all, 30, "the worker to register")
         exp_id = submit(store, bp.read_text(), node="n1")["id"]
         failing = wait_for(lambda: transitions(store, exp_id, "failing"), 90, "the run to be failing")
-        store.request_cancel(exp_id)
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 90, "finished")
+        store.runs.request_cancel(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 90, "finished")
     first = failing[0]
     assert first["trigger"] == "anomaly" and first.get("rule") == "diagnosis" and first.get("signature") == "cuda_oom"
 
@@ -56,10 +56,10 @@ def test_training_that_goes_on_after_a_fatal_looking_line_is_left_to_finish(tmp_
     bp = blueprint(tmp_path / "w", f"cat {oom}\n{steps}\nexit 0")  # an actor's OOM that Ray survived
     store = Store.from_url(redis_url)
     with running_worker(worker_env(redis_url, tmux_socket), "n1", "--gpus", "0"):
-        wait_for(store.nodes, 30, "the worker to register")
+        wait_for(store.nodes.all, 30, "the worker to register")
         exp_id = submit(store, bp.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "finished")
-    rec = store.get(exp_id) or {}
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "finished")
+    rec = store.records.raw(exp_id) or {}
     assert rec["outcome"] == "completed", rec.get("reason")
     assert not transitions(store, exp_id, "failing")
 
@@ -82,7 +82,7 @@ def test_a_readopting_worker_goes_on_from_the_checkpoint_and_never_rereads_the_l
     log = work / "results/logs/attempt-1.log"
     ckpt = work / "results/logs/attempt-1.scan.json"
     try:
-        wait_for(store.nodes, 30, "the worker to register")
+        wait_for(store.nodes.all, 30, "the worker to register")
         exp_id = submit(store, bp.read_text(), node="n1")["id"]
         wait_for(lambda: log.exists() and log.stat().st_size >= size, 90, "the log to be written")
         wait_for(lambda: ckpt.exists() and json.loads(ckpt.read_text())["offset"] == size, 90,
@@ -94,10 +94,10 @@ def test_a_readopting_worker_goes_on_from_the_checkpoint_and_never_rereads_the_l
         f.seek((size // 2 // line) * line)
         f.write(b"torch.OutOfMemoryError: CUDA out of memory. Tried".ljust(line - 1, b" ") + b"\n")
     with running_worker(env, "n1", "--gpus", "0"):
-        wait_for(lambda: any(e["type"] == "adopted" for e in store.events(exp_id)), 60, "the adoption")
+        wait_for(lambda: any(e["type"] == "adopted" for e in store.events.read(exp_id)), 60, "the adoption")
         go.touch()
         failing = wait_for(lambda: transitions(store, exp_id, "failing"), 90, "the host OOM to be seen")
-        store.request_cancel(exp_id)
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 90, "finished")
+        store.runs.request_cancel(exp_id)
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 90, "finished")
     assert failing[0].get("signature") == "host_oom", failing[0]
     assert not ckpt.exists()  # removed once the attempt ended

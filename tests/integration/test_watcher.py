@@ -67,14 +67,14 @@ def test_one_process_runs_as_many_jobs_as_it_has_slots_and_a_failed_job_frees_it
 
 def test_a_drained_node_takes_no_new_job_until_the_drain_ends(tmp_path, redis_url):
     store = Store.from_url(redis_url)
-    store.set_drain("w2", True, by="test", reason="maintenance")
+    store.nodes.set_drain("w2", True, by="test", reason="maintenance")
     proc = _watcher(redis_url, "w2", 2)
     try:
         job = queue(store.r, node_queue("w2")).enqueue(HOLD, str(tmp_path), "x", job_timeout=-1)
         (tmp_path / "release").touch()
         with pytest.raises(AssertionError):
             wait_for(lambda: _started(tmp_path), 5, "a job on a drained node (it must not start)")
-        store.set_drain("w2", False)
+        store.nodes.set_drain("w2", False)
         wait_for(lambda: job.get_status(refresh=True) == JobStatus.FINISHED, 30, "the job after the drain")
     finally:
         proc.terminate()
@@ -111,24 +111,24 @@ def test_a_stopped_worker_hands_its_run_back_and_the_next_one_adopts_it_at_once(
     env = worker_env(redis_url, tmux_socket, AJET_RUNNER_LEASE_SECONDS="60")  # far longer than the test waits
     first = start_worker(env, "n1", "--gpus", "0")
     try:
-        wait_for(store.nodes, 30, "the worker to register")
+        wait_for(store.nodes.all, 30, "the worker to register")
         exp_id = submit(store, sc.blueprint.read_text(), node="n1")["id"]
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "running", 60, "the run to start")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "running", 60, "the run to start")
         kill_group(first, signal.SIGTERM)  # a restart or an upgrade
         assert first.returncode is not None
     finally:
         kill_group(first)
-    rec = store.get(exp_id) or {}
+    rec = store.records.raw(exp_id) or {}
     assert rec["state"] == "running" and float(rec["lease_until"]) == 0.0 and not rec.get("driver_pid"), rec
     t0 = time.monotonic()
     with running_worker(env, "n1", "--gpus", "0"):
-        wait_for(lambda: any(e["type"] == "adopted" for e in store.events(exp_id)), 30, "the adoption")
+        wait_for(lambda: any(e["type"] == "adopted" for e in store.events.read(exp_id)), 30, "the adoption")
         adopted_after = time.monotonic() - t0
-        wait_for(lambda: (store.get(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
+        wait_for(lambda: (store.records.raw(exp_id) or {}).get("state") == "finished", 120, "the run to finish")
     assert adopted_after < 30  # the 60 s lease was not waited for
-    rec = store.get(exp_id) or {}
+    rec = store.records.raw(exp_id) or {}
     assert rec["outcome"] == "completed", rec
-    assert len([e for e in store.events(exp_id) if e.get("trigger") == "launched"]) == 1
+    assert len([e for e in store.events.read(exp_id) if e.get("trigger") == "launched"]) == 1
     assert sc.flag()["outcome"] == "completed"
 
 
@@ -174,5 +174,5 @@ def test_a_job_queued_under_its_name_from_before_the_package_rename_still_runs(t
         # the old job itself runs to its end (not a job the supervisor re-enqueues after the old one failed)
         wait_for(lambda: status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED), 120, "the old job to end")
         assert status(refresh=True) == JobStatus.FINISHED
-    assert (store.get(exp_id) or {})["outcome"] == "completed"
+    assert (store.records.raw(exp_id) or {})["outcome"] == "completed"
     assert sc.flag()["outcome"] == "completed"

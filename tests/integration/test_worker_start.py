@@ -38,4 +38,4 @@ def test_a_worker_refused_for_a_bad_catalogue_leaves_no_watcher_and_no_node(redi
     assert proc.returncode == 2 and "AJET_RUNNER_CATALOGUE_EXTRA is not a valid catalogue" in proc.stderr
     _, alive = psutil.wait_procs(_watchers(node), timeout=30)
     assert not alive, f"a watcher outlived its refused worker: {[p.pid for p in alive]}"
-    assert node not in {n["name"] for n in Store.from_url(redis_url).nodes()}
+    assert node not in {n["name"] for n in Store.from_url(redis_url).nodes.all()}

@@ -54,7 +54,7 @@ def test_a_foreign_job_function_is_refused_and_never_imported(tmp_path: Path, re
         worker = subprocess.Popen([*CLI, "worker", "--node", "n1", "--gpus", "0"], env=env, start_new_session=True,
                                   stdout=sink, stderr=subprocess.STDOUT)
         try:
-            wait_for(lambda: any(n["name"] == "n1" for n in store.nodes()), 60, "the worker to register")
+            wait_for(lambda: any(n["name"] == "n1" for n in store.nodes.all()), 60, "the worker to register")
             q = Queue(node_queue("n1"), connection=conn, serializer=JSONSerializer)
             hostile = {
                 "os.system": q.enqueue("os.system", f"touch {markers}/system"),

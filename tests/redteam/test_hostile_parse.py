@@ -96,7 +96,7 @@ def test_hostile_sweeps_get_a_json_4xx_quickly_and_record_nothing(api: TestClien
            passed=not bad and slowest[1] < GENEROUS_SECONDS)
     assert bad == []
     assert slowest[1] < GENEROUS_SECONDS, seen
-    assert Store.from_url(redis_url).count() == 0 and api.get("/v1/stages", headers=AUTH).json() == []
+    assert Store.from_url(redis_url).indexes.count() == 0 and api.get("/v1/stages", headers=AUTH).json() == []
 
 
 def test_check_prints_a_clear_error_for_nesting_not_a_traceback(tmp_path: Path) -> None:

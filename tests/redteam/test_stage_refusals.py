@@ -66,17 +66,17 @@ def test_a_retried_stage_submission_is_the_same_stage(api: TestClient, tmp_path:
     key = {**AUTH, "Idempotency-Key": "retry-1"}
     first = api.post("/v1/stages", json=body, headers=key).json()
     for exp in first["experiments"]:  # finished: a plain retry would run the whole stage again
-        rec = store.get(exp["id"])
-        store.transition(exp["id"], expected_version=int(rec["version"]), event={"type": "transition"},
-                         fields={"state": "finished", "outcome": "completed"})
+        rec = store.records.raw(exp["id"])
+        store.records.transition(exp["id"], expected_version=int(rec["version"]), event={"type": "transition"},
+                                 fields={"state": "finished", "outcome": "completed"})
     retries = [api.post("/v1/stages", json=body, headers=key) for _ in range(3)]
     replayed = api.post("/v1/stages", json={**body, "stage": "other"}, headers=key)
     same = all(r.status_code == 200 and [e["id"] for e in r.json()["experiments"]] == [
         e["id"] for e in first["experiments"]] for r in retries)
     record("stages: Idempotency-Key", "the same stage submission retried after its runs finished; the key "
-           "replayed for another stage", len(retries) + 1, f"same stage: {same}, records {store.count()}, "
-           f"replay {replayed.status_code}", passed=same and store.count() == 2 and replayed.status_code == 409)
-    assert same and store.count() == 2 and replayed.status_code == 409
+           "replayed for another stage", len(retries) + 1, f"same stage: {same}, records {store.indexes.count()}, "
+           f"replay {replayed.status_code}", passed=same and store.indexes.count() == 2 and replayed.status_code == 409)
+    assert same and store.indexes.count() == 2 and replayed.status_code == 409
 
 
 def test_result_dirs_outside_the_roots_are_not_read(api: TestClient, tmp_path: Path) -> None:

@@ -56,10 +56,11 @@ def settings(url: str = "", **extra: object) -> Settings:
 
 
 def finished(store: Store, exp_id: str, stage: str = "", reason: str = "") -> None:
-    rec = store.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id), "purpose": exp_id,
-                                "result_dir": f"/r/{exp_id}", **({"stage": stage} if stage else {})},
-                       {"message": "submitted"})
-    store.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"}, fields={
+    rec = store.records.create(exp_id, {"state": "queued", "lifecycle": Lifecycle.initial_dict(exp_id),
+                                        "purpose": exp_id, "result_dir": f"/r/{exp_id}",
+                                        **({"stage": stage} if stage else {})},
+                               {"message": "submitted"})
+    store.records.transition(exp_id, expected_version=int(rec["version"]), event={"type": "transition"}, fields={
         "state": "finished", "outcome": "failed", "reason": reason or "exit code 1"})
 
 
@@ -97,8 +98,8 @@ def test_a_never_answering_receiver_does_not_hold_up_another(
         wait_for(lambda: any(r.json.get("id") == "b" for r in good.of_type("experiment_finished")), 30,
                  "b's notification")
         delay = time.monotonic() - t0
-        wait_for(lambda: any(e["type"] == "webhook_failed" for e in store.events("a0")), 30, "a0's first failure")
-        failed = next(e for e in store.events("a0") if e["type"] == "webhook_failed")
+        wait_for(lambda: any(e["type"] == "webhook_failed" for e in store.events.read("a0")), 30, "a0's first failure")
+        failed = next(e for e in store.events.read("a0") if e["type"] == "webhook_failed")
         a_ended = time.monotonic() - t0
         stop.set()
         thread.join(30)  # its delivery threads end by their deadline: nothing writes into the next test's Redis
@@ -204,7 +205,7 @@ def test_a_notification_given_up_on_is_shown_by_the_api_and_the_console(store: S
         url = hook.url.replace("http://", "http://user:pw-in-url@") + "?token=t0k3n-in-query"
         finished(store, "e1")
         deliverer = Deliverer(store, settings(url, webhook_max_attempts=2))
-        wait_for(lambda: _step(deliverer) and any(e["type"] == "webhook_gave_up" for e in store.events("e1")), 20,
+        wait_for(lambda: _step(deliverer) and any(e["type"] == "webhook_gave_up" for e in store.events.read("e1")), 20,
                  "the notification to be given up")
     with TestClient(create_app(Settings(redis_url=redis_url, token=TOKEN))) as api:
         dead = api.get("/v1/notifications/dead", headers=AUTH).json()
@@ -227,7 +228,7 @@ def test_a_stored_url_that_may_not_be_posted_to_is_a_dead_letter_at_once(store: 
     define_stage(store, "old", webhook_url="http://hooks.example.com/a\r\nX-Injected: 1")
     finished(store, "e1", "old")
     deliverer = Deliverer(store, settings(webhook_max_attempts=5))
-    wait_for(lambda: _step(deliverer) and any(e["type"] == "webhook_gave_up" for e in store.events("e1")), 20,
+    wait_for(lambda: _step(deliverer) and any(e["type"] == "webhook_gave_up" for e in store.events.read("e1")), 20,
              "the notice to be given up")
     dead = store.outbox().dead()
     assert dead[0]["id"] == "e1" and dead[0]["attempts"] == 1 and "not posted" in dead[0]["given_up"], dead

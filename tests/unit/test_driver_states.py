@@ -47,7 +47,7 @@ def drive(store: Store, exp_id: str, runner: InMemoryRunner, **settings: Any) ->
     driver = ExperimentDriver(store, exp_id, settings_for(store_url(store), **settings), NODE, "test/1",
                               runner=runner)  # an InMemoryRunner is a Runner (workers/executors/protocol.py)
     outcome = driver.run()
-    rec = store.record(exp_id)
+    rec = store.records.get(exp_id)
     assert rec is not None
     return outcome, rec
 
@@ -78,7 +78,7 @@ def failing(store: Store, tmp_path: Path, *, attempts: int = 1) -> str:
 def test_queued_with_a_stop_request_finishes_cancelled_and_never_launches(store: Store, tmp_path: Path) -> None:
     exp_id = new_id()
     seed(store, exp_id, tmp_path)
-    store.request_cancel(exp_id)
+    store.runs.request_cancel(exp_id)
     runner = InMemoryRunner()
     outcome, rec = drive(store, exp_id, runner)
     assert outcome == "cancelled" and rec.finished and runner.started == []
@@ -119,10 +119,10 @@ def test_running_stops_the_run_when_a_stop_is_requested(store: Store, tmp_path: 
     thread = threading.Thread(target=lambda: result.append(drive(store, exp_id, runner)), daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
-    while (rec := store.record(exp_id)) is not None and rec.state != "running":
+    while (rec := store.records.get(exp_id)) is not None and rec.state != "running":
         assert time.monotonic() < deadline, "the run never reached running"
         time.sleep(0.01)
-    store.request_cancel(exp_id)
+    store.runs.request_cancel(exp_id)
     thread.join(30)
     assert result, "the driver did not finish after the stop request"
     outcome, rec = result[0]
@@ -143,7 +143,7 @@ def test_failing_with_no_plan_gives_up_as_not_repairable(store: Store, tmp_path:
     outcome, rec = drive(store, exp_id, InMemoryRunner(), repair_hook=hook({"actions": []}))
     assert outcome == "failed" and triggers(rec)[-2:] == ["give_up", "collected"]
     assert [r.result for r in rec.ctx.repairs] == [RepairResult.not_repairable]
-    assert store.stats()["repairs"].get("unknown|not repairable", 0) >= 1
+    assert store.counters.read()["repairs"].get("unknown|not repairable", 0) >= 1
 
 
 def test_failing_with_a_plan_that_changes_nothing_gives_up(store: Store, tmp_path: Path) -> None:
@@ -167,7 +167,7 @@ def test_failing_with_the_budget_spent_gives_up(store: Store, tmp_path: Path) ->
 def test_failing_with_a_stop_request_ends_cancelled_without_a_repair(store: Store, tmp_path: Path) -> None:
     """Stop wins: a run that failed while a stop was on its way is cancelled, not repaired or failed."""
     exp_id = failing(store, tmp_path)
-    store.request_cancel(exp_id)
+    store.runs.request_cancel(exp_id)
     plan = {"actions": [{"kind": "set_env", "key": "FIX", "value": "1"}]}
     runner = InMemoryRunner()
     outcome, rec = drive(store, exp_id, runner, repair_hook=hook(plan))
@@ -238,5 +238,5 @@ def test_the_watch_loop_calls_its_observers_and_the_log_tail_reaches_the_record(
     assert outcome == "completed" and seen[0] == "before" and seen[-2].startswith("after:") and seen[-1] == "end"
     assert seen.count("end") == 1  # once, when the rules ended the attempt
     assert any(s != "after:0" for s in seen if s.startswith("after:"))  # the tick that read the log
-    assert store.log_tail(exp_id)[-2:] == ["hello", "world"]  # LogTail: appended to the capped list
+    assert store.log_tail.read(exp_id)[-2:] == ["hello", "world"]  # LogTail: appended to the capped list
     assert [type(o).__name__ for o in defaults()] == ["Lease", "Evaluations", "Progress", "LogTail", "WatchMetrics"]

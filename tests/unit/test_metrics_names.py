@@ -78,14 +78,14 @@ def fill(store: Store, now: float) -> None:
                      "finished_at": now - 80_000, "attempt": 3},
     }
     for exp_id, fields in rows.items():
-        store.create(exp_id, {"purpose": LONG_PURPOSE, "max_seconds": 3600, "attempt": 0, **fields},
-                     {"message": "test"})
-    store.transition("done-new", expected_version=None, fields={}, event={"type": "transition"},
-                     stats={"transition": "collecting>finished", "outcome": "completed", "duration": 400,
-                            "repair": "cuda_oom|applied", "advised": "qwen-7b|then completed"})
-    store.transition("done-old", expected_version=None, fields={}, event={"type": "transition"},
-                     stats={"transition": "failing>collecting", "outcome": "failed", "duration": 10_000})
-    store.heartbeat("n1", {"gpus": 4, "gpus_busy": 1, "slots": 4, "running": ["r1", "f1"]}, ttl=2)
+        store.records.create(exp_id, {"purpose": LONG_PURPOSE, "max_seconds": 3600, "attempt": 0, **fields},
+                             {"message": "test"})
+    store.records.transition("done-new", expected_version=None, fields={}, event={"type": "transition"},
+                             stats={"transition": "collecting>finished", "outcome": "completed", "duration": 400,
+                                    "repair": "cuda_oom|applied", "advised": "qwen-7b|then completed"})
+    store.records.transition("done-old", expected_version=None, fields={}, event={"type": "transition"},
+                             stats={"transition": "failing>collecting", "outcome": "failed", "duration": 10_000})
+    store.nodes.heartbeat("n1", {"gpus": 4, "gpus_busy": 1, "slots": 4, "running": ["r1", "f1"]}, ttl=2)
     queue(store.r, "default").enqueue("ajet_runner.workers.drive.jobs.drive", "q1", job_id="drive-q1")
 
 
@@ -198,8 +198,9 @@ def test_api_metrics_endpoint_serves_every_api_name(store: Store, redis_url: str
 
 def test_finished_experiment_leaves_per_experiment_gauges_after_the_ttl(store: Store) -> None:
     now = time.time()
-    store.create("e1", {"state": "finished", "outcome": "completed", "purpose": "p", "node": "n1",
-                        "started_at": now - 100, "finished_at": now, "latest_metrics": {"mean_reward": 1.0}}, {})
+    store.records.create("e1", {"state": "finished", "outcome": "completed", "purpose": "p", "node": "n1",
+                                "started_at": now - 100, "finished_at": now,
+                                "latest_metrics": {"mean_reward": 1.0}}, {})
 
     def scrape(at: float) -> bytes:
         return cluster_text(store, finished_ttl=600, now=at)
@@ -213,7 +214,7 @@ def test_finished_experiment_leaves_per_experiment_gauges_after_the_ttl(store: S
 
 
 def test_a_node_whose_heartbeat_expired_is_reported_down(store: Store) -> None:
-    store.heartbeat("gone", {"gpus": 2, "gpus_busy": 0}, ttl=2)
+    store.nodes.heartbeat("gone", {"gpus": 2, "gpus_busy": 0}, ttl=2)
     store.r.delete("ajet:node:gone")  # what the heartbeat's TTL does after a minute of silence
     body, _ = metrics_response(store)
     assert value(body, "ajet_runner_node_up", node="gone") == 0
@@ -239,7 +240,7 @@ def test_worker_collector_exports_every_worker_name_from_reported_watch_passes(s
         report("e2", 0.02, 0, 50.0)
         clock.t += 0.25
     report.flush()
-    store.heartbeat("n1", {"gpus": 0}, ttl=2)
+    store.nodes.heartbeat("n1", {"gpus": 0}, ttl=2)
     registry = wm.worker_registry(store, "n1", lambda: ["e1", "e2"], os.getpid())
     collector = next(c for c in registry._collector_to_names if isinstance(c, wm.WorkerCollector))
     collector.clock = clock

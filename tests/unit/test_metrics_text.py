@@ -57,9 +57,9 @@ def test_the_text_reads_back_as_the_records_say() -> None:
                     "scripts/ensure-test-deps.sh installs it as root)")
 def test_promtool_finds_nothing_wrong_with_a_whole_scrape(store: Store) -> None:
     now = time.time()
-    store.create("p1", {"state": "running", "purpose": ODD, "node": "n1", "started_at": now - 100,
+    store.records.create("p1", {"state": "running", "purpose": ODD, "node": "n1", "started_at": now - 100,
                         "latest_metrics": {"mean_reward": 0.5, "step": 3, "task_pass_rate@1": 0.25}}, {})
-    store.heartbeat("n1", {"gpus": 2, "gpus_busy": 1}, ttl=30)
+    store.nodes.heartbeat("n1", {"gpus": 2, "gpus_busy": 1}, ttl=30)
     body, _ = metrics_response(store)
     assert b'ajet_runner_experiment_mean_reward{experiment="p1",node="n1"} 0.5' in body
     done = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60, check=False)
@@ -79,9 +79,9 @@ def test_rows_reused_between_scrapes_give_the_text_of_a_fresh_read(store: Store)
     moves with the clock, and the text is what a scrape without the cache writes."""
     now = time.time()
     for i, state in enumerate(["running", "queued", "finished"]):
-        store.create(f"e{i}", {"state": state, "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
-                               "finished_at": now - 10 if state == "finished" else "",
-                               "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
+        store.records.create(f"e{i}", {"state": state, "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
+                                       "finished_at": now - 10 if state == "finished" else "",
+                                       "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
     cache = RowCache()
 
     def text(at: float, rows: RowCache | None) -> str:
@@ -89,8 +89,8 @@ def test_rows_reused_between_scrapes_give_the_text_of_a_fresh_read(store: Store)
 
     assert text(now, cache) == text(now, None)
     store.r.hset(exp_key("e0"), "latest_metrics", json.dumps({"mean_reward": 0.75, "step": 4}))
-    store.create("e3", {"state": "running", "purpose": "new", "node": "n2", "started_at": now - 5}, {})
-    store.delete("e1")
+    store.records.create("e3", {"state": "running", "purpose": "new", "node": "n2", "started_at": now - 5}, {})
+    store.records.delete("e1")
     later = text(now + 30, cache)
     assert later == text(now + 30, None)
     assert 'ajet_runner_experiment_mean_reward{experiment="e0",node="n1"} 0.75' in later
@@ -113,8 +113,8 @@ def test_the_api_fills_the_row_cache_before_the_first_scrape(store: Store, redis
     now = time.time()
     ids = [f"warm{i}" for i in range(3)]
     for i, exp_id in enumerate(ids):
-        store.create(exp_id, {"state": "running", "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
-                              "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
+        store.records.create(exp_id, {"state": "running", "purpose": f"p{i}", "node": "n1", "started_at": now - 100,
+                                      "latest_metrics": {"mean_reward": 0.5, "step": 3}}, {})
     ROWS.rows.clear()
     with TestClient(create_app(Settings(redis_url=redis_url), insecure=True), base_url="http://127.0.0.1") as client:
         wait_for(lambda: all((row := ROWS.rows.get(i.encode())) is not None and row.lines for i in ids),
@@ -134,7 +134,7 @@ def test_a_scrape_that_waits_for_another_answers_with_its_body(store: Store, mon
     import ajet_runner.service.cluster_metrics as metrics
     from tests.integration.scenario import wait_for
 
-    store.create("sf1", {"state": "running", "purpose": "p", "node": "n1", "started_at": time.time()}, {})
+    store.records.create("sf1", {"state": "running", "purpose": "p", "node": "n1", "started_at": time.time()}, {})
     computing, release, made = threading.Event(), threading.Event(), []
     real = metrics._metrics_response
 

@@ -70,19 +70,20 @@ def test_transition_stats_pack_and_unpack_in_one_place() -> None:
 
 
 def test_the_store_hands_out_typed_records(redis_url: str) -> None:
-    """Store.record over the tests' throwaway redis-server."""
+    """Records.record over the tests' throwaway redis-server."""
     store = Store.from_url(redis_url)
-    store.create("e1", {"state": "queued", "ctx": OLD_CTX, "max_seconds": ""}, {"message": "submitted"})
-    rec = store.record("e1")
+    store.records.create("e1", {"state": "queued", "ctx": OLD_CTX, "max_seconds": ""}, {"message": "submitted"})
+    rec = store.records.get("e1")
     assert rec is not None and rec.version == 1 and rec.state == "queued" and rec.max_seconds is None
-    assert rec.ctx.repairs[0].result is RepairResult.relaunched and store.record("nope") is None
+    assert rec.ctx.repairs[0].result is RepairResult.relaunched and store.records.get("nope") is None
 
 
 def test_a_stop_request_is_a_flag_on_an_existing_record_only(redis_url: str) -> None:
     store = Store.from_url(redis_url)
-    assert store.request_stop("never-submitted", delete=True) is False and not store.exists("never-submitted")
-    store.create("s1", {"state": "running"}, {"message": "submitted"})
-    assert store.request_stop("s1") is True
-    rec = store.record("s1")
+    assert store.runs.request_stop("never-submitted", delete=True) is False
+    assert not store.records.exists("never-submitted")
+    store.records.create("s1", {"state": "running"}, {"message": "submitted"})
+    assert store.runs.request_stop("s1") is True
+    rec = store.records.get("s1")
     assert rec is not None and rec.cancel_requested and not rec.delete_requested
-    assert store.request_stop("s1", delete=True) and store.record("s1").delete_requested  # type: ignore[union-attr]
+    assert store.runs.request_stop("s1", delete=True) and store.records.get("s1").delete_requested  # type: ignore[union-attr]

@@ -34,7 +34,7 @@ def drive(store: Store, exp_id: str, runner: InMemoryRunner, **settings: Any) ->
     driver = ExperimentDriver(store, exp_id, settings_for(url, **settings), NODE, "test/1",
                               runner=runner)  # an InMemoryRunner is a Runner (workers/executors/protocol.py)
     outcome = driver.run()
-    rec = store.record(exp_id)
+    rec = store.records.get(exp_id)
     assert rec is not None
     return outcome, rec
 
@@ -124,11 +124,11 @@ def test_a_stop_during_a_transient_wait_ends_the_run_cancelled_at_once(
     thread = threading.Thread(target=lambda: result.append(drive(store, exp_id, runner)), daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
-    while (rec := store.record(exp_id)) is None or rec.state != "repairing":
+    while (rec := store.records.get(exp_id)) is None or rec.state != "repairing":
         assert time.monotonic() < deadline, "the run never started its wait"
         time.sleep(0.02)
     asked = time.monotonic()
-    store.request_cancel(exp_id)
+    store.runs.request_cancel(exp_id)
     thread.join(30)
     assert result and time.monotonic() - asked < 5  # the 60 s backoff was not waited out
     outcome, rec = result[0]

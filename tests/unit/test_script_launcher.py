@@ -89,7 +89,7 @@ def drive(store: Store, exp_id: str, runner: InMemoryRunner) -> tuple[str, Exper
     url = f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
     outcome = ExperimentDriver(store, exp_id, settings_for(url, repair_backoff_scale=0.0),
                                NodeInfo(name="test-node", gpus=0, slots=1), "test/1", runner=runner).run()
-    rec = store.record(exp_id)
+    rec = store.records.get(exp_id)
     assert rec is not None
     return outcome, rec
 

@@ -30,7 +30,7 @@ def drive(store: Store, exp_id: str, runner: InMemoryRunner, **settings: Any) ->
     kw = store.r.connection_pool.connection_kwargs
     url = f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
     outcome = ExperimentDriver(store, exp_id, settings_for(url, **settings), NODE, "test/1", runner=runner).run()
-    rec = store.record(exp_id)
+    rec = store.records.get(exp_id)
     assert rec is not None
     return outcome, rec
 

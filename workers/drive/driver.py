@@ -58,7 +58,7 @@ class ExperimentDriver:
         self.owner = owner
         self.on_watch = on_watch
         self.handback = handback  # set once the hosting process stops: the watch gives the run back
-        rec = store.record(exp_id)
+        rec = store.records.get(exp_id)
         if rec is None:
             raise LookupError(f"experiment {exp_id} does not exist")
         self.rec = rec
@@ -90,7 +90,7 @@ class ExperimentDriver:
         self.roots = parse_roots(settings.allowed_roots)
         # A multi-node run (nnodes > 1): this driver is the head's (rank 0); see workers/drive/gang_steps.py.
         self.gang: GangHead | None = gang_head(store, rec, settings, node, renew=self.renew,
-                                                cancelled=lambda: self.store.cancel_requested(self.id))
+                                                cancelled=lambda: self.store.runs.cancel_requested(self.id))
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> str:
@@ -116,8 +116,8 @@ class ExperimentDriver:
             self.journal.close(timeout=self.settings.redis_outage_wait_seconds)
             bind(experiment=None, state=None)
         try:
-            if self.store.flag_set(self.id, "delete_requested"):
-                self.store.delete(self.id)  # DELETE on a running experiment: drop the record once it is finished
+            if self.store.records.flag_set(self.id, "delete_requested"):
+                self.store.records.delete(self.id)  # DELETE on a running experiment: drop it once it is finished
         except REDIS_ERRORS:
             log.warning("%s: could not check for a delete request", self.id)
         return self.lc.outcome

@@ -31,7 +31,7 @@ def reserve(d: Drive) -> list[int] | None:
     if d.gang is not None:
         gpus = d.gang.reserve()
         return None if gpus is None else gpus
-    return d.store.reserve_gpus(d.node.name, d.id, max(1, d.rec.gpus_needed), d.node.gpus)
+    return d.store.slots.reserve_gpus(d.node.name, d.id, max(1, d.rec.gpus_needed), d.node.gpus)
 
 
 def release(d: Drive) -> None:
@@ -39,7 +39,7 @@ def release(d: Drive) -> None:
     if d.gang is not None:
         d.gang.release()
     elif d.node.manages_gpus:
-        d.store.release_gpus(d.node.name, d.id)
+        d.store.slots.release_gpus(d.node.name, d.id)
 
 
 def session_and_paths(d: Drive) -> tuple[str, dict[str, Path]]:

@@ -14,7 +14,7 @@ from rq.job import Job
 
 from ajet_runner.statemachine.lifecycle import State
 from ajet_runner.store.connection import RedisTarget, connect, connection_target, target_from
-from ajet_runner.store.queue import DEFAULT_QUEUE, enqueue_drive, job_timeout, node_queue, queue, target_queue
+from ajet_runner.store.queue import DEFAULT_QUEUE, job_timeout, node_queue, queue, target_queue
 from ajet_runner.store.settings import Settings, get_settings
 from ajet_runner.store.store import RedisError, Store, TransitionConflict
 from ajet_runner.workers.drive.driver import ExperimentDriver
@@ -24,7 +24,7 @@ from ajet_runner.workers.identity.this_node import NodeInfo
 from ajet_runner.workers.node.hosting import HOST
 
 log = logging.getLogger(__name__)
-__all__ = ["DEFAULT_QUEUE", "drive", "drive_rank", "enqueue_drive", "job_timeout", "node_queue", "queue",
+__all__ = ["DEFAULT_QUEUE", "drive", "drive_rank", "job_timeout", "node_queue", "queue",
            "target_queue"]
 
 
@@ -85,10 +85,10 @@ def drive(exp_id: str) -> str:
             raise
         if outcome:
             return outcome
-        rec = store.record(exp_id)
+        rec = store.records.get(exp_id)
         if rec is not None and rec.state == State.queued.value:  # no GPUs free here: back to the queue it came from
             origin = job.origin if job is not None else target_queue(None)
-            enqueue_drive(conn, store, exp_id, origin, max_seconds=driver.bp.exp_max_time_seconds)
+            store.jobs.enqueue_drive(exp_id, origin, max_seconds=driver.bp.exp_max_time_seconds)
             return "requeued"
         return driver.lc.state
     finally:
@@ -98,7 +98,7 @@ def drive(exp_id: str) -> str:
 def _hand_back(store: Store, exp_id: str, owner: str) -> None:
     """End our lease now (CAS on the owner); if Redis is unreachable it simply runs out."""
     try:
-        if store.hand_back(exp_id, owner):
+        if store.runs.hand_back(exp_id, owner):
             log.info("%s: handed back (lease ended) for the node's supervisor to re-adopt", exp_id)
     except RedisError as exc:
         log.warning("%s: could not hand back (%s): its lease will run out", exp_id, exc)

@@ -108,8 +108,8 @@ class Journal:
         def op() -> None:
             at = expected - self.lost  # the pump's thread alone sends, so `lost` only moves between ops
             try:
-                self.store.transition(self.exp_id, expected_version=at, owner=self.owner,
-                                      fields=fields, event=event, stats=counted, node=self.node, durable=ack)
+                self.store.records.transition(self.exp_id, expected_version=at, owner=self.owner,
+                                              fields=fields, event=event, stats=counted, node=self.node, durable=ack)
             except TransitionConflict:
                 if self._already_applied(at):
                     return
@@ -127,19 +127,19 @@ class Journal:
         event = {"at": time.time(), **checked(event)}  # when it happened, not when Redis got it
         with self._cv:  # numbered in queue order, which is the order they are sent in
             once = (self._writer, next(self._event_numbers))
-            self._put(lambda: self.store.publish(self.exp_id, event, once=once), droppable=True)
+            self._put(lambda: self.store.events.publish(self.exp_id, event, once=once), droppable=True)
 
     def update(self, fields: Mapping[str, Any]) -> None:
         fields = dict(fields)
-        self._put(lambda: self.store.update(self.exp_id, fields), droppable=True)
+        self._put(lambda: self.store.records.update(self.exp_id, fields), droppable=True)
 
     def append_tail(self, lines: list[str], log_bytes: int, replace: bool) -> None:
         """New log lines for the capped tail in Redis (never the whole tail again). They go with the next
         lease poll, in the pump's one pipeline for every run (at most a poll period later)."""
         lines = list(lines)
-        self._put(lambda: self.store.append_log_tail(self.exp_id, lines, log_bytes, replace=replace),
+        self._put(lambda: self.store.log_tail.append(self.exp_id, lines, log_bytes, replace=replace),
                   droppable=True, lazy=True,
-                  batched=lambda pipe: self.store.append_log_tail(self.exp_id, lines, log_bytes, replace=replace,
+                  batched=lambda pipe: self.store.log_tail.append(self.exp_id, lines, log_bytes, replace=replace,
                                                                   client=pipe))
 
     def call(self, fn: Callable[[], Any]) -> None:
@@ -270,7 +270,7 @@ class Journal:
         return 0.0
 
     def poll_request(self, now: float) -> tuple[str, str, float]:
-        """(experiment, owner, lease seconds to renew or 0): what `Store.poll_runs` asks for this journal.
+        """(experiment, owner, lease seconds to renew or 0): what `RunControl.poll_runs` asks for this journal.
         The renewal is due half a poll early: a grid poll a few ms before its due time must not wait a period."""
         due = self._renew_due - self._poll_every() / 2
         renew = self._lease_seconds if self._lease_seconds and now >= due else 0.0
@@ -320,16 +320,17 @@ class Journal:
 
     def _already_applied(self, expected: int) -> bool:
         """A retried write whose first try did reach Redis (only the reply was lost)."""
-        rec = self.store.get(self.exp_id) or {}
-        return rec.get("owner") == self.owner and int(rec.get("version") or 0) > expected
+        rec = self.store.records.get(self.exp_id)
+        return rec is not None and rec.owner == self.owner and rec.version > expected
 
     def _behind(self, expected: int) -> int | None:
         """The record's version when it is still ours but older than what this journal wrote: acknowledged
         writes lost with a Redis master in a failover (replication is asynchronous). None otherwise: someone
         else's now (a lost claim included: another worker's claim is then the one that counts)."""
-        rec = self.store.get(self.exp_id) or {}
-        version = int(rec.get("version") or 0)
-        return version if rec.get("owner") == self.owner and version < expected else None
+        rec = self.store.records.get(self.exp_id)
+        if rec is None:
+            return None
+        return rec.version if rec.owner == self.owner and rec.version < expected else None
 
     def _restore(self, behind: int, expected: int, fields: Mapping[str, Any], event: Mapping[str, Any],
                  stats: TransitionStats) -> None:
@@ -337,10 +338,10 @@ class Journal:
         the whole state (lifecycle, attempts, ctx), so the record is whole again; events lost are named."""
         log.warning("%s: the record is at version %d, behind this driver's %d (writes lost in a Redis "
                     "failover): restoring it from the driver's state", self.exp_id, behind, expected)
-        self.store.transition(self.exp_id, expected_version=behind, owner=self.owner, fields=fields,
-                              event=event, stats=stats, node=self.node)
+        self.store.records.transition(self.exp_id, expected_version=behind, owner=self.owner, fields=fields,
+                                      event=event, stats=stats, node=self.node)
         self.lost += expected - behind  # the next transitions compare-and-set on what Redis has now
-        self.store.publish(self.exp_id, {"type": EventType.warning, "message": (
+        self.store.events.publish(self.exp_id, {"type": EventType.warning, "message": (
             f"Redis lost {expected - behind} write(s) of this run in a failover; the record was restored from "
             "its driver's state (events of that moment may be missing)")})
 

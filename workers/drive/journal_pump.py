@@ -108,7 +108,7 @@ class JournalPump:
             for _, add in batch:
                 add(pipe)
         asks = [j.poll_request(now) for j in due]
-        first.store.poll_runs(asks, client=pipe)
+        first.store.runs.poll_runs(asks, client=pipe)
         try:
             answers = pipe.execute(raise_on_error=False)
         except REDIS_DOWN as exc:

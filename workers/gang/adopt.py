@@ -31,7 +31,7 @@ def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
             continue
         if node not in gang.nodes[1:] or not gang.launch:
             continue  # not a member here, or no launch asked yet: the head dispatches the first rank jobs
-        found = store.fields_of([exp_id], ("state", "node", "nnodes"))  # the scan's few fields, not the record
+        found = store.records.fields_of([exp_id], ("state", "node", "nnodes"))  # the scan's few fields, not the record
         rec = found[0] if found else None
         if rec is None or int(rec.get("nnodes") or 1) <= 1 or rec.get("state") not in ACTIVE_STATE_NAMES \
                 or rec.get("node") == node:
@@ -40,7 +40,7 @@ def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
         if gang.rank_lease(rank) > now or now - gang.rank_enqueued_at(rank) < 2 * lease_seconds:
             continue
         gangs.mark_enqueued(exp_id, rank, now)
-        store.enqueue_rank(exp_id, rank, node)
+        store.jobs.enqueue_rank(exp_id, rank, node)
         sent.append((exp_id, rank))
     return sent
 
@@ -58,14 +58,14 @@ def sweep_left_ranks(store: Store, gangs: GangStore, runner: Executor, node: str
     another node while this one was away) and whose job is gone: stop what is left of them, no process left."""
     swept = []
     for exp_id, rank in gangs.ranks_here(node):
-        rec = store.get(exp_id)
+        rec = store.records.get(exp_id)
         gang = gangs.get(exp_id)
         placed_here = gang is not None and rank < len(gang.nodes) and gang.nodes[rank] == node
-        if rec is not None and rec.get("state") in ACTIVE_STATE_NAMES and placed_here:
+        if rec is not None and rec.state in ACTIVE_STATE_NAMES and placed_here:
             continue  # still ours: adopt_ranks keeps it driven
         if placed_here and gang is not None and gang.rank_lease(rank) > store.server_time():
             continue  # its rank job is stopping it right now
-        bp = Blueprint.model_validate((rec or {}).get("blueprint_json") or {})
+        bp = Blueprint.model_validate(rec.blueprint_json if rec is not None else {})
         if rec is not None:
             with contextlib.suppress(Exception):
                 runner.kill_session(rank_session(bp.exp_purpose, exp_id, rank))

@@ -53,7 +53,7 @@ class GangHead:
     # -- placement -----------------------------------------------------------------------------
     def _live_nodes(self) -> list[dict[str, Any]]:
         now = time.time()
-        return [n for n in self.store.nodes() if now - float(n.get("last_seen") or 0) < NODE_ALIVE_SECONDS]
+        return [n for n in self.store.nodes.all() if now - float(n.get("last_seen") or 0) < NODE_ALIVE_SECONDS]
 
     def candidates(self) -> list[tuple[str, int]]:
         """Live, undrained nodes with their GPU totals: where the other ranks may go."""
@@ -125,10 +125,10 @@ class GangHead:
         moved = self.gangs.replace_members(self.id, lost, self.candidates())
         if moved is None:
             return gang
-        self.store.publish(self.id, {"type": EventType.gang,
-                                     "message": f"node(s) {', '.join(lost)} gone: their rank(s) "
-                                     f"now run on {', '.join(n for n in moved.nodes if n not in gang.nodes)}",
-                                     "nodes": moved.nodes})
+        self.store.events.publish(self.id, {"type": EventType.gang,
+                                            "message": f"node(s) {', '.join(lost)} gone: their rank(s) "
+                                            f"now run on {', '.join(n for n in moved.nodes if n not in gang.nodes)}",
+                                            "nodes": moved.nodes})
         return moved
 
     def dispatch(self, gang: Gang) -> list[int]:
@@ -141,7 +141,7 @@ class GangHead:
             if now - gang.rank_enqueued_at(rank) < 2 * self.settings.lease_seconds:
                 continue
             self.gangs.mark_enqueued(self.id, rank, now)
-            self.store.enqueue_rank(self.id, rank, node)
+            self.store.jobs.enqueue_rank(self.id, rank, node)
             sent.append(rank)
         return sent
 

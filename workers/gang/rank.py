@@ -18,9 +18,9 @@ import threading
 import time
 from typing import Any
 
-from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.statemachine.models import Blueprint
 from ajet_runner.store.gangs import Gang, GangStore
+from ajet_runner.store.records import ExperimentRecord
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import REDIS_DOWN as REDIS_ERRORS
 from ajet_runner.store.store import Store
@@ -83,7 +83,7 @@ class RankDriver:
             log.warning("%s rank %d: could not hand back (%s): its lease will run out", self.id, self.rank, exc)
 
     def _step(self) -> str | None:
-        rec = self.store.get(self.id)
+        rec = self.store.records.get(self.id)
         gang = self.gangs.get(self.id)
         if rec is None or gang is None:
             self._stop(gang)
@@ -96,7 +96,7 @@ class RankDriver:
         launch = gang.launch
         attempt = int(launch.get("attempt") or 0)
         phase = str(launch.get("phase") or "")
-        if rec.get("state") == FINISHED or phase == "done":
+        if rec.finished or phase == "done":
             self._stop(gang)
             return "done"
         if phase == "stop":
@@ -117,7 +117,7 @@ class RankDriver:
     def _report(self, **state: Any) -> None:
         self.gangs.set_rank(self.id, self.rank, self.owner, {"node": self.node.name, "at": time.time(), **state})
 
-    def _follow(self, gang: Gang, rec: dict[str, Any], launch: dict[str, Any], attempt: int) -> None:
+    def _follow(self, gang: Gang, rec: ExperimentRecord, launch: dict[str, Any], attempt: int) -> None:
         mine = self._mine(gang)
         if mine.get("launch_id") != launch.get("id"):
             self._stop(gang, report=False)  # an earlier launch's command, if it still runs
@@ -140,8 +140,8 @@ class RankDriver:
                 self._report(**{**mine, "state": "exited", "exit_code": code})
                 log.info("%s rank %d: the command ended early (exit %s)", self.id, self.rank, code)
 
-    def _start(self, gang: Gang, rec: dict[str, Any], launch: dict[str, Any], attempt: int) -> None:
-        bp = Blueprint.model_validate(rec.get("blueprint_json") or {})
+    def _start(self, gang: Gang, rec: ExperimentRecord, launch: dict[str, Any], attempt: int) -> None:
+        bp = Blueprint.model_validate(rec.blueprint_json)
         session = rank_session(bp.exp_purpose, self.id, self.rank)
         paths = rank_paths(bp.exp_result_dir, attempt, self.rank)
         base = {"attempt": attempt, "launch_id": launch.get("id"), "session": session, "log": str(paths["log"])}
@@ -169,8 +169,8 @@ class RankDriver:
             return None
         return launch_environment(self.settings).variables
 
-    def _find_started(self, rec: dict[str, Any], attempt: int) -> RunHandle | None:
-        bp = Blueprint.model_validate(rec.get("blueprint_json") or {})
+    def _find_started(self, rec: ExperimentRecord, attempt: int) -> RunHandle | None:
+        bp = Blueprint.model_validate(rec.blueprint_json)
         session = rank_session(bp.exp_purpose, self.id, self.rank)
         paths = rank_paths(bp.exp_result_dir, attempt, self.rank)
         if paths["rc"].exists():

@@ -5,7 +5,7 @@ A driver's owner id names its process uniquely on the machine: node, boot id
 since boot (/proc/<pid>/stat field 22), then a nonce for the drivers that share the process (a thread
 each). A worker that starts on the same node, boot and PID namespace can prove such an owner dead:
 its pid is gone, a zombie, or another process (other start time). Then the run is taken at once
-(store.end_dead_lease, a compare-and-set on that exact owner value) instead of waiting the lease out:
+(store.runs.end_dead_lease, a compare-and-set on that exact owner value) instead of waiting the lease out:
 a `kill -9` followed by an immediate restart (systemd Restart=always, a pod restart with hostPID, as the
 chart runs the worker) costs seconds, not the lease. An owner of another node, another boot, another PID
 namespace, in the old format, or alive, is never proven dead: its lease is waited out as before.

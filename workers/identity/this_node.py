@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_QUEUE", "HEARTBEAT_SECONDS", "NodeInfo", "detect_gpus", "node_queue", "queue_names"]
 
-HEARTBEAT_SECONDS = 2.0  # the drain is read in the same round trip (Store.heartbeat)
+HEARTBEAT_SECONDS = 2.0  # the drain is read in the same round trip (Nodes.heartbeat)
 
 
 def detect_gpus() -> int:
@@ -53,8 +53,8 @@ def heartbeat(store: Store, node: NodeInfo, running: list[str], started_at: floa
     """One heartbeat of the node (plus the GPU owners on a GPU node); returns whether the node is drained.
     Here, not in the supervisor's module, so `ajet-runner worker` can send its first one before importing
     the supervisor (a worker is listed within a second of its start: issue 39)."""
-    busy = len(store.gpu_owners(node.name)) if node.manages_gpus else 0
+    busy = len(store.slots.gpu_owners(node.name)) if node.manages_gpus else 0
     fields: dict[str, Any] = {"gpus": node.gpus, "gpus_busy": busy, "slots": node.slots, "pid": os.getpid(),
                               "running": running, "started_at": started_at, "executor": executor,
                               "hosts": hosts or []}
-    return store.heartbeat(node.name, fields, ttl=HEARTBEAT_SECONDS, with_drain=True)
+    return store.nodes.heartbeat(node.name, fields, ttl=HEARTBEAT_SECONDS, with_drain=True)

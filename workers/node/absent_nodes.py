@@ -24,7 +24,7 @@ def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float,
     """Publish a `node_absent` event for each queued record whose node has been gone `after_seconds`
     (`seen`: each known node's last heartbeat, if the caller has read them already)."""
     if seen is None:
-        seen = {n["name"]: float(n.get("last_seen") or 0) or None for n in store.nodes()}
+        seen = {n["name"]: float(n.get("last_seen") or 0) or None for n in store.nodes.all()}
     reported = []
     for rec in records:
         node = str(rec.get("target_node") or "")
@@ -33,11 +33,11 @@ def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float,
         gone = node_absent_for(now, seen.get(node), float(rec.get("created_at") or now), NODE_ALIVE_SECONDS)
         if gone is None or gone < after_seconds:
             continue
-        if not store.set_once(rec["id"], REPORTED_FIELD, now):
+        if not store.records.set_once(rec["id"], REPORTED_FIELD, now):
             continue  # another supervisor reported it first
-        store.publish(rec["id"], {"type": EventType.node_absent, "node": node, "absent_seconds": round(gone, 1),
-                                  "message": f"queued for node {node}, which no live worker has served "
-                                             f"for {format_duration(gone)}"})
+        store.events.publish(rec["id"], {"type": EventType.node_absent, "node": node, "absent_seconds": round(gone, 1),
+                                         "message": f"queued for node {node}, which no live worker has served "
+                                                    f"for {format_duration(gone)}"})
         log.warning("%s: queued for node %s, absent for %s", rec["id"], node, format_duration(gone))
         reported.append(rec["id"])
     return reported

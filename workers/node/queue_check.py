@@ -51,7 +51,7 @@ def _job_lost(store: Store, rec: dict[str, str]) -> tuple[bool, JobStatus | None
     """(lost, its RQ status): dead, missing (past a young record's grace), started long ago but never
     claimed, or popped and dropped."""
     try:
-        job = store.fetch_job(rec["job_id"])
+        job = store.jobs.fetch_job(rec["job_id"])
     except NoSuchJobError:
         # A submission adds the job once its result dir is archived (service/submit.py): a young
         # record's job may simply not be there yet.
@@ -72,13 +72,13 @@ def requeue_lost_jobs(store: Store, suspects: list[dict[str, str]], now: float) 
         if rec.get("job_lost") != "1" or rec.get("state") != "queued" or not job_id or rec.get("owner"):
             continue
         lost, status = _job_lost(store, rec)
-        if not lost or not store.set_once(rec["id"], f"requeued:{job_id}", now):
+        if not lost or not store.records.set_once(rec["id"], f"requeued:{job_id}", now):
             continue  # alive, or another checker (an old holder finishing its pass) did it
-        store.enqueue_drive(rec["id"], rec.get("queue") or DEFAULT_QUEUE, at_front=True,
-                            max_seconds=float(rec.get("max_seconds") or 0) or None)
-        store.publish(rec["id"], {"type": EventType.requeued, "job": job_id,
-                                  "status": str(status or "missing"),
-                                  "message": "its job died before any worker claimed it: queued again"})
+        store.jobs.enqueue_drive(rec["id"], rec.get("queue") or DEFAULT_QUEUE, at_front=True,
+                                 max_seconds=float(rec.get("max_seconds") or 0) or None)
+        store.events.publish(rec["id"], {"type": EventType.requeued, "job": job_id,
+                                         "status": str(status or "missing"),
+                                         "message": "its job died before any worker claimed it: queued again"})
         requeued.append(rec["id"])
     return requeued
 
@@ -104,7 +104,7 @@ class QueueChecker:
     def check(self, now: float) -> list[str]:
         """The check itself (the caller holds the lease): absent nodes reported, lost jobs queued again."""
         self.checks += 1
-        seen = {n["name"]: float(n.get("last_seen") or 0) or None for n in self.store.nodes()}
+        seen = {n["name"]: float(n.get("last_seen") or 0) or None for n in self.store.nodes.all()}
         alive = [name for name, last in seen.items() if last is not None and now - last < NODE_ALIVE_SECONDS]
         suspects = self.suspects(alive)
         if not suspects:

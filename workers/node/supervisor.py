@@ -107,7 +107,7 @@ class NodeSupervisor:
         adopted = []
         if not self._indexed:
             self._indexed = True
-            self.store.ensure_indexes()  # records from before the indexes existed: once per cluster
+            self.store.indexes.backfill()  # records from before the indexes existed: once per cluster
         self.queue_check.run(now)  # one round trip here, unless this supervisor holds the cluster's lease
         adopt_ranks(self.store, self.gangs, self.node.name, now, self.settings.lease_seconds)
         sweep_left_ranks(self.store, self.gangs, self._executor(), self.node.name)
@@ -123,12 +123,12 @@ class NodeSupervisor:
             if lease > now or now - last_try < 2 * self.settings.lease_seconds or (
                     driver_alive(rec) and not self._forsaken(lease, now)):
                 continue
-            self.store.update(rec["id"], {"adopt_enqueued_at": now})
-            self.store.enqueue_drive(rec["id"], node_queue(self.node.name), at_front=True,
-                                     max_seconds=float(rec.get("max_seconds") or 0) or None)
-            self.store.publish(rec["id"], {"type": EventType.adoption, "node": self.node.name,
-                                           "message": "its driver is gone: re-adopting the run" if gone
-                                           else "driver lease expired: re-adopting the run"})
+            self.store.records.update(rec["id"], {"adopt_enqueued_at": now})
+            self.store.jobs.enqueue_drive(rec["id"], node_queue(self.node.name), at_front=True,
+                                          max_seconds=float(rec.get("max_seconds") or 0) or None)
+            self.store.events.publish(rec["id"], {"type": EventType.adoption, "node": self.node.name,
+                                                  "message": "its driver is gone: re-adopting the run" if gone
+                                                  else "driver lease expired: re-adopting the run"})
             adopted.append(rec["id"])
         self._release_stale_gpus()
         self._release_stale_swarm_ports()
@@ -146,7 +146,7 @@ class NodeSupervisor:
         """The owner is provably dead (this node and boot, its pid gone or reused): its lease is ended now,
         not waited out (workers/identity/owner_identity.py)."""
         owner = str(rec.get("owner") or "")
-        if not owner_dead(owner, self.node.name, starts) or not self.store.end_dead_lease(rec["id"], owner):
+        if not owner_dead(owner, self.node.name, starts) or not self.store.runs.end_dead_lease(rec["id"], owner):
             return False
         log.info("%s: its driver %s is gone: re-adopting the run without waiting for its lease", rec["id"], owner)
         return True
@@ -159,12 +159,12 @@ class NodeSupervisor:
     def _unfinished_here(self) -> list[dict]:
         """This node's launched, unfinished experiments, only the fields the scan needs: from the node's
         own index, so the scan costs the same whatever the other nodes run."""
-        return self.store.node_active(self.node.name, SCAN_FIELDS)
+        return self.store.indexes.node_active(self.node.name, SCAN_FIELDS)
 
     def _holders(self, ids: list[str]) -> dict[str, dict[str, str]]:
         """The few fields the stale checks read of each GPU or port holder (one pipeline, never the whole
         records: their blueprints made each scan read ~50 kB at 8 runs a node)."""
-        return {rec["id"]: rec for rec in self.store.fields_of(sorted(set(ids)), HOLDER_FIELDS)}
+        return {rec["id"]: rec for rec in self.store.records.fields_of(sorted(set(ids)), HOLDER_FIELDS)}
 
     def _holder_is_stale(self, rec: dict[str, str] | None) -> bool:
         """A GPU or swarm port holder that finished, vanished, or now runs on another node."""
@@ -176,7 +176,7 @@ class NodeSupervisor:
         if not self.node.manages_gpus:
             return
         seen: set[str] = set()
-        owners = self.store.gpu_owners(self.node.name)
+        owners = self.store.slots.gpu_owners(self.node.name)
         holders = self._holders(list(owners.values())) if owners else {}
         for gpu, exp_id in owners.items():
             if exp_id in seen:
@@ -190,25 +190,25 @@ class NodeSupervisor:
                 log.info("released the GPUs %s of multi-node run %s (stale)", released_all, exp_id)
                 continue
             if self._holder_is_stale(rec):
-                released = self.store.release_gpus(self.node.name, exp_id)
+                released = self.store.slots.release_gpus(self.node.name, exp_id)
                 log.info("released GPU(s) %s of %s (gpu %d was stale)", released, exp_id, gpu)
 
     def _release_stale_swarm_ports(self) -> None:
         """Swarm ports held by experiments that finished or vanished while their driver was dead:
         otherwise every later swarm experiment on that port would wait queued for ever."""
-        owners = self.store.swarm_port_owners(self.node.name)
+        owners = self.store.slots.swarm_port_owners(self.node.name)
         holders = self._holders(list(owners.values())) if owners else {}
         for port, exp_id in owners.items():
             stale = self._holder_is_stale(holders.get(exp_id))
-            if stale and self.store.release_swarm_port(self.node.name, exp_id, port):
+            if stale and self.store.slots.release_swarm_port(self.node.name, exp_id, port):
                 log.info("released swarm port %d of %s (stale)", port, exp_id)
 
     def _undrain_on_start(self) -> None:
         """A node comes back by itself: the drain its previous worker's preStop hook set ends now;
         an operator's `drain --sticky` stays."""
         try:
-            undone = self.store.undrain_on_start(self.node.name)
-            kept = None if undone else self.store.drain_info(self.node.name)
+            undone = self.store.nodes.undrain_on_start(self.node.name)
+            kept = None if undone else self.store.nodes.drain_info(self.node.name)
         except REDIS_DOWN as exc:
             log.warning("redis unreachable, drain state not checked: %s", exc)
             return
@@ -268,6 +268,6 @@ class NodeSupervisor:
         try:
             self.queue_check.leave()
             if not self._unfinished_here():
-                self.store.forget_node(self.node.name)
+                self.store.nodes.forget(self.node.name)
         except REDIS_DOWN as exc:
             log.warning("could not unregister node %s: %s", self.node.name, exc)

@@ -45,7 +45,7 @@ HAND_BACK_SECONDS = 7.0  # the supervisor waits 10 s before SIGKILL
 
 def _draining(store: Store, node: str) -> bool:
     try:
-        return store.draining(node)
+        return store.nodes.draining(node)
     except RedisError:
         return False  # the dequeue fails the same way and retries
 

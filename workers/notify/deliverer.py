@@ -171,7 +171,7 @@ class Deliverer:
     # -- the two kinds -------------------------------------------------------------------------------------
     def _experiment(self, task_id: str, task: dict[str, Any]) -> None:
         exp_id = str(task.get("id") or "")
-        rec = self.store.get(exp_id)
+        rec = self.store.records.raw(exp_id)
         if rec is None:
             self.outbox.done(task_id)  # deleted meanwhile: nobody left to tell about
             return
@@ -189,7 +189,7 @@ class Deliverer:
     def _stage(self, task_id: str, task: dict[str, Any]) -> None:
         stage = str(task.get("stage") or "")
         meta = stage_meta(self.store, stage)
-        records = self.store.all(stage_ids(self.store, stage))
+        records = self.store.records.all(stage_ids(self.store, stage))
         ids = [str(r.get("id")) for r in records]
         if meta.get("dir") and not task.get("report_done") and not self._report(
                 task_id, task, stage, meta["dir"], records, ids):
@@ -285,8 +285,8 @@ class Deliverer:
 
     def _publish(self, ids: list[str], event: dict[str, Any]) -> None:
         for exp_id in ids:
-            if self.store.exists(exp_id):  # never a stream for a record that is gone
-                self.store.publish(exp_id, event)
+            if self.store.records.exists(exp_id):  # never a stream for a record that is gone
+                self.store.events.publish(exp_id, event)
 
     def _url(self, stage: str, meta: dict[str, str] | None = None) -> str:
         if stage:

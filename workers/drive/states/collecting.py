@@ -75,9 +75,9 @@ def handle(d: Drive) -> bool:
     if d.gang is not None:
         d.journal.call(d.gang.release)  # every node's GPUs of the gang at once
     elif d.node.manages_gpus:
-        d.journal.call(lambda: d.store.release_gpus(d.node.name, d.id))
+        d.journal.call(lambda: d.store.slots.release_gpus(d.node.name, d.id))
     if d.ctx.swarm and (port := d.swarm_port()) is not None:
-        d.journal.call(lambda: d.store.release_swarm_port(d.node.name, d.id, port))
+        d.journal.call(lambda: d.store.slots.release_swarm_port(d.node.name, d.id, port))
     metrics = latest_metrics(d.watch.summary) if d.watch else d.rec.latest_metrics
     best = {"best_metrics": made[-1].best} if made and made[-1].best else {}  # the report's: webhooks, /metrics
     with contextlib.suppress(OSError):

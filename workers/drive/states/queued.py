@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def handle(d: Drive) -> bool:
-    if d.store.cancel_requested(d.id):
+    if d.store.runs.cancel_requested(d.id):
         _claim_and_fire(d, Trigger.cancel, "stop requested before launch")
         return True
     # The same preflight `ajet-runner check` runs, on this node's environment (swarm: no YAML).
@@ -110,8 +110,8 @@ def _reserve_swarm_port(d: Drive) -> bool:
     if port is None:
         return True
     deadline = time.monotonic() + d.settings.capacity_wait_seconds
-    while not d.store.reserve_swarm_port(d.node.name, d.id, port):
-        if time.monotonic() >= deadline or d.store.cancel_requested(d.id):
+    while not d.store.slots.reserve_swarm_port(d.node.name, d.id, port):
+        if time.monotonic() >= deadline or d.store.runs.cancel_requested(d.id):
             return False
         time.sleep(0.25)
     return True
@@ -121,7 +121,7 @@ def _wait_for_gpus(d: Drive) -> bool:
     """Wait a little for GPUs here; if none free up, hand the job back to its queue."""
     deadline = time.monotonic() + d.settings.capacity_wait_seconds
     while time.monotonic() < deadline:
-        if d.store.cancel_requested(d.id):
+        if d.store.runs.cancel_requested(d.id):
             return True
         gpus = gang.reserve(d)
         if gpus is not None:
