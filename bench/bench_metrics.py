@@ -30,7 +30,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ajet_runner.service.cluster_metrics import ROWS, metrics_response
 from ajet_runner.service.embedded import EmbeddedRedis
-from ajet_runner.store.queue import queue
+from ajet_runner.store.per_experiment.queue import queue
 from ajet_runner.store.store import INDEX, Store, exp_key
 from bench._harness import line
 from bench.bench_api import serving_api

@@ -43,8 +43,8 @@ from redis.client import Pipeline
 from ajet_runner.service.embedded import EmbeddedRedis
 from ajet_runner.store.keys import INDEX, exp_key, gpu_key
 from ajet_runner.store.lease import ClusterLease
-from ajet_runner.store.queue import DEFAULT_QUEUE, drive_job_id, node_queue
-from ajet_runner.store.record_store import encode
+from ajet_runner.store.per_experiment.queue import DEFAULT_QUEUE, drive_job_id, node_queue
+from ajet_runner.store.per_experiment.record_store import encode
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.identity.this_node import NodeInfo

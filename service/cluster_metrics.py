@@ -3,7 +3,7 @@
 One scrape target (the API) sees every experiment, queue and node, and nothing is lost when an
 RQ work-horse exits: multiprocess mode would leave files per fork and grow the scrape forever
 (docs/background.md#prometheus-multiprocess). The reads are pipelined — three round trips however many experiments there
-are — and cost what the live experiments cost (store/snapshot.py): the counts per state are index sizes, and the
+are — and cost what the live experiments cost (store/cluster/snapshot.py): the counts per state are index sizes, and the
 fields the per-experiment gauges need are fetched only for the experiments that get gauges (launched, unfinished
 ones, and finished ones younger than `finished_metrics_ttl`); queued experiments are aggregates per target node
 (`queued_families`), so label cardinality and scrape cost stay bounded on a store with years of finished runs
@@ -37,12 +37,12 @@ from ajet_runner.statemachine.absence import node_absent_for
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import FINISHED, TRANSITIONS, Outcome, State
 from ajet_runner.statemachine.metric_vocabulary import HEADLINE, HEADLINE_METRIC, STAGE_BEST_GAUGE
+from ajet_runner.store.cluster.snapshot import ROWS, Row, Snapshot
+from ajet_runner.store.cluster.snapshot import as_num as _num
+from ajet_runner.store.cluster.snapshot import as_text as _text
+from ajet_runner.store.cluster.snapshot import run_times as _run_times
+from ajet_runner.store.cluster.stats import split_pair, split_transition, transition_label
 from ajet_runner.store.settings import get_settings
-from ajet_runner.store.snapshot import ROWS, Row, Snapshot
-from ajet_runner.store.snapshot import as_num as _num
-from ajet_runner.store.snapshot import as_text as _text
-from ajet_runner.store.snapshot import run_times as _run_times
-from ajet_runner.store.stats import split_pair, split_transition, transition_label
 from ajet_runner.store.store import DURATION_BUCKETS, NODE_ALIVE_SECONDS, Store
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_bluepr
 from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS, plan_sweep
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.models import Level, Problem
-from ajet_runner.store.stages import StageNameError, check_stage_name, drop_if_empty
+from ajet_runner.store.cluster.stages import StageNameError, check_stage_name, drop_if_empty
 from ajet_runner.store.store import Store
 
 __all__ = ["StageRejected", "StageSubmission", "expand_blueprints", "submit_stage"]

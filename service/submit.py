@@ -18,7 +18,7 @@ from ajet_runner.statemachine.fixes.preflight import gang_shape, gpus_needed, re
 from ajet_runner.statemachine.lifecycle import EventType, Lifecycle, State
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.store.naming import host_queue, session_name
-from ajet_runner.store.queue import drive_job_id, target_queue
+from ajet_runner.store.per_experiment.queue import drive_job_id, target_queue
 from ajet_runner.store.store import NODE_ALIVE_SECONDS, RedisError, ResultDirTaken, Store, new_id
 
 # A blueprint parses in well under 100 ms whatever it holds (tests/fuzz, bench/bench_hostile_parse.py); the

@@ -1,5 +1,5 @@
 -- Queue the notice that an experiment finished, once, in the MULTI of its finishing transition: the
--- outbox (store/outbox.py) holds it until a node's deliverer has handled it (webhook, stage check), so a
+-- outbox (store/cluster/outbox.py) holds it until a node's deliverer has handled it (webhook, stage check), so a
 -- worker that dies right after the transition loses nothing.
 --
 -- KEYS[1] the experiment's record (hash)            (keys.exp_key)

@@ -95,11 +95,11 @@ def gpu_key(node: str) -> str:
     return f"{PREFIX}:node:{node}:gpus"
 
 
-GANGS = f"{PREFIX}:gangs"  # ids of multi-node runs that hold a gang (store/gangs.py keeps it)
+GANGS = f"{PREFIX}:gangs"  # ids of multi-node runs that hold a gang (store/cluster/gangs.py keeps it)
 
 
 def gang_key(exp_id: str) -> str:
-    """A multi-node run's gang: its nodes, GPUs, launch and per-rank state (a hash; see store/gangs.py)."""
+    """A multi-node run's gang: its nodes, GPUs, launch and per-rank state (a hash; see store/cluster/gangs.py)."""
     return f"{PREFIX}:gang:{exp_id}"
 
 
@@ -161,7 +161,7 @@ def stage_meta_key(name: str) -> str:
     return f"{PREFIX}:stagemeta:{name}"
 
 
-OUTBOX = f"{PREFIX}:outbox"  # zset task id -> when it is due (store/outbox.py)
+OUTBOX = f"{PREFIX}:outbox"  # zset task id -> when it is due (store/cluster/outbox.py)
 OUTBOX_TASKS = f"{PREFIX}:outbox:tasks"  # hash task id -> the task's JSON
 OUTBOX_DEAD = f"{PREFIX}:outbox:dead"  # list of tasks given up on (JSON, newest first, capped)
 

@@ -244,7 +244,7 @@ class ExperimentRecord(Loose):
     log_tail: list[str] = []
     previous_run: str = ""
     problems: list[dict[str, Any]] = []
-    stage: str = ""  # the stage it belongs to (store/stages.py), if any
+    stage: str = ""  # the stage it belongs to (store/cluster/stages.py), if any
     best_metrics: dict[str, Any] | None = None  # once finished: {metric: {"value", "step"}} (the report's best)
     cancel_requested: bool = False
     delete_requested: bool = False

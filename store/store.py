@@ -1,12 +1,13 @@
 """Redis is the system of record: one hash per experiment, event streams, nodes, GPU slots.
 
-`Store` is one Redis client and the parts that each own their keys, like rq's per-registry classes:
-`records` (the experiment hashes and their compare-and-set transitions, store/record_store.py), `indexes`
-(the lists and scans, store/filters.py), `events` and `log_tail` (store/event_log.py), `runs` (the owner's
-lease and stop requests, store/run_control.py), `result_dirs` (store/result_dirs.py), `nodes` and `slots`
-(store/nodes.py), `jobs` (the RQ producer, store/queue.py) and `counters` (store/stats.py). Callers say
-`store.records.get(id)`, `store.events.publish(id, event)`, `store.nodes.heartbeat(...)`. What is left here
-belongs to the connection itself, and to the /metrics snapshot that reads across every part.
+`Store` is one Redis client and the parts that each own their keys, like rq's per-registry classes: `records` (the
+experiment hashes and their compare-and-set transitions, store/per_experiment/record_store.py), `indexes` (the lists
+and scans, store/per_experiment/filters.py), `events` and `log_tail` (store/per_experiment/event_log.py), `runs` (the
+owner's lease and stop requests, store/per_experiment/run_control.py), `result_dirs`
+(store/per_experiment/result_dirs.py), `nodes` and `slots` (store/cluster/nodes.py), `jobs` (the RQ producer,
+store/per_experiment/queue.py) and `counters` (store/cluster/stats.py). Callers say `store.records.get(id)`,
+`store.events.publish(id, event)`, `store.nodes.heartbeat(...)`. What is left here belongs to the connection itself,
+and to the /metrics snapshot that reads across every part.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import redis
 from redis.client import PubSub
 
 from ajet_runner.store.clients import is_replicated, master_address
-from ajet_runner.store.event_log import EventLog, LogTail
-from ajet_runner.store.filters import Indexes
-from ajet_runner.store.gangs import GangStore
+from ajet_runner.store.cluster.gangs import GangStore
+from ajet_runner.store.cluster.nodes import Nodes, Slots
+from ajet_runner.store.cluster.outbox import Outbox
+from ajet_runner.store.cluster.snapshot import RowCache, Snapshot, read_snapshot, read_stages
+from ajet_runner.store.cluster.stats import Counters
 from ajet_runner.store.keys import (
     GLOBAL_STREAM,
     INDEX,
@@ -34,20 +37,18 @@ from ajet_runner.store.keys import (
     stream_key,
     swarm_port_key,
 )
-from ajet_runner.store.nodes import Nodes, Slots
-from ajet_runner.store.outbox import Outbox
-from ajet_runner.store.queue import Jobs
-from ajet_runner.store.record_store import (
+from ajet_runner.store.per_experiment.event_log import EventLog, LogTail
+from ajet_runner.store.per_experiment.filters import Indexes
+from ajet_runner.store.per_experiment.queue import Jobs
+from ajet_runner.store.per_experiment.record_store import (
     DURATION_BUCKETS,
     Records,
     ResultDirTaken,
     TransitionConflict,
     decode,
 )
-from ajet_runner.store.result_dirs import ResultDirs
-from ajet_runner.store.run_control import RunControl
-from ajet_runner.store.snapshot import RowCache, Snapshot, read_snapshot, read_stages
-from ajet_runner.store.stats import Counters
+from ajet_runner.store.per_experiment.result_dirs import ResultDirs
+from ajet_runner.store.per_experiment.run_control import RunControl
 
 if TYPE_CHECKING:
     from ajet_runner.store.clients import RedisTarget
@@ -104,11 +105,11 @@ class Store:
         return cls(connect(url, **options), retention_seconds)
 
     def outbox(self) -> Outbox:
-        """The outbox of notices to deliver (store/outbox.py), on this store's client."""
+        """The outbox of notices to deliver (store/cluster/outbox.py), on this store's client."""
         return Outbox(self.r)
 
     def gangs(self) -> GangStore:
-        """The multi-node gangs (store/gangs.py), on this store's client."""
+        """The multi-node gangs (store/cluster/gangs.py), on this store's client."""
         return GangStore(self.r)
 
     def pubsub(self, *, confirmations: bool = False) -> PubSub:
@@ -160,7 +161,7 @@ class Store:
         return id(self.r)
 
     def snapshot(self, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:
-        """Everything one /metrics scrape reads (store/snapshot.py), in three pipelined round trips."""
+        """Everything one /metrics scrape reads (store/cluster/snapshot.py), in three pipelined round trips."""
         return read_snapshot(self, finished_ttl, now, cache)
 
     def stage_snapshot(self, limit: int, fields: tuple[str, ...]) -> list[tuple[str, list[list[Any]]]]:

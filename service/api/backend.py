@@ -7,7 +7,7 @@ import threading
 from fastapi import HTTPException, Request, status
 
 from ajet_runner.store.connection import RedisSettingsError, RedisTarget, store_at, target_from
-from ajet_runner.store.event_reader import EventReader
+from ajet_runner.store.per_experiment.event_reader import EventReader
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 

@@ -20,7 +20,7 @@ from ajet_runner.service.api.errors import V1_ERRORS, error_body, error_response
 from ajet_runner.service.api.experiments import NOT_FOUND, not_found
 from ajet_runner.service.api.schemas import EventPage, StreamId, stream_id_problem
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType, State
-from ajet_runner.store.event_reader import EventReader
+from ajet_runner.store.per_experiment.event_reader import EventReader
 from ajet_runner.store.store import exp_key, stream_key
 
 router = APIRouter(prefix="/v1", tags=["events"], responses=error_responses(*V1_ERRORS))

@@ -30,8 +30,8 @@ from ajet_runner.service.api.schemas import (
     view_dict,
 )
 from ajet_runner.statemachine.lifecycle import Outcome, State
-from ajet_runner.store.filters import Query as ListQuery
-from ajet_runner.store.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
+from ajet_runner.store.per_experiment.filters import Query as ListQuery
+from ajet_runner.store.per_experiment.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ajet_runner.store.store import NODE_ALIVE_SECONDS
 
 router = APIRouter(prefix="/v1", tags=["experiments"], responses=error_responses(*V1_ERRORS))
@@ -83,7 +83,7 @@ def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: st
     """POST /v1/experiments, blocking (the web console's submit page calls it too): the record's view,
     or a JSONResponse with the problems."""
     from ajet_runner.service.submit import SubmissionRejected, submit
-    from ajet_runner.store.idempotency import IdempotencyConflict, claim, first_record, release
+    from ajet_runner.store.per_experiment.idempotency import IdempotencyConflict, claim, first_record, release
     from ajet_runner.store.store import new_id
 
     held = None

@@ -1,4 +1,4 @@
-"""The filtered list the API and the console both serve: index pages (store/filters.py), then the summary
+"""The filtered list the API and the console both serve: index pages (store/per_experiment/filters.py), then the summary
 fields of the page's records only."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ajet_runner.service.api.schemas import SUMMARY_FIELDS, summary_dict
-from ajet_runner.store.filters import SEARCH_WINDOW, Query
+from ajet_runner.store.per_experiment.filters import SEARCH_WINDOW, Query
 from ajet_runner.store.store import Store
 
 

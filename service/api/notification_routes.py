@@ -3,7 +3,7 @@
 A notification whose POST failed AJET_RUNNER_WEBHOOK_MAX_ATTEMPTS times (backoff 2 s, doubling, capped), or whose
 URL may not be posted to, is kept here with where it was going (no credentials: scheme, host, port and path),
 how many attempts it had and the last error, so an operator sees what a receiver missed; the console's
-Notifications page shows the same (workers/notify/deliverer.py writes them, store/outbox.py keeps the newest
+Notifications page shows the same (workers/notify/deliverer.py writes them, store/cluster/outbox.py keeps the newest
 DEAD_KEPT)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from ajet_runner.service.api.backend import Backend, backend
 from ajet_runner.service.api.errors import V1_ERRORS, error_responses
 from ajet_runner.statemachine.blueprint.webhook_url import shown_url
-from ajet_runner.store.outbox import DEAD_KEPT
+from ajet_runner.store.cluster.outbox import DEAD_KEPT
 from ajet_runner.store.store import Store
 
 router = APIRouter(prefix="/v1", tags=["notifications"], responses=error_responses(*V1_ERRORS))

@@ -46,7 +46,7 @@ SUMMARY_FIELDS = (
     "attempt", "created_at", "started_at", "finished_at", "max_seconds", "latest_metrics", "result_dir", "gpus",
     "gpus_needed", "blueprint_path", "cancel_requested", "delete_requested", "problems", "stage",
 )
-STAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # as ajet_runner.store.stages.STAGE_PATTERN
+STAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # as ajet_runner.store.cluster.stages.STAGE_PATTERN
 
 
 class SubmitRequest(BaseModel):

@@ -26,9 +26,8 @@ from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS
 from ajet_runner.statemachine.blueprint.webhook_url import webhook_url_problem
 from ajet_runner.statemachine.comparison.compare import DEFAULT_METRIC, ExperimentFacts, compare
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
-from ajet_runner.store.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
-from ajet_runner.store.stage_idempotency import StageClaim
-from ajet_runner.store.stages import (
+from ajet_runner.store.cluster.stage_idempotency import StageClaim
+from ajet_runner.store.cluster.stages import (
     drop_if_empty,
     evaluation_events,
     forget_members,
@@ -37,6 +36,7 @@ from ajet_runner.store.stages import (
     stage_meta,
     stage_names,
 )
+from ajet_runner.store.per_experiment.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ajet_runner.store.store import Store
 
 router = APIRouter(prefix="/v1", tags=["stages"], responses=error_responses(*V1_ERRORS))
@@ -100,8 +100,8 @@ def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Dep
     """Submit blueprints as one stage; a blueprint with an `[exp_sweep]` part (or the `sweep` field) becomes
     one experiment per combination. 201 when at least one experiment was submitted (`refused` lists the
     others). A submission refused whole records nothing: no stage, no settings."""
-    from ajet_runner.store.idempotency import IdempotencyConflict
-    from ajet_runner.store.stage_idempotency import claim_stage, first_answer
+    from ajet_runner.store.cluster.stage_idempotency import claim_stage, first_answer
+    from ajet_runner.store.per_experiment.idempotency import IdempotencyConflict
 
     allow_http = be.settings.webhook_allow_http
     problem = webhook_url_problem(body.webhook_url, allow_http=allow_http) if body.webhook_url else ""
@@ -129,7 +129,7 @@ def _submit_stage(body: StageSubmitRequest, response: Response, be: Backend, key
                   claim: StageClaim | None) -> Any:
     """The submission itself; with a claimed key, its answer recorded (or the claim released when refused)."""
     from ajet_runner.service.stage_submit import StageRejected, submit_stage
-    from ajet_runner.store.stage_idempotency import complete_stage, release_stage
+    from ajet_runner.store.cluster.stage_idempotency import complete_stage, release_stage
 
     try:
         result = submit_stage(be.store, body.stage,
@@ -212,7 +212,7 @@ def _dir_problem(result_dir: str, roots: Sequence[str]) -> str:
 def add_to_stage(name: str, body: StageAddRequest, be: Backend = Depends(backend)) -> Any:
     """Put existing experiments into a stage after the fact (by id, or by a result dir they ran in). A stage
     whose experiments are then all finished gets its report and `stage_finished` webhook."""
-    from ajet_runner.store.stages import StageNameError, add_to_stage, check_stage_name
+    from ajet_runner.store.cluster.stages import StageNameError, add_to_stage, check_stage_name
 
     try:
         check_stage_name(name)

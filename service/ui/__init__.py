@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ajet_runner.service.api.auth import BEARER, TokenSet
 from ajet_runner.service.ui.session import CsrfRefused, LoginRequired, Sessions
-from ajet_runner.store.sessions import Revocations
+from ajet_runner.store.cluster.sessions import Revocations
 from ajet_runner.store.settings import Settings
 
 

@@ -16,8 +16,8 @@ from ajet_runner.resultdir.names import PLOT_NAME, REPAIR_LOG_NAME, REPORT_NAME,
 from ajet_runner.service.api import listing
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.statemachine.models import Evaluation
-from ajet_runner.store.filters import SEARCH_WINDOW, Query
-from ajet_runner.store.stages import stage_names
+from ajet_runner.store.cluster.stages import stage_names
+from ajet_runner.store.per_experiment.filters import SEARCH_WINDOW, Query
 from ajet_runner.store.store import Store
 
 SERVED_FILES = {REPORT_NAME: "text/markdown; charset=utf-8", REPAIR_LOG_NAME: "text/markdown; charset=utf-8",
@@ -52,7 +52,7 @@ class Page:
 
 
 def experiments(store: Store, f: Filters, page_size: int = PAGE_SIZE, window: int = SEARCH_WINDOW) -> Page:
-    """Newest first, filtered by the API's own path (store/filters.py indexes; the search in the purpose
+    """Newest first, filtered by the API's own path (store/per_experiment/filters.py indexes; the search in the purpose
     reads a bounded window of the newest candidates older than the cursor `f.scan`)."""
     start = (max(1, f.page) - 1) * page_size
     query = Query(f.state, f.node, f.outcome, f.stage)

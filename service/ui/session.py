@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from fastapi import Request
 
 from ajet_runner.service.api.auth import TokenSet, bearer_of
-from ajet_runner.store.sessions import Revocations
+from ajet_runner.store.cluster.sessions import Revocations
 
 COOKIE = "ajet_session"
 _SESSION_SALT = b"ajet-runner ui session v1"

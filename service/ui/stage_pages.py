@@ -21,7 +21,7 @@ from ajet_runner.service.ui.session import Viewer
 from ajet_runner.service.ui.stage_chart import stage_chart_svg
 from ajet_runner.statemachine.comparison.compare import DEFAULT_METRIC, compare
 from ajet_runner.statemachine.comparison.stage_stats import short_names
-from ajet_runner.store.stages import stage_names
+from ajet_runner.store.cluster.stages import stage_names
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 CHARTS = 2  # metrics charted on the page (mean_reward first); stage_plot.png has up to four

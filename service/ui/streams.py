@@ -14,8 +14,8 @@ from typing import Any
 
 from ajet_runner.service.api.event_routes import is_final
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
-from ajet_runner.store.event_reader import EventReader
 from ajet_runner.store.events import TransitionEvent, parse_event
+from ajet_runner.store.per_experiment.event_reader import EventReader
 from ajet_runner.store.records import text as reply_text
 from ajet_runner.store.store import GLOBAL_STREAM, exp_key, stream_key
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from ajet_runner.service.api.application import create_app
 from ajet_runner.statemachine.lifecycle import Outcome, State
-from ajet_runner.store.filters import VERSION_KEY, Query, purpose_matches
+from ajet_runner.store.cluster.stages import add_to_stage
 from ajet_runner.store.keys import (
     EXPIRING,
     EXPIRING_WHERE,
@@ -28,8 +28,8 @@ from ajet_runner.store.keys import (
     stage_key,
     state_index_key,
 )
+from ajet_runner.store.per_experiment.filters import VERSION_KEY, Query, purpose_matches
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.stages import add_to_stage
 from ajet_runner.store.store import Store
 from tests.integration.scenario import wait_for
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from ajet_runner.store.gangs import GangStore
+from ajet_runner.store.cluster.gangs import GangStore
 from ajet_runner.store.keys import gang_key
 from ajet_runner.store.store import Store
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from ajet_runner.service.embedded import EmbeddedRedis
-from ajet_runner.store.event_log import EventLog
+from ajet_runner.store.per_experiment.event_log import EventLog
 from ajet_runner.store.store import Store
 from ajet_runner.workers.drive import journal as journal_mod
 from ajet_runner.workers.drive.journal import Journal, LostOwnership, RedisUnavailable

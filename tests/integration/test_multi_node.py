@@ -221,7 +221,7 @@ def test_a_non_head_killed_mid_run_is_diagnosed_and_the_gang_relaunched(hosts, c
 
 def test_restarted_workers_re_adopt_their_ranks_and_cancel_stops_every_node(hosts, client, redis_url,
                                                                                   tmp_path) -> None:
-    from ajet_runner.store.gangs import GangStore
+    from ajet_runner.store.cluster.gangs import GangStore
 
     store = Store.from_url(redis_url)
     gangs = GangStore(store.r)
@@ -265,7 +265,7 @@ def test_a_stopped_member_worker_hands_its_rank_back_and_the_next_one_adopts_it_
         hosts, client, redis_url, tmp_path) -> None:
     """SIGTERM (a restart, an upgrade) on a member node: its rank job ends its lease at once, so the next
     worker's rank job takes the rank without waiting out a 60 s lease; the command itself runs on."""
-    from ajet_runner.store.gangs import GangStore
+    from ajet_runner.store.cluster.gangs import GangStore
 
     store = Store.from_url(redis_url)
     gangs = GangStore(store.r)
@@ -326,7 +326,7 @@ def test_the_heads_gpu_count_failure_relaunches_the_whole_gang(hosts, client, re
 
 
 def test_a_member_node_that_disappears_is_replaced_on_the_relaunch(hosts, client, redis_url, tmp_path) -> None:
-    from ajet_runner.store.gangs import GangStore
+    from ajet_runner.store.cluster.gangs import GangStore
 
     store = Store.from_url(redis_url)
     hosts.start("nodeC")

@@ -140,7 +140,7 @@ def test_stage_add_by_id_and_by_result_dir(api: TestClient, tmp_path: Path) -> N
 
 def test_wait_stage_in_both_clients(redis_url: str, tmp_path: Path) -> None:
     from ajet_runner.statemachine.lifecycle import Lifecycle
-    from ajet_runner.store.stages import define_stage
+    from ajet_runner.store.cluster.stages import define_stage
 
     store = Store.from_url(redis_url)
     define_stage(store, "w")

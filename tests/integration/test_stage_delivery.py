@@ -14,9 +14,9 @@ import redis
 from pydantic import SecretStr
 
 from ajet_runner.statemachine.lifecycle import Lifecycle
-from ajet_runner.store.outbox import Outbox
+from ajet_runner.store.cluster.outbox import Outbox
+from ajet_runner.store.cluster.stages import define_stage, stage_meta
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.stages import define_stage, stage_meta
 from ajet_runner.store.store import Store
 from ajet_runner.workers.notify.deliverer import Deliverer
 from tests.integration.scenario import wait_for

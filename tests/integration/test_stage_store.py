@@ -12,9 +12,8 @@ import pytest
 import redis
 
 from ajet_runner.statemachine.lifecycle import Lifecycle
-from ajet_runner.store.keys import OUTBOX, OUTBOX_TASKS, stage_key
-from ajet_runner.store.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED, Outbox
-from ajet_runner.store.stages import (
+from ajet_runner.store.cluster.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED, Outbox
+from ajet_runner.store.cluster.stages import (
     StageNameError,
     add_to_stage,
     define_stage,
@@ -22,6 +21,7 @@ from ajet_runner.store.stages import (
     stage_meta,
     stage_names,
 )
+from ajet_runner.store.keys import OUTBOX, OUTBOX_TASKS, stage_key
 from ajet_runner.store.store import ResultDirTaken, Store, TransitionConflict
 
 pytestmark = pytest.mark.integration

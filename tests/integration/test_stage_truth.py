@@ -19,9 +19,9 @@ from fastapi.testclient import TestClient
 from ajet_runner.service.api.application import create_app
 from ajet_runner.service.client.api_client import AjetRunnerClient, AsyncAjetRunnerClient, EmptyStage, StageNotFound
 from ajet_runner.statemachine.lifecycle import Lifecycle
+from ajet_runner.store.cluster.stages import stage_meta, stage_names
 from ajet_runner.store.keys import STAGES, stage_meta_key
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.stages import stage_meta, stage_names
 from ajet_runner.store.store import Store
 from tests.integration.scenario import CLI, make, wait_for
 from tests.integration.test_api import running_server
@@ -233,8 +233,8 @@ def test_wait_stage_raises_empty_stage_for_a_stage_without_experiments() -> None
 
 
 def test_dead_outbox_tasks_expire_after_the_retention_time(redis_url: str) -> None:
+    from ajet_runner.store.cluster.outbox import Outbox
     from ajet_runner.store.keys import OUTBOX_DEAD
-    from ajet_runner.store.outbox import Outbox
 
     store = Store.from_url(redis_url, retention_seconds=1)
     outbox = Outbox(store.r)
@@ -278,7 +278,7 @@ def test_a_claim_written_before_stages_were_bound_still_answers_its_retry(api: T
                                                                            redis_url: str) -> None:
     import json
 
-    from ajet_runner.store.idempotency import digest, redis_key
+    from ajet_runner.store.per_experiment.idempotency import digest, redis_key
 
     text = make("demo", tmp_path / "old").blueprint.read_text()
     first = api.post("/v1/experiments", json={"blueprint": text, "stage": "a"}, headers=AUTH).json()

@@ -13,7 +13,7 @@ from rq.serializers import JSONSerializer
 
 from ajet_runner.service.submit import SubmissionRejected, submit
 from ajet_runner.store.keys import INDEX, RESULT_DIRS, state_index_key
-from ajet_runner.store.queue import DRIVE_JOB, queue
+from ajet_runner.store.per_experiment.queue import DRIVE_JOB, queue
 from ajet_runner.store.store import Store
 from tests.integration.scenario import make
 

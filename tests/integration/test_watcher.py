@@ -17,7 +17,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from ajet_runner.service.submit import submit
-from ajet_runner.store.queue import node_queue, queue
+from ajet_runner.store.per_experiment.queue import node_queue, queue
 from ajet_runner.store.store import Store
 from tests.integration.scenario import make, wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env

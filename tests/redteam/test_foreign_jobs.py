@@ -23,7 +23,7 @@ from rq.serializers import JSONSerializer
 from rq.webhook import Webhook
 
 from ajet_runner.store.naming import node_queue
-from ajet_runner.store.queue import DRIVE_JOB
+from ajet_runner.store.per_experiment.queue import DRIVE_JOB
 from ajet_runner.store.store import Store
 from tests.integration.scenario import CLI, wait_for
 from tests.integration.webhook_receiver import WebhookReceiver

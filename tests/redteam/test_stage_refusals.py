@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from ajet_runner.service.api.application import create_app
 from ajet_runner.statemachine.fixes.advice import AdviceChange, AdviceRules, validate_changes
+from ajet_runner.store.cluster.stages import stage_meta
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.stages import stage_meta
 from ajet_runner.store.store import Store
 from tests.integration.scenario import make
 from tests.redteam.record import record

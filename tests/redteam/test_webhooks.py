@@ -22,8 +22,8 @@ from pydantic import SecretStr
 
 from ajet_runner.service.api.application import create_app
 from ajet_runner.statemachine.lifecycle import Lifecycle
+from ajet_runner.store.cluster.stages import define_stage
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.stages import define_stage
 from ajet_runner.store.store import Store
 from ajet_runner.workers.notify.deliverer import Deliverer
 from ajet_runner.workers.notify.webhook import post_json

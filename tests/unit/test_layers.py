@@ -288,3 +288,10 @@ def test_tmux_and_the_process_table_stay_inside_the_executors() -> None:
     assert (tmux, table) == ([], [])
     unused = [name for name in OWN_PROCESS_USERS if "psutil" not in _third_party_imports(ROOT / name)]
     assert unused == [], "no longer needs psutil: take it off the list"
+
+
+def test_no_folder_holds_more_than_20_modules_at_one_level() -> None:
+    """A folder of the product that grows past 20 modules is split by family (statemachine/, store/ were)."""
+    crowded = {str(d.relative_to(ROOT)): n for top in PACKAGES for d in [ROOT / top, *(ROOT / top).rglob("*")]
+               if d.is_dir() and (n := len([p for p in d.glob("*.py") if p.name != "__init__.py"])) > 20}
+    assert crowded == {}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ajet_runner.store.keys import PREFIX
-from ajet_runner.store.record_store import Records
+from ajet_runner.store.per_experiment.record_store import Records
 
 SCRIPTS = sorted(p for p in resources.files("ajet_runner.store").iterdir() if p.name.endswith(".lua"))
 
@@ -53,7 +53,7 @@ def test_the_store_passes_every_documented_key_to_the_transition_script() -> Non
     records._transition = recorder = _Recorder()  # type: ignore[assignment]
     records.replicated = False  # a plain master (a Sentinel-managed one waits for a replica after the script)
     records.retention_seconds = 0
-    # (a finishing transition, state "finished", goes in one MULTI with its outbox task, store/outbox.py; the
+    # (a finishing transition, state "finished", goes in one MULTI with its outbox task, store/cluster/outbox.py; the
     # keys are the same: tests/integration/test_stage_store.py runs it on a real Redis)
     records.transition("e1", expected_version=1, fields={"reason": "done"}, event={"type": "transition"},
                        stats={"transition": "collecting>finished", "outcome": "completed", "duration": 3.0})
@@ -69,4 +69,4 @@ def test_the_store_passes_every_documented_key_to_the_transition_script() -> Non
     assert [(a.rsplit(":", 1)[1], b.rsplit(":", 1)[1]) for a, b in zip(pairs[::2], pairs[1::2], strict=True)] == [
         (o, o) for o in outcomes]
     assert all(":duration_bucket:" in b for b in pairs[1::2])
-    assert recorder.args[4:6] == [10_000, 100_000]  # the stream limits, from store/record_store.py
+    assert recorder.args[4:6] == [10_000, 100_000]  # the stream limits, from store/per_experiment/record_store.py

@@ -24,7 +24,7 @@ from ajet_runner.service import metric_names as metric_names_module
 from ajet_runner.service.cluster_metrics import _http_registry, cluster_text, metrics_response, purpose_label
 from ajet_runner.service.embedded import free_port
 from ajet_runner.service.metric_names import API_METRICS, WORKER_METRICS
-from ajet_runner.store.queue import queue
+from ajet_runner.store.per_experiment.queue import queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.identity.this_node import NodeInfo

@@ -15,8 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ajet_runner.service.cluster_metrics import EXPERIMENT_GAUGES, experiment_text, metrics_response
+from ajet_runner.store.cluster.snapshot import RowCache, Snapshot, read_snapshot
 from ajet_runner.store.keys import exp_key
-from ajet_runner.store.snapshot import RowCache, Snapshot, read_snapshot
 from ajet_runner.store.store import Store
 
 ODD = 'a "quoted"\\ purpose\nwith 中文 `ticks`'

@@ -1,11 +1,11 @@
-"""The stored shapes (store/records.py) and the counter labels (store/stats.py) read what older code wrote."""
+"""The stored shapes (store/records.py) and the counter labels (store/cluster/stats.py) read what older code wrote."""
 
 from __future__ import annotations
 
 import json
 
+from ajet_runner.store.cluster.stats import TransitionStats, split_pair, split_transition
 from ajet_runner.store.records import Attempt, Context, ExperimentRecord, PendingRepair, RepairRecord, RepairResult
-from ajet_runner.store.stats import TransitionStats, split_pair, split_transition
 from ajet_runner.store.store import Store
 
 OLD_CTX = {  # a `ctx` as the dict-based driver stored it

@@ -23,5 +23,6 @@ def test_the_stage_report_does_not_load_the_experiment_report_or_the_store() -> 
 
 def test_the_watcher_and_the_driver_load_no_http_client() -> None:
     code = ("import importlib\nimport ajet_runner.workers.node.watcher\n"
-            "from ajet_runner.store.queue import DRIVE_JOB\nimportlib.import_module(DRIVE_JOB.rpartition('.')[0])")
+            "from ajet_runner.store.per_experiment.queue import DRIVE_JOB\n"
+            "importlib.import_module(DRIVE_JOB.rpartition('.')[0])")
     assert _loaded(code, ("httpx", "click", "rich", "pygments")) == []

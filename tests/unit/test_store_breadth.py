@@ -24,7 +24,7 @@ def _public_methods(cls: type) -> list[str]:
 
 def _store_classes() -> list[type]:
     classes: list[type] = []
-    for info in pkgutil.iter_modules(ajet_runner.store.__path__, "ajet_runner.store."):
+    for info in pkgutil.walk_packages(ajet_runner.store.__path__, "ajet_runner.store."):
         module = importlib.import_module(info.name)
         classes += [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
     return classes

@@ -21,8 +21,8 @@ from ajet_runner.statemachine.lifecycle import EventType, Lifecycle, RepairBudge
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.statemachine.policies import parse_backoff
 from ajet_runner.statemachine.rules import default_rules
+from ajet_runner.store.cluster.stats import TransitionStats
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.stats import TransitionStats
 from ajet_runner.store.store import Store, TransitionConflict
 from ajet_runner.workers.drive.journal import REDIS_ERRORS, Journal, LostOwnership
 from ajet_runner.workers.drive.seam import WatchCallback

@@ -1,4 +1,4 @@
-"""The consumer side of the queue: the job function a worker runs (enqueueing is in store/queue.py).
+"""The consumer side of the queue: the job function a worker runs (enqueueing is in store/per_experiment/queue.py).
 
 RQ only carries the experiment id (JSON serializer, never pickle) and gives us a process to run
 in; our own state in Redis decides what happens, so jobs have no RQ retries and a timeout
@@ -14,7 +14,7 @@ from rq.job import Job
 
 from ajet_runner.statemachine.lifecycle import State
 from ajet_runner.store.connection import RedisTarget, connect, connection_target, target_from
-from ajet_runner.store.queue import DEFAULT_QUEUE, job_timeout, node_queue, queue, target_queue
+from ajet_runner.store.per_experiment.queue import DEFAULT_QUEUE, job_timeout, node_queue, queue, target_queue
 from ajet_runner.store.settings import Settings, get_settings
 from ajet_runner.store.store import RedisError, Store, TransitionConflict
 from ajet_runner.workers.drive.driver import ExperimentDriver
@@ -30,7 +30,7 @@ __all__ = ["DEFAULT_QUEUE", "drive", "drive_rank", "job_timeout", "node_queue", 
 
 def drive_rank(exp_id: str, rank: int) -> str:
     """RQ job: run and watch rank `rank` of a multi-node experiment on this node (ajet_runner.workers.gang.rank)."""
-    from ajet_runner.store.gangs import GangStore
+    from ajet_runner.store.cluster.gangs import GangStore
     from ajet_runner.workers.gang.rank import RankDriver
 
     job = get_current_job()

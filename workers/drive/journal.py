@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.lifecycle import EventType
+from ajet_runner.store.cluster.stats import TransitionStats
 from ajet_runner.store.events import checked
-from ajet_runner.store.stats import TransitionStats
 from ajet_runner.store.store import REDIS_DOWN, Store, TransitionConflict
 from ajet_runner.workers.drive.cancel_hub import hub_for
 from ajet_runner.workers.drive.journal_pump import pump_for

@@ -9,7 +9,7 @@ from typing import Any
 
 from ajet_runner.statemachine.lifecycle import ACTIVE_STATE_NAMES, FINISHED
 from ajet_runner.statemachine.models import Blueprint
-from ajet_runner.store.gangs import GangStore
+from ajet_runner.store.cluster.gangs import GangStore
 from ajet_runner.store.store import Store
 from ajet_runner.workers.executors.attempt import MARKER
 from ajet_runner.workers.executors.protocol import Executor

@@ -13,7 +13,7 @@ from typing import Any
 
 from ajet_runner.statemachine.durations import format_duration, format_limit
 from ajet_runner.statemachine.lifecycle import EventType
-from ajet_runner.store.gangs import Gang, GangStore
+from ajet_runner.store.cluster.gangs import Gang, GangStore
 from ajet_runner.store.records import ExperimentRecord
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import NODE_ALIVE_SECONDS, Store

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from ajet_runner.statemachine.models import Blueprint
-from ajet_runner.store.gangs import Gang, GangStore
+from ajet_runner.store.cluster.gangs import Gang, GangStore
 from ajet_runner.store.records import ExperimentRecord
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import REDIS_DOWN as REDIS_ERRORS

@@ -20,7 +20,7 @@ from typing import Any
 from rq.job import Job
 from rq.utils import import_attribute
 
-from ajet_runner.store.queue import DRIVE_JOB, LEGACY_JOB_NAMES, RANK_JOB
+from ajet_runner.store.per_experiment.queue import DRIVE_JOB, LEGACY_JOB_NAMES, RANK_JOB
 from ajet_runner.store.settings import get_settings
 
 log = logging.getLogger(__name__)

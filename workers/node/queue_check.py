@@ -24,7 +24,7 @@ from rq.queue import Queue
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.store.lease import ClusterLease
 from ajet_runner.store.naming import DEFAULT_QUEUE
-from ajet_runner.store.queue_health import QueueSuspects
+from ajet_runner.store.per_experiment.queue_health import QueueSuspects
 from ajet_runner.store.store import Store
 from ajet_runner.workers.node.absent_nodes import NODE_ALIVE_SECONDS, REPORTED_FIELD, report_absent_nodes
 

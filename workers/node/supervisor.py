@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
 from ajet_runner.store.connection import RedisTarget
-from ajet_runner.store.queue import node_queue
+from ajet_runner.store.per_experiment.queue import node_queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import REDIS_DOWN, Store
 from ajet_runner.workers.executors import build_executor

@@ -30,7 +30,7 @@ from rq.serializers import JSONSerializer
 from ajet_runner.logsetup import configure
 from ajet_runner.statemachine.failures.signatures import use_extension
 from ajet_runner.store.connection import RedisSettingsError, connect, need_target, store_at
-from ajet_runner.store.queue import DRIVE_JOB, queue, queue_names
+from ajet_runner.store.per_experiment.queue import DRIVE_JOB, queue, queue_names
 from ajet_runner.store.settings import get_settings
 from ajet_runner.store.store import RedisError, Store
 from ajet_runner.workers.executors.ssh_hosts import served_hosts

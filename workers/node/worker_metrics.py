@@ -37,9 +37,9 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from ajet_runner.store.cluster.watch_metrics import WatchFlusher, read_watch
 from ajet_runner.store.keys import watch_exp_key, watch_exps_key, watch_metrics_key
 from ajet_runner.store.store import RedisError, Store
-from ajet_runner.store.watch_metrics import WatchFlusher, read_watch
 
 if TYPE_CHECKING:
     from ajet_runner.workers.node.supervisor import NodeSupervisor

@@ -1,4 +1,4 @@
-"""The outbox's deliverer: a thread of every worker that handles due notifications (store/outbox.py).
+"""The outbox's deliverer: a thread of every worker that handles due notifications (store/cluster/outbox.py).
 
 - `experiment_finished`: checks whether the experiment's stage is now complete (which queues the stage's
   task), then posts the experiment's webhook — to the stage's own URL, else AJET_RUNNER_WEBHOOK_URL; none
@@ -37,10 +37,10 @@ from ajet_runner.statemachine.comparison.compare import compare
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.failures.redact import Redactor
 from ajet_runner.statemachine.lifecycle import EventType
+from ajet_runner.store.cluster.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED
+from ajet_runner.store.cluster.stages import evaluation_events, note_report, stage_ids, stage_meta
 from ajet_runner.store.connection import RedisTarget
-from ajet_runner.store.outbox import EXPERIMENT_FINISHED, STAGE_FINISHED
 from ajet_runner.store.settings import Settings
-from ajet_runner.store.stages import evaluation_events, note_report, stage_ids, stage_meta
 from ajet_runner.store.store import REDIS_DOWN, Store
 from ajet_runner.workers.notify.payloads import experiment_payload, stage_payload
 from ajet_runner.workers.notify.webhook import Delivery, post_json, shown_url

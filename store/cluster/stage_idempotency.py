@@ -1,6 +1,6 @@
 """Idempotent stage submission: the same `Idempotency-Key` on `POST /v1/stages` always names the same stage.
 
-As for experiments (store/idempotency.py, whose keys these share, so one key never names both an
+As for experiments (store/per_experiment/idempotency.py, whose keys these share, so one key never names both an
 experiment and a stage): the first request claims the key atomically (`SET NX EX`) with the digest of its
 whole body, submits, then records what was submitted (the ids, the stage dir, the refused) under the
 same key, keeping its expiry. A repeat with the same body gets that answer, with the experiments as they
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ajet_runner.store.idempotency import TTL_SECONDS, IdempotencyConflict, digest, redis_key
+from ajet_runner.store.per_experiment.idempotency import TTL_SECONDS, IdempotencyConflict, digest, redis_key
 from ajet_runner.store.scripts import lua
 from ajet_runner.store.store import Store
 

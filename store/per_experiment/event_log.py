@@ -1,6 +1,6 @@
 """The experiment's event stream (keys.stream_key, mirrored to keys.GLOBAL_STREAM) and its log tail.
 
-An event that comes with a state change is written by the transition (store/record_store.py) in the same
+An event that comes with a state change is written by the transition (store/per_experiment/record_store.py) in the same
 script as the change; `EventLog.publish` writes the others (progress, repair notes, log excerpts). The log
 tail (keys.log_tail_key) is the watcher's last lines, capped, so the API can show a log without the node's disk.
 """
@@ -19,7 +19,7 @@ from redis.typing import EncodableT, FieldT
 from ajet_runner.statemachine.lifecycle import EventType
 from ajet_runner.store.events import EventBase, checked
 from ajet_runner.store.keys import GLOBAL_STREAM, exp_key, log_tail_key, published_key, stream_key
-from ajet_runner.store.record_store import GLOBAL_STREAM_MAXLEN, STREAM_MAXLEN, decode
+from ajet_runner.store.per_experiment.record_store import GLOBAL_STREAM_MAXLEN, STREAM_MAXLEN, decode
 from ajet_runner.store.scripts import lua
 
 __all__ = ["LOG_TAIL_CAP", "EventLog", "LogTail"]

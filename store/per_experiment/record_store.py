@@ -20,8 +20,8 @@ from redis.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
 from ajet_runner.statemachine.lifecycle import EventType, Outcome, State
+from ajet_runner.store.cluster.stats import TransitionStats
 from ajet_runner.store.events import checked
-from ajet_runner.store.filters import unindex
 from ajet_runner.store.keys import (
     EXPIRING,
     EXPIRING_WHERE,
@@ -46,9 +46,9 @@ from ajet_runner.store.keys import (
     stats_key,
     stream_key,
 )
+from ajet_runner.store.per_experiment.filters import unindex
 from ajet_runner.store.records import ExperimentRecord, text
 from ajet_runner.store.scripts import lua
-from ajet_runner.store.stats import TransitionStats
 
 __all__ = ["CLAIM_FIELD", "DURATION_BUCKETS", "GLOBAL_STREAM_MAXLEN", "JSON_FIELDS", "STREAM_MAXLEN", "Records",
            "ResultDirTaken", "TransitionConflict", "decode", "encode"]
@@ -242,9 +242,9 @@ class Records:
         return answer
 
     def _finishing(self, exp_id: str, keys: list[str], args: list[Any]) -> Any:
-        """The finishing transition and its outbox task (store/outbox.py) in one MULTI: the notice that it
+        """The finishing transition and its outbox task (store/cluster/outbox.py) in one MULTI: the notice that it
         finished is never lost, nor queued for a transition that did not happen."""
-        from ajet_runner.store.outbox import queue_finish
+        from ajet_runner.store.cluster.outbox import queue_finish
 
         pipe = self.r.pipeline(transaction=True)
         pipe.eval(lua("transition"), len(keys), *keys, *args)

@@ -2,7 +2,7 @@
 
 Every filter the API and the console offer has an index zset (id -> created_at) that the transition
 script keeps: per state, per outcome (finished records only), per node (the record's node, else its target
-node), per node and state, per node and outcome, per stage (store/stages.py). A query is one zset, or (with
+node), per node and state, per node and outcome, per stage (store/cluster/stages.py). A query is one zset, or (with
 a stage) two: store/list_page.lua walks the smaller one newest first and checks the other, so a page
 costs the page (and how rare a match is in the smaller zset), never the number of records.
 

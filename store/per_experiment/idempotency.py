@@ -60,7 +60,7 @@ def claim(store: Store, key: str, text: str, new_id: Callable[[], str], ttl: int
     if raw is None:  # released between our SET and GET: try once more
         return claim(store, key, text, new_id, ttl, placement)
     held = json.loads(raw)
-    if held.get("kind") == "stage":  # store/stage_idempotency.py shares the keys
+    if held.get("kind") == "stage":  # store/cluster/stage_idempotency.py shares the keys
         raise IdempotencyConflict(f"this Idempotency-Key was already used for stage {held.get('stage')!r}, not an "
                                   "experiment")
     if held.get("digest") != digest(text):

@@ -137,7 +137,7 @@ def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache
     (and replaced by this scrape's).
 
     The cost follows the live experiments, never the records kept: the counts per state are the per-state
-    indexes' sizes (store/filters.py, swept of expired records first), the records with gauges are read
+    indexes' sizes (store/per_experiment/filters.py, swept of expired records first), the records with gauges are read
     from the indexes of the live states (one SORT … GET each: Redis walks the hashes in C) and the ones
     finished within `finished_ttl` from the expiry schedule (keys.EXPIRING; a store that keeps records
     for ever has none, and reads its finished ones' finish times instead). Queued experiments get no

@@ -12,9 +12,9 @@ from typing import Any
 import redis
 
 from ajet_runner.statemachine.lifecycle import FINISHED
+from ajet_runner.store.cluster.nodes import node_info
 from ajet_runner.store.keys import INDEX, NODES, RESULT_DIRS, drain_key, exp_key, node_key
-from ajet_runner.store.nodes import node_info
-from ajet_runner.store.record_store import ResultDirTaken
+from ajet_runner.store.per_experiment.record_store import ResultDirTaken
 from ajet_runner.store.records import text
 from ajet_runner.store.scripts import lua
 

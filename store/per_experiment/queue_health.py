@@ -18,7 +18,7 @@ from rq.queue import Queue
 from ajet_runner.statemachine.lifecycle import State
 from ajet_runner.store.keys import state_index_key
 from ajet_runner.store.naming import node_queue
-from ajet_runner.store.queue import drive_job_id
+from ajet_runner.store.per_experiment.queue import drive_job_id
 from ajet_runner.store.store import Store
 
 JOB_PREFIX = drive_job_id("x").split("x")[0]  # "drive-"

@@ -21,7 +21,7 @@ from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue, queue_names, tar
 from ajet_runner.store.settings import get_settings
 
 if TYPE_CHECKING:
-    from ajet_runner.store.record_store import Records
+    from ajet_runner.store.per_experiment.record_store import Records
 
 __all__ = ["DEFAULT_QUEUE", "DRIVE_JOB", "JOB_MARGIN_SECONDS", "LEGACY_JOB_NAMES", "RANK_JOB", "Jobs", "drive_job_id",
            "job_timeout", "node_queue", "queue", "queue_names", "target_queue"]
