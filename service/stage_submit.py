@@ -121,12 +121,7 @@ def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]]
     if problems:
         raise StageRejected(problems)
     directory = stage_dir or implied
-    if directory and not os.path.isabs(directory):
-        raise StageRejected([Problem(level=Level.error, field="stage_dir", message=(
-            f"the stage dir {directory!r} must be an absolute path"))])
-    if directory and allowed_roots and not _inside(directory, allowed_roots):
-        raise StageRejected([Problem(level=Level.error, field="stage_dir", message=(
-            f"{directory} is outside the allowed roots ({', '.join(allowed_roots)})"))])
+    _check_stage_dir(directory, allowed_roots)
     # Written with each accepted experiment's record (store/stage_member.lua), never before: a refused stage
     # leaves no stage behind and an existing stage's settings are not rewritten by a refused submission.
     settings = {k: v for k, v in (("dir", directory), ("webhook_url", webhook_url)) if v}
@@ -143,10 +138,25 @@ def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]]
         result.accepted.append(rec)
     if not result.accepted:
         drop_if_empty(store, stage)  # an experiment recorded, then withdrawn (its dir could not be prepared)
-        status = max((r["status"] for r in result.refused), default=422)
-        raise StageRejected([Problem.model_validate({**q, "field": f"{r['label']}: {q.get('field', '')}"})
-                             for r in result.refused for q in r["problems"]], status=status)
+        raise _all_refused(result.refused)
     return result
+
+
+def _check_stage_dir(directory: str, allowed_roots: Sequence[str]) -> None:
+    """The stage dir (if any) is absolute and inside the allowed roots (if any)."""
+    if directory and not os.path.isabs(directory):
+        raise StageRejected([Problem(level=Level.error, field="stage_dir", message=(
+            f"the stage dir {directory!r} must be an absolute path"))])
+    if directory and allowed_roots and not _inside(directory, allowed_roots):
+        raise StageRejected([Problem(level=Level.error, field="stage_dir", message=(
+            f"{directory} is outside the allowed roots ({', '.join(allowed_roots)})"))])
+
+
+def _all_refused(refused: list[dict[str, Any]]) -> StageRejected:
+    """Every experiment refused: their problems, each field named with its experiment's label."""
+    status = max((r["status"] for r in refused), default=422)
+    return StageRejected([Problem.model_validate({**q, "field": f"{r['label']}: {q.get('field', '')}"})
+                          for r in refused for q in r["problems"]], status=status)
 
 
 def _inside(path: str, roots: Sequence[str]) -> bool:

@@ -65,7 +65,7 @@ def _gpu_shape(bp: Blueprint, check_disk: bool) -> tuple[int, int, int]:
         return 1, 1, 1
 
 
-def submit(  # noqa: C901 - each check a refusal of its own, in the order a person reads them
+def submit(
     store: Store,
     text: str,
     *,
@@ -89,12 +89,97 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
     `stage` tags it (indexed with the record); `overrides` replace parts of the parsed blueprint (one
     experiment of a sweep: its result dir, purpose and values; service/stage_submit.py); `stage_settings`
     (the stage's dir and webhook URL) are written with the record, so only an accepted experiment writes them.
+    Each check is a refusal of its own, in the order a person reads them.
     """
     named = list(dict.fromkeys(nodes or []))
+    node = _head_node(node, named)
+    bp, problems = _parse(text, overrides, check_disk)
+    problems += _root_problems(bp, allowed_roots)
+    errors = [p for p in problems if p.level == Level.error]
+    exp_id = exp_id or new_id()
+    roots = tuple(os.path.realpath(r) for r in allowed_roots)  # every write below stays inside them
+    if errors:
+        raise _refused(store, bp, exp_id, problems, blueprint_path, check_disk, roots=roots)
+    needed, nnodes, per_node = _gpu_shape(bp, check_disk)
+    dir_key = os.path.realpath(bp.exp_result_dir)
+    holder, nodes_seen = store.result_dirs.submission_view(dir_key)  # one round trip for every check below
+    live = live_nodes(store, nodes=nodes_seen)
+    try:
+        _check_placement(live, bp, node, named, wait_for_node, (needed, nnodes, per_node))
+    except SubmissionRejected as exc:
+        raise _refused(store, bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status,
+                       roots=roots) from None
+    if holder is not None:  # the cheap early answer; the claim below is what decides
+        raise _dir_taken(bp.exp_result_dir, holder[0], holder[1], dir_key)
+    queue_name, unserved = _queue_for(live, bp.exp_host, node)
+    record = _record(bp, text, exp_id, problems, blueprint_path=blueprint_path, node=node, named=named,
+                     shape=(needed, nnodes, per_node), priority=priority, queue_name=queue_name, stage=stage)
+    # The claim on the result dir and the record (with its indexes and `submitted` event) in one
+    # compare-and-set: of concurrent submissions naming one dir, one wins; the others write nothing.
+    try:
+        message = f"submitted to queue {queue_name}" + (f"; {unserved}" if unserved else "")
+        store.records.create(exp_id, record, {"message": message, "purpose": bp.exp_purpose},
+                             result_dir_key=dir_key, stage_settings=stage_settings if stage else None)
+    except ResultDirTaken as taken:
+        raise _dir_taken(bp.exp_result_dir, taken.holder, taken.state, taken.held_dir, dir_key) from None
+    return _admit(store, bp, exp_id, record, unserved, roots=roots, check_disk=check_disk)
+
+
+def _queue_for(live: list[dict[str, Any]], host: str, node: str | None) -> tuple[str, str]:
+    """The queue to wait in, and why an ssh host's experiment may wait there ("" when served)."""
+    if host and not node:
+        return host_queue(host), _unserved_host(live, host)
+    return target_queue(node), ""
+
+
+def _admit(store: Store, bp: Blueprint, exp_id: str, record: dict[str, Any], unserved: str, *,
+           roots: Sequence[str], check_disk: bool) -> dict[str, Any]:
+    """Archive an earlier run's files, then admit the created record and enqueue its job in one step;
+    on any failure the record is withdrawn (never admitted: the dir is free again)."""
+    try:
+        previous = _archive_previous(bp, roots) if check_disk else ""
+        # The job only once the dir is ready: a worker never starts while the earlier run is being moved.
+        admitted = store.records.admit(exp_id, {"previous_run": previous}, also=lambda pipe: store.jobs.enqueue_drive(
+            exp_id, record["queue"], at_front=record["priority"] == "high", max_seconds=bp.exp_max_time_seconds,
+            job_id=record["job_id"], pipeline=pipe))
+        if unserved:  # said where people look (events, the console), not left to wait silently
+            with contextlib.suppress(RedisError):
+                store.events.publish(exp_id, {"type": EventType.host, "state": "unserved", "host": bp.exp_host,
+                                       "message": unserved})
+        return admitted
+    except BaseException:
+        with contextlib.suppress(RedisError):
+            store.records.withdraw(exp_id)  # never admitted: the record goes and the dir is free again
+        raise
+
+
+def _record(bp: Blueprint, text: str, exp_id: str, problems: Sequence[Problem], *, blueprint_path: str,
+            node: str | None, named: Sequence[str], shape: tuple[int, int, int], priority: str | None,
+            queue_name: str, stage: str | None) -> dict[str, Any]:
+    """The new experiment's record, as queued."""
+    needed, nnodes, per_node = shape
+    return {
+        "state": State.queued.value, "lifecycle": Lifecycle.initial_dict(exp_id), "purpose": bp.exp_purpose,
+        "result_dir": bp.exp_result_dir, "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text,
+        "blueprint_json": bp.stored(), "blueprint_path": blueprint_path, "target_node": node or "", "node": "",
+        "gpus_needed": needed, "nnodes": nnodes, "gpus_per_node": per_node, "target_nodes": ",".join(named),
+        "priority": priority or "normal", "queue": queue_name, "job_id": drive_job_id(exp_id), "attempt": 0,
+        "outcome": "", "tmux_session": session_name(bp.exp_purpose, exp_id),
+        "problems": [p.model_dump(mode="json") for p in problems], "previous_run": "",
+        **({"stage": stage} if stage else {}),
+    }
+
+
+def _head_node(node: str | None, named: Sequence[str]) -> str | None:
+    """The head node: `node`, else the first of `named`; refused when the two disagree."""
     if named and node and node != named[0]:
         raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
             f"the first of nodes ({named[0]}) is the head, but node names {node}: give one or make them agree"))])
-    node = node or (named[0] if named else None)
+    return node or (named[0] if named else None)
+
+
+def _parse(text: str, overrides: Mapping[str, Any] | None, check_disk: bool) -> tuple[Blueprint, list[Problem]]:
+    """The blueprint (with `overrides`) and its problems, within one parse deadline."""
     deadline = time.monotonic() + PARSE_DEADLINE_SECONDS
     try:  # bounded work per request: a hostile text is refused, it cannot hold a submission thread
         bp = parse_blueprint(text, deadline=deadline)
@@ -109,84 +194,49 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
         problems.append(Problem(level=Level.error, field="exp_sweep", message=(
             "this blueprint is a sweep (its [exp_sweep] part): submit it as a stage, which makes one experiment "
             "per combination (`ajet-runner submit --stage NAME FILE`, POST /v1/stages)")))
-    if allowed_roots:
-        for fld in ("exp_codebase_dir", "exp_result_dir", "exp_yaml_path", "exp_venv_exe"):
-            value = bp.yaml_abspath() if fld == "exp_yaml_path" and bp.exp_yaml_path else getattr(bp, fld)
-            # The venv's python is a symlink to the system interpreter by design: its directory must be inside.
-            probe = os.path.join(os.path.dirname(value), ".") if fld == "exp_venv_exe" and value else value
-            if "\x00" in value:
-                continue  # refused by validation already (here os.path would raise)
-            if value and not _inside(probe, allowed_roots):
-                problems.append(Problem(level=Level.error, field=fld,
-                                        message=f"{value} is outside the allowed roots ({', '.join(allowed_roots)})"))
-    errors = [p for p in problems if p.level == Level.error]
-    exp_id = exp_id or new_id()
-    roots = tuple(os.path.realpath(r) for r in allowed_roots)  # every write below stays inside them
-    if errors:
-        raise _refused(store, bp, exp_id, problems, blueprint_path, check_disk, roots=roots)
-    needed, nnodes, per_node = _gpu_shape(bp, check_disk)
-    dir_key = os.path.realpath(bp.exp_result_dir)
-    holder, nodes_seen = store.result_dirs.submission_view(dir_key)  # one round trip for every check below
+    return bp, problems
+
+
+def _root_problems(bp: Blueprint, allowed_roots: Sequence[str]) -> list[Problem]:
+    """One error per path field outside `allowed_roots` (none when no roots are set)."""
+    problems = []
+    for fld in ("exp_codebase_dir", "exp_result_dir", "exp_yaml_path", "exp_venv_exe") if allowed_roots else ():
+        value = bp.yaml_abspath() if fld == "exp_yaml_path" and bp.exp_yaml_path else getattr(bp, fld)
+        # The venv's python is a symlink to the system interpreter by design: its directory must be inside.
+        probe = os.path.join(os.path.dirname(value), ".") if fld == "exp_venv_exe" and value else value
+        if "\x00" in value:
+            continue  # refused by validation already (here os.path would raise)
+        if value and not _inside(probe, allowed_roots):
+            problems.append(Problem(level=Level.error, field=fld,
+                                    message=f"{value} is outside the allowed roots ({', '.join(allowed_roots)})"))
+    return problems
+
+
+def _check_placement(live: list[dict[str, Any]], bp: Blueprint, node: str | None, named: Sequence[str],
+                     wait_for_node: bool, shape: tuple[int, int, int]) -> None:
+    """Refuse a run no live node could take: an unserved named node, too few named nodes, too few GPUs."""
+    needed, nnodes, per_node = shape
+    for name in [node, *named[1:]] if node and not wait_for_node else []:
+        _check_node_served(live, name)
+    if named and len(named) < nnodes:
+        raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
+            f"names {len(named)} node(s) but the run needs {nnodes} (ajet.trainer_common.nnodes): name {nnodes}"))])
+    if nnodes > 1:
+        _check_gang_capacity(live, nnodes, per_node, node, named)
+    elif not bp.exp_host:  # an ssh host's GPUs are not the workers' to count
+        _check_capacity(live, needed, node)
+
+
+def _archive_previous(bp: Blueprint, roots: Sequence[str]) -> str:
+    """Move an earlier run's files to previous/ (only once the dir is ours: a stale finish.flag goes before
+    anyone waits for ours); where they went, or a refusal."""
     try:
-        live = live_nodes(store, nodes=nodes_seen)
-        for name in [node, *named[1:]] if node and not wait_for_node else []:
-            _check_node_served(live, name)
-        if named and len(named) < nnodes:
-            raise SubmissionRejected([Problem(level=Level.error, field="nodes", message=(
-                f"names {len(named)} node(s) but the run needs {nnodes} (ajet.trainer_common.nnodes): name {nnodes}"))])
-        if nnodes > 1:
-            _check_gang_capacity(live, nnodes, per_node, node, named)
-        elif not bp.exp_host:  # an ssh host's GPUs are not the workers' to count
-            _check_capacity(live, needed, node)
-    except SubmissionRejected as exc:
-        raise _refused(store, bp, exp_id, exc.problems, blueprint_path, check_disk, exc.status,
-                       roots=roots) from None
-    if holder is not None:  # the cheap early answer; the claim below is what decides
-        raise _dir_taken(bp.exp_result_dir, holder[0], holder[1], dir_key)
-    queue_name = host_queue(bp.exp_host) if bp.exp_host and not node else target_queue(node)
-    unserved = _unserved_host(live, bp.exp_host) if bp.exp_host and not node else ""
-    job_id = drive_job_id(exp_id)
-    record = {
-        "state": State.queued.value, "lifecycle": Lifecycle.initial_dict(exp_id), "purpose": bp.exp_purpose,
-        "result_dir": bp.exp_result_dir, "max_seconds": bp.exp_max_time_seconds or "", "blueprint": text,
-        "blueprint_json": bp.stored(), "blueprint_path": blueprint_path, "target_node": node or "", "node": "",
-        "gpus_needed": needed, "nnodes": nnodes, "gpus_per_node": per_node, "target_nodes": ",".join(named),
-        "priority": priority or "normal", "queue": queue_name, "job_id": job_id, "attempt": 0, "outcome": "",
-        "tmux_session": session_name(bp.exp_purpose, exp_id),
-        "problems": [p.model_dump(mode="json") for p in problems], "previous_run": "",
-        **({"stage": stage} if stage else {}),
-    }
-    # The claim on the result dir and the record (with its indexes and `submitted` event) in one
-    # compare-and-set: of concurrent submissions naming one dir, one wins; the others write nothing.
-    try:
-        message = f"submitted to queue {queue_name}" + (f"; {unserved}" if unserved else "")
-        store.records.create(exp_id, record, {"message": message, "purpose": bp.exp_purpose},
-                             result_dir_key=dir_key, stage_settings=stage_settings if stage else None)
-    except ResultDirTaken as taken:
-        raise _dir_taken(bp.exp_result_dir, taken.holder, taken.state, taken.held_dir, dir_key) from None
-    try:
-        previous = ""
-        if check_disk:  # only now that the dir is ours: a stale finish.flag goes before anyone waits for ours
-            try:
-                with confined(roots):
-                    previous = archive_previous_run(bp.exp_result_dir, bp.exp_codebase_dir)
-            except OSError as exc:
-                raise SubmissionRejected([Problem(
-                    level=Level.error, field="exp_result_dir",
-                    message=f"an earlier run's files could not be moved to previous/: {exc}")]) from None
-        # The job only once the dir is ready: a worker never starts while the earlier run is being moved.
-        admitted = store.records.admit(exp_id, {"previous_run": previous}, also=lambda pipe: store.jobs.enqueue_drive(
-            exp_id, queue_name, at_front=priority == "high", max_seconds=bp.exp_max_time_seconds,
-            job_id=job_id, pipeline=pipe))
-        if unserved:  # said where people look (events, the console), not left to wait silently
-            with contextlib.suppress(RedisError):
-                store.events.publish(exp_id, {"type": EventType.host, "state": "unserved", "host": bp.exp_host,
-                                              "message": unserved})
-        return admitted
-    except BaseException:
-        with contextlib.suppress(RedisError):
-            store.records.withdraw(exp_id)  # never admitted: the record goes and the dir is free again
-        raise
+        with confined(roots):
+            return archive_previous_run(bp.exp_result_dir, bp.exp_codebase_dir)
+    except OSError as exc:
+        raise SubmissionRejected([Problem(
+            level=Level.error, field="exp_result_dir",
+            message=f"an earlier run's files could not be moved to previous/: {exc}")]) from None
 
 
 def _refused(store: Store, bp: Any, exp_id: str, problems: Sequence[Problem], blueprint_path: str,
@@ -197,20 +247,27 @@ def _refused(store: Store, bp: Any, exp_id: str, problems: Sequence[Problem], bl
     errors = [p for p in problems if p.level == Level.error]
     written = False
     if check_disk and os.path.isabs(bp.exp_result_dir or "") and not any(p.field == "exp_result_dir" for p in errors):
-        dir_key = os.path.realpath(bp.exp_result_dir)
-        try:
-            store.result_dirs.hold(dir_key, exp_id)
-        except ResultDirTaken as taken:
-            errors.append(Problem(level=Level.warning, field="exp_result_dir", message=(
-                f"no refusal report was written: {_holder_text(taken.holder, taken.state, taken.held_dir, dir_key)}")))
-        else:
-            try:
-                with confined(roots):
-                    written = write_refusal(bp.exp_result_dir, exp_id, bp.exp_purpose, problems,
-                                            blueprint_path=blueprint_path, codebase=bp.exp_codebase_dir)
-            finally:
-                store.result_dirs.release(dir_key, exp_id)
+        written = _write_refusal(store, bp, exp_id, problems, errors, blueprint_path, roots)
     return SubmissionRejected(errors, status=status, report_dir=bp.exp_result_dir if written else "")
+
+
+def _write_refusal(store: Store, bp: Any, exp_id: str, problems: Sequence[Problem], errors: list[Problem],
+                   blueprint_path: str, roots: Sequence[str]) -> bool:
+    """Write the refusal's report under a short claim of the dir; True when written (a warning joins `errors`
+    when a live experiment holds the dir)."""
+    dir_key = os.path.realpath(bp.exp_result_dir)
+    try:
+        store.result_dirs.hold(dir_key, exp_id)
+    except ResultDirTaken as taken:
+        errors.append(Problem(level=Level.warning, field="exp_result_dir", message=(
+            f"no refusal report was written: {_holder_text(taken.holder, taken.state, taken.held_dir, dir_key)}")))
+        return False
+    try:
+        with confined(roots):
+            return write_refusal(bp.exp_result_dir, exp_id, bp.exp_purpose, problems,
+                                 blueprint_path=blueprint_path, codebase=bp.exp_codebase_dir)
+    finally:
+        store.result_dirs.release(dir_key, exp_id)
 
 
 def _holder_text(holder: str, state: str, held_dir: str, dir_key: str) -> str:
@@ -278,6 +335,17 @@ def _check_gang_capacity(live_now: list[dict[str, Any]], nodes: int, per_node: i
     live = [n for n in live_now if not named or n["name"] in named]
     if not live:
         return  # none alive yet: nothing to judge
+    problems = _gang_shortfall(live, nodes, per_node, head)
+    if problems:
+        raise SubmissionRejected([Problem(
+            level=Level.error, field="exp_yaml_path",
+            message=f"the run needs {nodes} nodes with {per_node} GPUs each (nnodes x n_gpus_per_node) but "
+                    + "; ".join(problems) + f". {ADD_A_NODE}",
+        )], status=409)
+
+
+def _gang_shortfall(live: list[dict[str, Any]], nodes: int, per_node: int, head: str | None) -> list[str]:
+    """Why the live nodes cannot hold the run: a head with too few GPUs, too few nodes that fit."""
     # A node that manages no GPUs (gpus 0) runs a rank without a GPU reservation: it counts as fitting.
     fit = sorted(n["name"] for n in live if int(n.get("gpus", 0)) == 0 or int(n.get("gpus", 0)) >= per_node)
     problems = []
@@ -285,9 +353,4 @@ def _check_gang_capacity(live_now: list[dict[str, Any]], nodes: int, per_node: i
         problems.append(f"the named head node {head} has fewer than {per_node} GPUs")
     if len(fit) < nodes:
         problems.append(f"only {len(fit)} live node(s) have {per_node} GPUs ({', '.join(fit) or 'none'})")
-    if problems:
-        raise SubmissionRejected([Problem(
-            level=Level.error, field="exp_yaml_path",
-            message=f"the run needs {nodes} nodes with {per_node} GPUs each (nnodes x n_gpus_per_node) but "
-                    + "; ".join(problems) + f". {ADD_A_NODE}",
-        )], status=409)
+    return problems

@@ -102,20 +102,22 @@ def _zh_number(text: str) -> float | None:
     return float(total + current)
 
 
-def _component_seconds(m: re.Match[str]) -> float | None:
+def _amount(m: re.Match[str]) -> float | None:
+    """A component's number: digits (signed), Chinese or English numerals, or a bare "half" (0.5)."""
     if m.group("num") is not None:
         value = float(m.group("num"))
-        if m.group("sign"):
-            value = -value
-    elif m.group("zh") is not None:
-        zh = _zh_number(m.group("zh"))
-        if zh is None:
-            return None
-        value = zh
-    elif m.group("en") is not None:
-        value = float(_EN_NUMBERS[m.group("en").lower()])
-    else:
-        value = 0.5
+        return -value if m.group("sign") else value
+    if m.group("zh") is not None:
+        return _zh_number(m.group("zh"))
+    if m.group("en") is not None:
+        return float(_EN_NUMBERS[m.group("en").lower()])
+    return 0.5
+
+
+def _component_seconds(m: re.Match[str]) -> float | None:
+    value = _amount(m)
+    if value is None:
+        return None
     if m.group("half"):
         value += 0.5
     unit = _WORD_TO_UNIT.get(m.group("unit")) or _WORD_TO_UNIT.get(m.group("unit").lower())

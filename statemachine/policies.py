@@ -54,6 +54,11 @@ def stalled(now: float, last_output_at: float, last_eval_at: float | None, stall
     return now - newest >= stall_seconds
 
 
+def _judging(elapsed: float, max_seconds: float | None, after_fraction: float) -> bool:
+    """Past `after_fraction` of a positive time limit (no limit: never)."""
+    return not (not max_seconds or max_seconds <= 0 or elapsed < after_fraction * max_seconds)
+
+
 def plateaued(
     evaluations: Sequence[Evaluation],
     *,
@@ -70,9 +75,7 @@ def plateaued(
     A metric absent from every evaluation in the window does not count; if none is present the
     answer is False (nothing to judge).
     """
-    if window < 2 or not max_seconds or max_seconds <= 0 or elapsed < after_fraction * max_seconds:
-        return False
-    if len(evaluations) < window:
+    if not _judging(elapsed, max_seconds, after_fraction) or window < 2 or len(evaluations) < window:
         return False
     recent = evaluations[-window:]
     judged = False

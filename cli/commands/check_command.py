@@ -88,19 +88,8 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
     if not unreadable:
         _heading(console, "Blueprint ", str(path))
         output.print_fields(_fields(doc), console=console if tty else None)
-    if doc["problems"]:
-        _heading(console, "Problems")
-        for p in doc["problems"]:
-            colour = "red" if p["level"] == "error" else "yellow"
-            console.print(Text.assemble("  ", (p["level"], colour), f" {p['field']}: {p['message']}"),
-                          highlight=False, soft_wrap=not tty)
-    if doc["config_changes"]:
-        _heading(console, "Changes the runner will make before launching")
-        for c in doc["config_changes"]:
-            console.print(Text.assemble("  ", (c["key"], "cyan"), f": {json.dumps(c['old'], ensure_ascii=False)} -> "
-                                        f"{json.dumps(c['new'], ensure_ascii=False)}"), highlight=False,
-                          soft_wrap=not tty)
-            console.print(Text(f"    {c['reason']}", style="dim"), highlight=False, soft_wrap=not tty)
+    _render_problems(doc["problems"], console)
+    _render_changes(doc["config_changes"], console)
     if doc.get("env_decisions"):
         _heading(console, "Decisions that read the environment", f" ({doc['environment']})")
         for d in doc["env_decisions"]:
@@ -121,6 +110,27 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
     _render_where(doc.get("runs_on") or {}, unreadable, console)
     verdict = ("runnable", "green") if runnable else ("not runnable: fix the errors above", "red")
     console.print(Text.assemble("Verdict: ", verdict))
+
+
+def _render_problems(problems: list[dict[str, Any]], console: Console) -> None:
+    if not problems:
+        return
+    _heading(console, "Problems")
+    for p in problems:
+        colour = "red" if p["level"] == "error" else "yellow"
+        console.print(Text.assemble("  ", (p["level"], colour), f" {p['field']}: {p['message']}"),
+                      highlight=False, soft_wrap=not console.is_terminal)
+
+
+def _render_changes(changes: list[dict[str, Any]], console: Console) -> None:
+    if not changes:
+        return
+    _heading(console, "Changes the runner will make before launching")
+    for c in changes:
+        console.print(Text.assemble("  ", (c["key"], "cyan"), f": {json.dumps(c['old'], ensure_ascii=False)} -> "
+                                    f"{json.dumps(c['new'], ensure_ascii=False)}"), highlight=False,
+                      soft_wrap=not console.is_terminal)
+        console.print(Text(f"    {c['reason']}", style="dim"), highlight=False, soft_wrap=not console.is_terminal)
 
 
 def _decision(d: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from rich.markup import escape
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, UNREACHABLE, USAGE, echo_json, err, print_table
+from ajet_runner.service.client.answers import StageSubmission
 from ajet_runner.service.client.api_client import (
     DEFAULT_URL,
     RECONNECT_LIMIT,
@@ -357,24 +358,32 @@ def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], s
             if as_json:
                 echo_json({"stage": name, "status": exc.status, "detail": exc.detail, "problems": exc.problems})
             err(f"Rejected: stage {name} (HTTP {exc.status}); nothing was submitted")
-            for p in exc.problems or [{"level": "error", "field": "-", "message": exc.detail}]:
-                err(f"  {p.get('level', 'error')} {p.get('field', '-')}: {p.get('message', '')}")
+            _err_problems(exc.problems or [{"level": "error", "field": "-", "message": exc.detail}])
             return FAILED
     if as_json:
         echo_json(result.to_dict())
     else:
-        for rec in result.experiments:
-            typer.echo(f"Job submitted: {rec.id}")
-            for w in rec.warnings:
-                err(f"  warning {w.get('field')}: {w.get('message')}")
-        where = f"; its report goes to {result.stage_dir}" if result.stage_dir else ""
-        err(f"Stage: {result.stage} ({len(result.experiments)} experiment(s){where}); wait for it with "
-            f"`ajet-runner wait --stage {result.stage}`")
-        for refused in result.refused:
-            err(f"Rejected: {refused.get('label')} (HTTP {refused.get('status')})")
-            for p in refused.get("problems") or []:
-                err(f"  {p.get('level', 'error')} {p.get('field', '-')}: {p.get('message', '')}")
+        _print_stage_submission(result)
     return FAILED if result.refused else OK
+
+
+def _err_problems(problems: list[dict[str, Any]]) -> None:
+    for p in problems:
+        err(f"  {p.get('level', 'error')} {p.get('field', '-')}: {p.get('message', '')}")
+
+
+def _print_stage_submission(result: StageSubmission) -> None:
+    """`Job submitted: <id>` per accepted experiment (its warnings on stderr), the stage line, the refusals."""
+    for rec in result.experiments:
+        typer.echo(f"Job submitted: {rec.id}")
+        for w in rec.warnings:
+            err(f"  warning {w.get('field')}: {w.get('message')}")
+    where = f"; its report goes to {result.stage_dir}" if result.stage_dir else ""
+    err(f"Stage: {result.stage} ({len(result.experiments)} experiment(s){where}); wait for it with "
+        f"`ajet-runner wait --stage {result.stage}`")
+    for refused in result.refused:
+        err(f"Rejected: {refused.get('label')} (HTTP {refused.get('status')})")
+        _err_problems(refused.get("problems") or [])
 
 
 def scan_jobs_drop_in(*, runner: str | None, as_json: bool, url: str, token: str) -> None:

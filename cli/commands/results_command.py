@@ -82,44 +82,61 @@ def _fmt(value: float | None) -> str:
 def _render(summary: ResultSummary, console: Console) -> None:
     """The evaluations as a table on a terminal; into a pipe, tab-separated lines under a header line."""
     cols = _columns(summary)
-    several = len(summary.datasets) > 1
     legend = ", ".join(f"{_header(c)} = {c}" for c in cols if _header(c) != c)
-    headers = ["step", *(["dataset"] if several else []), *(_header(c) for c in cols)]
-    rows = [[str(ev.step), *([ev.dataset or "-"] if several else []), *(_fmt(ev.metrics.get(c)) for c in cols)]
-            for ev in summary.evaluations]
+    headers, rows = _table_rows(summary, cols)
     if not console.is_terminal:
         output.print_table(headers, rows)
         if legend:
             console.print(Text(legend), soft_wrap=True)
     else:
-        table = Table(title="Validation results", title_justify="left", caption=legend or None)
-        table.caption_justify = "left"
-        for name in headers:
-            if name == "dataset":
-                table.add_column(name, overflow="fold")
-            else:
-                table.add_column(name, justify="right", no_wrap=True)
-        for row in rows:
-            table.add_row(*(Text(v) for v in row))
-        console.print(table)
+        console.print(_rich_table(headers, rows, legend))
     if summary.final:
-        where = f" ({escape(summary.primary_dataset)})" if summary.primary_dataset else ""
-        console.print(f"[bold]final[/bold] step {summary.final['step']}{where}")
-        base = summary.baseline.get("metrics", {}) if summary.baseline else {}
-        for col in cols + [c for c in (NUM_ALL_SUCCESS_TASKS, TOTAL_TASKS) if c not in cols]:
-            value = summary.final["metrics"].get(col)
-            if value is None:
-                continue
-            change = ""
-            if col in base and summary.baseline.get("step") != summary.final["step"]:
-                change = f"  ({_delta(value, base[col])} since step {summary.baseline['step']})"
-            console.print(f"  {col}: {_fmt(value)}{change}")
+        _render_final(summary, cols, console)
     if summary.best:
         console.print("[bold]best[/bold]")
         for name, best in summary.best.items():
             console.print(f"  {name}: {_fmt(best['value'])} at step {best['step']}")
     if summary.skipped:
         console.print(f"[yellow]{summary.skipped} truncated or unreadable record(s) skipped[/yellow]")
+
+
+def _table_rows(summary: ResultSummary, cols: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The header and a row per evaluation (a dataset column when there are several)."""
+    several = len(summary.datasets) > 1
+    headers = ["step", *(["dataset"] if several else []), *(_header(c) for c in cols)]
+    rows = [[str(ev.step), *([ev.dataset or "-"] if several else []), *(_fmt(ev.metrics.get(c)) for c in cols)]
+            for ev in summary.evaluations]
+    return headers, rows
+
+
+def _rich_table(headers: list[str], rows: list[list[str]], legend: str) -> Table:
+    table = Table(title="Validation results", title_justify="left", caption=legend or None)
+    table.caption_justify = "left"
+    for name in headers:
+        if name == "dataset":
+            table.add_column(name, overflow="fold")
+        else:
+            table.add_column(name, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(Text(v) for v in row))
+    return table
+
+
+def _render_final(summary: ResultSummary, cols: list[str], console: Console) -> None:
+    """The final evaluation's values, each with its change since the baseline evaluation."""
+    final = summary.final or {}
+    where = f" ({escape(summary.primary_dataset)})" if summary.primary_dataset else ""
+    console.print(f"[bold]final[/bold] step {final['step']}{where}")
+    baseline = summary.baseline or {}
+    base = baseline.get("metrics", {})
+    for col in cols + [c for c in (NUM_ALL_SUCCESS_TASKS, TOTAL_TASKS) if c not in cols]:
+        value = final["metrics"].get(col)
+        if value is None:
+            continue
+        change = ""
+        if col in base and baseline.get("step") != final["step"]:
+            change = f"  ({_delta(value, base[col])} since step {baseline['step']})"
+        console.print(f"  {col}: {_fmt(value)}{change}")
 
 
 def results(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,23 +144,35 @@ def _compare(facts: list[Any], stage: str, metric: str, out_dir: str, as_json: b
     if as_json:
         typer.echo(Path(written["results"]).read_text(encoding="utf-8").rstrip("\n"))
     else:
-        compared = ", ".join(comparison.compared_keys) or "nothing"
-        seeds = f"; repeats over {', '.join(comparison.seed_keys)}" if comparison.seed_keys else ""
-        output.copyable(f"stage {stage}: {len(comparison.rows)} experiment(s); differs in {compared}{seeds}")
-        for verdict in comparison.verdicts:
-            output.copyable(f"  verdict: {verdict.text}")
-        labels = {r.id: r.label for r in comparison.rows}
-        for item in (r for r in comparison.ranking_final if r.value is not None):
-            rank = f"={item.rank}" if item.tied else f"{item.rank}"
-            label = f"  {labels[item.id]}" if labels.get(item.id) else ""
-            output.copyable(f"  {rank}. {item.id}{label}  final {metric} {item.value:.4f} (step {item.step})")
-        for exp_id in comparison.not_succeeded:
-            row = next(r for r in comparison.rows if r.id == exp_id)
-            output.copyable(f"  not succeeded: {exp_id} {row.outcome or row.state}: {row.decisive or row.state}")
-        for name in ("report", "results", "plot"):
-            if name in written:
-                output.copyable(f"{name}: {written[name]}")
+        _print_comparison(comparison, stage, metric, written)
     return OK
+
+
+def _print_comparison(comparison: Any, stage: str, metric: str, written: Mapping[str, Any]) -> None:
+    """What differs, the verdicts, the ranking by final value, the runs that did not succeed, the files."""
+    compared = ", ".join(comparison.compared_keys) or "nothing"
+    seeds = f"; repeats over {', '.join(comparison.seed_keys)}" if comparison.seed_keys else ""
+    output.copyable(f"stage {stage}: {len(comparison.rows)} experiment(s); differs in {compared}{seeds}")
+    for verdict in comparison.verdicts:
+        output.copyable(f"  verdict: {verdict.text}")
+    for line in _ranking_lines(comparison, metric):
+        output.copyable(line)
+    for name in ("report", "results", "plot"):
+        if name in written:
+            output.copyable(f"{name}: {written[name]}")
+
+
+def _ranking_lines(comparison: Any, metric: str) -> list[str]:
+    """The ranking by final value (ties marked `=`), then each run that did not succeed and why."""
+    labels = {r.id: r.label for r in comparison.rows}
+    lines = []
+    for item in (r for r in comparison.ranking_final if r.value is not None):
+        rank = f"={item.rank}" if item.tied else f"{item.rank}"
+        label = f"  {labels[item.id]}" if labels.get(item.id) else ""
+        lines.append(f"  {rank}. {item.id}{label}  final {metric} {item.value:.4f} (step {item.step})")
+    rows = {r.id: r for r in comparison.rows}
+    return lines + [f"  not succeeded: {i} {rows[i].outcome or rows[i].state}: {rows[i].decisive or rows[i].state}"
+                    for i in comparison.not_succeeded]
 
 
 def register(app: typer.Typer) -> None:

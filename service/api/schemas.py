@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
@@ -175,25 +176,27 @@ def _flag(value: Any) -> bool:
     return str(value) in ("1", "true", "True")
 
 
+# How summary_dict reads each field of a record, in the order of the summary.
+_SUMMARY_FIELDS: tuple[tuple[str, Callable[[Any], Any] | None], ...] = (  # None: derived in summary_dict
+    ("id", None), ("state", None),
+    ("outcome", lambda v: v or None), ("reason", lambda v: v or ""), ("purpose", lambda v: v or ""),
+    ("node", lambda v: v or None), ("target_node", lambda v: v or None), ("queue", lambda v: v or ""),
+    ("priority", lambda v: v or "normal"), ("tmux_session", lambda v: v or None), ("attempt", _int),
+    ("created_at", _float), ("started_at", _float), ("finished_at", _float), ("elapsed_seconds", None),
+    ("max_seconds", _float), ("latest_metrics", lambda v: v or {}), ("result_dir", lambda v: v or ""),
+    ("gpus", lambda v: v or None), ("gpus_needed", lambda v: _int(v, 1)), ("blueprint_path", lambda v: v or ""),
+    ("cancel_requested", _flag), ("delete_requested", _flag), ("warnings", None), ("stage", lambda v: v or None),
+)
+
+
 def summary_dict(rec: dict[str, Any], now: float | None = None) -> dict[str, Any]:
     started, finished = _float(rec.get("started_at")), _float(rec.get("finished_at"))
     elapsed = None
     if started:
         elapsed = round(max(0.0, (finished or now or time.time()) - started), 3)
-    warnings = [p for p in rec.get("problems") or [] if isinstance(p, dict) and p.get("level") == "warning"]
-    return {
-        "id": rec.get("id", ""), "state": rec.get("state", ""), "outcome": rec.get("outcome") or None,
-        "reason": rec.get("reason") or "", "purpose": rec.get("purpose") or "", "node": rec.get("node") or None,
-        "target_node": rec.get("target_node") or None, "queue": rec.get("queue") or "",
-        "priority": rec.get("priority") or "normal", "tmux_session": rec.get("tmux_session") or None,
-        "attempt": _int(rec.get("attempt")), "created_at": _float(rec.get("created_at")), "started_at": started,
-        "finished_at": finished, "elapsed_seconds": elapsed, "max_seconds": _float(rec.get("max_seconds")),
-        "latest_metrics": rec.get("latest_metrics") or {}, "result_dir": rec.get("result_dir") or "",
-        "gpus": rec.get("gpus") or None, "gpus_needed": _int(rec.get("gpus_needed"), 1),
-        "blueprint_path": rec.get("blueprint_path") or "", "cancel_requested": _flag(rec.get("cancel_requested")),
-        "delete_requested": _flag(rec.get("delete_requested")), "warnings": warnings,
-        "stage": rec.get("stage") or None,
-    }
+    derived = {"id": rec.get("id", ""), "state": rec.get("state", ""), "elapsed_seconds": elapsed, "warnings": [
+        p for p in rec.get("problems") or [] if isinstance(p, dict) and p.get("level") == "warning"]}
+    return {k: derived[k] if read is None else read(rec.get(k)) for k, read in _SUMMARY_FIELDS}
 
 
 def view_dict(rec: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import math
 import posixpath
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -167,6 +168,37 @@ def _legend_rows(names: list[str], width: float, char: float = 6.8, item_pad: fl
     return rows
 
 
+_PAD_L, _PAD_R, _PAD_T, _PAD_B = 48, 12, 12, 28
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """The plot's data window and pixel box: where a (step, value) point is drawn."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    width: int
+    plot_height: int
+
+    @classmethod
+    def around(cls, series: Series, width: int, plot_height: int) -> _Frame:
+        xs = [x for pts in series.values() for x, _ in pts]
+        ys = [y for pts in series.values() for _, y in pts]
+        x0, x1 = min(xs), max(xs)
+        if x1 == x0:  # one evaluation: a window around it
+            x0, x1 = max(0.0, x0 - 1), x0 + 1
+        y0, y1 = min(ys + [0.0]), max(ys + [1.0 if max(ys) <= 1 else max(ys)])
+        return cls(x0, x1, y0, y1 if y1 > y0 else y0 + 1, width, plot_height)
+
+    def px(self, x: float) -> float:
+        return _PAD_L + (x - self.x0) / (self.x1 - self.x0) * (self.width - _PAD_L - _PAD_R)
+
+    def py(self, y: float) -> float:
+        return self.plot_height - _PAD_B - (y - self.y0) / (self.y1 - self.y0) * (self.plot_height - _PAD_T - _PAD_B)
+
+
 def chart(evals: list[Evaluation], width: int = 640, plot_height: int = 220) -> Markup:
     """mean_reward and task_pass_rate@k over steps as an inline SVG (no script, no external library): one colour
     per metric as in reward_plot.png, one dash per dataset, whole-number step ticks, the legend below the plot."""
@@ -177,60 +209,73 @@ def chart(evals: list[Evaluation], width: int = 640, plot_height: int = 220) -> 
     datasets = sorted({d for d, _ in series})
     order = sorted(series, key=lambda k: (metrics.index(k[1]), datasets.index(k[0])))
     names = [f"{d}: {m}" if len(datasets) > 1 else m for d, m in order]
-    pad_l, pad_r, pad_t, pad_b = 48, 12, 12, 28
-    rows = _legend_rows(names, width - pad_l - pad_r)
+    rows = _legend_rows(names, width - _PAD_L - _PAD_R)
     height = plot_height + 8 + 18 * len(rows) + 6  # room under the last row for descenders (the "_" in names)
-    xs = [x for pts in series.values() for x, _ in pts]
-    ys = [y for pts in series.values() for _, y in pts]
-    x0, x1 = min(xs), max(xs)
-    if x1 == x0:  # one evaluation: a window around it
-        x0, x1 = max(0.0, x0 - 1), x0 + 1
-    y0, y1 = min(ys + [0.0]), max(ys + [1.0 if max(ys) <= 1 else max(ys)])
-    y1 = y1 if y1 > y0 else y0 + 1
-
-    def px(x: float) -> float:
-        return pad_l + (x - x0) / (x1 - x0) * (width - pad_l - pad_r)
-
-    def py(y: float) -> float:
-        return plot_height - pad_b - (y - y0) / (y1 - y0) * (plot_height - pad_t - pad_b)
-
+    frame = _Frame.around(series, width, plot_height)
     parts = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="evaluations over steps">']
-    y_digits = 0 if y1 - y0 >= 20 else 2
-    for i in range(5):
-        y = y0 + (y1 - y0) * i / 4
-        parts.append(f'<line x1="{pad_l}" x2="{width - pad_r}" y1="{py(y):.1f}" y2="{py(y):.1f}" class="grid"/>'
-                     f'<text x="{pad_l - 4}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.{y_digits}f}</text>')
-    for x in step_ticks(x0, x1):
-        parts.append(f'<text class="tick" x="{px(x):.1f}" y="{plot_height - 10}" text-anchor="middle">{x}</text>')
-    parts.append(f'<text class="axis" x="{width - pad_r}" y="{plot_height}" text-anchor="end">step</text>')
+    parts += _axes(frame)
     segments = _chart_segments(evals)
     attempts = sorted({a for parts_ in segments.values() for a, _ in parts_ if a is not None})
-    for later in attempts[1:]:  # where each relaunched attempt's curve starts
-        first = min(x for parts_ in segments.values() for a, pts in parts_ if a == later for x, _ in pts)
-        parts.append(f'<line class="attempt-mark" x1="{px(first):.1f}" x2="{px(first):.1f}" y1="{pad_t}" '
-                     f'y2="{plot_height - pad_b}" stroke="#888" stroke-dasharray="2 3"/>'
-                     f'<text class="attempt-label" x="{px(first) + 3:.1f}" y="{pad_t + 10}">attempt {later}</text>')
-    for key in order:
-        dataset, metric = key
-        colour, dash = metric_colour(metric, metrics), DASHES[datasets.index(dataset) % len(DASHES)]
-        name = names[order.index(key)]
-        dashed = f' stroke-dasharray="{dash}"' if dash else ""
+    parts += _attempt_marks(frame, segments, attempts)
+    for i, key in enumerate(order):
+        style = _stroke(key, metrics, datasets)
         for attempt, points in segments.get(key, []):
-            of = f" (attempt {attempt})" if len(attempts) > 1 and attempt is not None else ""
-            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
-            parts.append(f'<polyline class="segment" data-attempt="{attempt if attempt is not None else ""}" '
-                         f'points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dashed}/>')
-            parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"><title>{escape(name)}{of} '
-                      f'step {x:g}: {y:.4f}</title></circle>' for x, y in points]
+            parts += _segment(frame, style, names[i], attempt, points, len(attempts) > 1)
     for r, row in enumerate(rows):  # the legend, outside the plot: a swatch in the series' colour, its name
-        lx, ly = float(pad_l), plot_height + 8 + 18 * r
+        lx, ly = float(_PAD_L), plot_height + 8 + 18 * r
         for i in row:
-            dataset, metric = order[i]
-            colour, dash = metric_colour(metric, metrics), DASHES[datasets.index(dataset) % len(DASHES)]
-            dashed = f' stroke-dasharray="{dash}"' if dash else ""
+            colour, dashed = _stroke(order[i], metrics, datasets)
             parts.append(f'<g class="legend-item"><line class="swatch" x1="{lx:.1f}" x2="{lx + 22:.1f}" y1="{ly + 5}" '
                          f'y2="{ly + 5}" stroke="{colour}" stroke-width="4"{dashed}/>'
                          f'<text x="{lx + 28:.1f}" y="{ly + 9}">{escape(names[i])}</text></g>')
             lx += 40 + 6.8 * len(names[i])
     parts.append("</svg>")
     return Markup("".join(parts))  # numbers and escaped names only
+
+
+def _stroke(key: tuple[str, str], metrics: list[str], datasets: list[str]) -> tuple[str, str]:
+    """A series' colour (by metric) and its dash attribute (by dataset; "" for a solid line)."""
+    dataset, metric = key
+    dash = DASHES[datasets.index(dataset) % len(DASHES)]
+    return metric_colour(metric, metrics), f' stroke-dasharray="{dash}"' if dash else ""
+
+
+def _axes(frame: _Frame) -> list[str]:
+    """Five grid lines with their values, the whole-number step ticks, the x axis's name."""
+    out = []
+    y0, y1 = frame.y0, frame.y1
+    y_digits = 0 if y1 - y0 >= 20 else 2
+    for i in range(5):
+        y = y0 + (y1 - y0) * i / 4
+        out.append(f'<line x1="{_PAD_L}" x2="{frame.width - _PAD_R}" y1="{frame.py(y):.1f}" y2="{frame.py(y):.1f}" '
+                   f'class="grid"/><text x="{_PAD_L - 4}" y="{frame.py(y) + 4:.1f}" text-anchor="end">'
+                   f'{y:.{y_digits}f}</text>')
+    for x in step_ticks(frame.x0, frame.x1):
+        out.append(f'<text class="tick" x="{frame.px(x):.1f}" y="{frame.plot_height - 10}" '
+                   f'text-anchor="middle">{x}</text>')
+    out.append(f'<text class="axis" x="{frame.width - _PAD_R}" y="{frame.plot_height}" text-anchor="end">step</text>')
+    return out
+
+
+def _attempt_marks(frame: _Frame, segments: Segments, attempts: list[int]) -> list[str]:
+    """A dashed line where each relaunched attempt's curve starts."""
+    out = []
+    for later in attempts[1:]:
+        first = min(x for parts_ in segments.values() for a, pts in parts_ if a == later for x, _ in pts)
+        out.append(f'<line class="attempt-mark" x1="{frame.px(first):.1f}" x2="{frame.px(first):.1f}" y1="{_PAD_T}" '
+                   f'y2="{frame.plot_height - _PAD_B}" stroke="#888" stroke-dasharray="2 3"/>'
+                   f'<text class="attempt-label" x="{frame.px(first) + 3:.1f}" y="{_PAD_T + 10}">'
+                   f'attempt {later}</text>')
+    return out
+
+
+def _segment(frame: _Frame, style: tuple[str, str], name: str, attempt: int | None,
+             points: list[tuple[float, float]], several: bool) -> list[str]:
+    """One attempt's curve of one series, with a titled dot per evaluation."""
+    colour, dashed = style
+    of = f" (attempt {attempt})" if several and attempt is not None else ""
+    path = " ".join(f"{frame.px(x):.1f},{frame.py(y):.1f}" for x, y in points)
+    return [f'<polyline class="segment" data-attempt="{attempt if attempt is not None else ""}" '
+            f'points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dashed}/>',
+            *(f'<circle cx="{frame.px(x):.1f}" cy="{frame.py(y):.1f}" r="3" fill="{colour}"><title>{escape(name)}{of} '
+              f'step {x:g}: {y:.4f}</title></circle>' for x, y in points)]

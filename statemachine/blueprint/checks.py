@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 from ajet_runner.statemachine.blueprint.swarm_blueprint import swarm_problems, swarm_spec
 from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS_ALLOWED, SWEEP_FIELD, plan_sweep
@@ -277,24 +278,38 @@ def validate_blueprint(bp: Blueprint, *, check_disk: bool = True, deadline: floa
     _check_missing(bp, problems)
     if _check_placeholders(bp, problems):
         return list(problems)  # a template: nothing else can be judged yet
-    if bp.exp_codebase_dir and _check_absolute(bp, "exp_codebase_dir", problems) and check_disk:
-        _check_codebase(bp.exp_codebase_dir, problems)
-    if bp.exp_venv_exe and _check_absolute(bp, "exp_venv_exe", problems) and check_disk:
-        _check_venv_exe(bp.exp_venv_exe, problems)
+    _check_paths(bp, check_disk, problems)
+    _check_max_time(bp, problems)
+    if bp.exp_swarm_declared or bp.exp_swarm_server:
+        _check_swarm(bp, problems)
+    if bp.exp_sweep.strip() and not bp.exp_sweep_values:
+        problems.extend(sweep_part_problems(bp, deadline))
+    return list(problems)
+
+
+def _check_paths(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
+    """The codebase, venv, YAML and result dir: absolute, and (with `check_disk`) there and usable."""
+    _check_dirs(bp, (("exp_codebase_dir", _check_codebase), ("exp_venv_exe", _check_venv_exe)), check_disk, problems)
     if bp.exp_yaml_path:
         _check_yaml(bp, check_disk, problems)
     if bp.exp_launch_command and bp.exp_yaml_path and not _mentions_yaml(bp):
         problems.warning("exp_launch_command", f"the launch command does not mention the YAML "
                          f"{bp.exp_yaml_path!r}: check that it trains with that config")
-    if bp.exp_result_dir and _check_absolute(bp, "exp_result_dir", problems) and check_disk:
-        _check_result_dir(bp.exp_result_dir, problems)
-    _check_max_time(bp, problems)
-    if bp.exp_swarm_declared or bp.exp_swarm_server:
-        spec = swarm_spec(bp)
-        if spec is None:  # the part is there but holds no command
-            problems.error("exp_swarm_server", "the swarm server command is empty: give the command "
-                           "that starts it, e.g. `ajet-swarm start --swarm-port=10086`")
-        problems.extend(swarm_problems(bp, spec))
-    if bp.exp_sweep.strip() and not bp.exp_sweep_values:
-        problems.extend(sweep_part_problems(bp, deadline))
-    return list(problems)
+    _check_dirs(bp, (("exp_result_dir", _check_result_dir),), check_disk, problems)
+
+
+def _check_dirs(bp: Blueprint, checks: tuple[tuple[str, Callable[[str, _Problems], None]], ...], check_disk: bool,
+                problems: _Problems) -> None:
+    """Each given path field: absolute, then (with `check_disk`) its own check on this machine."""
+    for fld, check in checks:
+        value = getattr(bp, fld)
+        if value and _check_absolute(bp, fld, problems) and check_disk:
+            check(value, problems)
+
+
+def _check_swarm(bp: Blueprint, problems: _Problems) -> None:
+    spec = swarm_spec(bp)
+    if spec is None:  # the part is there but holds no command
+        problems.error("exp_swarm_server", "the swarm server command is empty: give the command "
+                       "that starts it, e.g. `ajet-swarm start --swarm-port=10086`")
+    problems.extend(swarm_problems(bp, spec))

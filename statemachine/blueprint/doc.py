@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 __all__ = ["Block", "Doc", "parse_doc", "unwrap", "dedent", "MAX_NESTING"]
 
@@ -74,7 +75,7 @@ class Doc:
         return len(line) - len(line.lstrip(" \t"))
 
 
-def parse_doc(text: str) -> Doc:  # noqa: C901 - a line tokenizer: one branch per markdown construct
+def parse_doc(text: str) -> Doc:
     """Tokenize `text` (already capped and unwrapped) into per-line facts.
 
     An unclosed fence is text, not a code block running to the end (CommonMark's reading): a missing
@@ -88,58 +89,82 @@ def parse_doc(text: str) -> Doc:  # noqa: C901 - a line tokenizer: one branch pe
             body = shown[i].lstrip(" \t")
             shown[i] = shown[i][: len(shown[i]) - len(body)] + "\\" + body
         text = "\n".join(shown)
-    tokens = _MD.parse(text)
-    n = len(raw)
-    quote_delta = [0] * (n + 1)
-    heading = [0] * n
-    underline = [False] * n
-    code = [False] * n
-    item: dict[int, Block] = {}
-    list_of: dict[int, Block] = {}
-    code_at: dict[int, Block] = {}
-    root = Block("root", 0, n)
-    stack: list[Block] = [root]
-    cut = -1
-    for tok in tokens:
+    builder = _DocBuilder(len(raw))
+    for tok in _MD.parse(text):
+        builder.token(tok)
+    return builder.doc(raw)
+
+
+class _DocBuilder:
+    """The per-line facts, filled in token by token (one branch per markdown construct)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.quote_delta = [0] * (n + 1)
+        self.heading = [0] * n
+        self.underline = [False] * n
+        self.code = [False] * n
+        self.item: dict[int, Block] = {}
+        self.list_of: dict[int, Block] = {}
+        self.code_at: dict[int, Block] = {}
+        self.root = Block("root", 0, n)
+        self.stack: list[Block] = [self.root]
+        self.cut = -1
+
+    def token(self, tok: Token) -> None:
         where = tok.map
-        if tok.nesting == 1 and tok.level >= MAX_NESTING - 1 and tok.type in _CONTAINERS and cut < 0:
-            cut = where[0] if where else 0  # markdown-it reads nothing inside: the rest is one block
+        if tok.nesting == 1 and tok.level >= MAX_NESTING - 1 and tok.type in _CONTAINERS and self.cut < 0:
+            self.cut = where[0] if where else 0  # markdown-it reads nothing inside: the rest is one block
         if tok.nesting == 1:
-            start, end = (where[0], where[1]) if where else (0, 0)
-            kind = _KINDS.get(tok.type)
-            if kind is None:  # table parts, thead, ...: not needed (table rows are read from the lines)
-                stack.append(Block("other", start, end))
-                continue
-            ordered = tok.type == "ordered_list_open" or (kind == "item" and tok.markup in (".", ")"))
-            block = Block(kind, start, end, level=int(tok.tag[1]) if kind == "heading" else 0, ordered=ordered)
-            stack[-1].children.append(block)
-            stack.append(block)
-            if kind == "quote" and where:
-                quote_delta[start] += 1
-                quote_delta[min(end, n)] -= 1
-            elif kind == "heading" and where:
-                heading[start] = block.level
-                if end - start == 2:
-                    underline[start + 1] = True
-            elif kind == "item" and where:
-                item.setdefault(start, block)
-            elif kind == "list" and where:
-                list_of.setdefault(start, block)
+            self.open(tok)
         elif tok.nesting == -1:
-            if len(stack) > 1:
-                stack.pop()
+            if len(self.stack) > 1:
+                self.stack.pop()
         elif tok.type in ("fence", "code_block") and where:
-            block = Block("fence" if tok.type == "fence" else "code", where[0], where[1], info=tok.info.strip(),
-                          content=tok.content)
-            stack[-1].children.append(block)
-            code_at[where[0]] = block
-            for k in range(where[0], min(where[1], n)):
-                code[k] = True
+            self.code_block(tok, where[0], where[1])
         elif tok.type == "hr" and where:
-            stack[-1].children.append(Block("hr", where[0], where[1]))
-    lines = _strip_quotes(raw, quote_delta)
-    return Doc(lines=lines, blocks=root.children, heading=heading, underline=underline, code=code, item=item,
-               list_of=list_of, code_at=code_at, nesting_cut=cut)
+            self.stack[-1].children.append(Block("hr", where[0], where[1]))
+
+    def code_block(self, tok: Token, start: int, end: int) -> None:
+        block = Block("fence" if tok.type == "fence" else "code", start, end, info=tok.info.strip(),
+                      content=tok.content)
+        self.stack[-1].children.append(block)
+        self.code_at[start] = block
+        for k in range(start, min(end, self.n)):
+            self.code[k] = True
+
+    def open(self, tok: Token) -> None:
+        where = tok.map
+        start, end = (where[0], where[1]) if where else (0, 0)
+        kind = _KINDS.get(tok.type)
+        if kind is None:  # table parts, thead, ...: not needed (table rows are read from the lines)
+            self.stack.append(Block("other", start, end))
+            return
+        ordered = tok.type == "ordered_list_open" or (kind == "item" and tok.markup in (".", ")"))
+        block = Block(kind, start, end, level=int(tok.tag[1]) if kind == "heading" else 0, ordered=ordered)
+        self.stack[-1].children.append(block)
+        self.stack.append(block)
+        if where:
+            self.mark(kind, block, start, end)
+
+    def mark(self, kind: str, block: Block, start: int, end: int) -> None:
+        """The per-line facts of an opened block that has lines."""
+        if kind == "quote":
+            self.quote_delta[start] += 1
+            self.quote_delta[min(end, self.n)] -= 1
+        elif kind == "heading":
+            self.heading[start] = block.level
+            if end - start == 2:
+                self.underline[start + 1] = True
+        elif kind == "item":
+            self.item.setdefault(start, block)
+        elif kind == "list":
+            self.list_of.setdefault(start, block)
+
+    def doc(self, raw: list[str]) -> Doc:
+        return Doc(lines=_strip_quotes(raw, self.quote_delta), blocks=self.root.children, heading=self.heading,
+                   underline=self.underline, code=self.code, item=self.item, list_of=self.list_of,
+                   code_at=self.code_at, nesting_cut=self.cut)
 
 
 _CONTAINERS = frozenset({"bullet_list_open", "ordered_list_open", "list_item_open", "blockquote_open"})

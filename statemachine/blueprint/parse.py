@@ -186,33 +186,45 @@ def _find_markers(doc: Doc, state: _Parse) -> list[_Marker]:
             state.tick()
         if doc.code[i] or doc.underline[i] or not line.strip():
             continue
-        style, level, indent, numbered, skip = "plain", 0, 0, False, 1
-        rest = line.strip()
-        heading = _heading_text(doc, i)
-        listed = _list_line(doc, i) if heading is None else None
-        if heading is not None:
-            style, (level, rest, skip) = "heading", heading
-        elif listed is not None:
-            style, (indent, numbered, rest) = "list", listed
-        elif rest.startswith("|"):
-            cells = [c.strip() for c in rest.strip("|").split("|")]
-            hit = match_tag(cells[0]) if cells else None
-            if hit is not None:
-                value = " | ".join(c for c in cells[1:] if c) or hit[1]
-                markers.append(_Marker(i, hit[0], "table", inline=value))
-            continue
-        structural = style == "heading" or numbered or rest.startswith(("**", "__"))
-        head = line_head(rest)
-        hit = tag_at(head, strict=style == "plain" and rest[:1] not in "*_`")
-        if hit is None and structural:
-            hit = late_tag(rest)  # "## 1. 实验目的 [exp_purpose]"
-        by_tag = hit is not None
-        if hit is None:
-            hit = label_at(head, colon=not structural)
-        if hit is not None:
-            markers.append(_Marker(i, hit[0], style, level, indent, numbered, hit[1], by_tag, skip))
+        marker = _marker_at(doc, i, line.strip())
+        if marker is not None:
+            markers.append(marker)
     tagged = {m.field for m in markers if m.by_tag}
     return [m for m in markers if m.by_tag or m.field not in tagged]
+
+
+def _marker_at(doc: Doc, i: int, rest: str) -> _Marker | None:
+    """The part line `i` opens (a heading, a list item, a table row or a plain line), if any."""
+    style, level, indent, numbered, skip = "plain", 0, 0, False, 1
+    heading = _heading_text(doc, i)
+    listed = _list_line(doc, i) if heading is None else None
+    if heading is not None:
+        style, (level, rest, skip) = "heading", heading
+    elif listed is not None:
+        style, (indent, numbered, rest) = "list", listed
+    elif rest.startswith("|"):
+        return _table_marker(i, rest)
+    structural = style == "heading" or numbered or rest.startswith(("**", "__"))
+    head = line_head(rest)
+    hit = tag_at(head, strict=style == "plain" and rest[:1] not in "*_`")
+    if hit is None and structural:
+        hit = late_tag(rest)  # "## 1. 实验目的 [exp_purpose]"
+    by_tag = hit is not None
+    if hit is None:
+        hit = label_at(head, colon=not structural)
+    if hit is None:
+        return None
+    return _Marker(i, hit[0], style, level, indent, numbered, hit[1], by_tag, skip)
+
+
+def _table_marker(i: int, rest: str) -> _Marker | None:
+    """A table row whose first cell is a tag: its value is the other cells (or the tag's own text)."""
+    cells = [c.strip() for c in rest.strip("|").split("|")]
+    hit = match_tag(cells[0]) if cells else None
+    if hit is None:
+        return None
+    value = " | ".join(c for c in cells[1:] if c) or hit[1]
+    return _Marker(i, hit[0], "table", inline=value)
 
 
 def _section_end(doc: Doc, m: _Marker, stop: int, last: bool) -> int:
@@ -520,24 +532,8 @@ def parse_blueprint(text: str, *, deadline: float | None = None) -> Blueprint:
                     "there on is not read; flatten the nesting")
     markers = _find_markers(doc, state)
     lines = doc.lines
-    cursor = 0
-    untagged: list[tuple[int, str]] = []
-    declared_swarm = False
-    commands: set[int] = set()  # the command parts' lines: an ssh there is the command's (blueprint_host.py)
-    for k, m in enumerate(markers):
-        if k % 64 == 0:
-            state.tick()
-        if m.line > cursor:
-            untagged.append((cursor, "\n".join(lines[cursor: m.line])))
-        stop = markers[k + 1].line if k + 1 < len(markers) else len(lines)
-        end = _section_end(doc, m, stop, last=k + 1 == len(markers))
-        declared_swarm = declared_swarm or m.field == "exp_swarm_server"
-        if m.field in _COMMAND_FIELDS:
-            commands.update(range(m.line, end))
-        _read_section(state, m, end)
-        cursor = max(end, m.line + m.skip)
-    if cursor < len(lines):
-        untagged.append((cursor, "\n".join(lines[cursor:])))
+    untagged, commands = _read_sections(doc, state, markers)
+    declared_swarm = any(m.field == "exp_swarm_server" for m in markers)
     for fld, value in state.examples.items():
         state.values[fld] = state.values.get(fld) or value
     for start, chunk in untagged:
@@ -569,6 +565,29 @@ def parse_blueprint(text: str, *, deadline: float | None = None) -> Blueprint:
         "" if k in commands else line for k, line in enumerate(lines))))
     bp.parse_problems = state.problems
     return bp
+
+
+def _read_sections(doc: Doc, state: _Parse, markers: list[_Marker]) -> tuple[list[tuple[int, str]], set[int]]:
+    """Read each marker's section into `state`; the text between sections (start line, text) and the
+    command parts' lines (an ssh there is the command's: blueprint_host.py)."""
+    lines = doc.lines
+    cursor = 0
+    untagged: list[tuple[int, str]] = []
+    commands: set[int] = set()
+    for k, m in enumerate(markers):
+        if k % 64 == 0:
+            state.tick()
+        if m.line > cursor:
+            untagged.append((cursor, "\n".join(lines[cursor: m.line])))
+        stop = markers[k + 1].line if k + 1 < len(markers) else len(lines)
+        end = _section_end(doc, m, stop, last=k + 1 == len(markers))
+        if m.field in _COMMAND_FIELDS:
+            commands.update(range(m.line, end))
+        _read_section(state, m, end)
+        cursor = max(end, m.line + m.skip)
+    if cursor < len(lines):
+        untagged.append((cursor, "\n".join(lines[cursor:])))
+    return untagged, commands
 
 
 def _resolve_swarm(state: _Parse, bp: Blueprint) -> None:

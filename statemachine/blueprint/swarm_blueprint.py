@@ -259,63 +259,109 @@ def _cannot_split(line: str, why: str) -> str:
             f"{line.strip()!r}. Write the server in its own part, e.g.\n{_EXAMPLE}")
 
 
-def split_swarm_command(command: str) -> tuple[SwarmSplit | None, str]:  # noqa: C901 - one refusal per way a server start cannot be split
+class _CannotSplit(Exception):
+    """A line that starts (or follows) a server in a way that cannot be split with certainty, and why."""
+
+    def __init__(self, line: str, why: str) -> None:
+        super().__init__(why)
+        self.line, self.why = line, why
+
+
+def split_swarm_command(command: str) -> tuple[SwarmSplit | None, str]:
     """(the split, "") when the command starts a swarm server and then a client; (None, a refusal naming the
     line and what to write) when it starts a server in a way that cannot be split with certainty; (None, "")
     when no line starts a swarm server."""
-    lines = _logical_lines(command)
     if not any(h in command for h in _SERVER_HINTS):
         return None, ""
+    try:
+        return _split(_logical_lines(command)), ""
+    except _CannotSplit as exc:
+        return None, _cannot_split(exc.line, exc.why)
+
+
+def _split(lines: list[tuple[str, list[str]]]) -> SwarmSplit | None:
+    """The split of these logical lines (None: no line starts a server); raises _CannotSplit (one refusal per
+    way a server start cannot be split)."""
     preamble: list[str] = []
-    server = ""
-    form = ""
+    server = form = ""
     delay: float | None = None
     client: list[str] = []
     for joined, original in lines:
-        if not joined or joined.startswith("#"):
-            if client:
-                client.extend(original)
-            continue
-        words = _words(joined)
+        blank = not joined or joined.startswith("#")
         if client:
-            if words is not None and (starts_server(words) or _tmux_server(words) is not None):
-                return None, _cannot_split(joined, "a second swarm server line")
+            if not blank and _second_server(joined):
+                raise _CannotSplit(joined, "a second swarm server line")
             client.extend(original)
+        elif blank:
             continue
-        if words is None:
-            return None, _cannot_split(joined, "its quotes do not close")
-        if not server:
-            tmux = _tmux_server(words)
-            background = joined.endswith("&") and not joined.endswith("&&")
-            if tmux is not None:
-                server, form = tmux, "tmux"
-            elif background and starts_server(_words(joined[:-1]) or []):
-                server, form = joined[:-1].rstrip(), "background"
-            elif starts_server(words):
-                return None, _cannot_split(joined, "the server runs in the foreground, so the client after it "
-                                                   "would never start")
-            elif _preamble(words):
+        elif not server:
+            found = _server_of(joined)
+            if found is None:
                 preamble.extend(original)
-            elif any(h in joined for h in _SERVER_HINTS):
-                return None, _cannot_split(joined, "the server is started in a form the runner does not read")
             else:
-                return None, _cannot_split(joined, "this line comes before any line that starts a swarm server")
-            if server and any(w.startswith((">", "&>", "1>", "2>")) for w in _words(server) or []):
-                return None, _cannot_split(joined, "the server's output is redirected, which hides the line the "
-                                                   "runner waits for (`Starting swarm server on port N`)")
-            continue
-        if len(words) == 2 and words[0] == "sleep" and _SLEEP.fullmatch(words[1]) and delay is None:
-            delay = float(words[1].rstrip("s"))
-            continue
-        client.extend(original)
+                server, form = found
+        elif delay is None and (seconds := _sleep_seconds(_read_words(joined))) is not None:
+            delay = seconds
+        else:
+            _read_words(joined)
+            client.extend(original)
     if not server:
-        return None, ""
+        return None
     if not any(ln.strip() for ln in client):
-        return None, _cannot_split(server, "no client command follows the server")
+        raise _CannotSplit(server, "no client command follows the server")
+    return _joined_split(preamble, server, client, delay, form)
+
+
+def _joined_split(preamble: list[str], server: str, client: list[str], delay: float | None, form: str) -> SwarmSplit:
+    """The server and the client commands, each after the set-up lines both share."""
     shared = "\n".join(ln.strip() for ln in preamble)
     server_cmd = f"{shared}\n{server}" if shared else server
     client_cmd = "\n".join([*(ln.strip() for ln in preamble), *_dedented(client)])
-    return SwarmSplit(server=server_cmd, client=client_cmd.strip("\n"), delay_seconds=delay, form=form), ""
+    return SwarmSplit(server=server_cmd, client=client_cmd.strip("\n"), delay_seconds=delay, form=form)
+
+
+def _second_server(joined: str) -> bool:
+    """Whether a line after the client's start starts a server too."""
+    words = _words(joined)
+    return words is not None and (starts_server(words) or _tmux_server(words) is not None)
+
+
+def _server_of(joined: str) -> tuple[str, str] | None:
+    """(the server command, its form) when this line (before any server) starts it; None for a set-up line;
+    raises _CannotSplit for anything else."""
+    words = _read_words(joined)
+    tmux = _tmux_server(words)
+    if tmux is not None:
+        server, form = tmux, "tmux"
+    elif joined.endswith("&") and not joined.endswith("&&") and starts_server(_words(joined[:-1]) or []):
+        server, form = joined[:-1].rstrip(), "background"
+    elif starts_server(words):
+        raise _CannotSplit(joined, "the server runs in the foreground, so the client after it would never start")
+    elif _preamble(words):
+        return None
+    elif any(h in joined for h in _SERVER_HINTS):
+        raise _CannotSplit(joined, "the server is started in a form the runner does not read")
+    else:
+        raise _CannotSplit(joined, "this line comes before any line that starts a swarm server")
+    if any(w.startswith((">", "&>", "1>", "2>")) for w in _words(server) or []):
+        raise _CannotSplit(joined, "the server's output is redirected, which hides the line the runner waits for "
+                                   "(`Starting swarm server on port N`)")
+    return server, form
+
+
+def _read_words(joined: str) -> list[str]:
+    """A line's words (raises _CannotSplit when its quotes do not close)."""
+    words = _words(joined)
+    if words is None:
+        raise _CannotSplit(joined, "its quotes do not close")
+    return words
+
+
+def _sleep_seconds(words: list[str]) -> float | None:
+    """The seconds of a `sleep N` line (None for any other line)."""
+    if len(words) == 2 and words[0] == "sleep" and _SLEEP.fullmatch(words[1]):
+        return float(words[1].rstrip("s"))
+    return None
 
 
 def _dedented(lines: list[str]) -> list[str]:

@@ -214,27 +214,53 @@ def decisive_of(reason: str, repairs: Iterable[Mapping[str, Any]] = (), log_tail
     return ""
 
 
+def _field(doc: Mapping[str, Any], key: str) -> str:
+    """A field as text ("" when absent or empty)."""
+    return str(doc.get(key) or "")
+
+
+def _mapping(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """A field that should be a mapping ({} when it is not)."""
+    value = doc.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _str_or_none(doc: Mapping[str, Any], key: str) -> str | None:
+    value = doc.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _signatures(repairs: list[Mapping[str, Any]]) -> list[str]:
+    return [str(r.get("signature") or "unknown") for r in repairs]
+
+
+def _flat_config(config: Mapping[str, Any] | None, sweep: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The flattened config with the sweep's values over it (None: the config is unknown)."""
+    if config is None:
+        return None
+    flat = flatten(config)
+    flat.update(sweep)
+    return flat
+
+
 def facts_from_results(doc: Mapping[str, Any], *, config: Mapping[str, Any] | None, config_source: str = "",
                        report_path: str = "", repair_log_path: str = "") -> ExperimentFacts:
     """From a `results.json` (the runner's) and the YAML the experiment was given (None: unreadable)."""
     sweep = dict(doc.get("sweep") or {})
-    flat = None
-    if config is not None:
-        flat = flatten(config)
-        flat.update({k: v for k, v in sweep.items()})
+    flat = _flat_config(config, sweep)
     repairs = [r for r in doc.get("repairs") or [] if isinstance(r, Mapping)]
-    outcome = str(doc.get("outcome") or "")
-    reason = str(doc.get("reason") or "")
+    outcome = _field(doc, "outcome")
+    reason = _field(doc, "reason")
     return ExperimentFacts(
-        id=str(doc.get("id") or ""), purpose=str(doc.get("purpose") or ""), state=FINISHED, outcome=outcome,
+        id=_field(doc, "id"), purpose=_field(doc, "purpose"), state=FINISHED, outcome=outcome,
         reason=reason, attempts=int(doc.get("attempt_count") or len(doc.get("attempts") or [])),
         repairs=int(doc.get("repair_count") or len(repairs)),
-        repair_signatures=[str(r.get("signature") or "unknown") for r in repairs],
+        repair_signatures=_signatures(repairs),
         elapsed_seconds=_number(doc.get("elapsed_seconds")), train_steps=int(doc.get("train_steps") or 0),
         evaluations=[dict(e) for e in doc.get("evaluations") or [] if isinstance(e, Mapping)],
         config=flat, config_source=config_source,
-        launch_command=doc.get("launch_command") if isinstance(doc.get("launch_command"), str) else None,
-        sweep=sweep, result_dir=str(doc.get("result_dir") or ""), report_path=report_path,
+        launch_command=_str_or_none(doc, "launch_command"),
+        sweep=sweep, result_dir=_field(doc, "result_dir"), report_path=report_path,
         repair_log_path=repair_log_path, source="results.json",
         decisive="" if outcome in SUCCEEDED else decisive_of(reason, repairs, doc.get("log_tail") or []),
     )
@@ -244,28 +270,24 @@ def facts_from_record(rec: Mapping[str, Any], evaluations: Iterable[Mapping[str,
                       config: Mapping[str, Any] | None = None, config_source: str = "") -> ExperimentFacts:
     """From a record (decoded, as the store returns it) and its `evaluation` events: for an experiment not
     finished yet, or whose results.json cannot be read where the comparison runs."""
-    ctx: Mapping[str, Any] = rec["ctx"] if isinstance(rec.get("ctx"), Mapping) else {}
-    bp: Mapping[str, Any] = rec["blueprint_json"] if isinstance(rec.get("blueprint_json"), Mapping) else {}
+    ctx, bp = _mapping(rec, "ctx"), _mapping(rec, "blueprint_json")
     sweep = dict(bp.get("exp_sweep_values") or {})
-    flat = None
-    if config is not None:
-        flat = flatten(config)
-        flat.update(sweep)
+    flat = _flat_config(config, sweep)
     repairs = [r for r in ctx.get("repairs") or [] if isinstance(r, Mapping)]
     started, finished = _number(rec.get("started_at")), _number(rec.get("finished_at"))
-    outcome = str(rec.get("outcome") or "")
-    state = str(rec.get("state") or "")
-    reason = str(rec.get("reason") or "")
+    outcome = _field(rec, "outcome")
+    state = _field(rec, "state")
+    reason = _field(rec, "reason")
     evals = [{"step": e.get("step"), "dataset": e.get("dataset") or "", "metrics": dict(e.get("metrics") or {})}
              for e in evaluations if isinstance(e.get("metrics"), Mapping)]
     return ExperimentFacts(
-        id=str(rec.get("id") or ""), purpose=str(rec.get("purpose") or ""), state=state, outcome=outcome,
+        id=_field(rec, "id"), purpose=_field(rec, "purpose"), state=state, outcome=outcome,
         reason=reason, attempts=len(ctx.get("attempts") or []) or int(_number(rec.get("attempt")) or 0),
-        repairs=len(repairs), repair_signatures=[str(r.get("signature") or "unknown") for r in repairs],
+        repairs=len(repairs), repair_signatures=_signatures(repairs),
         elapsed_seconds=(max(0.0, finished - started) if started and finished else None),
         train_steps=0, evaluations=evals, config=flat, config_source=config_source,
-        launch_command=bp.get("exp_launch_command") if isinstance(bp.get("exp_launch_command"), str) else None,
-        sweep=sweep, result_dir=str(rec.get("result_dir") or ""), source="record",
+        launch_command=_str_or_none(bp, "exp_launch_command"),
+        sweep=sweep, result_dir=_field(rec, "result_dir"), source="record",
         decisive="" if outcome in SUCCEEDED or state != FINISHED else decisive_of(reason, repairs),
     )
 
@@ -350,49 +372,105 @@ def compare(stage: str, experiments: Iterable[ExperimentFacts], metric: str = DE
     """The comparison of `experiments` (in the order given) by `metric`."""
     facts = list(experiments)
     summaries = {f.id: _summary(f) for f in facts}
-    keys = sorted({k for f in facts for k in (f.config if f.config is not None else f.sweep)})
-    differing = [k for k in keys if len({v for f in facts if (v := _value(f, k)) != UNKNOWN}) > 1]
+    differing = _differing_keys(facts)
     seeds = [k for k in differing if is_seed_key(k)]
-    commands = {f.id: f.launch_command for f in facts if f.launch_command is not None}
-    command_differs = len(set(commands.values())) > 1
-    parts = _command_parts(commands) if command_differs else {}
-    rows: list[Row] = []
-    for f in facts:
-        metrics, _ = summaries[f.id]
-        differs = {k: _value(f, k) for k in differing}
-        rows.append(Row(
-            id=f.id, purpose=f.purpose, state=f.state, outcome=f.outcome, attempts=f.attempts, repairs=f.repairs,
-            repair_signatures=f.repair_signatures, elapsed_seconds=f.elapsed_seconds, train_steps=f.train_steps,
-            metrics=metrics, differs=differs,
-            command_part=(parts.get(f.id, UNKNOWN) if command_differs else None), result_dir=f.result_dir,
-            report_path=f.report_path, repair_log_path=f.repair_log_path, source=f.source, decisive=f.decisive,
-            succeeded=f.state == FINISHED and f.outcome in SUCCEEDED))
     compared = [k for k in differing if k not in seeds]
-    labels = run_labels({r.id: r.differs for r in rows}, [*compared, *seeds], parts)  # seeds last
-    for row in rows:
-        row.label = labels[row.id]
+    rows, parts = _rows(facts, summaries, differing, [*compared, *seeds])  # seeds last in the labels
+    command_differs = bool(parts)
     groups = _repeat_groups(rows, differing, seeds, metric, command_differs)
-    names = sorted({m for metrics, _ in summaries.values() for m in metrics},
-                   key=lambda m: (m != DEFAULT_METRIC, m))
-    curves = {m: {f.id: summaries[f.id][1].get(m, []) for f in facts if summaries[f.id][1].get(m)} for m in names}
-    finals = {r.id: (r.metrics[metric].final if metric in r.metrics else None) for r in rows}
+    names, curves = _metric_curves(facts, summaries)
+    finals = _finals(rows, metric)
     lower = not higher_is_better(metric)
     noise = seed_noise([[x for m in g.members if (x := finals.get(m)) is not None] for g in groups])
-    by_group: dict[str, list[str]] = {}
-    if seeds:
-        shared = run_labels({r.id: r.differs for r in rows}, compared, parts, limit=None)  # whole: a group's key
-        for row in rows:
-            by_group.setdefault(shared[row.id] or "all runs", []).append(row.id)
+    by_group = _seed_groups(rows, compared, parts) if seeds else {}
     return StageComparison(
         stage=stage, metric=metric, metrics=names, rows=rows, differing_keys=differing, seed_keys=seeds,
         unknown_config=[f.id for f in facts if f.config is None], command_differs=command_differs,
         unknown_command=[f.id for f in facts if f.launch_command is None],
         ranking_final=_ranked(rows, metric, "final"), ranking_best=_ranked(rows, metric, "best"),
         repeat_groups=groups, not_succeeded=[r.id for r in rows if not r.succeeded], curves=curves,
-        group_curves={m: group_curves(by_group, curves[m], {
-            r.id: (r.metrics[m].final if m in r.metrics else None) for r in rows}, not higher_is_better(m))
-            for m in names} if by_group else {},
+        group_curves=_group_curves(by_group, curves, rows),
         seed_noise=noise, verdicts=verdicts(compared, {r.id: r.differs for r in rows}, finals, noise, metric, lower))
+
+
+def _differing_keys(facts: list[ExperimentFacts]) -> list[str]:
+    """The config keys (or sweep keys, where the config is unknown) whose known values differ."""
+    keys = sorted({k for f in facts for k in (f.config if f.config is not None else f.sweep)})
+    return [k for k in keys if len({v for f in facts if (v := _value(f, k)) != UNKNOWN}) > 1]
+
+
+def _rows(facts: list[ExperimentFacts], summaries: Mapping[str, tuple[dict[str, MetricValues], Any]],
+          differing: list[str], label_keys: list[str]) -> tuple[list[Row], dict[str, str]]:
+    """The rows, labelled by `label_keys`, and each id's differing launch command part ({} when the commands
+    are alike)."""
+    commands = {f.id: f.launch_command for f in facts if f.launch_command is not None}
+    parts = _command_parts(commands) if len(set(commands.values())) > 1 else {}
+    rows = [_row(f, summaries[f.id][0], differing, parts or None) for f in facts]
+    labels = run_labels({r.id: r.differs for r in rows}, label_keys, parts)
+    for row in rows:
+        row.label = labels[row.id]
+    return rows, parts
+
+
+def _row(f: ExperimentFacts, metrics: dict[str, MetricValues], differing: list[str],
+         parts: dict[str, str] | None) -> Row:
+    """One experiment's row (`parts`: each id's launch command part, None when the commands are alike)."""
+    return Row(
+        id=f.id, purpose=f.purpose, state=f.state, outcome=f.outcome, attempts=f.attempts, repairs=f.repairs,
+        repair_signatures=f.repair_signatures, elapsed_seconds=f.elapsed_seconds, train_steps=f.train_steps,
+        metrics=metrics, differs={k: _value(f, k) for k in differing},
+        command_part=(parts.get(f.id, UNKNOWN) if parts is not None else None), result_dir=f.result_dir,
+        report_path=f.report_path, repair_log_path=f.repair_log_path, source=f.source, decisive=f.decisive,
+        succeeded=f.state == FINISHED and f.outcome in SUCCEEDED)
+
+
+def _metric_curves(facts: list[ExperimentFacts], summaries: Mapping[str, tuple[Any, dict[str, list[list[float]]]]]
+                   ) -> tuple[list[str], dict[str, dict[str, list[list[float]]]]]:
+    """Every metric any experiment has (the default first), and per metric each experiment's curve."""
+    names = sorted({m for metrics, _ in summaries.values() for m in metrics},
+                   key=lambda m: (m != DEFAULT_METRIC, m))
+    return names, {m: {f.id: summaries[f.id][1].get(m, []) for f in facts if summaries[f.id][1].get(m)}
+                   for m in names}
+
+
+def _group_curves(by_group: dict[str, list[str]], curves: dict[str, dict[str, list[list[float]]]],
+                  rows: list[Row]) -> dict[str, Any]:
+    """Per metric, the curves of each group of seeds (none when no seeds differ)."""
+    if not by_group:
+        return {}
+    return {m: group_curves(by_group, by_id, _finals(rows, m), not higher_is_better(m)) for m, by_id in curves.items()}
+
+
+def _finals(rows: list[Row], metric: str) -> dict[str, float | None]:
+    """Each row's final value of `metric` (None where it has none)."""
+    return {r.id: (r.metrics[metric].final if metric in r.metrics else None) for r in rows}
+
+
+def _seed_groups(rows: list[Row], compared: list[str], parts: dict[str, str]) -> dict[str, list[str]]:
+    """The ids of each group of runs alike but for their seeds, by the group's whole label."""
+    by_group: dict[str, list[str]] = {}
+    shared = run_labels({r.id: r.differs for r in rows}, compared, parts, limit=None)  # whole: a group's key
+    for row in rows:
+        by_group.setdefault(shared[row.id] or "all runs", []).append(row.id)
+    return by_group
+
+
+def _values_of(members: list[Row], metric: str, which: str) -> list[float]:
+    """The members' known `which` ("final" or "best") values of `metric`."""
+    values = (getattr(m.metrics[metric], which) for m in members if metric in m.metrics)
+    return [v for v in values if v is not None]
+
+
+def _repeat_group(label: str, members: list[Row], seeds: list[str], metric: str) -> RepeatGroup:
+    """One group of runs alike but for their seeds: the spread of its finals and bests."""
+    finals = _values_of(members, metric, "final")
+    fm, fs, fmin, fmax = _spread(finals)
+    bm, bs, bmin, bmax = _spread(_values_of(members, metric, "best"))
+    return RepeatGroup(
+        label=label, members=[m.id for m in members],
+        seeds={m.id: ", ".join(f"{k}={m.differs[k]}" for k in seeds) for m in members},
+        final_mean=fm, final_std=fs, final_min=fmin, final_max=fmax, best_mean=bm, best_std=bs, best_min=bmin,
+        best_max=bmax, counted=len(finals))
 
 
 def _repeat_groups(rows: list[Row], differing: list[str], seeds: list[str], metric: str,
@@ -403,26 +481,15 @@ def _repeat_groups(rows: list[Row], differing: list[str], seeds: list[str], metr
     others = [k for k in differing if k not in seeds]
     by_key: dict[tuple[str, ...], list[Row]] = {}
     for row in rows:
-        if any(row.differs.get(k) == UNKNOWN for k in differing):
-            continue
-        key = tuple(row.differs[k] for k in others) + ((row.command_part or "",) if command_differs else ())
-        by_key.setdefault(key, []).append(row)
-    groups = []
-    for key, members in by_key.items():
-        if len(members) < 2:
-            continue
-        label = ", ".join(f"{k}={v}" for k, v in zip(others, key, strict=False)) or "all"
-        finals = [m.metrics[metric].final for m in members if metric in m.metrics and m.metrics[metric].final
-                  is not None]
-        bests = [m.metrics[metric].best for m in members if metric in m.metrics and m.metrics[metric].best
-                 is not None]
-        fm, fs, fmin, fmax = _spread([v for v in finals if v is not None])
-        bm, bs, bmin, bmax = _spread([v for v in bests if v is not None])
-        groups.append(RepeatGroup(
-            label=label, members=[m.id for m in members],
-            seeds={m.id: ", ".join(f"{k}={m.differs[k]}" for k in seeds) for m in members},
-            final_mean=fm, final_std=fs, final_min=fmin, final_max=fmax, best_mean=bm, best_std=bs, best_min=bmin,
-            best_max=bmax, counted=len(finals)))
-    lower = not higher_is_better(metric)
-    groups.sort(key=lambda g: (g.final_mean is None, (g.final_mean or 0.0) * (1 if lower else -1), g.label))
+        if not any(row.differs.get(k) == UNKNOWN for k in differing):
+            by_key.setdefault(_repeat_key(row, others, command_differs), []).append(row)
+    groups = [_repeat_group(", ".join(f"{k}={v}" for k, v in zip(others, key, strict=False)) or "all", members,
+                            seeds, metric) for key, members in by_key.items() if len(members) >= 2]
+    sign = 1 if not higher_is_better(metric) else -1
+    groups.sort(key=lambda g: (g.final_mean is None, (g.final_mean or 0.0) * sign, g.label))
     return groups
+
+
+def _repeat_key(row: Row, others: list[str], command_differs: bool) -> tuple[str, ...]:
+    """What a row's seed group is known by: its non-seed values (and launch command part, when they differ)."""
+    return tuple(row.differs[k] for k in others) + ((row.command_part or "",) if command_differs else ())

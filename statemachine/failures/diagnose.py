@@ -374,10 +374,7 @@ class LogScanner:
         texts = clean_lines([_bound(raw) for raw in raws])
         block = "\n".join(texts)
         among = candidates(block)  # usually empty: no per-line matching at all
-        if not self.start.done:
-            self.start.feed(block, texts)
-        if self.metrics is not None and (self.metrics.pending or any(m in block for m in METRIC_MARKERS)):
-            self.metrics.feed_lines(texts)
+        self._feed_block(block, texts)
         steps = shows_training_step(block)  # one search per block; per line only when it matched
         step_lines = may_show_steps(block)  # then a substring test per line, a regex only on marked lines
         recent = self._recent  # the two lines before this one (a traceback's announcement is among them)
@@ -390,16 +387,10 @@ class LogScanner:
             if self._traceback is not None or text.startswith(_TRACEBACK_START):
                 in_traceback, ends_traceback = self._track_traceback(text, number, out, recent)
             if among and text:
-                sig = match_line(text, among)
-                if sig is not None:
-                    caught = in_traceback and self._traceback is not None and self._traceback.caught
-                    evidence = self._record(sig, number, text, out, ends_traceback=ends_traceback,
-                                            caught=caught) == _EVIDENCE
+                evidence = self._match(text, number, among, out, in_traceback, ends_traceback)
             if self._completed_line is None and _is_completion(text):
                 self._completed_line = number
-            step = None
-            if step_lines and ("step" in text or "Training Progress" in text or "kl_loss" in text):
-                step = step_number(text)
+            step = step_number(text) if step_lines and _mentions_step(text) else None
             if steps and shows_training_step(text):
                 self._last_step_line = number
             if (self._pending_live or (self._pending_exit and step is not None)) and not (in_traceback or evidence):
@@ -411,6 +402,22 @@ class LogScanner:
                 self._max_step = step
             recent = (recent[1], text)
         self._recent = recent
+
+    def _feed_block(self, block: str, texts: list[str]) -> None:
+        """The start scan and the metrics read a block at a time (the metrics only when it may hold some)."""
+        if not self.start.done:
+            self.start.feed(block, texts)
+        if self.metrics is not None and (self.metrics.pending or any(m in block for m in METRIC_MARKERS)):
+            self.metrics.feed_lines(texts)
+
+    def _match(self, text: str, number: int, among: list[Signature], out: list[Finding], in_traceback: bool,
+               ends_traceback: bool) -> bool:
+        """Match the line against the candidate signatures; True when it is fatal evidence."""
+        sig = match_line(text, among)
+        if sig is None:
+            return False
+        caught = in_traceback and self._traceback is not None and self._traceback.caught
+        return self._record(sig, number, text, out, ends_traceback=ends_traceback, caught=caught) == _EVIDENCE
 
     def _note_progress(self, text: str, number: int, step: int | None) -> None:
         """Clear the open evidence when this line shows the run going on: a training step past the
@@ -489,6 +496,11 @@ class LogScanner:
             return  # a known signature inside this traceback already explains it
         self._record(signature(TRACEBACK_ID), tb.exception_line, tb.exception_text, out, ends_traceback=True,
                      caught=tb.caught)
+
+
+def _mentions_step(text: str) -> bool:
+    """A cheap test before the step regex: the words a training-step line holds."""
+    return "step" in text or "Training Progress" in text or "kl_loss" in text
 
 
 def _ends_traceback(text: str, *, after_exception: bool) -> bool:

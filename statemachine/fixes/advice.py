@@ -247,12 +247,27 @@ def _yaml_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
     return _set_problem(change, rules) or _guarded(key)
 
 
-def _set_problem(change: AdviceChange, rules: AdviceRules) -> str | None:  # noqa: C901 - one branch per rule an adviser's yaml_set must pass
+def _set_problem(change: AdviceChange, rules: AdviceRules) -> str | None:
+    """yaml_set: one rule after another, the first that fails is the refusal."""
     key = change.key
     values = change.value if isinstance(change.value, list) else [change.value]
     bad = next((p for v in values if (p := _check_text(v, f"the value of {key}"))), None)
     if bad:
         return bad
+    problem = _settable_key(key, rules)
+    if problem:
+        return problem
+    current = get_dotted(rules.yaml_data, key, MISSING)
+    new = change.value
+    if isinstance(current, Mapping) or isinstance(new, Mapping):
+        return f"YAML key {key}: a whole map cannot be set, only a single value"
+    if isinstance(new, list):
+        return _list_problem(key, current, new)
+    return _scalar_problem(key, current, new)
+
+
+def _settable_key(key: str, rules: AdviceRules) -> str | None:
+    """Refused keys: the model or experiment's identity, a location or credential, a key under a non-map."""
     if key in _KEY_DENIED:
         return (f"YAML key {key} names which model or experiment this is (other weights, another run's "
                 "checkpoint): never the adviser's to change")
@@ -263,17 +278,20 @@ def _set_problem(change: AdviceChange, rules: AdviceRules) -> str | None:  # noq
         parent = get_dotted(rules.yaml_data, ".".join(key.split(".")[:k]), MISSING)
         if parent is not MISSING and not isinstance(parent, Mapping):
             return f"YAML key {key}: {'.'.join(key.split('.')[:k])} is not a map, it cannot hold keys"
-    current = get_dotted(rules.yaml_data, key, MISSING)
-    new = change.value
-    if isinstance(current, Mapping) or isinstance(new, Mapping):
-        return f"YAML key {key}: a whole map cannot be set, only a single value"
-    if isinstance(new, list):
-        if not isinstance(current, list):
-            return f"YAML key {key}: a list cannot replace a {_type_name(current)}"
-        if not all(_is_scalar(x) and not isinstance(x, (dict, list)) for x in new):
-            return f"YAML key {key}: only a list of plain values may be set"
-        bad = next((p for x in new if (p := _check_text(x, f"a value in {key}"))), None)
-        return bad
+    return None
+
+
+def _list_problem(key: str, current: Any, new: list[Any]) -> str | None:
+    """A list may replace only a list, and hold only plain values."""
+    if not isinstance(current, list):
+        return f"YAML key {key}: a list cannot replace a {_type_name(current)}"
+    if not all(_is_scalar(x) and not isinstance(x, (dict, list)) for x in new):
+        return f"YAML key {key}: only a list of plain values may be set"
+    return next((p for x in new if (p := _check_text(x, f"a value in {key}"))), None)
+
+
+def _scalar_problem(key: str, current: Any, new: Any) -> str | None:
+    """A plain value (not null, not NaN, clean text) of the type the key has now."""
     if not _is_scalar(new):
         return f"YAML key {key}: {_type_name(new)} is not a plain value"
     if new is None:

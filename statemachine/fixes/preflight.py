@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from ajet_runner.statemachine.blueprint.parse import template_placeholders, validate_blueprint
-from ajet_runner.statemachine.blueprint.swarm_blueprint import swarm_problems, swarm_spec
+from ajet_runner.statemachine.blueprint.swarm_blueprint import SwarmSpec, swarm_problems, swarm_spec
 from ajet_runner.statemachine.blueprint.sweep import sweep_changes
 from ajet_runner.statemachine.blueprint.yamlload import load_yaml_file
 from ajet_runner.statemachine.durations import format_limit
@@ -198,6 +198,18 @@ def _duration(seconds: float) -> str:
     return format_limit(seconds)
 
 
+def _console_instead(value: Any, names: list[str], gone: set[str]) -> Any:
+    """The logger setting with the loggers in `gone` replaced by console (a string stays a string)."""
+    if isinstance(value, str):
+        return "console"
+    new: list[str] = []
+    for name in names:
+        name = "console" if name in gone else name
+        if name not in new:
+            new.append(name)
+    return new
+
+
 class _Planner:
     def __init__(self, bp: Blueprint, env: Mapping[str, str] | None) -> None:
         self.bp = bp
@@ -257,9 +269,33 @@ class _Planner:
         """
         field = "exp_launch_command"
         original = self.bp.exp_launch_command.strip("\n")
+        analysis = self.analyze(original)
+        if analysis is None or analysis.refusals or not analysis.calls:
+            return original, [], False
+        changes: list[ConfigChange] = []
+        spelled = [h for call in analysis.calls for h in call.hazards]
+        cmd = self.drop_hazards(original, spelled, changes)
+        written = self.check_confs(cmd)
+        cmd = self.pin_expanded_conf(cmd, changes)
+        final = cmdlib.analyze_command(cmd)
+        left = [h for call in final.calls for h in call.hazards]
+        if left or final.refusals:
+            self.problem(Level.error, field, "the rewritten command still carries "
+                         + ", ".join([*left, *final.refusals]))
+        for conf in sorted(written) if self.bp.exp_yaml_path else []:
+            resolved = os.path.normpath(os.path.join(self.workdir(cmd), conf))
+            if resolved != self.bp.yaml_abspath():
+                self.problem(Level.warning, field,
+                             f"--conf {conf} is not exp_yaml_path {self.bp.exp_yaml_path}; "
+                             f"the runner checks and patches exp_yaml_path")
+        return cmd, changes, bool(spelled)
+
+    def analyze(self, original: str) -> cmdlib.CommandAnalysis | None:
+        """The command's analysis, its refusals and notes said as problems (None: the command is empty)."""
+        field = "exp_launch_command"
         if not original.strip():
             self.problem(Level.error, field, "the launch command is empty")
-            return original, [], False
+            return None
         analysis = cmdlib.analyze_command(original)
         for reason in analysis.refusals:
             self.problem(Level.error, field, f"cannot be run safely: {reason}")
@@ -268,18 +304,23 @@ class _Planner:
         read = "script the runner does not look into"  # a note the hidden-launcher sentence replaces
         for note in (n for n in analysis.notes if not (self.hidden and read in n)):
             self.problem(Level.warning, field, note)
-        if analysis.refusals or not analysis.calls:
-            return original, [], False
-        cmd, changes = original, []
-        spelled = [h for call in analysis.calls for h in call.hazards]
-        if spelled:
-            kinds = {cmdlib.hazard_of(unquote(h)) for h in spelled}
-            reason = "; ".join(r for flag, r in (("--autokill", AUTOKILL_REASON), ("--kill", KILL_REASON))
-                               if flag in kinds)
-            where = ", ".join(dict.fromkeys(f"`{h}`" for h in spelled))
-            new = cmdlib.remove_hazards(cmd)
-            changes.append(ConfigChange(key=field, old=cmd, new=new, reason=f"removed {where}: {reason}"))
-            cmd = new
+        return analysis
+
+    def drop_hazards(self, cmd: str, spelled: list[str], changes: list[ConfigChange]) -> str:
+        """The command without the `--autokill` / `--kill` spellings in `spelled` (each removal a change)."""
+        if not spelled:
+            return cmd
+        kinds = {cmdlib.hazard_of(unquote(h)) for h in spelled}
+        reason = "; ".join(r for flag, r in (("--autokill", AUTOKILL_REASON), ("--kill", KILL_REASON))
+                           if flag in kinds)
+        where = ", ".join(dict.fromkeys(f"`{h}`" for h in spelled))
+        new = cmdlib.remove_hazards(cmd)
+        changes.append(ConfigChange(key="exp_launch_command", old=cmd, new=new, reason=f"removed {where}: {reason}"))
+        return new
+
+    def check_confs(self, cmd: str) -> set[str]:
+        """Every launcher call needs one --conf, and all name one YAML; the --conf values written out."""
+        field = "exp_launch_command"
         calls = cmdlib.analyze_command(cmd).calls
         if any(call.conf is None for call in calls):
             self.problem(Level.error, field, "the launcher is run without --conf <yaml>"
@@ -289,30 +330,24 @@ class _Planner:
             self.problem(Level.error, field,
                          f"the launcher calls name different YAMLs ({', '.join(sorted(written))}); the runner "
                          "checks and patches one (exp_yaml_path): one experiment per YAML")
-        expanded = [call.conf for call in calls if call.conf_expanded]
-        if expanded and self.bp.exp_yaml_path:
-            new = cmdlib.replace_conf(cmd, self.bp.exp_yaml_path)
-            changes.append(ConfigChange(
-                key=field, old=cmd, new=new,
-                reason=f"--conf {expanded[0]} is only known at run time; pointed at exp_yaml_path "
-                       f"{self.bp.exp_yaml_path}, which the runner checks and patches"))
-            cmd = new
-        elif expanded:
+        return written
+
+    def pin_expanded_conf(self, cmd: str, changes: list[ConfigChange]) -> str:
+        """A --conf only known at run time is pointed at exp_yaml_path (or refused when there is none)."""
+        field = "exp_launch_command"
+        expanded = [call.conf for call in cmdlib.analyze_command(cmd).calls if call.conf_expanded]
+        if not expanded:
+            return cmd
+        if not self.bp.exp_yaml_path:
             self.problem(Level.error, field, f"--conf {expanded[0]} is only known at run time and there is no "
                          "exp_yaml_path to use instead")
-        final = cmdlib.analyze_command(cmd)
-        left = [h for call in final.calls for h in call.hazards]
-        if left or final.refusals:
-            self.problem(Level.error, field, "the rewritten command still carries "
-                         + ", ".join([*left, *final.refusals]))
-        for conf in sorted(written):
-            if self.bp.exp_yaml_path:
-                resolved = os.path.normpath(os.path.join(self.workdir(cmd), conf))
-                if resolved != self.bp.yaml_abspath():
-                    self.problem(Level.warning, field,
-                                 f"--conf {conf} is not exp_yaml_path {self.bp.exp_yaml_path}; "
-                                 f"the runner checks and patches exp_yaml_path")
-        return cmd, changes, bool(spelled)
+            return cmd
+        new = cmdlib.replace_conf(cmd, self.bp.exp_yaml_path)
+        changes.append(ConfigChange(
+            key=field, old=cmd, new=new,
+            reason=f"--conf {expanded[0]} is only known at run time; pointed at exp_yaml_path "
+                   f"{self.bp.exp_yaml_path}, which the runner checks and patches"))
+        return new
 
     # -- the YAML --------------------------------------------------------------------------
 
@@ -452,28 +487,10 @@ class _Planner:
         raw = get_dotted(data, key, MISSING)
         value = _setting(data, key)
         names = [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
-        missing = []
-        for name, (key_var, mode_var, local_modes) in _LOGGER_CREDENTIALS.items():
-            if name not in names:
-                continue
-            local = bool(mode_var) and self.env.get(mode_var, "") in local_modes
-            if not self.env.get(key_var) and not local:
-                missing.append((name, key_var))
-                self.read_env(key_var, f"not set: logger {name} switched to console")
-            else:
-                why = f"{mode_var}={self.env.get(mode_var)}" if local and not self.env.get(key_var) else "set"
-                self.read_env(mode_var if why != "set" else key_var, f"{why}: logger {name} kept")
+        missing = self.logger_credentials(names)
         if not missing:
             return
-        gone = {name for name, _ in missing}
-        if isinstance(value, str):
-            new: Any = "console"
-        else:
-            new = []
-            for name in names:
-                name = "console" if name in gone else name
-                if name not in new:
-                    new.append(name)
+        new = _console_instead(value, names, {name for name, _ in missing})
         needs = ", ".join(f"{name} needs {var}" for name, var in missing)
         reason = (f"{needs}, which is not set on this node: the run would fail at start; "
                   "console needs no credential, and its `step:N - …` lines are what the runner reads (tensorboard, the "
@@ -481,6 +498,22 @@ class _Planner:
                   "dataset name)")
         self.change(key, raw, new, reason)
         self.problem(Level.warning, key, f"logger switched to console: {reason}")
+
+    def logger_credentials(self, names: list[str]) -> list[tuple[str, str]]:
+        """The loggers in `names` whose credential is not set here, with its variable (each one read is said)."""
+        env = self.env or {}
+        missing = []
+        for name, (key_var, mode_var, local_modes) in _LOGGER_CREDENTIALS.items():
+            if name not in names:
+                continue
+            local = bool(mode_var) and env.get(mode_var, "") in local_modes
+            if not env.get(key_var) and not local:
+                missing.append((name, key_var))
+                self.read_env(key_var, f"not set: logger {name} switched to console")
+            else:
+                why = f"{mode_var}={env.get(mode_var)}" if local and not env.get(key_var) else "set"
+                self.read_env(mode_var if why != "set" else key_var, f"{why}: logger {name} kept")
+        return missing
 
     def gpus(self, data: dict[str, Any]) -> int:
         needed = gpus_needed(data)
@@ -719,8 +752,7 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
         plan.problems = problems
         return plan
     try:
-        with open(bp.yaml_abspath(), encoding="utf-8") as fh:
-            yaml_text = fh.read()
+        yaml_text = Path(bp.yaml_abspath()).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         plan.problems = [*problems, Problem(level=Level.error, field="exp_yaml_path",
                                             message=f"cannot read the YAML: {exc}")]
@@ -728,25 +760,32 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
     plan = plan_preflight(bp, yaml_text, env=env)
     plan.environment = environment
     if plan.launcher_hidden:  # the sentence says more than the blueprint's "does not mention the YAML"
-        problems = [p for p in problems if not (p.field == "exp_launch_command" and "does not mention the YAML"
-                                                in p.message)]
+        problems = [p for p in problems if not _unmentioned_yaml(p)]
     plan.problems = merge_problems(problems, [*plan.problems, *prefix_problems(bp, plan.command, env, environment)])
     spec = swarm_spec(bp, yaml_text)  # `ajet.enable_swarm_mode: true` in the YAML
     if spec is not None:
-        # The swarm server reads this YAML as written and the launch command is the client (no
-        # launcher): no config or command change is made, so none is planned or warned about.
-        dropped = {c.key for c in plan.changes}
-        if plan.launcher_hidden:  # the client runs no launcher by design: no "not changed" advice either
-            dropped |= {p.field for p in plan.problems if p.message.startswith(_NOT_CHANGED)}
-            plan.problems = [p for p in plan.problems if not p.message.startswith(plan.launcher_hidden)]
-            plan.launcher_hidden = ""
-        plan.changes, plan.command_changes, plan.command = [], [], bp.exp_launch_command
-        plan.val_result_path = plan.train_result_path = ""
-        plan.problems = [p for p in plan.problems if p.field not in dropped and not (
-            p.field == "exp_launch_command" and "does not mention the YAML" in p.message)]
-        plan.swarm = spec.public()
-        plan.problems = merge_problems(plan.problems, swarm_problems(bp, spec))
+        _as_swarm_client(plan, bp, spec)
     return plan
+
+
+def _as_swarm_client(plan: PreflightPlan, bp: Blueprint, spec: SwarmSpec) -> None:
+    """The swarm server reads the YAML as written and the launch command is the client (no launcher): no
+    config or command change is made, so none is planned or warned about."""
+    dropped = {c.key for c in plan.changes}
+    if plan.launcher_hidden:  # the client runs no launcher by design: no "not changed" advice either
+        dropped |= {p.field for p in plan.problems if p.message.startswith(_NOT_CHANGED)}
+        plan.problems = [p for p in plan.problems if not p.message.startswith(plan.launcher_hidden)]
+        plan.launcher_hidden = ""
+    plan.changes, plan.command_changes, plan.command = [], [], bp.exp_launch_command
+    plan.val_result_path = plan.train_result_path = ""
+    plan.problems = [p for p in plan.problems if p.field not in dropped and not _unmentioned_yaml(p)]
+    plan.swarm = spec.public()
+    plan.problems = merge_problems(plan.problems, swarm_problems(bp, spec))
+
+
+def _unmentioned_yaml(p: Problem) -> bool:
+    """The blueprint check's "the command does not mention the YAML"."""
+    return p.field == "exp_launch_command" and "does not mention the YAML" in p.message
 
 
 SKIP_GPU_CHECK = "--skip-check-avail-gpu"

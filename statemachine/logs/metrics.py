@@ -116,6 +116,16 @@ def _metrics_of(text: str) -> tuple[dict[str, float], int | None] | None:
     return (_aliases(metrics), step) if metrics else None
 
 
+def _quoted_record(head: str, rest: str, quote: str) -> tuple[str, bool]:
+    """The record's text inside a pprint'ed string literal, and whether pprint wrapped it in ( ... ) onto
+    later lines."""
+    body = rest.rstrip()
+    wrapped = head[:-1].rstrip().endswith("(")  # pprint wraps a long string in ( ... )
+    if wrapped and body.endswith(")"):
+        body, wrapped = body[:-1].rstrip(), False
+    return _unquote_piece(body if body.endswith(quote) and len(body) > 0 else body + quote, quote), wrapped
+
+
 @dataclass
 class LogMetrics:
     """Streaming state: feed cleaned lines, read `evaluations` at any time."""
@@ -151,10 +161,34 @@ class LogMetrics:
                 new.append(step)
         return new
 
-    def feed(self, line: str) -> int | None:  # noqa: C901 - a line parser: one branch per log record shape
+    def feed(self, line: str) -> int | None:
         """One cleaned line; returns the step of a record it completed."""
         if self._pending is not None:
             return self._continue(line)
+        self._progress(line)
+        if "validation metrics" not in line:
+            return self._step_line(line) if line.lstrip().startswith("step:") else None
+        m = _MARKER_RE.search(line)
+        if m is None:
+            return None
+        which = m.group("which")
+        head = line[: m.start()].rstrip()
+        rest = line[m.end() :]
+        quote = head[-1] if head.endswith(("'", '"')) else ""
+        if quote:  # inside a pprint'ed string: the record is a string literal, maybe wrapped
+            rest, wrapped = _quoted_record(head, rest, quote)
+            if wrapped:
+                self._open_wrapped(rest, which)
+                return None
+        if rest.strip() in _NO_RECORD:
+            return None  # `Final validation metrics: None`: the last step did not validate
+        if rest.rstrip().endswith("}"):
+            return self._record(which, rest)
+        self.skipped += 1  # a cut line
+        return None
+
+    def _progress(self, line: str) -> None:
+        """The progress bar's step and total, a resume's global step, the trainer's total steps."""
         if "Training Progress" in line:
             m = _PROGRESS_RE.search(line)
             if m:
@@ -168,33 +202,13 @@ class LogMetrics:
             m = _TOTAL_RE.search(line)
             if m and self.total_steps is None:
                 self.total_steps = int(m.group(1))
-        if "validation metrics" not in line:
-            return self._step_line(line) if line.lstrip().startswith("step:") else None
-        m = _MARKER_RE.search(line)
-        if m is None:
-            return None
-        which = m.group("which")
-        head = line[: m.start()].rstrip()
-        rest = line[m.end() :]
-        quote = head[-1] if head.endswith(("'", '"')) else ""
-        if quote:  # inside a pprint'ed string: the record is a string literal, maybe wrapped
-            body = rest.rstrip()
-            wrapped = head[:-1].rstrip().endswith("(")  # pprint wraps a long string in ( ... )
-            if wrapped and body.endswith(")"):
-                body, wrapped = body[:-1].rstrip(), False
-            rest = _unquote_piece(body if body.endswith(quote) and len(body) > 0 else body + quote, quote)
-            if wrapped:
-                if "{" not in rest:
-                    self.skipped += 1
-                    return None
-                self._pending, self._pending_which, self._pending_chars = [rest], which, len(rest)
-                return None
-        if rest.strip() in _NO_RECORD:
-            return None  # `Final validation metrics: None`: the last step did not validate
-        if rest.rstrip().endswith("}"):
-            return self._record(which, rest)
-        self.skipped += 1  # a cut line
-        return None
+
+    def _open_wrapped(self, rest: str, which: str) -> None:
+        """A record pprint wrapped over several string pieces: collect them from the next lines."""
+        if "{" not in rest:
+            self.skipped += 1
+            return
+        self._pending, self._pending_which, self._pending_chars = [rest], which, len(rest)
 
     def _step_line(self, line: str) -> int | None:
         """verl's console logger: `step:N - key:value - ...`. A validation row becomes the step's

@@ -341,98 +341,135 @@ def _unreadable(script: Script, scan: _Scan) -> bool:
     return False
 
 
+def _fed(cmd: Command) -> list[tuple[int, int, str, bool, bool]]:
+    """The heredocs and herestrings fed to a command: span, text, literal (read as is), raw (a heredoc)."""
+    fed = [(d.start, d.end, d.body, d.literal or not re.search(r"[$`\\]", d.body), True) for d in cmd.heredocs]
+    return fed + [(w.start, w.end, w.value, not w.expanded, False) for w in cmd.herestrings]
+
+
+class _Scanner:
+    """One pass over a script's simple commands: launcher calls, nested shell text, and each word's kind."""
+
+    def __init__(self, script: Script, depth: int) -> None:
+        self.script = script
+        self.depth = depth
+        self.scan = _Scan(script)
+        # (start, end, kind, value): launcher | nested | inert | exposed | container | comment
+        self.spans: list[tuple[int, int, str, str | None]] = [(r.start, r.end, r.kind, None) for r in script.regions]
+        self.inert: list[bool] = []
+
+    def nest(self, start: int, end: int, inner: str, what: str, raw: bool) -> None:
+        """Shell text to read one level down (or a refusal when too deep and it mentions the launcher)."""
+        if self.depth >= _MAX_DEPTH:
+            if _mentions(inner):
+                self.scan.refusals.append(f"{what} is nested more than {_MAX_DEPTH} shells deep")
+            return
+        self.scan.nested.append(_Nested(start, end, inner, what, raw))
+        self.spans.append((start, end, "nested", None))
+
+    def command(self, cmd: Command) -> None:
+        """Read one simple command: what its program is, and the kind of each of its words and fed texts."""
+        words = cmd.words
+        self.spans += [(a.start, a.end, "exposed", a.value) for a in cmd.assignments]
+        p, wrappers = _resolve(words)
+        first_arg = _launcher_args_at(words, p)
+        name = os.path.basename(words[p].value) if p < len(words) else ""
+        self.inert.append(first_arg is None and name not in _SHELLS and _is_inert(name, cmd, self.inert))
+        fed = _fed(cmd)
+        program, doc = self.program(cmd, name, p, first_arg, wrappers, fed)
+        self.word_spans(words, p, program)
+        for start, end, *_ in fed:
+            if not any(s == start and k == "nested" for s, _, k, _ in self.spans):
+                self.spans.append((start, end, doc, None))
+
+    def program(self, cmd: Command, name: str, p: int, first_arg: int | None, wrappers: list[str],
+                fed: list[tuple[int, int, str, bool, bool]]) -> tuple[str, str]:
+        """Act on the command's program (a launcher, a shell, eval, source); the kind of its words and of
+        the texts fed to it."""
+        words = cmd.words
+        if first_arg is not None:
+            self.launcher(_Call(cmd, p, first_arg, wrappers))
+            return "launcher", "exposed"
+        if name in _SHELLS:
+            return "exposed", "nested" if self.shell(cmd, name, p, fed) else "exposed"
+        if name == "eval" and p + 1 < len(words):
+            self.eval(words[p + 1 :])
+        elif name in ("source", ".") and p + 1 < len(words):
+            self.scan.notes.append(f"`{name} {words[p + 1].raw}` reads a script the runner does not look into")
+        elif self.inert[-1]:
+            return "inert", "exposed"
+        return "exposed", "exposed"
+
+    def word_spans(self, words: list[Word], p: int, program: str) -> None:
+        """Each word's span with its kind: a launcher's wrappers are exposed; an inert program's `$(...)`
+        words are containers (what runs inside is judged by its own words)."""
+        for k, w in enumerate(words):
+            kind = program
+            if kind == "launcher" and k < p:
+                kind = "exposed"
+            if kind == "inert" and w.expanded:
+                kind = "container"
+            self.spans.append((w.start, w.end, kind, w.value))
+
+    def launcher(self, call: _Call) -> None:
+        self.scan.calls.append(call)
+        if "xargs" in call.wrappers:
+            shown = self.script.text(call.cmd.start, call.cmd.end)
+            self.scan.refusals.append(f"`{shown}` runs the launcher through xargs, which adds arguments from its input")
+        self.scan.refusals.extend(_uncertain_args(call))
+
+    def shell(self, cmd: Command, name: str, p: int, fed: list[tuple[int, int, str, bool, bool]]) -> bool:
+        """A shell (`bash -c STRING`, `bash script`, or fed on stdin); True when its fed texts were read."""
+        words = cmd.words
+        at, has_c = _shell_c_string(words, p)
+        if has_c and at is not None:
+            self.shell_c(name, words[at])
+        elif at is not None:
+            self.scan.notes.append(f"`{name} {words[at].raw}` runs a script the runner does not look into "
+                                   "(a launcher call there is not checked or rewritten)")
+        elif cmd.piped_in:
+            self.scan.refusals.append(f"commands are piped into `{name}`: the runner cannot see what it runs")
+        if at is not None:
+            return False
+        for start, end, body, readable, raw in fed:
+            what = f"the {'heredoc' if raw else 'herestring'} fed to `{name}`"
+            if readable:
+                self.nest(start, end, body, what, raw)
+            elif _mentions(body):
+                how = "<<'EOF'" if raw else "<<< '...'"
+                self.scan.refusals.append(f"{what} is expanded at run time and mentions the launcher or --autokill; "
+                                          f"quote it: {how}")
+        return bool(fed)
+
+    def shell_c(self, name: str, w: Word) -> None:
+        if not w.expanded:
+            self.nest(w.start, w.end, w.value, f"the `{name} -c` string", False)
+        elif _mentions(w.raw):
+            self.scan.refusals.append(f"the `{name} -c` string `{w.raw}` is built at run time and mentions "
+                                      "the launcher or --autokill")
+        else:
+            self.scan.notes.append(f"`{name} -c {w.raw}` runs a string built at run time")
+
+    def eval(self, rest: list[Word]) -> None:
+        if not any(w.expanded for w in rest):
+            self.nest(rest[0].start, rest[-1].end, " ".join(w.value for w in rest), "the `eval` text", False)
+        elif any(_mentions(w.raw) for w in rest):
+            self.scan.refusals.append("an `eval` built at run time mentions the launcher or --autokill")
+
+
 @lru_cache(maxsize=256)
-def _scan(text: str, depth: int) -> _Scan:  # noqa: C901 - a shell lexer: one branch per quoting/expansion construct
+def _scan(text: str, depth: int) -> _Scan:
     """The launcher calls and nested shell strings of `text` (one level), and what cannot be read.
 
     Cached: the preflight asks several questions of one command (analyse, drop hazards, point
     --conf, add a flag, find its segment); callers read the result and never change it."""
-    script = parse(text)
-    scan = _Scan(script)
-    # (start, end, kind, value): launcher | nested | inert | exposed | container | comment
-    spans: list[tuple[int, int, str, str | None]] = [(r.start, r.end, r.kind, None) for r in script.regions]
-
-    def nest(start: int, end: int, inner: str, what: str, raw: bool) -> None:
-        if depth >= _MAX_DEPTH:
-            if _mentions(inner):
-                scan.refusals.append(f"{what} is nested more than {_MAX_DEPTH} shells deep")
-            return
-        scan.nested.append(_Nested(start, end, inner, what, raw))
-        spans.append((start, end, "nested", None))
-
-    inert: list[bool] = []
-    for cmd in script.commands:
-        words = cmd.words
-        for a in cmd.assignments:
-            spans.append((a.start, a.end, "exposed", a.value))
-        p, wrappers = _resolve(words)
-        first_arg = _launcher_args_at(words, p)
-        name = os.path.basename(words[p].value) if p < len(words) else ""
-        kinds = {"program": "exposed", "doc": "exposed"}
-        inert.append(first_arg is None and name not in _SHELLS and _is_inert(name, cmd, inert))
-        shown = script.text(cmd.start, cmd.end)
-        fed: list[tuple[int, int, str, bool, bool]] = []  # heredocs and herestrings: span, text, literal, raw
-        fed += [(d.start, d.end, d.body, d.literal or not re.search(r"[$`\\]", d.body), True) for d in cmd.heredocs]
-        fed += [(w.start, w.end, w.value, not w.expanded, False) for w in cmd.herestrings]
-        if first_arg is not None:
-            call = _Call(cmd, p, first_arg, wrappers)
-            scan.calls.append(call)
-            if "xargs" in wrappers:
-                scan.refusals.append(f"`{shown}` runs the launcher through xargs, which adds arguments from its input")
-            scan.refusals.extend(_uncertain_args(call))
-            kinds["program"] = "launcher"
-        elif name in _SHELLS:
-            at, has_c = _shell_c_string(words, p)
-            if has_c and at is not None:
-                w = words[at]
-                if w.expanded:
-                    if _mentions(w.raw):
-                        scan.refusals.append(f"the `{name} -c` string `{w.raw}` is built at run time and mentions "
-                                             "the launcher or --autokill")
-                    else:
-                        scan.notes.append(f"`{name} -c {w.raw}` runs a string built at run time")
-                else:
-                    nest(w.start, w.end, w.value, f"the `{name} -c` string", False)
-            elif at is not None:
-                scan.notes.append(f"`{name} {words[at].raw}` runs a script the runner does not look into "
-                                  "(a launcher call there is not checked or rewritten)")
-            elif cmd.piped_in:
-                scan.refusals.append(f"commands are piped into `{name}`: the runner cannot see what it runs")
-            for start, end, body, readable, raw in fed if at is None else []:
-                what = f"the {'heredoc' if raw else 'herestring'} fed to `{name}`"
-                if readable:
-                    nest(start, end, body, what, raw)
-                elif _mentions(body):
-                    how = "<<'EOF'" if raw else "<<< '...'"
-                    scan.refusals.append(f"{what} is expanded at run time and mentions the launcher or --autokill; "
-                                         f"quote it: {how}")
-            if at is None and fed:
-                kinds["doc"] = "nested"
-        elif name == "eval" and p + 1 < len(words):
-            rest = words[p + 1 :]
-            if any(w.expanded for w in rest):
-                if any(_mentions(w.raw) for w in rest):
-                    scan.refusals.append("an `eval` built at run time mentions the launcher or --autokill")
-            else:
-                nest(rest[0].start, rest[-1].end, " ".join(w.value for w in rest), "the `eval` text", False)
-        elif name in ("source", ".") and p + 1 < len(words):
-            scan.notes.append(f"`{name} {words[p + 1].raw}` reads a script the runner does not look into")
-        elif inert[-1]:
-            kinds["program"] = "inert"
-        for k, w in enumerate(words):
-            kind = kinds["program"]
-            if kind == "launcher":
-                kind = "launcher" if k >= p else "exposed"
-            if kind == "inert" and w.expanded:
-                kind = "container"  # what runs inside `$(...)` is judged by its own words
-            spans.append((w.start, w.end, kind, w.value))
-        for start, end, *_ in fed:
-            if not any(s == start and k == "nested" for s, _, k, _ in spans):
-                spans.append((start, end, kinds["doc"], None))
-    if _unreadable(script, scan):
-        return scan
-    _check_exposed(script, spans, scan)
-    return scan
+    scanner = _Scanner(parse(text), depth)
+    for cmd in scanner.script.commands:
+        scanner.command(cmd)
+    if _unreadable(scanner.script, scanner.scan):
+        return scanner.scan
+    _check_exposed(scanner.script, scanner.spans, scanner.scan)
+    return scanner.scan
 
 
 def _check_exposed(script: Script, spans: list[tuple[int, int, str, str | None]], scan: _Scan) -> None:

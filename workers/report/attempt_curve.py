@@ -68,49 +68,53 @@ def attempt_curve(ctx: Context, *, file_usable: bool) -> Curve | None:
     """The merged curve, or None when per-attempt evaluations cannot be told apart (an older record,
     a swarm run whose results file is discovered, a results file replaced since launch)."""
     attempts = [a for a in ctx.attempts if a.log_path or a.val_offset is not None]
-    if not attempts or ctx.swarm:
-        return None
-    files: list[ResultSummary | None]
-    if ctx.val_path and file_usable:
-        sliced = _slices(ctx.val_path, attempts, inode_ok=True)
-        if sliced is None:
-            return None
-        files = list(sliced)
-    elif ctx.val_path:
-        return None
-    else:
-        files = [None] * len(attempts)
     curve: dict[tuple[int, str], tuple[int, Evaluation]] = {}
     superseded: list[dict[str, Any]] = []
-    lineage: list[dict[str, Any]] = []
-    trained = False  # an earlier attempt got past step 0
-    for attempt, file_part in zip(attempts, files, strict=True):
-        own = merge_file_and_log(file_part, _console(attempt)).evaluations
+
+    def file_parts() -> list[ResultSummary | None] | None:
+        """Each attempt's part of the results file (all None without one; None when it cannot be sliced)."""
+        if not ctx.val_path:
+            return [None] * len(attempts)
+        sliced = _slices(ctx.val_path, attempts, inode_ok=True) if file_usable else None
+        return list(sliced) if sliced is not None else None
+
+    def begin(attempt: Attempt, trained: bool) -> str:
+        """How the attempt starts; the evaluations its start makes void are superseded."""
         start = attempt.start_step
         if start is None:
-            how = "start not logged"
-        elif start > 0:
-            how = "resumed"
+            return "start not logged"
+        if start > 0:
             for key in [k for k in curve if k[0] > start]:
                 number, ev = curve.pop(key)
                 superseded.append(_gone(number, ev, f"attempt {attempt.number} resumed from step {start} and "
                                         "trained from there again"))
-        elif trained:
-            how = "restarted"
-            for number, ev in curve.values():
-                superseded.append(_gone(number, ev, f"attempt {attempt.number} restarted training from step 0"))
-            curve = {}
-        else:
-            how = "from scratch"
-        lineage.append({"attempt": attempt.number, "start_step": start, "how": how,
-                        "resumed_from": attempt.resumed_from, "experiment_name": attempt.experiment_name})
+            return "resumed"
+        if not trained:
+            return "from scratch"
+        for number, ev in curve.values():
+            superseded.append(_gone(number, ev, f"attempt {attempt.number} restarted training from step 0"))
+        curve.clear()
+        return "restarted"
+
+    def add(attempt: Attempt, own: list[Evaluation]) -> None:
         for ev in own:
             key = (ev.step, ev.dataset)
             if key in curve:
                 number, old = curve[key]
                 superseded.append(_gone(number, old, f"evaluated again by attempt {attempt.number}"))
             curve[key] = (attempt.number, ev)
-        trained = trained or any(ev.step > 0 for ev in own) or bool(start)
+
+    files = file_parts() if attempts and not ctx.swarm else None
+    if files is None:
+        return None
+    lineage: list[dict[str, Any]] = []
+    trained = False  # an earlier attempt got past step 0
+    for attempt, file_part in zip(attempts, files, strict=True):
+        own = merge_file_and_log(file_part, _console(attempt)).evaluations
+        lineage.append({"attempt": attempt.number, "start_step": attempt.start_step, "how": begin(attempt, trained),
+                        "resumed_from": attempt.resumed_from, "experiment_name": attempt.experiment_name})
+        add(attempt, own)
+        trained = trained or any(ev.step > 0 for ev in own) or bool(attempt.start_step)
     ordered = sorted(curve.items(), key=lambda kv: (kv[0][0], kv[0][1]))
     fmt = next((f.format for f in files if f is not None and f.evaluations), "console")
     summary = summarize([ev for _, (_, ev) in ordered], fmt=fmt)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from ajet_runner.statemachine.lifecycle import Lifecycle
 from ajet_runner.statemachine.logs.metrics import merge_file_and_log
@@ -21,7 +22,7 @@ from ajet_runner.store.naming import session_name
 from ajet_runner.store.records import Context, ExperimentRecord
 from ajet_runner.workers.repair.resume import note_start
 from ajet_runner.workers.report import ReportData
-from ajet_runner.workers.report.attempt_curve import attempt_curve
+from ajet_runner.workers.report.attempt_curve import Curve, attempt_curve
 from ajet_runner.workers.swarm.found_results import swarm_results_source
 from ajet_runner.workers.watching.watch import (
     AttemptWatch,
@@ -105,27 +106,37 @@ def _same_results_file(ctx: Context) -> bool:
 def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle, ctx: Context, *, node: str,
                 watch: AttemptWatch | None, started_at: float | None, tmux_socket: str = "",
                 executor: str = "local", ran_on: str = "", attach: str = "") -> ReportData:
+    def by_attempt(summary: ResultSummary | None, curve: Curve | None, source: str
+                   ) -> tuple[ResultSummary | None, dict[tuple[int, str], int], str]:
+        """Over several attempts the stitched curve's evaluations, each with the attempt it came from."""
+        if curve is None or not ctx.attempts:
+            return summary, {}, source
+        if len(ctx.attempts) == 1:
+            return summary, {(e.step, e.dataset): ctx.attempts[0].number
+                             for e in (summary.evaluations if summary else [])}, source
+        if curve.superseded:
+            source += (f"; {len(curve.superseded)} evaluation(s) of earlier attempts superseded by a resume or a "
+                       "restart (results.json: superseded_evaluations)")
+        return curve.summary if curve.summary.evaluations else None, curve.attempt_of, source
+
+    def evaluations(summary: ResultSummary | None, attempt_of: dict[tuple[int, str], int]) -> list[dict[str, Any]]:
+        return [e.model_copy(update={"attempt": attempt_of.get((e.step, e.dataset))}).to_json()
+                for e in (summary.evaluations if summary else [])]
+
+    def log_tail() -> list[str]:
+        tail: list[str] = watch.scanner.tail(60) if watch else []
+        return tail if tail or not ctx.attempts else tail_file(ctx.attempts[-1].log_path, 60)
+
     for attempt in ctx.attempts:
         note_start(attempt)  # the experiment name, start step and checkpoint each attempt's log names
     summary, source = gather_results(bp, ctx)
     discovered = not ctx.val_path and bool(ctx.swarm)
     curve = None if discovered else attempt_curve(ctx, file_usable=_same_results_file(ctx))
-    attempt_of: dict[tuple[int, str], int] = {}
-    if curve is not None and len(ctx.attempts) > 1:
-        summary = curve.summary if curve.summary.evaluations else None
-        attempt_of = curve.attempt_of
-        if curve.superseded:
-            source += (f"; {len(curve.superseded)} evaluation(s) of earlier attempts superseded by a resume or a "
-                       "restart (results.json: superseded_evaluations)")
-    elif curve is not None and len(ctx.attempts) == 1:
-        attempt_of = {(e.step, e.dataset): ctx.attempts[0].number for e in (summary.evaluations if summary else [])}
+    summary, attempt_of, source = by_attempt(summary, curve, source)
     steps = attempt_train_steps(ctx.attempts)  # the console's training rows (kept by the watcher)
     if ctx.train_path and Path(ctx.train_path).exists():
         steps |= {s.step for s in parse_train_file(ctx.train_path).steps}
-    train_steps = len(steps)
-    tail: list[str] = watch.scanner.tail(60) if watch else []
-    if not tail and ctx.attempts:
-        tail = tail_file(ctx.attempts[-1].log_path, 60)
+    several = curve is not None and len(ctx.attempts) > 1
     return ReportData(
         id=exp_id, purpose=bp.exp_purpose, node=node,
         tmux_session=rec.tmux_session or session_name(bp.exp_purpose, exp_id), tmux_socket=tmux_socket,
@@ -139,12 +150,11 @@ def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle
         preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
         preflight_env=ctx.preflight_env,
         repairs=list(ctx.repairs),
-        evaluations=[e.model_copy(update={"attempt": attempt_of.get((e.step, e.dataset))}).to_json()
-                     for e in summary.evaluations] if summary else [],
-        superseded_evaluations=curve.superseded if curve is not None and len(ctx.attempts) > 1 else [],
+        evaluations=evaluations(summary, attempt_of),
+        superseded_evaluations=curve.superseded if curve is not None and several else [],
         attempt_starts=curve.lineage if curve is not None else [],
         final=summary.final if summary else {}, best=summary.best if summary else {},
-        train_steps=train_steps, log_tail=tail, history=lc.history,
+        train_steps=len(steps), log_tail=log_tail(), history=lc.history,
         results_source=source if ctx.attempts else "", previous_run=ctx.previous_run,
         nodes=list(ctx.gang.get("members") or []),
         master={k: ctx.gang[k] for k in ("master_addr", "master_port", "nnodes") if k in ctx.gang},

@@ -126,29 +126,35 @@ class PlotCanvas:
             kept = [(s, v) for s, v in pairs if s is not None and v is not None]
             return [s for s, _ in kept], [v for _, v in kept]
 
+        def draw_segment(dataset: str, attempt: int | None, style: dict[str, str], first: bool) -> None:
+            """One attempt's curves of one dataset (the legend names each series once: `first`)."""
+            xs, ys = series(dataset, MEAN_REWARD, attempt)
+            if xs:
+                ax_reward.plot(xs, ys, color=metric_colour(MEAN_REWARD, charted),
+                               label=(dataset or MEAN_REWARD) if first else None, **style)
+            for metric in rates:
+                xs, ys = series(dataset, metric, attempt)
+                if xs:
+                    label = metric if len(datasets) == 1 else f"{metric} ({dataset or 'default'})"
+                    ax_rate.plot(xs, ys, color=metric_colour(metric, charted), label=label if first else None,
+                                 **style)
+
+        def mark_start(attempt: int) -> None:
+            first = min((e.step for e in points if e.attempt == attempt and e.step is not None), default=None)
+            for ax in self.axes if first is not None else ():
+                ax.axvline(first, color="#888888", linestyle=":", linewidth=1)
+                ax.annotate(f"attempt {attempt}", (first, 1.0), xycoords=("data", "axes fraction"),
+                            xytext=(2, -10), textcoords="offset points", fontsize="x-small", color="#555555")
+
         # One colour per metric, shared with the console's chart (resultdir/palette.py); datasets differ by
         # marker and line style. Each attempt is its own segment (never joined across a relaunch), and a
         # dotted line marks where each later attempt starts.
         for i, dataset in enumerate(datasets):
             style = {"marker": MARKERS[i % len(MARKERS)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
             for k, attempt in enumerate(attempts):
-                xs, ys = series(dataset, MEAN_REWARD, attempt)
-                if xs:
-                    ax_reward.plot(xs, ys, color=metric_colour(MEAN_REWARD, charted),
-                                   label=(dataset or MEAN_REWARD) if k == 0 else None, **style)
-                for metric in rates:
-                    xs, ys = series(dataset, metric, attempt)
-                    if xs:
-                        label = metric if len(datasets) == 1 else f"{metric} ({dataset or 'default'})"
-                        ax_rate.plot(xs, ys, color=metric_colour(metric, charted), label=label if k == 0 else None,
-                                     **style)
+                draw_segment(dataset, attempt, style, k == 0)
         for attempt in [a for a in attempts[1:] if a is not None]:
-            first = min((e.step for e in points if e.attempt == attempt and e.step is not None), default=None)
-            for ax in self.axes:
-                if first is not None:
-                    ax.axvline(first, color="#888888", linestyle=":", linewidth=1)
-                    ax.annotate(f"attempt {attempt}", (first, 1.0), xycoords=("data", "axes fraction"),
-                                xytext=(2, -10), textcoords="offset points", fontsize="x-small", color="#555555")
+            mark_start(attempt)
         for ax, name in zip(self.axes, PANELS, strict=True):
             if len(steps) == 1:  # one evaluation: show it in a sensible window, not ±0.05 of a step
                 ax.set_xlim(steps[0] - 1, steps[0] + 1)

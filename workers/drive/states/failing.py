@@ -85,6 +85,15 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
     backoff: float | None = None
     quote, why = "", ""
     budget_left = d.lc.can(Trigger.repair, signature=sig_id)
+
+    def interrupted(source: str) -> bool:
+        """A stop (or the time limit) while the repair was being planned: the run ends here."""
+        record.source = source
+        when = "while the adviser was asked" if source == "adviser" else "before a repair was decided"
+        if not d.journal.cancel_requested() and _time_up(d, record, when):
+            return True
+        return _stopped(d, record, when)
+
     if launched:
         advise = advice_source(d.settings, bp=d.bp, ctx=d.ctx, pending=pending, publish=d.journal.publish,
                                budget_left=budget_left, cancelled=stop.is_set)
@@ -95,11 +104,7 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
         if source == "adviser":
             record = record.model_copy(update=advice_fields(pending))
         if stop.is_set() or d.journal.cancel_requested():
-            record.source = source
-            when = "while the adviser was asked" if source == "adviser" else "before a repair was decided"
-            if not d.journal.cancel_requested() and _time_up(d, record, when):
-                return True
-            return _stopped(d, record, when)
+            return interrupted(source)
         if actions:
             failing = failing_command(d.ctx.command, pending.get("log_tail") or [], cause.text) if cause else None
             resolved, identical_to = _resolve(d, actions, sig_id, failing)
@@ -121,17 +126,17 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
         record.skipped = [*resolved.skipped, *(f"not applied (no relaunch): {line}" for line in resolved.applied)]
     d.ctx.repairs.append(record)
     stat = (sig_id, verdict.result.value) if verdict.counted else None
-    if verdict.trigger == Trigger.repair:
-        assert resolved is not None
-        repeat = verdict.identical_to is not None  # an unchanged relaunch of a transient cause
-        wait = verdict.backoff if repeat else _wait_before_fix(d, sig_id)
-        plan = {**resolved.model_dump(mode="json"), "backoff_seconds": wait, "repeat": repeat,
-                "until": _until(sig_id) if repeat else None}
-        d.ctx.pending_repair = PendingRepair.model_validate({**pending, "resolved": plan})
-        reason = verdict.reason if repeat or not wait else f"{verdict.reason}; relaunching after {format_limit(wait)}"
-        d.fire(Trigger.repair, reason, repair_stat=stat, signature=sig_id)
-    else:
+    if verdict.trigger != Trigger.repair:
         d.fire(Trigger.give_up, _with_advice(verdict.reason, sig_id, launched), repair_stat=stat)
+        return True
+    assert resolved is not None
+    repeat = verdict.identical_to is not None  # an unchanged relaunch of a transient cause
+    wait = verdict.backoff if repeat else _wait_before_fix(d, sig_id)
+    plan = {**resolved.model_dump(mode="json"), "backoff_seconds": wait, "repeat": repeat,
+            "until": _until(sig_id) if repeat else None}
+    d.ctx.pending_repair = PendingRepair.model_validate({**pending, "resolved": plan})
+    reason = verdict.reason if repeat or not wait else f"{verdict.reason}; relaunching after {format_limit(wait)}"
+    d.fire(Trigger.repair, reason, repair_stat=stat, signature=sig_id)
     return True
 
 

@@ -31,17 +31,38 @@ def handle(d: Drive) -> bool:
     resolved = (d.ctx.pending_repair.resolved if d.ctx.pending_repair else None) or {}
     record = d.ctx.repairs[-1] if d.ctx.repairs else None
     wait = float(resolved.get("backoff_seconds") or 0.0)
-    if resolved.get("repeat") or wait > 0:
+
+    def note(line: str) -> None:
+        if line and record is not None:
+            record.changes.append(line)
+
+    def back_off() -> bool:
+        """Wait before the relaunch (a backoff, or for the GPUs to free); True when a stop ended the wait."""
         known = _gpus_checked(d, resolved)
         then = "relaunching unchanged" if resolved.get("repeat") else "relaunching with the fix"
         line, ended = _wait(d, wait, resolved.get("until"), known, limit_at(d.started_at, d.bp.exp_max_time_seconds),
                             then)
+        note(line)
         if record is not None:
-            record.changes.append(line)
             record.backoff_seconds = wait
-        if ended == "cancel":
-            d.fire(Trigger.cancel, "stop requested")
-            return True
+        return ended == "cancel"
+
+    def clean_up(cleanups: list[str]) -> None:
+        """Stop our swarm server and this experiment's processes, as the plan says."""
+        if "swarm_server" in cleanups:
+            stop_ours(d.runner, d.ctx.swarm, d.settings.stop_grace_seconds, d.journal.publish)
+        if not any(c in PROCESS_CLEANUPS for c in cleanups):
+            return
+        killed = d.cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
+        if record is not None:  # the plan's "clean up …" lines become what the cleanup did
+            planned = [c for c in record.changes if c.startswith(tuple(f"clean up {k} " for k in PROCESS_CLEANUPS))]
+            at = record.changes.index(planned[0]) if planned else len(record.changes)
+            record.changes = [c for c in record.changes if c not in planned]
+            record.changes.insert(at, _cleanup_line(cleanups, killed))
+
+    if (resolved.get("repeat") or wait > 0) and back_off():
+        d.fire(Trigger.cancel, "stop requested")
+        return True
     if _timed_out(d, record, "while waiting to relaunch" if wait > 0 else "before the relaunch"):
         return True
     d.ctx.env.update(resolved.get("env") or {})
@@ -51,19 +72,10 @@ def handle(d: Drive) -> bool:
         pin, line = pin_experiment_name(d.ctx, launch_workdir(d.bp, d.ctx.command))
         if pin is not None:
             changes.append(pin.model_dump(mode="json"))
-        if line and record is not None:
-            record.changes.append(line)
+        note(line)
     diff = d.patch_config(changes)
     cleanups = list(resolved.get("cleanups") or [])
-    if "swarm_server" in cleanups:
-        stop_ours(d.runner, d.ctx.swarm, d.settings.stop_grace_seconds, d.journal.publish)
-    if any(c in PROCESS_CLEANUPS for c in cleanups):
-        killed = d.cleanup_processes()  # every cleanup kind is scoped to this experiment's processes
-        if record is not None:  # the plan's "clean up …" lines become what the cleanup did
-            planned = [c for c in record.changes if c.startswith(tuple(f"clean up {k} " for k in PROCESS_CLEANUPS))]
-            at = record.changes.index(planned[0]) if planned else len(record.changes)
-            record.changes = [c for c in record.changes if c not in planned]
-            record.changes.insert(at, _cleanup_line(cleanups, killed))
+    clean_up(cleanups)
     d.ctx.cleanups_done = cleanups
     if record is not None:
         record.diff = diff
