@@ -31,3 +31,17 @@ def test_the_reader_takes_older_shapes_and_refuses_what_names_no_step() -> None:
 def test_get_gives_finite_values_only() -> None:
     e = Evaluation(step=0, metrics={"a": math.nan, "b": math.inf, "c": 2})
     assert (e.get("a"), e.get("b"), e.get("c"), e.get("missing")) == (None, None, 2.0, None)
+
+
+def test_the_report_data_keeps_each_evaluations_attempt_into_results_json() -> None:
+    """The report's evaluations come as the stored form or as instances; either way the attempt that produced
+    each one reaches results.json (a relaunch's curve says which attempt evaluated which step)."""
+    from ajet_runner.workers.report.data import ReportData
+
+    fields = {k: (v.default if not v.is_required() else "x") for k, v in ReportData.model_fields.items()}
+    fields["started_at"] = None
+    for given in ([{"step": 4, "dataset": "d", "metrics": {"mean_reward (pass@4)": 0.5}, "attempt": 2}],
+                  [Evaluation(step=4, dataset="d", metrics={"mean_reward": 0.5}, attempt=2)]):
+        data = ReportData.model_validate({**fields, "evaluations": given})
+        assert data.model_dump()["evaluations"] == [
+            {"step": 4, "dataset": "d", "metrics": {"mean_reward": 0.5}, "attempt": 2}]

@@ -90,7 +90,9 @@ class ReportData(_Input):
         if not isinstance(value, list | tuple):
             return value
         items = (e.to_json() if isinstance(e, Evaluation) else plain(e) for e in value)
-        return [e for e in (Evaluation.from_json(item, normalize_key) for item in items) if e is not None]
+        # the stored form again (not the instances): revalidating an instance goes through model_dump, which
+        # leaves the attempt out
+        return [e.to_json() for e in (Evaluation.from_json(item, normalize_key) for item in items) if e is not None]
 
     @field_serializer("evaluations")
     def _evaluations_stored(self, value: list[Evaluation]) -> list[dict[str, Any]]:
