@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ajet_runner.resultdir.confined import open_dir, write_at
+from ajet_runner.workers.executors.attempt import MARKER
 from ajet_runner.workers.executors.handle import RunHandle, read_int
 from ajet_runner.workers.executors.protocol import Capabilities, ProcessesSurvived
 from ajet_runner.workers.executors.request import AttemptRequest, QueueState
@@ -46,7 +47,6 @@ from ajet_runner.workers.executors.wrapper import (
 
 log = logging.getLogger(__name__)
 
-MARKER = "AJET_RUNNER_EXPERIMENT"  # the variable every process of an attempt carries (workers/executors/attempt.py)
 # What the job adds to its environment and must keep over the launcher's (the wrapper's `keep`).
 KEEP = "SLURM_*|SLURMD_*|CUDA_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL|ROCR_VISIBLE_DEVICES|TMPDIR"
 GPU_CHOICE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
