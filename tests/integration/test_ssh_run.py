@@ -78,7 +78,7 @@ run with venv and monitor
 
 def ssh_env(tmux_socket: str, host: SshHost, tmp_path: Path, **more: str) -> dict[str, str]:
     env = env_for(tmux_socket, AJET_RUNNER_SSH_CONFIG=str(host.config),
-                  AJET_RUNNER_SSH_CONTROL_DIR=str(tmp_path / "cm"), AJET_RUNNER_SSH_TMUX_SOCKET=host.tmux, **more)
+                  AJET_RUNNER_SSH_CONTROL_DIR=str(host.control_dir), AJET_RUNNER_SSH_TMUX_SOCKET=host.tmux, **more)
     env.pop(HOST_VAR[0], None)
     return env
 
@@ -169,7 +169,7 @@ def test_killing_the_master_mid_run_is_only_a_reconnect(tmp_path: Path, tmux_soc
         wait_for(lambda: log.exists() and "Training Progress" in log.read_text(errors="replace"), 120,
                  "training to start on the host")
         # The master renames itself "ssh: <ControlPath> [mux]"; ours live in this test's control dir.
-        found = subprocess.run(["pgrep", "-f", f"^ssh: {tmp_path / 'cm'}/"], capture_output=True, text=True,
+        found = subprocess.run(["pgrep", "-f", f"^ssh: {sshd.control_dir}/"], capture_output=True, text=True,
                                check=False).stdout.split()
         assert found, "no master connection"
         for pid in found:

@@ -13,9 +13,11 @@ resolve) raises `HostRefused` at once with ssh's own words. A dropped master is 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,14 +27,23 @@ from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.shell.ssh_login import LoginError, SshTarget, parse_target
 from ajet_runner.workers.executors.protocol import ExecutorError
 
+log = logging.getLogger(__name__)
+
 SSH_FAILED = 255  # ssh's own exit code for a connection or authentication failure
 CONNECT_TIMEOUT = 15
 PERSIST = 600  # seconds the master stays after its last client
+# A unix socket address holds at most this many bytes, its NUL included (sockaddr_un.sun_path); the master
+# first binds "<ControlPath>.<16 random characters>", then renames it: a ControlPath longer than
+# SUN_PATH - 1 - MUX_SUFFIX fails after the login ("unix_listener: ... too long for Unix domain socket").
+SUN_PATH = 104 if sys.platform == "darwin" else 108
+MUX_SUFFIX = 17
+SHORT_DIR = "/tmp"  # where the sockets go when the control dir's path is too long for one
 # ssh's words for failures a retry cannot change: said at once, quoted.
 _PERMANENT = ("Permission denied", "Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED",
               "Could not resolve hostname", "No such file or directory", "Bad configuration option",
               "Too many authentication failures", "no matching host key type", "Unable to negotiate",
-              "Bad owner or permissions", "command-line line", "garbage at end of line", "Invalid argument")
+              "Bad owner or permissions", "command-line line", "garbage at end of line", "Invalid argument",
+              "too long for Unix domain socket")
 
 
 class SshError(ExecutorError):
@@ -57,6 +68,34 @@ def control_dir() -> Path:
     path = Path(os.environ.get("AJET_RUNNER_SSH_CONTROL_DIR") or default)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+def fits_socket(path: Path) -> bool:
+    """Whether ssh can bind its master's socket at `path` (and the temporary name it binds first)."""
+    return len(os.fsencode(path)) + MUX_SUFFIX < SUN_PATH
+
+
+def control_path(config: str, host: str) -> Path:
+    """The master socket for `host` under `config`: in control_dir() when the path fits a socket address;
+    else (a long AJET_RUNNER_SSH_CONTROL_DIR or TMPDIR) in a short private dir under /tmp, the long dir
+    being part of the name so two control dirs never share a master. Raises when neither fits."""
+    digest = hashlib.sha1(f"{config}|{host}".encode()).hexdigest()[:20]
+    wanted = control_dir()
+    path = wanted / f"cm-{digest}"
+    if fits_socket(path):
+        return path
+    short = Path(SHORT_DIR) / f"ajet-ssh-{os.getuid()}"
+    digest = hashlib.sha1(f"{wanted}|{config}|{host}".encode()).hexdigest()[:20]
+    fallback = short / f"cm-{digest}"
+    if not fits_socket(fallback):
+        raise HostRefused(host, f"ssh {host}: no path for the master connection's socket fits a unix socket "
+                                f"address ({SUN_PATH - 1 - MUX_SUFFIX} bytes): {path}; set "
+                                "AJET_RUNNER_SSH_CONTROL_DIR to a short directory")
+    short.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log.warning("ssh control dir %s is too long for a unix socket path (%d bytes at most with ssh's "
+                "temporary suffix); the master connection for %s uses %s", wanted, SUN_PATH - 1 - MUX_SUFFIX,
+                host, fallback)
+    return fallback
 
 
 def ssh_message(stderr: str) -> str:
@@ -87,8 +126,7 @@ class SshChannel:
             raise HostRefused(host, f"ssh config {config} (AJET_RUNNER_SSH_CONFIG) does not exist")
         self.retries = retries
         self.backoff = backoff
-        digest = hashlib.sha1(f"{config}|{host}".encode()).hexdigest()[:20]
-        self.control_path = control_dir() / f"cm-{digest}"
+        self.control_path = control_path(config, host)
         self.reconnects = 0
         self._had_master = False
 
