@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,7 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
     stage: str | None = None,
     overrides: Mapping[str, Any] | None = None,
     stage_settings: Mapping[str, str] | None = None,
+    host_check: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
     """Record and enqueue the blueprint (under `exp_id` if given: an idempotency claim); returns the new
     record. Raises SubmissionRejected.
@@ -89,6 +90,8 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
     `stage` tags it (indexed with the record); `overrides` replace parts of the parsed blueprint (one
     experiment of a sweep: its result dir, purpose and values; service/stage_submit.py); `stage_settings`
     (the stage's dir and webhook URL) are written with the record, so only an accepted experiment writes them.
+    `host_check(host)` says why the ssh host the blueprint names cannot be reached by that name ("" when it
+    can): given where the submitting process's ssh config is the one the run will use (`ajet-runner run`).
     """
     named = list(dict.fromkeys(nodes or []))
     if named and node and node != named[0]:
@@ -109,6 +112,8 @@ def submit(  # noqa: C901 - each check a refusal of its own, in the order a pers
         problems.append(Problem(level=Level.error, field="exp_sweep", message=(
             "this blueprint is a sweep (its [exp_sweep] part): submit it as a stage, which makes one experiment "
             "per combination (`ajet-runner submit --stage NAME FILE`, POST /v1/stages)")))
+    if bp.exp_host and host_check is not None and (unknown := host_check(bp.exp_host)):
+        problems.append(Problem(level=Level.error, field="exp_host", message=unknown))
     if allowed_roots:
         for fld in ("exp_codebase_dir", "exp_result_dir", "exp_yaml_path", "exp_venv_exe"):
             value = bp.yaml_abspath() if fld == "exp_yaml_path" and bp.exp_yaml_path else getattr(bp, fld)

@@ -123,18 +123,22 @@ def test_a_time_limit_leaves_no_process_on_the_host(tmp_path: Path, tmux_socket:
     assert on_host(sshd, f"tmux -L {sshd.tmux} ls 2>/dev/null").strip() == ""
 
 
-def test_an_unknown_host_alias_fails_naming_it_and_runs_nothing_locally(tmp_path: Path, tmux_socket: str,
-                                                                        sshd: SshHost) -> None:
+def test_an_unknown_host_alias_is_refused_at_submission_naming_it_and_runs_nothing(tmp_path: Path, tmux_socket: str,
+                                                                                  sshd: SshHost) -> None:
     sc = make("demo", tmp_path)
     seed_blueprint(sc, "ssh no-such-gpu-box")
+    logins = sshd.logins()
     proc = run_cli(sc, ssh_env(tmux_socket, sshd, tmp_path), timeout=300)
     assert proc.returncode != 0
+    assert "blueprint rejected" in proc.stderr and "no-such-gpu-box" in proc.stderr, proc.stdout + proc.stderr
+    assert str(sshd.config) in proc.stderr  # the ssh config read, named
+    assert "Job submitted" not in proc.stdout  # refused before anything was queued
     flag = sc.flag()
     assert flag["outcome"] == "failed"
-    assert "no-such-gpu-box" in json.dumps(flag) + proc.stdout + proc.stderr
     report = (sc.results / "experiment_report.md").read_text()
-    assert "Could not resolve hostname no-such-gpu-box" in report
-    assert not (sc.results / "logs" / "attempt-1.pid").exists()
+    assert "ssh host 'no-such-gpu-box' is not a Host in the ssh config read" in report
+    assert not (sc.results / "logs").exists()  # nothing launched, here or there
+    assert sshd.logins() == logins
 
 
 @pytest.mark.parametrize(("break_it", "ssh_says"), [
