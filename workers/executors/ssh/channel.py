@@ -7,7 +7,10 @@ ports, jump hosts and known hosts work as ssh users expect; the runner adds only
 A call that fails because the link is down (ssh's exit 255 with a transport error) is retried with backoff;
 one ssh refuses for a reason a retry cannot change (a refused key, a host key mismatch, a name that does not
 resolve) raises `HostRefused` at once with ssh's own words. A dropped master is replaced by the next call
-(ControlMaster=auto); `reconnects` counts it so the watch can say so.
+(ControlMaster=auto); `reconnects` counts it so the watch can say so. A replaced master is known by its socket
+file (a new master binds a new one), looked at after each call: a check before the call missed a master
+killed between the check and the call (the call itself then became the new master), and one another
+process had already replaced.
 """
 
 from __future__ import annotations
@@ -128,7 +131,7 @@ class SshChannel:
         self.backoff = backoff
         self.control_path = control_path(config, host)
         self.reconnects = 0
-        self._had_master = False
+        self._master: tuple[int, int] | None = None  # the master's socket (inode, ctime) at the last answer
 
     def base_args(self) -> list[str]:
         """`ssh` with the config and the runner's options, up to the destination."""
@@ -166,10 +169,6 @@ class SshChannel:
         attempts = self.retries if retry else 1
         last = ""
         for n in range(attempts):
-            up = self.master_up()
-            if not up and self._had_master:
-                self.reconnects += 1
-                self._had_master = False
             try:
                 proc = subprocess.run([*self.base_args(), "bash -s"], input=script.encode() + b"\n" + stdin,
                                       capture_output=True, timeout=timeout, check=False)
@@ -179,7 +178,7 @@ class SshChannel:
                 continue
             err = proc.stderr.decode("utf-8", "replace")
             if proc.returncode != SSH_FAILED or (proc.stdout and not _transport_error(err)):
-                self._had_master = True
+                self._note_master()
                 return Result(proc.returncode, proc.stdout, err)
             last = ssh_message(err)
             if any(p in err for p in _PERMANENT):
@@ -187,6 +186,17 @@ class SshChannel:
             if n + 1 < attempts:
                 time.sleep(self.backoff * (2 ** n))
         raise HostUnreachable(self.host, f"ssh {self.host}: {last}")
+
+    def _note_master(self) -> None:
+        """Count a reconnect when the master that answered is not the one that answered last time."""
+        try:
+            st = os.stat(self.control_path)
+            master: tuple[int, int] | None = (st.st_ino, st.st_ctime_ns)
+        except OSError:
+            master = None
+        if self._master is not None and master != self._master:
+            self.reconnects += 1
+        self._master = master
 
     def close(self) -> None:
         """End the master connection (the runs on the host are not touched)."""
