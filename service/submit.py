@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,7 @@ def submit(
     stage: str | None = None,
     overrides: Mapping[str, Any] | None = None,
     stage_settings: Mapping[str, str] | None = None,
+    host_check: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
     """Record and enqueue the blueprint (under `exp_id` if given: an idempotency claim); returns the new
     record. Raises SubmissionRejected.
@@ -90,11 +91,15 @@ def submit(
     experiment of a sweep: its result dir, purpose and values; service/stage_submit.py); `stage_settings`
     (the stage's dir and webhook URL) are written with the record, so only an accepted experiment writes them.
     Each check is a refusal of its own, in the order a person reads them.
+    `host_check(host)` says why the ssh host the blueprint names cannot be reached by that name ("" when it
+    can): given where the submitting process's ssh config is the one the run will use (`ajet-runner run`).
     """
     named = list(dict.fromkeys(nodes or []))
     node = _head_node(node, named)
     bp, problems = _parse(text, overrides, check_disk)
     problems += _root_problems(bp, allowed_roots)
+    if bp.exp_host and host_check is not None and (unknown := host_check(bp.exp_host)):
+        problems.append(Problem(level=Level.error, field="exp_host", message=unknown))
     errors = [p for p in problems if p.level == Level.error]
     exp_id = exp_id or new_id()
     roots = tuple(os.path.realpath(r) for r in allowed_roots)  # every write below stays inside them

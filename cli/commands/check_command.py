@@ -29,7 +29,7 @@ from ajet_runner.statemachine.blueprint.check_document import check_document
 from ajet_runner.statemachine.blueprint.parse import load_blueprint, parse_blueprint
 from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS
 from ajet_runner.statemachine.durations import format_limit
-from ajet_runner.statemachine.models import Problem
+from ajet_runner.statemachine.models import Level, Problem
 
 SUBMITTING_ENV = "this shell (the submitting environment; a worker reads its node's own)"
 
@@ -49,8 +49,25 @@ def check_report(path: Path, sweep: list[str] | None = None, max_experiments: in
     on this shell's environment; `env_decisions` lists every decision that read a variable.
     """
     bp, problems = _load(path)
-    return check_document(bp, problems, env=os.environ, environment=SUBMITTING_ENV, sweep=sweep or (),
-                          max_experiments=max_experiments or MAX_EXPERIMENTS)
+    doc, runnable = check_document(bp, problems, env=os.environ, environment=SUBMITTING_ENV, sweep=sweep or (),
+                                   max_experiments=max_experiments or MAX_EXPERIMENTS)
+    return _check_host(doc, runnable)
+
+
+def _check_host(doc: dict[str, Any], runnable: bool) -> tuple[dict[str, Any], bool]:
+    """An ssh host this shell's ssh config cannot reach by its name is an error here, as `run` refuses it
+    (the lookup is the ssh adapter's: the state machine stays pure)."""
+    host = (doc.get("runs_on") or {}).get("host")
+    if not host:
+        return doc, runnable
+    from ajet_runner.store.settings import get_settings
+    from ajet_runner.workers.executors.ssh_hosts import unknown_host
+
+    unknown = unknown_host(host, get_settings().ssh_config)
+    if not unknown:
+        return doc, runnable
+    doc["problems"].append(Problem(level=Level.error, field="exp_host", message=unknown).model_dump(mode="json"))
+    return doc, False
 
 
 def _heading(console: Console, title: str, rest: str = "") -> None:

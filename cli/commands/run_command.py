@@ -33,6 +33,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
     from ajet_runner.service.embedded import EmbeddedRedis
     from ajet_runner.service.submit import SubmissionRejected, submit
     from ajet_runner.store.store import Store
+    from ajet_runner.workers.executors.ssh_hosts import unknown_host
 
     settings = get_settings()
     try:
@@ -65,7 +66,7 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
             return output.FAILED
         try:
             rec = submit(store, text, blueprint_path="" if str(path) == "-" else str(path.resolve()),
-                         node=node)
+                         node=node, host_check=lambda host: unknown_host(host, settings.ssh_config))
         except SubmissionRejected as exc:
             output.err(f"error: blueprint rejected: {path}")
             for p in exc.problems:

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class SshHost:
     client_key: Path
     known_hosts: Path
     tmux: str = "ajet-runner"  # the runner's tmux server name on the host (AJET_RUNNER_SSH_TMUX_SOCKET)
+    control_dir: Path | None = None  # this test's AJET_RUNNER_SSH_CONTROL_DIR (running_sshd makes a short one)
 
     @property
     def login(self) -> str:
@@ -52,6 +54,11 @@ class SshHost:
         return f"root@127.0.0.1:{self.port}"
 
     def alive(self) -> bool:
+        """Whether sshd still runs. It is this process's child: reaped here, so its zombie does not count
+        (stop_sshd used to wait its full 5 s on one after every test)."""
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(self.pid, os.WNOHANG)[0] == self.pid:
+                return False
         try:
             os.kill(self.pid, 0)
             return True
@@ -155,20 +162,30 @@ def close_masters(control_dir: Path) -> None:
 @contextlib.contextmanager
 def running_sshd(base: Path, *, private_dir: Path | None = None, control_dir: Path | None = None
                  ) -> Iterator[SshHost]:
+    """sshd, and a control dir for the runner's masters: `control_dir`, else a new short one under /tmp.
+
+    Short, because a pytest-xdist tmp_path (/tmp/pytest-of-root/pytest-N/popen-gwN/<test>0/cm/cm-<20>) plus
+    the 17 bytes ssh adds while binding passed the 108 bytes of a unix socket address: every login was
+    accepted, then the master failed (issue 35). The product now falls back to a short dir by itself
+    (channel.control_path); the tests keep their masters in their own dir to find and end them."""
+    own = control_dir is None
+    cm = Path(tempfile.mkdtemp(prefix="ajcm-", dir="/tmp")) if control_dir is None else control_dir
     host = start_sshd(base, private_dir=private_dir)
+    host.control_dir = cm
     try:
         yield host
     finally:
-        if control_dir is not None:
-            close_masters(control_dir)
+        close_masters(cm)
         stop_sshd(host)
+        if own:
+            shutil.rmtree(cm, ignore_errors=True)
 
 
 @pytest.fixture()
 def sshd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshHost]:
     """A private sshd, the client config exported as AJET_RUNNER_SSH_CONFIG, a private control dir."""
-    with running_sshd(tmp_path / "sshd", control_dir=tmp_path / "cm") as host:
+    with running_sshd(tmp_path / "sshd") as host:
         monkeypatch.setenv("AJET_RUNNER_SSH_CONFIG", str(host.config))
-        monkeypatch.setenv("AJET_RUNNER_SSH_CONTROL_DIR", str(tmp_path / "cm"))
+        monkeypatch.setenv("AJET_RUNNER_SSH_CONTROL_DIR", str(host.control_dir))
         monkeypatch.setenv("AJET_RUNNER_SSH_TMUX_SOCKET", host.tmux)
         yield host

@@ -7,15 +7,20 @@ ports, jump hosts and known hosts work as ssh users expect; the runner adds only
 A call that fails because the link is down (ssh's exit 255 with a transport error) is retried with backoff;
 one ssh refuses for a reason a retry cannot change (a refused key, a host key mismatch, a name that does not
 resolve) raises `HostRefused` at once with ssh's own words. A dropped master is replaced by the next call
-(ControlMaster=auto); `reconnects` counts it so the watch can say so.
+(ControlMaster=auto); `reconnects` counts it so the watch can say so. A replaced master is known by its socket
+file (a new master binds a new one), looked at after each call: a check before the call missed a master
+killed between the check and the call (the call itself then became the new master), and one another
+process had already replaced.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,14 +30,23 @@ from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.shell.ssh_login import LoginError, SshTarget, parse_target
 from ajet_runner.workers.executors.protocol import ExecutorError
 
+log = logging.getLogger(__name__)
+
 SSH_FAILED = 255  # ssh's own exit code for a connection or authentication failure
 CONNECT_TIMEOUT = 15
 PERSIST = 600  # seconds the master stays after its last client
+# A unix socket address holds at most this many bytes, its NUL included (sockaddr_un.sun_path); the master
+# first binds "<ControlPath>.<16 random characters>", then renames it: a ControlPath longer than
+# SUN_PATH - 1 - MUX_SUFFIX fails after the login ("unix_listener: ... too long for Unix domain socket").
+SUN_PATH = 104 if sys.platform == "darwin" else 108
+MUX_SUFFIX = 17
+SHORT_DIR = "/tmp"  # where the sockets go when the control dir's path is too long for one
 # ssh's words for failures a retry cannot change: said at once, quoted.
 _PERMANENT = ("Permission denied", "Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED",
               "Could not resolve hostname", "No such file or directory", "Bad configuration option",
               "Too many authentication failures", "no matching host key type", "Unable to negotiate",
-              "Bad owner or permissions", "command-line line", "garbage at end of line", "Invalid argument")
+              "Bad owner or permissions", "command-line line", "garbage at end of line", "Invalid argument",
+              "too long for Unix domain socket")
 
 
 class SshError(ExecutorError):
@@ -57,6 +71,34 @@ def control_dir() -> Path:
     path = Path(os.environ.get("AJET_RUNNER_SSH_CONTROL_DIR") or default)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+def fits_socket(path: Path) -> bool:
+    """Whether ssh can bind its master's socket at `path` (and the temporary name it binds first)."""
+    return len(os.fsencode(path)) + MUX_SUFFIX < SUN_PATH
+
+
+def control_path(config: str, host: str) -> Path:
+    """The master socket for `host` under `config`: in control_dir() when the path fits a socket address;
+    else (a long AJET_RUNNER_SSH_CONTROL_DIR or TMPDIR) in a short private dir under /tmp, the long dir
+    being part of the name so two control dirs never share a master. Raises when neither fits."""
+    digest = hashlib.sha1(f"{config}|{host}".encode()).hexdigest()[:20]
+    wanted = control_dir()
+    path = wanted / f"cm-{digest}"
+    if fits_socket(path):
+        return path
+    short = Path(SHORT_DIR) / f"ajet-ssh-{os.getuid()}"
+    digest = hashlib.sha1(f"{wanted}|{config}|{host}".encode()).hexdigest()[:20]
+    fallback = short / f"cm-{digest}"
+    if not fits_socket(fallback):
+        raise HostRefused(host, f"ssh {host}: no path for the master connection's socket fits a unix socket "
+                                f"address ({SUN_PATH - 1 - MUX_SUFFIX} bytes): {path}; set "
+                                "AJET_RUNNER_SSH_CONTROL_DIR to a short directory")
+    short.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log.warning("ssh control dir %s is too long for a unix socket path (%d bytes at most with ssh's "
+                "temporary suffix); the master connection for %s uses %s", wanted, SUN_PATH - 1 - MUX_SUFFIX,
+                host, fallback)
+    return fallback
 
 
 def ssh_message(stderr: str) -> str:
@@ -87,10 +129,9 @@ class SshChannel:
             raise HostRefused(host, f"ssh config {config} (AJET_RUNNER_SSH_CONFIG) does not exist")
         self.retries = retries
         self.backoff = backoff
-        digest = hashlib.sha1(f"{config}|{host}".encode()).hexdigest()[:20]
-        self.control_path = control_dir() / f"cm-{digest}"
+        self.control_path = control_path(config, host)
         self.reconnects = 0
-        self._had_master = False
+        self._master: tuple[int, int] | None = None  # the master's socket (inode, ctime) at the last answer
 
     def base_args(self) -> list[str]:
         """`ssh` with the config and the runner's options, up to the destination."""
@@ -128,10 +169,6 @@ class SshChannel:
         attempts = self.retries if retry else 1
         last = ""
         for n in range(attempts):
-            up = self.master_up()
-            if not up and self._had_master:
-                self.reconnects += 1
-                self._had_master = False
             try:
                 proc = subprocess.run([*self.base_args(), "bash -s"], input=script.encode() + b"\n" + stdin,
                                       capture_output=True, timeout=timeout, check=False)
@@ -141,7 +178,7 @@ class SshChannel:
                 continue
             err = proc.stderr.decode("utf-8", "replace")
             if proc.returncode != SSH_FAILED or (proc.stdout and not _transport_error(err)):
-                self._had_master = True
+                self._note_master()
                 return Result(proc.returncode, proc.stdout, err)
             last = ssh_message(err)
             if any(p in err for p in _PERMANENT):
@@ -149,6 +186,17 @@ class SshChannel:
             if n + 1 < attempts:
                 time.sleep(self.backoff * (2 ** n))
         raise HostUnreachable(self.host, f"ssh {self.host}: {last}")
+
+    def _note_master(self) -> None:
+        """Count a reconnect when the master that answered is not the one that answered last time."""
+        try:
+            st = os.stat(self.control_path)
+            master: tuple[int, int] | None = (st.st_ino, st.st_ctime_ns)
+        except OSError:
+            master = None
+        if self._master is not None and master != self._master:
+            self.reconnects += 1
+        self._master = master
 
     def close(self) -> None:
         """End the master connection (the runs on the host are not touched)."""
