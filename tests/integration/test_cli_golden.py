@@ -14,7 +14,11 @@ from pathlib import Path
 from string import Template
 
 import pytest
+import typer
+from click.testing import CliRunner
 
+from ajet_runner.cli.app import app
+from ajet_runner.cli.commands.help_text import tidy
 from tests.integration.scenario import CLI, make
 from tests.integration.test_api import free_port, running_server
 from tests.integration.test_cli_client import cli_env, run
@@ -94,12 +98,17 @@ def test_piped_scan_keeps_every_value_whole(redis_url, tmp_path) -> None:
 def test_followers_give_up_with_exit_3_within_the_limit(tmp_path) -> None:
     dead = cli_env(f"http://127.0.0.1:{free_port()}")
     for args in (("events", "abc", "-f"), ("logs", "abc", "-f"), ("watch", "abc")):
+        # What the same command costs when it gives up at once (start-up, imports: 1 s quiet, 20+ s at load
+        # 15), so the bound below is about the 2 s limit, not about how loaded the machine is.
+        start = time.monotonic()
+        assert run(dead, "status", "abc").returncode == 3
+        at_once = time.monotonic() - start
         start = time.monotonic()
         out = run(dead, *args, "--reconnect-limit", "2")
         took = time.monotonic() - start
         assert out.returncode == 3, (args, out.stderr)
         assert out.stderr.count("\n") == 1 and "no usable answer for 2s (limit 2s)" in out.stderr, out.stderr
-        assert 1.9 <= took < 8, (args, took)
+        assert 1.9 <= took < at_once + 8, (args, took, at_once)  # a 30 s limit would take at_once + 30
     default = run({**dead, "AJET_RUNNER_RECONNECT_LIMIT": "1"}, "events", "abc", "-f")
     assert default.returncode == 3 and "limit 1s" in default.stderr
 
@@ -134,6 +143,10 @@ def test_usage_and_conventions(tmp_path) -> None:
     for cmd in ("results", "diagnose", "check"):
         assert run(dead, cmd, str(tmp_path / "absent")).returncode == 2, cmd
     assert run(dead, "submit", "x.md", "y.md", "--idempotency-key", "k").returncode == 2
+    # Each command's help, in this process (the command `main()` builds; the root's --help above ran as a
+    # program): fourteen interpreters started only to print help were most of this test's time.
+    command = tidy(typer.main.get_command(app))
     for cmd in ("scan", "status", "stop", "logs", "events", "watch", "nodes", "scan-jobs", "stop-jobs", "drain",
                 "submit", "check", "results", "diagnose"):
-        assert "--json" in run(dead, cmd, "--help").stdout, cmd
+        shown = CliRunner().invoke(command, [cmd, "--help"], prog_name="ajet-runner", env={"COLUMNS": "200"})
+        assert shown.exit_code == 0 and "--json" in shown.output, (cmd, shown.output)

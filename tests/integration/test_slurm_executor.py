@@ -74,9 +74,9 @@ def run_group(argv: list[str], env: dict[str, str], timeout: float) -> subproces
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def start_slurm(sc: Scenario, slurm: SlurmCluster, tmux_socket: str) -> subprocess.Popen[str]:
+def start_slurm(sc: Scenario, slurm: SlurmCluster, tmux_socket: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen([*CLI, "run", "--executor", "slurm", str(sc.blueprint)],
-                            env={**env_for(tmux_socket), **slurm.env}, stdout=subprocess.PIPE,
+                            env={**env_for(tmux_socket, **env), **slurm.env}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -124,19 +124,31 @@ def test_a_run_completes_as_a_slurm_job_with_its_evaluations(tmp_path: Path, tmu
 def test_pending_time_is_shown_and_not_charged_to_the_max_time(tmp_path: Path, tmux_socket: str, redis_url: str,
                                                               slurm: SlurmCluster) -> None:
     sc = make("demo", tmp_path)
-    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2)
-    bp = sc.blueprint.read_text()
-    sc.blueprint.write_text(bp.replace("5 minutes", "1 minute"))
-    # Every GPU is taken for 70 s: charged, that wait alone would use up the minute.
-    blocker = slurm.sbatch_wrap("sleep 70", "--gres=gpu:4", "--job-name=blocker")
+    # A short training (a few seconds) under a 30 s limit: the pending wait is what would use the limit up.
+    set_yaml(sc, DEMO_YAML, n_gpus_per_node=2, step_seconds=0.3, val_seconds=0.1, startup_seconds=0.3)
+    sc.blueprint.write_text(sc.blueprint.read_text().replace("5 minutes", "0.5 minutes"))
+    max_seconds = 30
+    # Every GPU is taken until the job has waited longer than the whole limit: charged, that wait alone
+    # would use it up. Measured from when the job is seen queued, so a slow start makes it no shorter.
+    blocker = slurm.sbatch_wrap("sleep 600", "--gres=gpu:4", "--job-name=blocker")
     try:
-        proc = run_slurm(sc, slurm, tmux_socket, REDIS_URL=redis_url)  # its events stay readable afterwards
+        proc = start_slurm(sc, slurm, tmux_socket, REDIS_URL=redis_url)  # its events stay readable afterwards
+        try:
+            found = wait_for(lambda: running_job(sc, slurm), 60, "the job to be queued")
+            assert isinstance(found, list) and "PENDING" in slurm.show_job(found[0])
+            time.sleep(max_seconds + 3)
+        finally:
+            slurm.cancel(blocker)
+        try:
+            out, _ = proc.communicate(timeout=240)
+        finally:
+            end_group(proc)
     finally:
         slurm.cancel(blocker)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
     data = sc.results_json()
     assert data["outcome"] == "completed"
-    assert data["attempts"][0]["queued_seconds"] >= 30
+    assert data["attempts"][0]["queued_seconds"] > max_seconds
     messages = [e.get("message", "") for e in Store(redis.Redis.from_url(redis_url)).events.read(data["id"])]
     assert any(m.startswith("pending in SLURM: Reason=Resources") for m in messages), messages
     assert any(re.match(r"SLURM job \d+ running( on \S+)? after \d+", m) for m in messages), messages
@@ -146,6 +158,7 @@ def test_pending_time_is_shown_and_not_charged_to_the_max_time(tmp_path: Path, t
 def test_the_time_limit_leaves_no_job_and_no_process(tmp_path: Path, tmux_socket: str, slurm: SlurmCluster) -> None:
     sc = make("long_run", tmp_path)
     set_yaml(sc, "tests/bench/long_run/long_run.yaml", n_gpus_per_node=1)
+    sc.blueprint.write_text(sc.blueprint.read_text().replace("0.5 minutes", "20 seconds"))  # a few evaluations
     proc = run_slurm(sc, slurm, tmux_socket)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     data = sc.results_json()
@@ -237,7 +250,9 @@ def test_sbatch_refusing_the_job_fails_the_run_quoting_slurm(tmp_path: Path, tmu
 def test_a_scheduler_that_is_down_fails_the_run_naming_it(tmp_path: Path, tmux_socket: str,
                                                           slurm: SlurmCluster) -> None:
     down = tmp_path / "down.conf"
-    down.write_text(re.sub(r"(?m)^SlurmctldPort=\d+", "SlurmctldPort=1", slurm.conf.read_text()))
+    # SLURM's clients retry a controller they cannot reach for about MessageTimeout (10 s by default) per
+    # command; 2 s gives the same refusal sooner.
+    down.write_text(re.sub(r"(?m)^SlurmctldPort=\d+", "SlurmctldPort=1", slurm.conf.read_text()) + "MessageTimeout=2\n")
     sc = make("demo", tmp_path)
     set_yaml(sc, DEMO_YAML, n_gpus_per_node=2)
     proc = run_group([*CLI, "run", "--executor", "slurm", str(sc.blueprint)],

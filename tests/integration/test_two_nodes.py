@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ajet_runner.service.client.api_client import AjetRunnerClient, ApiError
-from tests.integration.scenario import Scenario, make, marked_processes, wait_for
+from tests.integration.scenario import Scenario, make, marked_processes, short_sim, wait_for
 from tests.integration.test_api import running_server
 from tests.integration.workers import running_worker, worker_env
 
@@ -98,6 +98,7 @@ def four_gpu_demo(tmp_path: Path, name: str, gpus: int = 4) -> Scenario:
     sc = make("demo", tmp_path / name)
     yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
     yaml_path.write_text(yaml_path.read_text().replace("n_gpus_per_node: 8", f"n_gpus_per_node: {gpus}"))
+    short_sim(sc)  # two runs one after the other: a few seconds each
     return sc
 
 
@@ -121,7 +122,7 @@ def test_capacity_waits_and_too_big_is_refused(client, redis_url, tmux_socket, t
         assert client.get(a)["gpus"] == [0, 1, 2, 3]
         seen_b = set()
         deadline = time.monotonic() + 60
-        # Until the first is collected (its GPUs are released while collecting): the demo ends in about 15 s.
+        # Until the first is collected (its GPUs are released while collecting): it ends in a few seconds.
         while state_of(client, a) not in ("collecting", "finished"):
             seen_b.add(state_of(client, b))
             assert time.monotonic() < deadline, "the first run did not finish"

