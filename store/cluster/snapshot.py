@@ -33,6 +33,8 @@ from ajet_runner.store.naming import DEFAULT_QUEUE, node_queue
 from ajet_runner.store.scripts import lua
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ajet_runner.store.store import Store
 
 # How many job ids from the head of a queue are looked at for the oldest one: `at_front` jobs
@@ -46,6 +48,9 @@ LIVE_STATES = tuple(s for s in STATE_NAMES if s not in (State.queued.value, FINI
 DETAIL_FIELDS = ("state", "purpose", "node", "started_at", "finished_at", "created_at",
                  "max_seconds", "attempt", "latest_metrics", "target_node", "nnodes")
 STATS = ("transitions", "outcomes", "repairs", "advised", "duration_sum", "result_write_failures")
+OUTCOMES = tuple(o.value for o in Outcome)
+_FINISHED_VALUES = (FINISHED, FINISHED.encode())  # a state field as Redis returns it, or already decoded
+_FINISHED_AT = DETAIL_FIELDS.index("finished_at")
 
 
 def as_text(value: Any) -> str:
@@ -132,7 +137,7 @@ def _row(exp_id: Any, values: Any, cached: Row | None) -> Row:
     return Row(raw=raw, rec=rec, started=started, end=end)
 
 
-def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:  # noqa: C901 - one pass builds every family
+def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache | None = None) -> Snapshot:
     """`cache`: the rows of the previous scrape, reused where a record's fields did not change
     (and replaced by this scrape's).
 
@@ -144,20 +149,50 @@ def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache
     per-experiment series: only their target node and age are read, for the aggregates."""
     r = store.r
     snap = Snapshot(now=now)
-    outcomes = [o.value for o in Outcome]
     keep = store.retention_seconds
     store.indexes.sweep()  # expired records out of the indexes: the counts below never include them
-    fields_get = [exp_key("*") + "->" + f for f in DETAIL_FIELDS]
+    horizon = now - finished_ttl
 
     # 1: counts per state, the live records' fields, the recently finished ids, the queued experiments'
     #    target nodes and ages, node names, counters.
     pipe = r.pipeline(transaction=False)
+    _ask_first(pipe, keep, horizon)
+    pending = _take_first(iter(pipe.execute()), snap, keep, horizon)
+    pending.queue_keys = [Queue(name, connection=r).key for name in pending.queue_names]
+
+    # 2: (a store keeping records for ever) the recently finished records' fields, node hashes, queue lengths, heads.
+    pipe = r.pipeline(transaction=False)
+    _ask_second(pipe, pending)
+    heads = _take_second(iter(pipe.execute()), snap, pending, cache)
+
+    # 3: enqueue times of the jobs at the queue heads.
+    pipe = r.pipeline(transaction=False)
+    _ask_third(pipe, heads)
+    _take_third(pipe.execute(), snap, pending.queue_names, heads)
+    return snap
+
+
+@dataclass
+class _Pending:
+    """What the first round trip found that the next two read further."""
+
+    horizon: float  # finished before it: no gauges
+    details: list[tuple[Any, Any]]  # (id, its fields) of the live records
+    recent: list[tuple[Any, Any]]  # (id, its fields); ids only (fields None) from a store keeping records for ever
+    node_names: list[str]
+    extra_outcomes: list[str]  # outcomes counted in the stats with no duration buckets read yet
+    queue_names: list[str]
+    queue_keys: list[str] = field(default_factory=list)
+
+
+def _ask_first(pipe: Any, keep: float, horizon: float) -> None:
+    fields_get = [exp_key("*") + "->" + f for f in DETAIL_FIELDS]
     for state in STATE_NAMES:
         pipe.zcard(state_index_key(state))
     for state in LIVE_STATES:
         pipe.sort(state_index_key(state), by="nosort", get=["#", *fields_get])
     if keep > 0:  # finished at t expires at t + keep: finished within the TTL = expiring after now - ttl + keep
-        pipe.eval(lua("recent_finished"), 1, EXPIRING, now - finished_ttl + keep, exp_key(""), *DETAIL_FIELDS)
+        pipe.eval(lua("recent_finished"), 1, EXPIRING, horizon + keep, exp_key(""), *DETAIL_FIELDS)
     else:
         pipe.sort(state_index_key(FINISHED), by="nosort", get=["#", exp_key("*") + "->finished_at"])
     pipe.sort(state_index_key(State.queued.value), by="nosort",
@@ -165,54 +200,85 @@ def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache
     pipe.smembers(NODES)
     for name in STATS:
         pipe.hgetall(stats_key(name))
-    for outcome in outcomes:
+    for outcome in OUTCOMES:
         pipe.hgetall(duration_bucket_key(outcome))
-    res = iter(pipe.execute())
-    for state in STATE_NAMES:
-        snap.states[state] = int(next(res))
-    width = len(DETAIL_FIELDS) + 1
-    details: list[tuple[Any, Any]] = []
-    for _ in LIVE_STATES:
-        flat = next(res)
-        details += [(flat[k], flat[k + 1: k + width]) for k in range(0, len(flat), width)]
-    horizon = now - finished_ttl
-    recent: list[tuple[Any, Any]] = []  # (id, its fields); ids only (fields None) from a store keeping records for ever
-    flat = next(res)
-    if keep > 0:
-        recent = [(flat[k], flat[k + 1: k + width]) for k in range(0, len(flat), width)]
-    else:
-        recent = [(i, None) for i, at in zip(flat[0::2], flat[1::2], strict=True) if (as_num(at) or 0.0) >= horizon]
-    flat = next(res)
-    snap.queued = [(as_text(node), as_num(created) or now) for node, created in zip(flat[0::2], flat[1::2], strict=True)
-                   if created is not None]
-    node_names = sorted(as_text(n) for n in next(res))
-    snap.stats = {name: _hash(next(res)) for name in STATS}
-    snap.buckets = {o: _hash(next(res)) for o in outcomes}
-    extra_outcomes = [o for o in snap.stats["outcomes"] if o not in snap.buckets]
-    queue_names = [DEFAULT_QUEUE, *(node_queue(n) for n in node_names)]
-    queue_keys = [Queue(name, connection=r).key for name in queue_names]
 
-    # 2: (a store keeping records for ever) the recently finished records' fields, node hashes, queue lengths, heads.
-    pipe = r.pipeline(transaction=False)
-    for i, values in recent:
+
+def _take_first(res: Iterator[Any], snap: Snapshot, keep: float, horizon: float) -> _Pending:
+    snap.states = {state: int(next(res)) for state in STATE_NAMES}
+    details = [pair for _ in LIVE_STATES for pair in _records(next(res))]
+    flat = next(res)
+    recent = _records(flat) if keep > 0 else _finished_ids(flat, horizon)
+    snap.queued = _queued(next(res), snap.now)
+    node_names = sorted(as_text(n) for n in next(res))
+    _take_counters(res, snap)
+    return _Pending(horizon=horizon, details=details, recent=recent, node_names=node_names,
+                    extra_outcomes=[o for o in snap.stats["outcomes"] if o not in snap.buckets],
+                    queue_names=[DEFAULT_QUEUE, *(node_queue(n) for n in node_names)])
+
+
+def _take_counters(res: Iterator[Any], snap: Snapshot) -> None:
+    snap.stats = {name: _hash(next(res)) for name in STATS}
+    snap.buckets = {o: _hash(next(res)) for o in OUTCOMES}
+
+
+def _records(flat: list[Any]) -> list[tuple[Any, Any]]:
+    """(id, its fields) from a SORT … GET # GET field… reply (or the recent_finished script's)."""
+    width = len(DETAIL_FIELDS) + 1
+    return [(flat[k], flat[k + 1: k + width]) for k in range(0, len(flat), width)]
+
+
+def _finished_ids(flat: list[Any], horizon: float) -> list[tuple[Any, None]]:
+    """The ids finished since `horizon`, from a SORT … GET # GET finished_at reply; their fields come later."""
+    return [(i, None) for i, at in zip(flat[0::2], flat[1::2], strict=True) if (as_num(at) or 0.0) >= horizon]
+
+
+def _queued(flat: list[Any], now: float) -> list[tuple[str, float]]:
+    """(target node, created_at) of each queued experiment still there, from a SORT … GET reply."""
+    return [(as_text(node), as_num(created) or now) for node, created in zip(flat[0::2], flat[1::2], strict=True)
+            if created is not None]
+
+
+def _ask_second(pipe: Any, pending: _Pending) -> None:
+    for i, values in pending.recent:
         if values is None:
             pipe.hmget(exp_key(as_text(i)), *DETAIL_FIELDS)
-    for n in node_names:
+    for n in pending.node_names:
         pipe.hgetall(node_key(n))
-    for key in queue_keys:
+    for key in pending.queue_keys:
         pipe.llen(key)
         pipe.lrange(key, 0, QUEUE_HEAD_SCAN - 1)
-    for o in extra_outcomes:
+    for o in pending.extra_outcomes:
         pipe.hgetall(duration_bucket_key(o))
-    res = iter(pipe.execute())
-    finished = (FINISHED, FINISHED.encode())
+
+
+def _take_second(res: Iterator[Any], snap: Snapshot, pending: _Pending,
+                 cache: RowCache | None) -> list[tuple[int, list[str]]]:
+    """Fills rows, experiments, nodes and the extra buckets; returns each queue's (length, head job ids)."""
+    details = pending.details + _finished_recently(res, pending.recent, pending.horizon)
+    _keep_rows(snap, details, cache)
+    for n in pending.node_names:
+        raw = next(res)
+        snap.nodes[n] = _node_info(raw) if raw else None
+    heads = [(int(next(res)), [as_text(j) for j in next(res)]) for _ in pending.queue_keys]
+    for o in pending.extra_outcomes:
+        snap.buckets[o] = _hash(next(res))
+    return heads
+
+
+def _finished_recently(res: Iterator[Any], recent: list[tuple[Any, Any]], horizon: float) -> list[tuple[Any, Any]]:
+    """The recent ids whose record is still there, finished, and finished since `horizon`: the schedule is
+    when the record expires, the record's own finish time decides (a record gone or not finished any more
+    is left out). Fields not read yet are the next replies in `res`."""
+    out = []
     for exp_id, values in recent:
-        if values is None:
-            values = next(res)
-        # The schedule is when the record expires; the record's own finish time decides (and a record gone
-        # or not finished any more is left out).
-        if values[0] in finished and (as_num(values[DETAIL_FIELDS.index("finished_at")]) or 0.0) >= horizon:
-            details.append((exp_id, values))
+        fields = next(res) if values is None else values
+        if fields[0] in _FINISHED_VALUES and (as_num(fields[_FINISHED_AT]) or 0.0) >= horizon:
+            out.append((exp_id, fields))
+    return out
+
+
+def _keep_rows(snap: Snapshot, details: list[tuple[Any, Any]], cache: RowCache | None) -> None:
     previous = cache.rows if cache is not None else {}
     kept: dict[Any, Row] = {}
     for exp_id, values in details:
@@ -223,28 +289,25 @@ def read_snapshot(store: Store, finished_ttl: float, now: float, cache: RowCache
         snap.experiments.append(row.rec)
     if cache is not None:
         cache.rows = kept  # experiments gone since the last scrape drop out
-    for n in node_names:
-        raw = next(res)
-        snap.nodes[n] = _node_info(raw) if raw else None
-    heads = []
-    for _ in queue_keys:
-        heads.append((int(next(res)), [as_text(j) for j in next(res)]))
-    for o in extra_outcomes:
-        snap.buckets[o] = _hash(next(res))
 
-    # 3: enqueue times of the jobs at the queue heads.
-    pipe = r.pipeline(transaction=False)
+
+def _ask_third(pipe: Any, heads: list[tuple[int, list[str]]]) -> None:
     for _, job_ids in heads:
         for j in job_ids:
             pipe.hget(Job.key_for(j), "enqueued_at")
-    out = pipe.execute()
+
+
+def _take_third(out: list[Any], snap: Snapshot, queue_names: list[str], heads: list[tuple[int, list[str]]]) -> None:
     pos = 0
     for name, (count, job_ids) in zip(queue_names, heads, strict=True):
-        times = [_enqueued_at(v) for v in out[pos: pos + len(job_ids)]]
+        snap.queues[name] = (count, _oldest(out[pos: pos + len(job_ids)]))
         pos += len(job_ids)
-        known = [t for t in times if t is not None]
-        snap.queues[name] = (count, min(known) if known else None)
-    return snap
+
+
+def _oldest(replies: list[Any]) -> float | None:
+    """The earliest enqueue time among a queue head's jobs (None: none known)."""
+    known = [t for t in (_enqueued_at(v) for v in replies) if t is not None]
+    return min(known) if known else None
 
 
 def _node_info(raw: dict[bytes, bytes]) -> dict[str, Any]:

@@ -14,12 +14,10 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARE_CEILING = 9.3  # % of functions above 10 (issue 40's goal: under 5)
+SHARE_CEILING = 9.0  # % of functions above 10 (issue 40's goal: under 5)
 HIGHEST = 25  # no function above this ...
 # ... but these, each split by whoever owns its package (then the entry goes):
-ABOVE_HIGHEST = {
-    ("store/snapshot.py", "read_snapshot"): 53,  # store/ is being split by concern (issue 40, item 3)
-}
+ABOVE_HIGHEST: dict[tuple[str, str], int] = {}  # (path, name) -> its complexity now
 
 
 def _script() -> ModuleType:

@@ -125,51 +125,68 @@ def _evaluations(c: ReportContext) -> list[str]:
 
 def _evaluation_table(c: ReportContext) -> list[str]:
     if not c.evals:
-        lines = ["**No evaluation was recorded.**", ""]
-        hint = "This run wrote no validation result and its log has no validation metrics line"
-        if c.data.train_steps:
-            hint += f" although {c.data.train_steps} training steps were logged"
-        hint += (
-            " — check `ajet.trainer_common.test_freq`, `val_before_train` and"
-            " `val_print_to_markdown_file_path` in the YAML as run, and the log below."
-        )
-        return lines + [hint]
+        return _no_evaluation(c.data.train_steps)
     metrics = table_metrics(c.evals)
     base = baselines(c.evals)
     by_attempt = len({e.attempt for e in c.evals if e.attempt is not None}) > 1
-    header = ["step", "attempt", "dataset"] if by_attempt else ["step", "dataset"]
-    for m in metrics:
-        header.append(m)
-        if m in DELTA_METRICS:
-            header.append(f"Δ {m}")
-    rows: list[list[Any]] = []
-    for e in c.evals:
-        row: list[Any] = [str(e.step) if e.step is not None else NA, md_cell(e.dataset or "–")]
-        if by_attempt:
-            row.insert(1, str(e.attempt) if e.attempt is not None else NA)
-        for m in metrics:
-            row.append(fmt_value(e.metrics.get(m), m))
-            if m in DELTA_METRICS:
-                row.append("baseline" if e is base.get(e.dataset) else fmt_delta(delta(e, base.get(e.dataset), m)))
-        rows.append(row)
+    rows = [_evaluation_row(e, metrics, base, by_attempt) for e in c.evals]
     lines = _headline(c)
     lines += ["", "Every evaluation, in step order. Δ is the change since the dataset's step 0"
               " (or its first evaluation when there is no step 0).", ""]
     if by_attempt:
         lines += ["The curve follows the attempts as the trainer did: a resumed attempt continues it from its "
                   "checkpoint's step; a restarted one replaces what came before (see Attempts).", ""]
+    lines += _step_unit_changes(c.data.repairs)
+    lines += table(_evaluation_header(metrics, by_attempt), rows)
+    return lines + _superseded(c.data.superseded_evaluations)
+
+
+def _step_unit_changes(repairs: list[RepairRecord]) -> list[str]:
+    """A relaunch that changed the step unit: the steps before and after it do not compare."""
     units = [f"**From attempt {r.attempt + 1} on, the step unit changed** ({md_cell(line, 600)})."
-             for r in c.data.repairs if r.relaunched for line in r.changes if line.startswith("step unit changed")]
-    if units:
-        lines += [*units, ""]
-    lines += table(header, rows)
-    gone = c.data.superseded_evaluations
-    if gone:
-        lines += ["", f"{len(gone)} evaluation(s) of earlier attempts are not in the curve: "
-                  + "; ".join(dict.fromkeys(f"attempt {g.get('attempt', NA)}, step {g.get('step', NA)}: "
-                                            f"{md_cell(g.get('why', ''))}" for g in gone[:12]))
-                  + (" …" if len(gone) > 12 else "") + " (all in results.json: superseded_evaluations)."]
-    return lines
+             for r in repairs if r.relaunched for line in r.changes if line.startswith("step unit changed")]
+    return [*units, ""] if units else []
+
+
+def _no_evaluation(train_steps: int) -> list[str]:
+    hint = "This run wrote no validation result and its log has no validation metrics line"
+    if train_steps:
+        hint += f" although {train_steps} training steps were logged"
+    hint += (
+        " — check `ajet.trainer_common.test_freq`, `val_before_train` and"
+        " `val_print_to_markdown_file_path` in the YAML as run, and the log below."
+    )
+    return ["**No evaluation was recorded.**", "", hint]
+
+
+def _evaluation_header(metrics: list[str], by_attempt: bool) -> list[str]:
+    header = ["step", "attempt", "dataset"] if by_attempt else ["step", "dataset"]
+    for m in metrics:
+        header.append(m)
+        if m in DELTA_METRICS:
+            header.append(f"Δ {m}")
+    return header
+
+
+def _evaluation_row(e: Eval, metrics: list[str], base: dict[str, Eval], by_attempt: bool) -> list[Any]:
+    row: list[Any] = [str(e.step) if e.step is not None else NA, md_cell(e.dataset or "–")]
+    if by_attempt:
+        row.insert(1, str(e.attempt) if e.attempt is not None else NA)
+    for m in metrics:
+        row.append(fmt_value(e.metrics.get(m), m))
+        if m in DELTA_METRICS:
+            row.append("baseline" if e is base.get(e.dataset) else fmt_delta(delta(e, base.get(e.dataset), m)))
+    return row
+
+
+def _superseded(gone: list[dict[str, Any]]) -> list[str]:
+    """The evaluations of earlier attempts left out of the curve (a restart replaced them), the first 12 named."""
+    if not gone:
+        return []
+    return ["", f"{len(gone)} evaluation(s) of earlier attempts are not in the curve: "
+            + "; ".join(dict.fromkeys(f"attempt {g.get('attempt', NA)}, step {g.get('step', NA)}: "
+                                      f"{md_cell(g.get('why', ''))}" for g in gone[:12]))
+            + (" …" if len(gone) > 12 else "") + " (all in results.json: superseded_evaluations)."]
 
 
 def _best_final(c: ReportContext) -> list[str]:
@@ -217,27 +234,35 @@ def _attempts(c: ReportContext) -> list[str]:
     d = c.data
     if not d.attempts:
         return ["The command was never launched."]
-    rows = []
     starts = {s.get("attempt"): s for s in d.attempt_starts if isinstance(s, dict)}
-    for a in d.attempts:
-        dur = None if a.ended_at is None else a.ended_at - a.started_at
-        rows.append([
-            str(a.number), fmt_time(a.started_at), fmt_time(a.ended_at) if a.ended_at is not None else "running",
-            fmt_duration(dur), _start_cell(a, starts.get(a.number)),
-            NA if a.exit_code is None else str(a.exit_code), md_cell(a.end_reason or NA),
-            path_link(a.log_path, d.result_dir) if a.log_path else NA,
-        ])
+    rows = [_attempt_row(a, starts.get(a.number), d.result_dir) for a in d.attempts]
     lines = table(["#", "started", "ended", "duration", "from step", "exit code", "end", "log"], rows)
-    names = list(dict.fromkeys(a.experiment_name for a in d.attempts if a.experiment_name))
-    if names:
-        lines += ["", "Experiment name (as AgentJet logged it): " + ", ".join(
-            f"{code_span(n)} (attempt{'s' if len(at) > 1 else ''} {', '.join(at)})"
-            for n in names for at in [[str(a.number) for a in d.attempts if a.experiment_name == n]])]
+    lines += _experiment_names(d.attempts)
     checks = [f"- attempt {a.number}: {md_cell(a.gpu_check, 600)}" for a in d.attempts if a.gpu_check]
     if checks:
         lines += ["", "The runner's own GPU check before launch:", "", *checks]
     lines += _environments(d.attempts)
     return lines + _commands(d) + _unscanned(d.attempts)
+
+
+def _attempt_row(a: AttemptInfo, start: dict[str, Any] | None, result_dir: str) -> list[str]:
+    dur = None if a.ended_at is None else a.ended_at - a.started_at
+    return [
+        str(a.number), fmt_time(a.started_at), fmt_time(a.ended_at) if a.ended_at is not None else "running",
+        fmt_duration(dur), _start_cell(a, start),
+        NA if a.exit_code is None else str(a.exit_code), md_cell(a.end_reason or NA),
+        path_link(a.log_path, result_dir) if a.log_path else NA,
+    ]
+
+
+def _experiment_names(attempts: list[AttemptInfo]) -> list[str]:
+    """The experiment names AgentJet logged, each with the attempts that used it."""
+    names = list(dict.fromkeys(a.experiment_name for a in attempts if a.experiment_name))
+    if not names:
+        return []
+    return ["", "Experiment name (as AgentJet logged it): " + ", ".join(
+        f"{code_span(n)} (attempt{'s' if len(at) > 1 else ''} {', '.join(at)})"
+        for n in names for at in [[str(a.number) for a in attempts if a.experiment_name == n]])]
 
 
 def _commands(d: ReportData) -> list[str]:
