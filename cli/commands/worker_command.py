@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 from typing import Any
 
 import typer
@@ -152,11 +151,14 @@ def register(app: typer.Typer) -> None:
 
             serve_worker_metrics(sup, port, metrics_host or settings.metrics_host)
 
-        def stop(*_: Any) -> None:
-            sup.stopping.set()
+        from ajet_runner.workers.node.stop_signals import StopSignals
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        def watcher_pid() -> int | None:
+            proc = sup.watcher
+            return proc.pid if proc is not None and proc.returncode is None else None
+
+        # Not a handler that sets sup.stopping: one signal's handler inside another's lock hung the worker.
+        StopSignals(sup.stopping, watcher_pid).install()
         sup.run()
         for thread in outbox:
             thread.join(10)  # what is due now still gets its chance (workers/notify/deliverer.py DRAIN_SECONDS)
