@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import typer
@@ -28,7 +28,6 @@ from rich.markup import escape
 
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.output import FAILED, INTERRUPTED, OK, UNREACHABLE, USAGE, echo_json, err, print_table
-from ajet_runner.service.client.answers import StageSubmission
 from ajet_runner.service.client.api_client import (
     DEFAULT_URL,
     RECONNECT_LIMIT,
@@ -43,6 +42,9 @@ from ajet_runner.service.client.api_client import (
 from ajet_runner.statemachine.durations import format_duration, format_progress
 from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.statemachine.metric_vocabulary import HEADLINE_METRIC
+
+if TYPE_CHECKING:  # a type only: `scan` and the other light commands never load pydantic
+    from ajet_runner.service.client.answers import StageSubmission
 
 URL_OPTION = typer.Option(DEFAULT_URL, "--url", envvar="AJET_RUNNER_URL", help="the API's base URL")
 TOKEN_OPTION = typer.Option("", "--token", envvar="AJET_RUNNER_TOKEN", show_envvar=False,

@@ -20,7 +20,7 @@ def store(redis_url: str) -> Store:
 
 
 def _call(store: Store, exp_id: str, fields: dict[str, str]) -> tuple[list[str], list[object]]:
-    return store._transition_call(exp_id, expected_version=None, fields=fields, event={"type": "transition"})
+    return store.records._transition_call(exp_id, expected_version=None, fields=fields, event={"type": "transition"})
 
 
 def test_a_state_named_by_the_caller_gets_its_index_without_a_change_to_the_script(store: Store) -> None:
@@ -45,7 +45,7 @@ def test_keys_that_do_not_match_the_names_are_refused_before_any_write(store: St
 
 def test_an_outcome_counted_without_its_buckets_key_is_refused(store: Store) -> None:
     store.records.create("e1", {"state": "collecting"}, {})
-    keys, args = store._transition_call("e1", expected_version=None, fields={"state": "finished"},
+    keys, args = store.records._transition_call("e1", expected_version=None, fields={"state": "finished"},
                                         event={"type": "transition"},
                                         stats={"transition": "collecting>finished", "outcome": "vanished",
                                                "duration": 1.0})
