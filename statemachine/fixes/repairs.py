@@ -147,12 +147,18 @@ class _Resolver:
         self.notes.append(text)
         self.skipped.append(text)
 
-    def set_yaml(self, action: RepairAction) -> None:
+    def _yaml_reachable(self, action: RepairAction) -> bool:
+        """Whether a YAML change of `action` can reach the launcher; skipped with the reason when not."""
         if not action.key:
             self.skip(action, "no YAML key given")
-            return
+            return False
         if self.yaml_unreached:
             self.skip(action, self.yaml_unreached)
+            return False
+        return True
+
+    def set_yaml(self, action: RepairAction) -> None:
+        if not self._yaml_reachable(action):
             return
         current = get_dotted(self.data, action.key, MISSING)
         if action.factor is not None and current is not MISSING:
@@ -183,11 +189,7 @@ class _Resolver:
             self.did(note)
 
     def unset_yaml(self, action: RepairAction) -> None:
-        if not action.key:
-            self.skip(action, "no YAML key given")
-            return
-        if self.yaml_unreached:
-            self.skip(action, self.yaml_unreached)
+        if not self._yaml_reachable(action):
             return
         current = get_dotted(self.data, action.key, MISSING)
         if current is MISSING:
