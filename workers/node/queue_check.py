@@ -4,7 +4,7 @@ for an absent node reported.
 Every node used to read the whole queue and fetch each queued RQ job every scan (98 ms and 697 kB per
 scan per node at 1,000 queued; one Redis core full at ~49 nodes during a 2,000-run sweep). Now the
 supervisors elect one holder with a Redis lease (store/lease.py): it alone looks, and a Lua script
-(store/queue_suspects.lua) hands it only the records whose job is not waiting in its queue, so even its
+(store/per_experiment/queue_health.py) hands it only the records whose job is not waiting in its queue, so even its
 look costs bytes in proportion to what is wrong, not to what is queued. The others renew nothing and
 read nothing here: one round trip a scan to learn the lease is held. When the holder dies the lease
 lapses and the next supervisor to scan takes over.
