@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from ajet_runner.service.submit import submit
+from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.store.redis_server import EmbeddedRedis
 from ajet_runner.store.store import Store
 from ajet_runner.workers.node.stop_signals import STOP_DEADLINE_SECONDS
@@ -104,7 +105,7 @@ def test_a_stop_stuck_on_redis_and_on_its_watcher_ends_at_the_deadline(own_redis
         proc.send_signal(signal.SIGTERM)
         assert ended_within(proc, STOP_DEADLINE_SECONDS + scaled(STARTED)) == 1
         text = log.read_text()
-        assert f"still running {STOP_DEADLINE_SECONDS:.0f} s after the stop signal: exiting now" in text
+        assert f"still running {format_duration(STOP_DEADLINE_SECONDS)} after the stop signal: exiting now" in text
         assert "Thread" in text  # the stacks, to see what hung
         assert psutil.wait_procs([watcher], timeout=scaled(STARTED))[1] == []
     finally:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import logging
 import os
 import select
 import signal
@@ -24,6 +25,8 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+
+from ajet_runner.statemachine.durations import format_duration
 
 STOP_DEADLINE_SECONDS = 15.0
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -56,8 +59,8 @@ class StopSignals:
             timeout = None if not first else max(0.0, first + self.deadline - time.monotonic())
             ready, _, _ = select.select([self._reader], [], [], timeout)
             if not ready:
-                _say(f"worker: still running {self.deadline:.0f} s after the stop signal: exiting now; "
-                     "the threads were:\n")
+                _say(logging.ERROR, f"worker: still running {format_duration(self.deadline)} after the stop signal: "
+                     "exiting now; the threads were:")
                 faulthandler.dump_traceback(all_threads=True)
                 self._exit(1)
             for signum in self._reader.recv(64):
@@ -65,11 +68,11 @@ class StopSignals:
                     continue
                 name = signal.Signals(signum).name
                 if first:
-                    _say(f"worker: second stop signal ({name}): exiting now\n")
+                    _say(logging.WARNING, f"worker: second stop signal ({name}): exiting now")
                     self._exit(128 + signum)
                 first = time.monotonic()
-                _say(f"worker: {name}: stopping (the watcher's runs are handed back; a second SIGTERM/SIGINT "
-                     f"exits at once; at most {self.deadline:.0f} s)\n")
+                _say(logging.INFO, f"worker: {name}: stopping (the watcher's runs are handed back; a second "
+                     f"SIGTERM/SIGINT exits at once; at most {format_duration(self.deadline)})")
                 self.stopping.set()
 
     def _exit(self, code: int) -> None:
@@ -80,7 +83,14 @@ class StopSignals:
         os._exit(code)
 
 
-def _say(text: str) -> None:
-    """Straight to stderr: a logging handler's lock may be held by the stuck thread."""
+def _say(level: int, text: str) -> None:
+    """A line on stderr in the worker's log format (text or JSON lines), without taking a lock: the stuck thread
+    may hold a logging handler's. The root handler's filter and formatter are lock-free; its emit is not."""
+    record = logging.LogRecord(__name__, level, __file__, 0, text, None, None)
+    line = text
+    for handler in logging.getLogger().handlers[:1]:
+        with contextlib.suppress(Exception):
+            handler.filter(record)  # the component, node and context fields
+            line = handler.format(record)
     with contextlib.suppress(OSError):
-        os.write(2, text.encode())
+        os.write(2, (line + "\n").encode())
