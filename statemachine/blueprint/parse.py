@@ -35,12 +35,12 @@ from ajet_runner.statemachine.blueprint.checks import (
     validate_blueprint,
 )
 from ajet_runner.statemachine.blueprint.command_field import CommandRead, Piece, read_command
-from ajet_runner.statemachine.blueprint.doc import Doc, dedent, parse_doc, unwrap
+from ajet_runner.statemachine.blueprint.doc import Block, Doc, dedent, parse_doc, unwrap
 from ajet_runner.statemachine.blueprint.host import FIELD as HOST_FIELD
 from ajet_runner.statemachine.blueprint.host import resolve_host
 from ajet_runner.statemachine.blueprint.parse_deadline import ParseDeadline
 from ajet_runner.statemachine.blueprint.parse_deadline import check as check_deadline
-from ajet_runner.statemachine.blueprint.swarm_blueprint import no_server_refusal, split_swarm_command
+from ajet_runner.statemachine.blueprint.swarm_blueprint import SwarmSplit, no_server_refusal, split_swarm_command
 from ajet_runner.statemachine.blueprint.sweep import SWEEP_FIELD
 from ajet_runner.statemachine.blueprint.tags import NOTES, label_at, late_tag, line_head, match_tag, tag_at
 from ajet_runner.statemachine.blueprint.values import (
@@ -189,6 +189,11 @@ def _find_markers(doc: Doc, state: _Parse) -> list[_Marker]:
         marker = _marker_at(doc, i, line.strip())
         if marker is not None:
             markers.append(marker)
+    return _tags_win(markers)
+
+
+def _tags_win(markers: list[_Marker]) -> list[_Marker]:
+    """A part opened by its tag anywhere outranks the same part found only by its label."""
     tagged = {m.field for m in markers if m.by_tag}
     return [m for m in markers if m.by_tag or m.field not in tagged]
 
@@ -204,17 +209,24 @@ def _marker_at(doc: Doc, i: int, rest: str) -> _Marker | None:
         style, (indent, numbered, rest) = "list", listed
     elif rest.startswith("|"):
         return _table_marker(i, rest)
-    structural = style == "heading" or numbered or rest.startswith(("**", "__"))
+    named = _part_named(rest, style, structural=style == "heading" or numbered or rest.startswith(("**", "__")))
+    if named is None:
+        return None
+    hit, by_tag = named
+    return _Marker(i, hit[0], style, level, indent, numbered, hit[1], by_tag, skip)
+
+
+def _part_named(rest: str, style: str, structural: bool) -> tuple[tuple[str, str], bool] | None:
+    """The (field, text after the name) a line's text opens, and whether by its tag; a structural line
+    (heading, numbered item, bold start) may carry the tag at its end and its label without a colon."""
     head = line_head(rest)
     hit = tag_at(head, strict=style == "plain" and rest[:1] not in "*_`")
     if hit is None and structural:
         hit = late_tag(rest)  # "## 1. 实验目的 [exp_purpose]"
-    by_tag = hit is not None
-    if hit is None:
-        hit = label_at(head, colon=not structural)
-    if hit is None:
-        return None
-    return _Marker(i, hit[0], style, level, indent, numbered, hit[1], by_tag, skip)
+    if hit is not None:
+        return hit, True
+    hit = label_at(head, colon=not structural)
+    return None if hit is None else (hit, False)
 
 
 def _table_marker(i: int, rest: str) -> _Marker | None:
@@ -234,25 +246,30 @@ def _section_end(doc: Doc, m: _Marker, stop: int, last: bool) -> int:
     has_content = bool(m.inline)
     blank_seen = False
     for j in range(m.line + m.skip, stop):
-        line = doc.lines[j]
         if doc.code[j]:
             has_content, blank_seen = True, False
-            continue
-        if not line.strip():
+        elif not doc.lines[j].strip():
             blank_seen = True
-            continue
-        level = doc.heading[j]
-        if level and (m.style != "heading" or level <= m.level):
+        elif _closes_section(doc, m, j, after_gap=last and blank_seen and has_content):
             return j
-        if m.style == "list":
-            listed = _list_line(doc, j)
-            if listed is not None and listed[0] <= m.indent and listed[1] == m.numbered:
-                return j
-        if (last and m.style != "heading" and blank_seen and has_content
-                and len(line) - len(line.lstrip()) <= m.indent):
-            return j  # text after the last inline part, past a blank line, is not part of it
-        has_content, blank_seen = True, False
+        else:
+            has_content, blank_seen = True, False
     return stop
+
+
+def _closes_section(doc: Doc, m: _Marker, j: int, after_gap: bool) -> bool:
+    """Whether text line `j` starts what follows `m`'s section: a heading at its level or above, a sibling
+    list item, or (`after_gap`: the last part, past a blank line after its content) text not indented deeper."""
+    level = doc.heading[j]
+    if level and (m.style != "heading" or level <= m.level):
+        return True
+    if m.style == "list":
+        listed = _list_line(doc, j)
+        if listed is not None and listed[0] <= m.indent and listed[1] == m.numbered:
+            return True
+    line = doc.lines[j]
+    # text after the last inline part, past a blank line, is not part of it
+    return after_gap and m.style != "heading" and len(line) - len(line.lstrip()) <= m.indent
 
 
 def _has_tags(lines: list[str]) -> bool:
@@ -310,6 +327,15 @@ def _field_items(doc: Doc, fld: str, start: int, end: int) -> tuple[list[_Item],
     lst = doc.list_of.get(j)
     if lst is None or j >= end:
         return None
+    items = _key_items(doc, lst, end)
+    keys = _VALUE_KEYS.get(fld, frozenset())
+    if not items or not (_is_swarm_list(fld, items) or any(it.base in keys for it in items)):
+        return None
+    return items, min(lst.end, end)
+
+
+def _key_items(doc: Doc, lst: Block, end: int) -> list[_Item]:
+    """The `key: value` items of list `lst` before `end`; none when one of its items is not `key: value`."""
     items: list[_Item] = []
     for block in lst.children:
         if block.kind != "item" or block.start >= end:
@@ -317,13 +343,9 @@ def _field_items(doc: Doc, fld: str, start: int, end: int) -> tuple[list[_Item],
         listed = _list_line(doc, block.start)
         kv = _key_of(listed[2]) if listed is not None else None
         if kv is None:
-            return None
+            return []
         items.append(_Item(kv[0], kv[1], kv[2], block.start, min(block.end, end)))
-    keys = _VALUE_KEYS.get(fld, frozenset())
-    swarm = fld == "exp_launch_command" and any(it.base in _SERVER_KEYS | _CLIENT_KEYS for it in items)
-    if not items or not (swarm or any(it.base in keys for it in items)):
-        return None
-    return items, min(lst.end, end)
+    return items
 
 
 def _item_rest(doc: Doc, item: _Item) -> list[int]:
@@ -355,11 +377,11 @@ def _heading_suffix(text: str) -> bool:
 
 def _read_fields(state: _Parse, m: _Marker, items: list[_Item], list_end: int, end: int) -> None:
     doc, fld = state.doc, m.field
-    keys = _VALUE_KEYS.get(fld, frozenset())
     if m.inline.strip():
         state.note(m.line, fld, m.inline)  # a heading suffix, or a label before the bullets
-    swarm = fld == "exp_launch_command" and any(it.base in _SERVER_KEYS | _CLIENT_KEYS for it in items)
-    values = [it for it in items if (it.base in (_SERVER_KEYS | _CLIENT_KEYS) if swarm else it.base in keys)]
+    swarm = _is_swarm_list(fld, items)
+    wanted = (_SERVER_KEYS | _CLIENT_KEYS) if swarm else _VALUE_KEYS.get(fld, frozenset())
+    values = [it for it in items if it.base in wanted]
     chosen = set(values)
     for it in items:
         if it not in chosen:
@@ -369,9 +391,19 @@ def _read_fields(state: _Parse, m: _Marker, items: list[_Item], list_end: int, e
         state.note(list_end, fld, rest)
     if swarm:
         _read_swarm_bullets(state, values)
-        return
-    if not values:
-        return
+    elif values:
+        _read_value_fields(state, fld, values, items)
+
+
+def _is_swarm_list(fld: str, items: list[_Item]) -> bool:
+    """A launch command written as `- server:`/`- client:` bullets (swarm mode) rather than one value."""
+    return fld == "exp_launch_command" and any(it.base in _SERVER_KEYS | _CLIENT_KEYS for it in items)
+
+
+def _read_value_fields(state: _Parse, fld: str, values: list[_Item], items: list[_Item]) -> None:
+    """The part's value from its value bullets (`values`, not empty); more than one is an error except
+    where the part joins them (the purpose) or reads them together (the time limit)."""
+    doc = state.doc
     if fld == "exp_purpose":
         state.values[fld] = "\n".join(_value_lines(doc, it) for it in values)
         return
@@ -466,36 +498,41 @@ def _read_text_section(state: _Parse, m: _Marker, start: int, end: int) -> None:
     raw = f"{inline}\n{dedent(body)}".strip("\n") if inline else dedent(body).strip("\n")
     if fld == NOTES:
         state.notes.append((m.line, extract_text(raw, NOTES)))
-        return
-    if fld in _PATH_FIELDS:
-        state.path_sections[fld] = seen = state.path_sections.get(fld, 0) + 1
-        if seen > PATH_PART_SECTIONS:
-            state.note(m.line, fld, raw.strip())
-            return
-        _keep_path(state, fld, m.line, raw)
-        if not state.yaml_na or fld != "exp_yaml_path":
-            state.note(m.line, fld, notes_under_path(raw, fld))
+    elif fld in _PATH_FIELDS:
+        _read_path_text(state, fld, m.line, raw)
     elif fld in _COMMAND_FIELDS:
         _keep_command(state, fld, m.line, read_command(inline, _pieces(doc, start, end), fld))
-    elif fld == "exp_max_time":  # the first-step clause must not be read as a label or the limit
-        clause = first_step_clause(raw[:2_000])
-        if not clause:
-            state.values[fld] = state.max_time_text = extract_text(raw, fld)
-        else:
-            limit_text = extract_text(without_first_step_clause(raw[:2_000]), fld).strip().rstrip(".,;，；。")
-            state.values[fld] = state.max_time_text = f"{limit_text}. {clause}" if limit_text else clause
+    elif fld == "exp_max_time":
+        state.values[fld] = state.max_time_text = _max_time_text(raw)
     else:
         state.values[fld] = extract_text(raw, fld)
 
 
+def _read_path_text(state: _Parse, fld: str, line: int, raw: str) -> None:
+    """A path part written as text: its path, the prose under it as a note; past PATH_PART_SECTIONS
+    sections of the same part, the section is a note."""
+    state.path_sections[fld] = seen = state.path_sections.get(fld, 0) + 1
+    if seen > PATH_PART_SECTIONS:
+        state.note(line, fld, raw.strip())
+        return
+    _keep_path(state, fld, line, raw)
+    if not state.yaml_na or fld != "exp_yaml_path":
+        state.note(line, fld, notes_under_path(raw, fld))
+
+
+def _max_time_text(raw: str) -> str:
+    """The time limit as written, its first-step clause kept apart so it is not read as a label or the limit."""
+    clause = first_step_clause(raw[:2_000])
+    if not clause:
+        return extract_text(raw, "exp_max_time")
+    limit_text = extract_text(without_first_step_clause(raw[:2_000]), "exp_max_time").strip().rstrip(".,;，；。")
+    return f"{limit_text}. {clause}" if limit_text else clause
+
+
 def _read_section(state: _Parse, m: _Marker, end: int) -> None:
     fld = m.field
-    if fld in (SWEEP_FIELD, HOST_FIELD):  # their own small grammars (sweep.py, ssh_login.py): kept as written
-        body = "\n".join(state.doc.lines[m.line + m.skip:end])
-        text = dedent(body).strip("\n")
-        if fld == HOST_FIELD and m.inline:
-            text = f"{m.inline}\n{text}"
-        state.values[fld] = "\n".join(x for x in (state.values.get(fld, ""), text) if x)
+    if fld in (SWEEP_FIELD, HOST_FIELD):
+        _keep_as_written(state, m, end)
         return
     if fld != NOTES and state.values.get(fld):
         state.note(m.line, fld, "\n".join(state.doc.lines[m.line:end]))  # a second copy of a part
@@ -506,6 +543,16 @@ def _read_section(state: _Parse, m: _Marker, end: int) -> None:
         _read_fields(state, m, fields[0], fields[1], end)
     else:
         _read_text_section(state, m, start, end)
+
+
+def _keep_as_written(state: _Parse, m: _Marker, end: int) -> None:
+    """The sweep and host parts have their own small grammars (sweep.py, ssh_login.py): their text is kept
+    as written (the host's inline text too), sections of the same part joined."""
+    fld = m.field
+    text = dedent("\n".join(state.doc.lines[m.line + m.skip:end])).strip("\n")
+    if fld == HOST_FIELD and m.inline:
+        text = f"{m.inline}\n{text}"
+    state.values[fld] = "\n".join(x for x in (state.values.get(fld, ""), text) if x)
 
 
 # -------------------------------------------------------------------------------- parse
@@ -531,26 +578,41 @@ def parse_blueprint(text: str, *, deadline: float | None = None) -> Blueprint:
         state.error("blueprint", f"lists or quotes nest too deep at line {doc.nesting_cut + 1}: the text from "
                     "there on is not read; flatten the nesting")
     markers = _find_markers(doc, state)
-    lines = doc.lines
     untagged, commands = _read_sections(doc, state, markers)
-    declared_swarm = any(m.field == "exp_swarm_server" for m in markers)
     for fld, value in state.examples.items():
         state.values[fld] = state.values.get(fld) or value
+    _keep_untagged_notes(state, untagged, markers)
+    bp = _assemble(state, source_lines, declared_swarm=any(m.field == "exp_swarm_server" for m in markers))
+    _resolve_swarm(state, bp)
+    state.problems.extend(resolve_host(bp, state.values.get(HOST_FIELD, ""), "\n".join(
+        "" if k in commands else line for k, line in enumerate(doc.lines))))
+    bp.parse_problems = state.problems
+    return bp
+
+
+def _keep_untagged_notes(state: _Parse, untagged: list[tuple[int, str]], markers: list[_Marker]) -> None:
+    """Text outside every part becomes notes (a title of headings only, above the first part, does not),
+    all notes then in document order."""
     for start, chunk in untagged:
         chunk = dedent(chunk).strip("\n")
         if chunk.strip() and not (start == 0 and markers and _only_headings(chunk)):
             state.notes.append((start, chunk))
     state.notes.sort(key=lambda item: item[0])
-    bp = Blueprint(
+
+
+def _assemble(state: _Parse, source_lines: int, *, declared_swarm: bool) -> Blueprint:
+    """The blueprint from the values read (before swarm mode and the host are resolved)."""
+    max_time = state.max_time_text
+    return Blueprint(
         exp_purpose=state.values.get("exp_purpose", ""),
         exp_codebase_dir=state.values.get("exp_codebase_dir", ""),
         exp_venv_exe=state.values.get("exp_venv_exe", ""),
         exp_yaml_path=state.values.get("exp_yaml_path", ""),
         exp_launch_command=state.values.get("exp_launch_command", ""),
         exp_result_dir=state.values.get("exp_result_dir", ""),
-        exp_max_time_seconds=(parse_duration(without_first_step_clause(state.max_time_text))
-                              if 0 < len(state.max_time_text) <= DURATION_MAX_CHARS else None),
-        exp_max_time_text=state.max_time_text,
+        exp_max_time_seconds=(parse_duration(without_first_step_clause(max_time))
+                              if 0 < len(max_time) <= DURATION_MAX_CHARS else None),
+        exp_max_time_text=max_time,
         notes="\n\n".join(text for _, text in state.notes if text.strip()),
         exp_swarm_server=state.values.get("exp_swarm_server", ""),
         exp_val_result_path=state.values.get("exp_val_result_path", ""),
@@ -560,11 +622,6 @@ def parse_blueprint(text: str, *, deadline: float | None = None) -> Blueprint:
         exp_sweep=state.values.get(SWEEP_FIELD, ""),
         source_lines=source_lines,
     )
-    _resolve_swarm(state, bp)
-    state.problems.extend(resolve_host(bp, state.values.get(HOST_FIELD, ""), "\n".join(
-        "" if k in commands else line for k, line in enumerate(lines))))
-    bp.parse_problems = state.problems
-    return bp
 
 
 def _read_sections(doc: Doc, state: _Parse, markers: list[_Marker]) -> tuple[list[tuple[int, str]], set[int]]:
@@ -605,16 +662,21 @@ def _resolve_swarm(state: _Parse, bp: Blueprint) -> None:
         bp.exp_swarm_server, bp.exp_launch_command = split.server, split.client
         bp.exp_swarm_declared, bp.exp_swarm_form = True, split.form
         bp.exp_swarm_client_delay_seconds = split.delay_seconds
-        how = ("its own tmux session" if split.form == "tmux" else "the background")
-        waited = (f"; the `sleep {split.delay_seconds:g}` before the client is dropped: the runner starts the "
-                  "client once the server prints `Starting swarm server on port N`" if split.delay_seconds else "")
-        state.warning(fld, f"swarm mode: the swarm server, started in {how} by the launch command, runs as "
-                      f"[exp_swarm_server] (the runner starts or reuses it, waits for it and watches it){waited}; "
-                      "the rest runs as the client")
+        state.warning(fld, _split_warning(split))
     elif refusal:
         state.error(fld, refusal)
     elif bp.exp_yaml_na and bp.exp_launch_command.strip():
         state.error(fld, no_server_refusal(bp.exp_launch_command))
+
+
+def _split_warning(split: SwarmSplit) -> str:
+    """What the runner made of a launch command that starts the swarm server and then the client."""
+    how = ("its own tmux session" if split.form == "tmux" else "the background")
+    waited = (f"; the `sleep {split.delay_seconds:g}` before the client is dropped: the runner starts the "
+              "client once the server prints `Starting swarm server on port N`" if split.delay_seconds else "")
+    return (f"swarm mode: the swarm server, started in {how} by the launch command, runs as "
+            f"[exp_swarm_server] (the runner starts or reuses it, waits for it and watches it){waited}; "
+            "the rest runs as the client")
 
 
 def _only_headings(chunk: str) -> bool:
