@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ajet_runner.statemachine.blueprint.parse import parse_blueprint
-from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS, plan_sweep
-from ajet_runner.statemachine.fixes.preflight import preflight
+from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS, SweepPlan, plan_sweep
+from ajet_runner.statemachine.fixes.preflight import PreflightPlan, preflight
 from ajet_runner.statemachine.models import Blueprint, ConfigChange, Level, Problem
 from ajet_runner.statemachine.shell.command_file import command_script
 
@@ -39,24 +39,43 @@ def check_document(bp: Blueprint, problems: list[Problem], *, env: Mapping[str, 
     if not any(p.field == "blueprint" for p in problems):
         plan = preflight(bp, env=env, environment=environment, check_disk=check_disk)
         problems = plan.problems
-    grid = plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
-                      max_experiments=max_experiments) if bp.exp_sweep.strip() or sweep else None
+    grid = _sweep_grid(bp, sweep, max_experiments)
     if grid is not None:  # the part's own problems are the preflight's already; the options' and the cap's are new
         problems = [*problems, *(p for p in grid.problems if p not in problems)]
-    changes: list[ConfigChange] = [*plan.command_changes, *plan.changes] if plan else []
     runnable = not any(p.level == Level.error for p in problems)
     doc = {
         "blueprint": bp.public(),
         "problems": [p.model_dump(mode="json") for p in problems],
-        "config_changes": [c.model_dump(mode="json") for c in changes],
-        "environment": plan.environment if plan else environment,
-        "env_decisions": [d.model_dump(mode="json") for d in plan.env_decisions] if plan else [],
-        "swarm": plan.swarm if plan else None,
-        "command_file": _command_file(bp, plan.command if plan else "", problems),
+        **_plan_parts(bp, plan, environment, problems),
         "sweep": grid.public() if grid is not None else None,
         "runs_on": runs_on(bp),
     }
     return doc, runnable
+
+
+def _sweep_grid(bp: Blueprint, sweep: Sequence[str], max_experiments: int) -> SweepPlan | None:
+    """The sweep's grid, when the blueprint has an `[exp_sweep]` part or `--sweep` options were given."""
+    if not (bp.exp_sweep.strip() or sweep):
+        return None
+    return plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
+                      max_experiments=max_experiments)
+
+
+def _plan_parts(bp: Blueprint, plan: PreflightPlan | None, environment: str,
+                problems: list[Problem]) -> dict[str, Any]:
+    """The document's keys that come from the preflight; without one (the blueprint is unreadable) they
+    are empty, and the environment is the one named by the caller."""
+    if plan is None:
+        return {"config_changes": [], "environment": environment, "env_decisions": [], "swarm": None,
+                "command_file": _command_file(bp, "", problems)}
+    changes: list[ConfigChange] = [*plan.command_changes, *plan.changes]
+    return {
+        "config_changes": [c.model_dump(mode="json") for c in changes],
+        "environment": plan.environment,
+        "env_decisions": [d.model_dump(mode="json") for d in plan.env_decisions],
+        "swarm": plan.swarm,
+        "command_file": _command_file(bp, plan.command, problems),
+    }
 
 
 def runs_on(bp: Blueprint) -> dict[str, Any]:

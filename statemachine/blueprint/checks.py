@@ -98,10 +98,6 @@ def _check_venv_exe(exe: str, problems: _Problems) -> None:
 
 
 def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
-    import yaml
-
-    from ajet_runner.statemachine.blueprint.yamlload import load_yaml_file
-
     fld = "exp_yaml_path"
     path = bp.yaml_abspath()
     codebase = os.path.normpath(bp.exp_codebase_dir) if os.path.isabs(bp.exp_codebase_dir) else ""
@@ -111,33 +107,39 @@ def _check_yaml(bp: Blueprint, check_disk: bool, problems: _Problems) -> None:
                          "working directory), not from the YAML's folder")
     if not check_disk or not os.path.isabs(path):
         return
+    problem = _yaml_file_problem(bp, path)
+    if problem:
+        problems.error(fld, problem)
+
+
+def _yaml_file_problem(bp: Blueprint, path: str) -> str:
+    """Why the YAML at absolute `path` is not a config the launcher can read, or "": missing, not a file,
+    unreadable, a template still holding placeholders, not YAML, or not a mapping."""
+    import yaml
+
+    from ajet_runner.statemachine.blueprint.yamlload import load_yaml_file
+
     if not os.path.exists(path):
-        problems.error(fld, f"the YAML {path} does not exist{_unset_vars(bp.exp_yaml_path)}")
-        return
+        return f"the YAML {path} does not exist{_unset_vars(bp.exp_yaml_path)}"
     if not os.path.isfile(path):
-        problems.error(fld, f"the YAML {path} is not a file")
-        return
+        return f"the YAML {path} is not a file"
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             names = template_placeholders(fh.read(YAML_TEMPLATE_SCAN_CHARS))
     except OSError as exc:
-        problems.error(fld, f"cannot read the YAML {path}: {exc.strerror}")
-        return
+        return f"cannot read the YAML {path}: {exc.strerror}"
     if names:
-        problems.error(fld, f"the YAML {path} is a template, not a config: it still holds the placeholder(s) "
-                       f"{', '.join(names)}; fill them in (or point exp_yaml_path at the filled-in copy)")
-        return
+        return (f"the YAML {path} is a template, not a config: it still holds the placeholder(s) "
+                f"{', '.join(names)}; fill them in (or point exp_yaml_path at the filled-in copy)")
     try:
         data = load_yaml_file(path)
     except OSError as exc:
-        problems.error(fld, f"cannot read the YAML {path}: {exc.strerror}")
-        return
+        return f"cannot read the YAML {path}: {exc.strerror}"
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        problems.error(fld, f"the YAML {path} is not valid YAML: {' '.join(str(exc).split())}")
-        return
+        return f"the YAML {path} is not valid YAML: {' '.join(str(exc).split())}"
     if not isinstance(data, dict):
-        kind = type(data).__name__
-        problems.error(fld, f"the YAML {path} does not hold a mapping of settings (it holds a {kind})")
+        return f"the YAML {path} does not hold a mapping of settings (it holds a {type(data).__name__})"
+    return ""
 
 
 def _check_result_dir(path: str, problems: _Problems) -> None:

@@ -86,22 +86,28 @@ def non_shell_reason(line: str, *, continued: bool = False) -> str:
         return "a markdown list item"
     if _NOTE_LABEL.match(s):
         return "a note"
-    if continued:
-        return ""
+    return "" if continued else _prose_reason(s)
+
+
+def _prose_reason(s: str) -> str:
+    """Why a stripped, non-empty line that starts a command reads as markdown or prose, or ""."""
     if _BULLET.match(s):
         return "a markdown list item"
     if _is_cjk(s[0]):
         return "prose"
-    first = s.split()[0]
-    if first in _SENTENCE_STARTERS and len(s.split()) > 1:
+    words = s.split()
+    if words[0] in _SENTENCE_STARTERS and len(words) > 1:
         return "prose"
     if _CAPITAL_LABEL.match(s):
         return "a label"
-    words = s.split()
-    if (len(words) >= 3 and first[:1].isupper() and first[1:].islower() and first.isalpha()
-            and s[-1] in ".!?" and not any(c in s for c in "$|&;<>=`{}\\")):
-        return "prose"
-    return ""
+    return "prose" if _is_english_sentence(s, words) else ""
+
+
+def _is_english_sentence(s: str, words: list[str]) -> bool:
+    """Three or more words, a capitalised first word, a final stop and no shell punctuation: a sentence."""
+    first = words[0]
+    return (len(words) >= 3 and first[:1].isupper() and first[1:].islower() and first.isalpha()
+            and s[-1] in ".!?" and not any(c in s for c in "$|&;<>=`{}\\"))
 
 
 def looks_like_a_command(line: str) -> bool:
@@ -121,14 +127,11 @@ def _quote_state(line: str, state: str) -> str:
     i, n = 0, len(line)
     while i < n:
         ch = line[i]
-        if state == "'":
-            if ch == "'":
-                state = ""
-        elif ch == "\\":
-            i += 1
-        elif state == '"':
-            if ch == '"':
-                state = ""
+        if ch == "\\" and state != "'":  # escapes the next character, except inside single quotes
+            i += 2
+            continue
+        if state:
+            state = "" if ch == state else state
         elif ch in "'\"":
             state = ch
         elif ch == "#" and (i == 0 or line[i - 1].isspace()):
@@ -154,11 +157,15 @@ def _first_non_shell(lines: list[str]) -> tuple[int, str]:
         starts_in_quote = bool(quote)
         quote = _quote_state(line, quote)
         if not quote and not starts_in_quote:
-            m = _HEREDOC.search(line)
-            if m is not None and "<<<" not in line:
-                heredoc = m.group(2)
+            heredoc = _heredoc_word(line)
         continued = line.rstrip().endswith("\\") and not quote
     return -1, ""
+
+
+def _heredoc_word(line: str) -> str:
+    """The word that ends the here-document `line` opens (`<<EOF`, not a `<<<` here-string), or ""."""
+    m = _HEREDOC.search(line)
+    return m.group(2) if m is not None and "<<<" not in line else ""
 
 
 def _strip_prompts(lines: list[str]) -> list[str]:
@@ -190,11 +197,17 @@ def _strip_command_label(text: str, fld: str) -> str:
     for sep in _LABEL_SEP.finditer(first, 0, 121):
         prefix = first[: sep.start()].strip(" *_")
         after = first[sep.end():].strip()
-        labelish = prefix[:1].isupper() or any(_is_cjk(c) for c in prefix) or not after
-        if keywords.search(prefix) and not _LABEL_FORBIDDEN.search(prefix) and labelish:
+        if _is_command_label(prefix, after, keywords):
             lines[idx] = after
             break
     return "\n".join(lines).strip("\n")
+
+
+def _is_command_label(prefix: str, after: str, keywords: re.Pattern[str]) -> bool:
+    """Whether `prefix` (the words before a colon) labels the part: one of its `keywords`, nothing a
+    command holds, and label-like (a capital or Chinese start, or nothing after the colon)."""
+    labelish = prefix[:1].isupper() or any(_is_cjk(c) for c in prefix) or not after
+    return bool(keywords.search(prefix)) and not _LABEL_FORBIDDEN.search(prefix) and labelish
 
 
 def _refuse(fld: str, line: str, reason: str) -> str:
@@ -254,10 +267,7 @@ def _text_of(piece: str | Block, *, fenced: bool = False) -> list[str]:
 
 
 def _from_code(read: CommandRead, first: str, body: list[Piece], codes: list[int], fld: str) -> None:
-    blocks = [b for k in codes if isinstance(b := body[k][1], Block)]
-    texts = ["\n".join(_content(b)) for b in blocks]
-    pick = next((k for k, t in zip(codes, texts, strict=True) if any(h in t for h in _LAUNCHER_HINTS)), codes[0])
-    chosen = blocks[codes.index(pick)]
+    pick, chosen = _launcher_block(body, codes)
     lines = _finish(_content(chosen))
     read.command = "\n".join(lines)
     _check(read, lines, fld)
@@ -269,6 +279,14 @@ def _from_code(read: CommandRead, first: str, body: list[Piece], codes: list[int
         read.warnings.append(f"{fld} holds {len(codes)} code blocks: the one at line {chosen.start + 1} runs "
                              "(it starts the launcher); the others are kept in the notes and not run")
     _after(read, [line for _, p in body[pick + 1:] for line in _text_of(p, fenced=True)], fld)
+
+
+def _launcher_block(body: list[Piece], codes: list[int]) -> tuple[int, Block]:
+    """(index in `body`, block) of the code block that runs: the first naming the launcher, else the first."""
+    blocks = [b for k in codes if isinstance(b := body[k][1], Block)]
+    texts = ["\n".join(_content(b)) for b in blocks]
+    pick = next((k for k, t in zip(codes, texts, strict=True) if any(h in t for h in _LAUNCHER_HINTS)), codes[0])
+    return pick, blocks[codes.index(pick)]
 
 
 def _is_label_only(text: str, fld: str) -> bool:
@@ -322,15 +340,23 @@ def _unbacktick(read: CommandRead, para: list[str], fld: str) -> list[str]:
         if len(s) >= 2 and s[0] == "`" and s[-1] == "`" and "`" not in s[1:-1]:
             out.append(line[: len(line) - len(line.lstrip())] + s[1:-1])
             continue
-        spans = re.findall(r"`([^`\n]+)`", s) if "`" in s else []
-        if spans and len(para) == 1:
-            commands = [sp for sp in spans if " " in sp.strip()]
-            if len(commands) == 1:
-                read.notes.append(s)
-                return [commands[0].strip()]
-            if len(commands) > 1:
-                read.refusal = (f"the command is a sentence with {len(commands)} backticked commands: {s!r}. "
-                                "Write the one command that runs alone on its line (or in a ``` fence)")
-                return [s]
+        if len(para) == 1 and "`" in s:
+            picked = _backticked_command(read, s)
+            if picked is not None:
+                return picked
         out.append(line)
     return out
+
+
+def _backticked_command(read: CommandRead, s: str) -> list[str] | None:
+    """The one backticked command (with a space) in sentence `s`, the sentence noted; `s` itself, refused,
+    when it holds several; None when it holds none."""
+    commands = [sp for sp in re.findall(r"`([^`\n]+)`", s) if " " in sp.strip()]
+    if len(commands) == 1:
+        read.notes.append(s)
+        return [commands[0].strip()]
+    if len(commands) > 1:
+        read.refusal = (f"the command is a sentence with {len(commands)} backticked commands: {s!r}. "
+                        "Write the one command that runs alone on its line (or in a ``` fence)")
+        return [s]
+    return None

@@ -95,6 +95,11 @@ def parse_doc(text: str) -> Doc:
     return builder.doc(raw)
 
 
+def _nests_too_deep(tok: Token) -> bool:
+    """A list or quote opening at the depth past which markdown-it reads nothing inside."""
+    return tok.nesting == 1 and tok.level >= MAX_NESTING - 1 and tok.type in _CONTAINERS
+
+
 class _DocBuilder:
     """The per-line facts, filled in token by token (one branch per markdown construct)."""
 
@@ -111,15 +116,19 @@ class _DocBuilder:
         self.stack: list[Block] = [self.root]
         self.cut = -1
 
+    def close(self) -> None:
+        """The innermost open block ends; the root never does (a stray closing token)."""
+        if len(self.stack) > 1:
+            self.stack.pop()
+
     def token(self, tok: Token) -> None:
         where = tok.map
-        if tok.nesting == 1 and tok.level >= MAX_NESTING - 1 and tok.type in _CONTAINERS and self.cut < 0:
+        if _nests_too_deep(tok) and self.cut < 0:
             self.cut = where[0] if where else 0  # markdown-it reads nothing inside: the rest is one block
         if tok.nesting == 1:
             self.open(tok)
         elif tok.nesting == -1:
-            if len(self.stack) > 1:
-                self.stack.pop()
+            self.close()
         elif tok.type in ("fence", "code_block") and where:
             self.code_block(tok, where[0], where[1])
         elif tok.type == "hr" and where:
@@ -208,24 +217,11 @@ def _unclosed_openers(lines: list[str]) -> list[int]:
     Linear: only fence-like lines are looked at, and whether an opener has a closer below it comes
     from the longest closer run further down, without scanning for one.
     """
-    opens: list[tuple[int, str, int]] = []
-    closers: dict[str, list[tuple[int, int]]] = {"`": [], "~": []}
-    for i, line in enumerate(lines):
-        found = _fence_run(line)
-        if found is None:
-            continue
-        opens.append((i, found[0], found[1]))
-        if found[2]:
-            closers[found[0]].append((i, found[1]))
+    opens, closers = _fence_lines(lines)
     if not opens:
         return []
     at = {ch: [j for j, _ in runs_of] for ch, runs_of in closers.items()}
-    longest: dict[str, list[int]] = {}  # char -> the longest closer run at or after each closer
-    for ch, runs_of in closers.items():
-        runs = [0] * (len(runs_of) + 1)
-        for k in range(len(runs_of) - 1, -1, -1):
-            runs[k] = max(runs[k + 1], runs_of[k][1])
-        longest[ch] = runs
+    longest = {ch: _longest_from(runs_of) for ch, runs_of in closers.items()}
     unclosed: list[int] = []
     after = 0  # the first line not inside a block found so far
     for i, char, size in opens:
@@ -239,6 +235,29 @@ def _unclosed_openers(lines: list[str]) -> list[int]:
             k += 1
         after = closers[char][k][0] + 1
     return unclosed
+
+
+def _fence_lines(lines: list[str]) -> tuple[list[tuple[int, str, int]], dict[str, list[tuple[int, int]]]]:
+    """Every fence-like line as (line, char, run), and per fence character the (line, run) of those that
+    may close a fence."""
+    opens: list[tuple[int, str, int]] = []
+    closers: dict[str, list[tuple[int, int]]] = {"`": [], "~": []}
+    for i, line in enumerate(lines):
+        found = _fence_run(line)
+        if found is None:
+            continue
+        opens.append((i, found[0], found[1]))
+        if found[2]:
+            closers[found[0]].append((i, found[1]))
+    return opens, closers
+
+
+def _longest_from(runs_of: list[tuple[int, int]]) -> list[int]:
+    """The longest closer run at or after each closer (of one fence character), 0 past the last."""
+    runs = [0] * (len(runs_of) + 1)
+    for k in range(len(runs_of) - 1, -1, -1):
+        runs[k] = max(runs[k + 1], runs_of[k][1])
+    return runs
 
 
 # ------------------------------------------------------------------------------ unwrap
@@ -294,6 +313,16 @@ def unwrap(text: str, has_tags: Callable[[list[str]], bool], depth: int = 0) -> 
     if depth >= _UNWRAP_DEPTH or ("markdown" not in low and "md" not in low):
         return dedent(text)
     lines = text.split("\n")
+    for i, (indent, char, run) in _wrapper_openers(lines):
+        end = next((j for j in range(len(lines) - 1, i, -1) if _is_closer(lines[j], indent, char, run)), len(lines))
+        inner = dedent("\n".join(lines[i + 1: end])).split("\n")
+        if has_tags(inner) and not has_tags(lines[:i] + lines[end + 1:]):
+            return unwrap("\n".join(inner), has_tags, depth + 1)
+    return dedent(text)
+
+
+def _wrapper_openers(lines: list[str]) -> list[tuple[int, tuple[int, str, int]]]:
+    """The first three lines that open a ```markdown wrapper, with (indent, fence char, run)."""
     wrappers: list[tuple[int, tuple[int, str, int]]] = []
     for i, line in enumerate(lines):
         found = _wrapper_opener(line)
@@ -301,9 +330,4 @@ def unwrap(text: str, has_tags: Callable[[list[str]], bool], depth: int = 0) -> 
             wrappers.append((i, found))
             if len(wrappers) == 3:
                 break
-    for i, (indent, char, run) in wrappers:
-        end = next((j for j in range(len(lines) - 1, i, -1) if _is_closer(lines[j], indent, char, run)), len(lines))
-        inner = dedent("\n".join(lines[i + 1: end])).split("\n")
-        if has_tags(inner) and not has_tags(lines[:i] + lines[end + 1:]):
-            return unwrap("\n".join(inner), has_tags, depth + 1)
-    return dedent(text)
+    return wrappers

@@ -60,6 +60,28 @@ def resolve_host(bp: Blueprint, part_text: str, text: str) -> list[Problem]:
             problems.append(Problem(level=Level.error, field=FIELD, message=f"{target} (the login `{shown}`)"))
         else:
             found.append((target, f"the login line `{shown}`"))
+    _unwrap_command_login(bp, problems, found)
+    problems.extend(_settle_host(bp, found))
+    return problems
+
+
+def _settle_host(bp: Blueprint, found: list[tuple[SshTarget, str]]) -> list[Problem]:
+    """The one host found becomes `bp.exp_host` (with where it was written); more than one is an error."""
+    hosts = {str(t) for t, _ in found}
+    if len(hosts) > 1:
+        first = {str(t): where for t, where in reversed(found)}
+        named = "; ".join(f"{t} ({where})" for t, where in first.items())
+        return [Problem(level=Level.error, field=FIELD, message=(
+            f"the blueprint names more than one host: {named}. An experiment runs on one host: keep one login"))]
+    if found:
+        bp.exp_host = str(found[0][0])
+        bp.exp_host_source = found[0][1]
+    return []
+
+
+def _unwrap_command_login(bp: Blueprint, problems: list[Problem], found: list[tuple[SshTarget, str]]) -> None:
+    """A launch command that logs in (`ssh host 'cmd'`): its host joins `found` and the command becomes
+    what runs there (with a warning); a login it cannot read is an error."""
     in_command = _command_target(bp)
     if isinstance(in_command, LoginError):
         problems.append(Problem(level=Level.error, field="exp_launch_command", message=str(in_command)))
@@ -70,13 +92,3 @@ def resolve_host(bp: Blueprint, part_text: str, text: str) -> list[Problem]:
         problems.append(Problem(level=Level.warning, field="exp_launch_command", message=(
             f"the launch command logged in with `{target.login_line()}`: it runs on that host as `{inner}`; "
             f"write the login on its own line (login: {target.login_line()}) and the command as it runs there")))
-    hosts = {str(t) for t, _ in found}
-    if len(hosts) > 1:
-        first = {str(t): where for t, where in reversed(found)}
-        named = "; ".join(f"{t} ({where})" for t, where in first.items())
-        problems.append(Problem(level=Level.error, field=FIELD, message=(
-            f"the blueprint names more than one host: {named}. An experiment runs on one host: keep one login")))
-    elif found:
-        bp.exp_host = str(found[0][0])
-        bp.exp_host_source = found[0][1]
-    return problems

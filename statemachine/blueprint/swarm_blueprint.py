@@ -186,16 +186,22 @@ def starts_server(words: list[str]) -> bool:
         base = os.path.basename(word)
         if base == "ajet-swarm" and words[k + 1: k + 2] == ["start"]:
             return True
-        if _PYTHON.fullmatch(base) and words[k + 1: k + 2] == ["-m"]:
-            module = words[k + 2: k + 3]
-            if module == ["ajet.swarm_cli"] and words[k + 3: k + 4] == ["start"]:
-                return True
-            if module == ["ajet.launcher"]:
-                rest = words[k + 3:]
-                stop = next((j for j, w in enumerate(rest) if w in ("&&", "||", ";", "|", "&")), len(rest))
-                if any(w == "--swarm-server" or w.startswith("--swarm-server=") for w in rest[:stop]):
-                    return True
+        if _PYTHON.fullmatch(base) and words[k + 1: k + 2] == ["-m"] and _module_starts_server(words[k + 2:]):
+            return True
     return False
+
+
+def _module_starts_server(words: list[str]) -> bool:
+    """Whether `python -m` followed by `words` starts a swarm server (the launcher: `--swarm-server` before
+    the command's end)."""
+    module = words[:1]
+    if module == ["ajet.swarm_cli"]:
+        return words[1:2] == ["start"]
+    if module != ["ajet.launcher"]:
+        return False
+    rest = words[1:]
+    stop = next((j for j, w in enumerate(rest) if w in ("&&", "||", ";", "|", "&")), len(rest))
+    return any(w == "--swarm-server" or w.startswith("--swarm-server=") for w in rest[:stop])
 
 
 def _words(text: str) -> list[str] | None:
@@ -225,24 +231,29 @@ def _tmux_server(words: list[str]) -> str | None:
     """The shell command of `tmux new-session [-d] [-s NAME] [-c DIR] "<command>"` when it starts a server."""
     if len(words) < 3 or os.path.basename(words[0]) != "tmux" or words[1] not in ("new-session", "new"):
         return None
-    k, cwd = 2, ""
-    positional: list[str] = []
-    while k < len(words):
-        w = words[k]
-        if w in _TMUX_VALUE_OPTS and k + 1 < len(words):
-            cwd = words[k + 1] if w == "-c" else cwd
-            k += 2
-            continue
-        if w.startswith("-") and not positional:
-            k += 1
-            continue
-        positional.append(w)
-        k += 1
+    cwd, positional = _tmux_arguments(words[2:])
     command = positional[0] if len(positional) == 1 else shlex.join(positional)
     inner = _words(command)
     if not positional or inner is None or not starts_server(inner):
         return None
     return f"cd {shlex.quote(cwd)} && {command}" if cwd else command
+
+
+def _tmux_arguments(args: list[str]) -> tuple[str, list[str]]:
+    """(the `-c` dir, the command words) of `tmux new-session`'s arguments: options taking a value skip it,
+    flags before the command are dropped."""
+    k, cwd = 0, ""
+    positional: list[str] = []
+    while k < len(args):
+        w = args[k]
+        if w in _TMUX_VALUE_OPTS and k + 1 < len(args):
+            cwd = args[k + 1] if w == "-c" else cwd
+            k += 2
+            continue
+        if positional or not w.startswith("-"):  # a flag counts only before the command
+            positional.append(w)
+        k += 1
+    return cwd, positional
 
 
 def _preamble(words: list[str]) -> bool:
@@ -333,7 +344,7 @@ def _server_of(joined: str) -> tuple[str, str] | None:
     tmux = _tmux_server(words)
     if tmux is not None:
         server, form = tmux, "tmux"
-    elif joined.endswith("&") and not joined.endswith("&&") and starts_server(_words(joined[:-1]) or []):
+    elif _in_background(joined):
         server, form = joined[:-1].rstrip(), "background"
     elif starts_server(words):
         raise _CannotSplit(joined, "the server runs in the foreground, so the client after it would never start")
@@ -347,6 +358,11 @@ def _server_of(joined: str) -> tuple[str, str] | None:
         raise _CannotSplit(joined, "the server's output is redirected, which hides the line the runner waits for "
                                    "(`Starting swarm server on port N`)")
     return server, form
+
+
+def _in_background(joined: str) -> bool:
+    """Whether the line starts a swarm server in the background (`… &`)."""
+    return joined.endswith("&") and not joined.endswith("&&") and starts_server(_words(joined[:-1]) or [])
 
 
 def _read_words(joined: str) -> list[str]:

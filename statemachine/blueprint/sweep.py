@@ -126,12 +126,7 @@ def _raw_shape(text: str) -> tuple[int, int]:
     escaped = False
     for ch in text:
         if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\" and quote == '"':
-                escaped = True
-            elif ch == quote:
-                quote = ""
+            quote, escaped = _in_quote(ch, quote, escaped)
         elif ch in "'\"":
             quote = ch
         elif ch in "[{":
@@ -144,37 +139,61 @@ def _raw_shape(text: str) -> tuple[int, int]:
     return commas + 1, deepest
 
 
+def _in_quote(ch: str, quote: str, escaped: bool) -> tuple[str, bool]:
+    """After `ch` inside `quote`: the quote still open ("" once closed) and whether the next character is
+    escaped (a backslash escapes only in double quotes)."""
+    if escaped:
+        return quote, False
+    if ch == "\\" and quote == '"':
+        return quote, True
+    return ("" if ch == quote else quote), False
+
+
 def _values(rest: str, key: str = "the key") -> tuple[list[Any], str]:
     """The values after a key (`a, b`, `[a, "b,c"]`), and a problem ('' when none). The caps (characters,
     values, nesting) are checked on the raw text first: YAML reads only what passed them."""
     rest = rest.strip()
-    if len(rest) > MAX_SPEC_CHARS:
-        return [], f"the values are {len(rest):,} characters long; at most {MAX_SPEC_CHARS:,} are read"
-    count, depth = _raw_shape(rest)
-    if not rest.startswith("["):
-        count = rest.count(",") + 1  # the plain form splits at every comma
-    if depth > MAX_NESTING:
-        return [], (f"{rest[:60]!r} nests brackets {depth} deep; a value list is one level (`[a, b]`) and each "
-                    "value a single YAML value")
-    if not rest.startswith("[") and depth:
-        return [], f"{rest[:60]!r}: each value must be a single YAML value (a number, a word, true/false, null)"
-    if count > MAX_VALUES:
-        return [], f"{key} has {count} values, more than {MAX_VALUES}"
-    if rest.startswith("["):
-        try:
-            loaded = load_yaml_text(rest)
-        except yaml.YAMLError as exc:
-            return [], f"the value list {rest[:60]!r} is not YAML flow ({str(exc).splitlines()[0]})"
-        if not isinstance(loaded, list):
-            return [], f"the value list {rest[:60]!r} is not a list"
-        values = [scalar(v) if isinstance(v, str) else v for v in loaded]
-    else:
-        values = [scalar(v) for v in rest.split(",")] if rest else []
+    problem = _cap_problem(rest, key)
+    if problem:
+        return [], problem
+    values, problem = _read_values(rest)
+    if problem:
+        return [], problem
     if any(isinstance(v, (dict, list)) for v in values):
         return [], f"{rest[:60]!r}: each value must be a single YAML value (a number, a word, true/false, null)"
     if any(v == "" for v in values):
         return [], f"{rest[:60]!r} has an empty value (two commas, or a comma at the end)"
     return values, ""
+
+
+def _cap_problem(rest: str, key: str) -> str:
+    """Why the raw value text (stripped) is over a cap (characters, nesting, values), or ""."""
+    if len(rest) > MAX_SPEC_CHARS:
+        return f"the values are {len(rest):,} characters long; at most {MAX_SPEC_CHARS:,} are read"
+    count, depth = _raw_shape(rest)
+    if not rest.startswith("["):
+        count = rest.count(",") + 1  # the plain form splits at every comma
+    if depth > MAX_NESTING:
+        return (f"{rest[:60]!r} nests brackets {depth} deep; a value list is one level (`[a, b]`) and each "
+                "value a single YAML value")
+    if not rest.startswith("[") and depth:
+        return f"{rest[:60]!r}: each value must be a single YAML value (a number, a word, true/false, null)"
+    if count > MAX_VALUES:
+        return f"{key} has {count} values, more than {MAX_VALUES}"
+    return ""
+
+
+def _read_values(rest: str) -> tuple[list[Any], str]:
+    """The values of a YAML flow list (`[a, "b,c"]`) or a plain comma list, and a problem ('' when none)."""
+    if not rest.startswith("["):
+        return ([scalar(v) for v in rest.split(",")] if rest else []), ""
+    try:
+        loaded = load_yaml_text(rest)
+    except yaml.YAMLError as exc:
+        return [], f"the value list {rest[:60]!r} is not YAML flow ({str(exc).splitlines()[0]})"
+    if not isinstance(loaded, list):
+        return [], f"the value list {rest[:60]!r} is not a list"
+    return [scalar(v) if isinstance(v, str) else v for v in loaded], ""
 
 
 def _axis(key: str, rest: str, where: str) -> tuple[SweepAxis | None, Problem | None]:
@@ -308,30 +327,49 @@ def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, 
     part_axes, problems = parse_sweep_text(part_text, deadline) if part_text.strip() else ([], [])
     option_axes, option_problems = parse_sweep_options(options, deadline)
     problems += option_problems
-    given = {a.key for a in option_axes}
-    axes = [a for a in part_axes if a.key not in given] + option_axes
+    axes = _merged_axes(part_axes, option_axes)
     plan = SweepPlan(axes=axes, problems=problems)
     if part_text.strip() and not part_axes and not problems:
         plan.problems.append(_problem("[exp_sweep] names no key: write one `key: v1, v2` line per swept key"))
     if not axes or not plan.ok:
         return plan
+    refusal = _grid_refusal(axes, max_experiments, result_dir)
+    if refusal:
+        plan.problems.append(_problem(refusal))
+    else:
+        plan.members.extend(_members(axes, result_dir, purpose))
+    return plan
+
+
+def _merged_axes(part_axes: list[SweepAxis], option_axes: list[SweepAxis]) -> list[SweepAxis]:
+    """The part's axes, those an option names replaced by the option's (which come last)."""
+    given = {a.key for a in option_axes}
+    return [a for a in part_axes if a.key not in given] + option_axes
+
+
+def _grid_refusal(axes: list[SweepAxis], max_experiments: int, result_dir: str) -> str:
+    """Why the grid of `axes` is not run ("" when it is): too many combinations, or no dir to hold them."""
     total = math.prod(len(a.values) for a in axes)
     cap = min(max_experiments, MAX_EXPERIMENTS_ALLOWED)
     if total > cap:
-        plan.problems.append(_problem(too_many(total, " x ".join(str(len(a.values)) for a in axes), cap)))
-        return plan
+        return too_many(total, " x ".join(str(len(a.values)) for a in axes), cap)
     if not result_dir:
-        plan.problems.append(_problem("a sweep puts each experiment in a dir under exp_result_dir, which is missing"))
-        return plan
+        return "a sweep puts each experiment in a dir under exp_result_dir, which is missing"
+    return ""
+
+
+def _members(axes: list[SweepAxis], result_dir: str, purpose: str) -> list[SweepMember]:
+    """One experiment per combination of the axes' values: its label leads the purpose, its slug names its dir."""
     first = (purpose.strip().splitlines() or [""])[0]
     rest = purpose.strip().split("\n", 1)[1] if "\n" in purpose.strip() else ""
+    members: list[SweepMember] = []
     for index, combo in enumerate(itertools.product(*(a.values for a in axes))):
         values = {a.key: v for a, v in zip(axes, combo, strict=True)}
         label = member_label(values)
         text = f"[{label}] {first}".rstrip() + (f"\n{rest}" if rest else "")
-        plan.members.append(SweepMember(index=index, values=values, label=label, purpose=text,
-                                        result_dir=os.path.join(result_dir, member_slug(values))))
-    return plan
+        members.append(SweepMember(index=index, values=values, label=label, purpose=text,
+                                   result_dir=os.path.join(result_dir, member_slug(values))))
+    return members
 
 
 def too_many(total: int, shape: str, cap: int) -> str:

@@ -160,28 +160,35 @@ def tag_at(s: str, *, strict: bool = False) -> tuple[str, str] | None:
     """`match_tag` on a line's `line_head`; most lines are rejected on their first characters."""
     if not s:
         return None
-    if s[0] in _OPEN_BRACKETS:
-        window = s[:61]  # the closing bracket must come within 60 characters
-        close = min((k for c in _CLOSE_BRACKETS if (k := window.find(c, 1)) > 0), default=-1)
-        if close < 0:
-            return None
-        found = _BRACKET_TAG_OF.get(_fold(s[1:close].strip(" \t*_`")))
-        after = s[close + 1:]
-    else:
-        if s[:3].lower() != "exp":  # every unbracketed tag starts with exp_
-            return None
-        m = _IDENT.match(s, 0, 64)
-        if m is None:
-            return None
-        found = _TAG_OF.get(_fold(m.group(0)))
-        after = s[m.end():]
-        if after[:1].isascii() and after[:1].isalnum():
-            return None
-        if strict and not _bare_tag_follows(after):
-            return None
-    if found is None:
+    tagged = _bracket_tag(s) if s[0] in _OPEN_BRACKETS else _bare_tag(s, strict)
+    if tagged is None or tagged[0] is None:
         return None
-    return found, _skip_separator(after).strip()
+    return tagged[0], _skip_separator(tagged[1]).strip()
+
+
+def _bracket_tag(s: str) -> tuple[str | None, str] | None:
+    """(the field a `[tag]` opening `s` names, the text after it); None without a closing bracket."""
+    window = s[:61]  # the closing bracket must come within 60 characters
+    close = min((k for c in _CLOSE_BRACKETS if (k := window.find(c, 1)) > 0), default=-1)
+    if close < 0:
+        return None
+    return _BRACKET_TAG_OF.get(_fold(s[1:close].strip(" \t*_`"))), s[close + 1:]
+
+
+def _bare_tag(s: str, strict: bool) -> tuple[str | None, str] | None:
+    """(the field an unbracketed `exp_…` tag opening `s` names, the text after it); None when `s` does not
+    open with a whole identifier (or, `strict`, the tag is not followed as a bare tag must be)."""
+    if s[:3].lower() != "exp":  # every unbracketed tag starts with exp_
+        return None
+    m = _IDENT.match(s, 0, 64)
+    if m is None:
+        return None
+    after = s[m.end():]
+    if after[:1].isascii() and after[:1].isalnum():
+        return None
+    if strict and not _bare_tag_follows(after):
+        return None
+    return _TAG_OF.get(_fold(m.group(0))), after
 
 
 def _bare_tag_follows(after: str) -> bool:
@@ -198,14 +205,7 @@ def label_at(s: str, *, colon: bool = False) -> tuple[str, str] | None:
     """
     if colon and ":" not in s and "：" not in s:
         return None
-    low = s[:_LONGEST_LABEL + 1].lower()
-    best: tuple[int, str] | None = None
-    for label, fld in _LABELS_BY_FIRST_CHAR.get(low[:1], ()):  # the first that fits is the longest
-        if low.startswith(label):
-            nxt = low[len(label): len(label) + 1]
-            if not (nxt.isascii() and nxt.isalnum()):  # "purposes", "codebase2" are not labels
-                best = (len(label), fld)
-                break
+    best = _longest_label(s[:_LONGEST_LABEL + 1].lower())
     if best is None:
         return None
     after = s[best[0]:]
@@ -215,6 +215,16 @@ def label_at(s: str, *, colon: bool = False) -> tuple[str, str] | None:
     if colon and after.lstrip(" \t*_`")[:1] not in (":", "："):
         return None
     return best[1], _skip_separator(after).strip()
+
+
+def _longest_label(low: str) -> tuple[int, str] | None:
+    """(length, field) of the longest known label opening `low` (lowercased) as a whole word."""
+    for label, fld in _LABELS_BY_FIRST_CHAR.get(low[:1], ()):  # the first that fits is the longest
+        if low.startswith(label):
+            nxt = low[len(label): len(label) + 1]
+            if not (nxt.isascii() and nxt.isalnum()):  # "purposes", "codebase2" are not labels
+                return len(label), fld
+    return None
 
 
 def late_tag(rest: str) -> tuple[str, str] | None:

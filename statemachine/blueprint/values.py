@@ -67,17 +67,21 @@ def strip_label(text: str, fld: str) -> str:
     idx = next((k for k, ln in enumerate(lines) if ln.strip()), None)
     if idx is None:
         return ""
-    first = lines[idx]
-    for sep in _LABEL_SEP.finditer(first, 0, 121):
-        prefix = first[: sep.start()]
-        if keywords.search(prefix) and not _LABEL_FORBIDDEN.search(prefix):
-            lines[idx] = first[sep.end():].strip()
-            break
+    lines[idx] = _after_label(lines[idx], keywords)
     first = lines[idx].strip()
     label_only = len(first) <= 80 and keywords.search(first) and not _LABEL_ONLY_FORBIDDEN.search(first)
     if any(ln.strip() for ln in lines[idx + 1:]) and (not first or label_only):
         lines[idx] = ""
     return "\n".join(lines).strip("\n")
+
+
+def _after_label(first: str, keywords: re.Pattern[str]) -> str:
+    """`first` past its leading label (the field's keywords before a colon, in its first 120 characters)."""
+    for sep in _LABEL_SEP.finditer(first, 0, 121):
+        prefix = first[: sep.start()]
+        if keywords.search(prefix) and not _LABEL_FORBIDDEN.search(prefix):
+            return first[sep.end():].strip()
+    return first
 
 
 def clean_token(tok: str) -> str:
@@ -89,7 +93,7 @@ def clean_token(tok: str) -> str:
 
 def _path_score(tok: str, fld: str) -> int:
     """How much `tok` looks like this field's value (0 = not at all)."""
-    if not tok or "://" in tok or is_placeholder(tok) or _WORD.search(tok) is None:
+    if _never_a_value(tok):
         return 0
     pathish = tok.startswith(("/", "~", "$", "./", "../")) or "/" in tok
     if fld == "exp_yaml_path":
@@ -101,6 +105,11 @@ def _path_score(tok: str, fld: str) -> int:
     return 2 if pathish else 0
 
 
+def _never_a_value(tok: str) -> bool:
+    """Empty, a URL, a placeholder or without a word character: no field's value."""
+    return not tok or "://" in tok or is_placeholder(tok) or _WORD.search(tok) is None
+
+
 def _prose_cut(s: str) -> int:
     """Where prose starts after a bare path: at ` (`, ` #`, ` - ` / ` — ` or `, ` / `; ` (-1: nowhere).
     One pass: `\\s+[(（#]|\\s+[-—–]+\\s|[,，;；]\\s` was quadratic on a long run of spaces."""
@@ -110,21 +119,27 @@ def _prose_cut(s: str) -> int:
         ch = s[i]
         if ch in ",，;；" and i + 1 < n and s[i + 1].isspace():
             return i
-        if ch.isspace():
-            j = i
-            while j < n and s[j].isspace():
-                j += 1
-            if j < n and s[j] in "(（#":
-                return i
-            k = j
-            while k < n and s[k] in "-—–":
-                k += 1
-            if k > j and k < n and s[k].isspace():
-                return i
-            i = j
+        if not ch.isspace():
+            i += 1
             continue
-        i += 1
+        j = i
+        while j < n and s[j].isspace():
+            j += 1
+        if _remark_opens(s, j):
+            return i
+        i = j
     return -1
+
+
+def _remark_opens(s: str, j: int) -> bool:
+    """Whether a remark opens at `j`, just past a run of spaces: `(`, `#`, or dashes followed by a space."""
+    n = len(s)
+    if j < n and s[j] in "(（#":
+        return True
+    k = j
+    while k < n and s[k] in "-—–":
+        k += 1
+    return j < k < n and s[k].isspace()
 
 
 def _whole_path(line: str) -> str:
@@ -170,7 +185,19 @@ def read_path(text: str, fld: str) -> PathRead:
     lines = [ln for ln in text.split("\n")[:PATH_PART_LINES] if ln.strip() and not _is_fence_line(ln)]
     hint_lines = [ln for ln in lines if _HINT_LINE.search(ln)]
     hints = set(hint_lines)  # `ln in` a list of them made this quadratic
-    ordered = [ln for ln in lines if ln not in hints] + hint_lines
+    best, best_line = _best_scored([ln for ln in lines if ln not in hints] + hint_lines, fld)
+    if not best:
+        best, best_line = _bare_value(lines)
+    if not best:
+        return PathRead()
+    read = PathRead(value=_expand(best), example_only=best_line in hints, line=best_line)
+    read.remark, read.dropped = _after_path(best_line, best)
+    return read
+
+
+def _best_scored(ordered: list[str], fld: str) -> tuple[str, str]:
+    """(token, its line) scoring highest for `fld`, lines read in order until one scores 2 or more
+    (a path); ("", "") when no token scores."""
     best, best_score, best_line = "", 0, ""
     for ln in ordered:
         if _MAY_SCORE.search(ln) is None:
@@ -181,17 +208,16 @@ def read_path(text: str, fld: str) -> PathRead:
                 best, best_score, best_line = cand, score, ln
         if best_score >= 2:
             break
-    if not best:
-        for ln in lines:  # a bare relative value such as "codebase" or "python3"
-            cands = _line_candidates(ln)
-            if len(cands) == 1 and not is_placeholder(cands[0]):
-                best, best_line = cands[0], ln
-            break
-    if not best:
-        return PathRead()
-    read = PathRead(value=_expand(best), example_only=best_line in hints, line=best_line)
-    read.remark, read.dropped = _after_path(best_line, best)
-    return read
+    return best, best_line
+
+
+def _bare_value(lines: list[str]) -> tuple[str, str]:
+    """A bare relative value such as "codebase" or "python3": the first line's only token, with that line."""
+    for ln in lines[:1]:
+        cands = _line_candidates(ln)
+        if len(cands) == 1 and not is_placeholder(cands[0]):
+            return cands[0], ln
+    return "", ""
 
 
 def _after_path(line: str, token: str) -> tuple[str, str]:
@@ -228,15 +254,19 @@ def _is_remark(tail: str) -> bool:
         rest = tail.lstrip("-—–")
         return bool(rest) and rest[0].isspace()
     if tail[0] in "(（":
-        body = tail.rstrip(".,;:!?。，；： ")
-        if body[-1:] not in (")", "）"):
-            return False
-        depth = 0
-        for k, ch in enumerate(body):
-            depth += 1 if ch in "(（" else -1 if ch in ")）" else 0
-            if depth == 0:
-                return k == len(body) - 1  # the first group closes at the end: one remark
+        return _one_closing_group(tail.rstrip(".,;:!?。，；： "))
+    return False
+
+
+def _one_closing_group(body: str) -> bool:
+    """Whether `body`, opening with a parenthesis, is one group that closes at its end."""
+    if body[-1:] not in (")", "）"):
         return False
+    depth = 0
+    for k, ch in enumerate(body):
+        depth += 1 if ch in "(（" else -1 if ch in ")）" else 0
+        if depth == 0:
+            return k == len(body) - 1  # the first group closes at the end: one remark
     return False
 
 
@@ -245,20 +275,21 @@ def notes_under_path(text: str, fld: str) -> str:
     e.g. "Note: this YAML needs 4 GPUs"): kept in the blueprint's notes, not dropped.
     Lines past the first `PATH_PART_LINES` are not read for a path: all kept as notes."""
     lines = strip_label(text, fld).split("\n")
-    kept: list[str] = []
-    for ln in lines[:PATH_PART_LINES]:
-        body = ln.strip()
-        if not body or _is_fence_line(ln) or _HINT_LINE.search(ln):
-            continue
-        if (_MAY_SCORE.search(ln) is not None and any(_path_score(c, fld) for c in _line_candidates(ln))
-                and not _PROSE_LINE.match(body)):
-            continue
-        if (len(body) <= 80 and FIELD_KEYWORDS[fld].search(body) and body.endswith((":", "："))
-                and not _PROSE_LINE.match(body)):
-            continue  # a label on its own line
-        kept.append(body)
+    kept = [body for ln in lines[:PATH_PART_LINES] if (body := ln.strip()) and not _path_part_line(ln, body, fld)]
     kept.extend(body for ln in lines[PATH_PART_LINES:] if (body := ln.strip()))
     return "\n".join(kept)
+
+
+def _path_part_line(ln: str, body: str, fld: str) -> bool:
+    """Whether line `ln` (stripped: `body`, not empty) belongs to the part, not its notes: a fence, an
+    example hint, a path that is not a sentence, or a label on its own line."""
+    if _is_fence_line(ln) or _HINT_LINE.search(ln):
+        return True
+    if _PROSE_LINE.match(body):
+        return False
+    if _MAY_SCORE.search(ln) is not None and any(_path_score(c, fld) for c in _line_candidates(ln)):
+        return True
+    return len(body) <= 80 and bool(FIELD_KEYWORDS[fld].search(body)) and body.endswith((":", "："))
 
 
 def _expand(path: str) -> str:

@@ -30,12 +30,9 @@ def _loopback(host: str) -> bool:
 
 def webhook_url_problem(url: str, *, allow_http: bool = False) -> str:
     """Why `url` cannot be a webhook URL; "" when it can."""
-    if len(url) > MAX_URL_CHARS:
-        return f"is {len(url)} characters long (at most {MAX_URL_CHARS})"
-    bad = next((c for c in url if c.isspace() or unicodedata.category(c).startswith("C")), None)
-    if bad is not None:
-        return (f"holds a control character or a space ({ascii(bad)}): CR/LF would split the request's headers; "
-                "encode it (%0D, %20)")
+    problem = _characters_problem(url)
+    if problem:
+        return problem
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https"):
         return f"must start with https:// or http:// (not {parts.scheme + ':' if parts.scheme else 'no scheme'})"
@@ -48,6 +45,17 @@ def webhook_url_problem(url: str, *, allow_http: bool = False) -> str:
     if parts.scheme.lower() == "http" and not allow_http and not _loopback(host):
         return (f"is plain http:// to {host}, which is not a loopback address: use https://, or let the operator "
                 "allow plain http (AJET_RUNNER_WEBHOOK_ALLOW_HTTP=1)")
+    return ""
+
+
+def _characters_problem(url: str) -> str:
+    """Why `url`'s characters cannot go into a request (too many, a control character or a space), or ""."""
+    if len(url) > MAX_URL_CHARS:
+        return f"is {len(url)} characters long (at most {MAX_URL_CHARS})"
+    bad = next((c for c in url if c.isspace() or unicodedata.category(c).startswith("C")), None)
+    if bad is not None:
+        return (f"holds a control character or a space ({ascii(bad)}): CR/LF would split the request's headers; "
+                "encode it (%0D, %20)")
     return ""
 
 
