@@ -36,7 +36,7 @@ from ajet_runner.statemachine.comparison.stage_stats import (
     verdicts,
 )
 from ajet_runner.statemachine.lifecycle import FINISHED, SUCCEEDED
-from ajet_runner.statemachine.logs.results import summarize
+from ajet_runner.statemachine.logs.results import ResultSummary, summarize
 from ajet_runner.statemachine.metric_vocabulary import HEADLINE_METRIC, higher_is_better, ranked_metric
 from ajet_runner.statemachine.models import Evaluation
 
@@ -225,6 +225,11 @@ def _mapping(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _mappings(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """The mappings of a field that should be a list of them (other items skipped; [] when absent)."""
+    return [item for item in doc.get(key) or [] if isinstance(item, Mapping)]
+
+
 def _str_or_none(doc: Mapping[str, Any], key: str) -> str | None:
     value = doc.get(key)
     return value if isinstance(value, str) else None
@@ -248,7 +253,7 @@ def facts_from_results(doc: Mapping[str, Any], *, config: Mapping[str, Any] | No
     """From a `results.json` (the runner's) and the YAML the experiment was given (None: unreadable)."""
     sweep = dict(doc.get("sweep") or {})
     flat = _flat_config(config, sweep)
-    repairs = [r for r in doc.get("repairs") or [] if isinstance(r, Mapping)]
+    repairs = _mappings(doc, "repairs")
     outcome = _field(doc, "outcome")
     reason = _field(doc, "reason")
     return ExperimentFacts(
@@ -257,7 +262,7 @@ def facts_from_results(doc: Mapping[str, Any], *, config: Mapping[str, Any] | No
         repairs=int(doc.get("repair_count") or len(repairs)),
         repair_signatures=_signatures(repairs),
         elapsed_seconds=_number(doc.get("elapsed_seconds")), train_steps=int(doc.get("train_steps") or 0),
-        evaluations=[dict(e) for e in doc.get("evaluations") or [] if isinstance(e, Mapping)],
+        evaluations=[dict(e) for e in _mappings(doc, "evaluations")],
         config=flat, config_source=config_source,
         launch_command=_str_or_none(doc, "launch_command"),
         sweep=sweep, result_dir=_field(doc, "result_dir"), report_path=report_path,
@@ -273,23 +278,31 @@ def facts_from_record(rec: Mapping[str, Any], evaluations: Iterable[Mapping[str,
     ctx, bp = _mapping(rec, "ctx"), _mapping(rec, "blueprint_json")
     sweep = dict(bp.get("exp_sweep_values") or {})
     flat = _flat_config(config, sweep)
-    repairs = [r for r in ctx.get("repairs") or [] if isinstance(r, Mapping)]
-    started, finished = _number(rec.get("started_at")), _number(rec.get("finished_at"))
+    repairs = _mappings(ctx, "repairs")
     outcome = _field(rec, "outcome")
     state = _field(rec, "state")
     reason = _field(rec, "reason")
-    evals = [{"step": e.get("step"), "dataset": e.get("dataset") or "", "metrics": dict(e.get("metrics") or {})}
-             for e in evaluations if isinstance(e.get("metrics"), Mapping)]
     return ExperimentFacts(
         id=_field(rec, "id"), purpose=_field(rec, "purpose"), state=state, outcome=outcome,
         reason=reason, attempts=len(ctx.get("attempts") or []) or int(_number(rec.get("attempt")) or 0),
         repairs=len(repairs), repair_signatures=_signatures(repairs),
-        elapsed_seconds=(max(0.0, finished - started) if started and finished else None),
-        train_steps=0, evaluations=evals, config=flat, config_source=config_source,
-        launch_command=_str_or_none(bp, "exp_launch_command"),
+        elapsed_seconds=_elapsed(rec), train_steps=0, evaluations=_event_evaluations(evaluations), config=flat,
+        config_source=config_source, launch_command=_str_or_none(bp, "exp_launch_command"),
         sweep=sweep, result_dir=_field(rec, "result_dir"), source="record",
         decisive="" if outcome in SUCCEEDED or state != FINISHED else decisive_of(reason, repairs),
     )
+
+
+def _elapsed(rec: Mapping[str, Any]) -> float | None:
+    """Seconds from the record's start to its finish (None until both are known)."""
+    started, finished = _number(rec.get("started_at")), _number(rec.get("finished_at"))
+    return max(0.0, finished - started) if started and finished else None
+
+
+def _event_evaluations(evaluations: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`evaluation` events as results.json writes evaluations (events without metrics skipped)."""
+    return [{"step": e.get("step"), "dataset": e.get("dataset") or "", "metrics": dict(e.get("metrics") or {})}
+            for e in evaluations if isinstance(e.get("metrics"), Mapping)]
 
 
 def _number(value: Any) -> float | None:
@@ -304,23 +317,36 @@ def _number(value: Any) -> float | None:
 
 def _summary(facts: ExperimentFacts) -> tuple[dict[str, MetricValues], dict[str, list[list[float]]]]:
     """Best and final of each validation metric on the primary dataset, and its curve."""
-    evals = [e.model_copy(update={"metrics": {k: v for k, v in e.metrics.items() if math.isfinite(v)}})
-             for e in facts.evaluations]
-    summary = summarize(evals)
+    summary = summarize([_finite_only(e) for e in facts.evaluations])
     mine = [e for e in summary.evaluations if e.dataset == summary.primary_dataset]
     final = summary.final.get("metrics", {}) if summary.final else {}
     names = sorted({m for e in mine for m in e.metrics if validation_metric(m)})
+    mine.sort(key=lambda e: e.step)
     out: dict[str, MetricValues] = {}
     curves: dict[str, list[list[float]]] = {}
-    mine.sort(key=lambda e: e.step)
     for name in names:
-        best = summary.best.get(name) or {}
-        out[name] = MetricValues(final=_number(final.get(name)),
-                                 final_step=summary.final.get("step") if name in final else None,
-                                 best=_number(best.get("value")), best_step=best.get("step"))
-        curves[name] = [[float(e.step), float(e.metrics[name])] for e in mine
-                        if name in e.metrics and math.isfinite(e.metrics[name])]
+        out[name] = _metric_values(summary, final, name)
+        curves[name] = _curve(mine, name)
     return out, curves
+
+
+def _metric_values(summary: ResultSummary, final: Mapping[str, Any], name: str) -> MetricValues:
+    """Metric `name`'s final (in the `final` evaluation's metrics) and best values, with their steps."""
+    best = summary.best.get(name) or {}
+    return MetricValues(final=_number(final.get(name)),
+                        final_step=summary.final.get("step") if name in final else None,
+                        best=_number(best.get("value")), best_step=best.get("step"))
+
+
+def _finite_only(evaluation: Evaluation) -> Evaluation:
+    """The evaluation without its non-finite metrics (a NaN or inf loss is no best or final value)."""
+    return evaluation.model_copy(update={"metrics": {k: v for k, v in evaluation.metrics.items() if math.isfinite(v)}})
+
+
+def _curve(evaluations: list[Evaluation], name: str) -> list[list[float]]:
+    """[step, value] of metric `name` in each evaluation (in the order given) that has a finite one."""
+    return [[float(e.step), float(e.metrics[name])] for e in evaluations
+            if name in e.metrics and math.isfinite(e.metrics[name])]
 
 
 validation_metric = ranked_metric  # the metrics a stage is compared by (statemachine/metric_vocabulary.py)
@@ -328,20 +354,28 @@ validation_metric = ranked_metric  # the metrics a stage is compared by (statema
 
 def _command_parts(commands: Mapping[str, str]) -> dict[str, str]:
     """Per id, the part of its launch command that differs from the others (common words trimmed)."""
-    words: dict[str, list[str]] = {}
-    for exp_id, cmd in commands.items():
-        try:
-            words[exp_id] = shlex.split(cmd)
-        except ValueError:
-            words[exp_id] = cmd.split()
-    lists = list(words.values())
+    words = {exp_id: _command_words(cmd) for exp_id, cmd in commands.items()}
+    head, tail = _common_ends(list(words.values()))
+    return {exp_id: " ".join(w[head:len(w) - tail]) or "(nothing: shorter)" for exp_id, w in words.items()}
+
+
+def _common_ends(lists: list[list[str]]) -> tuple[int, int]:
+    """How many leading, then how many trailing (of the rest), words all the lists share."""
     head = 0
     while all(len(w) > head for w in lists) and len({w[head] for w in lists}) == 1:
         head += 1
     tail = 0
     while all(len(w) - head > tail for w in lists) and len({w[len(w) - 1 - tail] for w in lists}) == 1:
         tail += 1
-    return {exp_id: " ".join(w[head:len(w) - tail]) or "(nothing: shorter)" for exp_id, w in words.items()}
+    return head, tail
+
+
+def _command_words(cmd: str) -> list[str]:
+    """A launch command's words as the shell splits them (at spaces when its quoting is unbalanced)."""
+    try:
+        return shlex.split(cmd)
+    except ValueError:
+        return cmd.split()
 
 
 def _ranked(rows: list[Row], metric: str, which: str) -> list[Ranked]:
@@ -368,20 +402,30 @@ def _spread(values: list[float]) -> tuple[float | None, float | None, float | No
     return statistics.fmean(values), std, min(values), max(values)
 
 
+def _seed_split(differing: list[str]) -> tuple[list[str], list[str]]:
+    """The differing keys that are seeds (repeats of one setting), and the others (what is compared)."""
+    seeds = [k for k in differing if is_seed_key(k)]
+    return seeds, [k for k in differing if k not in seeds]
+
+
+def _known_finals(members: list[str], finals: Mapping[str, float | None]) -> list[float]:
+    """The final values of `members` that are known."""
+    return [x for m in members if (x := finals.get(m)) is not None]
+
+
 def compare(stage: str, experiments: Iterable[ExperimentFacts], metric: str = DEFAULT_METRIC) -> StageComparison:
     """The comparison of `experiments` (in the order given) by `metric`."""
     facts = list(experiments)
     summaries = {f.id: _summary(f) for f in facts}
     differing = _differing_keys(facts)
-    seeds = [k for k in differing if is_seed_key(k)]
-    compared = [k for k in differing if k not in seeds]
+    seeds, compared = _seed_split(differing)
     rows, parts = _rows(facts, summaries, differing, [*compared, *seeds])  # seeds last in the labels
     command_differs = bool(parts)
     groups = _repeat_groups(rows, differing, seeds, metric, command_differs)
     names, curves = _metric_curves(facts, summaries)
     finals = _finals(rows, metric)
     lower = not higher_is_better(metric)
-    noise = seed_noise([[x for m in g.members if (x := finals.get(m)) is not None] for g in groups])
+    noise = seed_noise([_known_finals(g.members, finals) for g in groups])
     by_group = _seed_groups(rows, compared, parts) if seeds else {}
     return StageComparison(
         stage=stage, metric=metric, metrics=names, rows=rows, differing_keys=differing, seed_keys=seeds,
@@ -390,7 +434,7 @@ def compare(stage: str, experiments: Iterable[ExperimentFacts], metric: str = DE
         ranking_final=_ranked(rows, metric, "final"), ranking_best=_ranked(rows, metric, "best"),
         repeat_groups=groups, not_succeeded=[r.id for r in rows if not r.succeeded], curves=curves,
         group_curves=_group_curves(by_group, curves, rows),
-        seed_noise=noise, verdicts=verdicts(compared, {r.id: r.differs for r in rows}, finals, noise, metric, lower))
+        seed_noise=noise, verdicts=verdicts(compared, _differs_by_id(rows), finals, noise, metric, lower))
 
 
 def _differing_keys(facts: list[ExperimentFacts]) -> list[str]:
@@ -446,10 +490,15 @@ def _finals(rows: list[Row], metric: str) -> dict[str, float | None]:
     return {r.id: (r.metrics[metric].final if metric in r.metrics else None) for r in rows}
 
 
+def _differs_by_id(rows: list[Row]) -> dict[str, dict[str, str]]:
+    """Each row's values of the differing keys, by experiment id."""
+    return {r.id: r.differs for r in rows}
+
+
 def _seed_groups(rows: list[Row], compared: list[str], parts: dict[str, str]) -> dict[str, list[str]]:
     """The ids of each group of runs alike but for their seeds, by the group's whole label."""
     by_group: dict[str, list[str]] = {}
-    shared = run_labels({r.id: r.differs for r in rows}, compared, parts, limit=None)  # whole: a group's key
+    shared = run_labels(_differs_by_id(rows), compared, parts, limit=None)  # whole: a group's key
     for row in rows:
         by_group.setdefault(shared[row.id] or "all runs", []).append(row.id)
     return by_group
@@ -480,14 +529,23 @@ def _repeat_groups(rows: list[Row], differing: list[str], seeds: list[str], metr
         return []
     others = [k for k in differing if k not in seeds]
     by_key: dict[tuple[str, ...], list[Row]] = {}
-    for row in rows:
-        if not any(row.differs.get(k) == UNKNOWN for k in differing):
-            by_key.setdefault(_repeat_key(row, others, command_differs), []).append(row)
-    groups = [_repeat_group(", ".join(f"{k}={v}" for k, v in zip(others, key, strict=False)) or "all", members,
-                            seeds, metric) for key, members in by_key.items() if len(members) >= 2]
+    for row in _fully_known(rows, differing):
+        by_key.setdefault(_repeat_key(row, others, command_differs), []).append(row)
+    groups = [_repeat_group(_group_label(others, key), members, seeds, metric)
+              for key, members in by_key.items() if len(members) >= 2]
     sign = 1 if not higher_is_better(metric) else -1
     groups.sort(key=lambda g: (g.final_mean is None, (g.final_mean or 0.0) * sign, g.label))
     return groups
+
+
+def _fully_known(rows: list[Row], differing: list[str]) -> list[Row]:
+    """The rows whose value of every differing key is known (only those can be repeats of one setting)."""
+    return [row for row in rows if not any(row.differs.get(k) == UNKNOWN for k in differing)]
+
+
+def _group_label(others: list[str], key: tuple[str, ...]) -> str:
+    """`k=v, …` of the values a repeat group shares ("all" when nothing but the seed differs)."""
+    return ", ".join(f"{k}={v}" for k, v in zip(others, key, strict=False)) or "all"
 
 
 def _repeat_key(row: Row, others: list[str], command_differs: bool) -> tuple[str, ...]:

@@ -99,18 +99,21 @@ def group_curves(groups: Mapping[str, list[str]], curves: Mapping[str, list[list
     best final mean first."""
     out = []
     for label, members in groups.items():
-        by_step: dict[float, list[float]] = {}
-        for exp_id in members:
-            for step, value in curves.get(exp_id) or []:
-                by_step.setdefault(step, []).append(value)
-        points = [[step, statistics.fmean(vs), min(vs), max(vs), float(len(vs))]
-                  for step, vs in sorted(by_step.items())]
         have = [v for m in members if (v := finals.get(m)) is not None]
-        out.append(GroupCurve(label=label, members=list(members), points=points,
+        out.append(GroupCurve(label=label, members=list(members), points=_band(members, curves),
                               final_mean=statistics.fmean(have) if have else None))
     sign = 1 if lower_is_better else -1
     out.sort(key=lambda g: (g.final_mean is None, sign * (g.final_mean or 0.0), g.label))
     return out
+
+
+def _band(members: list[str], curves: Mapping[str, list[list[float]]]) -> list[list[float]]:
+    """[step, mean, min, max, how many] of the members' curve values at each step, by step."""
+    by_step: dict[float, list[float]] = {}
+    for exp_id in members:
+        for step, value in curves.get(exp_id) or []:
+            by_step.setdefault(step, []).append(value)
+    return [[step, statistics.fmean(vs), min(vs), max(vs), float(len(vs))] for step, vs in sorted(by_step.items())]
 
 
 def seed_noise(groups: Iterable[Sequence[float]]) -> float | None:
