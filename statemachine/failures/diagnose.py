@@ -125,6 +125,26 @@ def _is_completion(line: str) -> bool:
     return False
 
 
+@dataclass(slots=True)
+class _BlockFacts:
+    """What one search of a block of lines tells about all of them, so most lines need no regex of their own."""
+
+    block: str
+    among: list[Signature]  # the catalogue entries that match some line of the block
+    steps: bool  # some line shows a training step
+    step_lines: bool  # some line may show a step number
+    _progress: bool | None = None  # may_show_progress(block), asked only while evidence is open
+
+    def step_of(self, text: str) -> int | None:
+        """The step number the line shows (a substring test first, the regex only on marked lines)."""
+        return step_number(text) if self.step_lines and _mentions_step(text) else None
+
+    def may_show_progress(self) -> bool:
+        if self._progress is None:
+            self._progress = may_show_progress(self.block)
+        return self._progress
+
+
 class LogScanner:
     """Incremental log diagnosis: feed bytes as they arrive, read findings at any time.
 
@@ -299,31 +319,39 @@ class LogScanner:
         try:
             metrics = LogMetrics.resume(state["metrics"]) if state.get("metrics") is not None else None
             scanner = cls(tail_lines=int(state["tail_len"] or DEFAULT_TAIL), metrics=metrics)
-            pending, flag = state["decoder"]
-            scanner._decoder.setstate((bytes.fromhex(pending), int(flag)))
-            partial = str(state["partial"])
-            scanner._parts, scanner._parts_len = ([partial], len(partial)) if partial else ([], 0)
-            scanner._discarding = bool(state["discarding"])
-            scanner._line_no = int(state["line_no"])
-            scanner._tail.extend(str(t) for t in state["tail"])
-            scanner._findings = [Finding.model_validate(f) for f in state["findings"]]
-            scanner._first_keys = {(str(a), str(b)) for a, b in state["first_keys"]}
-            scanner._counts = {str(k): int(v) for k, v in state["counts"].items()}
-            scanner._completed_line = state["completed_line"]
-            scanner._last_fatal_match = int(state["last_fatal_match"])
-            scanner._last_step_line = int(state["last_step_line"])
-            scanner._pending_live = {str(k): Finding.model_validate(f) for k, f in state["pending_live"].items()}
-            scanner._pending_exit = {str(k): Finding.model_validate(f) for k, f in state["pending_exit"].items()}
-            scanner._last_progress_line = int(state["last_progress_line"])
-            scanner._max_step = int(state["max_step"])
-            a, b = state["recent"]
-            scanner._recent = (str(a), str(b))
-            tb = state.get("traceback")
-            scanner._traceback = _OpenTraceback(**tb) if tb else None
+            scanner._resume_reading(state)
+            scanner._resume_verdicts(state)
             scanner.start = StartScan.resume(state.get("start"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"unusable LogScanner checkpoint: {exc}") from exc
         return scanner
+
+    def _resume_reading(self, state: dict[str, Any]) -> None:
+        """Where the reading stood: the decoder, a partial line, the line count, the tail, the open traceback."""
+        pending, flag = state["decoder"]
+        self._decoder.setstate((bytes.fromhex(pending), int(flag)))
+        partial = str(state["partial"])
+        self._parts, self._parts_len = ([partial], len(partial)) if partial else ([], 0)
+        self._discarding = bool(state["discarding"])
+        self._line_no = int(state["line_no"])
+        self._tail.extend(str(t) for t in state["tail"])
+        a, b = state["recent"]
+        self._recent = (str(a), str(b))
+        tb = state.get("traceback")
+        self._traceback = _OpenTraceback(**tb) if tb else None
+
+    def _resume_verdicts(self, state: dict[str, Any]) -> None:
+        """What was found: findings and counts, completion, the last fatal, step and progress lines, open evidence."""
+        self._findings = [Finding.model_validate(f) for f in state["findings"]]
+        self._first_keys = {(str(a), str(b)) for a, b in state["first_keys"]}
+        self._counts = {str(k): int(v) for k, v in state["counts"].items()}
+        self._completed_line = state["completed_line"]
+        self._last_fatal_match = int(state["last_fatal_match"])
+        self._last_step_line = int(state["last_step_line"])
+        self._pending_live = {str(k): Finding.model_validate(f) for k, f in state["pending_live"].items()}
+        self._pending_exit = {str(k): Finding.model_validate(f) for k, f in state["pending_exit"].items()}
+        self._last_progress_line = int(state["last_progress_line"])
+        self._max_step = int(state["max_step"])
 
     def skip_gap(self) -> None:
         """The bytes from here to a later offset will not be read (a backlog too big to scan before
@@ -375,33 +403,45 @@ class LogScanner:
         block = "\n".join(texts)
         among = candidates(block)  # usually empty: no per-line matching at all
         self._feed_block(block, texts)
-        steps = shows_training_step(block)  # one search per block; per line only when it matched
-        step_lines = may_show_steps(block)  # then a substring test per line, a regex only on marked lines
+        facts = _BlockFacts(block, among, steps=shows_training_step(block), step_lines=may_show_steps(block))
         recent = self._recent  # the two lines before this one (a traceback's announcement is among them)
-        progress_hint: bool | None = None  # may_show_progress(block), asked only while evidence is open
         for text in texts:
             self._line_no += 1
-            number = self._line_no
             self._tail.append(text)
-            in_traceback = ends_traceback = evidence = False
-            if self._traceback is not None or text.startswith(_TRACEBACK_START):
-                in_traceback, ends_traceback = self._track_traceback(text, number, out, recent)
-            if among and text:
-                evidence = self._match(text, number, among, out, in_traceback, ends_traceback)
-            if self._completed_line is None and _is_completion(text):
-                self._completed_line = number
-            step = step_number(text) if step_lines and _mentions_step(text) else None
-            if steps and shows_training_step(text):
-                self._last_step_line = number
-            if (self._pending_live or (self._pending_exit and step is not None)) and not (in_traceback or evidence):
-                if progress_hint is None:
-                    progress_hint = may_show_progress(block)
-                if progress_hint:
-                    self._note_progress(text, number, step)
-            if step is not None and step > self._max_step:
-                self._max_step = step
+            self._scan_line(text, self._line_no, facts, recent, out)
             recent = (recent[1], text)
         self._recent = recent
+
+    def _scan_line(self, text: str, number: int, facts: _BlockFacts, recent: tuple[str, str],
+                   out: list[Finding]) -> None:
+        """One line: failure evidence first, then completion, training steps and progress (which clears
+        open evidence unless the line is itself part of a failure)."""
+        in_failure = self._scan_failure(text, number, facts.among, recent, out)
+        if self._completed_line is None and _is_completion(text):
+            self._completed_line = number
+        step = facts.step_of(text)
+        if facts.steps and shows_training_step(text):
+            self._last_step_line = number
+        if not in_failure and self._awaits_progress(step) and facts.may_show_progress():
+            self._note_progress(text, number, step)
+        if step is not None and step > self._max_step:
+            self._max_step = step
+
+    def _scan_failure(self, text: str, number: int, among: list[Signature], recent: tuple[str, str],
+                      out: list[Finding]) -> bool:
+        """Follow tracebacks and match the catalogue's candidates; True when the line is part of a traceback
+        or fatal evidence."""
+        in_traceback = ends_traceback = evidence = False
+        if self._traceback is not None or text.startswith(_TRACEBACK_START):
+            in_traceback, ends_traceback = self._track_traceback(text, number, out, recent)
+        if among and text:
+            evidence = self._match(text, number, among, out, in_traceback, ends_traceback)
+        return in_traceback or evidence
+
+    def _awaits_progress(self, step: int | None) -> bool:
+        """Whether open evidence could be cleared by progress: live evidence by any, exit evidence only by
+        a training step."""
+        return bool(self._pending_live) or (bool(self._pending_exit) and step is not None)
 
     def _feed_block(self, block: str, texts: list[str]) -> None:
         """The start scan and the metrics read a block at a time (the metrics only when it may hold some)."""
@@ -463,12 +503,7 @@ class LogScanner:
         right after a line announcing a retry (`recent`: the lines before) is a handled error, logged."""
         tb = self._traceback
         if text.startswith(_TRACEBACK_START):
-            if tb is not None and tb.chained:
-                tb.chained = False
-                return True, False
-            self._close_traceback(out)
-            caught = any(announces_retry(t) for t in recent)
-            self._traceback = _OpenTraceback(start=number, caught=caught)
+            self._traceback_starts(number, out, recent)
             return True, False
         if tb is None:
             return False, False
@@ -487,6 +522,17 @@ class LogScanner:
         if tb.foreign > _TRACEBACK_FOREIGN_LIMIT:
             self._traceback = None
         return False, False
+
+    def _traceback_starts(self, number: int, out: list[Finding], recent: tuple[str, ...]) -> None:
+        """A `Traceback` line: the chained one of the open traceback ("During handling…"), or a new one
+        (the open one closed)."""
+        tb = self._traceback
+        if tb is not None and tb.chained:
+            tb.chained = False
+            return
+        self._close_traceback(out)
+        caught = any(announces_retry(t) for t in recent)
+        self._traceback = _OpenTraceback(start=number, caught=caught)
 
     def _close_traceback(self, out: list[Finding]) -> None:
         tb, self._traceback = self._traceback, None
@@ -517,24 +563,26 @@ def _resolve(findings: list[Finding], completed_line: int | None, open_: set[tup
     not what ended it; a specific cause beats symptoms."""
     if completed_line is not None:
         note = _EARLIER_NOTE.format(line=completed_line)
-        return [
-            f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {note}"}) if f.fatal else f
-            for f in findings
-        ]
+        return [_not_fatal(f, note) if f.fatal else f for f in findings]
     still = [f for f in findings if f.fatal and (f.signature, f.line) in open_]
     cause = next((f for f in still if not signature(f.signature).generic), None)
-    out = []
-    for f in findings:
-        if not f.fatal:
-            out.append(f)
-        elif (f.signature, f.line) not in open_:
-            out.append(f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {_WENT_ON_NOTE}"}))
-        elif cause is not None and signature(f.signature).generic:
-            note = _SYMPTOM_NOTE.format(cause=cause.signature, line=cause.line)
-            out.append(f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {note}"}))
-        else:
-            out.append(f)
-    return out
+    return [_settled(f, open_, cause) for f in findings]
+
+
+def _settled(f: Finding, open_: set[tuple[str, int]], cause: Finding | None) -> Finding:
+    """A fatal finding stays fatal unless training went on after it, or it is a generic symptom of `cause`."""
+    if not f.fatal:
+        return f
+    if (f.signature, f.line) not in open_:
+        return _not_fatal(f, _WENT_ON_NOTE)
+    if cause is not None and signature(f.signature).generic:
+        return _not_fatal(f, _SYMPTOM_NOTE.format(cause=cause.signature, line=cause.line))
+    return f
+
+
+def _not_fatal(f: Finding, note: str) -> Finding:
+    """The finding, no longer fatal, its explanation saying why."""
+    return f.model_copy(update={"fatal": False, "explanation": f"{f.explanation} {note}"})
 
 
 QUOTE_CHARS = 240

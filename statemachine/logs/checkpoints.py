@@ -94,6 +94,15 @@ _START_MARKERS = ("Experiment Name: ", "Setting global step to ", "Training from
                   "Load from checkpoint folder: ")
 
 
+def _start_step(line: str) -> int | None:
+    """The step a start line names: `Setting global step to N`, or 0 for `Training from scratch`."""
+    if line.startswith("Setting global step to ") and (m := _STEP.match(line)):
+        return int(m.group(1))
+    if line.startswith("Training from scratch") and _SCRATCH.match(line):
+        return 0
+    return None
+
+
 class StartScan:
     """The start facts of a log as it streams by (the watch's scanner feeds it each block of lines), so
     nothing at an attempt's end reads the log again for them — "not found" included.
@@ -115,10 +124,8 @@ class StartScan:
         """One cleaned line (the first of each fact counts); True once both facts are known."""
         if not self.name and "Experiment Name: " in line and (m := _NAME.search(line)):
             self.name = m.group(1)
-        elif self.step is None and line.startswith("Setting global step to ") and (m := _STEP.match(line)):
-            self.step = int(m.group(1))
-        elif self.step is None and line.startswith("Training from scratch") and _SCRATCH.match(line):
-            self.step = 0
+        elif self.step is None and (step := _start_step(line)) is not None:
+            self.step = step
         elif not self.folder and line.startswith("Load from checkpoint folder: ") and (m := _FOLDER.match(line)):
             self.folder = m.group(1)
         return bool(self.name) and self.step is not None

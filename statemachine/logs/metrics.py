@@ -103,6 +103,12 @@ def _metrics_of(text: str) -> tuple[dict[str, float], int | None] | None:
     if not data:
         return None
     step = next((_as_step(data[k]) for k in STEP_KEYS if k in data), None)
+    metrics = _numeric_metrics(data)
+    return (_aliases(metrics), step) if metrics else None
+
+
+def _numeric_metrics(data: dict[Any, Any]) -> dict[str, float]:
+    """The record's numeric values by normalized name, the step keys left out."""
     metrics: dict[str, float] = {}
     for key, value in data.items():
         if not isinstance(key, str):
@@ -113,7 +119,7 @@ def _metrics_of(text: str) -> tuple[dict[str, float], int | None] | None:
         number = _to_float(value)
         if number is not None:
             metrics[name] = number
-    return (_aliases(metrics), step) if metrics else None
+    return metrics
 
 
 def _quoted_record(head: str, rest: str, quote: str) -> tuple[str, bool]:
@@ -390,13 +396,7 @@ def merge_file_and_log(file: ResultSummary | None, log: ResultSummary | None) ->
         return log if log is not None else (file or ResultSummary())
     if log is None or not log.evaluations:
         return file
-    primary = file.primary_dataset
-    have = {e.step for e in file.evaluations if e.dataset == primary}
-    added = [
-        Evaluation.model_construct(step=e.step, dataset=primary, metrics=e.metrics)
-        for e in log.evaluations
-        if e.step not in have
-    ]
+    added = _steps_only_logged(file, log)
     if not added:
         return file
     order = {d: i for i, d in enumerate(file.datasets)}
@@ -405,3 +405,11 @@ def merge_file_and_log(file: ResultSummary | None, log: ResultSummary | None) ->
                        fmt="mixed" if file.format != "console" else "console")
     merged.files = list(file.files)
     return merged
+
+
+def _steps_only_logged(file: ResultSummary, log: ResultSummary) -> list[Evaluation]:
+    """The console's evaluations at steps the file lacks on its primary dataset, moved to that dataset."""
+    primary = file.primary_dataset
+    have = {e.step for e in file.evaluations if e.dataset == primary}
+    return [Evaluation.model_construct(step=e.step, dataset=primary, metrics=e.metrics)
+            for e in log.evaluations if e.step not in have]

@@ -287,21 +287,26 @@ def _fast_dict(line: str) -> dict[str, Any] | None:
     for m in _FAST_ITEM_RE.finditer(line, 1):
         if m.start() != pos or closed:
             return None  # something between items that is not a flat scalar item
-        k1, k2, num, npnum, s1, s2, const, end = m.groups()
-        key = k1 if k1 is not None else k2
-        num = num or npnum
-        if num is not None:
-            value: Any = float(num)
-            out[key] = value if value == value else math.nan
-        elif const is not None:
-            out[key] = _CONSTS[const]
-        else:
-            out[key] = s1 if s1 is not None else s2
+        key, value = _fast_item(m)
+        out[key] = value
         pos = m.end()
-        closed = end != ","
+        closed = m.group("end") != ","
     if not closed or line[pos:].strip():
         return None
     return out
+
+
+def _fast_item(m: re.Match[str]) -> tuple[str, Any]:
+    """The key and value of one `_FAST_ITEM_RE` match: a number (nan for NaN), a constant or a string."""
+    k1, k2, num, npnum, s1, s2, const, _end = m.groups()
+    key = k1 if k1 is not None else k2
+    num = num or npnum
+    if num is not None:
+        value = float(num)
+        return key, value if value == value else math.nan
+    if const is not None:
+        return key, _CONSTS[const]
+    return key, s1 if s1 is not None else s2
 
 
 def _parse_dict_line(line: str) -> tuple[dict[Any, Any] | None, int]:
@@ -354,6 +359,26 @@ def _open_text(path: str | os.PathLike[str]) -> IO[str]:
 
 
 # ----------------------------------------------------------------------------- val parsing
+
+
+def _classic_fields(data: dict[Any, Any]) -> tuple[str, dict[str, float]]:
+    """(dataset, numeric metrics by normalized name) of a classic dict line; the step keys are neither."""
+    dataset = ""
+    metrics: dict[str, float] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            continue
+        name = normalize_key(key)
+        if name in DATASET_KEYS:
+            if isinstance(value, str):
+                dataset = value.strip()
+            continue
+        if name in STEP_KEYS:
+            continue
+        number = _to_float(value)
+        if number is not None:
+            metrics[name] = number
+    return dataset, metrics
 
 
 @dataclass(slots=True)
@@ -429,28 +454,11 @@ class _ValParser:
             return
         data, lost = _parse_dict_line(line)
         self.skipped += lost
-        if data is None:
+        step = _step_in(data, STEP_KEYS) if data is not None else None
+        if data is None or step is None:
             self.skipped += 1
             return
-        step = next((_as_step(data[k]) for k in STEP_KEYS if k in data), None)
-        if step is None:
-            self.skipped += 1
-            return
-        dataset = ""
-        metrics: dict[str, float] = {}
-        for key, value in data.items():
-            if not isinstance(key, str):
-                continue
-            name = normalize_key(key)
-            if name in DATASET_KEYS:
-                if isinstance(value, str):
-                    dataset = value.strip()
-                continue
-            if name in STEP_KEYS:
-                continue
-            number = _to_float(value)
-            if number is not None:
-                metrics[name] = number
+        dataset, metrics = _classic_fields(data)
         self.formats.add("classic")
         self._end_run()
         self._keep(step, dataset, metrics)
@@ -525,6 +533,19 @@ class _ValParser:
         # that changed between relaunches repeats its shorter sequence, so it is kept.)
         partial = {s for s, n in self.shape_counts.items() if n == 1 and s in self.proper_prefixes}
         self.skipped += len(partial)
+        final = self._surviving(partial, sets)
+        order: dict[str, int] = {}
+        for kept in sorted(final.values(), key=lambda k: k.seq):
+            order.setdefault(kept.dataset, len(order))
+        evaluations = [
+            Evaluation.model_construct(_EVAL_FIELDS, step=k.step, dataset=k.dataset, metrics=k.metrics)
+            for k in sorted(final.values(), key=lambda k: (k.step, k.dataset))
+        ]
+        return summarize(evaluations, skipped=self.skipped, dataset_order=order, fmt=_format_of(self.formats))
+
+    def _surviving(self, partial: set[int], sets: int) -> dict[tuple[int, str], _Kept]:
+        """The last write of each (step, dataset), in the order of the surviving writes; blocks cut short
+        (`partial` shapes) dropped, unnamed datasets named `setN` when the runs hold `sets` of them."""
         final: dict[tuple[int, str], _Kept] = {}
         for kept in sorted(self.kept.values(), key=lambda k: k.seq):
             if kept.shape in partial:
@@ -535,15 +556,7 @@ class _ValParser:
             if key in final:
                 del final[key]  # re-insert so first_seen order follows the surviving write
             final[key] = kept
-        order: dict[str, int] = {}
-        for kept in sorted(final.values(), key=lambda k: k.seq):
-            order.setdefault(kept.dataset, len(order))
-        evaluations = [
-            Evaluation.model_construct(_EVAL_FIELDS, step=k.step, dataset=k.dataset, metrics=k.metrics)
-            for k in sorted(final.values(), key=lambda k: (k.step, k.dataset))
-        ]
-        fmt = "mixed" if len(self.formats) > 1 else next(iter(self.formats), "")
-        return summarize(evaluations, skipped=self.skipped, dataset_order=order, fmt=fmt)
+        return final
 
 
 def _unnamed_set_count(run_lengths: Counter[int]) -> int:
@@ -569,28 +582,36 @@ def summarize(
     primary = max(datasets, key=lambda d: (counts[d], -rank[d])) if datasets else ""
     mine = sorted((e for e in evaluations if e.dataset == primary), key=lambda e: e.step)
     final = baseline = {}
-    best: dict[str, dict[str, Any]] = {}
     if mine:
-        last = mine[-1]
-        first = next((e for e in mine if e.step == 0), mine[0])
-        final = {"step": last.step, "dataset": last.dataset, "metrics": dict(last.metrics)}
-        baseline = {"step": first.step, "dataset": first.dataset, "metrics": dict(first.metrics)}
-        for ev in mine:
-            for name, value in ev.metrics.items():
-                if not higher_is_better(name) or not math.isfinite(value):
-                    continue
-                if name not in best or value > best[name]["value"]:
-                    best[name] = {"value": value, "step": ev.step}
+        final = _entry(mine[-1])
+        baseline = _entry(next((e for e in mine if e.step == 0), mine[0]))
     return ResultSummary(
         evaluations=evaluations,
         final=final,
-        best=dict(sorted(best.items())),
+        best=dict(sorted(_best_values(mine).items())),
         baseline=baseline,
         primary_dataset=primary,
         datasets=datasets,
         format=_FORMATS.get(fmt, ""),
         skipped=skipped,
     )
+
+
+def _entry(ev: Evaluation) -> dict[str, Any]:
+    """An evaluation as the summary's final and baseline hold it."""
+    return {"step": ev.step, "dataset": ev.dataset, "metrics": dict(ev.metrics)}
+
+
+def _best_values(evaluations: list[Evaluation]) -> dict[str, dict[str, Any]]:
+    """Per metric where higher is better, its highest finite value and the step of its first occurrence."""
+    best: dict[str, dict[str, Any]] = {}
+    for ev in evaluations:
+        for name, value in ev.metrics.items():
+            if not higher_is_better(name) or not math.isfinite(value):
+                continue
+            if name not in best or value > best[name]["value"]:
+                best[name] = {"value": value, "step": ev.step}
+    return best
 
 
 def parse_val_lines(lines: Iterable[str]) -> ResultSummary:
@@ -660,19 +681,28 @@ def parse_val_files(
         skipped += part.skipped
         if part.format:
             formats.add(part.format)
-        try:
-            name = str(path.relative_to(root)) if root else str(path)
-        except ValueError:
-            name = str(path)
+        name = _file_label(path, root)
         for ev in part.evaluations:
             dataset = f"{name}:{ev.dataset}" if ev.dataset else name
             order.setdefault(dataset, len(order))
             evaluations.append(Evaluation.model_construct(step=ev.step, dataset=dataset, metrics=ev.metrics))
     evaluations.sort(key=lambda e: (e.step, e.dataset))
-    fmt = "mixed" if len(formats) > 1 else next(iter(formats), "")
-    summary = summarize(evaluations, skipped=skipped, dataset_order=order, fmt=fmt)
+    summary = summarize(evaluations, skipped=skipped, dataset_order=order, fmt=_format_of(formats))
     summary.files = [str(p) for p in files]
     return summary
+
+
+def _file_label(path: Path, root: str | os.PathLike[str]) -> str:
+    """The file's path relative to `root` (as given when it lies outside, or without a root)."""
+    try:
+        return str(path.relative_to(root)) if root else str(path)
+    except ValueError:
+        return str(path)
+
+
+def _format_of(formats: set[str]) -> str:
+    """The format of results written in `formats`: the one, "mixed" for several, "" for none."""
+    return "mixed" if len(formats) > 1 else next(iter(formats), "")
 
 
 def latest_metrics(summary: ResultSummary) -> dict[str, float]:
@@ -698,28 +728,38 @@ def parse_train_lines(lines: Iterable[str]) -> TrainSummary:
             continue
         if not line.startswith("{"):
             continue
-        if not line.endswith("}"):
-            skipped += 1
-            continue
-        data, lost = _parse_dict_line(line)
+        read, lost = _train_line(line)
         skipped += lost
-        step = None
-        if data is not None:
-            step = next((_as_step(data[k]) for k in TRAIN_STEP_KEYS if k in data), None)
-        if data is None or step is None:
-            skipped += 1
-            continue
-        metrics: dict[str, float] = {}
-        for key, value in data.items():
-            number = _to_float(value)
-            if isinstance(key, str) and number is not None and key not in TRAIN_STEP_KEYS:
-                metrics[sys.intern(key)] = number
-        steps.pop(step, None)
-        steps[step] = metrics
+        if read is not None:
+            step, metrics = read
+            steps.pop(step, None)  # a step written again counts where it was last written
+            steps[step] = metrics
     return TrainSummary(
         steps=[TrainStep.model_construct(step=s, metrics=m) for s, m in sorted(steps.items())],
         skipped=skipped,
     )
+
+
+def _train_line(line: str) -> tuple[tuple[int, dict[str, float]] | None, int]:
+    """(step, numeric metrics) of a dict line (None when it is cut short, unreadable or has no step), and
+    how many lines it counts as skipped."""
+    if not line.endswith("}"):
+        return None, 1
+    data, lost = _parse_dict_line(line)
+    step = _step_in(data, TRAIN_STEP_KEYS) if data is not None else None
+    if data is None or step is None:
+        return None, lost + 1
+    metrics: dict[str, float] = {}
+    for key, value in data.items():
+        number = _to_float(value)
+        if isinstance(key, str) and number is not None and key not in TRAIN_STEP_KEYS:
+            metrics[sys.intern(key)] = number
+    return (step, metrics), lost
+
+
+def _step_in(data: dict[Any, Any], keys: Iterable[str]) -> int | None:
+    """The step under the first of `keys` the line holds (None when none holds a step)."""
+    return next((_as_step(data[k]) for k in keys if k in data), None)
 
 
 def parse_train_file(path: str | os.PathLike[str]) -> TrainSummary:
@@ -743,27 +783,42 @@ def classify_file(path: str | os.PathLike[str]) -> Literal["val", "train", ""]:
     """
     try:
         with _open_text(path) as stream:
-            head = stream.read(SNIFF_CHARS)
+            lines = stream.read(SNIFF_CHARS).splitlines()
     except OSError:
         return ""
-    val = False
+    if any(s.startswith("{") and "training/global_step" in s for s in map(str.strip, lines)):
+        return "train"
+    return "val" if _shows_validation(lines) else ""
+
+
+def _shows_validation(lines: list[str]) -> bool:
+    """A dict line with a step key and a validation metric, or a validation `- key: value` item in the
+    block under a `## Step N` heading."""
     in_block = False
-    for line in head.splitlines():
+    for line in lines:
         s = line.strip()
         if s.startswith("{"):
             in_block = False
-            if "training/global_step" in s:
-                return "train"
-            if any(f"'{k}'" in s or f'"{k}"' in s for k in STEP_KEYS) and any(h in s for h in VAL_HINT_KEYS):
-                val = True
+            if _val_dict_line(s):
+                return True
         elif _HEADING_RE.match(s):
             in_block = True
         elif in_block and _ITEM_RE.match(line):
-            if any(h in s for h in VAL_HINT_KEYS):
-                val = True
+            if _has_val_hint(s):
+                return True
         elif s:
             in_block = False
-    return "val" if val else ""
+    return False
+
+
+def _has_val_hint(s: str) -> bool:
+    """Whether the line names a validation metric."""
+    return any(h in s for h in VAL_HINT_KEYS)
+
+
+def _val_dict_line(s: str) -> bool:
+    """Whether a dict line holds a (quoted) step key and a validation metric."""
+    return any(f"'{k}'" in s or f'"{k}"' in s for k in STEP_KEYS) and _has_val_hint(s)
 
 
 def _candidates(root: Path, max_depth: int = 4) -> Iterator[Path]:
@@ -774,10 +829,13 @@ def _candidates(root: Path, max_depth: int = 4) -> Iterator[Path]:
         )
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if name in OWN_FILES or path.suffix.lower() not in RESULT_SUFFIXES or name.startswith("."):
-                continue
-            if path.is_file():
+            if _may_hold_results(name, path) and path.is_file():
                 yield path
+
+
+def _may_hold_results(name: str, path: Path) -> bool:
+    """A file named like results: a result suffix, not hidden, not one of the runner's own files."""
+    return name not in OWN_FILES and path.suffix.lower() in RESULT_SUFFIXES and not name.startswith(".")
 
 
 def find_result_files(path: str | os.PathLike[str]) -> list[Path]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ajet_runner.statemachine.logs.results import normalize_key
@@ -107,15 +108,31 @@ def parse_step_line(line: str, training_values: bool = True) -> StepLine | None:
     if m is None:
         return None
     out = StepLine(step=int(m.group(1)))
+    rest = s[m.end():]
     if not training_values and not any(text in s for text in _MARKER_TEXT):
-        for piece in s[m.end():].split(" - "):
-            key, colon, raw = piece.rpartition(":")
-            if colon and is_training_key(key.strip()) and _value(raw)[1] is not None:
-                out.is_training = True
-                return out
+        out.is_training = True
+        return out if _has_training_item(rest) else None
+    for name, number in _items(rest):
+        _add_item(out, name, number, training_values)
+    if not out.validation and not out.is_training:
         return None
+    return out
+
+
+def _has_training_item(rest: str) -> bool:
+    """Whether a step line's items (`rest`) hold a training key with a number."""
+    for piece in rest.split(" - "):
+        key, colon, raw = piece.rpartition(":")
+        if colon and is_training_key(key.strip()) and _value(raw)[1] is not None:
+            return True
+    return False
+
+
+def _items(rest: str) -> Iterator[tuple[str, float]]:
+    """The (key, number) items of a step line's items (`rest`): a piece without a number repr after its
+    last `:` joins the next key; an item whose value is no number (a string repr) is read and left out."""
     pending = ""
-    for piece in s[m.end():].split(" - "):
+    for piece in rest.split(" - "):
         key, colon, raw = piece.rpartition(":")
         ok, number = _value(raw) if colon else (False, None)
         if not ok or not (pending + key).strip():
@@ -123,17 +140,19 @@ def parse_step_line(line: str, training_values: bool = True) -> StepLine | None:
             continue
         name = (pending + key).strip()
         pending = ""
-        if number is None:
-            continue
-        if is_training_key(name):
-            out.is_training = True
-            if training_values:
-                out.training[name] = number
-            continue
-        name = normalize_key(name)
-        out.validation.setdefault(name, number)
-        if not out.is_validation and is_validation_marker(name):
-            out.is_validation = True
-    if not out.validation and not out.is_training:
-        return None
-    return out
+        if number is not None:
+            yield name, number
+
+
+def _add_item(out: StepLine, name: str, number: float, training_values: bool) -> None:
+    """One item into the line: a training key marks it a training step (its value kept when asked); any
+    other key is a validation metric (by its normalized name, the first value kept)."""
+    if is_training_key(name):
+        out.is_training = True
+        if training_values:
+            out.training[name] = number
+        return
+    name = normalize_key(name)
+    out.validation.setdefault(name, number)
+    if not out.is_validation and is_validation_marker(name):
+        out.is_validation = True
