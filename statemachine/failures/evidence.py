@@ -8,6 +8,8 @@ diagnosis rule's part (rules/diagnosis.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ajet_runner.statemachine.failures.signatures import Signature
 from ajet_runner.statemachine.logs.lineshape import (
     Shape,
@@ -31,17 +33,14 @@ def evidence_shape(sig: Signature, text: str, *, ends_traceback: bool = False, c
         return None
     if ends_traceback and Shape.traceback_end in sig.shapes:
         return Shape.traceback_end
-    if is_exception_line(text) and Shape.exception in sig.shapes:
-        return Shape.exception
-    if Shape.error_record in sig.shapes and is_error_record(text):
-        return Shape.error_record
-    if Shape.shell in sig.shapes and is_shell_report(text):
-        return Shape.shell
-    if Shape.line_start in sig.shapes and sig.starts(text):
-        return Shape.line_start
-    if Shape.warning_record in sig.shapes and is_warning_record(text):
-        return Shape.warning_record
-    return None
+    line_tests: tuple[tuple[Shape, Callable[[str], bool]], ...] = (  # the first shape the entry allows that fits
+        (Shape.exception, is_exception_line),
+        (Shape.error_record, is_error_record),
+        (Shape.shell, is_shell_report),
+        (Shape.line_start, sig.starts),
+        (Shape.warning_record, is_warning_record),
+    )
+    return next((shape for shape, fits in line_tests if shape in sig.shapes and fits(text)), None)
 
 
 def lookalike_note(sig: Signature, text: str, *, caught: bool = False) -> str:

@@ -41,18 +41,23 @@ def _entry(words: list[str]) -> tuple[str, str]:
     """(the file a command runs, the module it runs with -m) as the traceback's first frame would name them."""
     name = os.path.basename(words[0])
     if _PYTHON.match(name):
-        for i, w in enumerate(words[1:], 1):
-            if w == "-m" and i + 1 < len(words):
-                return "", words[i + 1]
-            if w.startswith("-m") and len(w) > 2:
-                return "", w[2:]
-            if not w.startswith("-"):
-                return w, ""
-        return "", ""
+        return _python_entry(words)
     if name in cmdlib.SHELLS:
         rest = [w for w in words[1:] if not w.startswith(("-", "+"))]
         return (rest[0], "") if rest else ("", "")
     return words[0], ""
+
+
+def _python_entry(words: list[str]) -> tuple[str, str]:
+    """(script, module) of a python command line: the first argument that is no option, or `-m MODULE`."""
+    for i, w in enumerate(words[1:], 1):
+        if w == "-m" and i + 1 < len(words):
+            return "", words[i + 1]
+        if w.startswith("-m") and len(w) > 2:
+            return "", w[2:]
+        if not w.startswith("-"):
+            return w, ""
+    return "", ""
 
 
 def _matches(frame: str, words: list[str]) -> bool:
@@ -92,20 +97,41 @@ def failing_command(command: str, lines: Sequence[str], text: str) -> FailingCom
         return None
     commands = cmdlib.programs(command)
     frame = _first_frame(lines, at)
-    if frame:
-        for p in commands:
-            if (p.launcher and frame.replace("\\", "/").endswith("ajet/launcher.py")) or _matches(frame, p.words):
-                return FailingCommand(p.start, " ".join(p.words[:3]), p.launcher, f"the traceback starts in {frame}")
-    near = lines[max(0, at - 30): at + 1]
+    return (_by_frame(commands, frame) or _by_pip_lines(commands, lines[max(0, at - 30): at + 1])
+            or _by_script(commands, frame))
+
+
+def _in_launcher(frame: str) -> bool:
+    """Whether a traceback's first frame is AgentJet's launcher."""
+    return frame.replace("\\", "/").endswith("ajet/launcher.py")
+
+
+def _by_frame(commands: list[cmdlib.Program], frame: str) -> FailingCommand | None:
+    """The command that runs the file of the traceback's first frame (the launcher, or a script by name)."""
+    if not frame:
+        return None
+    for p in commands:
+        if (p.launcher and _in_launcher(frame)) or _matches(frame, p.words):
+            return FailingCommand(p.start, " ".join(p.words[:3]), p.launcher, f"the traceback starts in {frame}")
+    return None
+
+
+def _by_pip_lines(commands: list[cmdlib.Program], near: Sequence[str]) -> FailingCommand | None:
+    """The pip command, when pip's error lines come just before the failure line (`near`)."""
     if any(_PIP.match(line) for line in near):
         for p in commands:
             if _is_pip(p.words):
                 return FailingCommand(p.start, " ".join(p.words[:4]), False, "pip's error lines")
-    if frame and frame.replace("\\", "/").endswith("ajet/launcher.py") and not any(p.launcher for p in commands):
-        # The launcher runs inside a script the command runs: proxychains in front of that reaches it.
-        runner = next((p for p in commands if runs_script(p.words, "")), None)
-        if runner is not None:
-            shown = " ".join(runner.words[:3])
-            return FailingCommand(runner.start, shown, False,
-                                  f"the traceback starts in {frame}, which `{shown}` runs")
     return None
+
+
+def _by_script(commands: list[cmdlib.Program], frame: str) -> FailingCommand | None:
+    """The command running the script that runs the launcher, when the traceback starts in the launcher and
+    no command runs it directly: proxychains in front of that command reaches it."""
+    if not (frame and _in_launcher(frame)) or any(p.launcher for p in commands):
+        return None
+    runner = next((p for p in commands if runs_script(p.words, "")), None)
+    if runner is None:
+        return None
+    shown = " ".join(runner.words[:3])
+    return FailingCommand(runner.start, shown, False, f"the traceback starts in {frame}, which `{shown}` runs")

@@ -126,10 +126,15 @@ class Redactor:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, Mapping):
-            return {self.text(str(k)): (REDACTED if isinstance(v, str) and v and _SECRET_KEY.search(str(k))
-                                        else self.data(v)) for k, v in value.items()}
+            return {self.text(str(k)): self._value_under(str(k), v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             if value and all(isinstance(v, str) for v in value):
                 return self.lines(value)
             return [self.data(v) for v in value]
         return value
+
+    def _value_under(self, key: str, value: Any) -> Any:
+        """A mapping's value: a non-empty string under a key that names a secret is hidden whole."""
+        if isinstance(value, str) and value and _SECRET_KEY.search(key):
+            return REDACTED
+        return self.data(value)

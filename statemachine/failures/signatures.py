@@ -217,20 +217,22 @@ def load_extension(path: Path | str) -> list[Signature]:
         return []
     if not isinstance(raw, list):
         raise ValueError(f"{path}: expected a list of catalogue entries")
-    specs = []
-    for i, entry in enumerate(raw, 1):
-        try:
-            specs.append(SiteSignatureSpec.model_validate(entry))
-        except ValidationError as exc:
-            name = entry.get("id", f"entry {i}") if isinstance(entry, dict) else f"entry {i}"
-            problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'entry'}: {e['msg']}"
-                                 for e in exc.errors())
-            raise ValueError(f"{path}: {name}: {problems}") from None
+    specs = [_site_spec(entry, i, path) for i, entry in enumerate(raw, 1)]
     builtin = {s.id for s in load_catalogue()}
     clash = [s.id for s in specs if s.id in builtin]
     if clash:
         raise ValueError(f"{path}: {', '.join(clash)}: the built-in catalogue already has this id")
     return _compile(specs, path)
+
+
+def _site_spec(entry: Any, i: int, path: Path) -> SiteSignatureSpec:
+    """Entry `i` of a site catalogue, validated; ValueError names the file, the entry and each problem."""
+    try:
+        return SiteSignatureSpec.model_validate(entry)
+    except ValidationError as exc:
+        name = entry.get("id", f"entry {i}") if isinstance(entry, dict) else f"entry {i}"
+        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'entry'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{path}: {name}: {problems}") from None
 
 
 def use_extension(path: Path | str) -> list[str]:

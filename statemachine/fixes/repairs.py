@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -117,6 +117,58 @@ def _label(action: RepairAction) -> str:
     return f" ({action.description})" if action.description else ""
 
 
+def _shown_target(target: FailingCommand | None) -> str:
+    """The command a prefix goes in front of, as the repair log names it."""
+    return f"`{target.shown}`" if target is not None and not target.launcher else "the launcher"
+
+
+def _target_value(action: RepairAction, current: Any) -> tuple[Any, str]:
+    """The value a `set_yaml` action gives its key (from `current`: MISSING when absent), and why it gives
+    none ("" when it does): a factor scales a number, else the action's value is set."""
+    if action.factor is not None and current is not MISSING:
+        if not _is_number(current):
+            return MISSING, f"current value {current!r} is not a number, cannot scale it"
+        return _scaled(current, action.factor, action.minimum), ""
+    if action.value is not None:
+        return action.value, ""
+    if action.factor is not None:
+        return MISSING, "the key is not in the YAML and no value is given"
+    return MISSING, "no value or factor given"
+
+
+class _GpuChoice(NamedTuple):
+    chosen: list[int]
+    source: str  # how the runner knows them
+    assigned: bool  # the node assigned them (the run already sees only them)
+
+
+def _gpu_choice(command: str, facts: GpuFacts | None) -> _GpuChoice | str:
+    """The GPUs to confine the run to, or why it is not confined."""
+    if cmdlib.launcher_segment(command) is None:
+        return "not confined: the command does not run ajet.launcher"
+    if facts is None:
+        return "not confined: the runner has no GPU facts for this run"
+    if not facts.skip_flag:
+        return (f"not confined: this AgentJet launcher has no {SKIP_FLAG}, and its own check "
+                "looks at every GPU whatever CUDA_VISIBLE_DEVICES says")
+    if facts.assigned is not None:
+        return _GpuChoice(list(facts.assigned), "this node assigned them to the run", True)
+    return _free_choice(facts)
+
+
+def _free_choice(facts: GpuFacts) -> _GpuChoice | str:
+    """The first GPUs nvidia-smi reports free enough, as many as the run needs, or why there are none."""
+    if facts.listed is None:
+        return f"not confined: {facts.unavailable or 'nvidia-smi is not available'}"
+    free = free_gpus(facts.listed)
+    if len(free) < facts.needed:
+        return (f"not confined: nvidia-smi reports {len(free)} GPU(s) at least 95 % free "
+                f"({describe(facts.listed)}), the run needs {facts.needed}")
+    busy = [g.index for g in facts.listed if g.index not in free]
+    seen = f"; {describe(facts.listed, busy)}" if busy else ""
+    return _GpuChoice(free[: facts.needed], f"nvidia-smi reports them at least 95 % free{seen}", False)
+
+
 class _Resolver:
     def __init__(self, yaml_data: Mapping[str, Any], command: str, env: Mapping[str, str],
                  installed: Callable[[str], bool], own_processes: bool | None, gpus: GpuFacts | None,
@@ -161,18 +213,9 @@ class _Resolver:
         if not self._yaml_reachable(action):
             return
         current = get_dotted(self.data, action.key, MISSING)
-        if action.factor is not None and current is not MISSING:
-            if not _is_number(current):
-                self.skip(action, f"current value {current!r} is not a number, cannot scale it")
-                return
-            new: Any = _scaled(current, action.factor, action.minimum)
-        elif action.value is not None:
-            new = action.value
-        elif action.factor is not None:
-            self.skip(action, "the key is not in the YAML and no value is given")
-            return
-        else:
-            self.skip(action, "no value or factor given")
+        new, refusal = _target_value(action, current)
+        if refusal:
+            self.skip(action, refusal)
             return
         if current is not MISSING and current == new and type(current) is type(new):
             bound = " (already at its minimum)" if action.factor is not None else ""
@@ -220,19 +263,16 @@ class _Resolver:
             self.skip(action, "no prefix given")
             return
         target = self.failing if self.command == self.original_command else None  # offsets hold until a rewrite
-        line = f"`{target.shown}`" if target is not None and not target.launcher else "the launcher"
+        line = _shown_target(target)
         if action.requires and not self.installed(action.requires):
             self.skip(action, f"{action.requires} is not installed on this node, so {line} cannot run behind it "
                       "(install and configure it on the node for the proxy)")
             return
-        if target is not None and not target.launcher:
-            new = cmdlib.prefix_command_at(self.command, target.start, prefix)
-        elif target is None and not cmdlib.analyze_command(self.command).calls:
+        new = self._prefixed(target, prefix)
+        if new is None:
             self.skip(action, "the log does not tie the failure to one command of the launch command, and it "
                       "shows no launcher call to put it in front of")
             return
-        else:
-            new = cmdlib.prefix_launcher(self.command, prefix)
         if new == self.command:
             self.skip(action, f"{line} already runs behind it")
             return
@@ -240,6 +280,15 @@ class _Resolver:
         why = (f"the command whose output holds the failure: {target.how}" if target is not None else
                "the log does not tie the failure to one command: the launcher's")
         self.did(f"run {line} behind `{prefix}` ({why}){_label(action)}")
+
+    def _prefixed(self, target: FailingCommand | None, prefix: str) -> str | None:
+        """The command with `prefix` in front of the failing command (`target`, when not the launcher) or of
+        the launcher; None when no command is known and the command shows no launcher call."""
+        if target is not None and not target.launcher:
+            return cmdlib.prefix_command_at(self.command, target.start, prefix)
+        if target is None and not cmdlib.analyze_command(self.command).calls:
+            return None
+        return cmdlib.prefix_launcher(self.command, prefix)
 
     def flag(self, action: RepairAction) -> None:
         flag = str(action.value or "").strip()
@@ -281,45 +330,23 @@ class _Resolver:
         """Run on GPUs the runner knows are free, and skip the launcher's all-GPUs check (which ignores
         CUDA_VISIBLE_DEVICES); the runner checks those GPUs itself before launch (workers/drive/states/
         launching.py). Says which GPUs, or why the run was not confined."""
-        facts = self.gpus
-        if cmdlib.launcher_segment(self.command) is None:
-            self.skip(action, "not confined: the command does not run ajet.launcher")
+        choice = _gpu_choice(self.command, self.gpus)
+        if isinstance(choice, str):
+            self.skip(action, choice)
             return
-        if facts is None:
-            self.skip(action, "not confined: the runner has no GPU facts for this run")
-            return
-        if not facts.skip_flag:
-            self.skip(action, f"not confined: this AgentJet launcher has no {SKIP_FLAG}, and its own check "
-                      "looks at every GPU whatever CUDA_VISIBLE_DEVICES says")
-            return
-        if facts.assigned is not None:
-            chosen, source = list(facts.assigned), "this node assigned them to the run"
-        else:
-            if facts.listed is None:
-                self.skip(action, f"not confined: {facts.unavailable or 'nvidia-smi is not available'}")
-                return
-            free = free_gpus(facts.listed)
-            if len(free) < facts.needed:
-                self.skip(action, f"not confined: nvidia-smi reports {len(free)} GPU(s) at least 95 % free "
-                          f"({describe(facts.listed)}), the run needs {facts.needed}")
-                return
-            chosen = free[: facts.needed]
-            busy = [g.index for g in facts.listed if g.index not in free]
-            seen = f"; {describe(facts.listed, busy)}" if busy else ""
-            source = f"nvidia-smi reports them at least 95 % free{seen}"
-        value = ",".join(str(g) for g in chosen)
+        value = ",".join(str(g) for g in choice.chosen)
         current = self.env.get(CUDA_VISIBLE, self.base_env.get(CUDA_VISIBLE))
-        if facts.assigned is None and current != value:
+        if not choice.assigned and current != value:
             self.env[CUDA_VISIBLE] = value
-            self.did(f"set env {CUDA_VISIBLE}={value}: confined the run to GPU(s) {value} ({source})")
+            self.did(f"set env {CUDA_VISIBLE}={value}: confined the run to GPU(s) {value} ({choice.source})")
         if not cmdlib.has_flag(self.command, SKIP_FLAG):
             self.command = cmdlib.add_flag(self.command, SKIP_FLAG)
             self.did(f"add {SKIP_FLAG} to the launcher: the runner checks GPU(s) {value} itself before launch "
                      "(at least 95 % free memory, the launcher's rule)")
-        elif facts.assigned is None and current == value:
+        elif not choice.assigned and current == value:
             self.skip(action, f"already confined to GPU(s) {value} with {SKIP_FLAG}")
-        elif facts.assigned is not None:
-            self.skip(action, f"the run already uses its GPU(s) {value} ({source}) with {SKIP_FLAG}")
+        elif choice.assigned:
+            self.skip(action, f"the run already uses its GPU(s) {value} ({choice.source}) with {SKIP_FLAG}")
 
 
 STEP_UNIT_KEYS = ("ajet.data.train_batch_size",)  # what a training step is made of
@@ -357,6 +384,21 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
     Changes compound: two actions on one key yield one change from the original value.
     """
     r = _Resolver(yaml_data, command, env, installed, own_processes, gpus, yaml_unreached, failing)
+    picked = _apply_actions(r, actions, banned or {})
+    changes = [c for c in r.changes.values() if _changes_original(r.original, c)]
+    applicable = bool(changes or r.env or r.command != command or r.cleanups)
+    if not applicable:
+        nothing = "nothing in the repair plan changes this experiment; relaunching would fail the same way"
+        r.notes.append(nothing)
+        r.skipped.append(nothing)
+    return ResolvedRepair(yaml_changes=changes, env=r.env, command=r.command, cleanups=r.cleanups,
+                          notes=r.notes, applied=r.applied, skipped=r.skipped, chosen=picked,
+                          yaml_digest=yaml_digest(r.data), applicable=applicable)
+
+
+def _apply_actions(r: _Resolver, actions: list[RepairAction], banned: Mapping[int, str]) -> list[int]:
+    """Apply each action in order, except banned ones and alternatives of one already applied; the indexes
+    of the alternatives that changed something."""
     handlers: dict[str, Callable[[RepairAction], None]] = {
         "set_yaml": r.set_yaml,
         "unset_yaml": r.unset_yaml,
@@ -373,7 +415,7 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
         if action.alternative in chosen:
             r.skip(action, f"an alternative ({action.alternative}) was already applied")
             continue
-        if banned and index in banned:
+        if index in banned:
             r.skip(action, banned[index])
             continue
         before = (len(r.changes), dict(r.env), r.command, len(r.cleanups))
@@ -381,19 +423,13 @@ def resolve_repair(actions: list[RepairAction], *, yaml_data: Mapping[str, Any],
         if action.alternative and before != (len(r.changes), r.env, r.command, len(r.cleanups)):
             chosen.add(action.alternative)
             picked.append(index)
-    def changed(c: ConfigChange) -> bool:
-        before = get_dotted(r.original, c.key, MISSING)
-        return before is not MISSING if c.unset else before != c.new
+    return picked
 
-    changes = [c for c in r.changes.values() if changed(c)]
-    applicable = bool(changes or r.env or r.command != command or r.cleanups)
-    if not applicable:
-        nothing = "nothing in the repair plan changes this experiment; relaunching would fail the same way"
-        r.notes.append(nothing)
-        r.skipped.append(nothing)
-    return ResolvedRepair(yaml_changes=changes, env=r.env, command=r.command, cleanups=r.cleanups,
-                          notes=r.notes, applied=r.applied, skipped=r.skipped, chosen=picked,
-                          yaml_digest=yaml_digest(r.data), applicable=applicable)
+
+def _changes_original(original: Any, c: ConfigChange) -> bool:
+    """Whether a change, compounded over the plan, still differs from the original YAML."""
+    before = get_dotted(original, c.key, MISSING)
+    return before is not MISSING if c.unset else before != c.new
 
 
 def resolve_avoiding_repeats(actions: list[RepairAction], *, identical: Callable[[ResolvedRepair], int | None],
