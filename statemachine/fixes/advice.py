@@ -326,6 +326,19 @@ def _unset_problem(key: str, rules: AdviceRules, value: Any = None) -> str | Non
 
 def _env_problem(change: AdviceChange) -> str | None:
     name = change.key
+    refusal = _env_name_problem(name)
+    if refusal is not None:
+        return refusal
+    value = change.value
+    if isinstance(value, bool):
+        value = "1" if value else "0"
+    if not isinstance(value, (str, int, float)) or value == "":
+        return f"environment variable {name} needs a non-empty text or number value (got {value!r})"
+    return _check_text(str(value), f"the value of {name}")
+
+
+def _env_name_problem(name: str) -> str | None:
+    """Why the adviser may not set variable `name`: not a name, denied, a route, a secret, or not on ENV_ALLOWED."""
     if not _ENV_NAME.match(name):
         return f"environment variable name {name!r} is not a valid name"
     upper = name.upper()
@@ -339,12 +352,7 @@ def _env_problem(change: AdviceChange) -> str | None:
     if name not in ENV_ALLOWED:
         return (f"environment variable {name} is not on the adviser's allow-list (allocator and cache sizes, NCCL "
                 "and torch.distributed tuning, thread counts, offline switches: see ENV_ALLOWED)")
-    value = change.value
-    if isinstance(value, bool):
-        value = "1" if value else "0"
-    if not isinstance(value, (str, int, float)) or value == "":
-        return f"environment variable {name} needs a non-empty text or number value (got {value!r})"
-    return _check_text(str(value), f"the value of {name}")
+    return None
 
 
 def _flag_problem(change: AdviceChange, rules: AdviceRules) -> str | None:

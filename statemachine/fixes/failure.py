@@ -113,13 +113,16 @@ def judge_failure(*, launched: bool, signature: str, planned: bool, applicable: 
     if not planned:
         return Verdict(Trigger.give_up, RepairResult.not_repairable,
                        f"{signature}: {why or RepairResult.not_repairable.value}{quoted}", counted=True)
+    return _judge_plan(signature, quoted, why=why, applicable=applicable, budget_left=budget_left,
+                       identical_to=identical_to, backoff=backoff)
+
+
+def _judge_plan(signature: str, quoted: str, *, why: str, applicable: bool, budget_left: bool,
+                identical_to: int | None, backoff: float | None) -> Verdict:
+    """The verdict on a launched failure that has a repair plan (`judge_failure`'s last three steps)."""
     repeat = identical_to is not None or not applicable
     if repeat and backoff is None:
-        if identical_to is not None:
-            text = (f"attempt {identical_to} already ran exactly this (same command, YAML and environment) "
-                    "and failed the same way")
-        else:
-            text = why or RepairResult.no_applicable_change.value
+        text = _no_change_text(identical_to, why)
         return Verdict(Trigger.give_up, RepairResult.no_applicable_change, f"{signature}: {text}{quoted}", counted=True,
                        identical_to=identical_to)
     if not budget_left:
@@ -131,3 +134,11 @@ def judge_failure(*, launched: bool, signature: str, planned: bool, applicable: 
                        f"{signature}: transient; relaunching unchanged{same} after {format_limit(backoff)}",
                        counted=True, backoff=float(backoff or 0.0), identical_to=identical_to)
     return Verdict(Trigger.repair, RepairResult.relaunched, f"{signature}: {why}", counted=True)
+
+
+def _no_change_text(identical_to: int | None, why: str) -> str:
+    """Why a repeat is given up: an identical earlier attempt failed the same way, or the plan changes nothing."""
+    if identical_to is not None:
+        return (f"attempt {identical_to} already ran exactly this (same command, YAML and environment) "
+                "and failed the same way")
+    return why or RepairResult.no_applicable_change.value

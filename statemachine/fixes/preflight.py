@@ -210,6 +210,44 @@ def _console_instead(value: Any, names: list[str], gone: set[str]) -> Any:
     return new
 
 
+def _absolute_result_dir(bp: Blueprint) -> str:
+    """exp_result_dir, a relative one under the codebase dir ("" when not given)."""
+    result_dir = bp.exp_result_dir
+    if result_dir and not os.path.isabs(result_dir) and bp.exp_codebase_dir:
+        result_dir = os.path.join(bp.exp_codebase_dir, result_dir)
+    return result_dir
+
+
+def _result_file_reason(given: str, *, sweep: bool) -> str:
+    """Why the runner sets a result file's path in the result dir (`given`: the YAML's value, "" if none)."""
+    if given and sweep:
+        return "the experiments of a sweep run at once: each writes its own file in its own result dir"
+    if given:
+        return "a bare file name crashes the first validation (its directory is '')"
+    return "without it the metrics exist only in the console log"
+
+
+def _names_with_checkpoints(data: dict[str, Any], workdir: str, names: list[str]) -> list[tuple[str, str, int]]:
+    """(name, checkpoint dir, latest saved step) of each name whose checkpoint dir already holds a checkpoint."""
+    taken: list[tuple[str, str, int]] = []
+    for name in names:
+        where = ckpt.checkpoint_dir(data, name, workdir)
+        step = _saved_step(where)
+        if step is not None:
+            taken.append((name, where, step))
+    return taken
+
+
+def _hazards(analysis: cmdlib.CommandAnalysis) -> list[str]:
+    """The hazardous flags (`--autokill`, …) the launcher calls of a command carry."""
+    return [h for call in analysis.calls for h in call.hazards]
+
+
+def _listed_gpus(visible: str) -> int:
+    """How many GPUs a CUDA_VISIBLE_DEVICES value lists."""
+    return len([d for d in visible.split(",") if d.strip()])
+
+
 class _Planner:
     def __init__(self, bp: Blueprint, env: Mapping[str, str] | None) -> None:
         self.bp = bp
@@ -273,22 +311,27 @@ class _Planner:
         if analysis is None or analysis.refusals or not analysis.calls:
             return original, [], False
         changes: list[ConfigChange] = []
-        spelled = [h for call in analysis.calls for h in call.hazards]
+        spelled = _hazards(analysis)
         cmd = self.drop_hazards(original, spelled, changes)
         written = self.check_confs(cmd)
         cmd = self.pin_expanded_conf(cmd, changes)
         final = cmdlib.analyze_command(cmd)
-        left = [h for call in final.calls for h in call.hazards]
+        left = _hazards(final)
         if left or final.refusals:
             self.problem(Level.error, field, "the rewritten command still carries "
                          + ", ".join([*left, *final.refusals]))
-        for conf in sorted(written) if self.bp.exp_yaml_path else []:
+        if self.bp.exp_yaml_path:
+            self._other_confs(cmd, written)
+        return cmd, changes, bool(spelled)
+
+    def _other_confs(self, cmd: str, written: set[str]) -> None:
+        """A warning for each `--conf` of the command that is not exp_yaml_path (the one the runner checks)."""
+        for conf in sorted(written):
             resolved = os.path.normpath(os.path.join(self.workdir(cmd), conf))
             if resolved != self.bp.yaml_abspath():
-                self.problem(Level.warning, field,
+                self.problem(Level.warning, "exp_launch_command",
                              f"--conf {conf} is not exp_yaml_path {self.bp.exp_yaml_path}; "
                              f"the runner checks and patches exp_yaml_path")
-        return cmd, changes, bool(spelled)
 
     def analyze(self, original: str) -> cmdlib.CommandAnalysis | None:
         """The command's analysis, its refusals and notes said as problems (None: the command is empty)."""
@@ -423,9 +466,7 @@ class _Planner:
 
     def result_files(self, data: dict[str, Any], workdir: str) -> tuple[str, str]:
         paths: list[str] = []
-        result_dir = self.bp.exp_result_dir
-        if result_dir and not os.path.isabs(result_dir) and self.bp.exp_codebase_dir:
-            result_dir = os.path.join(self.bp.exp_codebase_dir, result_dir)
+        result_dir = _absolute_result_dir(self.bp)
         for key, relpath in ((VAL_KEY, VAL_RESULT_RELPATH), (TRAIN_KEY, TRAIN_RESULT_RELPATH)):
             value = get_dotted(data, key, MISSING)
             given = value.strip() if isinstance(value, str) else ""
@@ -438,10 +479,7 @@ class _Planner:
                 continue
             name = os.path.basename(given) if given else os.path.basename(relpath)
             new = os.path.normpath(os.path.join(result_dir, os.path.dirname(relpath), name))
-            why = ("the experiments of a sweep run at once: each writes its own file in its own result dir"
-                   if given and self.bp.exp_sweep_values else
-                   "a bare file name crashes the first validation (its directory is '')" if given
-                   else "without it the metrics exist only in the console log")
+            why = _result_file_reason(given, sweep=bool(self.bp.exp_sweep_values))
             self.change(key, value, new, f"{why}; the runner reads the results from the result dir")
             paths.append(new)
         return paths[0], paths[1]
@@ -520,15 +558,13 @@ class _Planner:
         nodes = _int(_setting(data, f"{TC}.nnodes")) or 1
         visible = (self.env or {}).get("CUDA_VISIBLE_DEVICES")
         per_node = needed // nodes
+        count = _listed_gpus(visible) if visible is not None else None
         if self.env is not None:
-            self.read_env("CUDA_VISIBLE_DEVICES", f"lists {len([d for d in visible.split(',') if d.strip()])} "
-                          f"GPU(s) for n_gpus_per_node={per_node}" if visible is not None
-                          else "not set: the run sees every GPU of the node")
-        if visible is not None:
-            count = len([d for d in visible.split(",") if d.strip()])
-            if count < per_node:
-                self.problem(Level.warning, f"{TC}.n_gpus_per_node",
-                             f"n_gpus_per_node={per_node} but CUDA_VISIBLE_DEVICES lists {count} GPU(s)")
+            self.read_env("CUDA_VISIBLE_DEVICES", f"lists {count} GPU(s) for n_gpus_per_node={per_node}"
+                          if count is not None else "not set: the run sees every GPU of the node")
+        if count is not None and count < per_node:
+            self.problem(Level.warning, f"{TC}.n_gpus_per_node",
+                         f"n_gpus_per_node={per_node} but CUDA_VISIBLE_DEVICES lists {count} GPU(s)")
         return needed
 
     def ray_cluster(self, data: dict[str, Any], cmd: str) -> tuple[str, list[ConfigChange]]:
@@ -574,10 +610,7 @@ class _Planner:
         dir (statemachine/logs/checkpoints.py has the naming and the layout)."""
         key = "ajet.experiment_name"
         explicit = ckpt.explicit_name(data)
-        names = [explicit] if explicit is not None else list(dict.fromkeys(
-            ckpt.agentjet_name(self.bp.yaml_abspath() or "experiment.yaml", t) for t in (now, now + 60)))
-        taken = [(n, d, step) for n in names if (step := _saved_step(d := ckpt.checkpoint_dir(data, n, workdir)))
-                 is not None]
+        taken = _names_with_checkpoints(data, workdir, self._run_names(explicit, now))
         if not taken:
             sweep = bool(self.bp.exp_sweep_values or self.bp.exp_sweep.strip())  # a sweep names each experiment
             if explicit is not None and not sweep:
@@ -586,9 +619,7 @@ class _Planner:
                              "checkpoint; give a new experiment its own name")
             return
         name, where, step = taken[0]
-        result_dir = self.bp.exp_result_dir
-        if result_dir and not os.path.isabs(result_dir) and self.bp.exp_codebase_dir:
-            result_dir = os.path.join(self.bp.exp_codebase_dir, result_dir)
+        result_dir = _absolute_result_dir(self.bp)
         whose = (f"experiment_name={name!r}" if explicit is not None else
                  f"the name AgentJet gives this run ({name!r}, the YAML's name and this minute)")
         if not result_dir:
@@ -602,6 +633,13 @@ class _Planner:
                   "result dir instead, so it trains from step 0")
         self.change(ckpt.BASE_KEY, get_dotted(data, ckpt.BASE_KEY, MISSING), isolated, reason)
         self.problem(Level.warning, key, f"{reason} ({ckpt.BASE_KEY}: {isolated})")
+
+    def _run_names(self, explicit: str | None, now: float) -> list[str]:
+        """The names this run may get: the explicit one, or AgentJet's for this minute and the next."""
+        if explicit is not None:
+            return [explicit]
+        return list(dict.fromkeys(
+            ckpt.agentjet_name(self.bp.yaml_abspath() or "experiment.yaml", t) for t in (now, now + 60)))
 
 
 def launch_workdir(bp: Blueprint, command: str) -> str:
@@ -647,19 +685,23 @@ def prefix_problems(bp: Blueprint, cmd: str, env: Mapping[str, str], environment
             if word in seen:
                 continue
             seen.add(word)
-            if "/" in word:
-                if os.path.isfile(word) and os.access(word, os.X_OK):
-                    continue
-                where = "does not exist or is not executable"
-            elif shutil.which(word, path=search) is not None:
+            where = _not_runnable(word, search, environment)
+            if not where:
                 continue
-            else:
-                where = f"is not on the PATH the attempt gets (the venv's bin, then the PATH of {environment})"
             shown = call.text.split("\n")[0][:120]
             problems.append(Problem(level=Level.error, field="exp_launch_command", message=(
                 f"the launch command runs `{word}` (in `{shown}`), but {word} {where}: install it there or take it "
                 "out of the command")))
     return problems
+
+
+def _not_runnable(word: str, search: str, environment: str) -> str:
+    """Why program `word` cannot run (a path: missing or not executable; a name: not on `search`), or ""."""
+    if "/" in word:
+        return "" if os.path.isfile(word) and os.access(word, os.X_OK) else "does not exist or is not executable"
+    if shutil.which(word, path=search) is not None:
+        return ""
+    return f"is not on the PATH the attempt gets (the venv's bin, then the PATH of {environment})"
 
 
 def plan_preflight(bp: Blueprint, yaml_text: str, *, env: Mapping[str, str] | None = None,
@@ -751,12 +793,25 @@ def preflight(bp: Blueprint, *, env: Mapping[str, str], environment: str, check_
     if any(p.level == Level.error for p in problems) or not check_disk:
         plan.problems = problems
         return plan
-    try:
-        yaml_text = Path(bp.yaml_abspath()).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        plan.problems = [*problems, Problem(level=Level.error, field="exp_yaml_path",
-                                            message=f"cannot read the YAML: {exc}")]
+    yaml_text, unread = _read_yaml_text(bp)
+    if unread is not None:
+        plan.problems = [*problems, unread]
         return plan
+    return _yaml_preflight(bp, yaml_text, problems, env=env, environment=environment)
+
+
+def _read_yaml_text(bp: Blueprint) -> tuple[str, Problem | None]:
+    """The blueprint's YAML as text, or the error saying it cannot be read."""
+    try:
+        return Path(bp.yaml_abspath()).read_text(encoding="utf-8"), None
+    except (OSError, UnicodeDecodeError) as exc:
+        return "", Problem(level=Level.error, field="exp_yaml_path", message=f"cannot read the YAML: {exc}")
+
+
+def _yaml_preflight(bp: Blueprint, yaml_text: str, problems: list[Problem], *, env: Mapping[str, str],
+                    environment: str) -> PreflightPlan:
+    """The plan for a readable YAML, with the blueprint's own `problems` merged in (and a YAML set in the
+    YAML to swarm mode making the experiment a swarm client)."""
     plan = plan_preflight(bp, yaml_text, env=env)
     plan.environment = environment
     if plan.launcher_hidden:  # the sentence says more than the blueprint's "does not mention the YAML"
@@ -809,7 +864,6 @@ def gpu_check_decision(command: str, *, gpus: list[int] | None, node_gpus: int, 
     if not shared and not hazard_removed:
         return None, None  # the whole node, and nothing turned the check on: the launcher's check is right
     field = "exp_launch_command"
-    shown = ",".join(str(g) for g in gpus) if gpus is not None else ""
     why_on = ("--autokill/--kill was removed, which turns AgentJet's all-GPUs check back on" if hazard_removed
               else f"this node's {node_gpus} GPUs are shared with other runs")
     if gpus is None:
@@ -822,14 +876,21 @@ def gpu_check_decision(command: str, *, gpus: list[int] | None, node_gpus: int, 
         return None, Problem(level=Level.warning, field=field, message=(
             f"{why_on}, and this AgentJet launcher{where} has no {SKIP_GPU_CHECK}: its check will run "
             f"({GPU_RULE}), so a busy GPU anywhere on the node fails this run's launch (gpu_busy)"))
-    new = cmdlib.add_flag(command, SKIP_GPU_CHECK)  # to every launcher call that lacks it
+    return _skip_gpu_check(command, gpus, why_on), None
+
+
+def _skip_gpu_check(command: str, gpus: list[int], why_on: str) -> ConfigChange | None:
+    """The change adding the skip flag to every launcher call that lacks it (None: nothing to add): the runner
+    checks this run's `gpus` itself before launch."""
+    new = cmdlib.add_flag(command, SKIP_GPU_CHECK)
     if new == command:
-        return None, None
+        return None
+    shown = ",".join(str(g) for g in gpus)
     return ConfigChange(
-        key=field, old=command, new=new,
+        key="exp_launch_command", old=command, new=new,
         reason=f"{why_on}; this run has GPUs {gpus} (CUDA_VISIBLE_DEVICES), which AgentJet's check does not "
                f"look at: the runner checks GPUs {shown} itself before launch (at least 95% free memory)",
-    ), None
+    )
 
 
 def shared_gpus_change(command: str, gpus: list[int] | None, node_gpus: int) -> ConfigChange | None:
