@@ -135,24 +135,28 @@ def _first_compound(text: str) -> tuple[int, float] | None:
     component, next_component = _components()
     for first in component.finditer(text):
         seconds = _component_seconds(first)
-        if seconds is None:
-            continue
-        units = list(_UNIT_SECONDS)
-        rank = units.index(_unit_of(first))
-        pos = first.end()
-        while True:
-            joiner = _JOINER.match(text, pos)
-            nxt = next_component.match(text, joiner.end() if joiner else pos)
-            if nxt is None or nxt.group("sign"):
-                break
-            nxt_seconds = _component_seconds(nxt)
-            nxt_rank = units.index(_unit_of(nxt)) if nxt_seconds is not None else -1
-            if nxt_seconds is None or nxt_rank <= rank:
-                break
-            seconds += nxt_seconds if seconds >= 0 else -nxt_seconds
-            rank, pos = nxt_rank, nxt.end()
-        return first.start(), seconds
+        if seconds is not None:
+            return first.start(), _with_smaller_units(text, first, seconds, next_component)
     return None
+
+
+def _with_smaller_units(text: str, first: re.Match[str], seconds: float, next_component: re.Pattern[str]) -> float:
+    """`seconds` of component `first` plus those of the components after it whose units fall (`1h 30m`),
+    a negative duration's too (`-1h 30m` is -5400)."""
+    units = list(_UNIT_SECONDS)
+    rank = units.index(_unit_of(first))
+    pos = first.end()
+    while True:
+        joiner = _JOINER.match(text, pos)
+        nxt = next_component.match(text, joiner.end() if joiner else pos)
+        if nxt is None or nxt.group("sign"):
+            return seconds
+        nxt_seconds = _component_seconds(nxt)
+        nxt_rank = units.index(_unit_of(nxt)) if nxt_seconds is not None else -1
+        if nxt_seconds is None or nxt_rank <= rank:
+            return seconds
+        seconds += nxt_seconds if seconds >= 0 else -nxt_seconds
+        rank, pos = nxt_rank, nxt.end()
 
 
 def parse_duration(text: str) -> float | None:

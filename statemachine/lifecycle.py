@@ -143,6 +143,14 @@ class RepairBudget:
     per_signature: int = 2
 
 
+def _known_state(data: dict[str, Any]) -> str:
+    """A stored lifecycle's state (queued when absent); ValueError for a state this version does not know."""
+    state = str(data.get("state") or State.queued.value)
+    if state not in {s.value for s in State}:
+        raise ValueError(f"unknown lifecycle state {state!r}")
+    return state
+
+
 @dataclass
 class Lifecycle:
     """One experiment's position in the lifecycle, plus what the guards need to decide."""
@@ -260,12 +268,9 @@ class Lifecycle:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Lifecycle:
         budget = data.get("budget") or {}
-        state = str(data.get("state") or State.queued.value)
-        if state not in {s.value for s in State}:
-            raise ValueError(f"unknown lifecycle state {state!r}")
         return cls(
             id=str(data["id"]),
-            state=state,
+            state=_known_state(data),
             outcome=str(data.get("outcome") or ""),
             reason=str(data.get("reason") or ""),
             attempt=int(data.get("attempt") or 0),

@@ -99,6 +99,17 @@ def _past_wrapper(words: Sequence[Any], i: int, name: str, value_opts: set[str])
     i += 1
     if name == "uv" and i < len(words) and words[i].value == "run":
         i += 1
+    i = _past_options(words, i, name, value_opts)
+    if name == "timeout" and i < len(words):
+        i += 1  # the duration
+    if name == "nice" and i < len(words) and words[i].value.lstrip("-").isdigit():
+        i += 1
+    return i
+
+
+def _past_options(words: Sequence[Any], i: int, name: str, value_opts: set[str]) -> int:
+    """Index after a wrapper's options from `i` (those in `value_opts` take a value; `env` also takes
+    assignments)."""
     while i < len(words):
         word = words[i].value
         if word in value_opts:
@@ -107,10 +118,6 @@ def _past_wrapper(words: Sequence[Any], i: int, name: str, value_opts: set[str])
             i += 1
         else:
             break
-    if name == "timeout" and i < len(words):
-        i += 1  # the duration
-    if name == "nice" and i < len(words) and words[i].value.lstrip("-").isdigit():
-        i += 1
     return i
 
 
@@ -235,13 +242,16 @@ def _launcher_args_at(words: list[Word], p: int) -> int | None:
         return p + 1
     if not (program.startswith("python") or words[p].expanded):
         return None
-    k = p + 1
+    return _python_launcher_args(words, p + 1)
+
+
+def _python_launcher_args(words: list[Word], k: int) -> int | None:
+    """Index of the launcher's first argument when python's arguments from `k` run it (`-m ajet.launcher`
+    or a path ending in ajet/launcher.py, past python's own options), else None."""
     while k < len(words):
         arg = words[k].value
-        if arg == "-m":
-            return k + 2 if k + 1 < len(words) and words[k + 1].value == "ajet.launcher" else None
         if arg.startswith("-m"):
-            return k + 1 if arg[2:] == "ajet.launcher" else None
+            return _after_module(words, k)
         if arg in _PYTHON_VALUE_OPTS:
             k += 2
             continue
@@ -251,6 +261,13 @@ def _launcher_args_at(words: list[Word], p: int) -> int | None:
             return k + 1 if arg.replace("\\", "/").endswith("ajet/launcher.py") else None
         k += 1
     return None
+
+
+def _after_module(words: list[Word], k: int) -> int | None:
+    """Index after `-m ajet.launcher` (or `-majet.launcher`) at `words[k]`; None for another module."""
+    if words[k].value == "-m":
+        return k + 2 if k + 1 < len(words) and words[k + 1].value == "ajet.launcher" else None
+    return k + 1 if words[k].value[2:] == "ajet.launcher" else None
 
 
 def _shell_c_string(words: list[Word], p: int) -> tuple[int | None, bool]:
@@ -278,24 +295,35 @@ def _uncertain_args(call: _Call) -> list[str]:
     while i < len(words):
         w = words[i]
         option = _value_option(w.value) if w.value.startswith("--") else None
-        if option is not None and "=" not in w.value:
-            if i + 1 < len(words):
-                value = words[i + 1]
-                if value.expanded and not value.quoted_whole and option != "--conf":
-                    reasons.append(f"the value of {option} (`{value.raw}`) is split into words at run time")
+        if option is not None and "=" not in w.value:  # `--option VALUE`
+            reason = _split_value(option, words[i + 1]) if i + 1 < len(words) else ""
             i += 2
-            continue
-        if w.expanded:
-            if option is not None:
-                after = w.raw.split("=", 1)[1] if "=" in w.raw else ""
-                whole = len(after) >= 2 and after[0] == after[-1] == '"' and after.count('"') == 2
-                if option != "--conf" and not whole:
-                    reasons.append(f"the value of {option} in `{w.raw}` is split into words at run time")
-            else:
-                reasons.append(f"the launcher argument `{w.raw}` is only known at run time "
-                               "(it could hold --autokill); write the arguments out")
-        i += 1
+        else:
+            reason = _expanded_arg(w, option) if w.expanded else ""
+            i += 1
+        if reason:
+            reasons.append(reason)
     return reasons
+
+
+def _split_value(option: str, value: Word) -> str:
+    """Why the separate value of `option` is only known at run time ("" when it is known, or is --conf's)."""
+    if value.expanded and not value.quoted_whole and option != "--conf":
+        return f"the value of {option} (`{value.raw}`) is split into words at run time"
+    return ""
+
+
+def _expanded_arg(w: Word, option: str | None) -> str:
+    """Why an argument bash expands (`option`: the value option it spells as `--option=VALUE`) is only known
+    at run time ("" for a whole double-quoted value, or --conf's)."""
+    if option is None:
+        return (f"the launcher argument `{w.raw}` is only known at run time "
+                "(it could hold --autokill); write the arguments out")
+    after = w.raw.split("=", 1)[1] if "=" in w.raw else ""
+    whole = len(after) >= 2 and after[0] == after[-1] == '"' and after.count('"') == 2
+    if option != "--conf" and not whole:
+        return f"the value of {option} in `{w.raw}` is split into words at run time"
+    return ""
 
 
 def _mentions(text: str) -> bool:
@@ -431,6 +459,12 @@ class _Scanner:
             self.scan.refusals.append(f"commands are piped into `{name}`: the runner cannot see what it runs")
         if at is not None:
             return False
+        self.fed_texts(name, fed)
+        return bool(fed)
+
+    def fed_texts(self, name: str, fed: list[tuple[int, int, str, bool, bool]]) -> None:
+        """The heredocs and herestrings fed to shell `name`: read when quoted, refused when expanded at run time
+        and mentioning the launcher or --autokill."""
         for start, end, body, readable, raw in fed:
             what = f"the {'heredoc' if raw else 'herestring'} fed to `{name}`"
             if readable:
@@ -439,7 +473,6 @@ class _Scanner:
                 how = "<<'EOF'" if raw else "<<< '...'"
                 self.scan.refusals.append(f"{what} is expanded at run time and mentions the launcher or --autokill; "
                                           f"quote it: {how}")
-        return bool(fed)
 
     def shell_c(self, name: str, w: Word) -> None:
         if not w.expanded:
@@ -474,35 +507,53 @@ def _scan(text: str, depth: int) -> _Scan:
 
 def _check_exposed(script: Script, spans: list[tuple[int, int, str, str | None]], scan: _Scan) -> None:
     """Refuse `--autokill` (any spelling) or the launcher's name where the runner cannot follow it."""
-    data = script.data
-    hits: list[tuple[int, int, str]] = []
-    for m in _HAZARD_BYTES.finditer(data):
-        hits.append((m.start(), m.end(), "hazard"))
-    for m in _LAUNCHER_BYTES.finditer(data):
-        hits.append((m.start(), m.end(), "launcher"))
-    for start, end, kind, value in spans:  # spellings bash assembles from quotes: -""-autokill
-        if kind in ("exposed", "container") and value is not None and hazard_of(value) \
-                and not _HAZARD_BYTES.search(data, start, end):
-            hits.append((start, end, "hazard"))
-    for start, end, what in hits:
-        around = [s for s in spans if s[0] <= start and end <= s[1]]
-        if around:
-            inner = min(around, key=lambda s: s[1] - s[0])
-            if inner[2] in ("launcher", "nested", "inert", "comment"):
-                continue
-            if inner[2] == "container" and any(s[2] != "container" for s in around if s is not inner):
-                continue
-            word = script.text(inner[0], inner[1]).strip()
-        else:  # no command word holds it: a `for` list, a function's name, ...
-            line_start = data.rfind(b"\n", 0, start) + 1
-            line_end = data.find(b"\n", end)
-            word = script.text(line_start, len(data) if line_end < 0 else line_end).strip()
+    for start, end, what in _exposure_hits(script.data, spans):
+        word = _exposed_word(script, spans, start, end)
+        if word is None:
+            continue
         shown = word if len(word) <= 80 else word[:77] + "..."
         if what == "hazard":
             scan.refusals.append(f"`{shown}` carries --autokill/--kill where the runner cannot tell whether it "
                                  "reaches the launcher (a variable, a file, another program)")
         else:
             scan.refusals.append(f"`{shown}` starts the launcher in a way the runner cannot read or rewrite")
+
+
+def _exposure_hits(data: bytes, spans: list[tuple[int, int, str, str | None]]) -> list[tuple[int, int, str]]:
+    """(start, end, "hazard" or "launcher") of each spelling of `--autokill` or of the launcher in the text,
+    those bash assembles from quotes (-""-autokill) included."""
+    hits: list[tuple[int, int, str]] = []
+    for m in _HAZARD_BYTES.finditer(data):
+        hits.append((m.start(), m.end(), "hazard"))
+    for m in _LAUNCHER_BYTES.finditer(data):
+        hits.append((m.start(), m.end(), "launcher"))
+    for start, end, kind, value in spans:
+        if kind in ("exposed", "container") and value is not None and hazard_of(value) \
+                and not _HAZARD_BYTES.search(data, start, end):
+            hits.append((start, end, "hazard"))
+    return hits
+
+
+def _line_around(script: Script, start: int, end: int) -> str:
+    """The line holding bytes [start, end), stripped."""
+    data = script.data
+    line_start = data.rfind(b"\n", 0, start) + 1
+    line_end = data.find(b"\n", end)
+    return script.text(line_start, len(data) if line_end < 0 else line_end).strip()
+
+
+def _exposed_word(script: Script, spans: list[tuple[int, int, str, str | None]], start: int, end: int) -> str | None:
+    """The word (or, held by no command word, the line) a hit at [start, end) is in; None when the innermost
+    span holding it is one the runner follows (a launcher call, a nested text, an inert word, a comment)."""
+    around = [s for s in spans if s[0] <= start and end <= s[1]]
+    if not around:  # no command word holds it: a `for` list, a function's name, ...
+        return _line_around(script, start, end)
+    inner = min(around, key=lambda s: s[1] - s[0])
+    if inner[2] in ("launcher", "nested", "inert", "comment"):
+        return None
+    if inner[2] == "container" and any(s[2] != "container" for s in around if s is not inner):
+        return None
+    return script.text(inner[0], inner[1]).strip()
 
 
 def _walk_calls(text: str, depth: int = 0, where: str = "", origin: int | None = None,
@@ -513,11 +564,7 @@ def _walk_calls(text: str, depth: int = 0, where: str = "", origin: int | None =
     result = CommandAnalysis(refusals=[f"{r} ({where})" if where else r for r in scan.refusals],
                              notes=list(scan.notes))
     for call in scan.calls:
-        conf, expanded = _conf_of(call)
-        result.calls.append(LauncherCall(
-            text=scan.script.text(call.cmd.start, call.cmd.end), where=where,
-            args=tuple(w.value for w in call.args), conf=conf, conf_expanded=expanded,
-            hazards=tuple(w.raw for w in call.args if hazard_of(w.value))))
+        result.calls.append(_launcher_call(scan, call, where))
         if origins is not None:
             origins.append(call.cmd.start if origin is None else origin)
     for n in scan.nested:
@@ -527,6 +574,15 @@ def _walk_calls(text: str, depth: int = 0, where: str = "", origin: int | None =
         result.refusals += inner.refusals
         result.notes += inner.notes
     return result
+
+
+def _launcher_call(scan: _Scan, call: _Call, where: str) -> LauncherCall:
+    """A launcher call found by the scan, as the analysis reports it."""
+    conf, expanded = _conf_of(call)
+    return LauncherCall(
+        text=scan.script.text(call.cmd.start, call.cmd.end), where=where,
+        args=tuple(w.value for w in call.args), conf=conf, conf_expanded=expanded,
+        hazards=tuple(w.raw for w in call.args if hazard_of(w.value)))
 
 
 def _conf_word(call: _Call) -> tuple[int, bool] | None:
@@ -590,18 +646,23 @@ def _rewrite(text: str, edit: _EditFn, depth: int = 0) -> str:
             edits.append((n.start, n.end, new if n.raw_splice else shlex.quote(new)))
     if not edits:
         return text
+    return decode(_splice(scan.script.data, edits))
+
+
+def _splice(data: bytes, edits: list[_Edit]) -> bytes:
+    """`data` with each edit's byte range replaced by its text; an edit inside a larger one is dropped (e.g.
+    a call inside a --conf value being replaced)."""
     kept: list[_Edit] = []
     for e in sorted(edits, key=lambda e: (e[0], -e[1])):
         if kept and e[0] < kept[-1][1]:
-            continue  # inside a larger edit (e.g. a call inside a --conf value being replaced)
+            continue  # inside a larger edit
         kept.append(e)
-    data = scan.script.data
     out, at = [], 0
     for start, end, new in kept:
         out += [data[at:start], encode(new)]
         at = end
     out.append(data[at:])
-    return decode(b"".join(out))
+    return b"".join(out)
 
 
 def _last_word_end(call: _Call) -> int:

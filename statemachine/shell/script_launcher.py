@@ -62,25 +62,36 @@ def runs_script(words: list[str], cwd: str) -> tuple[str, str] | None:
     """(the words that run a script, the script's path) for one simple command; None when it runs none."""
     name = os.path.basename(words[0])
     if name in cmdlib.SHELLS:
-        rest = [w for w in words[1:] if not w.startswith(("-", "+"))]
-        if any(w.startswith("-") and "c" in w[1:] and not w.startswith("--") for w in words[1:]):
-            return None  # `bash -c '…'`: the command analysis reads the string itself
-        return (" ".join(words[:2 + words[1:].index(rest[0])]), rest[0]) if rest else None
+        return _shell_script(words)
     if name in _SOURCE and len(words) > 1:
         return " ".join(words[:2]), words[1]
     if name in ("make", "gmake"):
-        directory, makefile = cwd, ""
-        for i, w in enumerate(words[:-1]):
-            if w in ("-C", "--directory"):
-                directory = os.path.join(cwd, words[i + 1])
-            if w in ("-f", "--file", "--makefile"):
-                makefile = words[i + 1]
-        found = makefile or next((m for m in ("GNUmakefile", "makefile", "Makefile")
-                                  if os.path.isfile(os.path.join(directory, m))), "Makefile")
-        return " ".join(words[:4]), os.path.join(directory, found)
+        return _makefile(words, cwd)
     if "/" in words[0] or words[0].endswith(".sh"):
         return " ".join(words[:3]), words[0]
     return None
+
+
+def _shell_script(words: list[str]) -> tuple[str, str] | None:
+    """The script a shell runs (its first operand); None for `bash -c '…'` (the command analysis reads the
+    string itself) or a shell reading stdin."""
+    rest = [w for w in words[1:] if not w.startswith(("-", "+"))]
+    if any(w.startswith("-") and "c" in w[1:] and not w.startswith("--") for w in words[1:]):
+        return None
+    return (" ".join(words[:2 + words[1:].index(rest[0])]), rest[0]) if rest else None
+
+
+def _makefile(words: list[str], cwd: str) -> tuple[str, str]:
+    """The makefile `make` reads: `-f` names it, `-C` its directory, else the first of make's names there."""
+    directory, makefile = cwd, ""
+    for i, w in enumerate(words[:-1]):
+        if w in ("-C", "--directory"):
+            directory = os.path.join(cwd, words[i + 1])
+        if w in ("-f", "--file", "--makefile"):
+            makefile = words[i + 1]
+    found = makefile or next((m for m in ("GNUmakefile", "makefile", "Makefile")
+                              if os.path.isfile(os.path.join(directory, m))), "Makefile")
+    return " ".join(words[:4]), os.path.join(directory, found)
 
 
 def _read(path: str) -> tuple[str, str]:
@@ -125,9 +136,7 @@ def hidden_launcher(command: str, cwd: str) -> HiddenLauncher | None:
     for words, *_ in cmdlib.programs(command):
         found = runs_script(words, cwd)
         if found is None:
-            name = os.path.basename(words[0])
-            if not other and name not in cmdlib.INERT_PROGRAMS and name not in cmdlib.SHELLS:
-                other = " ".join(words[:3])
+            other = other or _active_program(words)
             continue
         runs, path = found
         path = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
@@ -143,3 +152,12 @@ def hidden_launcher(command: str, cwd: str) -> HiddenLauncher | None:
     if without is not None:
         return without
     return HiddenLauncher(runs=other) if other else None
+
+
+def _active_program(words: list[str]) -> str:
+    """The command shown (its first words) when it runs a program that may start the launcher: no shell
+    and no inert tool; "" otherwise."""
+    name = os.path.basename(words[0])
+    if name in cmdlib.INERT_PROGRAMS or name in cmdlib.SHELLS:
+        return ""
+    return " ".join(words[:3])

@@ -97,10 +97,7 @@ def parse_ssh_words(words: list[str]) -> tuple[SshTarget, list[str]]:
     while i < len(words):
         word = words[i]
         if word == "--":
-            i += 1
-            if not destination and i < len(words):
-                destination = words[i]
-                i += 1
+            destination, i = _after_dashes(words, i + 1, destination)
             break
         if not word.startswith("-") or word == "-":
             if destination:
@@ -110,17 +107,36 @@ def parse_ssh_words(words: list[str]) -> tuple[SshTarget, list[str]]:
             continue
         i, opt, value = _read_option(words, i, word)
         if opt == "p":
-            if not value.isdigit() or not 0 < int(value) < 65536:
-                raise LoginError(f"not a port: -p {value!r}")
-            port = int(value)
+            port = _port_number(value)
         elif opt == "l":
             user = value
+    return _login_target(destination, user, port), words[i:]
+
+
+def _after_dashes(words: list[str], i: int, destination: str) -> tuple[str, int]:
+    """Past `--` (at `i - 1`): the destination (the next word, when none was given before) and where the
+    remote command starts."""
+    if not destination and i < len(words):
+        return words[i], i + 1
+    return destination, i
+
+
+def _port_number(value: str) -> int:
+    """The value of `-p` as a port; LoginError when it is none."""
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise LoginError(f"not a port: -p {value!r}")
+    return int(value)
+
+
+def _login_target(destination: str, user: str, port: int | None) -> SshTarget:
+    """The host of an ssh login: its destination (`user@host:port`) with the `-l` user and `-p` port filling
+    what it leaves out; LoginError without a destination or with two different ports."""
     if not destination:
         raise LoginError("the ssh login names no host")
     target = parse_target(destination)
     if target.port is not None and port is not None and target.port != port:
         raise LoginError(f"two ports for one host: {destination} and -p {port}")
-    return SshTarget(target.host, target.user or user, target.port or port), words[i:]
+    return SshTarget(target.host, target.user or user, target.port or port)
 
 
 def _read_option(words: list[str], i: int, word: str) -> tuple[int, str, str]:

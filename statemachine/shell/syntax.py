@@ -240,6 +240,39 @@ def _has_expansion(node: Node) -> bool:
     return False
 
 
+def _is_test(node: Node) -> bool:
+    """`[[ ]]`, `[ ]` or `(( ))`: compared or computed, never run."""
+    kind = node.type
+    return kind == "test_command" or bool(kind == "compound_statement" and node.child_count
+                                          and node.children[0].type == "((")
+
+
+def _hung_on_heredoc(child: Node, after_tail: bool) -> list[Node] | None:
+    """What the grammar hangs on a heredoc from the delimiter's line: a `&&` chain or `|` pipeline (and all
+    after it), as nodes to walk; None for a part of the command itself."""
+    kind = child.type
+    if after_tail or kind in _CHAIN_TOKENS or kind in _PIPE_TOKENS:
+        return [child]
+    if kind == "pipeline" and child.child_count and child.children[0].type in _PIPE_TOKENS:
+        return list(child.children)
+    return None
+
+
+def _quoted_delimiter(start: Node, data: bytes) -> bool:
+    """Whether a heredoc's delimiter is quoted (`<<'EOF'`, `<<\\EOF`): its body is then taken literally."""
+    return any(c in _raw(start, data) for c in "'\"\\")
+
+
+def _not_a_word(child: Node) -> bool:
+    """A parse error, a missing node or an unnamed token: no word of the command."""
+    return child.type == "ERROR" or child.is_missing or not child.is_named
+
+
+def _writes_to_file(op: str, target: str) -> bool:
+    """Whether output redirection `op` to `target` writes a file (not a descriptor copy, a close or a device)."""
+    return not ((op in (">&", "<&") and (target.isdigit() or target == "-")) or target in _NOT_A_FILE)
+
+
 def _word(node: Node, data: bytes, gap: int) -> Word:
     bare = _bare(node.child_by_field_name("value") or node, data) if node.type == "variable_assignment" \
         else _bare(node, data)
@@ -295,7 +328,7 @@ class _Walk:
         elif kind == "redirected_statement":
             self.redirected(node, ctx)
         elif kind == "pipeline":
-            self.pipeline([c for c in node.children if c.type not in _PIPE_TOKENS], ctx)
+            self.pipeline(node.children, ctx)
         elif kind in _SUBSTITUTIONS:
             # Its commands' output is captured into the word that holds it (ctx.target).
             self.push(node.children, ctx._replace(captured_in=ctx.target, target=EXPOSED_CONTEXT, writes_file=False))
@@ -303,8 +336,7 @@ class _Walk:
             self.assignments(node, ctx)
         elif kind in ("declaration_command", "unset_command"):
             self.declaration(node, ctx)
-        elif kind == "test_command" or (kind == "compound_statement" and node.child_count
-                                        and node.children[0].type == "(("):
+        elif _is_test(node):
             self.region(node, "inert")  # `[[ ]]`, `[ ]`, `(( ))`: compared or computed, never run
             self.push(node.children, ctx._replace(target=INERT_CONTEXT))
         elif kind == "case_statement":
@@ -312,7 +344,10 @@ class _Walk:
         else:
             self.push(node.children, ctx)
 
-    def pipeline(self, elements: list[Node], ctx: _Ctx) -> None:
+    def pipeline(self, nodes: list[Node], ctx: _Ctx) -> None:
+        """The commands of a pipeline (`nodes` without its `|` tokens): each but the first reads a pipe, each
+        but the last writes one."""
+        elements = [c for c in nodes if c.type not in _PIPE_TOKENS]
         last = len(elements) - 1
         for k in range(last, -1, -1):
             self.stack.append((elements[k], ctx._replace(piped_in=ctx.piped_in or k > 0,
@@ -363,8 +398,11 @@ class _Walk:
         redirects = [c for c in node.children if body is None or c.id != body.id]
         if body is None or body.type == "command":
             self.command(body, redirects, ctx)
-            return
-        # A compound (`{ ...; }`, a loop, a subshell) with redirections: they apply to everything inside.
+        else:
+            self.redirected_compound(node, body, redirects, ctx)
+
+    def redirected_compound(self, node: Node, body: Node, redirects: list[Node], ctx: _Ctx) -> None:
+        """A compound (`{ ...; }`, a loop, a subshell) with redirections: they apply to everything inside."""
         holder = Command([], [], node.start_byte, node.end_byte, captured_in=ctx.captured_in)
         later: list[tuple[Node, _Ctx]] = []
         tail: list[Node] = []
@@ -386,31 +424,39 @@ class _Walk:
         tail: list[Node] = []
         at, named = cmd.start, False
         for part in (node.children if node is not None else []) + redirects:
-            kind = part.type
-            if kind == "variable_assignment" and not named:
-                cmd.assignments.append(_word(part, self.data, at))
-                later += [(c, ctx._replace(target=EXPOSED_CONTEXT)) for c in part.children]
-            elif kind == "command_name":
-                named = True
-                inner = part.named_children[0] if part.named_child_count == 1 else part
-                cmd.words.append(_word(inner, self.data, at))
-                later.append((inner, ctx._replace(target=index)))
-            elif kind in _REDIRECTS:
+            if part.type in _REDIRECTS:
                 tail += self.redirection(part, cmd, index, ctx, later)
-            elif kind == "comment":
-                self.region(part, "comment")
-            elif part.is_named:
-                cmd.words.append(_word(part, self.data, at))
-                later += [(c, ctx._replace(target=index)) for c in _inside(part)]
-            elif part.end_byte > part.start_byte:  # a bare token the grammar leaves unnamed (a lone `$`)
-                word = _word(part, self.data, at)
-                cmd.words.append(Word(word.value, word.raw, word.start, word.end, "$" in word.raw, False, word.gap))
-            else:
+            elif not self.command_part(part, cmd, index, ctx, later, at, named):
                 continue
+            named = named or part.type == "command_name"
             at = max([at, *(w.end for w in cmd.words[-1:]), _line_end(part)])
         cmd.end = max(cmd.end, at)
         self.follow(tail, cmd, ctx)
         self.stack.extend(reversed(later))
+
+    def command_part(self, part: Node, cmd: Command, index: int, ctx: _Ctx, later: list[tuple[Node, _Ctx]],
+                     at: int, named: bool) -> bool:
+        """One part of a simple command other than a redirection (`named`: its name was seen): an assignment
+        before the name, the name, a comment or an argument; False for an empty token, which is no part."""
+        kind = part.type
+        if kind == "variable_assignment" and not named:
+            cmd.assignments.append(_word(part, self.data, at))
+            later += [(c, ctx._replace(target=EXPOSED_CONTEXT)) for c in part.children]
+        elif kind == "command_name":
+            inner = part.named_children[0] if part.named_child_count == 1 else part
+            cmd.words.append(_word(inner, self.data, at))
+            later.append((inner, ctx._replace(target=index)))
+        elif kind == "comment":
+            self.region(part, "comment")
+        elif part.is_named:
+            cmd.words.append(_word(part, self.data, at))
+            later += [(c, ctx._replace(target=index)) for c in _inside(part)]
+        elif part.end_byte > part.start_byte:  # a bare token the grammar leaves unnamed (a lone `$`)
+            word = _word(part, self.data, at)
+            cmd.words.append(Word(word.value, word.raw, word.start, word.end, "$" in word.raw, False, word.gap))
+        else:
+            return False
+        return True
 
     def follow(self, tail: list[Node], cmd: Command, ctx: _Ctx) -> None:
         """What the grammar hung on a heredoc's delimiter line: `| next` (a pipeline) or `&& next` (the chain)."""
@@ -418,7 +464,7 @@ class _Walk:
             return
         if tail[0].type in _PIPE_TOKENS:
             cmd.piped_out = True
-            self.pipeline([c for c in tail[1:] if c.type not in _PIPE_TOKENS], ctx._replace(piped_in=True))
+            self.pipeline(tail[1:], ctx._replace(piped_in=True))
         else:
             self.push(tail[1:], ctx)
 
@@ -429,6 +475,19 @@ class _Walk:
         kind = node.type
         if kind == "heredoc_redirect":
             return self.heredoc(node, cmd, index, ctx, later)
+        op, target = self.redirect_parts(node, cmd, index, ctx, later)
+        if kind == "herestring_redirect":
+            if target is not None:
+                cmd.herestrings.append(_word(target, self.data, target.start_byte))
+            return []
+        if ">" in op and target is not None and _writes_to_file(op, _value(target, self.data)):
+            cmd.writes_file = True
+        return []
+
+    def redirect_parts(self, node: Node, cmd: Command, index: int, ctx: _Ctx,
+                       later: list[tuple[Node, _Ctx]]) -> tuple[str, Node | None]:
+        """The operator and target of a file redirection or herestring; the words after the target go to
+        `cmd`, the target's expansions to `later`."""
         op, target, at = "", None, node.start_byte
         for child in node.children:
             if child.type == "ERROR" or child.is_missing:
@@ -439,23 +498,13 @@ class _Walk:
                 continue
             elif target is None:
                 target = child
-                if kind != "herestring_redirect":  # a file name; a herestring is data for the command
+                if node.type != "herestring_redirect":  # a file name; a herestring is data for the command
                     self.region(child, "inert")
                 later.append((child, ctx._replace(target=EXPOSED_CONTEXT)))
                 at = child.end_byte
             else:
-                cmd.words.append(_word(child, self.data, at))
-                later.append((child, ctx._replace(target=index)))
-                at = child.end_byte
-        if kind == "herestring_redirect":
-            if target is not None:
-                cmd.herestrings.append(_word(target, self.data, target.start_byte))
-            return []
-        if ">" in op and target is not None:
-            value = _value(target, self.data)
-            if not ((op in (">&", "<&") and (value.isdigit() or value == "-")) or value in _NOT_A_FILE):
-                cmd.writes_file = True
-        return []
+                at = self.add_word(cmd, child, at, index, ctx, later)
+        return op, target
 
     def heredoc(self, node: Node, cmd: Command, index: int, ctx: _Ctx, later: list[tuple[Node, _Ctx]]) -> list[Node]:
         """Read `<<EOF ... EOF`: its body, and what the grammar hangs on it from the delimiter's line
@@ -466,7 +515,7 @@ class _Walk:
         for child in node.children:
             kind = child.type
             if kind == "heredoc_start":
-                literal = any(c in _raw(child, self.data) for c in "'\"\\")
+                literal = _quoted_delimiter(child, self.data)
                 self.region(child, "inert", start=node.start_byte)
                 at = child.end_byte
             elif kind == "heredoc_body":
@@ -475,27 +524,35 @@ class _Walk:
                 self.region(child, "inert")
             elif kind in ("<<", "<<-"):
                 continue
-            elif tail or kind in _CHAIN_TOKENS or kind in _PIPE_TOKENS:
-                tail.append(child)
-            elif kind == "pipeline" and child.child_count and child.children[0].type in _PIPE_TOKENS:
-                tail += child.children
+            elif (hung := _hung_on_heredoc(child, bool(tail))) is not None:
+                tail += hung
             elif kind in _REDIRECTS:
                 self.redirection(child, cmd, index, ctx, later)
                 at = child.end_byte
-            elif kind == "ERROR" or child.is_missing or not child.is_named:
+            elif _not_a_word(child):
                 later.append((child, ctx))
             else:
-                cmd.words.append(_word(child, self.data, at))
-                later.append((child, ctx._replace(target=index)))
-                at = child.end_byte
+                at = self.add_word(cmd, child, at, index, ctx, later)
         if body is not None:
-            raw = self.data[body.start_byte : body.end_byte]
-            cut = raw.rfind(b"\n")  # a `<<-` body ends with the terminator's indent
-            end = body.start_byte + (cut + 1 if cut >= 0 else 0)
-            cmd.heredocs.append(Heredoc(decode(self.data[body.start_byte : end]), body.start_byte, end, literal))
-            if not literal:  # `$(...)` in the body runs when bash expands it
-                later.append((body, ctx._replace(target=EXPOSED_CONTEXT)))
+            self.heredoc_body(body, cmd, literal, ctx, later)
         return tail
+
+    def heredoc_body(self, body: Node, cmd: Command, literal: bool, ctx: _Ctx, later: list[tuple[Node, _Ctx]]) -> None:
+        """A heredoc's text (without the terminator's indent of a `<<-` body); an unquoted delimiter leaves
+        its `$(...)` to run when bash expands it."""
+        raw = self.data[body.start_byte : body.end_byte]
+        cut = raw.rfind(b"\n")  # a `<<-` body ends with the terminator's indent
+        end = body.start_byte + (cut + 1 if cut >= 0 else 0)
+        cmd.heredocs.append(Heredoc(decode(self.data[body.start_byte : end]), body.start_byte, end, literal))
+        if not literal:
+            later.append((body, ctx._replace(target=EXPOSED_CONTEXT)))
+
+    def add_word(self, cmd: Command, child: Node, at: int, index: int, ctx: _Ctx,
+                 later: list[tuple[Node, _Ctx]]) -> int:
+        """One more word of command `index` (its expansions walked later); returns where the word ends."""
+        cmd.words.append(_word(child, self.data, at))
+        later.append((child, ctx._replace(target=index)))
+        return child.end_byte
 
 
 def _inside(node: Node) -> list[Node]:
@@ -556,20 +613,32 @@ def _segments(root: Node) -> list[Segment]:
         if kind in ("list", "ERROR"):
             stack.extend(reversed(node.children))
             continue
-        doc = next((c for c in node.children if c.type == "heredoc_redirect"), None) \
-            if kind == "redirected_statement" else None
+        doc = _heredoc_of(node)
         tail = _heredoc_chain(doc) if doc is not None else []
         if node.end_byte == node.start_byte:
             continue  # a MISSING command (`a && `): nothing to run
         if not tail or doc is None:
             out.append(Segment(node.start_byte, node.end_byte, ((node.start_byte, node.end_byte),)))
             continue
-        end = _line_end(doc)
-        body = [(c.start_byte, c.end_byte) for c in doc.children if c.type in ("heredoc_body", "heredoc_end")]
-        owns = ((node.start_byte, end), (body[0][0], body[-1][1])) if body else ((node.start_byte, end),)
-        out.append(Segment(node.start_byte, end, owns))
+        out.append(_heredoc_segment(node, doc))
         stack.extend(reversed(tail[1:]))
     return out
+
+
+def _heredoc_of(node: Node) -> Node | None:
+    """The heredoc redirection of a redirected statement, if any."""
+    if node.type != "redirected_statement":
+        return None
+    return next((c for c in node.children if c.type == "heredoc_redirect"), None)
+
+
+def _heredoc_segment(node: Node, doc: Node) -> Segment:
+    """A command with a heredoc that has a chain hung on it: the command up to its delimiter's line, and
+    the heredoc's body and terminator."""
+    end = _line_end(doc)
+    body = [(c.start_byte, c.end_byte) for c in doc.children if c.type in ("heredoc_body", "heredoc_end")]
+    owns = ((node.start_byte, end), (body[0][0], body[-1][1])) if body else ((node.start_byte, end),)
+    return Segment(node.start_byte, end, owns)
 
 
 def _heredoc_chain(doc: Node) -> list[Node]:
