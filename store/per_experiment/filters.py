@@ -83,8 +83,7 @@ class Query:
             return None
         keys = []
         if self.node:  # a node's own per-state and per-outcome zsets: node + state is one zset, not two
-            keys.append(node_outcome_key(self.node, self.outcome) if self.outcome else
-                        node_state_key(self.node, self.state) if self.state else node_index_key(self.node))
+            keys.append(self._node_key(self.node))
         elif self.outcome:
             keys.append(outcome_index_key(self.outcome))
         elif self.state:
@@ -92,6 +91,12 @@ class Query:
         if self.stage:
             keys.append(stage_key(self.stage))
         return keys or [INDEX]
+
+    def _node_key(self, node: str) -> str:
+        """The node's zset for the outcome, else the state, else all its records."""
+        if self.outcome:
+            return node_outcome_key(node, self.outcome)
+        return node_state_key(node, self.state) if self.state else node_index_key(node)
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,16 @@ def unindex(pipe: Any, ids: list[str], nodes: Iterable[str] = ()) -> None:
             pipe.zrem(node_state_key(node, name), *ids)
         for name in OUTCOME_NAMES:
             pipe.zrem(node_outcome_key(node, name), *ids)
+
+
+def _reindex_keys_and_head() -> tuple[list[str], list[str]]:
+    """The keys the reindex script writes (every index) and its leading arguments (the state and outcome
+    names, the key prefixes and suffixes it builds the rest from)."""
+    keys = [INDEX, UNFINISHED, EXPIRING, EXPIRING_WHERE, PURPOSES, *(state_index_key(n) for n in STATE_NAMES),
+            *(outcome_index_key(n) for n in OUTCOME_NAMES)]
+    head = [",".join(STATE_NAMES), ",".join(OUTCOME_NAMES), exp_key(""), _NODE_PREFIX, _NODE_SUFFIX,
+            _ACTIVE_SUFFIX, stage_key(""), ",".join(s.value for s in ACTIVE_STATES), _NODE_STATE, _NODE_OUTCOME]
+    return keys, head
 
 
 class Indexes:
@@ -249,23 +264,24 @@ class Indexes:
         marker says it was done; `force` runs it anyway). True when it ran."""
         if not force and int(self.r.get(VERSION_KEY) or 0) >= INDEX_VERSION:
             return False
-        keys = [INDEX, UNFINISHED, EXPIRING, EXPIRING_WHERE, PURPOSES, *(state_index_key(n) for n in STATE_NAMES),
-                *(outcome_index_key(n) for n in OUTCOME_NAMES)]
-        head = [",".join(STATE_NAMES), ",".join(OUTCOME_NAMES), exp_key(""), _NODE_PREFIX, _NODE_SUFFIX,
-                _ACTIVE_SUFFIX, stage_key(""), ",".join(s.value for s in ACTIVE_STATES), _NODE_STATE, _NODE_OUTCOME]
+        keys, head = _reindex_keys_and_head()
         ids = [text(i) for i in self.r.zrange(INDEX, 0, -1)]
         for k in range(0, len(ids), BACKFILL_BATCH):
             self._reindex(keys=keys, args=[*head, *ids[k:k + BACKFILL_BATCH]])
-        nodes = {text(n) for n in self.r.smembers(NODES)}
-        for key in self.r.scan_iter(match=node_index_key("*"), count=1000):
-            name = text(key)
-            nodes.add(name[len(_NODE_PREFIX):len(name) - len(_NODE_SUFFIX)])
-        for node in sorted(nodes):
+        for node in sorted(self._indexed_nodes()):
             self._check_members(node_index_key(node), node, "node")
         for stage in (text(s) for s in self.r.zrange(STAGES, 0, -1)):
             self._check_members(stage_key(stage), stage, "stage")
         self.r.set(VERSION_KEY, INDEX_VERSION)
         return True
+
+    def _indexed_nodes(self) -> set[str]:
+        """Every node known as a node or by a node index of its own (a node gone from NODES keeps its index)."""
+        nodes = {text(n) for n in self.r.smembers(NODES)}
+        for key in self.r.scan_iter(match=node_index_key("*"), count=1000):
+            name = text(key)
+            nodes.add(name[len(_NODE_PREFIX):len(name) - len(_NODE_SUFFIX)])
+        return nodes
 
     def _check_members(self, key: str, name: str, kind: str) -> None:
         members = [text(i) for i in self.r.zrange(key, 0, -1)]

@@ -60,19 +60,25 @@ def claim(store: Store, key: str, text: str, new_id: Callable[[], str], ttl: int
     if raw is None:  # released between our SET and GET: try once more
         return claim(store, key, text, new_id, ttl, placement)
     held = json.loads(raw)
+    _check_same_request(held, text, where)
+    return Claim(str(held["id"]), False, raw.decode() if isinstance(raw, bytes) else str(raw))
+
+
+def _check_same_request(held: dict[str, Any], text: str, where: dict[str, Any]) -> None:
+    """IdempotencyConflict unless the claim `held` is an experiment's for the same blueprint text and placement."""
     if held.get("kind") == "stage":  # store/cluster/stage_idempotency.py shares the keys
         raise IdempotencyConflict(f"this Idempotency-Key was already used for stage {held.get('stage')!r}, not an "
                                   "experiment")
     if held.get("digest") != digest(text):
         raise IdempotencyConflict("this Idempotency-Key was already used for a different blueprint")
     first = held.get("placement")
-    if isinstance(first, dict):  # a claim written before placements were kept has none to compare
-        # `stage` is kept since claims bound it; one written before says nothing about it.
-        differ = [name for name in PLACEMENT if (name in first or name != "stage") and first.get(name) != where[name]]
-        if differ:
-            raise IdempotencyConflict("this Idempotency-Key was already used for the same blueprint with another "
-                                      + ", ".join(f"{n} ({first.get(n)!r}, now {where[n]!r})" for n in differ))
-    return Claim(str(held["id"]), False, raw.decode() if isinstance(raw, bytes) else str(raw))
+    if not isinstance(first, dict):  # a claim written before placements were kept has none to compare
+        return
+    # `stage` is kept since claims bound it; one written before says nothing about it.
+    differ = [name for name in PLACEMENT if (name in first or name != "stage") and first.get(name) != where[name]]
+    if differ:
+        raise IdempotencyConflict("this Idempotency-Key was already used for the same blueprint with another "
+                                  + ", ".join(f"{n} ({first.get(n)!r}, now {where[n]!r})" for n in differ))
 
 
 def _plain(value: Any) -> Any:

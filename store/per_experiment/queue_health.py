@@ -68,10 +68,18 @@ class QueueSuspects:
         look = [i for i in queued if i in far or i not in waiting]
         out = []
         for rec in self.store.records.fields_of(look, (*SUSPECT_FIELDS, self.reported_field)):
-            if rec["state"] != State.queued.value:
-                continue
-            lost = bool(rec["job_id"]) and not rec["owner"] and rec["id"] not in waiting
-            absent = bool(rec["target_node"]) and not rec[self.reported_field] and rec["target_node"] not in alive
-            if lost or absent:
-                out.append({**rec, "job_lost": "1" if lost else "0"})
+            suspect = self._suspect(rec, waiting, alive)
+            if suspect is not None:
+                out.append(suspect)
         return out
+
+    def _suspect(self, rec: dict[str, str], waiting: set[str], alive: set[str]) -> dict[str, str] | None:
+        """The queued record with `job_lost` when its drive job is gone (it had one, no worker owns it, and
+        none waits), or when its target node is absent (not alive, and the record was not reported yet)."""
+        if rec["state"] != State.queued.value:
+            return None
+        lost = bool(rec["job_id"]) and not rec["owner"] and rec["id"] not in waiting
+        absent = bool(rec["target_node"]) and not rec[self.reported_field] and rec["target_node"] not in alive
+        if not (lost or absent):
+            return None
+        return {**rec, "job_lost": "1" if lost else "0"}

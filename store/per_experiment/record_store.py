@@ -121,6 +121,36 @@ def decode(raw: Mapping[_Key, Any]) -> dict[str, Any]:
     return out
 
 
+def _write_new_record(pipe: Pipeline, exp_id: str, record: dict[str, Any], result_dir_key: str, now: float) -> None:
+    """Queue the record's write and its index entry: through the claim script when it claims a result dir."""
+    if result_dir_key:
+        pipe.eval(lua("claim_result_dir"), 3, RESULT_DIRS, exp_key(exp_id), INDEX,
+                  result_dir_key, exp_id, exp_key(""), "0", now, *encode(record))
+    else:
+        pipe.hset(exp_key(exp_id), mapping=_mapping(record))
+        pipe.zadd(INDEX, {exp_id: now})
+
+
+def _add_to_stage(pipe: Pipeline, exp_id: str, stage: str, settings: Mapping[str, str], now: float) -> None:
+    """Queue the stage's index entry (and its settings), written only if the record was; nothing without a stage."""
+    if not stage:
+        return
+    flat = [x for pair in settings.items() for x in pair]
+    pipe.eval(lua("stage_member"), 4, exp_key(exp_id), stage_key(stage), STAGES, stage_meta_key(stage),
+              stage, now, *flat)
+
+
+def _check_created(exp_id: str, replies: list[Any], result_dir_key: str) -> None:
+    """ResultDirTaken when the claim lost the result dir; TransitionConflict if the `submitted` transition
+    was refused (cannot happen for a record written in the same transaction; kept as the script's contract)."""
+    if result_dir_key and not int(replies[0][0]):
+        _, holder, state, held = (text(x) for x in replies[0])
+        raise ResultDirTaken(result_dir_key, holder, state, held)
+    ok, detail = replies[1 if result_dir_key else 2]
+    if not ok:
+        raise TransitionConflict(f"experiment {exp_id}: {text(detail)} check failed")
+
+
 class Records:
     """The experiment hashes: created, read, updated and moved through their transitions."""
 
@@ -158,27 +188,14 @@ class Records:
                                            node=str(fields.get("target_node") or ""))
         pipe = self.r.pipeline(transaction=True)
         pipe.multi()  # explicit: what `also` adds (RQ's enqueue with a pipeline) expects a MULTI under way
-        if result_dir_key:
-            pipe.eval(lua("claim_result_dir"), 3, RESULT_DIRS, exp_key(exp_id), INDEX,
-                      result_dir_key, exp_id, exp_key(""), "0", now, *encode(record))
-        else:
-            pipe.hset(exp_key(exp_id), mapping=_mapping(record))
-            pipe.zadd(INDEX, {exp_id: now})
+        _write_new_record(pipe, exp_id, record, result_dir_key, now)
         pipe.eval(lua("transition"), len(keys), *keys, *args)
-        if stage := str(fields.get("stage") or ""):  # the stage's index, only if the record was written
-            settings = [x for pair in (stage_settings or {}).items() for x in pair]
-            pipe.eval(lua("stage_member"), 4, exp_key(exp_id), stage_key(stage), STAGES, stage_meta_key(stage),
-                      stage, now, *settings)
+        _add_to_stage(pipe, exp_id, str(fields.get("stage") or ""), stage_settings or {}, now)
         if also is not None:
             also(pipe)
         pipe.hgetall(exp_key(exp_id))
         replies = pipe.execute()
-        if result_dir_key and not int(replies[0][0]):
-            _, holder, state, held = (text(x) for x in replies[0])
-            raise ResultDirTaken(result_dir_key, holder, state, held)
-        ok, detail = replies[1 if result_dir_key else 2]
-        if not ok:  # cannot happen for a record written in the same transaction; kept as the script's contract
-            raise TransitionConflict(f"experiment {exp_id}: {text(detail)} check failed")
+        _check_created(exp_id, replies, result_dir_key)
         return decode(replies[-1])
 
     def admit(self, exp_id: str, fields: Mapping[str, Any], also: Callable[[Pipeline], object]) -> dict[str, Any]:
