@@ -17,6 +17,7 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 from ajet_runner.resultdir.roots import OutsideRoots, active_roots, root_of
@@ -61,21 +62,27 @@ def open_dir(directory: str | os.PathLike[str], *, create: bool = True) -> int:
     fd = os.open(root, _DIR_FLAGS)
     try:
         for part in [p for p in os.path.relpath(real, root).split("/") if p not in ("", ".")]:
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
-            try:
-                nfd = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise OutsideRoots(path, f"{real} (a symlink appeared at {part!r})", roots) from exc
-                raise
+            nfd = _open_component(fd, part, create=create, path=path, real=real, roots=roots)
             os.close(fd)
             fd = nfd
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _open_component(fd: int, part: str, *, create: bool, path: str, real: str, roots: Sequence[str]) -> int:
+    """An O_DIRECTORY fd for directory `part` under `fd` (made first when `create`), not following a symlink:
+    one that appeared there is refused as outside the roots."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, 0o755, dir_fd=fd)
+    try:
+        return os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OutsideRoots(path, f"{real} (a symlink appeared at {part!r})", roots) from exc
+        raise
 
 
 def make_dir(directory: str | os.PathLike[str]) -> Path:

@@ -90,16 +90,18 @@ def facts_for(records: Iterable[Mapping[str, Any]], evaluations_of: Callable[[st
               *, read_files: bool = True) -> list[ExperimentFacts]:
     """One ExperimentFacts per record, in order: from its result dir's results.json when it is finished and
     that file is readable here (and is this experiment's), else from the record and `evaluations_of(id)`."""
-    out = []
-    for rec in records:
-        exp_id = str(rec.get("id") or "")
-        result_dir = str(rec.get("result_dir") or "")
-        facts = read_facts(result_dir) if read_files and rec.get("state") == FINISHED else None
-        if facts is not None and facts.id != exp_id:
-            facts = None  # a later run's files (the dir was reused): not this experiment's
-        if facts is None:
-            config = read_original_config(result_dir) if read_files else None
-            facts = facts_from_record(rec, evaluations_of(exp_id), config=config,
-                                      config_source=ORIGINAL_CONFIG if config is not None else "")
-        out.append(facts)
-    return out
+    return [_facts_of(rec, evaluations_of, read_files=read_files) for rec in records]
+
+
+def _facts_of(rec: Mapping[str, Any], evaluations_of: Callable[[str], list[dict[str, Any]]], *,
+              read_files: bool) -> ExperimentFacts:
+    """One record's facts (see `facts_for`)."""
+    exp_id = str(rec.get("id") or "")
+    result_dir = str(rec.get("result_dir") or "")
+    facts = read_facts(result_dir) if read_files and rec.get("state") == FINISHED else None
+    if facts is not None and facts.id == exp_id:
+        return facts
+    # none, or a later run's files (the dir was reused): not this experiment's
+    config = read_original_config(result_dir) if read_files else None
+    return facts_from_record(rec, evaluations_of(exp_id), config=config,
+                             config_source=ORIGINAL_CONFIG if config is not None else "")

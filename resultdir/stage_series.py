@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ajet_runner.resultdir.palette import PALETTE
-from ajet_runner.statemachine.comparison.compare import StageComparison
+from ajet_runner.statemachine.comparison.compare import Row, StageComparison
 from ajet_runner.statemachine.metric_vocabulary import higher_is_better
 
 __all__ = ["TOP_N", "Series", "StageChart", "stage_chart"]
@@ -64,11 +64,21 @@ def _series(c: StageComparison, metric: str) -> tuple[bool, list[Series]]:
     for row in c.rows:
         pts = curves.get(row.id) or []
         if pts:
-            mv = row.metrics.get(metric)
-            label = row.label if labels.count(row.label) == 1 else f"{row.label} ({row.id})" if row.label else row.id
-            out.append(Series(label=label, ids=[row.id], points=pts,
-                              final=mv.final if mv is not None else None))
+            out.append(Series(label=_run_label(row, labels), ids=[row.id], points=pts, final=_final(row, metric)))
     return False, out
+
+
+def _final(row: Row, metric: str) -> float | None:
+    """The run's final value of `metric` (None when it has none)."""
+    values = row.metrics.get(metric)
+    return values.final if values is not None else None
+
+
+def _run_label(row: Row, labels: list[str]) -> str:
+    """A run's label, with its id when another run has the same label; the id alone when it has none."""
+    if labels.count(row.label) == 1:
+        return row.label
+    return f"{row.label} ({row.id})" if row.label else row.id
 
 
 def stage_chart(c: StageComparison, metric: str, top_n: int = TOP_N) -> StageChart:
@@ -77,6 +87,13 @@ def stage_chart(c: StageComparison, metric: str, top_n: int = TOP_N) -> StageCha
     sign = 1 if not higher_is_better(metric) else -1
     series.sort(key=lambda s: (s.final is None, sign * (s.final or 0.0)))
     shown, rest = series[:top_n], series[top_n:]
+    _style(shown)
+    return StageChart(metric=metric, grouped=grouped, shown=shown, rest=rest, rest_band=_rest_band(rest))
+
+
+def _style(shown: list[Series]) -> None:
+    """A colour per shown series, in order; series with the very same curve get different dashes and name
+    each other (`ties`), so none hides another."""
     seen: dict[str, list[Series]] = {}
     for s in shown:
         seen.setdefault(repr([p[:2] for p in s.points]), []).append(s)
@@ -85,10 +102,13 @@ def stage_chart(c: StageComparison, metric: str, top_n: int = TOP_N) -> StageCha
         twins = seen[repr([p[:2] for p in s.points])]
         s.ties = [t.label for t in twins if t is not s]
         s.dash = DASHES[twins.index(s) % len(DASHES)]
+
+
+def _rest_band(rest: list[Series]) -> list[list[float]]:
+    """[step, low, high] over the series not shown (a group's own band included), by step."""
     by_step: dict[float, list[float]] = {}
     for s in rest:
         for p in s.points:
             lows = p[2:4] if len(p) > 2 else p[1:2]
             by_step.setdefault(p[0], []).extend(lows)
-    band = [[step, min(vs), max(vs)] for step, vs in sorted(by_step.items())]
-    return StageChart(metric=metric, grouped=grouped, shown=shown, rest=rest, rest_band=band)
+    return [[step, min(vs), max(vs)] for step, vs in sorted(by_step.items())]

@@ -300,9 +300,7 @@ def _split(lines: list[tuple[str, list[str]]]) -> SwarmSplit | None:
     for joined, original in lines:
         blank = not joined or joined.startswith("#")
         if client:
-            if not blank and _second_server(joined):
-                raise _CannotSplit(joined, "a second swarm server line")
-            client.extend(original)
+            _extend_client(client, joined, original, blank)
         elif blank:
             continue
         elif not server:
@@ -318,13 +316,21 @@ def _split(lines: list[tuple[str, list[str]]]) -> SwarmSplit | None:
             client.extend(original)
     if not server:
         return None
-    if not any(ln.strip() for ln in client):
-        raise _CannotSplit(server, "no client command follows the server")
     return _joined_split(preamble, server, client, delay, form)
 
 
+def _extend_client(client: list[str], joined: str, original: list[str], blank: bool) -> None:
+    """A line after the client started belongs to it; a second server start cannot be split."""
+    if not blank and _second_server(joined):
+        raise _CannotSplit(joined, "a second swarm server line")
+    client.extend(original)
+
+
 def _joined_split(preamble: list[str], server: str, client: list[str], delay: float | None, form: str) -> SwarmSplit:
-    """The server and the client commands, each after the set-up lines both share."""
+    """The server and the client commands, each after the set-up lines both share; a server with no client
+    after it cannot be split."""
+    if not any(ln.strip() for ln in client):
+        raise _CannotSplit(server, "no client command follows the server")
     shared = "\n".join(ln.strip() for ln in preamble)
     server_cmd = f"{shared}\n{server}" if shared else server
     client_cmd = "\n".join([*(ln.strip() for ln in preamble), *_dedented(client)])
