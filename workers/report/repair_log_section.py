@@ -37,6 +37,13 @@ def _failure_event(rep: RepairRecord) -> dict[str, Any]:
         f" ({md_cell(rep.result or NA)})")}
 
 
+def _events(data: ReportData) -> list[dict[str, Any]]:
+    """The server's history and the swarm failures, in time order."""
+    events = [dict(h) for h in (data.swarm or {}).get("history") or [] if isinstance(h, dict)]
+    events += [_failure_event(rep) for rep in data.repairs if rep.signature.startswith("swarm_")]
+    return sorted(events, key=lambda h: float(h.get("at") or 0.0))
+
+
 def swarm_server_section(data: ReportData) -> list[str]:
     """Lines of the section; empty for a classic experiment."""
     swarm = data.swarm or {}
@@ -45,9 +52,7 @@ def swarm_server_section(data: ReportData) -> list[str]:
     spec = swarm["spec"]
     lines = ["## Swarm server", "",
              f"Command {code_span(spec.get('server_command', NA))}, port {spec.get('port')}.", ""]
-    events = [dict(h) for h in swarm.get("history") or [] if isinstance(h, dict)]
-    events += [_failure_event(rep) for rep in data.repairs if rep.signature.startswith("swarm_")]
-    events.sort(key=lambda h: float(h.get("at") or 0.0))
+    events = _events(data)
     for h in events:
         lines.append(f"- {fmt_time(h.get('at'))}: {h['text']}" if h.get("what") == "failure" else _entry(h))
     if not events:
