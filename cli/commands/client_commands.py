@@ -620,8 +620,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
     ) -> None:
         """Submit blueprints: prints `Job submitted: <id>` for each (exit 1 if any was rejected)."""
         paths = [*(blueprints or []), *(blueprint or [])]
-        staged = stage or sweep or stage_dir or webhook_url or max_experiments
-        usage = _submit_usage(paths, priority, idempotency_key, bool(staged))
+        staged = any((stage, sweep, stage_dir, webhook_url, max_experiments))  # any of them makes a stage
+        usage = _submit_usage(paths, priority, idempotency_key, staged)
         if usage:
             err(usage)
             raise typer.Exit(USAGE)
