@@ -49,7 +49,9 @@ def handle(d: Drive) -> bool:
     if _unsupported(d):
         return True
     _request(d, session)
-    run = _find_running_attempt(d, session, paths) or _launch(d, session, paths)
+    run = _find_running_attempt(d, session, paths)  # one a crashed worker started: never a second launch
+    if run is None:
+        run = _launch(d, session, paths)
     if run is None:
         return True  # not started: the trigger that says why was fired
     d.handle = run
