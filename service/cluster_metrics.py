@@ -123,19 +123,7 @@ def stage_families(store: Store, limit: int = STAGES_EXPORTED) -> Iterable[Metri
     best = GaugeMetricFamily(STAGE_BEST_GAUGE, f"The best {HEADLINE_METRIC} any experiment of the stage reached.",
                              labels=["stage"])
     for name, rows in store.stage_snapshot(limit, STAGE_FIELDS):
-        states: dict[str, int] = {}
-        ends: dict[str, int] = {}
-        top: float | None = None
-        for row in rows:
-            state, outcome, best_raw, latest_raw = (_text(v) if v is not None else "" for v in row)
-            if not state:
-                continue  # expired
-            states[state] = states.get(state, 0) + 1
-            if state == FINISHED and outcome:
-                ends[outcome] = ends.get(outcome, 0) + 1
-            value = _stage_reward(best_raw, latest_raw)
-            if value is not None and (top is None or value > top):
-                top = value
+        states, ends, top = _stage_tally(rows)
         if not states:
             continue
         for state in sorted(states):
@@ -145,6 +133,25 @@ def stage_families(store: Store, limit: int = STAGES_EXPORTED) -> Iterable[Metri
         if top is not None:
             best.add_metric([name], top)
     return experiments, outcomes, best
+
+
+def _stage_tally(rows: Iterable[Any]) -> tuple[dict[str, int], dict[str, int], float | None]:
+    """A stage's experiments counted by state and by outcome (the expired left out), and the best headline
+    value any of them reached."""
+    states: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    top: float | None = None
+    for row in rows:
+        state, outcome, best_raw, latest_raw = (_text(v) if v is not None else "" for v in row)
+        if not state:
+            continue  # expired
+        states[state] = states.get(state, 0) + 1
+        if state == FINISHED and outcome:
+            ends[outcome] = ends.get(outcome, 0) + 1
+        value = _stage_reward(best_raw, latest_raw)
+        if value is not None and (top is None or value > top):
+            top = value
+    return states, ends, top
 
 
 def _stage_reward(best_raw: str, latest_raw: str) -> float | None:
@@ -353,7 +360,6 @@ def _escape_help(doc: str) -> str:
 def _experiment_lines(rec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     """The experiment's series lines but the elapsed one, (family, line) in family order; first
     ("", its escaped `experiment`/`node` labels), which the elapsed line is written with."""
-    go = _go
     eid, node = f'experiment="{_escape_label(rec["id"])}"', f'node="{_escape_label(rec.get("node") or "")}"'
     exp = f"{eid},{node}"  # labels go out sorted by name, as generate_latest writes them
     purpose = _escape_label(purpose_label(rec.get("purpose") or ""))
@@ -369,17 +375,24 @@ def _experiment_lines(rec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
             f"ajet_runner_experiment_nodes{{{exp}}} {_field_text(rec.get('nnodes') or '', 1.0)}")]
     metrics = rec.get("latest_metrics") or {}
     if isinstance(metrics, dict):
-        for headline in _SINGLE:
-            if (value := _num(metrics.get(headline.name))) is not None:
-                out.append((headline.gauge, f"{headline.gauge}{{{exp}}} {go(value)}"))
-        if (value := _num(metrics.get("step"))) is not None:
-            out.append(("ajet_runner_experiment_val_step", f"ajet_runner_experiment_val_step{{{exp}}} {go(value)}"))
-        if (family := _FAMILY) is not None:
-            for key, raw in sorted(metrics.items()):
-                k = _pass_k(key) if isinstance(key, str) else ""
-                if k and (value := _num(raw)) is not None:
-                    out.append((family.gauge, f'{family.gauge}{{{eid},k="{k}",{node}}} {go(value)}'))
+        out += _metric_lines(metrics, exp, eid, node)
     return tuple(out)
+
+
+def _metric_lines(metrics: dict[str, Any], exp: str, eid: str, node: str) -> list[tuple[str, str]]:
+    """The latest metrics' series: each single headline, the step they were evaluated at, and the pass@k
+    family (one series per k, labelled with it)."""
+    go = _go
+    out = [(headline.gauge, f"{headline.gauge}{{{exp}}} {go(value)}") for headline in _SINGLE
+           if (value := _num(metrics.get(headline.name))) is not None]
+    if (value := _num(metrics.get("step"))) is not None:
+        out.append(("ajet_runner_experiment_val_step", f"ajet_runner_experiment_val_step{{{exp}}} {go(value)}"))
+    if (family := _FAMILY) is not None:
+        for key, raw in sorted(metrics.items()):
+            k = _pass_k(key) if isinstance(key, str) else ""
+            if k and (value := _num(raw)) is not None:
+                out.append((family.gauge, f'{family.gauge}{{{eid},k="{k}",{node}}} {go(value)}'))
+    return out
 
 
 def experiment_text(snap: Snapshot) -> str:

@@ -20,9 +20,9 @@ from typing import Any
 
 from ajet_runner.service.submit import PARSE_DEADLINE_SECONDS, SubmissionRejected, submit
 from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_blueprint
-from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS, plan_sweep
+from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS, SweepPlan, plan_sweep
 from ajet_runner.statemachine.durations import format_limit
-from ajet_runner.statemachine.models import Level, Problem
+from ajet_runner.statemachine.models import Blueprint, Level, Problem
 from ajet_runner.store.cluster.stages import StageNameError, check_stage_name, drop_if_empty
 from ajet_runner.store.store import Store
 
@@ -73,14 +73,9 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
         where = path or f"blueprint {k}"
         try:
             bp = parse_blueprint(text, deadline=deadline)
-            plan = (plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
-                               deadline=deadline, max_experiments=max_experiments)
-                    if bp.exp_sweep.strip() or sweep else None)
+            plan = _sweep_plan(bp, sweep, deadline, max_experiments)
         except ParseDeadline:
-            problems.append(Problem(level=Level.error, field=f"{where}: blueprint", message=(
-                f"the stage's blueprints took over {format_limit(PARSE_DEADLINE_SECONDS)} to parse and this one was "
-                "refused "
-                "unread; real ones parse in milliseconds (look for a huge line or deeply nested lists)")))
+            problems.append(_too_slow(where))
             continue
         if plan is None:
             planned.append(Planned(text, path, {}, where, bp.exp_result_dir))
@@ -89,10 +84,32 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
             problems += _named(where, plan.problems)
             continue
         sweep_dirs.append(bp.exp_result_dir)
-        for m in plan.members:
-            planned.append(Planned(text, path, {"exp_result_dir": m.result_dir, "exp_purpose": m.purpose,
-                                                "exp_sweep_values": m.values}, f"{where} [{m.label}]",
-                                   m.result_dir))
+        planned += [Planned(text, path, {"exp_result_dir": m.result_dir, "exp_purpose": m.purpose,
+                                         "exp_sweep_values": m.values}, f"{where} [{m.label}]", m.result_dir)
+                    for m in plan.members]
+    problems += _shared_dirs(planned)
+    implied = sweep_dirs[0] if len(blueprints) == 1 and len(sweep_dirs) == 1 else ""
+    return planned, implied, problems
+
+
+def _sweep_plan(bp: Blueprint, sweep: Sequence[str], deadline: float, max_experiments: int) -> SweepPlan | None:
+    """The blueprint's sweep (its `[exp_sweep]` part and the request's), or None when it sweeps nothing."""
+    if not bp.exp_sweep.strip() and not sweep:
+        return None
+    return plan_sweep(bp.exp_sweep, sweep, result_dir=bp.exp_result_dir, purpose=bp.exp_purpose,
+                      deadline=deadline, max_experiments=max_experiments)
+
+
+def _too_slow(where: str) -> Problem:
+    """A blueprint refused unread: the request's parse budget ran out before it."""
+    return Problem(level=Level.error, field=f"{where}: blueprint", message=(
+        f"the stage's blueprints took over {format_limit(PARSE_DEADLINE_SECONDS)} to parse and this one was refused "
+        "unread; real ones parse in milliseconds (look for a huge line or deeply nested lists)"))
+
+
+def _shared_dirs(planned: list[Planned]) -> list[Problem]:
+    """A problem for each experiment whose result dir an earlier one of the stage already has."""
+    problems: list[Problem] = []
     seen: dict[str, str] = {}
     for p in planned:
         key = os.path.normpath(p.result_dir) if p.result_dir else ""
@@ -101,8 +118,17 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
                 f"{p.result_dir} is also the result dir of {seen[key]}: every experiment of a stage needs its own")))
         elif key:
             seen[key] = p.label
-    implied = sweep_dirs[0] if len(blueprints) == 1 and len(sweep_dirs) == 1 else ""
-    return planned, implied, problems
+    return problems
+
+
+def _check_request(stage: str, blueprints: Sequence[tuple[str, str]]) -> None:
+    """A valid stage name and at least one blueprint (StageRejected otherwise)."""
+    try:
+        check_stage_name(stage)
+    except StageNameError as exc:
+        raise StageRejected([Problem(level=Level.error, field="stage", message=str(exc))]) from None
+    if not blueprints:
+        raise StageRejected([Problem(level=Level.error, field="blueprints", message="a stage needs a blueprint")])
 
 
 def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]], *,
@@ -111,12 +137,7 @@ def submit_stage(store: Store, stage: str, blueprints: Sequence[tuple[str, str]]
                  check_disk: bool = True, wait_for_node: bool = False,
                  max_experiments: int = MAX_EXPERIMENTS) -> StageSubmission:
     """Submit `blueprints` ((text, path) pairs) as stage `stage`; raises StageRejected when nothing was."""
-    try:
-        check_stage_name(stage)
-    except StageNameError as exc:
-        raise StageRejected([Problem(level=Level.error, field="stage", message=str(exc))]) from None
-    if not blueprints:
-        raise StageRejected([Problem(level=Level.error, field="blueprints", message="a stage needs a blueprint")])
+    _check_request(stage, blueprints)
     planned, implied, problems = expand_blueprints(blueprints, sweep, max_experiments)
     if problems:
         raise StageRejected(problems)

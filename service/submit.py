@@ -98,8 +98,7 @@ def submit(
     node = _head_node(node, named)
     bp, problems = _parse(text, overrides, check_disk)
     problems += _root_problems(bp, allowed_roots)
-    if bp.exp_host and host_check is not None and (unknown := host_check(bp.exp_host)):
-        problems.append(Problem(level=Level.error, field="exp_host", message=unknown))
+    problems += _host_problems(bp, host_check)
     errors = [p for p in problems if p.level == Level.error]
     exp_id = exp_id or new_id()
     roots = tuple(os.path.realpath(r) for r in allowed_roots)  # every write below stays inside them
@@ -119,15 +118,28 @@ def submit(
     queue_name, unserved = _queue_for(live, bp.exp_host, node)
     record = _record(bp, text, exp_id, problems, blueprint_path=blueprint_path, node=node, named=named,
                      shape=(needed, nnodes, per_node), priority=priority, queue_name=queue_name, stage=stage)
-    # The claim on the result dir and the record (with its indexes and `submitted` event) in one
-    # compare-and-set: of concurrent submissions naming one dir, one wins; the others write nothing.
+    _create(store, bp, exp_id, record, queue_name, unserved, dir_key, stage_settings if stage else None)
+    return _admit(store, bp, exp_id, record, unserved, roots=roots, check_disk=check_disk)
+
+
+def _host_problems(bp: Blueprint, host_check: Callable[[str], str] | None) -> list[Problem]:
+    """The blueprint's ssh host, when the submitting process can tell it cannot be reached by that name."""
+    if not bp.exp_host or host_check is None:
+        return []
+    unknown = host_check(bp.exp_host)
+    return [Problem(level=Level.error, field="exp_host", message=unknown)] if unknown else []
+
+
+def _create(store: Store, bp: Blueprint, exp_id: str, record: dict[str, Any], queue_name: str, unserved: str,
+            dir_key: str, stage_settings: Mapping[str, str] | None) -> None:
+    """The claim on the result dir and the record (with its indexes and `submitted` event, which names the
+    queue) in one compare-and-set: of concurrent submissions naming one dir, one wins; the others write nothing."""
+    message = f"submitted to queue {queue_name}" + (f"; {unserved}" if unserved else "")
     try:
-        message = f"submitted to queue {queue_name}" + (f"; {unserved}" if unserved else "")
         store.records.create(exp_id, record, {"message": message, "purpose": bp.exp_purpose},
-                             result_dir_key=dir_key, stage_settings=stage_settings if stage else None)
+                             result_dir_key=dir_key, stage_settings=stage_settings)
     except ResultDirTaken as taken:
         raise _dir_taken(bp.exp_result_dir, taken.holder, taken.state, taken.held_dir, dir_key) from None
-    return _admit(store, bp, exp_id, record, unserved, roots=roots, check_disk=check_disk)
 
 
 def _queue_for(live: list[dict[str, Any]], host: str, node: str | None) -> tuple[str, str]:
@@ -318,18 +330,24 @@ def _unserved_host(live: list[dict[str, Any]], host: str) -> str:
 
 def _check_capacity(nodes: list[dict[str, Any]], needed: int, node: str | None) -> None:
     """Refuse what no live node could ever run; what fits somewhere later simply waits queued."""
-    if node:
-        nodes = [n for n in nodes if n["name"] == node]
-    managed = [n for n in nodes if int(n.get("gpus", 0)) > 0]
-    if not managed or len(managed) < len(nodes):
-        return  # no node reports GPUs (CPU-only, or none alive yet): nothing to judge
-    biggest = max(int(n["gpus"]) for n in managed)
-    if needed > biggest:
+    biggest = _most_gpus(nodes, node)
+    if biggest is not None and needed > biggest:
         where = f"node {node}" if node else "any live node"
         raise SubmissionRejected([Problem(
             level=Level.error, field="exp_yaml_path",
             message=f"the run needs {needed} GPUs (n_gpus_per_node x nnodes) but {where} has at most {biggest}",
         )], status=409)
+
+
+def _most_gpus(nodes: list[dict[str, Any]], node: str | None) -> int | None:
+    """The most GPUs a live node (`node` only, if named) has; None when a node reports none (CPU-only, or
+    none alive yet): nothing to judge."""
+    if node:
+        nodes = [n for n in nodes if n["name"] == node]
+    managed = [n for n in nodes if int(n.get("gpus", 0)) > 0]
+    if not managed or len(managed) < len(nodes):
+        return None
+    return max(int(n["gpus"]) for n in managed)
 
 
 def _check_gang_capacity(live_now: list[dict[str, Any]], nodes: int, per_node: int, head: str | None,

@@ -107,11 +107,27 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
         output.print_fields(_fields(doc), console=console if tty else None)
     _render_problems(doc["problems"], console)
     _render_changes(doc["config_changes"], console)
-    if doc.get("env_decisions"):
-        _heading(console, "Decisions that read the environment", f" ({doc['environment']})")
-        for d in doc["env_decisions"]:
-            console.print(Text(f"  {d['variable']} {'set' if d['is_set'] else 'not set'}: {_decision(d)}"),
-                          highlight=False, soft_wrap=not tty)
+    _render_decisions(doc, console)
+    _render_command(doc, unreadable, console)
+    if doc.get("sweep"):
+        _render_sweep(doc["sweep"], console)
+    _render_where(doc.get("runs_on") or {}, unreadable, console)
+    verdict = ("runnable", "green") if runnable else ("not runnable: fix the errors above", "red")
+    console.print(Text.assemble("Verdict: ", verdict))
+
+
+def _render_decisions(doc: dict[str, Any], console: Console) -> None:
+    """The checks' decisions that depended on the environment (a variable set or not)."""
+    if not doc.get("env_decisions"):
+        return
+    _heading(console, "Decisions that read the environment", f" ({doc['environment']})")
+    for d in doc["env_decisions"]:
+        console.print(Text(f"  {d['variable']} {'set' if d['is_set'] else 'not set'}: {_decision(d)}"),
+                      highlight=False, soft_wrap=not console.is_terminal)
+
+
+def _render_command(doc: dict[str, Any], unreadable: bool, console: Console) -> None:
+    """The swarm server's command, then the command file the first attempt would run (or why there is none)."""
     if doc.get("swarm"):
         _heading(console, "Swarm server", f" (port {doc['swarm'].get('port')}), started by the runner:")
         _block(console, doc["swarm"].get("server_command") or "")
@@ -122,11 +138,6 @@ def _render(doc: dict[str, Any], runnable: bool, path: Path, console: Console) -
         _block(console, doc["command_file"].rstrip("\n"))
     elif not unreadable:
         _heading(console, "Command file", ": none (the launch command is refused or missing, see above)")
-    if doc.get("sweep"):
-        _render_sweep(doc["sweep"], console)
-    _render_where(doc.get("runs_on") or {}, unreadable, console)
-    verdict = ("runnable", "green") if runnable else ("not runnable: fix the errors above", "red")
-    console.print(Text.assemble("Verdict: ", verdict))
 
 
 def _render_problems(problems: list[dict[str, Any]], console: Console) -> None:

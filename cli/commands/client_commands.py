@@ -212,12 +212,7 @@ def _submit_all(client: AjetRunnerClient, blueprints: list[tuple[str, str]], nod
             if exit_code_of(exc) != FAILED:
                 raise
             failed = True
-            if as_json:
-                echo_json({"blueprint": name, "status": exc.status, "detail": exc.detail, "problems": exc.problems},
-                          lines=True)
-            err(f"Rejected: {name} (HTTP {exc.status})")
-            for p in exc.problems or [{"level": "error", "field": "-", "message": exc.detail}]:
-                err(f"  {p.get('level', 'error')} {p.get('field', '-')}: {p.get('message', '')}")
+            _print_rejected(name, exc, as_json)
             continue
         if as_json:
             echo_json({"blueprint": name, **rec.to_dict()}, lines=True)
@@ -226,6 +221,16 @@ def _submit_all(client: AjetRunnerClient, blueprints: list[tuple[str, str]], nod
             for w in rec.warnings:
                 err(f"  warning {w.get('field')}: {w.get('message')}")
     return FAILED if failed else OK
+
+
+def _print_rejected(name: str, exc: ApiError, as_json: bool) -> None:
+    """A refused blueprint: the answer as JSON (with --json), and on stderr why, one problem a line."""
+    if as_json:
+        echo_json({"blueprint": name, "status": exc.status, "detail": exc.detail, "problems": exc.problems},
+                  lines=True)
+    err(f"Rejected: {name} (HTTP {exc.status})")
+    for p in exc.problems or [{"level": "error", "field": "-", "message": exc.detail}]:
+        err(f"  {p.get('level', 'error')} {p.get('field', '-')}: {p.get('message', '')}")
 
 
 # -- stop ------------------------------------------------------------------------------------------
@@ -336,6 +341,11 @@ def default_stage_name(paths: list[str]) -> str:
     return (re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._") or "sweep")[:64]
 
 
+def _resolved_path(path: str) -> str:
+    """The blueprint's absolute path the server records ("" for stdin)."""
+    return "" if path == "-" else str(Path(path).resolve())
+
+
 def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], stage_dir: str | None,
                      webhook_url: str | None, node: str | None, priority: str | None, wait_for_node: bool,
                      as_json: bool, url: str, token: str, idempotency_key: str | None = None,
@@ -347,7 +357,7 @@ def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], s
         return USAGE
     name = stage or default_stage_name(paths)
     texts = read_blueprints(paths)
-    pairs = [(text, "" if p == "-" else str(Path(p).resolve())) for p, text in texts]
+    pairs = [(text, _resolved_path(p)) for p, text in texts]
     with connect(url, token) as client:
         try:
             result = client.submit_stage(name, pairs, sweep=sweep or None, stage_dir=stage_dir,
@@ -357,16 +367,21 @@ def submit_stage_cli(paths: list[str], *, stage: str | None, sweep: list[str], s
         except ApiError as exc:
             if exit_code_of(exc) != FAILED:
                 raise
-            if as_json:
-                echo_json({"stage": name, "status": exc.status, "detail": exc.detail, "problems": exc.problems})
-            err(f"Rejected: stage {name} (HTTP {exc.status}); nothing was submitted")
-            _err_problems(exc.problems or [{"level": "error", "field": "-", "message": exc.detail}])
+            _print_stage_rejected(name, exc, as_json)
             return FAILED
     if as_json:
         echo_json(result.to_dict())
     else:
         _print_stage_submission(result)
     return FAILED if result.refused else OK
+
+
+def _print_stage_rejected(name: str, exc: ApiError, as_json: bool) -> None:
+    """A refused stage (nothing of it was submitted): the answer as JSON (with --json), and why on stderr."""
+    if as_json:
+        echo_json({"stage": name, "status": exc.status, "detail": exc.detail, "problems": exc.problems})
+    err(f"Rejected: stage {name} (HTTP {exc.status}); nothing was submitted")
+    _err_problems(exc.problems or [{"level": "error", "field": "-", "message": exc.detail}])
 
 
 def _err_problems(problems: list[dict[str, Any]]) -> None:
@@ -456,17 +471,25 @@ def _follow_log(client: AjetRunnerClient, exp_id: str, tail: int, follow: bool, 
                 nxt = backoff.call(lambda: client.log(exp_id, since=0, raw=raw))
             show(nxt.text, nxt)
         else:
-            nxt = backoff.call(lambda: client.log(exp_id, tail=200, raw=raw))
-            if nxt.source == "file" and nxt.offset is not None and not lines:
-                nxt = backoff.call(lambda: client.log(exp_id, since=0, raw=raw))  # the file appeared: from its start
-                show(nxt.text, nxt)
-            else:
-                new = nxt.text.splitlines()
-                fresh = new[_overlap(lines, new):]
-                if fresh:
-                    show("\n".join(fresh) + "\n", nxt)
+            nxt = _next_tail(client, backoff, exp_id, raw, lines, show)
             lines = nxt.text.splitlines()
         chunk = nxt
+
+
+def _next_tail(client: AjetRunnerClient, backoff: Reconnect, exp_id: str, raw: bool, lines: list[str],
+               show: Callable[[str, Any], None]) -> Any:
+    """The next look at a log read from Redis's tail: the lines not shown yet (the tails overlap), or the
+    whole file once it appears while nothing was shown."""
+    nxt = backoff.call(lambda: client.log(exp_id, tail=200, raw=raw))
+    if nxt.source == "file" and nxt.offset is not None and not lines:
+        nxt = backoff.call(lambda: client.log(exp_id, since=0, raw=raw))  # the file appeared: from its start
+        show(nxt.text, nxt)
+        return nxt
+    new = nxt.text.splitlines()
+    fresh = new[_overlap(lines, new):]
+    if fresh:
+        show("\n".join(fresh) + "\n", nxt)
+    return nxt
 
 
 def _node_columns(nodes: list[dict[str, Any]]) -> list[str]:
@@ -511,8 +534,8 @@ def show_nodes(nodes: list[dict[str, Any]], console: Console | None = None) -> N
                 console=console, shrink=NODE_FREE_TEXT)
 
 
-def show_status(rec: Mapping[str, Any], console: Console | None = None) -> None:
-    """The record's facts (`key  value`), its latest metrics, then its history as a table."""
+def _status_fields(rec: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The record's facts that are set, its times as local times, the elapsed time and the latest metrics."""
     fields: list[tuple[str, Any]] = [(k, rec.get(k)) for k in ("id", "purpose", "state", "outcome", "reason", "node",
                                                                 "tmux_session", "attempt", "result_dir")
                                      if rec.get(k) not in (None, "")]
@@ -521,7 +544,40 @@ def show_status(rec: Mapping[str, Any], console: Console | None = None) -> None:
     fields.append(("elapsed", format_progress(rec.get("elapsed_seconds"), rec.get("max_seconds"))))
     fields += [(k, f"{v:.4g}") for k, v in sorted((rec.get("latest_metrics") or {}).items())
                if isinstance(v, int | float) and not isinstance(v, bool)]
-    output.print_fields(fields, console=console)
+    return fields
+
+
+def _submit_usage(paths: list[str], priority: str | None, idempotency_key: str | None, staged: bool) -> str:
+    """What makes a `submit` command line unusable (exit 2), or ""."""
+    rules = (
+        (not paths, "error: give at least one blueprint file (positional or --blueprint=PATH, - for stdin)"),
+        (priority not in (None, "normal", "high"), "error: --priority must be normal or high"),
+        (bool(idempotency_key) and len(paths) > 1 and not staged,
+         "error: --idempotency-key names one submission: give one blueprint (or name the stage: --stage)"),
+        (paths.count("-") > 1, "error: stdin (-) can be read only once"),
+    )
+    return next((message for broken, message in rules if broken), "")
+
+
+def _node_list(nodes: str | None) -> list[str] | None:
+    """--nodes as a list (None when not given)."""
+    return [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
+
+
+def _check_filters(state: str | None, outcome: str | None) -> None:
+    """--state and --outcome must name a state and an outcome (exit 2 otherwise)."""
+    if state is None and outcome is None:
+        return  # the state machine (transitions) is imported only when asked
+    from ajet_runner.statemachine.lifecycle import Outcome, State
+
+    for flag, value, known in (("--state", state, State), ("--outcome", outcome, Outcome)):
+        if value is not None and value not in {v.value for v in known}:
+            raise output.fail(f"error: {flag} {value!r} is not one of {', '.join(v.value for v in known)}")
+
+
+def show_status(rec: Mapping[str, Any], console: Console | None = None) -> None:
+    """The record's facts (`key  value`), its latest metrics, then its history as a table."""
+    output.print_fields(_status_fields(rec), console=console)
     if history := rec.get("history") or []:
         (console or output.console()).print("")
         print_table(("at", "transition", "trigger", "reason"), (
@@ -564,20 +620,12 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
     ) -> None:
         """Submit blueprints: prints `Job submitted: <id>` for each (exit 1 if any was rejected)."""
         paths = [*(blueprints or []), *(blueprint or [])]
-        staged = stage or sweep or stage_dir or webhook_url or max_experiments
-        if not paths:
-            err("error: give at least one blueprint file (positional or --blueprint=PATH, - for stdin)")
+        staged = any((stage, sweep, stage_dir, webhook_url, max_experiments))  # any of them makes a stage
+        usage = _submit_usage(paths, priority, idempotency_key, staged)
+        if usage:
+            err(usage)
             raise typer.Exit(USAGE)
-        if priority not in (None, "normal", "high"):
-            err("error: --priority must be normal or high")
-            raise typer.Exit(USAGE)
-        if idempotency_key and len(paths) > 1 and not staged:
-            err("error: --idempotency-key names one submission: give one blueprint (or name the stage: --stage)")
-            raise typer.Exit(USAGE)
-        if paths.count("-") > 1:
-            err("error: stdin (-) can be read only once")
-            raise typer.Exit(USAGE)
-        named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
+        named = _node_list(nodes)
         if staged or (not named and _has_sweep(paths)):
             if named:
                 raise output.fail("error: --nodes is not taken for a stage")
@@ -602,12 +650,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one closure per command
         token: str = TOKEN_OPTION,
     ) -> None:
         """Experiments: id, purpose, state or outcome, node, elapsed, latest mean_reward (tab-separated when piped)."""
-        if state is not None or outcome is not None:  # the state machine (transitions) only when asked
-            from ajet_runner.statemachine.lifecycle import Outcome, State
-
-            for flag, value, known in (("--state", state, State), ("--outcome", outcome, Outcome)):
-                if value is not None and value not in {v.value for v in known}:
-                    raise output.fail(f"error: {flag} {value!r} is not one of {', '.join(v.value for v in known)}")
+        _check_filters(state, outcome)
         with connect(url, token) as client:
             items: list[dict[str, Any]] = []  # plain JSON: printing it needs no models (nor pydantic's import)
             for rec in client.iter_json(state=state, node=node, outcome=outcome, stage=stage):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from ajet_runner.statemachine.durations import format_progress
 from ajet_runner.statemachine.lifecycle import FINISHED, EventType
@@ -65,6 +65,21 @@ def fraction(rec: dict[str, Any]) -> float:
     return min(1.0, elapsed_of(rec) / max_s) if max_s else 0.0
 
 
+def _show(progress: Progress, task: TaskID, rec: dict[str, Any], events: list[dict[str, Any]], quiet: bool) -> None:
+    """The new events' lines above the bar (none when `quiet`), and the bar with the record's state, clock,
+    attempt and reward."""
+    for event in [] if quiet else events:
+        line = describe(event)
+        if line:
+            progress.console.print(f"  {line}", markup=False, highlight=False)
+    max_s = float(rec.get("max_seconds") or 0)
+    progress.update(
+        task, completed=fraction(rec), state=rec.get("state", "?"),
+        clock=format_progress(elapsed_of(rec), max_s),
+        attempt=rec.get("attempt") or "-", reward=headline(rec.get("latest_metrics") or {}),
+    )
+
+
 def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[], object] | None = None,
            interval: float = 0.5, quiet: bool = False) -> dict[str, Any]:
     """Show progress until the experiment is finished (the bar then full); returns its final record.
@@ -88,18 +103,7 @@ def follow(poll: Poll, console: Console | None = None, on_interrupt: Callable[[]
                 got, events, after = poll(after)
                 if got is not None:
                     rec = got
-                for event in events:
-                    line = None if quiet else describe(event)
-                    if line:
-                        progress.console.print(f"  {line}", markup=False, highlight=False)
-                max_s = float(rec.get("max_seconds") or 0)
-                elapsed = elapsed_of(rec)
-                reward = headline(rec.get("latest_metrics") or {})
-                progress.update(
-                    task, completed=fraction(rec), state=rec.get("state", "?"),
-                    clock=format_progress(elapsed, max_s),
-                    attempt=rec.get("attempt") or "-", reward=reward,
-                )
+                _show(progress, task, rec, events, quiet)
                 if rec.get("state") == FINISHED:
                     return rec
                 time.sleep(interval if not events else 0)

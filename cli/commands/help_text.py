@@ -29,6 +29,20 @@ def _untyped(kind: Any) -> Any:
     return copied
 
 
+def _tidy_param(param: Any) -> None:
+    """An option's metavar (none for a flag or a count), an argument's without brackets or dots (the usage
+    line adds its own) and with its type's name dropped."""
+    if isinstance(param, TyperOption):
+        if param.is_flag or param.count:
+            param.metavar = ""
+        elif param.metavar is None:
+            param.metavar = _metavar(param)
+    elif isinstance(param, TyperArgument):
+        param.type = _untyped(param.type)
+        if param.metavar:
+            param.metavar = param.metavar.strip("[]{}.") or param.metavar
+
+
 def tidy(command: Any, ctx: typer.Context | None = None) -> Any:
     """Set readable metavars on `command` (typer's built click command), its help option and every
     sub-command, recursively."""
@@ -38,15 +52,7 @@ def tidy(command: Any, ctx: typer.Context | None = None) -> Any:
     if help_option is not None:
         params.append(help_option)
     for param in params:
-        if isinstance(param, TyperOption):
-            if param.is_flag or param.count:
-                param.metavar = ""
-            elif param.metavar is None:
-                param.metavar = _metavar(param)
-        elif isinstance(param, TyperArgument):
-            param.type = _untyped(param.type)
-            if param.metavar:  # the usage line adds its own brackets and "..."
-                param.metavar = param.metavar.strip("[]{}.") or param.metavar
+        _tidy_param(param)
     for name, sub in getattr(command, "commands", {}).items():
         tidy(sub, typer.Context(sub, info_name=name, parent=ctx))
     return command

@@ -122,11 +122,16 @@ def _share(wanted: dict[int, int], room: int) -> dict[int, int]:
     return widths
 
 
-def _columns_table(columns: Sequence[str], rows: list[list[str]], shrink: Sequence[str], width: int) -> Table:
-    widest = [max([len(n), *(len(r[i]) for r in rows)]) for i, n in enumerate(columns)]
+def _free_widths(columns: Sequence[str], widest: list[int], shrink: Sequence[str], width: int) -> dict[int, int]:
+    """The width each free-text column gets (by index): the room the others leave, shared out."""
     fixed = sum(w for w, n in zip(widest, columns, strict=True) if n not in shrink)
     room = width - fixed - GAP * (len(columns) - 1)
-    free = _share({i: min(widest[i], FREE_TEXT_CAP) for i, n in enumerate(columns) if n in shrink}, room)
+    return _share({i: min(widest[i], FREE_TEXT_CAP) for i, n in enumerate(columns) if n in shrink}, room)
+
+
+def _columns_table(columns: Sequence[str], rows: list[list[str]], shrink: Sequence[str], width: int) -> Table:
+    widest = [max([len(n), *(len(r[i]) for r in rows)]) for i, n in enumerate(columns)]
+    free = _free_widths(columns, widest, shrink, width)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0), collapse_padding=True)
     for i, name in enumerate(columns):
         if i in free:

@@ -161,20 +161,14 @@ def _results(path: Path, as_json: bool, shown_as: str = "") -> None:
     if not path.exists():
         typer.echo(f"error: {path}: no such file or directory", err=True)
         raise typer.Exit(2)
-    collected = path / RESULTS_NAME if path.is_dir() else None
-    if collected is not None and collected.is_file():
-        summary = _from_results_json(collected)
-        files: list[Path] = [collected]
-    else:
-        summary, files = _from_sources(path)
+    summary, files = _read(path)
     if not summary.evaluations:
         typer.echo(f"error: {name}: no validation result file (classic dict lines, '## Step N' blocks) and no "
                    "console validation lines (verl's 'step:N - ...' rows, 'Initial/Final validation metrics')",
                    err=True)
         raise typer.Exit(1)
-    if shown_as:  # stdin: name it as the user did, not by the temporary copy
-        summary.files = [shown_as if f == str(path) else f for f in summary.files]
-        files = [Path(shown_as) if f == path else f for f in files]
+    if shown_as:
+        files = _named_as(summary, files, path, shown_as)
     if as_json:
         typer.echo(summary.model_dump_json(indent=2))
         return
@@ -184,13 +178,33 @@ def _results(path: Path, as_json: bool, shown_as: str = "") -> None:
     _render(summary, console)
 
 
+def _read(path: Path) -> tuple[ResultSummary, list[Path]]:
+    """A collected run's results.json, else what the report would read; with the files read."""
+    collected = path / RESULTS_NAME if path.is_dir() else None
+    if collected is not None and collected.is_file():
+        return _from_results_json(collected), [collected]
+    return _from_sources(path)
+
+
+def _named_as(summary: ResultSummary, files: list[Path], path: Path, shown_as: str) -> list[Path]:
+    """stdin: named as the user did, not by the temporary copy (in the summary and in the files)."""
+    summary.files = [shown_as if f == str(path) else f for f in summary.files]
+    return [Path(shown_as) if f == path else f for f in files]
+
+
+def _file_summary(path: Path, files: list[Path]) -> ResultSummary | None:
+    """The validation files' evaluations; None without any (one file without any is a log, not a results file)."""
+    if not files:
+        return None
+    summary = parse_val_files(files, root=path if path.is_dir() else "")
+    return None if path.is_file() and not summary.evaluations else summary
+
+
 def _from_sources(path: Path) -> tuple[ResultSummary, list[Path]]:
     """What the report reads, in its order: the validation files, then the attempts' console logs."""
     files = find_result_files(path)
     logs = sorted(_head_logs(path), key=_attempt_number) if path.is_dir() else [path]
-    file_summary = parse_val_files(files, root=path if path.is_dir() else "") if files else None
-    if file_summary is not None and path.is_file() and not file_summary.evaluations:
-        file_summary = None  # a log, not a results file
+    file_summary = _file_summary(path, files)
     log_summary = _console(logs)
     summary = merge_file_and_log(file_summary, log_summary)
     if log_summary is not None and log_summary.evaluations:
@@ -211,15 +225,19 @@ def _from_results_json(path: Path) -> ResultSummary:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         typer.echo(f"error: {path}: unreadable ({exc})", err=True)
         raise typer.Exit(1) from None
-    rows = doc.get("evaluations") if isinstance(doc, dict) else None
-    stored = [{**row, "metrics": {str(k): _number(v) for k, v in (row.get("metrics") or {}).items()}}
-              for row in rows or [] if isinstance(row, dict) and isinstance(row.get("step"), int)]
-    evaluations = [e for row in stored if (e := Evaluation.from_json(row)) is not None]
+    evaluations = [e for row in _stored_rows(doc) if (e := Evaluation.from_json(row)) is not None]
     summary = summarize(evaluations)
     summary.final = doc.get("final") or summary.final
     summary.best = doc.get("best") or summary.best
     summary.files = [str(path)]
     return summary
+
+
+def _stored_rows(doc: Any) -> list[dict[str, Any]]:
+    """results.json's evaluation rows that have a step, their metrics as numbers (null read as nan)."""
+    rows = doc.get("evaluations") if isinstance(doc, dict) else None
+    return [{**row, "metrics": {str(k): _number(v) for k, v in (row.get("metrics") or {}).items()}}
+            for row in rows or [] if isinstance(row, dict) and isinstance(row.get("step"), int)]
 
 
 def _attempt_number(path: Path) -> int:

@@ -29,31 +29,18 @@ EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "
 
 def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "",
                   show_worker_log: bool = False) -> int:
-    from ajet_runner.cli.commands.follow import follow
-    from ajet_runner.service.embedded import EmbeddedRedis
     from ajet_runner.service.submit import SubmissionRejected, submit
     from ajet_runner.store.store import Store
     from ajet_runner.workers.executors.ssh_hosts import unknown_host
 
     settings = get_settings()
-    try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        output.err(f"error: cannot read blueprint {path}: {why}")
+    text = _read_blueprint(path)
+    if text is None:
         return output.USAGE
-    embedded = None
-    try:  # REDIS_URL or the sentinels; mixed or broken settings are refused, never replaced by an embedded one
-        target = RedisTarget(url=redis_url) if redis_url else target_from(settings)
-        if target is not None:
-            check_reachable(target)
-    except RedisSettingsError as exc:
-        output.err(f"error: {exc}")
+    redis = _redis(redis_url, settings, console)
+    if redis is None:
         return output.USAGE
-    if target is None:
-        embedded = EmbeddedRedis(private=True).start()  # a unix socket only this user reaches, with a password
-        target = RedisTarget(url=embedded.url)
-        console.print(f"embedded Redis at {embedded.shown}")
+    target, embedded = redis
     node = node or settings.node
     worker = start_local_worker({**os.environ, **target.env()}, node,
                                 quiet=bool(embedded) and not show_worker_log)
@@ -74,25 +61,60 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
             if exc.report_dir:
                 output.err(f"report: {Path(exc.report_dir) / 'experiment_report.md'} (finish.flag: failed)")
             return output.FAILED  # refused, as `submit` and `check` say it (exit 2 is for unreadable input)
-        exp_id = rec["id"]
-        console.print(f"Job submitted: {exp_id}")
+        console.print(f"Job submitted: {rec['id']}")
         # lines to copy: never wrapped, never styled
         console.print(f"  watch it in tmux: {_attach_line(settings, text, rec['tmux_session'])}",
                       soft_wrap=True, highlight=False, markup=False)
         console.print(f"  result dir: {rec['result_dir']}", soft_wrap=True, highlight=False, markup=False)
-
-        def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
-            events = store.events.read(exp_id, after=after, block_ms=500)
-            return store.records.raw(exp_id), events, events[-1]["event_id"] if events else after
-
-        final = follow(poll, console, on_interrupt=lambda: store.runs.request_cancel(exp_id))
-        outcome = final.get("outcome", "")
-        console.print(f"[bold]{outcome}[/]: {escape(str(final.get('reason') or ''))}")
-        console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}", soft_wrap=True,
-                      highlight=False, markup=False)
-        return EXIT_CODES.get(outcome, 1)
+        return _follow_to_end(store, rec["id"], console)
     finally:
         stop_local(worker, store, embedded)
+
+
+def _redis(redis_url: str, settings: Any, console: Console) -> tuple[RedisTarget, Any] | None:
+    """The Redis to use and the embedded one started when none is configured (else None with it); None when
+    the settings are refused (said on stderr): REDIS_URL or the sentinels, mixed or broken settings are
+    never replaced by an embedded one."""
+    from ajet_runner.service.embedded import EmbeddedRedis
+
+    try:
+        target = RedisTarget(url=redis_url) if redis_url else target_from(settings)
+        if target is not None:
+            check_reachable(target)
+    except RedisSettingsError as exc:
+        output.err(f"error: {exc}")
+        return None
+    if target is not None:
+        return target, None
+    embedded = EmbeddedRedis(private=True).start()  # a unix socket only this user reaches, with a password
+    console.print(f"embedded Redis at {embedded.shown}")
+    return RedisTarget(url=embedded.url), embedded
+
+
+def _read_blueprint(path: Path) -> str | None:
+    """The blueprint's text (`-`: stdin); None when it cannot be read (said on stderr)."""
+    try:
+        return sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        output.err(f"error: cannot read blueprint {path}: {why}")
+        return None
+
+
+def _follow_to_end(store: Any, exp_id: str, console: Console) -> int:
+    """Show the run's events until it ends (Ctrl-C asks it to stop), then its outcome and report; the exit code."""
+    from ajet_runner.cli.commands.follow import follow
+
+    def poll(after: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
+        events = store.events.read(exp_id, after=after, block_ms=500)
+        return store.records.raw(exp_id), events, events[-1]["event_id"] if events else after
+
+    final = follow(poll, console, on_interrupt=lambda: store.runs.request_cancel(exp_id))
+    outcome = final.get("outcome", "")
+    console.print(f"[bold]{outcome}[/]: {escape(str(final.get('reason') or ''))}")
+    console.print(f"report: {Path(final['result_dir']) / 'experiment_report.md'}", soft_wrap=True,
+                  highlight=False, markup=False)
+    return EXIT_CODES.get(outcome, 1)
 
 
 def _attach_line(settings: Any, text: str, session: str) -> str:

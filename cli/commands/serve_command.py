@@ -29,6 +29,18 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _no_token_refusal(configured: bool, insecure: bool, host: str) -> str:
+    """Why the API may not start without a token ("" when it may: --insecure on a loopback address). --insecure
+    never opens an API whose token source is configured but empty."""
+    rules = (
+        (configured, "the configured token source (AJET_RUNNER_TOKEN / AJET_RUNNER_TOKEN_FILE) holds no token"),
+        (not insecure, "refusing to start without a token: set AJET_RUNNER_TOKEN (or AJET_RUNNER_TOKEN_FILE), "
+                       "or bind to a loopback address with --insecure"),
+        (not is_loopback(host), f"--insecure is only allowed on a loopback address, not {host}; set AJET_RUNNER_TOKEN"),
+    )
+    return next((why for refused, why in rules if refused), "")
+
+
 def register(app: typer.Typer) -> None:
     @app.command(epilog="Example: AJET_RUNNER_TOKEN_FILE=/etc/ajet-runner/token ajet-runner serve --host 0.0.0.0")
     def serve(
@@ -60,16 +72,10 @@ def register(app: typer.Typer) -> None:
             tokens = token_set.current()
         except TokenFileError as exc:
             raise _fail(str(exc)) from exc
-        if not tokens and token_set.configured:
-            # --insecure never opens an API whose token source is configured but empty.
-            raise _fail("the configured token source (AJET_RUNNER_TOKEN / AJET_RUNNER_TOKEN_FILE) holds no token")
         if not tokens:
-            if not insecure:
-                raise _fail("refusing to start without a token: set AJET_RUNNER_TOKEN (or AJET_RUNNER_TOKEN_FILE), "
-                            "or bind to a loopback address with --insecure")
-            if not is_loopback(host):
-                raise _fail(f"--insecure is only allowed on a loopback address, not {host}; set AJET_RUNNER_TOKEN")
-        if not tokens:
+            refusal = _no_token_refusal(token_set.configured, insecure, host)
+            if refusal:
+                raise _fail(refusal)
             logging.getLogger("ajet_runner.serve").warning("no token: the API is open to every user of this machine")
         try:
             api = create_app(settings, insecure=insecure and not token_set.configured, port=port, bind=host)

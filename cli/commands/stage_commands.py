@@ -77,26 +77,8 @@ def summary_line(rec: Any) -> str:
 
 def _wait(client: Any, stage: str | None, ids: list[str], timeout: float | None, interval: float,
           as_json: bool) -> int:
-    console = output.console(stderr=True)
-    seen: dict[str, str] = {}
-
-    def printed_lines(recs: list[Any]) -> None:  # not a terminal: one line when an experiment's state changes
-        for rec in recs:
-            now = _state(rec)
-            if seen.get(rec.id) != now:
-                seen[rec.id] = now
-                err(f"{time.strftime('%H:%M:%S')} {rec.id} {now}")
-
-    live = Live(console=console, auto_refresh=False, transient=False) if console.is_terminal and not as_json \
-        else None
     try:
-        if live is not None:
-            with live:
-                recs = client.wait_stage(stage, ids or None, timeout=timeout, interval=interval,
-                                         on_update=lambda r: live.update(_live_table(r), refresh=True))
-        else:
-            recs = client.wait_stage(stage, ids or None, timeout=timeout, interval=interval,
-                                     on_update=None if as_json else printed_lines)
+        recs = _watch(client, stage, ids, timeout, interval, as_json)
     except TimeoutError as exc:
         err(f"error: {exc}")
         return FAILED
@@ -116,6 +98,29 @@ def _wait(client: Any, stage: str | None, ids: list[str], timeout: float | None,
         for rec in recs:
             output.copyable(summary_line(rec))
     return OK if ok else FAILED
+
+
+def _watch(client: Any, stage: str | None, ids: list[str], timeout: float | None, interval: float,
+           as_json: bool) -> list[Any]:
+    """The records once all are finished, shown meanwhile: a live table on a terminal, else one line per
+    change of state (nothing with --json)."""
+    console = output.console(stderr=True)
+    seen: dict[str, str] = {}
+
+    def printed_lines(recs: list[Any]) -> None:  # not a terminal: one line when an experiment's state changes
+        for rec in recs:
+            now = _state(rec)
+            if seen.get(rec.id) != now:
+                seen[rec.id] = now
+                err(f"{time.strftime('%H:%M:%S')} {rec.id} {now}")
+
+    if not console.is_terminal or as_json:
+        return client.wait_stage(stage, ids or None, timeout=timeout, interval=interval,
+                                 on_update=None if as_json else printed_lines)
+    live = Live(console=console, auto_refresh=False, transient=False)
+    with live:
+        return client.wait_stage(stage, ids or None, timeout=timeout, interval=interval,
+                                 on_update=lambda r: live.update(_live_table(r), refresh=True))
 
 
 def _local_or_served(served: dict[str, Any]) -> Any:
@@ -165,14 +170,47 @@ def _print_comparison(comparison: Any, stage: str, metric: str, written: Mapping
 def _ranking_lines(comparison: Any, metric: str) -> list[str]:
     """The ranking by final value (ties marked `=`), then each run that did not succeed and why."""
     labels = {r.id: r.label for r in comparison.rows}
-    lines = []
-    for item in (r for r in comparison.ranking_final if r.value is not None):
-        rank = f"={item.rank}" if item.tied else f"{item.rank}"
-        label = f"  {labels[item.id]}" if labels.get(item.id) else ""
-        lines.append(f"  {rank}. {item.id}{label}  final {metric} {item.value:.4f} (step {item.step})")
+    lines = [_ranked_line(item, labels.get(item.id), metric) for item in comparison.ranking_final
+             if item.value is not None]
     rows = {r.id: r for r in comparison.rows}
     return lines + [f"  not succeeded: {i} {rows[i].outcome or rows[i].state}: {rows[i].decisive or rows[i].state}"
                     for i in comparison.not_succeeded]
+
+
+def _ranked_line(item: Any, label: str | None, metric: str) -> str:
+    rank = f"={item.rank}" if item.tied else f"{item.rank}"
+    shown = f"  {label}" if label else ""
+    return f"  {rank}. {item.id}{shown}  final {metric} {item.value:.4f} (step {item.step})"
+
+
+def _dir_facts(dirs: list[str]) -> list[Any]:
+    """Each result dir's results.json; refused (exit 2) when one has none readable."""
+    from ajet_runner.resultdir.stage_inputs import read_facts
+
+    facts = []
+    for d in dirs:
+        found = read_facts(d)
+        if found is None:
+            raise output.fail(f"error: {d}: no readable results.json (not a finished run's result dir)")
+        facts.append(found)
+    return facts
+
+
+def _stage_facts(url: str, token: str, stage: str, out: str | None) -> tuple[list[Any], str]:
+    """The stage's facts through the API (read here where this machine sees the result dir), and where the
+    report goes: `out`, else the stage's own dir."""
+    from ajet_runner.workers.report.stage_plot import STAGE_PLOT_NAME, preload_matplotlib
+
+    with connect(url, token) as client:
+        # the stage's own dir only when no -o: the stage with its experiments is a second walk of its records
+        out = out or client.stage(stage).dir or "."
+        if not os.path.isfile(os.path.join(out, STAGE_PLOT_NAME)):
+            # Imported while the server reads the facts (half the plot's cost). Not when a plot is there: it is
+            # kept when it was drawn from the same comparison (the outbox's stage report), and an import
+            # beside the comparison would only slow it.
+            preload_matplotlib()
+        served = client.stage_facts(stage)  # 404 for an unknown stage, as client.stage() says it
+    return [_local_or_served(f) for f in served], out
 
 
 def register(app: typer.Typer) -> None:
@@ -214,28 +252,10 @@ def register(app: typer.Typer) -> None:
         if bool(stage) == bool(dirs):
             raise output.fail("error: give --stage NAME or result dirs (one of them)")
         if dirs:
-            from ajet_runner.resultdir.stage_inputs import read_facts
-
-            facts = []
-            for d in dirs:
-                found = read_facts(d)
-                if found is None:
-                    raise output.fail(f"error: {d}: no readable results.json (not a finished run's result dir)")
-                facts.append(found)
+            facts = _dir_facts(dirs)
             raise typer.Exit(_compare(facts, name or Path(os.path.commonpath(
                 [os.path.abspath(d) for d in dirs])).name or "stage", metric, out or ".", as_json))
-        from ajet_runner.workers.report.stage_plot import STAGE_PLOT_NAME, preload_matplotlib
-
-        with connect(url, token) as client:
-            # the stage's own dir only when no -o: the stage with its experiments is a second walk of its records
-            out = out or client.stage(stage).dir or "."
-            if not os.path.isfile(os.path.join(out, STAGE_PLOT_NAME)):
-                # Imported while the server reads the facts (half the plot's cost). Not when a plot is there: it is
-                # kept when it was drawn from the same comparison (the outbox's stage report), and an import
-                # beside the comparison would only slow it.
-                preload_matplotlib()
-            served = client.stage_facts(stage)  # 404 for an unknown stage, as client.stage() says it
-        facts = [_local_or_served(f) for f in served]
+        facts, out = _stage_facts(url, token, stage, out)
         raise typer.Exit(_compare(facts, stage, metric, out, as_json))
 
     stage_app = typer.Typer(name="stage", help="Stages: named groups of experiments (list, show, add).",

@@ -119,6 +119,19 @@ def _stop_experiments(store: Any, wait: float) -> None:
         time.sleep(0.2)
 
 
+def _check_can_serve(host: str, port: int) -> None:
+    """A loopback address (this is a try-out), a free port and tmux (experiments run in it); exit 2 otherwise."""
+    from ajet_runner.cli.commands.serve_command import is_loopback
+
+    if not is_loopback(host):
+        raise output.fail(f"error: `up` serves on a loopback address only, not {host}; on a cluster use "
+                          "`ajet-runner serve` with a token (docs/console.md)")
+    if not _port_is_free(host, port):
+        raise output.fail(f"error: port {port} on {host} is in use; choose another with --port")
+    if shutil.which("tmux") is None:
+        raise output.fail("error: tmux is not installed (e.g. 'apt-get install tmux'): experiments run in it")
+
+
 def register(app: typer.Typer) -> None:
     @app.command(epilog="Example: ajet-runner up --port 8080 (then open the console URL it prints)")
     def up(
@@ -133,17 +146,10 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local
-        from ajet_runner.cli.commands.serve_command import is_loopback
         from ajet_runner.service.embedded import EmbeddedRedis, EmbeddedRedisError
         from ajet_runner.store.store import Store
 
-        if not is_loopback(host):
-            raise output.fail(f"error: `up` serves on a loopback address only, not {host}; on a cluster use "
-                              "`ajet-runner serve` with a token (docs/console.md)")
-        if not _port_is_free(host, port):
-            raise output.fail(f"error: port {port} on {host} is in use; choose another with --port")
-        if shutil.which("tmux") is None:
-            raise output.fail("error: tmux is not installed (e.g. 'apt-get install tmux'): experiments run in it")
+        _check_can_serve(host, port)
         workdir = (workdir or Path("runs") / f"up-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         token, token_file = _token(workdir)

@@ -68,6 +68,49 @@ def _first_heartbeat(url: RedisTarget, info: Any) -> float:
     return started_at
 
 
+def _export_address(address: str) -> None:
+    """--address for the watcher, a separate process that reads it from the environment."""
+    if not address:
+        return
+    import os
+
+    os.environ["AJET_RUNNER_NODE_ADDRESS"] = address
+    get_settings.cache_clear()
+
+
+def _serve_metrics(sup: Any, settings: Any, metrics_port: int, metrics_host: str) -> None:
+    """This worker's /metrics, when a port is given (the option, else the setting)."""
+    port = settings.metrics_port if metrics_port < 0 else metrics_port
+    if not port:
+        return
+    from ajet_runner.workers.node.worker_metrics import serve_worker_metrics
+
+    serve_worker_metrics(sup, port, metrics_host or settings.metrics_host)
+
+
+def _set_drain(store: Any, name: str, undo: bool, by: str, reason: str, sticky: bool) -> dict[str, Any]:
+    """Drain the node (by `by`, else user@host) or undo it; what was set, as `--json` prints it."""
+    if undo:
+        store.nodes.set_drain(name, False)
+        return {"node": name, "draining": False}
+    import getpass
+    import socket
+
+    who = by or f"{getpass.getuser()}@{socket.gethostname()}"
+    store.nodes.set_drain(name, True, by=who, reason=reason, sticky=sticky)
+    return {"node": name, "draining": True, "by": who, "reason": reason, "sticky": sticky}
+
+
+def _drain_line(result: dict[str, Any]) -> str:
+    """What `drain` did, as a person reads it."""
+    name = result["node"]
+    if not result["draining"]:
+        return f"node {name}: taking work again"
+    kept = "kept across worker restarts (--undo to end it)" if result["sticky"] else "until its next worker starts"
+    why = f" ({result['reason']})" if result["reason"] else ""
+    return f"node {name}: draining, by {result['by']}{why}; {kept}"
+
+
 def register(app: typer.Typer) -> None:
     @app.command(epilog="Example: REDIS_URL=redis://redis-host:6379/0 ajet-runner worker --node gpu-a --gpus 8 "
                         "(or AJET_RUNNER_REDIS_SENTINELS=s0:26379,s1:26379,s2:26379 AJET_RUNNER_REDIS_MASTER=ajet)")
@@ -105,11 +148,7 @@ def register(app: typer.Typer) -> None:
         from ajet_runner.workers.node.watcher_process import spawn_watcher
 
         export_executor_options(executor, host, partition, sbatch_arg)
-        if address:  # the watcher (a separate process) reads it from the environment
-            import os
-
-            os.environ["AJET_RUNNER_NODE_ADDRESS"] = address
-            get_settings.cache_clear()
+        _export_address(address)
         url = _need_redis()
         settings = get_settings()
         try:  # first, so every line has the format; exported: the slot processes log the same way
@@ -145,11 +184,7 @@ def register(app: typer.Typer) -> None:
                 outbox.append(start_deliverer(settings, url, info.name, sup.stopping))
 
         sup.on_tick = start_outbox
-        port = settings.metrics_port if metrics_port < 0 else metrics_port
-        if port:
-            from ajet_runner.workers.node.worker_metrics import serve_worker_metrics
-
-            serve_worker_metrics(sup, port, metrics_host or settings.metrics_host)
+        _serve_metrics(sup, settings, metrics_port, metrics_host)
 
         from ajet_runner.workers.node.stop_signals import StopSignals
 
@@ -179,9 +214,6 @@ def register(app: typer.Typer) -> None:
 
         Without --sticky the node's next worker undoes the drain when it starts (a pod's preStop
         hook drains; its replacement takes work again)."""
-        import getpass
-        import socket
-
         from ajet_runner.store.store import Store
 
         store = Store.from_url(_need_redis(check=False))
@@ -191,17 +223,5 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: no node named {name!r} has a worker registered (known: {', '.join(known) or 'none'}); "
                        "see `ajet-runner nodes`", err=True)
             raise typer.Exit(2)
-        if undo:
-            store.nodes.set_drain(name, False)
-            result: dict[str, Any] = {"node": name, "draining": False}
-        else:
-            who = by or f"{getpass.getuser()}@{socket.gethostname()}"
-            store.nodes.set_drain(name, True, by=who, reason=reason, sticky=sticky)
-            result = {"node": name, "draining": True, "by": who, "reason": reason, "sticky": sticky}
-        if as_json:
-            typer.echo(json.dumps(result))
-        elif undo:
-            typer.echo(f"node {name}: taking work again")
-        else:
-            kept = "kept across worker restarts (--undo to end it)" if sticky else "until its next worker starts"
-            typer.echo(f"node {name}: draining, by {result['by']}{f' ({reason})' if reason else ''}; {kept}")
+        result = _set_drain(store, name, undo, by, reason, sticky)
+        typer.echo(json.dumps(result) if as_json else _drain_line(result))

@@ -78,6 +78,17 @@ async def _follow(r: EventReader, exp_id: str, after: str, keepalive: float) -> 
         yield ": keepalive\n\n"
 
 
+def _event_stream(r: EventReader, exp_id: str, start: str) -> JSONResponse | StreamingResponse:
+    """The live event stream from `start` (Last-Event-ID when resuming); 422 for a malformed resume point."""
+    problem = stream_id_problem(start)
+    if problem:
+        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content=error_body(
+            f"invalid request: Last-Event-ID: {problem}",
+            [{"level": "error", "field": "Last-Event-ID", "message": problem}]))
+    return StreamingResponse(_follow(r, exp_id, start, KEEPALIVE_SECONDS), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
 @router.get("/experiments/{exp_id}/events", response_model=EventPage, responses={
     **NOT_FOUND, 200: {"description": "a JSON page, or with `Accept: text/event-stream` a live event stream",
                        "content": {"text/event-stream": {}}}})
@@ -96,14 +107,7 @@ async def events(
     if not await r.exists(exp_key(exp_id)):
         raise not_found(exp_id)
     if "text/event-stream" in request.headers.get("accept", ""):
-        start = last_event_id or after
-        problem = stream_id_problem(start)
-        if problem:
-            return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content=error_body(
-                f"invalid request: Last-Event-ID: {problem}",
-                [{"level": "error", "field": "Last-Event-ID", "message": problem}]))
-        return StreamingResponse(_follow(r, exp_id, start, KEEPALIVE_SECONDS), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return _event_stream(r, exp_id, last_event_id or after)
     state = await r.hget(exp_key(exp_id), "state")
     block = None if state == FINISHED_B or not wait_ms else wait_ms  # nothing more will come once finished
     page = _parse(await r.xread({stream_key(exp_id): after}, count=limit, block=block))

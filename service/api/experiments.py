@@ -83,43 +83,57 @@ def submit_blocking(body: SubmitRequest, response: Response, idempotency_key: st
     """POST /v1/experiments, blocking (the web console's submit page calls it too): the record's view,
     or a JSONResponse with the problems."""
     from ajet_runner.service.submit import SubmissionRejected, submit
-    from ajet_runner.store.per_experiment.idempotency import IdempotencyConflict, claim, first_record, release
-    from ajet_runner.store.store import new_id
 
-    held = None
-    try:
-        while idempotency_key:
-            held = claim(be.store, idempotency_key, body.blueprint, new_id, placement={
-                "node": body.node, "nodes": body.nodes, "priority": body.priority or "normal",
-                "blueprint_path": body.blueprint_path, **({"stage": body.stage} if body.stage else {})})
-            if held.fresh:
-                break
-            rec = first_record(be.store, idempotency_key, held)
-            if rec is not None:
-                response.status_code = status.HTTP_200_OK
-                response.headers["Location"] = f"/v1/experiments/{rec['id']}"
-                return view_dict(rec)
-    except IdempotencyConflict as exc:
-        return JSONResponse(status_code=409, content=error_body(str(exc), [
-            {"level": "error", "field": "Idempotency-Key", "message": str(exc)}]))
+    held, answer = _claim_key(be, body, idempotency_key, response) if idempotency_key else (None, None)
+    if answer is not None:
+        return answer
     try:
         rec = submit(be.store, body.blueprint, blueprint_path=body.blueprint_path or "", node=body.node,
                      nodes=body.nodes, priority=body.priority, allowed_roots=be.allowed_roots,
                      check_disk=be.settings.submit_check_disk, exp_id=held.exp_id if held else None,
                      wait_for_node=body.wait_for_node, stage=body.stage)
     except SubmissionRejected as exc:
-        if held and idempotency_key:
-            release(be.store, idempotency_key, held)
+        _release_key(be, idempotency_key, held)
         why = "; ".join(f"{p.field}: {p.message}" for p in exc.problems)
         detail = ("cannot be placed now: " if exc.status == 409 else "blueprint rejected: ") + why
         return JSONResponse(status_code=exc.status, content=error_body(
             detail, [p.model_dump(mode="json") for p in exc.problems]))
     except BaseException:
-        if held and idempotency_key:
-            release(be.store, idempotency_key, held)
+        _release_key(be, idempotency_key, held)
         raise
     response.headers["Location"] = f"/v1/experiments/{rec['id']}"
     return view_dict(rec)
+
+
+def _claim_key(be: Backend, body: SubmitRequest, key: str, response: Response) -> tuple[Any, Any]:
+    """Claim the Idempotency-Key: (the claim, None) for a new submission; (None, the answer) when the key
+    already names an experiment (its view, 200) or another submission (409)."""
+    from ajet_runner.store.per_experiment.idempotency import IdempotencyConflict, claim, first_record
+    from ajet_runner.store.store import new_id
+
+    placement = {"node": body.node, "nodes": body.nodes, "priority": body.priority or "normal",
+                 "blueprint_path": body.blueprint_path, **({"stage": body.stage} if body.stage else {})}
+    try:
+        while True:
+            held = claim(be.store, key, body.blueprint, new_id, placement=placement)
+            if held.fresh:
+                return held, None
+            rec = first_record(be.store, key, held)
+            if rec is not None:
+                response.status_code = status.HTTP_200_OK
+                response.headers["Location"] = f"/v1/experiments/{rec['id']}"
+                return None, view_dict(rec)
+    except IdempotencyConflict as exc:
+        return None, JSONResponse(status_code=409, content=error_body(str(exc), [
+            {"level": "error", "field": "Idempotency-Key", "message": str(exc)}]))
+
+
+def _release_key(be: Backend, key: str | None, held: Any) -> None:
+    """A submission that failed gives its Idempotency-Key back."""
+    from ajet_runner.store.per_experiment.idempotency import release
+
+    if held and key:
+        release(be.store, key, held)
 
 
 @router.get("/experiments", response_model=ExperimentPage)
@@ -243,17 +257,9 @@ def log(
     from ajet_runner.statemachine.logs.text import clean_lines
 
     rec = _record(be, exp_id)
-    attempts = (rec.get("ctx") or {}).get("attempts") or []
-    path = str(attempts[-1].get("log_path") or "") if attempts else ""
-    finished = rec.get("state") == State.finished.value
+    path = _log_path(rec)
     headers = {"X-Experiment-State": str(rec.get("state", "")), "X-Log-Path": quote(path, safe="/")}
-    text = None
-    if path and _inside(path, str(rec.get("result_dir") or "")):
-        try:
-            text, offset = _since(path, since, finished) if since is not None else _tail(path, tail)
-            headers.update({"X-Log-Source": "file", "X-Log-Offset": str(offset)})
-        except OSError:
-            text = None
+    text = _file_text(rec, path, since, tail, headers)
     if text is None:
         lines = be.store.log_tail.read(exp_id, max(1, tail))
         text = "\n".join(lines[-tail:])
@@ -261,6 +267,26 @@ def log(
     elif not raw and text:
         text = "\n".join(clean_lines(text.split("\n")))
     return PlainTextResponse(text + ("\n" if text else ""), headers=headers)
+
+
+def _log_path(rec: dict[str, Any]) -> str:
+    """The latest attempt's log file ("" before the first launch)."""
+    attempts = (rec.get("ctx") or {}).get("attempts") or []
+    return str(attempts[-1].get("log_path") or "") if attempts else ""
+
+
+def _file_text(rec: dict[str, Any], path: str, since: int | None, tail: int, headers: dict[str, str]) -> str | None:
+    """The log read from its file (after `since`, else its last `tail` lines), the headers saying so; None when
+    this server cannot read it (no file, outside the result dir, unreadable)."""
+    if not path or not _inside(path, str(rec.get("result_dir") or "")):
+        return None
+    finished = rec.get("state") == State.finished.value
+    try:
+        text, offset = _since(path, since, finished) if since is not None else _tail(path, tail)
+    except OSError:
+        return None
+    headers.update({"X-Log-Source": "file", "X-Log-Offset": str(offset)})
+    return text
 
 
 nodes_router = APIRouter(prefix="/v1", tags=["nodes"], responses=error_responses(401, 503))

@@ -43,35 +43,48 @@ class BodyLimit:
         return {"detail": f"request body too large (limit {self.max_bytes} bytes)", "problems": [
             {"level": "error", "field": "body", "message": f"larger than {self.max_bytes} bytes"}]}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
+    def _declared_refusal(self, scope: Scope) -> tuple[int, dict[str, Any]] | None:
+        """A Content-Length that is no number (400) or over the limit (413): refused before reading."""
         for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    await _send_json(send, 400, {"detail": "invalid Content-Length", "problems": [
-                        {"level": "error", "field": "Content-Length", "message": "not a number"}]})
-                    return
-                if declared > self.max_bytes:
-                    await _send_json(send, 413, self._too_large())
-                    return
+            if name != b"content-length":
+                continue
+            try:
+                declared = int(value)
+            except ValueError:
+                return 400, {"detail": "invalid Content-Length", "problems": [
+                    {"level": "error", "field": "Content-Length", "message": "not a number"}]}
+            if declared > self.max_bytes:
+                return 413, self._too_large()
+        return None
+
+    async def _read_body(self, receive: Receive, send: Send) -> list[bytes] | None:
+        """The body's chunks, read up to the limit; None when the client left or it was too large (413 sent)."""
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return
+                return None
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
                 await _send_json(send, 413, self._too_large())
-                return
+                return None
             chunks.append(chunk)
             if not message.get("more_body", False):
-                break
+                return chunks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        refusal = self._declared_refusal(scope)
+        if refusal is not None:
+            await _send_json(send, *refusal)
+            return
+        chunks = await self._read_body(receive, send)
+        if chunks is None:
+            return
         replayed = False
 
         async def replay() -> Message:

@@ -204,17 +204,24 @@ def view_dict(rec: dict[str, Any]) -> dict[str, Any]:
     return {**summary_dict(rec), "history": history}
 
 
+def _drain_fields(info: dict[str, Any]) -> dict[str, Any]:
+    """Whether the node is drained, and by whom, why, since when and whether it stays so across restarts."""
+    drain = info.get("drain") if isinstance(info.get("drain"), dict) else None
+    if not drain:
+        return {"draining": bool(info.get("draining")), "drained_by": None, "drain_reason": None,
+                "drain_sticky": False, "drained_at": None}
+    return {"draining": True, "drained_by": drain.get("by"), "drain_reason": drain.get("reason"),
+            "drain_sticky": bool(drain.get("sticky")), "drained_at": _float(drain.get("at"))}
+
+
 def node_dict(info: dict[str, Any], now: float, alive_seconds: float) -> dict[str, Any]:
     last_seen = _float(info.get("last_seen"))
-    drain = info.get("drain") if isinstance(info.get("drain"), dict) else None
     age = round(max(0.0, now - last_seen), 3) if last_seen else None
     return {
         "name": info.get("name", ""), "alive": age is not None and age < alive_seconds,
         "heartbeat_age_seconds": age, "gpus": _int(info.get("gpus")), "gpus_busy": _int(info.get("gpus_busy")),
         "slots": _int(info.get("slots")), "running": list(info.get("running") or []),
-        "draining": bool(info.get("draining")) or bool(drain), "drained_by": drain.get("by") if drain else None,
-        "drain_reason": drain.get("reason") if drain else None, "drain_sticky": bool(drain and drain.get("sticky")),
-        "drained_at": _float(drain.get("at")) if drain else None,
+        **_drain_fields(info),
         "pid": info.get("pid"), "started_at": _float(info.get("started_at")), "last_seen": last_seen,
         "executor": str(info.get("executor") or "local"), "hosts": [str(h) for h in info.get("hosts") or []],
     }

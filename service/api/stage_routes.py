@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
@@ -39,6 +39,9 @@ from ajet_runner.store.cluster.stages import (
 from ajet_runner.store.per_experiment.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ajet_runner.store.store import Store
 
+if TYPE_CHECKING:
+    from ajet_runner.service.stage_submit import StageSubmission
+
 router = APIRouter(prefix="/v1", tags=["stages"], responses=error_responses(*V1_ERRORS))
 _FACTS: TypeAdapter[list[ExperimentFacts]] = TypeAdapter(list[ExperimentFacts])
 NOT_FOUND = error_responses(404, notes={404: "no stage with that name"})
@@ -52,13 +55,20 @@ def _best(records: list[dict[str, Any]], metric: str = DEFAULT_METRIC) -> dict[s
     """The best value of `metric` any experiment reached (its report's best; a running one's latest)."""
     found: dict[str, Any] | None = None
     for rec in records:
-        best = (rec.get("best_metrics") or {}).get(metric) if isinstance(rec.get("best_metrics"), dict) else None
-        value = best.get("value") if isinstance(best, dict) else (rec.get("latest_metrics") or {}).get(metric)
-        step = best.get("step") if isinstance(best, dict) else (rec.get("latest_metrics") or {}).get("step")
+        value, step = _value_and_step(rec, metric)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and (
                 found is None or value > found["value"]):
             found = {"metric": metric, "id": rec["id"], "value": float(value), "step": step}
     return found
+
+
+def _value_and_step(rec: dict[str, Any], metric: str) -> tuple[Any, Any]:
+    """The experiment's best value of `metric` and its step (its report's best; a running one's latest)."""
+    best = (rec.get("best_metrics") or {}).get(metric) if isinstance(rec.get("best_metrics"), dict) else None
+    if isinstance(best, dict):
+        return best.get("value"), best.get("step")
+    latest = rec.get("latest_metrics") or {}
+    return latest.get(metric), latest.get("step")
 
 
 def stage_summary(store: Store, name: str, with_experiments: bool = False) -> dict[str, Any] | None:
@@ -71,18 +81,23 @@ def stage_summary(store: Store, name: str, with_experiments: bool = False) -> di
     records = _records(store, ids)
     if len(records) < len(ids):  # records that expired after the retention time leave the index
         forget_members(store, name, set(ids) - {r["id"] for r in records})
-    counts = stage_counts(records)
+    out = _summary(name, meta, records)
+    if with_experiments:
+        now = time.time()
+        out["experiments"] = [summary_dict(r, now) for r in records]
+    return out
+
+
+def _summary(name: str, meta: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stage's facts, its counts by state and outcome, whether it is finished and succeeded, its best."""
     finished = bool(records) and all(r.get("state") == FINISHED for r in records)
-    now = time.time()
-    out: dict[str, Any] = {
+    return {
         "name": name, "created_at": float(meta["created_at"]) if meta.get("created_at") else None,
-        "dir": meta.get("dir", ""), "webhook": bool(meta.get("webhook_url")), "total": len(records), **counts,
+        "dir": meta.get("dir", ""), "webhook": bool(meta.get("webhook_url")), "total": len(records),
+        **stage_counts(records),
         "finished": finished, "succeeded": finished and all(r.get("outcome") in SUCCEEDED for r in records),
         "best": _best(records), "report": meta.get("report_written") or None,
     }
-    if with_experiments:
-        out["experiments"] = [summary_dict(r, now) for r in records]
-    return out
 
 
 @router.post("/stages", status_code=201, response_model=StageSubmitView, responses={
@@ -128,33 +143,52 @@ def create_stage(body: StageSubmitRequest, response: Response, be: Backend = Dep
 def _submit_stage(body: StageSubmitRequest, response: Response, be: Backend, key: str | None,
                   claim: StageClaim | None) -> Any:
     """The submission itself; with a claimed key, its answer recorded (or the claim released when refused)."""
-    from ajet_runner.service.stage_submit import StageRejected, submit_stage
-    from ajet_runner.store.cluster.stage_idempotency import complete_stage, release_stage
+    from ajet_runner.service.stage_submit import StageRejected
 
     try:
-        result = submit_stage(be.store, body.stage,
-                              [(b.blueprint, b.blueprint_path or "") for b in body.blueprints], sweep=body.sweep,
-                              stage_dir=body.stage_dir or "", webhook_url=body.webhook_url or "", node=body.node,
-                              priority=body.priority, allowed_roots=be.allowed_roots,
-                              check_disk=be.settings.submit_check_disk, wait_for_node=body.wait_for_node,
-                              max_experiments=body.max_experiments or MAX_EXPERIMENTS)
+        result = _submit(be, body)
     except StageRejected as exc:
-        if key and claim is not None:
-            release_stage(be.store, key, claim)
+        _release(be.store, key, claim)
         why = "; ".join(f"{p.field}: {p.message}" for p in exc.problems)
         return JSONResponse(status_code=exc.status, content=error_body(
             f"stage {body.stage} rejected: {why}", [p.model_dump(mode="json") for p in exc.problems]))
     except BaseException:
-        if key and claim is not None:
-            release_stage(be.store, key, claim)
+        _release(be.store, key, claim)
         raise
     if key and claim is not None:
-        complete_stage(be.store, key, claim, {"stage": result.stage, "stage_dir": result.stage_dir,
-                                              "ids": [r["id"] for r in result.accepted], "refused": result.refused})
+        _complete(be.store, key, claim, result)
     response.headers["Location"] = f"/v1/stages/{body.stage}"
     now = time.time()
     return {"stage": result.stage, "stage_dir": result.stage_dir,
             "experiments": [summary_dict(r, now) for r in result.accepted], "refused": result.refused}
+
+
+def _submit(be: Backend, body: StageSubmitRequest) -> StageSubmission:
+    """The request's stage submitted (raises StageRejected when it is refused whole)."""
+    from ajet_runner.service.stage_submit import submit_stage
+
+    return submit_stage(be.store, body.stage,
+                        [(b.blueprint, b.blueprint_path or "") for b in body.blueprints], sweep=body.sweep,
+                        stage_dir=body.stage_dir or "", webhook_url=body.webhook_url or "", node=body.node,
+                        priority=body.priority, allowed_roots=be.allowed_roots,
+                        check_disk=be.settings.submit_check_disk, wait_for_node=body.wait_for_node,
+                        max_experiments=body.max_experiments or MAX_EXPERIMENTS)
+
+
+def _complete(store: Store, key: str, claim: StageClaim, result: StageSubmission) -> None:
+    """The claimed key's answer: what a repeat of this submission is told (the ids, not the records)."""
+    from ajet_runner.store.cluster.stage_idempotency import complete_stage
+
+    complete_stage(store, key, claim, {"stage": result.stage, "stage_dir": result.stage_dir,
+                                       "ids": [r["id"] for r in result.accepted], "refused": result.refused})
+
+
+def _release(store: Store, key: str | None, claim: StageClaim | None) -> None:
+    """A refused or failed submission gives its Idempotency-Key back."""
+    from ajet_runner.store.cluster.stage_idempotency import release_stage
+
+    if key and claim is not None:
+        release_stage(store, key, claim)
 
 
 def _repeated(store: Store, answer: dict[str, Any]) -> dict[str, Any]:
@@ -219,17 +253,8 @@ def add_to_stage(name: str, body: StageAddRequest, be: Backend = Depends(backend
     except StageNameError as exc:
         return JSONResponse(status_code=422, content=error_body(str(exc), [
             {"level": "error", "field": "name", "message": str(exc)}]))
-    ids, problems = list(body.ids), []
-    for d in body.result_dirs:
-        if why := _dir_problem(d, be.allowed_roots):
-            problems.append({"level": "error", "field": "result_dirs", "message": f"{d}: {why}"})
-            continue
-        found = _resolve_dir(be.store, d)
-        if found is None:
-            problems.append({"level": "error", "field": "result_dirs", "message": (
-                f"{d}: no experiment recorded for this result dir (not run by this runner, or its record expired)")})
-        else:
-            ids.append(found)
+    found, problems = _ids_of_dirs(be, body.result_dirs)
+    ids = [*body.ids, *found]
     missing = [i for i in ids if not be.store.records.exists(i)]
     problems += [{"level": "error", "field": "ids", "message": f"no experiment with id {i!r}"} for i in missing]
     if problems or not ids:
@@ -239,6 +264,23 @@ def add_to_stage(name: str, body: StageAddRequest, be: Backend = Depends(backend
     add_to_stage(be.store, name, list(dict.fromkeys(ids)))
     be.store.outbox().check_stage(name)  # all finished already: the stage's report and webhook are due
     return stage_summary(be.store, name, with_experiments=True)
+
+
+def _ids_of_dirs(be: Backend, result_dirs: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The experiment each result dir names, and a problem for each dir that names none or may not be read."""
+    ids: list[str] = []
+    problems: list[dict[str, Any]] = []
+    for d in result_dirs:
+        if why := _dir_problem(d, be.allowed_roots):
+            problems.append({"level": "error", "field": "result_dirs", "message": f"{d}: {why}"})
+            continue
+        found = _resolve_dir(be.store, d)
+        if found is None:
+            problems.append({"level": "error", "field": "result_dirs", "message": (
+                f"{d}: no experiment recorded for this result dir (not run by this runner, or its record expired)")})
+        else:
+            ids.append(found)
+    return ids, problems
 
 
 def stage_facts(be: Backend, name: str) -> list[ExperimentFacts]:

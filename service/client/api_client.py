@@ -182,15 +182,19 @@ def token_from_env() -> str:
     A token file that is set but unreadable or empty raises TokenFileError naming it (never silently no token)."""
     token = os.environ.get("AJET_RUNNER_TOKEN", "").split(",")[0].strip()
     path = os.environ.get("AJET_RUNNER_TOKEN_FILE", "")
-    if not token and path:
-        try:
-            lines = [ln.strip() for ln in Path(path).read_text(encoding="utf-8").splitlines()]
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise TokenFileError(f"AJET_RUNNER_TOKEN_FILE={path}: cannot read it: {why}") from None
-        token = next((ln for ln in lines if ln and not ln.startswith("#")), "")
-        if not token:
-            raise TokenFileError(f"AJET_RUNNER_TOKEN_FILE={path}: holds no token")
+    return token or (_token_file(path) if path else "")
+
+
+def _token_file(path: str) -> str:
+    """The first line of the token file that is neither blank nor a comment; TokenFileError when none."""
+    try:
+        lines = [ln.strip() for ln in Path(path).read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise TokenFileError(f"AJET_RUNNER_TOKEN_FILE={path}: cannot read it: {why}") from None
+    token = next((ln for ln in lines if ln and not ln.startswith("#")), "")
+    if not token:
+        raise TokenFileError(f"AJET_RUNNER_TOKEN_FILE={path}: holds no token")
     return token
 
 
@@ -288,6 +292,42 @@ def _log_chunk(resp: httpx.Response) -> LogChunk:
 
 def _sse_headers(last: str | None) -> dict[str, str]:
     return {"Accept": "text/event-stream", "Cache-Control": "no-store", **({"Last-Event-ID": last} if last else {})}
+
+
+def _events_of(sses: Iterator[ServerSentEvent], backoff: Reconnect) -> Iterator[Event]:
+    """The stream's events; every message is a sign of contact, and the server's `retry:` the first delay."""
+    for sse in sses:
+        backoff.contact()
+        if sse.retry is not None:
+            backoff.server_retry(sse.retry)
+        event = _event_of(sse)
+        if event is not None:
+            yield event
+
+
+async def _aevents_of(sses: AsyncIterator[ServerSentEvent], backoff: Reconnect) -> AsyncIterator[Event]:
+    """`_events_of` for the async client."""
+    async for sse in sses:
+        backoff.contact()
+        if sse.retry is not None:
+            backoff.server_retry(sse.retry)
+        event = _event_of(sse)
+        if event is not None:
+            yield event
+
+
+def _unavailable(url: str, exc: httpx.TransportError) -> ApiUnavailable:
+    return ApiUnavailable(url, str(exc) or type(exc).__name__)
+
+
+def _still_running(recs: list[Experiment], timeout: float | None) -> TimeoutError:
+    left = [r.id for r in recs if not r.finished]
+    return TimeoutError(f"{len(left)} experiment(s) still not finished after {timeout}s: {', '.join(left)}")
+
+
+def _pause(interval: float, deadline: float | None) -> float:
+    """The next look's wait: `interval`, cut short to end at the deadline."""
+    return interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
 
 
 def _event_of(sse: ServerSentEvent) -> Event | None:
@@ -463,20 +503,14 @@ class AjetRunnerClient:
                         resp.read()
                         raise _error(resp)
                     backoff.contact()
-                    for sse in EventSource(resp).iter_sse():
-                        backoff.contact()
-                        if sse.retry is not None:
-                            backoff.server_retry(sse.retry)
-                        event = _event_of(sse)
-                        if event is None:
-                            continue
+                    for event in _events_of(EventSource(resp).iter_sse(), backoff):
                         last = event.event_id or last
                         yield event
                 return  # the server ended the stream: finished (or deleted)
             except httpx.TransportError as exc:
                 if not reconnect:
-                    raise ApiUnavailable(self.url, str(exc) or type(exc).__name__) from exc
-                backoff.wait(ApiUnavailable(self.url, str(exc) or type(exc).__name__))
+                    raise _unavailable(self.url, exc) from exc
+                backoff.wait(_unavailable(self.url, exc))
             except ApiError as exc:
                 if not (reconnect and retryable(exc)):
                     raise
@@ -500,7 +534,7 @@ class AjetRunnerClient:
                 return rec
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"{exp_id} is still {rec.state} after {timeout}s")
-            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+            time.sleep(_pause(interval, deadline))
 
     # -- stages -----------------------------------------------------------------------------------
     def submit_stage(self, stage: str, blueprints: Sequence[BlueprintInput], *, sweep: list[str] | None = None,
@@ -547,18 +581,20 @@ class AjetRunnerClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Reconnect(self.url, reconnect_limit)
         while True:
-            if name:
-                recs = _stage_experiments(name, lambda: backoff.call(lambda: self.stage(name)))
-            else:
-                recs = [backoff.call(functools.partial(self.get, i)) for i in wanted]
+            recs = self._look_at(name, wanted, backoff)
             if on_update is not None:
                 on_update(recs)
             if recs and all(r.finished for r in recs):
                 return recs
             if deadline is not None and time.monotonic() >= deadline:
-                left = [r.id for r in recs if not r.finished]
-                raise TimeoutError(f"{len(left)} experiment(s) still not finished after {timeout}s: {', '.join(left)}")
-            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+                raise _still_running(recs, timeout)
+            time.sleep(_pause(interval, deadline))
+
+    def _look_at(self, name: str | None, wanted: list[str], backoff: Reconnect) -> list[Experiment]:
+        """The stage's experiments (StageNotFound, EmptyStage), or each of `wanted`, outages ridden out."""
+        if name:
+            return _stage_experiments(name, lambda: backoff.call(lambda: self.stage(name)))
+        return [backoff.call(functools.partial(self.get, i)) for i in wanted]
 
     # -- cluster ----------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
@@ -667,18 +703,12 @@ class AsyncAjetRunnerClient:
                         await resp.aread()
                         raise _error(resp)
                     backoff.contact()
-                    async for sse in EventSource(resp).aiter_sse():
-                        backoff.contact()
-                        if sse.retry is not None:
-                            backoff.server_retry(sse.retry)
-                        event = _event_of(sse)
-                        if event is None:
-                            continue
+                    async for event in _aevents_of(EventSource(resp).aiter_sse(), backoff):
                         last = event.event_id or last
                         yield event
                 return
             except httpx.TransportError as exc:
-                await asyncio.sleep(backoff.pause(ApiUnavailable(self.url, str(exc) or type(exc).__name__)))
+                await asyncio.sleep(backoff.pause(_unavailable(self.url, exc)))
             except ApiError as exc:
                 if not retryable(exc):
                     raise

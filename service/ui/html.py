@@ -59,21 +59,27 @@ def _local_target(url: str, exp_id: str) -> str | None:
     return None
 
 
+def _confine_link(child: Any, exp_id: str) -> None:
+    """A link's or an image's target rewritten to what the console serves (or kept: http(s), opened without
+    a referrer), or dropped."""
+    attr = "href" if child.type == "link_open" else "src" if child.type == "image" else None
+    if attr is None:
+        return
+    target = _local_target(str(child.attrGet(attr) or ""), exp_id)
+    if target is None:
+        child.attrs.pop(attr, None)
+        return
+    child.attrSet(attr, target)
+    if attr == "href" and target.startswith("http"):
+        child.attrSet("rel", "noopener noreferrer nofollow")
+
+
 def markdown(text: str, exp_id: str) -> Markup:
     """Render a result-dir markdown file: no raw HTML, links only to what the console serves or http(s)."""
     tokens = _MD.parse(text)
     for tok in tokens:
         for child in tok.children or []:
-            attr = "href" if child.type == "link_open" else "src" if child.type == "image" else None
-            if attr is None:
-                continue
-            target = _local_target(str(child.attrGet(attr) or ""), exp_id)
-            if target is None:
-                child.attrs.pop(attr, None)
-            else:
-                child.attrSet(attr, target)
-                if attr == "href" and target.startswith("http"):
-                    child.attrSet("rel", "noopener noreferrer nofollow")
+            _confine_link(child, exp_id)
     return Markup(_MD.renderer.render(tokens, _MD.options, {}))  # markdown-it escaped it (html off)
 
 
@@ -215,22 +221,34 @@ def chart(evals: list[Evaluation], width: int = 640, plot_height: int = 220) -> 
     parts = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="evaluations over steps">']
     parts += _axes(frame)
     segments = _chart_segments(evals)
-    attempts = sorted({a for parts_ in segments.values() for a, _ in parts_ if a is not None})
+    attempts = _attempts(segments)
     parts += _attempt_marks(frame, segments, attempts)
     for i, key in enumerate(order):
         style = _stroke(key, metrics, datasets)
         for attempt, points in segments.get(key, []):
             parts += _segment(frame, style, names[i], attempt, points, len(attempts) > 1)
-    for r, row in enumerate(rows):  # the legend, outside the plot: a swatch in the series' colour, its name
-        lx, ly = float(_PAD_L), plot_height + 8 + 18 * r
-        for i in row:
-            colour, dashed = _stroke(order[i], metrics, datasets)
-            parts.append(f'<g class="legend-item"><line class="swatch" x1="{lx:.1f}" x2="{lx + 22:.1f}" y1="{ly + 5}" '
-                         f'y2="{ly + 5}" stroke="{colour}" stroke-width="4"{dashed}/>'
-                         f'<text x="{lx + 28:.1f}" y="{ly + 9}">{escape(names[i])}</text></g>')
-            lx += 40 + 6.8 * len(names[i])
+    parts += _legend(rows, names, [_stroke(key, metrics, datasets) for key in order], plot_height)
     parts.append("</svg>")
     return Markup("".join(parts))  # numbers and escaped names only
+
+
+def _attempts(segments: Segments) -> list[int]:
+    """The attempts the segments come from, in order."""
+    return sorted({a for parts in segments.values() for a, _ in parts if a is not None})
+
+
+def _legend(rows: list[list[int]], names: list[str], strokes: list[tuple[str, str]], plot_height: int) -> list[str]:
+    """The legend, outside the plot: per series a swatch in its colour and dash, and its name."""
+    out = []
+    for r, row in enumerate(rows):
+        lx, ly = float(_PAD_L), plot_height + 8 + 18 * r
+        for i in row:
+            colour, dashed = strokes[i]
+            out.append(f'<g class="legend-item"><line class="swatch" x1="{lx:.1f}" x2="{lx + 22:.1f}" y1="{ly + 5}" '
+                       f'y2="{ly + 5}" stroke="{colour}" stroke-width="4"{dashed}/>'
+                       f'<text x="{lx + 28:.1f}" y="{ly + 9}">{escape(names[i])}</text></g>')
+            lx += 40 + 6.8 * len(names[i])
+    return out
 
 
 def _stroke(key: tuple[str, str], metrics: list[str], datasets: list[str]) -> tuple[str, str]:

@@ -319,13 +319,19 @@ async def submit(request: Request, who: Viewer = Depends(viewer), be: Backend = 
         return page("submit.html", request, who, checked=checked, **ctx)
     if stage or checked[0].get("sweep"):
         return await _submit_stage(request, who, be, text, stage, checked, ctx)
+    return await _submit_one(request, who, be, checked, ctx)
+
+
+async def _submit_one(request: Request, who: Viewer, be: Backend, checked: tuple[dict[str, Any], bool],
+                      ctx: dict[str, Any]) -> Response:
+    """One experiment through the API's submit: to its page, or the form again with why it was refused."""
     from pydantic import ValidationError
 
     from ajet_runner.service.api.experiments import submit_blocking
     from ajet_runner.service.api.schemas import SubmitRequest
 
     try:
-        body = SubmitRequest(blueprint=text, node=node, priority=priority)
+        body = SubmitRequest(blueprint=ctx["text"], node=ctx["node"] or None, priority=ctx["priority"])
     except ValidationError as exc:
         problems = [{"level": "error", "field": ".".join(str(x) for x in e["loc"]), "message": e["msg"]}
                     for e in exc.errors()]

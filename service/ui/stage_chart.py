@@ -10,11 +10,12 @@ calls them ties.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from html import escape
 
 from markupsafe import Markup
 
-from ajet_runner.resultdir.stage_series import StageChart
+from ajet_runner.resultdir.stage_series import Series, StageChart
 from ajet_runner.service.ui.html import step_ticks
 
 MAX_DOTS = 60  # points per series drawn as dots with a tooltip; longer curves are lines only
@@ -84,18 +85,26 @@ def stage_chart_svg(chart: StageChart, width: int = 640, height: int = 260) -> M
     if chart.rest_band:
         parts.append(_band(chart.rest_band, px, py, "rest-band", "#9ca3af"))
     for s in sorted(reversed(chart.shown), key=lambda s: bool(s.dash)):  # the best last; a tie dashed on top
-        if s.band:
-            parts.append(_band([[p[0], p[2], p[3]] for p in s.points], px, py, "seed-band", s.colour))
-        path = " ".join(f"{px(p[0]):.1f},{py(p[1]):.1f}" for p in s.points)
-        dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
-        parts.append(f'<polyline class="series" points="{path}" fill="none" stroke="{s.colour}" stroke-width="2"'
-                     f'{dash}/>')
-        if len(s.points) <= MAX_DOTS:
-            name = escape(s.label)
-            parts += [f'<circle cx="{px(p[0]):.1f}" cy="{py(p[1]):.1f}" r="2.5" fill="{s.colour}"><title>{name} '
-                      f'step {p[0]:g}: {p[1]:.4f}{_spread(p)}</title></circle>' for p in s.points]
+        parts += _series(s, px, py)
     parts.append("</svg>")
     return Markup("".join(parts) + _legend(chart))  # numbers and escaped names only
+
+
+def _series(s: Series, px: Callable[[float], float], py: Callable[[float], float]) -> list[str]:
+    """One shown curve: its seed band (a group of repeats), its line, and a dot with the values per point
+    when it has few."""
+    parts = []
+    if s.band:
+        parts.append(_band([[p[0], p[2], p[3]] for p in s.points], px, py, "seed-band", s.colour))
+    path = " ".join(f"{px(p[0]):.1f},{py(p[1]):.1f}" for p in s.points)
+    dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
+    parts.append(f'<polyline class="series" points="{path}" fill="none" stroke="{s.colour}" stroke-width="2"'
+                 f'{dash}/>')
+    if len(s.points) <= MAX_DOTS:
+        name = escape(s.label)
+        parts += [f'<circle cx="{px(p[0]):.1f}" cy="{py(p[1]):.1f}" r="2.5" fill="{s.colour}"><title>{name} '
+                  f'step {p[0]:g}: {p[1]:.4f}{_spread(p)}</title></circle>' for p in s.points]
+    return parts
 
 
 def _spread(p: list[float]) -> str:

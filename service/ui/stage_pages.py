@@ -19,7 +19,7 @@ from ajet_runner.service.api.stage_routes import stage_facts, stage_summary
 from ajet_runner.service.ui.pages import page, viewer
 from ajet_runner.service.ui.session import Viewer
 from ajet_runner.service.ui.stage_chart import stage_chart_svg
-from ajet_runner.statemachine.comparison.compare import DEFAULT_METRIC, compare
+from ajet_runner.statemachine.comparison.compare import DEFAULT_METRIC, StageComparison, compare
 from ajet_runner.statemachine.comparison.stage_stats import short_names
 from ajet_runner.store.cluster.stages import stage_names
 
@@ -41,14 +41,19 @@ def _stage(be: Backend, name: str, metric: str) -> dict[str, Any]:
     if summary is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no stage named {name!r}")
     comparison = compare(name, stage_facts(be, name), metric)
-    charted = (chart_metrics(m for m in comparison.metrics if comparison.curves.get(m))
-               or [m for m in comparison.metrics if comparison.curves.get(m)])[:CHARTS]
-    if metric in comparison.metrics and metric not in charted:
-        charted = [metric, *charted][:CHARTS]
-    charts = [stage_chart_svg(stage_chart(comparison, m)) for m in charted]
+    charts = [stage_chart_svg(stage_chart(comparison, m)) for m in _charted(comparison, metric)]
     return {"s": summary, "c": comparison, "charts": charts, "metric": metric,
             "rows": {r.id: r for r in comparison.rows}, "short": short_names(comparison.differing_keys),
             "purposes": {r.id: shown_purpose(r.purpose) for r in comparison.rows}}
+
+
+def _charted(comparison: StageComparison, metric: str) -> list[str]:
+    """The metrics charted (those with curves, in the palette's order), the ranking metric among them."""
+    curved = [m for m in comparison.metrics if comparison.curves.get(m)]
+    charted = (chart_metrics(curved) or curved)[:CHARTS]
+    if metric in comparison.metrics and metric not in charted:
+        charted = [metric, *charted][:CHARTS]
+    return charted
 
 
 def shown_purpose(purpose: str) -> str:

@@ -47,23 +47,29 @@ async def follow(r: EventReader, after: str, exp_id: str | None = None) -> Async
     key = stream_key(exp_id) if exp_id else GLOBAL_STREAM
     last = after
     while True:
-        resp = await r.xread({key: last}, count=200, block=KEEPALIVE_MS)
-        assert not isinstance(resp, dict)  # RESP2 (our clients): a list of [stream, entries]
-        got = False
-        for _stream, entries in resp or []:
-            for entry_id, data in entries:
-                got = True
-                last = entry_id.decode()
-                text, event = _message(entry_id, data)
-                yield text
-                if exp_id and is_final(event):
-                    yield 'data: {"type": "end"}\n\n'
-                    return
-        if got:
-            continue
-        if exp_id:
-            state = await r.hget(exp_key(exp_id), "state")
-            if state is None or state == FINISHED_B:
+        entries = _entries(await r.xread({key: last}, count=200, block=KEEPALIVE_MS))
+        for entry_id, data in entries:
+            last = entry_id.decode()
+            text, event = _message(entry_id, data)
+            yield text
+            if exp_id and is_final(event):
                 yield 'data: {"type": "end"}\n\n'
                 return
+        if entries:
+            continue
+        if exp_id and await _finished(r, exp_id):
+            yield 'data: {"type": "end"}\n\n'
+            return
         yield ": keepalive\n\n"
+
+
+def _entries(resp: Any) -> list[Any]:
+    """The entries of an XREAD answer, in order (RESP2, our clients: a list of [stream, entries])."""
+    assert not isinstance(resp, dict)
+    return [entry for _stream, entries in resp or [] for entry in entries]
+
+
+async def _finished(r: EventReader, exp_id: str) -> bool:
+    """The experiment is finished, or gone: nothing more will come."""
+    state = await r.hget(exp_key(exp_id), "state")
+    return state is None or state == FINISHED_B

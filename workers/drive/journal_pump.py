@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ajet_runner.store.store import REDIS_DOWN
 from ajet_runner.workers.drive.per_server import PerServer
@@ -89,24 +89,16 @@ class JournalPump:
     def _pass(self, journals: list[Journal]) -> float:
         """Each journal's queued ops, then every due poll; what can (log tails, polls) in one pipeline for
         all journals. The seconds to wait when Redis turned out to be away (else 0)."""
-        batches: list[tuple[Journal, list[tuple[int, Batched]]]] = []
-        for journal in journals:
-            if not journal.has_ops():
-                continue
-            batch = journal.batch()
-            if batch is not None:
-                batches.append((journal, batch))
-            elif retry := journal.send():  # in order, alone: a transition, an event, a field update
-                return retry
+        batches, retry = _batches(journals)
+        if retry:
+            return retry
         now = time.monotonic()
         due = [j for j in journals if j.poll_due(now)]
-        if not due and not batches:
-            return 0.0
-        first = (due or [b[0] for b in batches])[0]
+        first = next(iter(due or [j for j, _ in batches]), None)
+        if first is None:
+            return 0.0  # nothing to send, nothing to poll
         pipe = first.store.pipeline()  # one server: any journal's client will do
-        for _, batch in batches:
-            for _, add in batch:
-                add(pipe)
+        _add_batches(pipe, batches)
         asks = [j.poll_request(now) for j in due]
         first.store.runs.poll_runs(asks, client=pipe)
         try:
@@ -114,17 +106,45 @@ class JournalPump:
         except REDIS_DOWN as exc:
             first.offline(exc)
             return first.retry_seconds
-        at = 0
-        for journal, batch in batches:
-            failed = next((a for a in answers[at:at + len(batch)] if isinstance(a, Exception)), None)
-            journal.batch_sent(batch[-1][0], failed)
-            at += len(batch)
-        for journal, (_, _, renew), answer in zip(due, asks, answers[at:], strict=True):
-            if isinstance(answer, Exception):
-                journal.batch_sent(-1, answer)
-            else:
-                journal.poll_answer(now, renew, bool(answer[0]), bool(answer[1]))
+        _hand_out(answers, batches, due, [renew for _, _, renew in asks], now)
         return 0.0
+
+
+def _batches(journals: list[Journal]) -> tuple[list[tuple[Journal, list[tuple[int, Batched]]]], float]:
+    """Each journal's queued ops that can share the pipeline; an op that cannot (a transition, an event, a
+    field update) is sent at once, in order, alone. With the seconds to wait when Redis is away (else 0)."""
+    batches: list[tuple[Journal, list[tuple[int, Batched]]]] = []
+    for journal in journals:
+        if not journal.has_ops():
+            continue
+        batch = journal.batch()
+        if batch is not None:
+            batches.append((journal, batch))
+        elif retry := journal.send():
+            return batches, retry
+    return batches, 0.0
+
+
+def _add_batches(pipe: Any, batches: list[tuple[Journal, list[tuple[int, Batched]]]]) -> None:
+    for _, batch in batches:
+        for _, add in batch:
+            add(pipe)
+
+
+def _hand_out(answers: list[Any], batches: list[tuple[Journal, list[tuple[int, Batched]]]], due: list[Journal],
+              renews: list[float], now: float) -> None:
+    """The pipeline's answers back to their journals: the batches' first (a failure among them fails the
+    batch), then the polls'."""
+    at = 0
+    for journal, batch in batches:
+        failed = next((a for a in answers[at:at + len(batch)] if isinstance(a, Exception)), None)
+        journal.batch_sent(batch[-1][0], failed)
+        at += len(batch)
+    for journal, renew, answer in zip(due, renews, answers[at:], strict=True):
+        if isinstance(answer, Exception):
+            journal.batch_sent(-1, answer)
+        else:
+            journal.poll_answer(now, renew, bool(answer[0]), bool(answer[1]))
 
 
 pump_for = PerServer(lambda store: JournalPump())  # the process's pump for the Redis server a store reads

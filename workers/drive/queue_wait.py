@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ajet_runner.statemachine.durations import format_duration
 from ajet_runner.statemachine.lifecycle import EventType
-from ajet_runner.workers.executors.request import TakesRequest
+from ajet_runner.workers.executors.request import QueueState, TakesRequest
 
 if TYPE_CHECKING:
     from ajet_runner.store.records import Attempt
@@ -50,20 +50,25 @@ class QueueWait:
         if key != self.shown:
             first = self.shown is None
             self.shown = key
-            job = f"job {state.job_id}"
-            if state.pending:
-                d.journal.publish({"type": EventType.info, "scheduler": state.scheduler, "job_id": state.job_id,
-                                   "pending_reason": state.reason,
-                                   "message": f"pending in {state.scheduler}: Reason={state.reason or 'None'} "
-                                              f"({job}); the time waiting is not charged to the max time"})
-            elif not first or self.waited > 0:
-                on = f" on {state.node}" if state.node else ""
-                d.journal.publish({"type": EventType.info, "scheduler": state.scheduler, "job_id": state.job_id,
-                                   "queued_seconds": round(self.waited, 1),
-                                   "message": f"{state.scheduler} {job} running{on} after "
-                                              f"{format_duration(self.waited)} in "
-                                              "the queue (not charged to the max time)"})
+            self._announce(d, state, first)
         return self.waited
+
+    def _announce(self, d: Drive, state: QueueState, first: bool) -> None:
+        """A change of the job's queue state as an event: pending (with the scheduler's reason), or running
+        after a wait (not said when it ran at once)."""
+        job = f"job {state.job_id}"
+        if state.pending:
+            d.journal.publish({"type": EventType.info, "scheduler": state.scheduler, "job_id": state.job_id,
+                               "pending_reason": state.reason,
+                               "message": f"pending in {state.scheduler}: Reason={state.reason or 'None'} "
+                                          f"({job}); the time waiting is not charged to the max time"})
+        elif not first or self.waited > 0:
+            on = f" on {state.node}" if state.node else ""
+            d.journal.publish({"type": EventType.info, "scheduler": state.scheduler, "job_id": state.job_id,
+                               "queued_seconds": round(self.waited, 1),
+                               "message": f"{state.scheduler} {job} running{on} after "
+                                          f"{format_duration(self.waited)} in "
+                                          "the queue (not charged to the max time)"})
 
 
 def _current(d: Drive) -> Attempt | None:

@@ -104,28 +104,42 @@ class WatchLoop:
     def _serve(self, sel: selectors.BaseSelector) -> None:
         sel.register(self._r, selectors.EVENT_READ, None)
         while True:
-            while True:
-                with self._lock:  # one at a time, each on `_lent` first: a failure below strands none
-                    if not self._incoming:
-                        break
-                    lent = self._incoming.pop(0)
-                    self._lent.append(lent)
-                self._admit(sel, lent)
-            timeout = max(0.0, min(x.due for x in self._lent) - time.monotonic()) if self._lent else None
-            for key, _ in sel.select(timeout):
-                if key.data is None:
-                    _drain(self._r)
-                else:
-                    key.data.due = 0.0  # its process ended, or a stop was announced: tick it now
-                    if key.fd == key.data.waiter.pipe:
-                        key.data.waiter.drain()
-                    else:
-                        key.data.waiter.exited = True
+            self._admit_incoming(sel)
+            for key, _ in sel.select(self._timeout()):
+                self._wake(key)
             for lent in [x for x in self._lent if x.withdrawn]:
                 self._give_back(sel, lent)
             now = time.monotonic()
             for lent in [x for x in self._lent if x.due <= now]:
                 self._tick(sel, lent)
+
+    def _timeout(self) -> float | None:
+        """Until the next lent run's tick is due; None (until a wake-up) when no run is lent."""
+        if not self._lent:
+            return None
+        return max(0.0, min(x.due for x in self._lent) - time.monotonic())
+
+    def _admit_incoming(self, sel: selectors.BaseSelector) -> None:
+        """Take the runs lent since the last pass, one at a time, each on `_lent` first: a failure strands none."""
+        while True:
+            with self._lock:
+                if not self._incoming:
+                    return
+                lent = self._incoming.pop(0)
+                self._lent.append(lent)
+            self._admit(sel, lent)
+
+    def _wake(self, key: selectors.SelectorKey) -> None:
+        """A ready fd: our own wake-up pipe, or a run whose process ended or whose stop was announced (it is
+        ticked at once)."""
+        if key.data is None:
+            _drain(self._r)
+            return
+        key.data.due = 0.0
+        if key.fd == key.data.waiter.pipe:
+            key.data.waiter.drain()
+        else:
+            key.data.waiter.exited = True
 
     def _admit(self, sel: selectors.BaseSelector, lent: _Lent) -> None:
         try:

@@ -10,7 +10,7 @@ import subprocess
 import threading
 from typing import Any
 
-from ajet_runner.statemachine.shell.ssh_login import LoginError, parse_target
+from ajet_runner.statemachine.shell.ssh_login import LoginError, SshTarget, parse_target
 
 
 def canonical_host(text: str) -> str:
@@ -72,31 +72,57 @@ def unknown_host(host: str, config: str) -> str:
     except LoginError as exc:
         return f"ssh host {host!r}: {exc}"
     files = config_files(config)
-    read = ", ".join(f for f in files if config or os.path.exists(f)) or "none: no ~/.ssh/config"
+    read = _files_read(files, config)
     if config and not os.path.isfile(config):
         return (f"ssh host {target.host!r}: the ssh config {config} (AJET_RUNNER_SSH_CONFIG) does not exist; "
                 "point AJET_RUNNER_SSH_CONFIG at your ssh client config or unset it")
-    try:
-        proc = subprocess.run(["ssh", *(["-F", config] if config else []), "-G", *target.ssh_args()],
-                              capture_output=True, text=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+    proc = _ssh_g(target, config)
+    if proc is None:
         return ""  # no ssh client to ask here: the launch will say what is wrong
     if proc.returncode != 0:
         said = "; ".join(ln.strip() for ln in proc.stderr.splitlines() if ln.strip())[-300:]
         return f"ssh host {target.host!r}: ssh cannot read its config ({read}): {said}"
+    options = _options(proc.stdout)
+    if _proxied(options):
+        return ""  # only the jump host can resolve it
+    why = _resolved(options)
+    return _unresolved(target.host, options, read, why, files[0]) if why else ""
+
+
+def _files_read(files: list[str], config: str) -> str:
+    """The ssh config files ssh reads (a named one whether or not it exists; the defaults that exist)."""
+    return ", ".join(f for f in files if config or os.path.exists(f)) or "none: no ~/.ssh/config"
+
+
+def _ssh_g(target: SshTarget, config: str) -> subprocess.CompletedProcess[str] | None:
+    """`ssh -G`: the options ssh would use for `target`; None when there is no ssh client to ask."""
+    try:
+        return subprocess.run(["ssh", *(["-F", config] if config else []), "-G", *target.ssh_args()],
+                              capture_output=True, text=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _options(text: str) -> dict[str, str]:
+    """`ssh -G`'s `key value` lines, keys lower-cased, the first of a repeated key kept."""
     options: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
+    for line in text.splitlines():
         key, _, value = line.partition(" ")
         options.setdefault(key.lower(), value.strip())
-    if options.get("proxyjump", "none") != "none" or options.get("proxycommand", "none") != "none":
-        return ""
-    why = _resolved(options)
-    if not why:
-        return ""
-    name = options.get("hostname", target.host)
-    if name != target.host:
-        return (f"ssh host {target.host!r}: its HostName {name} (in the ssh config read: {read}) does not resolve "
+    return options
+
+
+def _proxied(options: dict[str, str]) -> bool:
+    """A ProxyJump or ProxyCommand reaches the host (only the jump host needs to resolve it)."""
+    return options.get("proxyjump", "none") != "none" or options.get("proxycommand", "none") != "none"
+
+
+def _unresolved(host: str, options: dict[str, str], read: str, why: str, first_file: str) -> str:
+    """Why a host ssh would try does not resolve here: its HostName, or a name that is no Host at all."""
+    name = options.get("hostname", host)
+    if name != host:
+        return (f"ssh host {host!r}: its HostName {name} (in the ssh config read: {read}) does not resolve "
                 f"here ({why}); correct the HostName, or add a ProxyJump if only a jump host reaches it")
-    return (f"ssh host {target.host!r} is not a Host in the ssh config read ({read}) and does not resolve as a "
-            f"host name ({why}): add `Host {target.host}` with its HostName, Port and User to "
-            f"{files[0]}, or write the host as user@host:port")
+    return (f"ssh host {host!r} is not a Host in the ssh config read ({read}) and does not resolve as a "
+            f"host name ({why}): add `Host {host}` with its HostName, Port and User to "
+            f"{first_file}, or write the host as user@host:port")

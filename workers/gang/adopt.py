@@ -31,10 +31,7 @@ def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
             continue
         if node not in gang.nodes[1:] or not gang.launch:
             continue  # not a member here, or no launch asked yet: the head dispatches the first rank jobs
-        found = store.records.fields_of([exp_id], ("state", "node", "nnodes"))  # the scan's few fields, not the record
-        rec = found[0] if found else None
-        if rec is None or int(rec.get("nnodes") or 1) <= 1 or rec.get("state") not in ACTIVE_STATE_NAMES \
-                or rec.get("node") == node:
+        if not _active_elsewhere(store, exp_id, node):
             continue
         rank = gang.nodes.index(node)
         if gang.rank_lease(rank) > now or now - gang.rank_enqueued_at(rank) < 2 * lease_seconds:
@@ -45,6 +42,14 @@ def adopt_ranks(store: Store, gangs: GangStore, node: str, now: float,
     return sent
 
 
+def _active_elsewhere(store: Store, exp_id: str, node: str) -> bool:
+    """An unfinished multi-node run whose head is on another node (read: the scan's few fields, not the record)."""
+    found = store.records.fields_of([exp_id], ("state", "node", "nnodes"))
+    rec = found[0] if found else None
+    return rec is not None and int(rec.get("nnodes") or 1) > 1 and rec.get("state") in ACTIVE_STATE_NAMES \
+        and rec.get("node") != node
+
+
 def held_by_gang(gangs: GangStore, rec: dict[str, Any] | None, node: str) -> bool:
     """GPUs on `node` held for an unfinished multi-node run this node is a member of: not stale."""
     if rec is None or rec.get("state") == FINISHED or int(rec.get("nnodes") or 1) <= 1:
@@ -53,18 +58,23 @@ def held_by_gang(gangs: GangStore, rec: dict[str, Any] | None, node: str) -> boo
     return gang is not None and node in gang.nodes
 
 
+def _still_here(store: Store, gangs: GangStore, rec: Any, exp_id: str, rank: int, node: str) -> bool:
+    """The rank still belongs on this node: its run is active and placed it here (adopt_ranks keeps it
+    driven), or its rank job is stopping it right now."""
+    gang = gangs.get(exp_id)
+    if gang is None or rank >= len(gang.nodes) or gang.nodes[rank] != node:
+        return False
+    return (rec is not None and rec.state in ACTIVE_STATE_NAMES) or gang.rank_lease(rank) > store.server_time()
+
+
 def sweep_left_ranks(store: Store, gangs: GangStore, runner: Executor, node: str) -> list[tuple[str, int]]:
     """Ranks started on this node that no longer belong here (the run finished or is gone, or the rank moved to
     another node while this one was away) and whose job is gone: stop what is left of them, no process left."""
     swept = []
     for exp_id, rank in gangs.ranks_here(node):
         rec = store.records.get(exp_id)
-        gang = gangs.get(exp_id)
-        placed_here = gang is not None and rank < len(gang.nodes) and gang.nodes[rank] == node
-        if rec is not None and rec.state in ACTIVE_STATE_NAMES and placed_here:
-            continue  # still ours: adopt_ranks keeps it driven
-        if placed_here and gang is not None and gang.rank_lease(rank) > store.server_time():
-            continue  # its rank job is stopping it right now
+        if _still_here(store, gangs, rec, exp_id, rank, node):
+            continue
         bp = Blueprint.model_validate(rec.blueprint_json if rec is not None else {})
         if rec is not None:
             with contextlib.suppress(Exception):

@@ -98,13 +98,7 @@ class GangHead:
             self.renew()
             gang = self._replace_lost(self._gang())
             self.dispatch(gang)
-            waiting = []
-            for rank, node in enumerate(gang.nodes[1:], start=1):
-                mine = gang.rank_state(rank)
-                if mine.get("launch_id") != launch["id"] or mine.get("state") in (None, "starting"):
-                    waiting.append(f"rank {rank} ({node})")
-                elif mine.get("state") != "running":
-                    raise GangFailed(f"rank {rank} on node {node} did not start: {self._ended(mine)}")
+            waiting = self._waiting_for(gang, launch["id"])
             if not waiting:
                 return launch
             if self.cancelled():
@@ -114,6 +108,17 @@ class GangHead:
                 raise GangFailed(f"{', '.join(waiting)} not running after {format_limit(limit)} "
                                  "(is a worker serving that node, with a free slot?)")
             time.sleep(self.settings.poll_interval)
+
+    def _waiting_for(self, gang: Gang, launch_id: str) -> list[str]:
+        """The ranks not yet running this launch (`rank N (node)`); GangFailed when one ended instead."""
+        waiting = []
+        for rank, node in enumerate(gang.nodes[1:], start=1):
+            mine = gang.rank_state(rank)
+            if mine.get("launch_id") != launch_id or mine.get("state") in (None, "starting"):
+                waiting.append(f"rank {rank} ({node})")
+            elif mine.get("state") != "running":
+                raise GangFailed(f"rank {rank} on node {node} did not start: {self._ended(mine)}")
+        return waiting
 
     def _replace_lost(self, gang: Gang) -> Gang:
         """Members whose node is gone (no heartbeat) are swapped for other live nodes with room, all at once;

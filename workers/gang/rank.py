@@ -93,6 +93,10 @@ class RankDriver:
             return "moved"
         if not self.gangs.claim_rank(self.id, self.rank, self.owner, self.settings.lease_seconds, self.node.name):
             return "not-owner"
+        return self._phase(gang, rec)
+
+    def _phase(self, gang: Gang, rec: ExperimentRecord) -> str | None:
+        """Do what the head's launch phase asks of this rank: follow an attempt, stop, or end ("done")."""
         launch = gang.launch
         attempt = int(launch.get("attempt") or 0)
         phase = str(launch.get("phase") or "")
@@ -184,22 +188,26 @@ class RankDriver:
         if mine.get("state") == "stopped" or (gang is not None and not mine):
             return  # stopped already, or never started
         handle = self._handle_of(mine) if mine else self.handle
-        code = None
-        if handle is not None:
-            if self.runner.is_running(handle):
-                try:
-                    code = self.runner.stop(handle, self.settings.stop_grace_seconds)
-                except RuntimeError as exc:
-                    log.warning("%s rank %d: stop left processes behind: %s", self.id, self.rank, exc)
-            else:
-                code = self.runner.exit_code(handle)
-            with contextlib.suppress(Exception):
-                self.runner.kill_session(handle.session)
+        code = self._stop_command(handle) if handle is not None else None
         self._cleanup()
         self.handle = None
         if report and gang is not None:
             self._report(**{**mine, "state": "stopped", "exit_code": mine.get("exit_code", code)
                             if mine.get("state") == "exited" else code, "handle": None})
+
+    def _stop_command(self, handle: RunHandle) -> int | None:
+        """Stop the command if it still runs and close its session; its exit code (None when unknown)."""
+        code = None
+        if self.runner.is_running(handle):
+            try:
+                code = self.runner.stop(handle, self.settings.stop_grace_seconds)
+            except RuntimeError as exc:
+                log.warning("%s rank %d: stop left processes behind: %s", self.id, self.rank, exc)
+        else:
+            code = self.runner.exit_code(handle)
+        with contextlib.suppress(Exception):
+            self.runner.kill_session(handle.session)
+        return code
 
     def _cleanup(self) -> None:
         killed = self.runner.kill_marked(MARKER, rank_marker(self.id, self.rank), grace=5.0)

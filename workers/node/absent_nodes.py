@@ -19,6 +19,14 @@ log = logging.getLogger(__name__)
 REPORTED_FIELD = "node_absent_reported_at"
 
 
+def _absent_for(rec: dict[str, Any], node: str, seen: dict[str, float | None], now: float) -> float | None:
+    """How long the node a queued, not yet reported record waits for has been absent; None when it is not
+    such a record or the node is there."""
+    if rec.get("state") != "queued" or not node or rec.get(REPORTED_FIELD):
+        return None
+    return node_absent_for(now, seen.get(node), float(rec.get("created_at") or now), NODE_ALIVE_SECONDS)
+
+
 def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float, after_seconds: float,
                         seen: dict[str, float | None] | None = None) -> list[str]:
     """Publish a `node_absent` event for each queued record whose node has been gone `after_seconds`
@@ -28,9 +36,7 @@ def report_absent_nodes(store: Store, records: list[dict[str, Any]], now: float,
     reported = []
     for rec in records:
         node = str(rec.get("target_node") or "")
-        if rec.get("state") != "queued" or not node or rec.get(REPORTED_FIELD):
-            continue
-        gone = node_absent_for(now, seen.get(node), float(rec.get("created_at") or now), NODE_ALIVE_SECONDS)
+        gone = _absent_for(rec, node, seen, now)
         if gone is None or gone < after_seconds:
             continue
         if not store.records.set_once(rec["id"], REPORTED_FIELD, now):

@@ -63,13 +63,18 @@ def _job_lost(store: Store, rec: dict[str, str]) -> tuple[bool, JobStatus | None
     return status in DEAD_JOB or stuck, status
 
 
+def _unclaimed_lost(rec: dict[str, str], job_id: str) -> bool:
+    """A queued record the scan marked as having lost its job, that no driver has claimed."""
+    return rec.get("job_lost") == "1" and rec.get("state") == "queued" and bool(job_id) and not rec.get("owner")
+
+
 def requeue_lost_jobs(store: Store, suspects: list[dict[str, str]], now: float) -> list[str]:
     """Queue again each suspect whose RQ job died before any driver claimed it (a slot or work-horse killed
     between dequeue and claim: RQ marks the job failed/abandoned and nothing else would ever run it)."""
     requeued = []
     for rec in suspects:
         job_id = rec.get("job_id") or ""
-        if rec.get("job_lost") != "1" or rec.get("state") != "queued" or not job_id or rec.get("owner"):
+        if not _unclaimed_lost(rec, job_id):
             continue
         lost, status = _job_lost(store, rec)
         if not lost or not store.records.set_once(rec["id"], f"requeued:{job_id}", now):

@@ -80,6 +80,34 @@ class SlotWorker(SimpleWorker):
                 return self.running()
             threads[0].join(max(0.01, min(0.5, deadline - time.monotonic())))
 
+    def _beat(self, beat_at: float) -> float:
+        """The heartbeat when due (the next one's time returned) and RQ's maintenance when it asks for it."""
+        if time.monotonic() >= beat_at:
+            self.heartbeat()
+            beat_at = time.monotonic() + HEARTBEAT_SECONDS
+        if self.should_run_maintenance_tasks:
+            self.run_maintenance_tasks()
+        return beat_at
+
+    def _mark_idle(self) -> None:
+        """IDLE while waiting with no job running (BUSY is set by prepare_execution)."""
+        if not self.running() and self.get_state() != WorkerStatus.IDLE:
+            self.set_state(WorkerStatus.IDLE)
+
+    def _handed_back(self, job: Job, queue: Queue) -> bool:
+        """A popped job this worker must not take goes back to the front of its queue (its slot freed): on a
+        stop that came while BLPOP waited (StopRequested: the job is the next worker's), or a drain (True).
+        The drain is read once a job is popped, not before every BLPOP."""
+        if self._stop_requested:
+            queue.push_job_id(job.id, at_front=True)
+            self._free.release()
+            raise StopRequested
+        if self._drained_now():
+            queue.push_job_id(job.id, at_front=True)
+            self._free.release()
+            return True
+        return False
+
     # -- RQ hooks ----------------------------------------------------------------------------
     def dequeue_job_and_maintain_ttl(self, timeout: int | None,
                                      max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
@@ -89,11 +117,7 @@ class SlotWorker(SimpleWorker):
         while True:
             if self._stop_requested:
                 raise StopRequested
-            if time.monotonic() >= beat_at:
-                self.heartbeat()
-                beat_at = time.monotonic() + HEARTBEAT_SECONDS
-            if self.should_run_maintenance_tasks:
-                self.run_maintenance_tasks()
+            beat_at = self._beat(beat_at)
             if not self._free.acquire(timeout=DEQUEUE_SECONDS):
                 continue  # every slot busy
             popped = None
@@ -102,8 +126,7 @@ class SlotWorker(SimpleWorker):
                     time.sleep(DEQUEUE_SECONDS)
                     continue
                 held = False
-                if not self.running() and self.get_state() != WorkerStatus.IDLE:
-                    self.set_state(WorkerStatus.IDLE)  # BUSY is set by prepare_execution
+                self._mark_idle()
                 popped = self.queue_class.dequeue_any(
                     self._ordered_queues, DEQUEUE_SECONDS, connection=self.connection, job_class=self.job_class,
                     serializer=self.serializer, death_penalty_class=self.death_penalty_class)
@@ -121,13 +144,7 @@ class SlotWorker(SimpleWorker):
                     self._free.release()
             if popped is not None:
                 job, queue = popped
-                if self._stop_requested:  # the stop came while BLPOP waited: the job is the next worker's
-                    queue.push_job_id(job.id, at_front=True)
-                    self._free.release()
-                    raise StopRequested
-                if self._drained_now():  # the drain is read once a job is popped, not before every BLPOP
-                    queue.push_job_id(job.id, at_front=True)
-                    self._free.release()
+                if self._handed_back(job, queue):
                     held = True
                     continue
                 self.reorder_queues(reference_queue=queue)

@@ -115,24 +115,33 @@ class NodeSupervisor:
         self.running = [rec["id"] for rec in mine]
         starts: dict[int, int | None] = {}  # /proc read once per owner process, not once per run
         for rec in mine:
-            lease = float(rec.get("lease_until") or 0)
-            gone = lease > now and self._owner_gone(rec, starts)
-            if gone:
-                lease = 0.0
-            last_try = float(rec.get("adopt_enqueued_at") or 0)
-            if lease > now or now - last_try < 2 * self.settings.lease_seconds or (
-                    driver_alive(rec) and not self._forsaken(lease, now)):
-                continue
-            self.store.records.update(rec["id"], {"adopt_enqueued_at": now})
-            self.store.jobs.enqueue_drive(rec["id"], node_queue(self.node.name), at_front=True,
-                                          max_seconds=float(rec.get("max_seconds") or 0) or None)
-            self.store.events.publish(rec["id"], {"type": EventType.adoption, "node": self.node.name,
-                                                  "message": "its driver is gone: re-adopting the run" if gone
-                                                  else "driver lease expired: re-adopting the run"})
-            adopted.append(rec["id"])
+            why = self._orphaned(rec, now, starts)
+            if why:
+                self._adopt(rec, now, why)
+                adopted.append(rec["id"])
         self._release_stale_gpus()
         self._release_stale_swarm_ports()
         return adopted
+
+    def _orphaned(self, rec: dict, now: float, starts: dict[int, int | None]) -> str:
+        """Why nobody drives this run (its adoption event's message), or "" when it is driven, or was
+        enqueued for adoption less than two lease periods ago."""
+        lease = float(rec.get("lease_until") or 0)
+        gone = lease > now and self._owner_gone(rec, starts)
+        if gone:
+            lease = 0.0
+        last_try = float(rec.get("adopt_enqueued_at") or 0)
+        if lease > now or now - last_try < 2 * self.settings.lease_seconds or (
+                driver_alive(rec) and not self._forsaken(lease, now)):
+            return ""
+        return "its driver is gone: re-adopting the run" if gone else "driver lease expired: re-adopting the run"
+
+    def _adopt(self, rec: dict, now: float, why: str) -> None:
+        """A drive job for the run at the front of this node's queue, and an `adoption` event saying why."""
+        self.store.records.update(rec["id"], {"adopt_enqueued_at": now})
+        self.store.jobs.enqueue_drive(rec["id"], node_queue(self.node.name), at_front=True,
+                                      max_seconds=float(rec.get("max_seconds") or 0) or None)
+        self.store.events.publish(rec["id"], {"type": EventType.adoption, "node": self.node.name, "message": why})
 
     def _forsaken(self, lease: float, now: float) -> bool:
         """After a failover, a run whose driver's process lives on but whose lease stayed expired for two lease
@@ -179,19 +188,22 @@ class NodeSupervisor:
         owners = self.store.slots.gpu_owners(self.node.name)
         holders = self._holders(list(owners.values())) if owners else {}
         for gpu, exp_id in owners.items():
-            if exp_id in seen:
-                continue
-            seen.add(exp_id)
-            rec = holders.get(exp_id)
-            if held_by_gang(self.gangs, rec, self.node.name):
-                continue  # a member's GPUs of a multi-node run: the record names the head's node
-            if rec is not None and rec.get("state") == FINISHED and int(rec.get("nnodes") or 1) > 1 and (
-                    released_all := self.gangs.release(exp_id)):  # every node's; the gang record expires
-                log.info("released the GPUs %s of multi-node run %s (stale)", released_all, exp_id)
-                continue
-            if self._holder_is_stale(rec):
-                released = self.store.slots.release_gpus(self.node.name, exp_id)
-                log.info("released GPU(s) %s of %s (gpu %d was stale)", released, exp_id, gpu)
+            if exp_id not in seen:
+                seen.add(exp_id)
+                self._release_if_stale(gpu, exp_id, holders.get(exp_id))
+
+    def _release_if_stale(self, gpu: int, exp_id: str, rec: dict[str, str] | None) -> None:
+        """Release the GPUs `exp_id` holds here when it no longer runs here (a finished multi-node run's on
+        every node at once)."""
+        if held_by_gang(self.gangs, rec, self.node.name):
+            return  # a member's GPUs of a multi-node run: the record names the head's node
+        if rec is not None and rec.get("state") == FINISHED and int(rec.get("nnodes") or 1) > 1 and (
+                released_all := self.gangs.release(exp_id)):  # every node's; the gang record expires
+            log.info("released the GPUs %s of multi-node run %s (stale)", released_all, exp_id)
+            return
+        if self._holder_is_stale(rec):
+            released = self.store.slots.release_gpus(self.node.name, exp_id)
+            log.info("released GPU(s) %s of %s (gpu %d was stale)", released, exp_id, gpu)
 
     def _release_stale_swarm_ports(self) -> None:
         """Swarm ports held by experiments that finished or vanished while their driver was dead:

@@ -60,9 +60,7 @@ def stage_payload(stage: str, meta: Mapping[str, str], records: Sequence[Mapping
         members.append({"id": rec.get("id"), "outcome": rec.get("outcome") or "",
                         "purpose": _text(rec, "purpose", redact),
                         "result_dir": rec.get("result_dir") or "", "final": final, "best": best})
-        value = (best.get(metric) or {}).get("value") if isinstance(best.get(metric), dict) else None
-        if isinstance(value, (int, float)) and (top is None or value > top["value"]):
-            top = {"metric": metric, "id": rec.get("id"), "value": value, "step": best[metric].get("step")}
+        top = _better(top, rec, best, metric)
     outcomes = Counter(str(r.get("outcome") or "") for r in records)
     return {
         "type": "stage_finished", "delivery": delivery, "sent_at": time.time(), "stage": stage,
@@ -70,6 +68,15 @@ def stage_payload(stage: str, meta: Mapping[str, str], records: Sequence[Mapping
         "outcomes": dict(sorted(outcomes.items())), "succeeded": all(r.get("outcome") in SUCCEEDED for r in records),
         "best": top, "members": members,
     }
+
+
+def _better(top: dict[str, Any] | None, rec: Mapping[str, Any], best: dict[str, Any],
+            metric: str) -> dict[str, Any] | None:
+    """The stage's best so far, or this experiment's best `metric` when it is higher."""
+    value = (best.get(metric) or {}).get("value") if isinstance(best.get(metric), dict) else None
+    if isinstance(value, (int, float)) and (top is None or value > top["value"]):
+        return {"metric": metric, "id": rec.get("id"), "value": value, "step": best[metric].get("step")}
+    return top
 
 
 def _float(value: Any) -> float | None:

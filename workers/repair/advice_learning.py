@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from ajet_runner.statemachine.fixes.advice import AdviceChange
 from ajet_runner.statemachine.fixes.advice_context import suggested_entry
-from ajet_runner.store.records import Context
+from ajet_runner.store.records import Context, RepairRecord
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +60,9 @@ def learn_from_advice(ctx: Context, outcome: str, *, exp_id: str, suggestions_fi
     Returns (model, "then <outcome>") for ajet_runner_advised_repairs_total for the last advised relaunch,
     or None. Never raises: a read-only site file must not keep an experiment from finishing.
     """
-    last = max((a.number for a in ctx.attempts), default=0)
-    advised = [r for r in ctx.repairs if r.source == "adviser" and r.relaunched and r.attempt == last - 1]
-    if not advised:
+    rec = _last_advised_relaunch(ctx)
+    if rec is None:
         return None
-    rec = advised[-1]
     stat = (rec.advised_by or "unknown", f"then {outcome or 'unknown'}")
     if outcome != "completed":
         return stat
@@ -72,6 +70,20 @@ def learn_from_advice(ctx: Context, outcome: str, *, exp_id: str, suggestions_fi
     if not text:
         rec.suggestion = "no error line to recognise it by; no catalogue entry suggested"
         return stat
+    _suggest(rec, text, exp_id, suggestions_file)
+    return stat
+
+
+def _last_advised_relaunch(ctx: Context) -> RepairRecord | None:
+    """The repair the adviser planned that relaunched into the last attempt, if any."""
+    last = max((a.number for a in ctx.attempts), default=0)
+    advised = [r for r in ctx.repairs if r.source == "adviser" and r.relaunched and r.attempt == last - 1]
+    return advised[-1] if advised else None
+
+
+def _suggest(rec: RepairRecord, text: str, exp_id: str, suggestions_file: Path) -> None:
+    """Append the advised fix to the site's suggestions file as a catalogue entry; the record says where
+    (or why not: never raised)."""
     try:
         changes = [AdviceChange.model_validate(c) for c in rec.advice_changes]
         entry = suggested_entry(
@@ -86,4 +98,3 @@ def learn_from_advice(ctx: Context, outcome: str, *, exp_id: str, suggestions_fi
     except (OSError, ValidationError, ValueError) as exc:
         rec.suggestion = f"could not write the suggested catalogue entry: {exc}"
         log.warning("%s: %s", exp_id, rec.suggestion)
-    return stat

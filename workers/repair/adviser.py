@@ -27,6 +27,7 @@ from ajet_runner.statemachine.failures.redact import Redactor
 from ajet_runner.statemachine.fixes.advice import (
     AdviceError,
     AdviceRules,
+    AdvisorAnswer,
     describe_change,
     parse_answer,
     to_actions,
@@ -119,13 +120,9 @@ def chat(cfg: AdviserConfig, messages: list[dict[str, str]], *, deadline: float,
          cancelled: Cancelled | None = None) -> tuple[str, str]:
     """POST the messages; (the answer's text, the model that answered). Raises AdviserUnavailable, or
     AskCancelled as soon as `cancelled()` is true."""
-    headers = {"Content-Type": "application/json"}
     key = cfg.key()
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    body: dict[str, Any] = {"messages": messages, "temperature": 0}
-    if cfg.model:
-        body["model"] = cfg.model
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    body: dict[str, Any] = {"messages": messages, "temperature": 0, **({"model": cfg.model} if cfg.model else {})}
     modes = [True, False] if cfg.json_mode else [False]
     for json_mode in modes:
         payload = {**body, "response_format": {"type": "json_object"}} if json_mode else body
@@ -135,15 +132,21 @@ def chat(cfg: AdviserConfig, messages: list[dict[str, str]], *, deadline: float,
             continue  # an endpoint without response_format support: the prompt still asks for JSON
         if status != 200:
             raise AdviserUnavailable(f"the endpoint answered HTTP {status}: {data[:300]!r}")
-        try:
-            answer = json.loads(data)
-            content = answer["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise AdviserUnavailable(f"not an OpenAI-compatible chat completion: {exc!r}") from None
-        if not isinstance(content, str):
-            raise AdviserUnavailable("the completion has no text content")
-        return content, str(answer.get("model") or cfg.model or "unknown model")
+        return _completion(data, cfg.model)
     raise AdviserUnavailable("the endpoint refused the request")
+
+
+def _completion(data: str, asked_model: str) -> tuple[str, str]:
+    """A chat completion's text and the model that answered (as it names itself, else the one asked for);
+    AdviserUnavailable when it is no OpenAI-compatible completion with text."""
+    try:
+        answer = json.loads(data)
+        content = answer["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise AdviserUnavailable(f"not an OpenAI-compatible chat completion: {exc!r}") from None
+    if not isinstance(content, str):
+        raise AdviserUnavailable("the completion has no text content")
+    return content, str(answer.get("model") or asked_model or "unknown model")
 
 
 def _post(url: str, headers: dict[str, str], payload: dict[str, Any], deadline: float,
@@ -235,17 +238,18 @@ def ask(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str
         record["advised_by"] = cfg.model or model
         answer = parse_answer(text)
     except AskCancelled as exc:
-        record.update(advice_result="cancelled", refused=[str(exc)])
-        seconds = round(time.monotonic() - started, 3)
-        record["advice_seconds"] = seconds
-        publish({"type": EventType.adviser, "status": "cancelled", "model": record["advised_by"], "asked_at": asked_at,
-                 "seconds": seconds, "message": f"ask aborted after {format_duration(seconds)}: {exc}"})
-        return AdviceResult(actions=[], why=f"adviser ({record['advised_by']}) not heard: {exc}", record=record)
+        return _cancelled(record, exc, started, asked_at, publish)
     except (AdviserUnavailable, AdviceError) as exc:
         kind = "gave no usable answer" if isinstance(exc, AdviserUnavailable) else "answer refused"
         record["advice_result"] = "no answer" if isinstance(exc, AdviserUnavailable) else "refused"
         record["refused"] = [str(exc)]
         return _done(record, [], f"adviser ({record['advised_by']}) {kind}: {exc}", started, asked_at, publish)
+    return _judged(cfg, ctx, record, answer, started, asked_at, publish)
+
+
+def _judged(cfg: AdviserConfig, ctx: Context, record: dict[str, Any], answer: AdvisorAnswer, started: float,
+            asked_at: float, publish: Callable[[dict[str, Any]], None]) -> AdviceResult:
+    """An answer that parsed: declined (no fix), refused (a change the rules forbid), or advised (actions)."""
     record.update(rationale=answer.rationale, advice_diagnosis=answer.diagnosis,
                   advice_changes=[c.model_dump() for c in answer.changes],
                   advice=[describe_change(c) for c in answer.changes])
@@ -262,6 +266,17 @@ def ask(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str
     actions = to_actions(answer.changes, f"advised by {record['advised_by']}")
     return _done(record, actions, f"advised by {record['advised_by']}: {answer.diagnosis}", started, asked_at,
                  publish)
+
+
+def _cancelled(record: dict[str, Any], exc: AskCancelled, started: float, asked_at: float,
+               publish: Callable[[dict[str, Any]], None]) -> AdviceResult:
+    """A stop aborted the ask: no actions, and the record and an event say after how long."""
+    record.update(advice_result="cancelled", refused=[str(exc)])
+    seconds = round(time.monotonic() - started, 3)
+    record["advice_seconds"] = seconds
+    publish({"type": EventType.adviser, "status": "cancelled", "model": record["advised_by"], "asked_at": asked_at,
+             "seconds": seconds, "message": f"ask aborted after {format_duration(seconds)}: {exc}"})
+    return AdviceResult(actions=[], why=f"adviser ({record['advised_by']}) not heard: {exc}", record=record)
 
 
 def _done(record: dict[str, Any], actions: list[RepairAction], why: str, started: float, asked_at: float,
@@ -288,13 +303,8 @@ def _rules(cfg: AdviserConfig, ctx: Context) -> AdviceRules:
 
 def _messages(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mapping[str, Any],
               env: Mapping[str, str]) -> list[dict[str, str]]:
-    log_path = ctx.attempts[-1].log_path if ctx.attempts else ""
-    raw = read_log_tail(log_path) if log_path else list(pending.get("log_tail") or [])
-    lines, first = error_window(raw, anchor=str((pending.get("cause") or {}).get("text") or ""))
-    try:
-        yaml_text = Path(ctx.config_path).read_text(encoding="utf-8") if ctx.config_path else ""
-    except OSError as exc:
-        yaml_text = f"(cannot read {ctx.config_path}: {exc.strerror})"
+    lines, first = error_window(_log_lines(ctx, pending), anchor=str((pending.get("cause") or {}).get("text") or ""))
+    yaml_text = _yaml_text(ctx)
     cause = dict(pending.get("cause") or {})
     cause.pop("repair", None)
     redactor = Redactor(envs=[env, ctx.env], extra=[cfg.key()])
@@ -304,6 +314,20 @@ def _messages(cfg: AdviserConfig, *, bp: Blueprint, ctx: Context, pending: Mappi
         attempts=[a.model_dump(mode="json") for a in ctx.attempts],
         repairs=[r.model_dump(mode="json") for r in ctx.repairs], prefixes=cfg.prefixes, redactor=redactor,
     )
+
+
+def _log_lines(ctx: Context, pending: Mapping[str, Any]) -> list[str]:
+    """The last attempt's log tail read from its file, else the tail the failure kept."""
+    log_path = ctx.attempts[-1].log_path if ctx.attempts else ""
+    return read_log_tail(log_path) if log_path else list(pending.get("log_tail") or [])
+
+
+def _yaml_text(ctx: Context) -> str:
+    """The YAML as run, or a line saying why it could not be read ("" without one)."""
+    try:
+        return Path(ctx.config_path).read_text(encoding="utf-8") if ctx.config_path else ""
+    except OSError as exc:
+        return f"(cannot read {ctx.config_path}: {exc.strerror})"
 
 
 def advice_source(settings: Any, *, bp: Blueprint, ctx: Context, pending: dict[str, Any], budget_left: bool,

@@ -98,31 +98,40 @@ def _render(value: Any, quote: str = "") -> str:
     return flow.strip()[1:-1]
 
 
+def _double_quoted_end(rest: str) -> int | None:
+    """Index after the closing quote of the double-quoted scalar `rest` opens (escapes skipped)."""
+    i = 1
+    while i < len(rest):
+        if rest[i] == "\\":
+            i += 2
+            continue
+        if rest[i] == '"':
+            return i + 1
+        i += 1
+    return None
+
+
+def _single_quoted_end(rest: str) -> int | None:
+    """Index after the closing quote of the single-quoted scalar `rest` opens ('' is a quote)."""
+    i = 1
+    while i < len(rest):
+        if rest[i] != "'":
+            i += 1
+        elif rest[i + 1 : i + 2] == "'":
+            i += 2
+        else:
+            return i + 1
+    return None
+
+
 def _scalar_end(line: str, col: int) -> tuple[int, str] | None:
     """End column of the one-line scalar starting at `col`, and its quote; None if not one-line."""
     rest = line[col:]
     if not rest or rest[0] in "|>&!*[{":
         return None
-    if rest[0] == '"':
-        i = 1
-        while i < len(rest):
-            if rest[i] == "\\":
-                i += 2
-                continue
-            if rest[i] == '"':
-                return col + i + 1, '"'
-            i += 1
-        return None
-    if rest[0] == "'":
-        i = 1
-        while i < len(rest):
-            if rest[i] == "'":
-                if rest[i + 1 : i + 2] == "'":
-                    i += 2
-                    continue
-                return col + i + 1, "'"
-            i += 1
-        return None
+    if rest[0] in "\"'":
+        end = _double_quoted_end(rest) if rest[0] == '"' else _single_quoted_end(rest)
+        return None if end is None else (col + end, rest[0])
     match = re.search(r"\s#", rest)
     body = rest[: match.start()] if match else rest
     body = body.rstrip(" \t\r\n")
@@ -133,61 +142,71 @@ def _newline(text: str) -> str:
     return "\r\n" if "\r\n" in text else "\n"
 
 
-def _splice_one(text: str, key: str, value: Any) -> str | None:
-    """`text` with one dotted key set by editing only the lines concerned; None when not possible."""
+def _load_round_trip(text: str) -> Any:
+    """ruamel's round-trip data of `text`, or None when ruamel rejects it (the caller falls back)."""
     try:
-        root = _round_trip_yaml().load(text)
+        return _round_trip_yaml().load(text)
     except Exception:  # noqa: BLE001 - ruamel rejects some YAML PyYAML reads; the caller falls back
         return None
-    if not isinstance(root, CommentedMap) or root.fa.flow_style():
+
+
+def _is_block_map(node: Any) -> bool:
+    """A mapping written in block style: the only kind whose lines can be edited one by one."""
+    return isinstance(node, CommentedMap) and not node.fa.flow_style()
+
+
+def _splice_one(text: str, key: str, value: Any) -> str | None:
+    """`text` with one dotted key set by editing only the lines concerned; None when not possible."""
+    root = _load_round_trip(text)
+    if not _is_block_map(root):
         return None
     lines = text.splitlines(keepends=True)
-    nl = _newline(text)
     parts = key.split(".")
     node: CommentedMap = root
     header: tuple[int, int] | None = None  # (line, col) of the key that opens `node`
     for depth, part in enumerate(parts):
-        last = depth == len(parts) - 1
         if part not in node:
-            return _insert(text, lines, nl, node, header, parts[depth:], value)
-        child = node[part]
-        if not last:
-            if not isinstance(child, CommentedMap) or child.fa.flow_style():
-                return None
-            header = tuple(node.lc.key(part))
-            node = child
-            continue
-        if isinstance(child, (CommentedMap, CommentedSeq)):
+            return _insert(text, lines, _newline(text), node, header, parts[depth:], value)
+        if depth == len(parts) - 1:
+            return _replace_scalar(lines, node, part, value)
+        if not _is_block_map(node[part]):
             return None
-        key_line, _ = node.lc.key(part)
-        line_no, col = node.lc.value(part)
-        if line_no != key_line:
-            return _fill_empty(lines, key_line, node.lc.key(part)[1], child, value)
-        span = _scalar_end(lines[line_no], col)
-        if span is None:
-            return _fill_empty(lines, key_line, node.lc.key(part)[1], child, value)
-        end, quote = span
-        line = lines[line_no]
-        lines[line_no] = line[:col] + _render(value, quote) + line[end:]
-        return "".join(lines)
+        header = tuple(node.lc.key(part))
+        node = node[part]
     return None
+
+
+def _replace_scalar(lines: list[str], node: CommentedMap, part: str, value: Any) -> str | None:
+    """The lines with the one-line scalar `node[part]` rewritten in place (an empty one filled)."""
+    child = node[part]
+    if isinstance(child, (CommentedMap, CommentedSeq)):
+        return None
+    key_line, key_col = node.lc.key(part)
+    line_no, col = node.lc.value(part)
+    span = _scalar_end(lines[line_no], col) if line_no == key_line else None
+    if span is None:
+        return _fill_empty(lines, key_line, key_col, child, value)
+    end, quote = span
+    line = lines[line_no]
+    lines[line_no] = line[:col] + _render(value, quote) + line[end:]
+    return "".join(lines)
+
+
+def _holder(root: Any, parts: list[str]) -> CommentedMap | None:
+    """The block map that holds the last of the dotted `parts`, or None when the path is not that."""
+    node = root
+    for part in parts[:-1]:
+        if not _is_block_map(node) or part not in node:
+            return None
+        node = node[part]
+    return node if _is_block_map(node) and parts[-1] in node else None
 
 
 def _remove_one(text: str, key: str) -> str | None:
     """`text` without the line of a one-line scalar `key`; None when it is not that simple."""
-    try:
-        root = _round_trip_yaml().load(text)
-    except Exception:  # noqa: BLE001 - the caller falls back to a round trip
-        return None
     parts = key.split(".")
-    node = root
-    for part in parts[:-1]:
-        if not isinstance(node, CommentedMap) or node.fa.flow_style() or part not in node:
-            return None
-        node = node[part]
-    if not isinstance(node, CommentedMap) or node.fa.flow_style() or parts[-1] not in node:
-        return None
-    if isinstance(node[parts[-1]], (CommentedMap, CommentedSeq)):
+    node = _holder(_load_round_trip(text), parts)
+    if node is None or isinstance(node[parts[-1]], (CommentedMap, CommentedSeq)):
         return None
     key_line, _ = node.lc.key(parts[-1])
     value_line, col = node.lc.value(parts[-1])
@@ -215,17 +234,10 @@ def _fill_empty(lines: list[str], line_no: int, col: int, current: Any, value: A
 def _insert(text: str, lines: list[str], nl: str, node: CommentedMap, header: tuple[int, int] | None,
             rest: list[str], value: Any) -> str | None:
     """Add `rest` (missing keys, the last one holding `value`) as new lines inside `node`."""
-    if node.fa.flow_style():
+    columns = None if node.fa.flow_style() else _child_indent(node, header)
+    if columns is None:
         return None
-    keys = list(node.keys())
-    parent_col = header[1] if header else 0
-    if keys:
-        col = node.lc.key(keys[0])[1]
-    elif header is None:
-        col = 0
-    else:
-        return None
-    step = col - parent_col if header is not None and col > parent_col else 2
+    col, step = columns
     new: list[str] = []
     for depth, part in enumerate(rest):
         indent = " " * (col + depth * step)
@@ -236,9 +248,20 @@ def _insert(text: str, lines: list[str], nl: str, node: CommentedMap, header: tu
             lines[-1] += nl
         lines.extend(new)
     else:
-        at = _block_end(lines, node.lc.key(keys[-1])[0], col)
+        at = _block_end(lines, node.lc.key(list(node.keys())[-1])[0], col)
         lines[at:at] = new
     return "".join(lines)
+
+
+def _child_indent(node: CommentedMap, header: tuple[int, int] | None) -> tuple[int, int] | None:
+    """Column of `node`'s keys and the indentation step of new levels; None for an empty nested map."""
+    keys = list(node.keys())
+    if not keys:
+        return (0, 2) if header is None else None
+    col = node.lc.key(keys[0])[1]
+    parent_col = header[1] if header else 0
+    step = col - parent_col if header is not None and col > parent_col else 2
+    return col, step
 
 
 def _block_end(lines: list[str], last_key_line: int, col: int) -> int:
@@ -291,6 +314,27 @@ def _round_trip_all(text: str, changes: list[ConfigChange]) -> str:
     return out.getvalue()
 
 
+def _expected(before: dict[str, Any], changes: list[ConfigChange]) -> dict[str, Any]:
+    """The data the patched YAML must load to: `before` with every change applied."""
+    expected = copy.deepcopy(before)
+    for change in changes:
+        if change.unset:
+            del_dotted(expected, change.key)
+        else:
+            set_dotted(expected, change.key, change.new)
+    return expected
+
+
+def _splice_all(text: str, changes: list[ConfigChange]) -> str | None:
+    """`text` with every change made by line edits alone; None as soon as one cannot be."""
+    patched: str | None = text
+    for change in changes:
+        if patched is None:
+            break
+        patched = _remove_one(patched, change.key) if change.unset else _splice_one(patched, change.key, change.new)
+    return patched
+
+
 def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
     """The YAML text with `changes` applied (see the module doc); raises PatchError if it cannot."""
     try:
@@ -299,12 +343,7 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
         raise PatchError(f"the YAML cannot be parsed: {exc}") from exc
     if not isinstance(before, dict):
         raise PatchError("the YAML's root is not a mapping")
-    expected = copy.deepcopy(before)
-    for change in changes:
-        if change.unset:
-            del_dotted(expected, change.key)
-        else:
-            set_dotted(expected, change.key, change.new)
+    expected = _expected(before, changes)
 
     def faithful(candidate: str | None) -> bool:
         if candidate is None:
@@ -314,11 +353,7 @@ def patch_yaml_text(text: str, changes: list[ConfigChange]) -> str:
         except yaml.YAMLError:
             return False
 
-    patched: str | None = text
-    for change in changes:
-        if patched is None:
-            break
-        patched = _remove_one(patched, change.key) if change.unset else _splice_one(patched, change.key, change.new)
+    patched = _splice_all(text, changes)
     if patched is not None and faithful(patched):
         return patched
     try:

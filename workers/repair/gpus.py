@@ -40,6 +40,18 @@ def query_gpus(path: str | None = None) -> tuple[list[GpuMemory] | None, str]:
         return None, str(exc)
 
 
+def _installed_launchers(workdir: str, python: str) -> list[Path]:
+    """The launcher files of the `ajet` package the venv's python finds from `workdir` (not imported)."""
+    if not python or not os.path.exists(python):
+        return []
+    try:
+        done = subprocess.run([python, "-c", _FIND_LAUNCHER], cwd=workdir or None, capture_output=True,
+                              text=True, timeout=TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [Path(p) / "launcher.py" for p in done.stdout.splitlines() if p.strip()]
+
+
 def launcher_skip_support(workdir: str, python: str) -> tuple[bool | None, str]:
     """Whether `python -m ajet.launcher`, run from `workdir`, accepts `--skip-check-avail-gpu`.
 
@@ -47,14 +59,7 @@ def launcher_skip_support(workdir: str, python: str) -> tuple[bool | None, str]:
     usual case), else the `ajet` package the venv's python finds (located without importing it).
     Returns (answer, the file read); (None, why) when it cannot be found."""
     local = Path(workdir) / "ajet" / "launcher.py"
-    candidates = [local] if local.is_file() else []
-    if not candidates and python and os.path.exists(python):
-        try:
-            done = subprocess.run([python, "-c", _FIND_LAUNCHER], cwd=workdir or None, capture_output=True,
-                                  text=True, timeout=TIMEOUT, check=False)
-            candidates = [Path(p) / "launcher.py" for p in done.stdout.splitlines() if p.strip()]
-        except (OSError, subprocess.SubprocessError):
-            candidates = []
+    candidates = [local] if local.is_file() else _installed_launchers(workdir, python)
     for path in candidates:
         try:
             return launcher_accepts_skip(path.read_text(encoding="utf-8", errors="replace")), str(path)

@@ -29,23 +29,30 @@ def plan_repair(cause: Finding | None, pending: dict[str, Any], *, hook: str, bp
     The adviser is asked only when the catalogue has no plan and the hook (if any) proposed nothing;
     `advise()` returns None when it was not asked (off, asks used up, budget spent).
     """
-    if cause is not None and not is_generic(cause.signature) and not cause.repairable:
-        return [], "catalogue", f"{cause.explanation} (not repairable by the runner)"
-    if cause is not None and cause.repairable and cause.repair:
-        return list(cause.repair), "catalogue", cause.explanation
-    if hook:
-        actions, why = ask_hook(hook, {
-            "blueprint": bp.public(), "diagnosis": pending.get("cause"), "reason": pending.get("reason"),
-            "log_tail": pending.get("log_tail", []), "attempt": attempt, "config": config_path,
-        })
-        if actions or advise is None:
-            return actions, "hook", why
-        hook_why: str | None = why
-    else:
-        hook_why = None
+    known = _from_catalogue(cause)
+    if known is not None:
+        return known
+    hooked = ask_hook(hook, {
+        "blueprint": bp.public(), "diagnosis": pending.get("cause"), "reason": pending.get("reason"),
+        "log_tail": pending.get("log_tail", []), "attempt": attempt, "config": config_path,
+    }) if hook else None
+    if hooked is not None and (hooked[0] or advise is None):
+        return hooked[0], "hook", hooked[1]
     advice = advise() if advise is not None else None
     if advice is not None:
         return advice[0], "adviser", advice[1]
-    if hook_why is not None:
-        return [], "hook", hook_why
+    if hooked is not None:
+        return [], "hook", hooked[1]
     return [], "none", str(pending.get("reason") or "unknown failure")
+
+
+def _from_catalogue(cause: Finding | None) -> tuple[list[RepairAction], str, str] | None:
+    """The catalogue's verdict on a known cause: its repair, or none at all for a cause it names as not
+    repairable (not even the hook is asked); None for a cause it leaves to the hook and the adviser."""
+    if cause is None:
+        return None
+    if not is_generic(cause.signature) and not cause.repairable:
+        return [], "catalogue", f"{cause.explanation} (not repairable by the runner)"
+    if cause.repairable and cause.repair:
+        return list(cause.repair), "catalogue", cause.explanation
+    return None

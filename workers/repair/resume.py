@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
+from typing import Any
 
 from ajet_runner.statemachine.logs.checkpoints import (
     NAME_KEY,
@@ -51,22 +52,26 @@ def start_facts(log_path: str, limit: int = HEAD_BYTES, begin: int = 0) -> Start
                 return scan.facts
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 end = min(size, limit)
-                first = mm.rfind(b"\n", 0, min(begin, end)) + 1 if begin > 0 else 0
-                found = {m: mm.find(m, first, end) for m in _MARKERS}
-                while any(at >= 0 for at in found.values()):
-                    at = min(a for a in found.values() if a >= 0)
-                    start = mm.rfind(b"\n", 0, at) + 1
-                    stop = mm.find(b"\n", at, end)
-                    stop = end if stop < 0 else stop
-                    line = clean_line(mm[start:stop].decode("utf-8", errors="replace").rstrip("\r"))
-                    if scan.take(line):
-                        break
-                    for m in _MARKERS:  # every marker on this line is done with
-                        if 0 <= found[m] <= stop:
-                            found[m] = mm.find(m, stop, end)
+                _scan_marked_lines(mm, scan, mm.rfind(b"\n", 0, min(begin, end)) + 1 if begin > 0 else 0, end)
     except (OSError, ValueError):
         return StartFacts()
     return scan.facts
+
+
+def _scan_marked_lines(mm: mmap.mmap, scan: StartScan, first: int, end: int) -> None:
+    """Feed `scan` the lines of mm[first:end] holding a marker, in order, until it has what it needs."""
+    found = {m: mm.find(m, first, end) for m in _MARKERS}
+    while any(at >= 0 for at in found.values()):
+        at = min(a for a in found.values() if a >= 0)
+        start = mm.rfind(b"\n", 0, at) + 1
+        stop = mm.find(b"\n", at, end)
+        stop = end if stop < 0 else stop
+        line = clean_line(mm[start:stop].decode("utf-8", errors="replace").rstrip("\r"))
+        if scan.take(line):
+            return
+        for m in _MARKERS:  # every marker on this line is done with
+            if 0 <= found[m] <= stop:
+                found[m] = mm.find(m, stop, end)
 
 
 def keep_start_facts(attempt: Attempt, scan: StartScan) -> None:
@@ -106,6 +111,21 @@ def latest_checkpoint(ckpt_dir: str) -> int | None:
     return step
 
 
+def _resumes(data: dict[str, Any], name: str, workdir: str) -> str:
+    """Where training under `name` resumes: its latest checkpoint, or step 0 when it has none yet."""
+    ckpt = checkpoint_dir(data, name, workdir)
+    step = latest_checkpoint(ckpt)
+    if step is None:
+        return f"no checkpoint in {ckpt} yet, so training starts from step 0"
+    return f"verl resumes from {ckpt}/global_step_{step}"
+
+
+def _current_name(data: dict[str, Any]) -> Any:
+    """`ajet.experiment_name` as the YAML has it (None when unset)."""
+    ajet = data.get("ajet")
+    return (ajet or {}).get("experiment_name") if isinstance(ajet, dict) else None
+
+
 def pin_experiment_name(ctx: Context, workdir: str) -> tuple[ConfigChange | None, str]:
     """The YAML change that keeps the earlier attempts' experiment name, and the repair-log line.
 
@@ -124,12 +144,9 @@ def pin_experiment_name(ctx: Context, workdir: str) -> tuple[ConfigChange | None
         return None, ("experiment name not pinned: no attempt so far logged `Experiment Name: …` (each failed "
                       "before AgentJet named it), so the next attempt gets its own name and starts from step 0")
     number, name = used
-    ckpt = checkpoint_dir(data, name, workdir)
-    step = latest_checkpoint(ckpt)
-    where = (f"verl resumes from {ckpt}/global_step_{step}" if step is not None
-             else f"no checkpoint in {ckpt} yet, so training starts from step 0")
+    where = _resumes(data, name, workdir)
     reason = f"the name attempt {number} used (AgentJet logged `Experiment Name: {name}`): {where}"
-    current = (data.get("ajet") or {}).get("experiment_name") if isinstance(data.get("ajet"), dict) else None
+    current = _current_name(data)
     change = ConfigChange(key=NAME_KEY, old=current, new=name, reason=reason)
     shown = "(absent)" if current is None else repr(current)
     return change, f"set {NAME_KEY}: {shown} -> {name!r} ({reason})"

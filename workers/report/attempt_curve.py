@@ -48,9 +48,9 @@ def _slices(path: str, attempts: list[Attempt], inode_ok: bool) -> list[ResultSu
         size = os.path.getsize(path)
     except OSError:
         return [ResultSummary() for _ in attempts]
-    bounds = [int(o or 0) for o in offsets] + [size]
-    if any(b > c for b, c in zip(bounds, bounds[1:], strict=False)) or size - bounds[0] > MAX_SLICE_BYTES:
-        return None  # truncated or rewritten since: not slices of one appended file
+    bounds = _slice_bounds(offsets, size)
+    if bounds is None:
+        return None
     out = []
     with open(path, "rb") as fh:
         for start, end in zip(bounds, bounds[1:], strict=False):
@@ -59,67 +59,91 @@ def _slices(path: str, attempts: list[Attempt], inode_ok: bool) -> list[ResultSu
     return out
 
 
+def _slice_bounds(offsets: list[int | None], size: int) -> list[int] | None:
+    """Where each attempt's part starts, then the file's size; None when the file was truncated or
+    rewritten since (the offsets are not slices of one appended file) or the parts are too big to read."""
+    bounds = [int(o or 0) for o in offsets] + [size]
+    if any(b > c for b, c in zip(bounds, bounds[1:], strict=False)) or size - bounds[0] > MAX_SLICE_BYTES:
+        return None
+    return bounds
+
+
 def _console(attempt: Attempt) -> ResultSummary | None:
     evals = attempt_evaluations([attempt])
     return summarize(evals, fmt="console") if evals else None
+
+
+class _Stitch:
+    """The curve as the trainer saw it, built attempt by attempt: a resume voids the evaluations after
+    its checkpoint's step, a restart voids everything, a repeated step replaces the earlier one."""
+
+    def __init__(self) -> None:
+        self.curve: dict[tuple[int, str], tuple[int, Evaluation]] = {}
+        self.superseded: list[dict[str, Any]] = []
+        self.lineage: list[dict[str, Any]] = []
+        self.trained = False  # an earlier attempt got past step 0
+
+    def begin(self, attempt: Attempt) -> str:
+        """How the attempt starts; the evaluations its start makes void are superseded."""
+        start = attempt.start_step
+        if start is None:
+            return "start not logged"
+        if start > 0:
+            for key in [k for k in self.curve if k[0] > start]:
+                number, ev = self.curve.pop(key)
+                self.superseded.append(_gone(number, ev, f"attempt {attempt.number} resumed from step {start} and "
+                                             "trained from there again"))
+            return "resumed"
+        if not self.trained:
+            return "from scratch"
+        for number, ev in self.curve.values():
+            self.superseded.append(_gone(number, ev, f"attempt {attempt.number} restarted training from step 0"))
+        self.curve.clear()
+        return "restarted"
+
+    def add(self, attempt: Attempt, own: list[Evaluation]) -> None:
+        """The attempt's evaluations join the curve (after `begin`)."""
+        self.lineage.append({"attempt": attempt.number, "start_step": attempt.start_step, "how": self.begin(attempt),
+                             "resumed_from": attempt.resumed_from, "experiment_name": attempt.experiment_name})
+        for ev in own:
+            key = (ev.step, ev.dataset)
+            if key in self.curve:
+                number, old = self.curve[key]
+                self.superseded.append(_gone(number, old, f"evaluated again by attempt {attempt.number}"))
+            self.curve[key] = (attempt.number, ev)
+        self.trained = self.trained or any(ev.step > 0 for ev in own) or bool(attempt.start_step)
+
+    def result(self, fmt: str) -> Curve:
+        ordered = sorted(self.curve.items(), key=lambda kv: (kv[0][0], kv[0][1]))
+        summary = summarize([ev for _, (_, ev) in ordered], fmt=fmt)
+        return Curve(summary=summary, attempt_of={k: n for k, (n, _) in ordered}, superseded=self.superseded,
+                     lineage=self.lineage)
+
+
+def _file_parts(ctx: Context, attempts: list[Attempt], file_usable: bool) -> list[ResultSummary | None] | None:
+    """Each attempt's part of the results file (all None without one; None when it cannot be sliced)."""
+    if not ctx.val_path:
+        return [None] * len(attempts)
+    sliced = _slices(ctx.val_path, attempts, inode_ok=True) if file_usable else None
+    return list(sliced) if sliced is not None else None
 
 
 def attempt_curve(ctx: Context, *, file_usable: bool) -> Curve | None:
     """The merged curve, or None when per-attempt evaluations cannot be told apart (an older record,
     a swarm run whose results file is discovered, a results file replaced since launch)."""
     attempts = [a for a in ctx.attempts if a.log_path or a.val_offset is not None]
-    curve: dict[tuple[int, str], tuple[int, Evaluation]] = {}
-    superseded: list[dict[str, Any]] = []
-
-    def file_parts() -> list[ResultSummary | None] | None:
-        """Each attempt's part of the results file (all None without one; None when it cannot be sliced)."""
-        if not ctx.val_path:
-            return [None] * len(attempts)
-        sliced = _slices(ctx.val_path, attempts, inode_ok=True) if file_usable else None
-        return list(sliced) if sliced is not None else None
-
-    def begin(attempt: Attempt, trained: bool) -> str:
-        """How the attempt starts; the evaluations its start makes void are superseded."""
-        start = attempt.start_step
-        if start is None:
-            return "start not logged"
-        if start > 0:
-            for key in [k for k in curve if k[0] > start]:
-                number, ev = curve.pop(key)
-                superseded.append(_gone(number, ev, f"attempt {attempt.number} resumed from step {start} and "
-                                        "trained from there again"))
-            return "resumed"
-        if not trained:
-            return "from scratch"
-        for number, ev in curve.values():
-            superseded.append(_gone(number, ev, f"attempt {attempt.number} restarted training from step 0"))
-        curve.clear()
-        return "restarted"
-
-    def add(attempt: Attempt, own: list[Evaluation]) -> None:
-        for ev in own:
-            key = (ev.step, ev.dataset)
-            if key in curve:
-                number, old = curve[key]
-                superseded.append(_gone(number, old, f"evaluated again by attempt {attempt.number}"))
-            curve[key] = (attempt.number, ev)
-
-    files = file_parts() if attempts and not ctx.swarm else None
+    files = _file_parts(ctx, attempts, file_usable) if attempts and not ctx.swarm else None
     if files is None:
         return None
-    lineage: list[dict[str, Any]] = []
-    trained = False  # an earlier attempt got past step 0
+    stitch = _Stitch()
     for attempt, file_part in zip(attempts, files, strict=True):
-        own = merge_file_and_log(file_part, _console(attempt)).evaluations
-        lineage.append({"attempt": attempt.number, "start_step": attempt.start_step, "how": begin(attempt, trained),
-                        "resumed_from": attempt.resumed_from, "experiment_name": attempt.experiment_name})
-        add(attempt, own)
-        trained = trained or any(ev.step > 0 for ev in own) or bool(attempt.start_step)
-    ordered = sorted(curve.items(), key=lambda kv: (kv[0][0], kv[0][1]))
-    fmt = next((f.format for f in files if f is not None and f.evaluations), "console")
-    summary = summarize([ev for _, (_, ev) in ordered], fmt=fmt)
-    return Curve(summary=summary, attempt_of={k: n for k, (n, _) in ordered}, superseded=superseded,
-                 lineage=lineage)
+        stitch.add(attempt, merge_file_and_log(file_part, _console(attempt)).evaluations)
+    return stitch.result(_format(files))
+
+
+def _format(files: list[ResultSummary | None]) -> str:
+    """The results file's format when a part of it has evaluations; else the console's."""
+    return next((f.format for f in files if f is not None and f.evaluations), "console")
 
 
 def _gone(attempt: int, ev: Evaluation, why: str) -> dict[str, Any]:

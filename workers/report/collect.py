@@ -53,43 +53,57 @@ def gather_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, s
     that are not this run's); the attempt logs' console validation lines fill the steps the
     file lacks (the file wins where both have a step).
     """
-    sources: list[str] = []
-    file_summary: ResultSummary | None = None
-    discovered = swarm_results_source(bp, ctx.swarm) if not ctx.val_path else None
-    if discovered is not None:
-        file_summary, where = discovered.summary()
-        sources.append(where)
-    elif ctx.val_path and Path(ctx.val_path).exists():
-        offset = own_offset(ctx.val_path, ctx.val_start)
-        file_summary = parse_own_results(ctx.val_path, ctx.val_start)
-        what = "the blueprint's `[exp_val_result_path]`" if ctx.swarm else "the YAML's results file"
-        if ctx.val_chosen:
-            where = f"the runner's own results file `{ctx.val_path}`"
-        elif offset:
-            where = (f"`{ctx.val_path}` ({what}), only the lines written after launch: "
-                     f"its first {offset} bytes were already there and belong to earlier runs")
-        else:
-            where = f"`{ctx.val_path}` ({what}, new or emptied since launch)"
-        sources.append(f"{where}: {len(file_summary.evaluations)} evaluation(s)")
-    elif not ctx.val_path and Path(bp.exp_result_dir).exists():
-        files = find_result_files(bp.exp_result_dir)  # previous/ (earlier runs) is never searched
-        if files:
-            file_summary = parse_val_files(files)
-            sources.append("results files found in the result dir: "
-                           + ", ".join(f"`{f}`" for f in files))
+    file_summary, where = _file_results(bp, ctx)
+    sources = [where] if where else []
     console = attempt_evaluations(ctx.attempts)  # kept by the watcher: no log is parsed again here
-    log_summary = summarize(console) if console else None
-    summary = merge_file_and_log(file_summary, log_summary)
-    if console:
-        have = {e.step for e in file_summary.evaluations} if file_summary else set()
-        used = sorted({e.step for e in console} - have)
-        if used:
-            steps = ", ".join(str(s) for s in used[:12]) + (" …" if len(used) > 12 else "")
-            sources.append(f"the console log (verl's `step:N - …` validation rows and `Initial/Final validation "
-                           f"metrics`): step(s) {steps}")
+    summary = merge_file_and_log(file_summary, summarize(console) if console else None)
+    sources += _console_source(console, file_summary)
     if not sources:
         sources.append("no results file and no validation line in the console log")
     return (summary if summary.evaluations else None), "; ".join(sources)
+
+
+def _console_source(console: list[Any], file_summary: ResultSummary | None) -> list[str]:
+    """The steps only the console log gave (the file wins where both have a step), as a source line."""
+    have = {e.step for e in file_summary.evaluations} if file_summary else set()
+    used = sorted({e.step for e in console} - have)
+    if not used:
+        return []
+    steps = ", ".join(str(s) for s in used[:12]) + (" …" if len(used) > 12 else "")
+    return [f"the console log (verl's `step:N - …` validation rows and `Initial/Final validation "
+            f"metrics`): step(s) {steps}"]
+
+
+def _file_results(bp: Blueprint, ctx: Context) -> tuple[ResultSummary | None, str]:
+    """The results file's evaluations and where they came from ("" when there is no file).
+
+    In order: a swarm's discovered results, the configured file (this run's part of it), or the
+    results files found in the result dir when no file is configured.
+    """
+    discovered = swarm_results_source(bp, ctx.swarm) if not ctx.val_path else None
+    if discovered is not None:
+        return discovered.summary()
+    if ctx.val_path and Path(ctx.val_path).exists():
+        file_summary = parse_own_results(ctx.val_path, ctx.val_start)
+        return file_summary, f"{_own_file_source(ctx)}: {len(file_summary.evaluations)} evaluation(s)"
+    if not ctx.val_path and Path(bp.exp_result_dir).exists():
+        files = find_result_files(bp.exp_result_dir)  # previous/ (earlier runs) is never searched
+        if files:
+            return parse_val_files(files), "results files found in the result dir: " + ", ".join(
+                f"`{f}`" for f in files)
+    return None, ""
+
+
+def _own_file_source(ctx: Context) -> str:
+    """Which results file this is and which part of it counts (the lines written after launch)."""
+    if ctx.val_chosen:
+        return f"the runner's own results file `{ctx.val_path}`"
+    what = "the blueprint's `[exp_val_result_path]`" if ctx.swarm else "the YAML's results file"
+    offset = own_offset(ctx.val_path, ctx.val_start)
+    if offset:
+        return (f"`{ctx.val_path}` ({what}), only the lines written after launch: "
+                f"its first {offset} bytes were already there and belong to earlier runs")
+    return f"`{ctx.val_path}` ({what}, new or emptied since launch)"
 
 
 def _same_results_file(ctx: Context) -> bool:
@@ -106,37 +120,12 @@ def _same_results_file(ctx: Context) -> bool:
 def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle, ctx: Context, *, node: str,
                 watch: AttemptWatch | None, started_at: float | None, tmux_socket: str = "",
                 executor: str = "local", ran_on: str = "", attach: str = "") -> ReportData:
-    def by_attempt(summary: ResultSummary | None, curve: Curve | None, source: str
-                   ) -> tuple[ResultSummary | None, dict[tuple[int, str], int], str]:
-        """Over several attempts the stitched curve's evaluations, each with the attempt it came from."""
-        if curve is None or not ctx.attempts:
-            return summary, {}, source
-        if len(ctx.attempts) == 1:
-            return summary, {(e.step, e.dataset): ctx.attempts[0].number
-                             for e in (summary.evaluations if summary else [])}, source
-        if curve.superseded:
-            source += (f"; {len(curve.superseded)} evaluation(s) of earlier attempts superseded by a resume or a "
-                       "restart (results.json: superseded_evaluations)")
-        return curve.summary if curve.summary.evaluations else None, curve.attempt_of, source
-
-    def evaluations(summary: ResultSummary | None, attempt_of: dict[tuple[int, str], int]) -> list[dict[str, Any]]:
-        return [e.model_copy(update={"attempt": attempt_of.get((e.step, e.dataset))}).to_json()
-                for e in (summary.evaluations if summary else [])]
-
-    def log_tail() -> list[str]:
-        tail: list[str] = watch.scanner.tail(60) if watch else []
-        return tail if tail or not ctx.attempts else tail_file(ctx.attempts[-1].log_path, 60)
-
     for attempt in ctx.attempts:
         note_start(attempt)  # the experiment name, start step and checkpoint each attempt's log names
     summary, source = gather_results(bp, ctx)
-    discovered = not ctx.val_path and bool(ctx.swarm)
-    curve = None if discovered else attempt_curve(ctx, file_usable=_same_results_file(ctx))
-    summary, attempt_of, source = by_attempt(summary, curve, source)
-    steps = attempt_train_steps(ctx.attempts)  # the console's training rows (kept by the watcher)
-    if ctx.train_path and Path(ctx.train_path).exists():
-        steps |= {s.step for s in parse_train_file(ctx.train_path).steps}
-    several = curve is not None and len(ctx.attempts) > 1
+    curve = _curve(ctx)
+    summary, attempt_of, source = _by_attempt(ctx, summary, curve, source)
+    final, best = (summary.final, summary.best) if summary else ({}, {})
     return ReportData(
         id=exp_id, purpose=bp.exp_purpose, node=node,
         tmux_session=rec.tmux_session or session_name(bp.exp_purpose, exp_id), tmux_socket=tmux_socket,
@@ -150,17 +139,61 @@ def report_data(exp_id: str, bp: Blueprint, rec: ExperimentRecord, lc: Lifecycle
         preflight_changes=ctx.preflight_changes, preflight_problems=ctx.preflight_problems,
         preflight_env=ctx.preflight_env,
         repairs=list(ctx.repairs),
-        evaluations=evaluations(summary, attempt_of),
-        superseded_evaluations=curve.superseded if curve is not None and several else [],
+        evaluations=_evaluations(summary, attempt_of),
+        superseded_evaluations=curve.superseded if curve is not None and len(ctx.attempts) > 1 else [],
         attempt_starts=curve.lineage if curve is not None else [],
-        final=summary.final if summary else {}, best=summary.best if summary else {},
-        train_steps=len(steps), log_tail=log_tail(), history=lc.history,
+        final=final, best=best,
+        train_steps=len(_train_steps(ctx)), log_tail=_log_tail(watch, ctx), history=lc.history,
         results_source=source if ctx.attempts else "", previous_run=ctx.previous_run,
         nodes=list(ctx.gang.get("members") or []),
-        master={k: ctx.gang[k] for k in ("master_addr", "master_port", "nnodes") if k in ctx.gang},
-        swarm={k: ctx.swarm[k] for k in ("spec", "reused", "history") if k in ctx.swarm},
+        master=_picked(ctx.gang, ("master_addr", "master_port", "nnodes")),
+        swarm=_picked(ctx.swarm, ("spec", "reused", "history")),
         launch_command=bp.exp_launch_command, sweep=dict(bp.exp_sweep_values), stage=rec.stage,
     )
+
+
+def _curve(ctx: Context) -> Curve | None:
+    """The curve stitched across attempts; none for a swarm whose results were discovered, not configured."""
+    if not ctx.val_path and ctx.swarm:
+        return None
+    return attempt_curve(ctx, file_usable=_same_results_file(ctx))
+
+
+def _picked(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: d[k] for k in keys if k in d}
+
+
+def _by_attempt(ctx: Context, summary: ResultSummary | None, curve: Curve | None, source: str
+                ) -> tuple[ResultSummary | None, dict[tuple[int, str], int], str]:
+    """Over several attempts the stitched curve's evaluations, each with the attempt it came from."""
+    if curve is None or not ctx.attempts:
+        return summary, {}, source
+    if len(ctx.attempts) == 1:
+        return summary, {(e.step, e.dataset): ctx.attempts[0].number
+                         for e in (summary.evaluations if summary else [])}, source
+    if curve.superseded:
+        source += (f"; {len(curve.superseded)} evaluation(s) of earlier attempts superseded by a resume or a "
+                   "restart (results.json: superseded_evaluations)")
+    return curve.summary if curve.summary.evaluations else None, curve.attempt_of, source
+
+
+def _evaluations(summary: ResultSummary | None, attempt_of: dict[tuple[int, str], int]) -> list[dict[str, Any]]:
+    return [e.model_copy(update={"attempt": attempt_of.get((e.step, e.dataset))}).to_json()
+            for e in (summary.evaluations if summary else [])]
+
+
+def _train_steps(ctx: Context) -> set[int]:
+    """The training steps logged: the console's rows (kept by the watcher) and the training file's."""
+    steps = attempt_train_steps(ctx.attempts)
+    if ctx.train_path and Path(ctx.train_path).exists():
+        steps |= {s.step for s in parse_train_file(ctx.train_path).steps}
+    return steps
+
+
+def _log_tail(watch: AttemptWatch | None, ctx: Context) -> list[str]:
+    """The watcher's last 60 lines, or the last attempt's log when the watcher has none."""
+    tail: list[str] = watch.scanner.tail(60) if watch else []
+    return tail if tail or not ctx.attempts else tail_file(ctx.attempts[-1].log_path, 60)
 
 
 def tail_file(path: str, lines: int) -> list[str]:

@@ -117,8 +117,6 @@ class PlotCanvas:
         rates = rate_metrics(points)
         charted = chart_metrics({m for e in points for m in e.metrics})
         datasets = list(dict.fromkeys(e.dataset for e in points))
-        steps = sorted({e.step for e in points if e.step is not None})
-
         attempts = list(dict.fromkeys(e.attempt for e in points))
 
         def series(dataset: str, metric: str, attempt: int | None) -> tuple[list[int], list[float]]:
@@ -155,6 +153,11 @@ class PlotCanvas:
                 draw_segment(dataset, attempt, style, k == 0)
         for attempt in [a for a in attempts[1:] if a is not None]:
             mark_start(attempt)
+        self._finish_axes(points)
+
+    def _finish_axes(self, points: list[Eval]) -> None:
+        """Each panel's window and legend, or a note that it has nothing to show."""
+        steps = sorted({e.step for e in points if e.step is not None})
         for ax, name in zip(self.axes, PANELS, strict=True):
             if len(steps) == 1:  # one evaluation: show it in a sensible window, not ±0.05 of a step
                 ax.set_xlim(steps[0] - 1, steps[0] + 1)

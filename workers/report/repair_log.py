@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from ajet_runner.resultdir.flag import atomic_write_text
 from ajet_runner.workers.report import (
@@ -41,21 +42,26 @@ SOURCES = {
 }
 
 
+def _preflight_changes(data: ReportData, changes: list[dict[str, Any]]) -> list[str]:
+    """Each setting the preflight changed, old → new with why, and the YAML the run used."""
+    kept = f" ({code_span(data.yaml_path)})" if data.yaml_path else ""
+    lines = [f"The preflight changed {len(changes)} setting(s); the original YAML{kept} was left as it was.", ""]
+    for ch in changes:
+        old = ch.get("old", "(unset)")
+        new = ch.get("new", "(unset)")
+        reason = md_cell(ch.get("reason", ""), 1000)
+        lines.append(f"- {code_span(ch.get('key', NA))}: {code_span(old)} → {code_span(new)}"
+                     + (f" — {reason}" if reason else ""))
+    if data.patched_yaml_path:
+        lines += ["", f"The run used {code_span(data.patched_yaml_path)}."]
+    return lines
+
+
 def _preflight(data: ReportData) -> list[str]:
     lines = ["## Before the first launch (preflight)", ""]
     changes = [c for c in data.preflight_changes if isinstance(c, dict)]
     if changes:
-        kept = f" ({code_span(data.yaml_path)})" if data.yaml_path else ""
-        lines += [f"The preflight changed {len(changes)} setting(s); the original YAML{kept}"
-                  " was left as it was.", ""]
-        for ch in changes:
-            old = ch.get("old", "(unset)")
-            new = ch.get("new", "(unset)")
-            reason = md_cell(ch.get("reason", ""), 1000)
-            lines.append(f"- {code_span(ch.get('key', NA))}: {code_span(old)} → {code_span(new)}"
-                         + (f" — {reason}" if reason else ""))
-        if data.patched_yaml_path:
-            lines += ["", f"The run used {code_span(data.patched_yaml_path)}."]
+        lines += _preflight_changes(data, changes)
     elif data.launcher_hidden:
         lines.append(f"No preflight change applied: {md_cell(data.launcher_hidden, 1000)}.")
     else:
@@ -72,17 +78,36 @@ def _attempt(data: ReportData, number: int) -> AttemptInfo | None:
     return next((a for a in data.attempts if a.number == number), None)
 
 
-def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
+def _failure_when(data: ReportData, record: RepairRecord) -> str:
+    """When the failure was recorded, and how long after the first launch."""
     when = fmt_time(record.at)
     start = finite(data.started_at)
     at = finite(record.at)
     if start is not None and at is not None and at >= start:
         when += f" ({fmt_duration(at - start)} after the first launch)"
-    lines = [f"### {index}. Attempt {record.attempt} failed — {when}", ""]
+    return when
+
+
+def _attempt_end(data: ReportData, record: RepairRecord) -> list[str]:
     attempt = _attempt(data, record.attempt)
-    if attempt is not None:
-        exit_code = NA if attempt.exit_code is None else str(attempt.exit_code)
-        lines.append(f"- **Attempt end:** {md_cell(attempt.end_reason or NA)} (exit code {exit_code})")
+    if attempt is None:
+        return []
+    exit_code = NA if attempt.exit_code is None else str(attempt.exit_code)
+    return [f"- **Attempt end:** {md_cell(attempt.end_reason or NA)} (exit code {exit_code})"]
+
+
+def _same_inputs(record: RepairRecord) -> str:
+    """Why the result names an earlier attempt: the next one would repeat it, or waited and repeated it."""
+    if record.identical_to is None:
+        return ""
+    if record.relaunched:
+        return f" (unchanged after a wait: the cause is transient; same inputs as attempt {record.identical_to})"
+    return f" (the next attempt would have repeated attempt {record.identical_to} exactly)"
+
+
+def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
+    lines = [f"### {index}. Attempt {record.attempt} failed — {_failure_when(data, record)}", ""]
+    lines += _attempt_end(data, record)
     diagnosis = code_span(record.signature or "unknown")
     if record.explanation.strip():
         diagnosis += f" — {md_cell(record.explanation, 1000)}"
@@ -91,16 +116,18 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
         f"- **Diagnosis:** {diagnosis}",
         f"- **Source of the fix:** {md_cell(source)}"
         + (f" ({SOURCES[source]})" if source in SOURCES else ""),
-        f"- **Result:** {md_cell(record.result or NA)}"
-        + (f" (the next attempt would have repeated attempt {record.identical_to} exactly)"
-           if record.identical_to is not None and not record.relaunched else "")
-        + (f" (unchanged after a wait: the cause is transient; same inputs as attempt {record.identical_to})"
-           if record.identical_to is not None and record.relaunched else ""),
+        f"- **Result:** {md_cell(record.result or NA)}{_same_inputs(record)}",
         f"- **What happened next:** {repair_next(data, record)}",
         "",
     ]
     if record.source == "adviser":
         lines += _advice(record)
+    return lines + _failure_evidence(record)
+
+
+def _failure_evidence(record: RepairRecord) -> list[str]:
+    """The log excerpt, what the runner changed or considered, and the YAML diff."""
+    lines: list[str] = []
     if record.log_excerpt.strip():
         lines += ["Log excerpt:", "", *fenced(record.log_excerpt), ""]
     else:
@@ -122,17 +149,23 @@ def _advice(record: RepairRecord) -> list[str]:
     verdict = {"advised": "accepted", "refused": "refused by the runner", "declined": "no fix proposed",
                "no answer": "no usable answer"}.get(record.advice_result, record.advice_result or NA)
     lines = [f"Advised by {code_span(record.advised_by or NA)}{took} — {md_cell(verdict)}.", ""]
-    if record.advice_diagnosis.strip():
-        lines += [f"- **Adviser's diagnosis:** {md_cell(record.advice_diagnosis, 1000)}"]
-    if record.rationale.strip():
-        lines += [f"- **Rationale:** {md_cell(record.rationale, 2000)}"]
-    if record.advice:
-        lines += ["- **Proposed changes:**"] + [f"  - {md_cell(c, 500)}" for c in record.advice]
-    if record.refused:
-        lines += ["- **Refused because:**"] + [f"  - {md_cell(r, 1000)}" for r in record.refused]
+    lines += _note("Adviser's diagnosis", record.advice_diagnosis, 1000)
+    lines += _note("Rationale", record.rationale, 2000)
+    lines += _bullets("Proposed changes", record.advice, 500)
+    lines += _bullets("Refused because", record.refused, 1000)
     if record.suggestion:
         lines += [f"- **Catalogue:** {md_cell(record.suggestion, 600)}"]
     return lines + [""]
+
+
+def _note(label: str, text: str, limit: int) -> list[str]:
+    """`- **label:** text`, or nothing for a blank text."""
+    return [f"- **{label}:** {md_cell(text, limit)}"] if text.strip() else []
+
+
+def _bullets(label: str, items: list[str], limit: int) -> list[str]:
+    """`- **label:**` with one indented bullet per item, or nothing for no items."""
+    return [f"- **{label}:**"] + [f"  - {md_cell(item, limit)}" for item in items] if items else []
 
 
 def _guarded(render: Callable[[], list[str]], heading: str) -> list[str]:

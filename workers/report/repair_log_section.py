@@ -3,7 +3,9 @@ restarted and stopped, so a reader sees that a repair restarted it before relaun
 
 from __future__ import annotations
 
-from ajet_runner.workers.report import NA, ReportData, code_span, fmt_duration, fmt_time, md_cell
+from typing import Any
+
+from ajet_runner.workers.report import NA, RepairRecord, ReportData, code_span, fmt_duration, fmt_time, md_cell
 
 __all__ = ["swarm_server_section"]
 
@@ -28,6 +30,20 @@ def _entry(h: dict) -> str:
     return f"- {when}: {md_cell(str(h))}"
 
 
+def _failure_event(rep: RepairRecord) -> dict[str, Any]:
+    """A swarm failure as an entry of the server's history, in time order with the rest."""
+    return {"at": rep.at, "what": "failure", "text": (
+        f"attempt {rep.attempt} failed: {code_span(rep.signature)} — {md_cell(rep.explanation, 600)}"
+        f" ({md_cell(rep.result or NA)})")}
+
+
+def _events(data: ReportData) -> list[dict[str, Any]]:
+    """The server's history and the swarm failures, in time order."""
+    events = [dict(h) for h in (data.swarm or {}).get("history") or [] if isinstance(h, dict)]
+    events += [_failure_event(rep) for rep in data.repairs if rep.signature.startswith("swarm_")]
+    return sorted(events, key=lambda h: float(h.get("at") or 0.0))
+
+
 def swarm_server_section(data: ReportData) -> list[str]:
     """Lines of the section; empty for a classic experiment."""
     swarm = data.swarm or {}
@@ -36,13 +52,7 @@ def swarm_server_section(data: ReportData) -> list[str]:
     spec = swarm["spec"]
     lines = ["## Swarm server", "",
              f"Command {code_span(spec.get('server_command', NA))}, port {spec.get('port')}.", ""]
-    events = [dict(h) for h in swarm.get("history") or [] if isinstance(h, dict)]
-    for rep in data.repairs:
-        if rep.signature.startswith("swarm_"):
-            events.append({"at": rep.at, "what": "failure", "text": (
-                f"attempt {rep.attempt} failed: {code_span(rep.signature)} — {md_cell(rep.explanation, 600)}"
-                f" ({md_cell(rep.result or NA)})")})
-    events.sort(key=lambda h: float(h.get("at") or 0.0))
+    events = _events(data)
     for h in events:
         lines.append(f"- {fmt_time(h.get('at'))}: {h['text']}" if h.get("what") == "failure" else _entry(h))
     if not events:

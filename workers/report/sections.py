@@ -55,39 +55,53 @@ class ReportContext:
         return (end if end is not None else self.now) - start
 
 
+def _purpose(d: ReportData) -> list[str]:
+    """The submitter's purpose as a quote above the summary table."""
+    if not d.purpose.strip():
+        return []
+    return [f"> {clean(line)}".rstrip() for line in d.purpose.strip().splitlines()] + [""]
+
+
+def _tmux_cell(d: ReportData) -> str:
+    """The session and the command that attaches to it, as the console shows it."""
+    if not d.tmux_session:
+        return NA
+    sock = f"-S {shlex.quote(d.tmux_socket)} " if d.tmux_socket else ""
+    where = f" on {md_cell(d.node)}" if d.node else ""
+    attach = d.attach or f"tmux {sock}attach -t {shlex.quote(d.tmux_session)}"
+    return f"{code_span(d.tmux_session)} (attach{where}: {code_span(attach)})"
+
+
+def _elapsed_cell(c: ReportContext) -> str:
+    if c.data.started_at is None:
+        return "never launched"
+    return fmt_duration(c.elapsed) + ("" if c.data.finished_at is not None else " (not finished)")
+
+
+def _limit_cell(c: ReportContext) -> str:
+    """The time limit and how much of it the run used."""
+    limit = fmt_limit(c.data.max_seconds) if c.data.max_seconds else "none"
+    used = finite(c.elapsed)
+    if used is not None and (max_seconds := finite(c.data.max_seconds)):
+        limit += f" ({100 * used / max_seconds:.0f}% used)"
+    return limit
+
+
 def _summary(c: ReportContext) -> list[str]:
     d = c.data
-    lines: list[str] = []
-    if d.purpose.strip():
-        lines += [f"> {clean(line)}".rstrip() for line in d.purpose.strip().splitlines()] + [""]
     outcome = f"**{md_cell(d.outcome or 'unknown')}**" + (f" — {md_cell(d.reason, 600)}" if d.reason else "")
-    if d.tmux_session:
-        sock = f"-S {shlex.quote(d.tmux_socket)} " if d.tmux_socket else ""  # as the console shows it
-        where = f" on {md_cell(d.node)}" if d.node else ""
-        attach = d.attach or f"tmux {sock}attach -t {shlex.quote(d.tmux_session)}"
-        tmux = f"{code_span(d.tmux_session)} (attach{where}: {code_span(attach)})"
-    else:
-        tmux = NA
-    if d.started_at is None:
-        elapsed = "never launched"
-    else:
-        elapsed = fmt_duration(c.elapsed) + ("" if d.finished_at is not None else " (not finished)")
-    limit = fmt_limit(d.max_seconds) if d.max_seconds else "none"
-    used = finite(c.elapsed)
-    if used is not None and (max_seconds := finite(d.max_seconds)):
-        limit += f" ({100 * used / max_seconds:.0f}% used)"
     repairs = f"{repair_summary(d)} (see [{REPAIR_LOG_NAME}]({REPAIR_LOG_NAME}))"
     rows = [
         ["Experiment", code_span(d.id)],
         ["Outcome", outcome],
         ["Node", md_cell(d.node or NA)],
         *([["Ran on", md_cell(d.ran_on)]] if d.ran_on else []),
-        ["tmux session", tmux],
+        ["tmux session", _tmux_cell(d)],
         ["Created", fmt_time(d.created_at)],
         ["Started", fmt_time(d.started_at) if d.started_at is not None else "never launched"],
         ["Finished", fmt_time(d.finished_at)],
-        ["Elapsed", elapsed],
-        ["Time limit", limit],
+        ["Elapsed", _elapsed_cell(c)],
+        ["Time limit", _limit_cell(c)],
         ["Attempts", str(len(d.attempts))],
         ["Failures and repairs", repairs],
         ["Evaluations", str(len(c.evals))],
@@ -101,7 +115,7 @@ def _summary(c: ReportContext) -> list[str]:
     if d.previous_run:
         rows.append(["Previous run", f"[{md_cell(d.previous_run)}]({d.previous_run}/) (an earlier run's files, "
                                      "moved aside before this one started)"])
-    return lines + table(["", ""], rows)
+    return _purpose(d) + table(["", ""], rows)
 
 
 def _headline(c: ReportContext) -> list[str]:
@@ -189,15 +203,37 @@ def _superseded(gone: list[dict[str, Any]]) -> list[str]:
             + (" …" if len(gone) > 12 else "") + " (all in results.json: superseded_evaluations)."]
 
 
-def _best_final(c: ReportContext) -> list[str]:
+def _final(c: ReportContext) -> dict[str, Any]:
+    """The parser's final values, or the newest evaluation when it gave nothing."""
     final = c.data.final or {}
-    if not final and c.evals:  # the parser gave nothing: fall back to the newest evaluation
+    if not final and c.evals:
         last = c.evals[-1]
         final = {"step": last.step, "dataset": last.dataset, "metrics": last.metrics}
+    return final
+
+
+def _final_metrics(final: dict[str, Any]) -> dict[str, Any]:
+    """The metric values of `final`: its `metrics` map, or (older shape) its numeric top-level keys."""
     given = final.get("metrics")
-    f_metrics: dict[str, Any] = given if isinstance(given, dict) else {
-        k: v for k, v in final.items() if k not in ("step", "dataset") and number(v) is not None
-    }
+    if isinstance(given, dict):
+        return given
+    return {k: v for k, v in final.items() if k not in ("step", "dataset") and number(v) is not None}
+
+
+def _best_final_row(name: str, f_metrics: dict[str, Any], best: dict[str, Any]) -> list[str]:
+    b = best.get(name)
+    b_value, b_step = (b.get("value"), b.get("step")) if isinstance(b, dict) else (b, None)
+    return [
+        code_span(name),
+        fmt_value(f_metrics.get(name), name) if name in f_metrics else NA,
+        fmt_value(b_value, name) if name in best else NA,
+        str(b_step) if b_step is not None else NA,
+    ]
+
+
+def _best_final(c: ReportContext) -> list[str]:
+    final = _final(c)
+    f_metrics = _final_metrics(final)
     best = c.data.best or {}
     if not f_metrics and not best:
         return ["No final or best values were recorded."]
@@ -207,20 +243,7 @@ def _best_final(c: ReportContext) -> list[str]:
         if final.get("dataset"):
             where += f", dataset {code_span(final.get('dataset'))}"
         lines += [f"Final values are from {where}. Best values are the highest seen, with their step.", ""]
-    names = list(dict.fromkeys([*f_metrics, *best]))
-    rows = []
-    for name in names:
-        b = best.get(name)
-        if isinstance(b, dict):
-            b_value, b_step = b.get("value"), b.get("step")
-        else:
-            b_value, b_step = b, None
-        rows.append([
-            code_span(name),
-            fmt_value(f_metrics.get(name), name) if name in f_metrics else NA,
-            fmt_value(b_value, name) if name in best else NA,
-            str(b_step) if b_step is not None else NA,
-        ])
+    rows = [_best_final_row(name, f_metrics, best) for name in dict.fromkeys([*f_metrics, *best])]
     return lines + table(["metric", "final", "best", "best at step"], rows)
 
 
@@ -314,10 +337,7 @@ def _start_cell(a: AttemptInfo, start: dict[str, Any] | None) -> str:
 def _nodes(c: ReportContext) -> list[str]:
     """A multi-node run: every node with its rank, GPUs, tmux session and log (rank 0 = the head)."""
     d = c.data
-    rows = [[str(m.get("rank", "")), md_cell(m.get("node") or NA) + (" (head)" if m.get("rank") == 0 else ""),
-             md_cell(",".join(str(g) for g in m.get("gpus") or []) or NA), code_span(m.get("session") or NA),
-             path_link(str(m.get("log") or ""), d.result_dir) if m.get("log") else NA,
-             md_cell(m.get("state") or NA)] for m in d.nodes]
+    rows = [_node_row(m, d.result_dir) for m in d.nodes]
     lines = table(["rank", "node", "GPUs", "tmux session", "log (last attempt)", "state"], rows)
     if d.master:
         lines += ["", f"MASTER_ADDR={code_span(d.master.get('master_addr'))}, "
@@ -326,8 +346,20 @@ def _nodes(c: ReportContext) -> list[str]:
     return lines
 
 
+def _node_row(m: dict[str, Any], result_dir: str) -> list[str]:
+    return [str(m.get("rank", "")), md_cell(m.get("node") or NA) + (" (head)" if m.get("rank") == 0 else ""),
+            md_cell(",".join(str(g) for g in m.get("gpus") or []) or NA), code_span(m.get("session") or NA),
+            path_link(str(m.get("log") or ""), result_dir) if m.get("log") else NA,
+            md_cell(m.get("state") or NA)]
+
+
 def _preflight(c: ReportContext) -> list[str]:
     d = c.data
+    return _preflight_changes(d) + _preflight_problems(d) + _preflight_decisions(d)
+
+
+def _preflight_changes(d: ReportData) -> list[str]:
+    """What the preflight changed in the YAML, or why it changed nothing."""
     lines: list[str] = []
     if d.preflight_changes:
         rows = [[code_span(ch.get("key", NA)), code_span(ch.get("old", "(unset)")),
@@ -339,17 +371,26 @@ def _preflight(c: ReportContext) -> list[str]:
         lines.append(f"No preflight change applied: {md_cell(d.launcher_hidden, 1000)}.")
     else:
         lines.append("The preflight changed nothing.")
-    if d.preflight_problems:
-        lines += ["", "Problems found:", ""]
-        lines += [f"- **{md_cell(p.get('level', '?'))}** {code_span(p.get('field', '?'))}: "
-                  f"{md_cell(p.get('message', ''), 600)}" for p in d.preflight_problems if isinstance(p, dict)]
-    decisions = [x for x in (d.preflight_env or {}).get("decisions", []) if isinstance(x, dict)]
-    if decisions:
-        where = md_cell((d.preflight_env or {}).get("environment", "") or NA)
-        lines += ["", f"Decisions that read the environment ({where}):", ""]
-        lines += [f"- {code_span(x.get('variable', '?'))} {'set' if x.get('is_set') else 'not set'}: "
-                  f"{md_cell(x.get('decision', ''))}" for x in decisions]
     return lines
+
+
+def _preflight_problems(d: ReportData) -> list[str]:
+    if not d.preflight_problems:
+        return []
+    return ["", "Problems found:", ""] + [
+        f"- **{md_cell(p.get('level', '?'))}** {code_span(p.get('field', '?'))}: {md_cell(p.get('message', ''), 600)}"
+        for p in d.preflight_problems if isinstance(p, dict)]
+
+
+def _preflight_decisions(d: ReportData) -> list[str]:
+    """The preflight's decisions that depended on the environment (a variable set or not)."""
+    decisions = [x for x in (d.preflight_env or {}).get("decisions", []) if isinstance(x, dict)]
+    if not decisions:
+        return []
+    where = md_cell((d.preflight_env or {}).get("environment", "") or NA)
+    return ["", f"Decisions that read the environment ({where}):", ""] + [
+        f"- {code_span(x.get('variable', '?'))} {'set' if x.get('is_set') else 'not set'}: "
+        f"{md_cell(x.get('decision', ''))}" for x in decisions]
 
 
 def _repairs(c: ReportContext) -> list[str]:

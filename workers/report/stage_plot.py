@@ -80,26 +80,35 @@ def _band(points: list[list[float]], low: int, high: int) -> list[tuple[float, f
     return [(p[0], p[low]) for p in points] + [(p[0], p[high]) for p in reversed(points)]
 
 
-def _panel(ax: Any, chart: StageChart) -> None:
-    """One metric's panel. Every band (the rest's, each group's) is one polygon of one collection, and the legend
-    is given its entries: 9 `fill_between` calls and the legend's search of the axes' artists were a fifth of
-    the drawing."""
+def _draw_bands(ax: Any, chart: StageChart, order: list[Any]) -> None:
+    """The rest's band and each group's band, as the polygons of one collection."""
     from matplotlib.collections import PolyCollection
     from matplotlib.colors import to_rgba
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
 
-    order = sorted(reversed(chart.shown), key=lambda s: bool(s.dash))  # the best last; a tie dashed on top
     bands = [(_band(chart.rest_band, 1, 2), to_rgba(REST_COLOUR, 0.25))] if chart.rest_band else []
     bands += [(_band(s.points, 2, 3), to_rgba(s.colour, 0.15)) for s in order if s.band]
     if bands:
         ax.add_collection(PolyCollection([b[0] for b in bands], facecolors=[b[1] for b in bands], linewidths=0))
-    entries = []
-    for s in order:
-        (line,) = ax.plot([p[0] for p in s.points], [p[1] for p in s.points], color=s.colour,
-                          linestyle=_dashes(s.dash), linewidth=1.8, marker="o" if len(s.points) <= 30 else None,
-                          markersize=3)
-        entries.append((line, _label(s)))
+
+
+def _draw_curve(ax: Any, s: Any) -> Any:
+    """One shown curve (markers when it has few points); its line for the legend."""
+    (line,) = ax.plot([p[0] for p in s.points], [p[1] for p in s.points], color=s.colour,
+                      linestyle=_dashes(s.dash), linewidth=1.8, marker="o" if len(s.points) <= 30 else None,
+                      markersize=3)
+    return line
+
+
+def _panel(ax: Any, chart: StageChart) -> None:
+    """One metric's panel. Every band (the rest's, each group's) is one polygon of one collection, and the legend
+    is given its entries: 9 `fill_between` calls and the legend's search of the axes' artists were a fifth of
+    the drawing."""
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    order = sorted(reversed(chart.shown), key=lambda s: bool(s.dash))  # the best last; a tie dashed on top
+    _draw_bands(ax, chart, order)
+    entries = [(_draw_curve(ax, s), _label(s)) for s in order]
     entries.reverse()  # best first, the rest's band last
     if chart.rest_band:
         entries.append((Patch(facecolor=REST_COLOUR, alpha=0.25, linewidth=0), _short(chart.rest_label)))
@@ -137,6 +146,11 @@ def digest_of(path: Path) -> str:
     return value.decode("ascii", "replace") if len(value) == 64 else ""
 
 
+def _ascii_only(comparison: StageComparison, charts: list[StageChart]) -> bool:
+    """Every text drawn (the stage's name, the curves' labels) is ASCII."""
+    return all(text.isascii() for chart in charts for text in [comparison.stage, *(s.label for s in chart.shown)])
+
+
 def render_stage_png(comparison: StageComparison, digest: str = "") -> bytes | None:
     """The PNG (`digest` in a text chunk, see write_stage_plot), or None when no experiment has a curve."""
     metrics = plotted_metrics(comparison)
@@ -148,7 +162,7 @@ def render_stage_png(comparison: StageComparison, digest: str = "") -> bytes | N
     from matplotlib.figure import Figure
 
     charts = [stage_chart(comparison, m) for m in metrics]
-    if any(not text.isascii() for chart in charts for text in [comparison.stage, *(s.label for s in chart.shown)]):
+    if not _ascii_only(comparison, charts):
         use_installed_fonts()  # CJK fallback fonts only when a label needs them (each is a 20 MB font file)
     cols = min(2, len(metrics))
     rows = -(-len(metrics) // cols)

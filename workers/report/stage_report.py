@@ -16,7 +16,7 @@ from typing import Any
 from ajet_runner.resultdir.confined import open_dir
 from ajet_runner.resultdir.flag import atomic_write_text, iso_utc, remove_file
 from ajet_runner.resultdir.stage_series import TOP_N
-from ajet_runner.statemachine.comparison.compare import StageComparison
+from ajet_runner.statemachine.comparison.compare import Ranked, Row, StageComparison
 from ajet_runner.statemachine.lifecycle import FINISHED
 from ajet_runner.workers.report.markdown import code_span, fmt_duration, fmt_value, md_cell, table
 from ajet_runner.workers.report.stage_plot import STAGE_PLOT_NAME, write_stage_plot
@@ -68,23 +68,29 @@ def _range(low: float | None, high: float | None) -> str:
     return "n/a" if low is None or high is None else f"{fmt_value(low)} – {fmt_value(high)}"
 
 
-def _differs_section(c: StageComparison) -> list[str]:
-    lines = ["## What differs", ""]
-    compared, seeds = c.compared_keys, c.seed_keys
+def _key_values(c: StageComparison, key: str) -> str:
+    """The distinct values one key took across the stage's experiments, in order."""
+    return ", ".join(code_span(v) for v in dict.fromkeys(r.differs.get(key, "n/a") for r in c.rows))
+
+
+def _differences(c: StageComparison) -> list[str]:
+    """One line per differing key (seeds marked) and one for the launch command."""
+    lines: list[str] = []
     if not c.differing_keys and not c.command_differs:
         lines.append("Nothing: every experiment was given the same YAML values and the same launch command"
                      + (" (as far as could be read here)." if c.unknown_config or c.unknown_command else "."))
-    for key in compared:
-        values = list(dict.fromkeys(r.differs.get(key, "n/a") for r in c.rows))
-        lines.append(f"- {code_span(key)}: {', '.join(code_span(v) for v in values)}")
-    for key in seeds:
-        values = list(dict.fromkeys(r.differs.get(key, "n/a") for r in c.rows))
-        lines.append(f"- {code_span(key)} (a seed: experiments that differ only in it are repeats): "
-                     f"{', '.join(code_span(v) for v in values)}")
+    lines += [f"- {code_span(key)}: {_key_values(c, key)}" for key in c.compared_keys]
+    lines += [f"- {code_span(key)} (a seed: experiments that differ only in it are repeats): {_key_values(c, key)}"
+              for key in c.seed_keys]
     if c.command_differs:
         lines.append("- the launch command: its differing part is in the table below")
     elif not c.unknown_command:
         lines.append("- the launch command is the same for every experiment")
+    return lines
+
+
+def _differs_section(c: StageComparison) -> list[str]:
+    lines = ["## What differs", "", *_differences(c)]
     lines += ["", "Compared: each experiment's YAML as it was given (`config.original.yaml` in its result dir) with "
               "its sweep values. The runner's own changes — results files and checkpoint dirs in the result dir, "
               "each experiment's own name, its preflight fixes — are the same rule for every experiment and are "
@@ -146,26 +152,32 @@ def _ranking(c: StageComparison) -> list[str]:
                   "them all.)", ""]
     by_id = {r.id: r for r in c.rows}
     for title, ranked in (("final value", c.ranking_final), ("best value", c.ranking_best)):
-        rows = []
-        for item in ranked:
-            row = by_id[item.id]
-            rank = "–" if item.rank is None else f"={item.rank}" if item.tied else str(item.rank)
-            rows.append([rank, code_span(item.id),
-                         *(code_span(row.differs.get(k, "n/a")) for k in keys), _outcome(row),
-                         fmt_value(item.value) if item.value is not None else f"no {c.metric} recorded",
-                         str(item.step) if item.step is not None else "n/a"])
+        rows = [_ranking_row(c, item, by_id[item.id], keys) for item in ranked]
         lines += [f"By {title} (`=N`: tied with another run at the shown precision):", "",
                   *table(["rank", "id", *keys, "outcome", c.metric, "step"], rows), ""]
-    if c.repeat_groups:
-        lines += [f"Repeats (experiments that differ only in {', '.join(code_span(k) for k in c.seed_keys)}), "
-                  f"best group first:", ""]
-        rows = [[md_cell(g.label), ", ".join(code_span(m) for m in g.members), str(g.counted),
-                 _plus_minus(g.final_mean, g.final_std), _range(g.final_min, g.final_max),
-                 _plus_minus(g.best_mean, g.best_std), _range(g.best_min, g.best_max)] for g in c.repeat_groups]
-        lines += table(["shared values", "experiments", "with a value", f"final {c.metric} mean ± sd", "range",
-                        f"best {c.metric} mean ± sd", "range"], rows)
-        lines.append("")
-    return lines
+    return lines + _repeats(c)
+
+
+def _ranking_row(c: StageComparison, item: Ranked, row: Row, keys: list[str]) -> list[str]:
+    rank = "–" if item.rank is None else f"={item.rank}" if item.tied else str(item.rank)
+    return [rank, code_span(item.id),
+            *(code_span(row.differs.get(k, "n/a")) for k in keys), _outcome(row),
+            fmt_value(item.value) if item.value is not None else f"no {c.metric} recorded",
+            str(item.step) if item.step is not None else "n/a"]
+
+
+def _repeats(c: StageComparison) -> list[str]:
+    """The repeat groups (runs that differ only in their seeds): mean ± sd and range of the final and best."""
+    if not c.repeat_groups:
+        return []
+    lines = [f"Repeats (experiments that differ only in {', '.join(code_span(k) for k in c.seed_keys)}), "
+             f"best group first:", ""]
+    rows = [[md_cell(g.label), ", ".join(code_span(m) for m in g.members), str(g.counted),
+             _plus_minus(g.final_mean, g.final_std), _range(g.final_min, g.final_max),
+             _plus_minus(g.best_mean, g.best_std), _range(g.best_min, g.best_max)] for g in c.repeat_groups]
+    lines += table(["shared values", "experiments", "with a value", f"final {c.metric} mean ± sd", "range",
+                    f"best {c.metric} mean ± sd", "range"], rows)
+    return [*lines, ""]
 
 
 def _not_succeeded(c: StageComparison, base: str) -> list[str]:

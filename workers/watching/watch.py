@@ -209,12 +209,16 @@ class AttemptWatch:
             if time.monotonic() >= deadline:
                 break
         self.behind = self.offset < end
+        self._note_cause(now)
+        return found
+
+    def _note_cause(self, now: float) -> None:
+        """A new candidate cause (or none): its settle starts now."""
         live = self.scanner.live_cause
         key = (live.signature, live.line) if live is not None else None
-        if key != self.cause_key:  # a new candidate (or none): its settle starts now
+        if key != self.cause_key:
             self.cause_key = key
             self.cause_seen_at = now if key is not None else None
-        return found
 
     def _log_fd(self, st: os.stat_result) -> int | None:
         """The log, kept open between ticks (a tick is a stat and a pread, not an open and a close);
@@ -315,8 +319,7 @@ class AttemptWatch:
         self._saved_bytes = read
         self.last_output_at = float(state.get("last_output_at") or self.last_output_at)
         self.cause_seen_at = state.get("cause_seen_at")
-        key = state.get("cause_key")
-        self.cause_key = (str(key[0]), int(key[1])) if isinstance(key, list) and len(key) == 2 else None
+        self.cause_key = _cause_key(state.get("cause_key"))
         self.last_eval_at = state.get("last_eval_at")
         self.skipped_bytes = int(state.get("skipped_bytes") or 0)
         self.unscanned = [dict(r) for r in state.get("unscanned") or [] if isinstance(r, dict)]
@@ -325,23 +328,7 @@ class AttemptWatch:
     def read_results(self, now: float) -> list[Evaluation]:
         """Merge the validation file (re-parsed when its size or mtime changed) with the console
         evaluations seen so far; return the evaluations that are new or changed."""
-        changed = False
-        if self.val_source is not None:
-            stamp = self.val_source.stamp()
-            if stamp != self._val_stamp:
-                self._val_stamp = stamp
-                self.file_summary, _ = self.val_source.summary()
-                changed = True
-        elif self.val_path is not None:
-            try:
-                st = os.stat(self.val_path)
-            except OSError:
-                st = None
-            stamp = (st.st_size, st.st_mtime_ns, st.st_ino) if st else None
-            if st is not None and stamp != self._val_stamp:
-                self._val_stamp = stamp
-                self.file_summary = parse_own_results(self.val_path, self.val_start)
-                changed = True
+        changed = self._read_results_file()
         if self.log_metrics.records != self._log_records:
             self._log_records = self.log_metrics.records
             changed = True
@@ -355,12 +342,40 @@ class AttemptWatch:
             self.last_eval_at = now
         return new
 
+    def _read_results_file(self) -> bool:
+        """Re-read the results (a swarm's discovered source, or this run's part of the file) when they
+        changed since the last look; whether they did."""
+        if self.val_source is not None:
+            stamp = self.val_source.stamp()
+            if stamp == self._val_stamp:
+                return False
+            self._val_stamp = stamp
+            self.file_summary, _ = self.val_source.summary()
+            return True
+        if self.val_path is None:
+            return False
+        try:
+            st = os.stat(self.val_path)
+        except OSError:
+            return False
+        stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+        if stamp == self._val_stamp:
+            return False
+        self._val_stamp = stamp
+        self.file_summary = parse_own_results(self.val_path, self.val_start)
+        return True
+
     def alive(self, runner: Runner) -> bool:
         return runner.is_running(self.handle)
 
     def exit_code(self, runner: Runner, wait: float = 6.0) -> int | None:
         """The recorded exit code; the wrapper writes it a moment after the process ends."""
         return runner.wait_for_exit(self.handle, wait) if wait > 0 else runner.exit_code(self.handle)
+
+
+def _cause_key(key: Any) -> tuple[str, int] | None:
+    """A checkpoint's cause key ([signature, line]) back as a tuple; None when absent or malformed."""
+    return (str(key[0]), int(key[1])) if isinstance(key, list) and len(key) == 2 else None
 
 
 def monotonic_to_wall(mono: float) -> float:

@@ -72,12 +72,7 @@ def handle(d: Drive) -> bool:
     # The plot drawn while the run was watched: pasted with its title if still exact, else drawn again —
     # after finish.flag, so only asked for then.
     failure = finish_result_dir(result_dir, d.id, d.lc.outcome, make_data, d.plot_ahead.background)
-    if d.gang is not None:
-        d.journal.call(d.gang.release)  # every node's GPUs of the gang at once
-    elif d.node.manages_gpus:
-        d.journal.call(lambda: d.store.slots.release_gpus(d.node.name, d.id))
-    if d.ctx.swarm and (port := d.swarm_port()) is not None:
-        d.journal.call(lambda: d.store.slots.release_swarm_port(d.node.name, d.id, port))
+    _release_slots(d)
     metrics = latest_metrics(d.watch.summary) if d.watch else d.rec.latest_metrics
     best = {"best_metrics": made[-1].best} if made and made[-1].best else {}  # the report's: webhooks, /metrics
     with contextlib.suppress(OSError):
@@ -87,6 +82,16 @@ def handle(d: Drive) -> bool:
         return True
     d.fire(Trigger.collected, fields={"latest_metrics": metrics, **best}, advised=advised)  # keeps the outcome's reason
     return True
+
+
+def _release_slots(d: Drive) -> None:
+    """Give back the run's GPUs (a gang's on every node at once) and its swarm port."""
+    if d.gang is not None:
+        d.journal.call(d.gang.release)
+    elif d.node.manages_gpus:
+        d.journal.call(lambda: d.store.slots.release_gpus(d.node.name, d.id))
+    if d.ctx.swarm and (port := d.swarm_port()) is not None:
+        d.journal.call(lambda: d.store.slots.release_swarm_port(d.node.name, d.id, port))
 
 
 def _result_write_failed(d: Drive, exc: OSError, metrics: Any) -> None:

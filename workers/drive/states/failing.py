@@ -16,6 +16,7 @@ import errno
 import shutil
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.failures.diagnose import decisive_line
 from ajet_runner.statemachine.failures.failing_line import FailingCommand, failing_command
 from ajet_runner.statemachine.failures.signatures import signature as catalogue_entry
-from ajet_runner.statemachine.fixes.failure import RepairResult, judge_failure, repeats_of
+from ajet_runner.statemachine.fixes.failure import RepairResult, Verdict, judge_failure, repeats_of
 from ajet_runner.statemachine.fixes.gpu_check import GpuFacts, parse_visible, too_busy
 from ajet_runner.statemachine.fixes.preflight import gang_shape
 from ajet_runner.statemachine.fixes.repairs import ResolvedRepair, resolve_avoiding_repeats
@@ -59,11 +60,7 @@ def handle(d: Drive) -> bool:
         return True
     stop = threading.Event()
     d.journal.on_cancel = stop.set  # the journal's listener: a stop request aborts an ask in flight
-    left = limit_at(d.started_at, d.bp.exp_max_time_seconds) - time.time()
-    clock = threading.Timer(max(left, 0.0), stop.set) if left < float("inf") else None  # the limit aborts it too
-    if clock is not None:
-        clock.daemon = True
-        clock.start()
+    clock = _limit_clock(d, stop)
     try:
         if d.journal.cancel_requested():
             return _stopped(d, record, "before a repair was decided")
@@ -76,60 +73,106 @@ def handle(d: Drive) -> bool:
             clock.cancel()
 
 
-def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Finding | None, sig_id: str,
-           stop: threading.Event) -> bool:
-    launched = d.lc.attempt > 0 and bool(d.ctx.command)
-    actions: list[Any] = []
+def _limit_clock(d: Drive, stop: threading.Event) -> threading.Timer | None:
+    """A timer that sets `stop` when the time limit comes (the limit aborts an ask in flight too)."""
+    left = limit_at(d.started_at, d.bp.exp_max_time_seconds) - time.time()
+    if not left < float("inf"):  # no limit (or no start time yet)
+        return None
+    clock = threading.Timer(max(left, 0.0), stop.set)
+    clock.daemon = True
+    clock.start()
+    return clock
+
+
+@dataclass
+class _Plan:
+    """What planning decided for one failure: the actions, how they resolve against the earlier attempts,
+    and the log line the outcome quotes. `record` is replaced when the adviser's fields join it."""
+
+    record: RepairRecord
+    actions: list[Any] = field(default_factory=list)
     resolved: ResolvedRepair | None = None
     identical_to: int | None = None
     backoff: float | None = None
-    quote, why = "", ""
+    quote: str = ""
+    why: str = ""
+
+
+def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Finding | None, sig_id: str,
+           stop: threading.Event) -> bool:
+    launched = d.lc.attempt > 0 and bool(d.ctx.command)
     budget_left = d.lc.can(Trigger.repair, signature=sig_id)
-
-    def interrupted(source: str) -> bool:
-        """A stop (or the time limit) while the repair was being planned: the run ends here."""
-        record.source = source
-        when = "while the adviser was asked" if source == "adviser" else "before a repair was decided"
-        if not d.journal.cancel_requested() and _time_up(d, record, when):
-            return True
-        return _stopped(d, record, when)
-
+    plan = _Plan(record)
     if launched:
-        advise = advice_source(d.settings, bp=d.bp, ctx=d.ctx, pending=pending, publish=d.journal.publish,
-                               budget_left=budget_left, cancelled=stop.is_set)
-        quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
-        actions, source, why = plan_repair(cause, pending, hook=d.settings.repair_hook, bp=d.bp,
-                                           attempt=d.lc.attempt, config_path=d.ctx.config_path,
-                                           advise=advise)
-        if source == "adviser":
-            record = record.model_copy(update=advice_fields(pending))
-        if stop.is_set() or d.journal.cancel_requested():
-            return interrupted(source)
-        if actions:
-            failing = failing_command(d.ctx.command, pending.get("log_tail") or [], cause.text) if cause else None
-            resolved, identical_to = _resolve(d, actions, sig_id, failing)
-            backoff = _transient_backoff(d, sig_id, resolved)
-        record.source = source
+        ended = _plan(d, plan, pending, cause, sig_id, stop, budget_left)
+        if ended is not None:
+            return ended
     else:
         record.explanation = d.lc.reason
-    verdict = judge_failure(launched=launched, signature=sig_id, planned=bool(actions),
+    record, resolved = plan.record, plan.resolved
+    verdict = judge_failure(launched=launched, signature=sig_id, planned=bool(plan.actions),
                             applicable=resolved is not None and resolved.applicable,
-                            budget_left=budget_left, why=why, quote=quote,
-                            rejection=d.lc.reason, identical_to=identical_to, backoff=backoff)
+                            budget_left=budget_left, why=plan.why, quote=plan.quote,
+                            rejection=d.lc.reason, identical_to=plan.identical_to, backoff=plan.backoff)
     if verdict.trigger == Trigger.repair and _time_up(d, record, "before the repair was applied"):
         return True
-    record.result = verdict.result
-    record.identical_to = verdict.identical_to
-    if resolved is not None and verdict.trigger == Trigger.repair:
-        record.changes, record.skipped = list(resolved.applied), list(resolved.skipped)
-    elif resolved is not None:  # nothing is applied when the run ends here: say what was considered
-        record.skipped = [*resolved.skipped, *(f"not applied (no relaunch): {line}" for line in resolved.applied)]
+    _record_verdict(record, verdict, resolved)
     d.ctx.repairs.append(record)
     stat = (sig_id, verdict.result.value) if verdict.counted else None
     if verdict.trigger != Trigger.repair:
         d.fire(Trigger.give_up, _with_advice(verdict.reason, sig_id, launched), repair_stat=stat)
         return True
     assert resolved is not None
+    _relaunch(d, pending, resolved, verdict, sig_id, stat)
+    return True
+
+
+def _plan(d: Drive, plan: _Plan, pending: dict[str, Any], cause: Finding | None, sig_id: str,
+          stop: threading.Event, budget_left: bool) -> bool | None:
+    """Fill `plan` from the catalogue, the hook or the adviser; the handler's result when a stop or the time
+    limit came while planning (the run ends there), else None."""
+    advise = advice_source(d.settings, bp=d.bp, ctx=d.ctx, pending=pending, publish=d.journal.publish,
+                           budget_left=budget_left, cancelled=stop.is_set)
+    plan.quote = decisive_line(cause, pending.get("log_tail") or [])  # the outcome line quotes the log
+    plan.actions, source, plan.why = plan_repair(cause, pending, hook=d.settings.repair_hook, bp=d.bp,
+                                                 attempt=d.lc.attempt, config_path=d.ctx.config_path,
+                                                 advise=advise)
+    if source == "adviser":
+        plan.record = plan.record.model_copy(update=advice_fields(pending))
+    if stop.is_set() or d.journal.cancel_requested():
+        return _interrupted(d, plan.record, source)
+    if plan.actions:
+        failing = failing_command(d.ctx.command, pending.get("log_tail") or [], cause.text) if cause else None
+        plan.resolved, plan.identical_to = _resolve(d, plan.actions, sig_id, failing)
+        plan.backoff = _transient_backoff(d, sig_id, plan.resolved)
+    plan.record.source = source
+    return None
+
+
+def _interrupted(d: Drive, record: RepairRecord, source: str) -> bool:
+    """A stop (or the time limit) while the repair was being planned: the run ends here."""
+    record.source = source
+    when = "while the adviser was asked" if source == "adviser" else "before a repair was decided"
+    if not d.journal.cancel_requested() and _time_up(d, record, when):
+        return True
+    return _stopped(d, record, when)
+
+
+def _record_verdict(record: RepairRecord, verdict: Verdict, resolved: ResolvedRepair | None) -> None:
+    """The verdict and, with a resolved repair, what was changed (or only considered: no relaunch)."""
+    record.result = verdict.result
+    record.identical_to = verdict.identical_to
+    if resolved is None:
+        return
+    if verdict.trigger == Trigger.repair:
+        record.changes, record.skipped = list(resolved.applied), list(resolved.skipped)
+    else:  # nothing is applied when the run ends here: say what was considered
+        record.skipped = [*resolved.skipped, *(f"not applied (no relaunch): {line}" for line in resolved.applied)]
+
+
+def _relaunch(d: Drive, pending: dict[str, Any], resolved: ResolvedRepair, verdict: Verdict, sig_id: str,
+              stat: tuple[str, str] | None) -> None:
+    """Leave the resolved repair (and the wait before it) for the repairing state and fire `repair`."""
     repeat = verdict.identical_to is not None  # an unchanged relaunch of a transient cause
     wait = verdict.backoff if repeat else _wait_before_fix(d, sig_id)
     plan = {**resolved.model_dump(mode="json"), "backoff_seconds": wait, "repeat": repeat,
@@ -137,7 +180,6 @@ def _judge(d: Drive, record: RepairRecord, pending: dict[str, Any], cause: Findi
     d.ctx.pending_repair = PendingRepair.model_validate({**pending, "resolved": plan})
     reason = verdict.reason if repeat or not wait else f"{verdict.reason}; relaunching after {format_limit(wait)}"
     d.fire(Trigger.repair, reason, repair_stat=stat, signature=sig_id)
-    return True
 
 
 def _with_advice(reason: str, sig_id: str, launched: bool) -> str:

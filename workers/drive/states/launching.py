@@ -49,81 +49,119 @@ def handle(d: Drive) -> bool:
     if _unsupported(d):
         return True
     _request(d, session)
-    adopted = _find_running_attempt(d, session, paths)
-    if adopted is None:
-        if late := time_up_reason(time.time(), d.started_at, d.bp.exp_max_time_seconds, "before the launch"):
-            d.fire(Trigger.time_up, late)  # e.g. a relaunch after a long repair: no attempt starts past the limit
-            return True
-        outside = d.root_problems()  # checked at each launch: a path may have been swapped since
-        if outside:
-            d.fire(Trigger.anomaly, "refused to launch: " + "; ".join(str(p) for p in outside))
-            return True
-        if d.runner.exists(session):
-            d.runner.kill_session(session)  # the previous attempt's lingering pane
-        inputs = launch_inputs(d.ctx).model_dump(mode="json")
-        gpu_check, busy = _check_known_gpus(d)
-        if busy:
-            _refuse_busy_gpus(d, paths["log"], inputs, gpu_check, busy)
-            return True
-        env = attempt_env(d.bp, d.id, d.ctx.env, d.ctx.gpus)
-        base = launch_environment(d.settings)
-        own_env = not d.runner.capabilities.host_environment
-        if d.gang is not None:
-            ranks = gang.launch_members(d)
-            if ranks is None:
-                return True  # the attempt failed or was cancelled while the other ranks were starting
-            env.update(ranks)
-        if d.ctx.swarm:
-            try:
-                env = start_or_reuse(d.runner, d.ctx.swarm, d.bp, exp_id=d.id, env=env,
-                                     attempt=d.lc.attempt, publish=d.journal.publish,
-                                     boot_timeout=d.settings.swarm_boot_timeout_seconds,
-                                     base_env=base.variables if own_env else None)
-            except SwarmServerFailed as exc:  # diagnosed from the server's log
-                d.ctx.pending_repair = PendingRepair.model_validate(server_failure_pending(exc))
-                d.fire(Trigger.anomaly, f"swarm server: {exc.reason}",
-                       signature=(d.ctx.pending_repair.cause or {}).get("signature", ""))
-                return True
-        try:
-            d.handle = d.runner.start(
-                session, d.ctx.command, cwd=d.bp.exp_codebase_dir, env=env,
-                log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
-                reserve_path=Path(d.bp.exp_result_dir) / RESERVE_NAME,
-                base_env=base.variables if own_env else None,
-            )
-        except (OSError, RuntimeError) as exc:
-            gang.stop_members(d)
-            host = getattr(exc, "host", None)  # a host refused, did not answer, or none was named: never repaired
-            if host is not None:
-                d.ctx.pending_repair = _host_failure(host, str(exc))
-                d.fire(Trigger.anomaly, f"could not start the attempt{f' on host {host}' if host else ''}: {exc}",
-                       signature=HOST_FAILURE)
-                return True
-            what = "the tmux session" if d.runner.capabilities.name == "local" else \
-                f"the attempt ({d.runner.capabilities.name} executor)"
-            text = f"could not start {what}: {exc}"
-            # The executor's own words (a scheduler's refusal) are the failure's reason, quoted in the verdict.
-            d.ctx.pending_repair = PendingRepair(reason=text, log_excerpt=text, log_tail=[text])
-            d.fire(Trigger.anomaly, text)
-            return True
-        d.handle.files = [p for p in (d.ctx.val_path, d.ctx.train_path) if p]
-        gang.record_head(d, d.handle, paths["log"])
-        d.ctx.attempts.append(Attempt(
-            number=d.lc.attempt, started_at=d.handle.started_at, ended_at=None, exit_code=None,
-            command=d.ctx.command, log_path=str(paths["log"]), end_reason="", inputs=inputs,
-            val_offset=_size(d.ctx.val_path), gpu_check=gpu_check,
-            **_environment_fields(d, base, env, own_env),
-        ))
-        d.ctx.cleanups_done = []
-    else:
-        d.handle = adopted
-    if d.handle.job_id:
-        where = f"{d.handle.executor} job {d.handle.job_id}"
-    else:
-        where = f"tmux session {session}" + (f" on ssh host {d.handle.host}" if d.handle.host else "")
-    d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in {where}",
-           fields={"handle": d.handle.to_dict(), "tmux_session": session})
+    run = _find_running_attempt(d, session, paths)  # one a crashed worker started: never a second launch
+    if run is None:
+        run = _launch(d, session, paths)
+    if run is None:
+        return True  # not started: the trigger that says why was fired
+    d.handle = run
+    d.fire(Trigger.launched, f"attempt {d.lc.attempt} running in {_where(run, session)}",
+           fields={"handle": run.to_dict(), "tmux_session": session})
     return True
+
+
+def _where(run: RunHandle, session: str) -> str:
+    if run.job_id:
+        return f"{run.executor} job {run.job_id}"
+    return f"tmux session {session}" + (f" on ssh host {run.host}" if run.host else "")
+
+
+def _launch(d: Drive, session: str, paths: dict[str, Path]) -> RunHandle | None:
+    """Start a new attempt and record it; None when it did not start (a trigger saying why was fired)."""
+    if _refused_before_launch(d):
+        return None
+    if d.runner.exists(session):
+        d.runner.kill_session(session)  # the previous attempt's lingering pane
+    inputs = launch_inputs(d.ctx).model_dump(mode="json")
+    gpu_check, busy = _check_known_gpus(d)
+    if busy:
+        _refuse_busy_gpus(d, paths["log"], inputs, gpu_check, busy)
+        return None
+    own = attempt_env(d.bp, d.id, d.ctx.env, d.ctx.gpus)
+    base = launch_environment(d.settings)
+    own_env = not d.runner.capabilities.host_environment
+    base_env = base.variables if own_env else None
+    env = _with_ranks_and_server(d, own, base_env)
+    if env is None:
+        return None
+    run = _start(d, session, paths, env, base_env)
+    if run is None:
+        return None
+    d.handle = run
+    run.files = [p for p in (d.ctx.val_path, d.ctx.train_path) if p]
+    gang.record_head(d, run, paths["log"])
+    d.ctx.attempts.append(Attempt(
+        number=d.lc.attempt, started_at=run.started_at, ended_at=None, exit_code=None,
+        command=d.ctx.command, log_path=str(paths["log"]), end_reason="", inputs=inputs,
+        val_offset=_size(d.ctx.val_path), gpu_check=gpu_check,
+        **_environment_fields(d, base, env, own_env),
+    ))
+    d.ctx.cleanups_done = []
+    return run
+
+
+def _refused_before_launch(d: Drive) -> bool:
+    """Past the time limit (e.g. a relaunch after a long repair) or a path outside the allowed roots
+    (checked at each launch: a path may have been swapped since): the trigger is fired, nothing starts."""
+    if late := time_up_reason(time.time(), d.started_at, d.bp.exp_max_time_seconds, "before the launch"):
+        d.fire(Trigger.time_up, late)
+        return True
+    outside = d.root_problems()
+    if outside:
+        d.fire(Trigger.anomaly, "refused to launch: " + "; ".join(str(p) for p in outside))
+        return True
+    return False
+
+
+def _with_ranks_and_server(d: Drive, env: dict[str, str], base_env: dict[str, str] | None) -> dict[str, str] | None:
+    """`env` with the other ranks' variables (a multi-node run, started first) and the swarm server's; None
+    when they could not be started (the attempt failed or was cancelled meanwhile)."""
+    if d.gang is not None:
+        ranks = gang.launch_members(d)
+        if ranks is None:
+            return None
+        env.update(ranks)
+    if not d.ctx.swarm:
+        return env
+    try:
+        return start_or_reuse(d.runner, d.ctx.swarm, d.bp, exp_id=d.id, env=env,
+                              attempt=d.lc.attempt, publish=d.journal.publish,
+                              boot_timeout=d.settings.swarm_boot_timeout_seconds, base_env=base_env)
+    except SwarmServerFailed as exc:  # diagnosed from the server's log
+        d.ctx.pending_repair = PendingRepair.model_validate(server_failure_pending(exc))
+        d.fire(Trigger.anomaly, f"swarm server: {exc.reason}",
+               signature=(d.ctx.pending_repair.cause or {}).get("signature", ""))
+        return None
+
+
+def _start(d: Drive, session: str, paths: dict[str, Path], env: dict[str, str],
+           base_env: dict[str, str] | None) -> RunHandle | None:
+    """The executor starts the attempt; None when it could not (the other ranks are stopped, `anomaly` fired)."""
+    try:
+        return d.runner.start(
+            session, d.ctx.command, cwd=d.bp.exp_codebase_dir, env=env,
+            log_path=paths["log"], rc_path=paths["rc"], pid_path=paths["pid"],
+            reserve_path=Path(d.bp.exp_result_dir) / RESERVE_NAME, base_env=base_env,
+        )
+    except (OSError, RuntimeError) as exc:
+        gang.stop_members(d)
+        _start_failed(d, exc)
+        return None
+
+
+def _start_failed(d: Drive, exc: OSError | RuntimeError) -> None:
+    host = getattr(exc, "host", None)  # a host refused, did not answer, or none was named: never repaired
+    if host is not None:
+        d.ctx.pending_repair = _host_failure(host, str(exc))
+        d.fire(Trigger.anomaly, f"could not start the attempt{f' on host {host}' if host else ''}: {exc}",
+               signature=HOST_FAILURE)
+        return
+    what = "the tmux session" if d.runner.capabilities.name == "local" else \
+        f"the attempt ({d.runner.capabilities.name} executor)"
+    text = f"could not start {what}: {exc}"
+    # The executor's own words (a scheduler's refusal) are the failure's reason, quoted in the verdict.
+    d.ctx.pending_repair = PendingRepair(reason=text, log_excerpt=text, log_tail=[text])
+    d.fire(Trigger.anomaly, text)
 
 
 def _unsupported(d: Drive) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.confined import make_dir
 from ajet_runner.resultdir.flag import atomic_write_bytes, write_error_reason
-from ajet_runner.statemachine.fixes.preflight import gpu_check_decision, launch_workdir, preflight
+from ajet_runner.statemachine.fixes.preflight import PreflightPlan, gpu_check_decision, launch_workdir, preflight
 from ajet_runner.statemachine.lifecycle import Trigger
 from ajet_runner.statemachine.models import Level, Problem
 from ajet_runner.store.naming import session_name
@@ -26,6 +26,7 @@ from ajet_runner.workers.swarm.hooks import port_problems, swarm_plan, swarm_res
 from ajet_runner.workers.watching.watch import file_start
 
 if TYPE_CHECKING:
+    from ajet_runner.statemachine.blueprint.swarm_blueprint import SwarmSpec
     from ajet_runner.workers.drive.seam import Drive
 
 
@@ -39,31 +40,17 @@ def handle(d: Drive) -> bool:
     # The same environment the job will start from (the control plane's variables held back).
     plan = preflight(d.bp, env=launch_environment(d.settings).variables,
                      environment=f"node {d.node.name} (the worker's environment)")
-    problems = list(plan.problems) + (port_problems(spec) if spec is not None else [])
-    outside = d.root_problems()
-    _move_earlier_run(d, problems, create=not any(p.level == Level.error for p in outside))
-    problems += outside
-    errors = [p for p in problems if p.level == Level.error]
-    d.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
-    d.ctx.preflight_env = {"environment": plan.environment,
-                           "decisions": [x.model_dump(mode="json") for x in plan.env_decisions]}
+    errors = _record_problems(d, plan, spec)
     if errors:
         _claim_and_fire(d, Trigger.reject, "; ".join(str(p) for p in errors))
         return True
-    if d.gang is not None or (d.node.manages_gpus and not d.bp.exp_host):  # an ssh host's GPUs are not the node's
-        gpus = gang.reserve(d)
-        if gpus is None:
-            return _wait_for_gpus(d)
-        d.ctx.gpus = gpus if d.node.manages_gpus else None  # a gang on a node without managed GPUs: none
+    waited = _take_gpus(d)
+    if waited is not None:
+        return waited
     if swarm and not _reserve_swarm_port(d):
         _release_gpus_now(d)
         return False  # another experiment's swarm server holds the port: back to the queue, like GPUs
-    try:
-        _apply_swarm(d) if swarm else _apply_preflight(d, plan)
-    except (OSError, ValueError) as exc:  # e.g. a YAML the patcher cannot edit safely, a read-only dir
-        _release_gpus_now(d)
-        why = write_error_reason(exc) if isinstance(exc, OSError) else str(exc)
-        _claim_and_fire(d, Trigger.reject, f"preflight could not be applied: {why}")
+    if not _applied(d, plan, swarm):
         return True
     _share_node_gpus(d)
     d.started_at = time.time()
@@ -71,6 +58,45 @@ def handle(d: Drive) -> bool:
         "node": d.node.name, "started_at": d.started_at,
         "tmux_session": session_name(d.bp.exp_purpose, d.id), "gpus": d.ctx.gpus,
     })
+    return True
+
+
+def _record_problems(d: Drive, plan: PreflightPlan, spec: SwarmSpec | None) -> list[Problem]:
+    """Every problem the preflight, the swarm port and the allowed roots found, kept on the context with the
+    preflight's environment decisions; the errors among them (they reject the run). An earlier run's files
+    are moved aside here, unless a root problem forbids creating the result dir."""
+    problems = list(plan.problems) + (port_problems(spec) if spec is not None else [])
+    outside = d.root_problems()
+    _move_earlier_run(d, problems, create=not any(p.level == Level.error for p in outside))
+    problems += outside
+    d.ctx.preflight_problems = [p.model_dump(mode="json") for p in problems]
+    d.ctx.preflight_env = {"environment": plan.environment,
+                           "decisions": [x.model_dump(mode="json") for x in plan.env_decisions]}
+    return [p for p in problems if p.level == Level.error]
+
+
+def _take_gpus(d: Drive) -> bool | None:
+    """Reserve this run's GPUs (a gang's, or a managed node's: an ssh host's GPUs are not the node's). None
+    when reserved or none are needed; else the handler's result after waiting for them."""
+    if d.gang is None and not (d.node.manages_gpus and not d.bp.exp_host):
+        return None
+    gpus = gang.reserve(d)
+    if gpus is None:
+        return _wait_for_gpus(d)
+    d.ctx.gpus = gpus if d.node.manages_gpus else None  # a gang on a node without managed GPUs: none
+    return None
+
+
+def _applied(d: Drive, plan: PreflightPlan, swarm: bool) -> bool:
+    """The preflight's changes (or the swarm's setup) are written; False when they could not be: the GPUs
+    are released and the run rejected."""
+    try:
+        _apply_swarm(d) if swarm else _apply_preflight(d, plan)
+    except (OSError, ValueError) as exc:  # e.g. a YAML the patcher cannot edit safely, a read-only dir
+        _release_gpus_now(d)
+        why = write_error_reason(exc) if isinstance(exc, OSError) else str(exc)
+        _claim_and_fire(d, Trigger.reject, f"preflight could not be applied: {why}")
+        return False
     return True
 
 

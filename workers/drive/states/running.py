@@ -235,26 +235,12 @@ class WatchPasses:
     def tick(self, shared: bool = False) -> bool:
         """One pass; True when a rule proposed an end (`proposal`) — or, `shared`, when the process was
         found ended (its driver's thread then waits for the exit code)."""
-        d, watch, waiter = self.d, self.watch, self.waiter
-        assert d.handle is not None
+        d, watch = self.d, self.watch
         tick = Tick(t0=time.monotonic(), now=time.time(), started=self.started, watch=watch, read_before=0)
         for o in self.hooks:
             o.before_tick(d, tick)
-        if not self.local:
-            d.runner.sync(d.handle)  # a host that does not share our disk: bring its log and results over
-            for note in executor_notices(d.runner):  # ssh: the link went away, came back
-                d.journal.publish(note)
-        if self.queue is not None:
-            waited = self.queue.look(d)
-            self.started, self.attempt_started = self.clocks[0] + waited, self.clocks[1] + waited
-            tick.started = self.started
-        # The pidfd says whether the process runs (checked against its start time when opened); psutil
-        # and the rc file only without one. The wrapper writes the rc only after the process ended.
-        alive = waiter.process_alive()
-        if alive is None:
-            alive = watch.alive(d.runner)
-            if alive and self.local:
-                waiter.watch(d.handle.pid, d.handle.pid_create_time)
+        self._sync(tick)
+        alive = self._alive()
         if shared and not alive:
             return True
         tick.alive = alive
@@ -262,27 +248,9 @@ class WatchPasses:
         tick.read_before = watch.bytes_read
         watch.read_log(tick.now)
         watch.maybe_save(tick.t0)
-        if self.gap is not None and not watch.behind:
-            d.journal.publish({"type": EventType.scan_caught_up, "from": self.gap, "to": watch.offset,
-                               "seconds": round(time.monotonic() - self.gap_t0, 3), "unscanned": list(watch.unscanned),
-                               "message": f"scanned bytes {self.gap}-{watch.offset} of the log after adopting the run"})
-            self.gap = None
-        # New evaluations feed slow rules (plateau, progress): looked for every RESULTS_EVERY s, and at the end.
-        new_evals = []
-        if not alive or tick.t0 >= self.next_results:
-            new_evals = watch.read_results(tick.now)
-            self.next_results = tick.t0 + RESULTS_EVERY
-        if new_evals:
-            for o in self.hooks:
-                o.on_evaluations(d, tick, new_evals)
-        exit_code = None
-        record = None
-        lost = ""
-        if not alive:
-            exit_code = watch.exit_code(d.runner)
-            watch.finish_log(time.time())
-            record = exit_record_problem(d.handle.rc_path, d.bp.exp_result_dir, d.roots)
-            lost = executor_lost(d.runner, d.handle) if record is None else ""
+        self._note_caught_up()
+        self._look_for_evaluations(tick, alive)
+        exit_code, exit_record_error = self._exit_facts(alive)
         obs = Observation(
             now=tick.now, started_at=self.started, attempt_started_at=self.attempt_started,
             max_seconds=d.bp.exp_max_time_seconds, process_alive=alive, exit_code=exit_code,
@@ -295,13 +263,71 @@ class WatchPasses:
             first_step_seen=watch.first_step_seen,
             first_step_timeout=self.first_step_timeout,
             gang_problem=gang.problem(d),
-            exit_record_error=record.reason if record is not None else lost,
+            exit_record_error=exit_record_error,
             **_server_fields(d),
         )
         for o in self.hooks:
             o.after_tick(d, tick)
         self.proposal = self.schedule.decide(obs, d.lc.can)
         return self.proposal is not None
+
+    def _sync(self, tick: Tick) -> None:
+        """Bring a remote host's log and results over (with the executor's notices), and move the clocks on
+        by the time the job waited in a scheduler's queue."""
+        d = self.d
+        assert d.handle is not None
+        if not self.local:
+            d.runner.sync(d.handle)  # a host that does not share our disk: bring its log and results over
+            for note in executor_notices(d.runner):  # ssh: the link went away, came back
+                d.journal.publish(note)
+        if self.queue is not None:
+            waited = self.queue.look(d)
+            self.started, self.attempt_started = self.clocks[0] + waited, self.clocks[1] + waited
+            tick.started = self.started
+
+    def _alive(self) -> bool:
+        """The pidfd says whether the process runs (checked against its start time when opened); psutil
+        and the rc file only without one. The wrapper writes the rc only after the process ended."""
+        d = self.d
+        assert d.handle is not None
+        alive = self.waiter.process_alive()
+        if alive is None:
+            alive = self.watch.alive(d.runner)
+            if alive and self.local:
+                self.waiter.watch(d.handle.pid, d.handle.pid_create_time)
+        return alive
+
+    def _note_caught_up(self) -> None:
+        """After adopting a run, say once when the scan has caught up with the log."""
+        watch = self.watch
+        if self.gap is None or watch.behind:
+            return
+        self.d.journal.publish({
+            "type": EventType.scan_caught_up, "from": self.gap, "to": watch.offset,
+            "seconds": round(time.monotonic() - self.gap_t0, 3), "unscanned": list(watch.unscanned),
+            "message": f"scanned bytes {self.gap}-{watch.offset} of the log after adopting the run"})
+        self.gap = None
+
+    def _look_for_evaluations(self, tick: Tick, alive: bool) -> None:
+        """New evaluations feed slow rules (plateau, progress): looked for every RESULTS_EVERY s, and at the end."""
+        if alive and tick.t0 < self.next_results:
+            return
+        new_evals = self.watch.read_results(tick.now)
+        self.next_results = tick.t0 + RESULTS_EVERY
+        if new_evals:
+            for o in self.hooks:
+                o.on_evaluations(self.d, tick, new_evals)
+
+    def _exit_facts(self, alive: bool) -> tuple[int | None, str]:
+        """An ended process's exit code and what is wrong with its exit record ("" when sound, or alive)."""
+        if alive:
+            return None, ""
+        d, watch = self.d, self.watch
+        assert d.handle is not None
+        exit_code = watch.exit_code(d.runner)
+        watch.finish_log(time.time())
+        record = exit_record_problem(d.handle.rc_path, d.bp.exp_result_dir, d.roots)
+        return exit_code, record.reason if record is not None else executor_lost(d.runner, d.handle)
 
 
 def _log_size(watch: AttemptWatch) -> int:
@@ -368,20 +394,39 @@ def _maybe_report(d: Drive, elapsed: float) -> None:
     })
 
 
+def _stop_or_exit_code(d: Drive, proposal: Proposal, alive: bool) -> int | None:
+    """Stop a process still running (its exit code, None when processes survived); else its exit code."""
+    assert d.handle is not None and d.watch is not None
+    if not alive:
+        return d.runner.exit_code(d.handle)
+    exit_code = None
+    grace = 2.0 if proposal.force_kill else d.settings.stop_grace_seconds
+    try:
+        exit_code = d.runner.stop(d.handle, grace)
+    except RuntimeError as exc:  # ProcessesSurvived: record it, go on
+        d.journal.publish({"type": EventType.warning, "message": f"stop left processes behind: {exc}"})
+    d.watch.finish_log(time.time())
+    return exit_code
+
+
+def _close_attempt(d: Drive, exit_code: int | None, reason: str) -> None:
+    """The attempt's record gets its end and what the watcher kept of its log."""
+    assert d.watch is not None
+    attempt = d.ctx.attempts[-1] if d.ctx.attempts else None
+    if attempt is None:
+        return
+    attempt.ended_at, attempt.exit_code, attempt.end_reason = time.time(), exit_code, reason
+    setattr(attempt, CONSOLE_KEY, d.watch.console_evaluations())
+    setattr(attempt, TRAIN_KEY, d.watch.console_train_steps())
+    setattr(attempt, UNSCANNED_KEY, list(d.watch.unscanned))
+    keep_start_facts(attempt, d.watch.scanner.start)
+
+
 def _end_attempt(d: Drive, proposal: Proposal, alive: bool) -> None:
     assert d.handle is not None and d.watch is not None
-    exit_code = None
     # What the log said before we stopped it: our own SIGINT makes the job print a traceback.
     cause = proposal.finding or d.watch.scanner.cause
-    if alive:
-        grace = 2.0 if proposal.force_kill else d.settings.stop_grace_seconds
-        try:
-            exit_code = d.runner.stop(d.handle, grace)
-        except RuntimeError as exc:  # ProcessesSurvived: record it, go on
-            d.journal.publish({"type": EventType.warning, "message": f"stop left processes behind: {exc}"})
-        d.watch.finish_log(time.time())
-    else:
-        exit_code = d.runner.exit_code(d.handle)
+    exit_code = _stop_or_exit_code(d, proposal, alive)
     for gap in d.watch.unscanned:  # named, never silent: the report lists them too
         d.journal.publish({"type": EventType.unscanned, "attempt": d.lc.attempt, **gap,
                            "message": f"bytes {gap['start']}-{gap['end']} of the log were not scanned: "
@@ -389,13 +434,7 @@ def _end_attempt(d: Drive, proposal: Proposal, alive: bool) -> None:
     remove_checkpoint(d.handle.log_path)
     d.cleanup_processes()
     gang.stop_members(d)  # a multi-node run: every other rank too
-    attempt = d.ctx.attempts[-1] if d.ctx.attempts else None
-    if attempt is not None:
-        attempt.ended_at, attempt.exit_code, attempt.end_reason = time.time(), exit_code, proposal.reason
-        setattr(attempt, CONSOLE_KEY, d.watch.console_evaluations())
-        setattr(attempt, TRAIN_KEY, d.watch.console_train_steps())
-        setattr(attempt, UNSCANNED_KEY, list(d.watch.unscanned))
-        keep_start_facts(attempt, d.watch.scanner.start)
+    _close_attempt(d, exit_code, proposal.reason)
     if proposal.trigger == Trigger.anomaly:
         d.ctx.pending_repair = PendingRepair(
             cause=cause.model_dump() if cause else None,

@@ -36,7 +36,7 @@ import os
 import shlex
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import libtmux
@@ -78,14 +78,42 @@ def _job_processes(handle: RunHandle) -> dict[int, psutil.Process]:
         found[leader.pid] = leader
         with contextlib.suppress(psutil.NoSuchProcess):
             found.update((c.pid, c) for c in leader.children(recursive=True))
-    if handle.pid is not None and handle.pid_create_time is not None:
-        for proc in psutil.process_iter():
-            try:
-                if os.getsid(proc.pid) == handle.pid and proc.create_time() >= handle.pid_create_time - 0.05:
-                    found.setdefault(proc.pid, proc)
-            except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
-                continue
+    for proc in _session_members(handle):
+        found.setdefault(proc.pid, proc)
     return {pid: p for pid, p in found.items() if not is_gone(p)}
+
+
+def _session_members(handle: RunHandle) -> list[psutil.Process]:
+    """The processes in the job's session (its leader's pid is the session id), started after it."""
+    if handle.pid is None or handle.pid_create_time is None:
+        return []
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == handle.pid and proc.create_time() >= handle.pid_create_time - 0.05:
+                members.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    return members
+
+
+def _alive(seen: dict[int, psutil.Process]) -> list[psutil.Process]:
+    return [p for p in seen.values() if not is_gone(p)]
+
+
+def _signal_and_wait(pgid: int | None, alive: list[psutil.Process], sig: int, wait: float) -> None:
+    """`sig` to the job's process group and to each live process, then up to `wait` for them to go."""
+    _signal_group(pgid, alive, sig)
+    signal_all(alive, sig)
+    wait_gone(alive, wait)
+
+
+def _kill_leftovers(wrapper_tree: Iterable[psutil.Process]) -> None:
+    """The wrapper and tee ignore nothing fatal: SIGKILL is a last resort for what is left of them."""
+    leftover = wait_gone(wrapper_tree, 2.0)
+    if leftover:
+        signal_all(leftover, signal.SIGKILL)
+        wait_gone(leftover, KILL_WAIT)
 
 
 def _signal_group(pgid: int | None, members: list[psutil.Process], sig: int) -> None:
@@ -163,18 +191,7 @@ class TmuxRunner:
         if rc_path.parent != log_path.parent or pid_path.parent != log_path.parent:
             raise ValueError("the log, rc and pid files must share one directory")
         wrapper = log_path.with_name(log_path.stem + ".sh")
-        dfd = open_dir(log_path.parent)
-        try:
-            logs_id, command_file, reserve, env_file = write_attempt_files(
-                dfd, log_path, rc_path, pid_path, command, reserve_path, base_env)
-            try:
-                text = wrapper_text(session, command_file, cwd, env, log_path, rc_path, pid_path, round(self.linger),
-                                    logs_id=logs_id, reserve=reserve, env_file=env_file)
-            except WrapperError as exc:
-                raise TmuxRunnerError(str(exc)) from exc
-            write_at(dfd, wrapper.name, text.encode(), mode=0o755)
-        finally:
-            os.close(dfd)
+        self._write_files(session, command, cwd, env, log_path, rc_path, pid_path, wrapper, reserve_path, base_env)
         handle = RunHandle(
             session=session,
             log_path=log_path,
@@ -188,6 +205,41 @@ class TmuxRunner:
         # already ended the session; `-P -F '#{pane_pid}'` gets it atomically (and 3x faster).
         # No `-c cwd`: tmux expands formats there (`#(cmd)` runs cmd), so the wrapper does the
         # `cd`; the shell command itself is not format-expanded (both checked on tmux 3.3a).
+        handle.pane_pid = self._new_session(session, wrapper)
+        if self.remote(refresh=True):
+            handle.server_pid = self._ident.pid if self._ident else None
+            handle.wait_for_pid(pid_timeout, local=False)
+            return handle
+        with contextlib.suppress(psutil.NoSuchProcess):
+            handle.server_pid = psutil.Process(handle.pane_pid).ppid()
+        handle.wait_for_pid(pid_timeout)
+        return handle
+
+    def _write_files(self, session: str, command: str, cwd: str, env: Mapping[str, str], log_path: Path,
+                     rc_path: Path, pid_path: Path, wrapper: Path, reserve_path: Path | None,
+                     base_env: Mapping[str, str] | None) -> None:
+        """The attempt's command, env and wrapper files, written through a directory fd of the logs dir."""
+        dfd = open_dir(log_path.parent)
+        try:
+            logs_id, command_file, reserve, env_file = write_attempt_files(
+                dfd, log_path, rc_path, pid_path, command, reserve_path, base_env)
+            try:
+                text = wrapper_text(session, command_file, cwd, env, log_path, rc_path, pid_path, round(self.linger),
+                                    logs_id=logs_id, reserve=reserve, env_file=env_file)
+            except WrapperError as exc:
+                raise TmuxRunnerError(str(exc)) from exc
+            write_at(dfd, wrapper.name, text.encode(), mode=0o755)
+        finally:
+            os.close(dfd)
+
+    def _new_session(self, session: str, wrapper: Path) -> int:
+        """Start the wrapper in a new detached session; its pane's pid.
+
+        A raw new-session through libtmux's `cmd`: `Server.new_session()` returns a Session
+        whose pane must be fetched by a second query, which fails when a quick command has
+        already ended the session; `-P -F '#{pane_pid}'` gets it atomically (and 3x faster).
+        No `-c cwd`: tmux expands formats there (`#(cmd)` runs cmd), so the wrapper does the
+        `cd`; the shell command itself is not format-expanded (both checked on tmux 3.3a)."""
         shell_command = f"exec {shlex.quote(local_tool('bash'))} {shlex.quote(str(wrapper))}"
         args = ["-d", "-P", "-F", "#{pane_pid}", "-s", session, "-x", "200", "-y", "50"]
         for _ in range(3):
@@ -198,15 +250,7 @@ class TmuxRunner:
                 break
         if proc.returncode != 0 or not proc.stdout:
             raise TmuxRunnerError(f"tmux new-session failed: {' '.join(proc.stderr)}")
-        handle.pane_pid = int(proc.stdout[0])
-        if self.remote(refresh=True):
-            handle.server_pid = self._ident.pid if self._ident else None
-            handle.wait_for_pid(pid_timeout, local=False)
-            return handle
-        with contextlib.suppress(psutil.NoSuchProcess):
-            handle.server_pid = psutil.Process(handle.pane_pid).ppid()
-        handle.wait_for_pid(pid_timeout)
-        return handle
+        return int(proc.stdout[0])
 
     @property
     def capabilities(self) -> Capabilities:
@@ -302,27 +346,20 @@ class TmuxRunner:
         seen = _job_processes(handle)
         leader = handle.process()
         if leader is not None:
-            _signal_group(handle.pgid, [leader], signal.SIGINT)
+            _signal_group(handle.pgid, [leader], signal.SIGINT)  # the group only: one SIGINT each
             wait_gone([leader], grace)
         seen.update(_job_processes(handle))
-        alive = [p for p in seen.values() if not is_gone(p)]
+        alive = _alive(seen)
         if alive:
-            _signal_group(handle.pgid, alive, signal.SIGTERM)
-            signal_all(alive, signal.SIGTERM)
-            alive = wait_gone(alive, min(grace, TERM_WAIT))
+            _signal_and_wait(handle.pgid, alive, signal.SIGTERM, min(grace, TERM_WAIT))
             seen.update(_job_processes(handle))
-            alive = [p for p in seen.values() if not is_gone(p)]
+            alive = _alive(seen)
         if alive:
-            _signal_group(handle.pgid, alive, signal.SIGKILL)
-            signal_all(alive, signal.SIGKILL)
-            wait_gone(alive, KILL_WAIT)
+            _signal_and_wait(handle.pgid, alive, signal.SIGKILL, KILL_WAIT)
         rc = self.wait_for_exit(handle, RC_WAIT if handle.pid is not None else 0.0)
         self.kill_session(handle.session)
         self._reap_nudge(handle)
-        leftover = wait_gone(wrapper_tree.values(), 2.0)
-        if leftover:  # the wrapper and tee ignore nothing fatal: SIGKILL is a last resort
-            signal_all(leftover, signal.SIGKILL)
-            wait_gone(leftover, KILL_WAIT)
+        _kill_leftovers(wrapper_tree.values())
         survivors = sorted(p.pid for p in [*seen.values(), *wrapper_tree.values()] if not is_gone(p))
         if survivors:
             raise ProcessesSurvived(survivors)

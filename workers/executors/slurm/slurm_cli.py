@@ -169,9 +169,11 @@ class Slurm:
             raise SlurmUnavailable(f"squeue --name={name}: «{self._said(proc)}»")
         ids = [ln.split("|", 1)[0].strip() for ln in proc.stdout.splitlines() if ln.strip()]
         found = [info for job_id in ids if (info := self.show(job_id)) is not None]
-        if found or not ended_too:
-            return found
-        every = self._run(["scontrol", "-o", "show", "job"])  # ended jobs leave squeue but not scontrol
+        return found if found or not ended_too else self._ended(name)
+
+    def _ended(self, name: str) -> list[JobInfo]:
+        """The jobs of this name the controller still knows (ended ones leave squeue but not scontrol)."""
+        every = self._run(["scontrol", "-o", "show", "job"])
         if every.returncode != 0:
             return []
         return [info for ln in every.stdout.splitlines() if ln.strip()

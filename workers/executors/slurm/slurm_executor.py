@@ -214,11 +214,9 @@ class SlurmExecutor:
             if paths["pid"].exists():
                 raise  # it started: which job it is must be known before anything is decided
             return None  # nothing started that we could watch; submitting says what SLURM says
-        jobs = sorted((j for j in found if j.comment == comment),
-                      key=lambda j: int(j.job_id) if j.job_id.isdigit() else 0)
-        if not jobs and not paths["pid"].exists():
+        job = _newest(found, comment)
+        if job is None and not paths["pid"].exists():
             return None  # never submitted, or submitted and gone without starting: launch again
-        job = jobs[-1] if jobs else None
         log_path = paths["log"]
         handle = RunHandle(session=session, log_path=log_path, rc_path=paths["rc"], pid_path=paths["pid"],
                            wrapper_path=log_path.with_name(log_path.stem + ".sh"), executor="slurm",
@@ -275,14 +273,13 @@ class SlurmExecutor:
         info = self._look(handle.job_id)
         if info is not None and info.state == "UNKNOWN":
             return True  # the controller does not answer: nothing says the run ended
-        if info is None or info.ended or info.state in TAKEN_BACK or info.restarts > 0:
-            info = self._look(handle.job_id, fresh=True)
-            if info is None or info.ended or info.state in TAKEN_BACK or info.restarts > 0:
-                if self._rc_may_still_show(handle, info):
-                    return True
-                self._settle(handle, info)
-                return False
-        return True
+        if not _over(info):
+            return True
+        info = self._look(handle.job_id, fresh=True)  # over: as SLURM says it now, not as cached
+        if not _over(info) or self._rc_may_still_show(handle, info):
+            return True
+        self._settle(handle, info)
+        return False
 
     def _rc_may_still_show(self, handle: RunHandle, info: JobInfo | None) -> bool:
         """The job ended normally but its rc file is not visible yet: a shared filesystem's attribute cache
@@ -303,7 +300,11 @@ class SlurmExecutor:
         self._settled.add(job_id)
         if job_id in self._stopping:
             return
-        info = info or self._look(job_id, fresh=True)
+        self._explain_end(handle, job_id, info or self._look(job_id, fresh=True))
+
+    def _explain_end(self, handle: RunHandle, job_id: str, info: JobInfo | None) -> None:
+        """Why the job ended, in the attempt's log, when SLURM (not the command) ended it; a job the
+        scheduler took back is cancelled too."""
         if info is None:
             self._note(handle, f"SLURM no longer knows job {job_id} (ended more than MinJobAge ago, or removed)")
             return
@@ -347,18 +348,23 @@ class SlurmExecutor:
         self._stopping.add(job_id)
         info = self._look(job_id, fresh=True)
         started = handle.pid_path.exists()
-        if info is not None and not info.ended and started and not handle.rc_path.exists():
-            with contextlib.suppress(SlurmError):
-                self.slurm.cancel(job_id, signal="INT", batch=True)
-            self.wait_for_exit(handle, grace)
         if info is not None and not info.ended:
-            if not started:
-                self._note(handle, f"stopped while pending in SLURM (job {job_id}): the command never started")
-            with contextlib.suppress(SlurmError):
-                self.slurm.cancel(job_id)
+            self._end_job(handle, job_id, started, grace)
         if not self._wait_ended(job_id, GONE_WAIT):
             raise ProcessesSurvived([int(job_id)])
         return self.wait_for_exit(handle, RC_WAIT if started else 0.0)
+
+    def _end_job(self, handle: RunHandle, job_id: str, started: bool, grace: float) -> None:
+        """A job SLURM still holds: INT to a command still running (through the batch shell), `grace` for it
+        to exit, then `scancel`."""
+        if started and not handle.rc_path.exists():
+            with contextlib.suppress(SlurmError):
+                self.slurm.cancel(job_id, signal="INT", batch=True)
+            self.wait_for_exit(handle, grace)
+        if not started:
+            self._note(handle, f"stopped while pending in SLURM (job {job_id}): the command never started")
+        with contextlib.suppress(SlurmError):
+            self.slurm.cancel(job_id)
 
     def _wait_ended(self, job_id: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -374,3 +380,14 @@ class SlurmExecutor:
         """The batch script sweeps the experiment's processes on its node when the wrapper ends; the
         node's pids are not ours to list from here."""
         return []
+
+
+def _over(info: JobInfo | None) -> bool:
+    """SLURM forgot the job, it ended, or the scheduler took it back (preempted, requeued)."""
+    return info is None or info.ended or info.state in TAKEN_BACK or info.restarts > 0
+
+
+def _newest(found: list[JobInfo], comment: str) -> JobInfo | None:
+    """The newest of the jobs with this attempt's comment (the highest job id)."""
+    jobs = sorted((j for j in found if j.comment == comment), key=lambda j: int(j.job_id) if j.job_id.isdigit() else 0)
+    return jobs[-1] if jobs else None

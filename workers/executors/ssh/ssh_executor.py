@@ -56,6 +56,22 @@ class _Seen:
         self.why = ""
 
 
+def _read_pids(handle: RunHandle, words: list[str]) -> None:
+    """The pane's pid and the job's (its process group) from the start script's answer, when it gave them."""
+    handle.pane_pid = int(words[3]) if len(words) > 3 and words[3].isdigit() else None
+    if len(words) > 4 and words[4].isdigit():
+        handle.pid = handle.pgid = int(words[4])
+
+
+def _copied_files(handle: RunHandle) -> list[tuple[Path, bool]]:
+    """The files copied from a host without a shared disk, each with whether it is read on incrementally
+    (appended: the log, the results) or whole (the rc and pid files); none with a shared disk."""
+    if handle.remote_dir is None:
+        return []
+    return [(handle.log_path, True), (handle.rc_path, False), (handle.pid_path, False),
+            *((Path(f), True) for f in handle.files)]
+
+
 class SshExecutor:
     """Starts, watches and stops attempts in a tmux server on one ssh host."""
 
@@ -132,25 +148,32 @@ class SshExecutor:
                 probe.unlink()
         words = result.out.decode("utf-8", "replace").split()
         if not words or words[0] != "ok":
-            if words and words[0] == "exists":
-                raise SessionExists(session)
-            why = _START_ERRORS.get(words[0] if words else "", "the start script failed on {host} (exit {rc}): {err}")
-            raise SshExecutorError(why.format(cwd=cwd, host=self.host, logs=logs_dir, rc=result.rc,
-                                              err=result.err.strip()[-300:]))
+            raise self._start_error(words, result, session, cwd, logs_dir)
         self.shared = words[1] == "1"
         handle = RunHandle(session=session, log_path=log_path, rc_path=rc_path, pid_path=pid_path,
                            wrapper_path=wrapper, executor="ssh", host=self.host, socket_path=self.sock,
                            remote_dir=None if self.shared else logs_dir)
-        handle.pane_pid = int(words[3]) if len(words) > 3 and words[3].isdigit() else None
-        if len(words) > 4 and words[4].isdigit():
-            handle.pid = handle.pgid = int(words[4])
+        _read_pids(handle, words)
         if not self.shared:
-            for stale in (rc_path, pid_path):
-                with contextlib.suppress(FileNotFoundError):
-                    stale.unlink()
-            log_path.touch()
-            self.sync(handle)
+            self._fresh_copy(handle)
         return handle
+
+    def _start_error(self, words: list[str], result: Any, session: str, cwd: str, logs_dir: str) -> Exception:
+        """What the start script's first word says went wrong (`exists`: the session is already there)."""
+        if words and words[0] == "exists":
+            return SessionExists(session)
+        why = _START_ERRORS.get(words[0] if words else "", "the start script failed on {host} (exit {rc}): {err}")
+        return SshExecutorError(why.format(cwd=cwd, host=self.host, logs=logs_dir, rc=result.rc,
+                                           err=result.err.strip()[-300:]))
+
+    def _fresh_copy(self, handle: RunHandle) -> None:
+        """No shared disk: the local copies start empty (an earlier attempt's rc and pid files go) and are
+        filled from the host at once."""
+        for stale in (handle.rc_path, handle.pid_path):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+        handle.log_path.touch()
+        self.sync(handle)
 
     def adopt(self, session: str, paths: Mapping[str, Path]) -> RunHandle | None:
         """The attempt a crashed worker started on the host but did not record."""
@@ -188,30 +211,35 @@ class SshExecutor:
         seen = self._seen.setdefault(handle.session, _Seen())
         if handle.pid is None:
             handle.pid = handle.pgid = read_int(handle.pid_path) if handle.remote_dir is None else None
-        files: list[tuple[Path, bool]] = []
-        if handle.remote_dir is not None:
-            files = [(handle.log_path, True), (handle.rc_path, False), (handle.pid_path, False),
-                     *((Path(f), True) for f in handle.files)]
+        files = _copied_files(handle)
         offsets = [(str(p), _size(p) if incremental else 0) for p, incremental in files]
         try:
             result = self.channel.run(scripts.probe_script(sock=handle.socket_path or self.sock,
                                                            session=handle.session, pid=handle.pid, files=offsets))
         except SshError as exc:
-            now = time.time()
-            if seen.down_since is None:
-                seen.down_since = now
-                self._notices.append({"type": EventType.host, "state": "unreachable", "host": self.host, "message": (
-                    f"ssh {self.host} does not answer ({exc}); the run goes on there, retrying")})
-            seen.why = str(exc)
+            self._went_away(seen, exc)
             return
         if seen.down_since is not None or self.channel.reconnects != self._reconnects:
-            down = time.time() - seen.down_since if seen.down_since is not None else 0.0
-            self._notices.append({"type": EventType.host, "state": "reconnected", "host": self.host, "message": (
-                f"ssh connection to {self.host} re-established" + (f" after {format_duration(down)}" if down else "")
-                + f"; the run went on, its log read on from byte {_size(handle.log_path)}")})
-            seen.down_since = None
-            self._reconnects = self.channel.reconnects
+            self._came_back(handle, seen)
         self._read_probe(handle, seen, result.out, [p for p, _ in files])
+
+    def _went_away(self, seen: _Seen, exc: SshError) -> None:
+        """A failed probe: remembered (and said once), not raised."""
+        now = time.time()
+        if seen.down_since is None:
+            seen.down_since = now
+            self._notices.append({"type": EventType.host, "state": "unreachable", "host": self.host, "message": (
+                f"ssh {self.host} does not answer ({exc}); the run goes on there, retrying")})
+        seen.why = str(exc)
+
+    def _came_back(self, handle: RunHandle, seen: _Seen) -> None:
+        """The probe answered after a failure or a reconnect: say so, with how long the link was away."""
+        down = time.time() - seen.down_since if seen.down_since is not None else 0.0
+        self._notices.append({"type": EventType.host, "state": "reconnected", "host": self.host, "message": (
+            f"ssh connection to {self.host} re-established" + (f" after {format_duration(down)}" if down else "")
+            + f"; the run went on, its log read on from byte {_size(handle.log_path)}")})
+        seen.down_since = None
+        self._reconnects = self.channel.reconnects
 
     def _read_probe(self, handle: RunHandle, seen: _Seen, out: bytes, paths: list[Path]) -> None:
         head, _, rest = out.partition(b"\n")
