@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from ajet_runner.resultdir.flag import atomic_write_text
+from ajet_runner.statemachine.fixes.failure import RepairResult
 from ajet_runner.workers.report import (
     NA,
     REPAIR_LOG_NAME,
@@ -91,11 +92,7 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
         f"- **Diagnosis:** {diagnosis}",
         f"- **Source of the fix:** {md_cell(source)}"
         + (f" ({SOURCES[source]})" if source in SOURCES else ""),
-        f"- **Result:** {md_cell(record.result or NA)}"
-        + (f" (the next attempt would have repeated attempt {record.identical_to} exactly)"
-           if record.identical_to is not None and not record.relaunched else "")
-        + (f" (unchanged after a wait: the cause is transient; same inputs as attempt {record.identical_to})"
-           if record.identical_to is not None and record.relaunched else ""),
+        f"- **Result:** {md_cell(record.result or NA)}{_identical_note(record)}",
         f"- **What happened next:** {repair_next(data, record)}",
         "",
     ]
@@ -114,6 +111,15 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
     if record.diff.strip():
         lines += ["YAML diff:", "", *fenced(record.diff, "diff"), ""]
     return lines
+
+
+def _identical_note(record: RepairRecord) -> str:
+    """Why the record names an earlier attempt: a repeat refused, or an unchanged relaunch after a wait."""
+    if record.identical_to is None or record.result is RepairResult.not_relaunched:
+        return ""  # the relaunch never came: nothing was repeated, or refused for repeating
+    if record.relaunched:
+        return f" (unchanged after a wait: the cause is transient; same inputs as attempt {record.identical_to})"
+    return f" (the next attempt would have repeated attempt {record.identical_to} exactly)"
 
 
 def _advice(record: RepairRecord) -> list[str]:
