@@ -194,7 +194,8 @@ def test_the_time_limit_ends_a_repair_backoff_timed_out_on_time(
     assert any("the experiment's time limit was reached" in c for c in repair["changes"]), repair["changes"]
     assert repair["next"].startswith("no relaunch: max time of ") and " reached" in repair["next"], repair["next"]
     assert [h["from"] for h in doc["history"] if h["trigger"] == "time_up"] == ["repairing"], doc["history"]
-    assert "timed_out" in run.report
+    assert repair["result"] == "not relaunched", repair["result"]  # the wait was cut short: no relaunch claimed
+    assert "timed_out" in run.report and "| relaunched |" not in run.report
 
 
 # ----------------------------------------------------------------------------- (d)
