@@ -36,6 +36,8 @@ class RepairResult(str, Enum):
     not_repairable = "not repairable"
     no_applicable_change = "no applicable change"
     budget_spent = "budget spent"
+    # A relaunch was decided but never came: the time limit or a stop ended the wait, or the launch was refused.
+    not_relaunched = "not relaunched"
 
     def __str__(self) -> str:
         return self.value

@@ -9,7 +9,8 @@ tests/conformance/harness.py): `ajet-runner run` with real tmux and the embedded
     waits while it is busy, relaunches once it is free, and when it stays busy ends naming the GPU and
     what to do;
 (d) a CUDA OOM repaired by halving the batch: the run resumes, the report and repair log say the step unit
-    changed, and every evaluation carries its attempt.
+    changed, and every evaluation carries its attempt;
+(e) the time limit falling inside a repair's backoff (GPU 1 stays busy): `timed_out` at the limit.
 
 They run under `make conformance` (AJET_CONFORMANCE=1), one at a time.
 """
@@ -110,12 +111,14 @@ def test_a_network_failure_in_a_download_step_is_proxied_on_that_line_after_the_
 
 
 # ----------------------------------------------------------------------------- (c)
-def busy_gpu_run(codebase, make_env, tmux_socket, tmp_path, scale: str, free_after: float | None):
+def busy_gpu_run(codebase, make_env, tmux_socket, tmp_path, scale: str, free_after: float | None,
+                 max_time: str = "10 minutes"):
     """`free_after`: seconds after attempt 1 ended (the launcher's GPU check failed) that GPU 1 is freed."""
     gpus = tmp_path / "gpus"
     gpus.write_text("0:81920:0,1:81920:40000")  # GPU 1: 51 % free, someone else's job
     conf = write_yaml(codebase, "busy.yaml", total_epochs=1)
-    path, results = blueprint(tmp_path, codebase, conf, purpose="Conformance: a busy second GPU on 0.0.1.")
+    path, results = blueprint(tmp_path, codebase, conf, purpose="Conformance: a busy second GPU on 0.0.1.",
+                              max_time=max_time)
     env = runner_env(make_env(extra={"AJET_CONF_GPUS_FILE": str(gpus)}), tmux_socket,
                      AJET_RUNNER_REPAIR_BACKOFF_SCALE=scale)
     done = threading.Event()
@@ -167,6 +170,32 @@ def test_a_gpu_that_stays_busy_ends_the_run_naming_it_and_what_to_do(
         waited = next(c for c in repair["changes"] if c.startswith("waited"))
         assert "still busy: GPU 1" in waited, waited
     assert "busy now: GPU 1" in doc["reason"] and "What to do: free the busy GPU(s)" in doc["reason"], doc["reason"]
+
+
+def test_the_time_limit_ends_a_repair_backoff_timed_out_on_time(
+        codebase, make_env, tmux_socket, tmp_path, pytestconfig) -> None:
+    """(e) GPU 1 stays busy and the catalogue's first backoff is scaled to 120 s; the 90 s limit falls inside it
+    (attempt 1, the launcher's GPU check, takes ~30 s on a loaded 2-core machine): the run ends `timed_out` at
+    the limit, from `repairing`, with no second attempt and the report written."""
+    run = busy_gpu_run(codebase, make_env, tmux_socket, tmp_path, scale="2", free_after=None, max_time="90 seconds")
+    doc = run.doc
+    figures(pytestconfig).rows.append(Figure("time limit 90 s inside a 120 s backoff", run.flag["outcome"],
+                                             len(doc["evaluations"]), None, doc["train_steps"], run.seconds))
+    assert run.flag["outcome"] == "timed_out", doc["reason"]
+    assert len(doc["attempts"]) == 1 and doc["attempts"][0]["ended_at"] - doc["started_at"] < 90, \
+        "attempt 1 must end (the launcher's GPU check) before the limit for the wait to be the one cut short"
+    took = doc["finished_at"] - doc["started_at"]
+    ended = doc["attempts"][0]["ended_at"] - doc["started_at"]
+    figures(pytestconfig).other.append(f"time limit case: attempt 1 ended {ended:.1f} s after the start, the run "
+                                       f"ended timed_out {took:.1f} s after it (limit 90 s)")
+    assert 90 <= took < 105, f"ended {took:.1f} s after the start: the limit is 90 s, the backoff 120 s"
+    [repair] = doc["repairs"]
+    assert repair["signature"] == "gpu_busy"
+    assert any("the experiment's time limit was reached" in c for c in repair["changes"]), repair["changes"]
+    assert repair["next"].startswith("no relaunch: max time of ") and " reached" in repair["next"], repair["next"]
+    assert [h["from"] for h in doc["history"] if h["trigger"] == "time_up"] == ["repairing"], doc["history"]
+    assert repair["result"] == "not relaunched", repair["result"]  # the wait was cut short: no relaunch claimed
+    assert "timed_out" in run.report and "| relaunched |" not in run.report
 
 
 # ----------------------------------------------------------------------------- (d)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.scenario import env_for, make, run_cli
+from tests.integration.scenario import DEMO_YAML, env_for, make, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +26,11 @@ def test_a_run_sees_the_shell_and_none_of_the_control_plane(tmp_path: Path, tmux
     python = launcher.split()[0]
     dumper = f"{python} -c \"import json,os; json.dump(dict(os.environ), open('{dump}', 'w'))\""
     sc.blueprint.write_text(text.replace(launcher, f"{dumper}\n{launcher}"))
+    # The logger needs SWANLAB_API_KEY (the simulated launcher fails at start without it, as 0.0.1 does): the
+    # preflight's credential check and the job's environment must agree that it is set.
+    conf = sc.codebase / DEMO_YAML
+    conf.write_text(conf.read_text(encoding="utf-8").replace("logger: tensorboard", "logger: swanlab"),
+                    encoding="utf-8")
     # The tmux server is up before the shell exported its keys (a finished pane keeps it alive for 300 s).
     subprocess.run(["tmux", "-S", tmux_socket, "new-session", "-d", "-s", "ajet_keeper", "sleep 600"],
                    env={**os.environ, "STALE_ONLY": "old"}, check=True, timeout=10)
@@ -44,5 +49,12 @@ def test_a_run_sees_the_shell_and_none_of_the_control_plane(tmp_path: Path, tmux
     assert "SWANLAB_API_KEY" in report and "user-swanlab-key" not in report
     assert "held back (the control plane's)" in report and "AJET_RUNNER_TOKEN" in report and TOKEN not in report
     assert "| Ran on | local executor, driven by the worker on node " in report
-    attempt = sc.results_json()["attempts"][0]
+    doc = sc.results_json()
+    [attempt] = doc["attempts"]  # the launcher's credential check passed first time: nothing to repair
     assert "SWANLAB_API_KEY" in attempt["env_names"] and "MY_COPY" in attempt["env_withheld"]
+    assert doc["outcome"] == "completed" and doc["repairs"] == []
+    decisions = {d["variable"]: d for d in doc["preflight_env"]["decisions"]}
+    assert decisions["SWANLAB_API_KEY"]["is_set"] and "logger swanlab kept" in decisions["SWANLAB_API_KEY"][
+        "decision"], decisions
+    assert "ajet.trainer_common.logger" not in {c["key"] for c in doc["preflight_changes"]}
+    assert "SWANLAB_API_KEY is not set" not in report

@@ -155,3 +155,27 @@ def test_an_environment_decision_says_set_or_not_set_once() -> None:
     assert _decision({"is_set": True, "decision": "set: logger swanlab kept"}) == "logger swanlab kept"
     assert _decision({"is_set": True, "decision": "lists 2 GPU(s) for n_gpus_per_node=2"}) == \
         "lists 2 GPU(s) for n_gpus_per_node=2"
+
+
+def test_a_launcher_inside_a_script_is_said_and_check_plans_no_change(good_blueprint: Path, tmp_path: Path) -> None:
+    """Issue 36 item 2: `check` says no launcher call is visible and that no preflight change applies; the
+    YAML fixes it would make for a visible launcher are not planned, and the command file is the command."""
+    code = tmp_path / "agentjet"
+    (code / "scripts").mkdir()
+    (code / "scripts" / "train.sh").write_text(
+        "#!/bin/bash\nset -e\npython -m ajet.launcher --conf tests/bench/math.yaml --autokill\n", encoding="utf-8")
+    text = good_blueprint.read_text(encoding="utf-8")
+    script = good_blueprint.with_name("script.md")
+    script.write_text(text.replace(f"cd {code} && \\\n     python -m ajet.launcher --conf tests/bench/math.yaml "
+                                   "--autokill", f"cd {code} && bash scripts/train.sh"), encoding="utf-8")
+    rc, doc = _check_json(script)
+    _assert_shape(doc)
+    assert rc == 0 and doc["blueprint"]["exp_launch_command"] == f"cd {code} && bash scripts/train.sh"
+    assert doc["config_changes"] == []  # execute_test: True is left as the script's YAML has it
+    [hidden] = [p["message"] for p in doc["problems"] if p["field"] == "exp_launch_command"]
+    assert hidden.startswith("no launcher call is visible in the command: it runs `bash scripts/train.sh`, "
+                             "which calls the launcher (scripts/train.sh line 3: `python -m ajet.launcher")
+    assert "no preflight change applies" in hidden
+    assert doc["command_file"].splitlines()[1:] == [f"cd {code} && bash scripts/train.sh"]  # --autokill not touched
+    shown = _run(str(script)).stdout
+    assert "no launcher call is visible in the command" in shown and "runnable" in shown

@@ -36,7 +36,8 @@ def test_a_pending_repair_round_trips_without_empty_keys() -> None:
 
 
 def test_repair_results_are_an_enum_and_an_unknown_one_reads_as_none() -> None:
-    assert {r.value for r in RepairResult} == {"relaunched", "not repairable", "no applicable change", "budget spent"}
+    assert {r.value for r in RepairResult} == {"relaunched", "not repairable", "no applicable change", "budget spent",
+                                             "not relaunched"}
     assert RepairRecord(at=1, attempt=1, result="Budget Spent ").result is RepairResult.budget_spent
     assert RepairRecord(at=1, attempt=1, result="exploded").result == ""
     assert f"{RepairResult.no_applicable_change}" == "no applicable change"

@@ -60,7 +60,14 @@ def test_a_transient_backoff_in_repairing_ends_timed_out_at_the_limit(
     assert [h["trigger"] for h in history][-2:] == ["time_up", "collected"]
     assert history[-2]["from"] == "repairing"
     assert flag(tmp_path)["outcome"] == "timed_out"
-    assert "no relaunch: max time of 3s reached" in (tmp_path / "results" / "repair_log.md").read_text()
+    log = (tmp_path / "results" / "repair_log.md").read_text()
+    assert "no relaunch: max time of 3s reached" in log
+    # The wait was cut short: no relaunch happened, and nothing may say one did.
+    assert repair.result == "not relaunched" and not repair.relaunched
+    assert "- **Result:** not relaunched" in log and "unchanged after a wait" not in log
+    assert "would have repeated" not in log
+    report = (tmp_path / "results" / "experiment_report.md").read_text()
+    assert "| relaunched |" not in report and "0 relaunched after a repair" in report
 
 
 def test_a_failure_past_the_limit_ends_timed_out_without_a_repair(store: Store, tmp_path: Path) -> None:

@@ -224,24 +224,42 @@ def wrapper_text(
 ENV_VALUE_MAX = 128 * 1024  # Linux refuses to exec with one variable over MAX_ARG_STRLEN (E2BIG on every exec)
 
 
-def env_file_bytes(env: Mapping[str, str] | Mapping[bytes, bytes]) -> tuple[bytes, list[str]]:
-    """The environment as the wrapper reads it (NAME=value, NUL-separated), and a line for each variable
-    left out: a name bash cannot export, or a value too large to exec with. Values are passed as bytes,
-    so one that is not UTF-8 arrives unchanged."""
+def shown_name(name: str | bytes) -> str:
+    """A variable's name as the report can print it: bytes that are not UTF-8 shown as U+FFFD."""
+    raw = name if isinstance(name, bytes) else name.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "replace")
+
+
+def env_entries(env: Mapping[str, str] | Mapping[bytes, bytes]) -> tuple[list[bytes], dict[str, str]]:
+    """The `NAME=value` entries passed (as bytes, so a value that is not UTF-8 arrives unchanged), and a line
+    for each variable that needs one, keyed by its name as given: left out (a name bash cannot export, a
+    value too large to exec with) or passed with a value that is not UTF-8."""
     parts: list[bytes] = []
-    notes: list[str] = []
+    notes: dict[str, str] = {}
     for key, value in env.items():
         k = key if isinstance(key, bytes) else key.encode("utf-8", "surrogateescape")
         v = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
-        shown = k.decode("utf-8", "replace")
+        shown = shown_name(k)
+        name = key if isinstance(key, str) else shown
         if not _ENV_NAME.match(shown) or b"\0" in v:
-            notes.append(f"{shown}: not passed (not a name a shell can export)")
-        elif len(v) > ENV_VALUE_MAX:
-            notes.append(f"{shown}: not passed ({len(v):,} bytes; a process cannot start with a variable over "
-                         f"{ENV_VALUE_MAX:,} bytes)")
-        else:
-            parts.append(k + b"=" + v + b"\0")
-    return b"".join(parts), notes
+            notes[name] = f"{shown}: not passed (not a name a shell can export)"
+            continue
+        if len(v) > ENV_VALUE_MAX:
+            notes[name] = (f"{shown}: not passed ({len(v):,} bytes; a process cannot start with a variable over "
+                           f"{ENV_VALUE_MAX:,} bytes)")
+            continue
+        try:
+            v.decode("utf-8")
+        except UnicodeDecodeError:
+            notes[name] = f"{shown}: passed as its bytes (the value is not UTF-8)"
+        parts.append(k + b"=" + v + b"\0")
+    return parts, notes
+
+
+def env_file_bytes(env: Mapping[str, str] | Mapping[bytes, bytes]) -> tuple[bytes, list[str]]:
+    """The environment as the wrapper reads it (NAME=value, NUL-separated), and the lines of `env_entries`."""
+    parts, notes = env_entries(env)
+    return b"".join(parts), list(notes.values())
 
 
 def write_attempt_files(dfd: int, log_path: Path, rc_path: Path, pid_path: Path, command: str,

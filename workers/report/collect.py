@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ajet_runner.statemachine.fixes.failure import RepairResult
 from ajet_runner.statemachine.lifecycle import Lifecycle
 from ajet_runner.statemachine.logs.metrics import merge_file_and_log
 from ajet_runner.statemachine.logs.results import (
@@ -39,9 +40,11 @@ def link_repair_outcomes(ctx: Context, outcome: str) -> None:
         if rep.relaunched:
             nxt = rep.attempt + 1
             later = ctx.attempt(nxt)
-            if later is None and rep.next:
-                continue  # the relaunch never came (e.g. the time limit in the wait): its own line says why
-            end = later.end_reason if later else ""
+            if later is None:  # the relaunch never came (the time limit or a stop in the wait, a refused launch)
+                rep.result = RepairResult.not_relaunched
+                rep.next = rep.next or f"no relaunch: the experiment ended {outcome} before attempt {nxt} started"
+                continue
+            end = later.end_reason
             if i == len(ctx.repairs) - 1 or end:
                 rep.next = f"attempt {nxt}: {end or outcome}"
 

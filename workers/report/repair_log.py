@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ajet_runner.resultdir.flag import atomic_write_text
+from ajet_runner.statemachine.fixes.failure import RepairResult
 from ajet_runner.workers.report import (
     NA,
     REPAIR_LOG_NAME,
@@ -96,15 +97,6 @@ def _attempt_end(data: ReportData, record: RepairRecord) -> list[str]:
     return [f"- **Attempt end:** {md_cell(attempt.end_reason or NA)} (exit code {exit_code})"]
 
 
-def _same_inputs(record: RepairRecord) -> str:
-    """Why the result names an earlier attempt: the next one would repeat it, or waited and repeated it."""
-    if record.identical_to is None:
-        return ""
-    if record.relaunched:
-        return f" (unchanged after a wait: the cause is transient; same inputs as attempt {record.identical_to})"
-    return f" (the next attempt would have repeated attempt {record.identical_to} exactly)"
-
-
 def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
     lines = [f"### {index}. Attempt {record.attempt} failed — {_failure_when(data, record)}", ""]
     lines += _attempt_end(data, record)
@@ -116,7 +108,7 @@ def _failure(data: ReportData, index: int, record: RepairRecord) -> list[str]:
         f"- **Diagnosis:** {diagnosis}",
         f"- **Source of the fix:** {md_cell(source)}"
         + (f" ({SOURCES[source]})" if source in SOURCES else ""),
-        f"- **Result:** {md_cell(record.result or NA)}{_same_inputs(record)}",
+        f"- **Result:** {md_cell(record.result or NA)}{_identical_note(record)}",
         f"- **What happened next:** {repair_next(data, record)}",
         "",
     ]
@@ -141,6 +133,15 @@ def _failure_evidence(record: RepairRecord) -> list[str]:
     if record.diff.strip():
         lines += ["YAML diff:", "", *fenced(record.diff, "diff"), ""]
     return lines
+
+
+def _identical_note(record: RepairRecord) -> str:
+    """Why the record names an earlier attempt: a repeat refused, or an unchanged relaunch after a wait."""
+    if record.identical_to is None or record.result is RepairResult.not_relaunched:
+        return ""  # the relaunch never came: nothing was repeated, or refused for repeating
+    if record.relaunched:
+        return f" (unchanged after a wait: the cause is transient; same inputs as attempt {record.identical_to})"
+    return f" (the next attempt would have repeated attempt {record.identical_to} exactly)"
 
 
 def _advice(record: RepairRecord) -> list[str]:

@@ -29,7 +29,7 @@ from ajet_runner.workers.executors.attempt import attempt_env
 from ajet_runner.workers.executors.environment import LaunchEnvironment, launch_environment, worker_environment
 from ajet_runner.workers.executors.handle import RunHandle
 from ajet_runner.workers.executors.request import AttemptRequest, TakesRequest
-from ajet_runner.workers.executors.wrapper import env_file_bytes
+from ajet_runner.workers.executors.wrapper import env_entries, shown_name
 from ajet_runner.workers.repair.attempt_inputs import launch_inputs
 from ajet_runner.workers.repair.gpus import query_gpus
 from ajet_runner.workers.report.reserve import RESERVE_NAME
@@ -215,10 +215,10 @@ def _environment_fields(d: Drive, base: LaunchEnvironment, env: dict[str, str], 
                 "environment": f"the login environment of {d.runner.capabilities.name} host "
                                f"{d.handle.host if d.handle else ''}".strip() + ", plus the variables named"}
     merged = {**base.variables, **env}
-    notes = env_file_bytes(merged)[1]
-    dropped = {n.split(":", 1)[0] for n in notes}
-    return {"env_names": sorted(n for n in merged if n not in dropped), "env_withheld": base.withheld,
-            "env_notes": notes, "environment": worker_environment(d.node.name)}
+    passed, notes = env_entries(merged)
+    names = {entry.split(b"=", 1)[0].decode("utf-8") for entry in passed}  # every passed name is ASCII
+    return {"env_names": sorted(names), "env_withheld": sorted(shown_name(n) for n in base.withheld),
+            "env_notes": list(notes.values()), "environment": worker_environment(d.node.name)}
 
 
 def _known_gpus(d: Drive) -> list[int] | None:
