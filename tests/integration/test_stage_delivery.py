@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from ajet_runner.statemachine.lifecycle import Lifecycle
 from ajet_runner.store.cluster.outbox import Outbox
 from ajet_runner.store.cluster.stages import define_stage, stage_meta
+from ajet_runner.store.keys import OUTBOX
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.notify.deliverer import Deliverer
@@ -75,6 +76,29 @@ def test_a_post_that_fails_is_retried_with_backoff_and_each_try_is_an_event(stor
         assert [e["attempt"] for e in events] == [1, 2, 3] and "HTTP 503" in events[0]["error"]
         assert {e["delivery"] for e in events} == {body["delivery"]}
         assert Outbox(store.r).pending() == 0
+
+
+def test_failed_posts_back_off_exponentially_up_to_the_cap(store: Store) -> None:
+    """Each failed POST is due again 2 s later, then 4, 8, ... never more than the cap (issue 37 item 3); the
+    test makes the task due at once after reading its due time instead of waiting the delays out."""
+    cap, attempts = 10.0, 6
+    with WebhookReceiver(fail_first=99) as hook:
+        finished(store, "e1")
+        d = Deliverer(store, Settings(webhook_url=hook.url, webhook_secret=SecretStr(SECRET),
+                                      webhook_backoff_cap_seconds=cap, webhook_max_attempts=attempts,
+                                      webhook_timeout_seconds=5))
+        windows: list[tuple[float, float, float]] = []  # (earliest, due, latest) for each failed attempt
+        expected = [2.0, 4.0, 8.0, cap, cap]
+        for delay in expected:
+            before = time.time()
+            assert d.step()
+            after = time.time()
+            ((task_id, due),) = store.r.zrange(OUTBOX, 0, -1, withscores=True)
+            windows.append((before + delay, due, after + delay))
+            store.r.zadd(OUTBOX, {task_id: time.time()})  # due now
+        assert all(lo <= due <= hi for lo, due, hi in windows), (expected, windows)
+        assert d.step() and hook.refused == attempts  # the last attempt gives up: a dead letter, nothing due
+        assert Outbox(store.r).pending() == 0 and Outbox(store.r).dead()[0]["attempts"] == attempts
 
 
 def test_an_unreachable_receiver_is_given_up_and_the_outcome_stays(store: Store, tmp_path: Path) -> None:
