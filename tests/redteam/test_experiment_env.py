@@ -46,12 +46,31 @@ def _dumping(tmp_path: Path) -> tuple[Scenario, Path]:
     sc = make("demo", tmp_path)
     short_sim(sc)
     dump = sc.workdir / "env.json"
+    probe = sc.workdir / "env_probe.py"
+    probe.write_text(PROBE)
     text = sc.blueprint.read_text()
     launcher = next(line for line in text.splitlines() if "-m ajet.launcher" in line)
     python = launcher.split()[0]
-    dumper = f"{python} -c \"import json,os; json.dump(dict(os.environ), open('{dump}', 'w'))\""
-    sc.blueprint.write_text(text.replace(launcher, f"{dumper}\n{launcher}"))
+    sc.blueprint.write_text(text.replace(launcher, f"{python} {probe} {dump}\n{launcher}"))
     return sc, dump
+
+
+# What a curious experiment reads: its own environment, and that of every ancestor (the wrapper, the tmux server
+# that hosts it: a server keeps the environment it started with in /proc/<pid>/environ for its whole life).
+PROBE = """
+import json, os, sys
+found, pid = {"job": dict(os.environ)}, os.getppid()
+while pid > 1:
+    try:
+        raw = open(f"/proc/{pid}/environ", "rb").read()
+        name = open(f"/proc/{pid}/comm").read().strip()
+        ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        break
+    found[f"{name} (pid {pid})"] = dict(i.decode(errors="replace").partition("=")[::2] for i in raw.split(b"\\0") if i)
+    pid = ppid
+json.dump(found, open(sys.argv[1], "w"))
+"""
 
 
 def _planted(secrets: dict[str, str]) -> dict[str, str]:
@@ -71,11 +90,17 @@ def _leaks(seen: dict[str, str], secrets: dict[str, str]) -> list[str]:
     return found
 
 
-def _row(mode: str, seen: dict[str, str], secrets: dict[str, str], withheld: list[str]) -> list[str]:
-    leaked = _leaks(seen, secrets)
-    record(CASE, f"`{mode}`: the job's env dump searched for {', '.join(secrets)} (those known beforehand also copied "
-           "under another name), control-plane names and Redis URLs", len(secrets),
-           f"{len(leaked)} leaked of {len(seen)} variables; {len(withheld)} held back", passed=not leaked)
+def _row(mode: str, dump: Path, secrets: dict[str, str], withheld: list[str]) -> list[str]:
+    """The row of one way of running: the job's environment and its ancestors' (`dump`) searched."""
+    seen: dict[str, dict[str, str]] = json.loads(dump.read_text())
+    assert "job" in seen and any(name.startswith("tmux") for name in seen), list(seen)  # the probe saw its server
+    leaked = [f"{proc}: {leak}" for proc, env in seen.items() for leak in _leaks(env, secrets)]
+    who = ", ".join(n.rsplit(" (pid", 1)[0] for n in seen)
+    record(CASE, f"`{mode}`: env dumps of the job and its ancestors ({who}) "
+           f"searched for {', '.join(secrets)} (those known beforehand also copied under another name), control-plane "
+           "names and Redis URLs", len(secrets),
+           f"{len(leaked)} leaked of {sum(map(len, seen.values()))} variables; {len(withheld)} held back from the job",
+           passed=not leaked)
     return leaked
 
 
@@ -112,8 +137,7 @@ def test_a_run_s_environment_holds_no_control_plane_secret(tmp_path: Path, tmux_
         if proc.poll() is None:
             kill_group(proc)  # type: ignore[arg-type]
     secrets["embedded Redis password"] = password
-    seen = json.loads(dump.read_text())
-    leaked = _row("run", seen, secrets, sc.results_json()["attempts"][0]["env_withheld"])
+    leaked = _row("run", dump, secrets, sc.results_json()["attempts"][0]["env_withheld"])
     assert leaked == []
     assert all(f"COPY_{i}" in sc.results_json()["attempts"][0]["env_withheld"] for i in range(3))
 
@@ -145,8 +169,7 @@ def test_a_service_worker_s_experiment_holds_no_control_plane_secret(tmp_path: P
                          == "finished", 240, "the run to finish")
         finally:
             kill_group(worker)
-    seen = json.loads(dump.read_text())
-    leaked = _row("worker (service mode)", seen, secrets, sc.results_json()["attempts"][0]["env_withheld"])
+    leaked = _row("worker (service mode)", dump, secrets, sc.results_json()["attempts"][0]["env_withheld"])
     assert leaked == []
 
 
@@ -192,7 +215,6 @@ def test_an_up_experiment_holds_no_control_plane_secret(tmp_path: Path) -> None:
         wait_for(lambda: httpx.get(f"{api}/v1/experiments/{exp}", headers=auth, timeout=5).json()["state"]
                  == "finished", 240, "the run to finish")
     secrets.update({"API token (token file)": token, "embedded Redis password": password})
-    seen = json.loads(dump.read_text())
-    leaked = _row("up", seen, secrets, sc.results_json()["attempts"][0]["env_withheld"])
+    leaked = _row("up", dump, secrets, sc.results_json()["attempts"][0]["env_withheld"])
     assert leaked == []
 

@@ -34,7 +34,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,6 +47,7 @@ import psutil
 from ajet_runner.resultdir.confined import open_dir, write_at
 from ajet_runner.store.naming import SESSION_PREFIX as PREFIX
 from ajet_runner.store.naming import session_name
+from ajet_runner.workers.executors.environment import is_control_plane_name
 from ajet_runner.workers.executors.handle import RunHandle, read_int
 from ajet_runner.workers.executors.local.procs import is_gone, kill_marked, signal_all, wait_gone
 from ajet_runner.workers.executors.local.session_host import ServerIdentity, SessionHost
@@ -191,14 +194,14 @@ class TmuxRunner:
         shell_command = f"exec {shlex.quote(local_tool('bash'))} {shlex.quote(str(wrapper))}"
         args = ["-d", "-P", "-F", "#{pane_pid}", "-s", session, "-x", "200", "-y", "50"]
         for _ in range(3):
-            proc = self.server.cmd("new-session", *args, shell_command)
+            proc = self._new_session([*args, shell_command], base_env)
             # A server exits when its last session ends; a new-session that races that exit
             # fails with "server exited unexpectedly", and a retry starts a fresh server.
-            if proc.returncode == 0 or "server exited unexpectedly" not in " ".join(proc.stderr):
+            if proc.returncode == 0 or "server exited unexpectedly" not in proc.stderr:
                 break
-        if proc.returncode != 0 or not proc.stdout:
-            raise TmuxRunnerError(f"tmux new-session failed: {' '.join(proc.stderr)}")
-        handle.pane_pid = int(proc.stdout[0])
+        if proc.returncode != 0 or not proc.stdout.strip():
+            raise TmuxRunnerError(f"tmux new-session failed: {proc.stderr.strip()}")
+        handle.pane_pid = int(proc.stdout.split()[0])
         if self.remote(refresh=True):
             handle.server_pid = self._ident.pid if self._ident else None
             handle.wait_for_pid(pid_timeout, local=False)
@@ -207,6 +210,17 @@ class TmuxRunner:
             handle.server_pid = psutil.Process(handle.pane_pid).ppid()
         handle.wait_for_pid(pid_timeout)
         return handle
+
+    def _new_session(self, args: list[str], base_env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str]:
+        """`tmux new-session` from an environment without the control plane's keys: the first one starts the
+        tmux server, whose /proc/<pid>/environ keeps that environment for its whole life and is readable by
+        every process of the user, the experiments it hosts included (libtmux would hand it the worker's)."""
+        tmux = self.server.tmux_bin or shutil.which("tmux") or "tmux"
+        where = ["-S", self.socket_path] if self.socket_path else []
+        source = os.environ if base_env is None else base_env
+        env = {k: v for k, v in source.items() if not is_control_plane_name(k)}
+        return subprocess.run([tmux, *where, "new-session", *args], env=env, capture_output=True, text=True,
+                              encoding="utf-8", errors="backslashreplace", check=False)
 
     @property
     def capabilities(self) -> Capabilities:
