@@ -5,6 +5,7 @@ deliverer that died delivered by the next one."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,8 +21,9 @@ from ajet_runner.store.keys import OUTBOX
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.notify.deliverer import Deliverer
-from tests.integration.scenario import wait_for
+from tests.integration.scenario import CLI, wait_for
 from tests.integration.webhook_receiver import WebhookReceiver
+from tests.integration.workers import worker_env
 
 pytestmark = pytest.mark.integration
 SECRET = "k3y"
@@ -170,3 +172,15 @@ def test_a_notice_a_dead_deliverer_held_is_delivered_by_the_next(store: Store) -
             runner.join(10)
         assert [r.json["delivery"] for r in hook.received] == [held[1]["delivery"]]
         assert time.time() - hook.received[0].json["sent_at"] < 60
+
+
+@pytest.mark.parametrize("url", ["http://hooks.example.com/a", "ftp://hooks.example.com/a",
+                                 "https://hooks.example.com/a\r\nX-Injected: 1"])
+def test_a_worker_refuses_a_webhook_url_it_may_not_post_to(redis_url: str, tmux_socket: str, url: str) -> None:
+    """AJET_RUNNER_WEBHOOK_URL is checked when the worker starts (exit 2 naming it), like a stage's at submission."""
+    env = worker_env(redis_url, tmux_socket, AJET_RUNNER_WEBHOOK_URL=url)
+    done = subprocess.run([*CLI, "worker", "--node", "hookcheck", "--gpus", "0"], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "AJET_RUNNER_WEBHOOK_URL" in done.stderr and "Traceback" not in done.stderr
+    assert Store.from_url(redis_url).nodes.all() == []  # never registered
