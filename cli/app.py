@@ -42,7 +42,9 @@ def _root(
 def main() -> None:
     from ajet_runner.cli.commands.help_text import tidy
     from ajet_runner.cli.startup import skip_unused_imports
+    from ajet_runner.workers.node.lifeline import keep_environment_private
 
+    keep_environment_private()  # the control plane's keys in this environment stay out of experiments' reach
     skip_unused_imports()
 
     tidy(typer.main.get_command(app))(prog_name="ajet-runner")

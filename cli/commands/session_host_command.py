@@ -29,6 +29,15 @@ def _server_answers(tmux: str, socket: Path) -> str | None:
     return out if proc.returncode == 0 and out.isdigit() else None
 
 
+def _server_environment() -> dict[str, str]:
+    """This environment less the control plane's keys: the tmux server keeps the one it starts with (its
+    /proc/<pid>/environ, readable by every experiment it hosts, and the global environment new sessions get)."""
+    from ajet_runner.store.settings import get_settings
+    from ajet_runner.workers.executors.environment import launch_environment
+
+    return launch_environment(get_settings()).variables
+
+
 def register(app: typer.Typer) -> None:
     @app.command("session-host", epilog="Example: ajet-runner session-host --socket /run/ajet-runner/tmux.sock")
     def session_host(
@@ -51,4 +60,4 @@ def register(app: typer.Typer) -> None:
         if path.is_socket():
             path.unlink()  # left by a server that is gone (a node reboot, a killed pod)
         typer.echo(f"session host: tmux server on {path}", err=True)
-        os.execv(tmux, [tmux, "-D", "-S", str(path), "-f", config])
+        os.execve(tmux, [tmux, "-D", "-S", str(path), "-f", config], _server_environment())

@@ -181,3 +181,26 @@ def test_a_namespaced_worker_stops_a_run_hosted_by_a_hand_started_tmux(tmp_path,
     rc = int((sc.results / "logs" / "attempt-1.rc").read_text())
     assert rc in (130, 2, 1), f"the job ended by our SIGINT, not by {rc}"
     assert sc.flag()["outcome"] == "cancelled"
+
+
+def test_the_session_host_s_tmux_server_keeps_no_control_plane_key(tmux_socket: str) -> None:
+    """A tmux server keeps the environment it started with (/proc/<pid>/environ, the global environment every
+    new session gets) for its whole life, readable by every experiment it hosts (issue 37 item 1)."""
+    password, token = "pw-session-host-4455aa", "tok-session-host-0099bb"
+    env = {**os.environ, "REDIS_URL": f"redis://:{password}@10.0.0.5:6379/0", "AJET_RUNNER_TOKEN": token,
+           "AJET_RUNNER_WEBHOOK_SECRET": "whsec-session-host-77", "COPY_OF_TOKEN": f"Bearer {token}",
+           "KEEP_ME": "users-own"}
+    proc = subprocess.Popen([*CLI, "session-host", "--socket", tmux_socket], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ident = wait_for(SessionHost(tmux_socket).identity, 15, "the session host's tmux server to answer")
+        with open(f"/proc/{ident.pid}/environ", "rb") as fh:  # type: ignore[union-attr]
+            server_env = fh.read().decode(errors="replace")
+        shown = subprocess.run(["tmux", "-S", tmux_socket, "show-environment", "-g"], capture_output=True,
+                               text=True, timeout=10, check=True).stdout
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    for text in (server_env, shown):
+        assert "KEEP_ME" in text
+        assert not any(s in text for s in (password, token, "whsec-session-host-77", "REDIS_URL", "AJET_RUNNER_"))

@@ -5,6 +5,7 @@ deliverer that died delivered by the next one."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -16,11 +17,13 @@ from pydantic import SecretStr
 from ajet_runner.statemachine.lifecycle import Lifecycle
 from ajet_runner.store.cluster.outbox import Outbox
 from ajet_runner.store.cluster.stages import define_stage, stage_meta
+from ajet_runner.store.keys import OUTBOX
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.notify.deliverer import Deliverer
-from tests.integration.scenario import wait_for
+from tests.integration.scenario import CLI, wait_for
 from tests.integration.webhook_receiver import WebhookReceiver
+from tests.integration.workers import worker_env
 
 pytestmark = pytest.mark.integration
 SECRET = "k3y"
@@ -75,6 +78,29 @@ def test_a_post_that_fails_is_retried_with_backoff_and_each_try_is_an_event(stor
         assert [e["attempt"] for e in events] == [1, 2, 3] and "HTTP 503" in events[0]["error"]
         assert {e["delivery"] for e in events} == {body["delivery"]}
         assert Outbox(store.r).pending() == 0
+
+
+def test_failed_posts_back_off_exponentially_up_to_the_cap(store: Store) -> None:
+    """Each failed POST is due again 2 s later, then 4, 8, ... never more than the cap (issue 37 item 3); the
+    test makes the task due at once after reading its due time instead of waiting the delays out."""
+    cap, attempts = 10.0, 6
+    with WebhookReceiver(fail_first=99) as hook:
+        finished(store, "e1")
+        d = Deliverer(store, Settings(webhook_url=hook.url, webhook_secret=SecretStr(SECRET),
+                                      webhook_backoff_cap_seconds=cap, webhook_max_attempts=attempts,
+                                      webhook_timeout_seconds=5))
+        windows: list[tuple[float, float, float]] = []  # (earliest, due, latest) for each failed attempt
+        expected = [2.0, 4.0, 8.0, cap, cap]
+        for delay in expected:
+            before = time.time()
+            assert d.step()
+            after = time.time()
+            ((task_id, due),) = store.r.zrange(OUTBOX, 0, -1, withscores=True)
+            windows.append((before + delay, due, after + delay))
+            store.r.zadd(OUTBOX, {task_id: time.time()})  # due now
+        assert all(lo <= due <= hi for lo, due, hi in windows), (expected, windows)
+        assert d.step() and hook.refused == attempts  # the last attempt gives up: a dead letter, nothing due
+        assert Outbox(store.r).pending() == 0 and Outbox(store.r).dead()[0]["attempts"] == attempts
 
 
 def test_an_unreachable_receiver_is_given_up_and_the_outcome_stays(store: Store, tmp_path: Path) -> None:
@@ -146,3 +172,15 @@ def test_a_notice_a_dead_deliverer_held_is_delivered_by_the_next(store: Store) -
             runner.join(10)
         assert [r.json["delivery"] for r in hook.received] == [held[1]["delivery"]]
         assert time.time() - hook.received[0].json["sent_at"] < 60
+
+
+@pytest.mark.parametrize("url", ["http://hooks.example.com/a", "ftp://hooks.example.com/a",
+                                 "https://hooks.example.com/a\r\nX-Injected: 1"])
+def test_a_worker_refuses_a_webhook_url_it_may_not_post_to(redis_url: str, tmux_socket: str, url: str) -> None:
+    """AJET_RUNNER_WEBHOOK_URL is checked when the worker starts (exit 2 naming it), like a stage's at submission."""
+    env = worker_env(redis_url, tmux_socket, AJET_RUNNER_WEBHOOK_URL=url)
+    done = subprocess.run([*CLI, "worker", "--node", "hookcheck", "--gpus", "0"], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "AJET_RUNNER_WEBHOOK_URL" in done.stderr and "Traceback" not in done.stderr
+    assert Store.from_url(redis_url).nodes.all() == []  # never registered

@@ -23,6 +23,7 @@ from ajet_runner.store.store import Store, TransitionConflict
 from ajet_runner.workers.drive.driver import ExperimentDriver
 from ajet_runner.workers.drive.journal import LostOwnership
 from ajet_runner.workers.identity.this_node import NodeInfo
+from ajet_runner.workers.node.lifeline import keep_environment_private
 
 log = logging.getLogger(__name__)
 EXIT_WRITE_FAILED = 3
@@ -43,6 +44,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m ajet_runner.workers.drive.cancel_queued EXP_ID NODE  (settings as JSON on stdin)",
               file=sys.stderr)
         return 2
+    keep_environment_private()  # the settings it reads hold the Redis password
     settings = Settings(**json.loads(sys.stdin.read() or "{}"))
     try:
         finish_cancelled(argv[0], settings, argv[1])

@@ -15,7 +15,9 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PARENT_ENV = "AJET_RUNNER_PARENT_PID"
+DEBUGGABLE_ENV = "AJET_RUNNER_DEBUGGABLE"
 
 
 def die_with_parent(expected_parent: int | None = None, sig: int = signal.SIGKILL) -> bool:
@@ -38,3 +40,18 @@ def die_with_parent(expected_parent: int | None = None, sig: int = signal.SIGKIL
 def expected_parent_from_env() -> int | None:
     value = os.environ.get(PARENT_ENV, "")
     return int(value) if value.isdigit() else None
+
+
+def keep_environment_private() -> bool:
+    """Make this process non-dumpable (Linux): its /proc/<pid>/environ, memory and ptrace are then root's only.
+
+    The control plane's processes hold its keys in their environment (REDIS_URL with its password, the API
+    token, the webhook secret); every experiment runs as the same Unix user and could read them there, which
+    the cleaned job environment alone does not prevent. The flag is per process and reset by exec, so the
+    experiments, tmux and every program started from here stay ordinary processes. AJET_RUNNER_DEBUGGABLE=1
+    leaves it off (py-spy or gdb as the same user); True when set.
+    """
+    if not sys.platform.startswith("linux") or os.environ.get(DEBUGGABLE_ENV, "").strip() in ("1", "true", "yes"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0

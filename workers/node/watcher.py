@@ -35,7 +35,7 @@ from ajet_runner.store.settings import get_settings
 from ajet_runner.store.store import RedisError, Store
 from ajet_runner.workers.executors.ssh_hosts import served_hosts
 from ajet_runner.workers.node.hosting import HOST
-from ajet_runner.workers.node.lifeline import die_with_parent, expected_parent_from_env
+from ajet_runner.workers.node.lifeline import die_with_parent, expected_parent_from_env, keep_environment_private
 from ajet_runner.workers.node.slot_worker import SlotWorker
 from ajet_runner.workers.report.plot_preload import preload_plotting
 
@@ -61,6 +61,7 @@ def main(argv: list[str]) -> int:
         return 2
     node, slots = argv[1], int(argv[2])
     die_with_parent(expected_parent_from_env())  # a SIGKILLed supervisor leaves no watcher behind
+    keep_environment_private()  # REDIS_URL is in this environment: not readable by the experiments' user
     configure("watcher", node=node)  # level and format from the worker's environment
     settings = get_settings()  # read (and cached) before the variable below leaves the environment
     try:

@@ -34,7 +34,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -45,6 +47,7 @@ import psutil
 from ajet_runner.resultdir.confined import open_dir, write_at
 from ajet_runner.store.naming import SESSION_PREFIX as PREFIX
 from ajet_runner.store.naming import session_name
+from ajet_runner.workers.executors.environment import is_control_plane_name
 from ajet_runner.workers.executors.handle import RunHandle, read_int
 from ajet_runner.workers.executors.local.procs import is_gone, kill_marked, signal_all, wait_gone
 from ajet_runner.workers.executors.local.session_host import ServerIdentity, SessionHost
@@ -200,12 +203,7 @@ class TmuxRunner:
             wrapper_path=wrapper,
             socket_path=self.socket_path,
         )
-        # A raw new-session through libtmux's `cmd`: `Server.new_session()` returns a Session
-        # whose pane must be fetched by a second query, which fails when a quick command has
-        # already ended the session; `-P -F '#{pane_pid}'` gets it atomically (and 3x faster).
-        # No `-c cwd`: tmux expands formats there (`#(cmd)` runs cmd), so the wrapper does the
-        # `cd`; the shell command itself is not format-expanded (both checked on tmux 3.3a).
-        handle.pane_pid = self._new_session(session, wrapper)
+        handle.pane_pid = self._start_session(session, wrapper, base_env)
         if self.remote(refresh=True):
             handle.server_pid = self._ident.pid if self._ident else None
             handle.wait_for_pid(pid_timeout, local=False)
@@ -232,10 +230,10 @@ class TmuxRunner:
         finally:
             os.close(dfd)
 
-    def _new_session(self, session: str, wrapper: Path) -> int:
+    def _start_session(self, session: str, wrapper: Path, base_env: Mapping[str, str] | None) -> int:
         """Start the wrapper in a new detached session; its pane's pid.
 
-        A raw new-session through libtmux's `cmd`: `Server.new_session()` returns a Session
+        A raw `tmux new-session`: libtmux's `Server.new_session()` returns a Session
         whose pane must be fetched by a second query, which fails when a quick command has
         already ended the session; `-P -F '#{pane_pid}'` gets it atomically (and 3x faster).
         No `-c cwd`: tmux expands formats there (`#(cmd)` runs cmd), so the wrapper does the
@@ -243,14 +241,25 @@ class TmuxRunner:
         shell_command = f"exec {shlex.quote(local_tool('bash'))} {shlex.quote(str(wrapper))}"
         args = ["-d", "-P", "-F", "#{pane_pid}", "-s", session, "-x", "200", "-y", "50"]
         for _ in range(3):
-            proc = self.server.cmd("new-session", *args, shell_command)
+            proc = self._new_session([*args, shell_command], base_env)
             # A server exits when its last session ends; a new-session that races that exit
             # fails with "server exited unexpectedly", and a retry starts a fresh server.
-            if proc.returncode == 0 or "server exited unexpectedly" not in " ".join(proc.stderr):
+            if proc.returncode == 0 or "server exited unexpectedly" not in proc.stderr:
                 break
-        if proc.returncode != 0 or not proc.stdout:
-            raise TmuxRunnerError(f"tmux new-session failed: {' '.join(proc.stderr)}")
-        return int(proc.stdout[0])
+        if proc.returncode != 0 or not proc.stdout.strip():
+            raise TmuxRunnerError(f"tmux new-session failed: {proc.stderr.strip()}")
+        return int(proc.stdout.split()[0])
+
+    def _new_session(self, args: list[str], base_env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str]:
+        """`tmux new-session` from an environment without the control plane's keys: the first one starts the
+        tmux server, whose /proc/<pid>/environ keeps that environment for its whole life and is readable by
+        every process of the user, the experiments it hosts included (libtmux would hand it the worker's)."""
+        tmux = self.server.tmux_bin or shutil.which("tmux") or "tmux"
+        where = ["-S", self.socket_path] if self.socket_path else []
+        source = os.environ if base_env is None else base_env
+        env = {k: v for k, v in source.items() if not is_control_plane_name(k)}
+        return subprocess.run([tmux, *where, "new-session", *args], env=env, capture_output=True, text=True,
+                              encoding="utf-8", errors="backslashreplace", check=False)
 
     @property
     def capabilities(self) -> Capabilities:
