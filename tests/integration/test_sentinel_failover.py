@@ -5,6 +5,7 @@ run finished once, one finish.flag each, nothing launched twice."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -31,6 +32,7 @@ from ajet_runner.store.connection import (
     target_from,
 )
 from ajet_runner.store.keys import published_key
+from ajet_runner.store.per_experiment.event_reader import EventReader
 from ajet_runner.store.redis_server import free_port
 from ajet_runner.store.settings import Settings
 from tests.conftest import CLI, run_cli
@@ -134,6 +136,40 @@ def test_clients_follow_the_new_master_without_an_error(cluster: SentinelCluster
     for _ in range(20):
         store.r.incr("n")
     assert int(store.r.get("n") or 0) == 21 and waited > 0.5
+    store.close()
+
+
+def test_clients_follow_a_master_that_hangs_instead_of_dying(cluster: SentinelCluster) -> None:
+    """A frozen master (SIGSTOP: its connections stay open, as behind a partition without resets) is replaced
+    by the sentinels; a command that timed out on it is retried on the new master (a reconnect asks the
+    sentinels again), and so is the API's SSE reader (its read timeout is bounded). redis-py alone retried
+    on the frozen address until its retries ran out (55 s measured), and the reader had no timeout at all."""
+    store = store_at(cluster.target, socket_timeout=2, socket_connect_timeout=1)
+    store.r.set("k", "before")
+    old_port = cluster.master_port() or 0
+    frozen = cluster.member_on(old_port)
+    assert frozen.process is not None
+
+    async def follow() -> tuple[object, float]:
+        reader = EventReader(cluster.target, read_timeout=4)
+        try:
+            await reader.exists("k")  # connected to the master before it froze
+            os.kill(frozen.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+            t0 = time.monotonic()
+            got = await asyncio.wait_for(reader.xread({"s": "$"}, count=1, block=2000), 45)
+            return got, time.monotonic() - t0
+        finally:
+            await reader.aclose()
+
+    try:
+        got, reader_seconds = asyncio.run(follow())
+        assert got in (None, [], {}) and reader_seconds < 30, reader_seconds
+        t0 = time.monotonic()
+        assert store.r.get("k") == b"before"  # the sync client's idle connection was to the frozen master
+        assert time.monotonic() - t0 < 20
+        assert master_address(store.r) not in (None, ("127.0.0.1", old_port))
+    finally:
+        os.kill(frozen.process.pid, signal.SIGCONT)
     store.close()
 
 
