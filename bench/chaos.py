@@ -29,7 +29,8 @@ sentinels), an API and two workers given only the sentinels, `--failover-experim
 SIGKILLed once a third have finished and started again (it returns as a replica); the second time the
 master first acknowledges 1.5 s of writes its replica never gets (stopped and cut off), which the promoted
 replica then lacks. It prints runs finished,
-flags, duplicates, lost, the seconds the API answered 503, when it answered again after the switch.
+flags, duplicates, lost, webhooks delivered (and runs notified twice), the seconds the API answered 503, when
+it answered again after the switch.
 
 Usage: python bench/chaos.py [--experiments 200] [--seed 1] [--slots 4] [--timeout 1800] [--failover-experiments 60]
 The first part needs root and iproute2 (network namespaces); without them it is skipped with the reason (exit 77

@@ -40,11 +40,11 @@ COMMANDS: dict[str, Lazy] = {
     "diagnose": Lazy("diagnose_command", "Name the failure in a log (first fatal signature) and the plan to "
                      "repair it."),
     "run": Lazy("run_command", "Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL "
-                "is set)."),
+                "or the sentinels are set)."),
     "demo": Lazy("run_command", "Copy the simulated AgentJet and a sample blueprint into a fresh dir, then "
                  "`run` it."),
     "up": Lazy("up_command", "The API, the web console and a local worker on this machine (embedded Redis "
-               "unless REDIS_URL is set)."),
+               "unless one is set)."),
     "worker": Lazy("worker_command", "Run this node's worker: the watcher (a thread per run), heartbeat, "
                    "re-adoption of running experiments."),
     "drain": Lazy("worker_command", "Stop a node taking new work; its running experiments go on in tmux (used "

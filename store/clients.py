@@ -188,6 +188,24 @@ class ScriptsLoadedConnection(SentinelManagedConnection):
     redis-py reloads a missing script for a single EVALSHA but not inside a pipeline retried after a failover:
     without this, the first pipelined script on a new master fails with NOSCRIPT."""
 
+    _looked_up = False  # connect_to() was just given the address the sentinels name
+
+    def connect_to(self, address: tuple[str, int]) -> None:
+        self._looked_up = True
+        try:
+            super().connect_to(address)
+        finally:
+            self._looked_up = False
+
+    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        """A reconnect after a lost connection asks the sentinels for the master first. redis-py 8 reconnects
+        a dropped connection (send_packed_command) to the address it had, bypassing the lookup in connect():
+        a master that hangs (frozen, or cut off without a reset) took every retry and timed each one out,
+        behind a switch the sentinels had made long before (docs/operations.md, measured)."""
+        if not self._sock and not self._looked_up and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
     def on_connect_check_health(self, check_health: bool = True) -> None:
         super().on_connect_check_health(check_health=check_health)
         scripts = _scripts()
@@ -213,6 +231,29 @@ def connect(where: RedisTarget | str, **options: Any) -> redis.Redis:
     return manager.master_for(target.master, db=target.db, **options)
 
 
+@cache
+def _async_connection_class() -> type:
+    """The asyncio twin of ScriptsLoadedConnection's reconnect (the API's SSE reader; it runs no scripts)."""
+    from redis.asyncio.sentinel import SentinelManagedConnection as AsyncManaged
+
+    class LookupOnReconnect(AsyncManaged):
+        _looked_up = False
+
+        async def connect_to(self, address: tuple[str, int]) -> None:
+            self._looked_up = True
+            try:
+                await super().connect_to(address)
+            finally:
+                self._looked_up = False
+
+        async def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+            if not self.is_connected and not self._looked_up and self.connection_pool.is_master:
+                self.host, self.port = await self.connection_pool.get_master_address()
+            await super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+    return LookupOnReconnect
+
+
 def async_client(where: RedisTarget | str, **options: Any) -> aioredis.Redis:
     """The asyncio client (the API's blocking stream reads), on the same target and retries."""
     import redis.asyncio as aioredis  # only the API needs it: no worker pays its import
@@ -228,6 +269,7 @@ def async_client(where: RedisTarget | str, **options: Any) -> aioredis.Redis:
                                                                         cap=RETRY_CAP_SECONDS), tries))
     if target.password:
         options.setdefault("password", target.password)
+    options.setdefault("connection_class", _async_connection_class())
     manager = AsyncSentinel(list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
     return manager.master_for(target.master, db=target.db, **options)
 

@@ -158,7 +158,7 @@ def register(app: typer.Typer) -> None:
         partition: str = typer.Option("", help="SLURM partition (with --executor slurm)"),
         sbatch_arg: list[str] = typer.Option([], "--sbatch-arg", help="one more sbatch argument (repeat for more)"),
     ) -> None:
-        """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL is set)."""
+        """Run one blueprint end to end on this machine (embedded Redis unless REDIS_URL or the sentinels are set)."""
         from ajet_runner.cli.commands.worker_command import export_executor_options
 
         export_executor_options(executor, [], partition, sbatch_arg)

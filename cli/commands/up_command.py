@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
         demo: bool = typer.Option(True, "--demo/--no-demo", help="submit a demo experiment (the simulated AgentJet)"),
         node: str = typer.Option("", help="node name of the local worker", show_default="the hostname"),
     ) -> None:
-        """The API, the web console and a local worker on this machine (embedded Redis unless REDIS_URL is set)."""
+        """The API, the web console and a local worker on this machine (embedded Redis unless one is set)."""
         import uvicorn
 
         from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local

@@ -43,7 +43,7 @@ class Backend:
 
     @property
     def aio(self) -> EventReader:
-        """For XREAD BLOCK: no socket timeout, or a long block would be cut off as a timeout."""
+        """For XREAD BLOCK: a socket timeout longer than any block (store/per_experiment/event_reader.py)."""
         if self._aio is None:
             self._aio = EventReader(self._target())
         return self._aio

@@ -9,7 +9,8 @@ the seconds it answered 503, and when it answered again after the switch.
 
 Judged like the chaos run: finished (record finished), lost (not finished by the deadline), duplicate
 launches (more attempt logs than attempts, or the final validation printed twice), one finish.flag naming
-the run and its outcome.
+the run and its outcome, and every run's `experiment_finished` webhook delivered by the outbox (to a receiver
+on loopback); runs notified under two delivery ids are counted (a retried write must not queue a second one).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ajet_runner.store.connection import store_at
 from ajet_runner.store.redis_server import free_port
 from ajet_runner.store.store import Store
 from tests.integration.scenario import CLI, Scenario, make
+from tests.integration.webhook_receiver import WebhookReceiver
 from tests.integration.workers import kill_group
 from tests.sentinel_cluster import SentinelCluster
 
@@ -57,13 +59,15 @@ class FailoverFigures:
     switch_seen: int = 0  # supervisors that saw the master move (and re-read their runs at once)
     records_restored: int = 0  # runs whose driver restored a record a failover had set back
     adoptions: int = 0  # re-adoptions queued by a supervisor (adoption events), e.g. of a finish the failover lost
+    webhooks_delivered: int = 0  # runs whose `experiment_finished` webhook reached the receiver (the outbox)
+    webhook_doubles: int = 0  # runs notified under more than one delivery id (a second notice, not a retry)
     wall_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return (self.finished == self.submitted and self.lost == 0 and self.duplicate_launches == 0
-                and self.flags_ok == self.submitted)
+                and self.flags_ok == self.submitted and self.webhooks_delivered == self.submitted)
 
     def lines(self) -> list[str]:
         return [
@@ -73,6 +77,8 @@ class FailoverFigures:
             f"duplicate launches {self.duplicate_launches}",
             f"lost               {self.lost}",
             f"one finish.flag    {self.flags_ok}/{self.submitted}",
+            f"webhooks           {self.webhooks_delivered}/{self.submitted} runs notified; {self.webhook_doubles} "
+            "notified twice (under two delivery ids)",
             f"switch             {self.switch_seconds:.1f} s from SIGKILL to a new master named by every sentinel",
             f"API                503 for {self.api_503_seconds:.1f} s; answered again {self.api_back_seconds:.1f} s "
             f"after the switch; slowest answer {self.api_slowest_seconds:.1f} s; "
@@ -220,6 +226,28 @@ def judge(store: Store, ids: list[str], runs: list[Scenario], figures: FailoverF
             figures.problems.append(f"flag: {exp_id} {[p.name for p in flags]} {flag} outcome={outcome}")
 
 
+WEBHOOK_WAIT_SECONDS = 60.0  # after the last run finished: the outbox's deliverers post what is left
+
+
+def notified(hook: WebhookReceiver) -> dict[str, set[str]]:
+    """Run id -> the delivery ids its `experiment_finished` webhooks came under."""
+    out: dict[str, set[str]] = {}
+    for got in hook.of_type("experiment_finished"):
+        out.setdefault(str(got.json.get("id")), set()).add(str(got.json.get("delivery")))
+    return out
+
+
+def count_webhooks(hook: WebhookReceiver, ids: list[str], figures: FailoverFigures, until: float) -> None:
+    """Wait (until `until`) for every run's finish webhook, then count who was notified, and who twice."""
+    while not set(ids) <= set(notified(hook)) and time.monotonic() < until:
+        time.sleep(0.2)
+    got = notified(hook)
+    figures.webhooks_delivered = sum(1 for i in ids if i in got)
+    figures.webhook_doubles = sum(1 for i in ids if len(got.get(i, ())) > 1)
+    figures.problems += [f"no webhook: {i}" for i in ids if i not in got]
+    figures.problems += [f"webhook twice: {i} {sorted(got[i])}" for i in ids if len(got.get(i, ())) > 1]
+
+
 def run_failover(work: Path, tmux_socket: str, n: int = 12, slots: int = 3, restart_old: bool = True,
                  kill_after_finished: int | None = None, timeout: float = 240.0,
                  out: object = None, lose_writes_seconds: float = 0.0) -> FailoverFigures:
@@ -229,8 +257,8 @@ def run_failover(work: Path, tmux_socket: str, n: int = 12, slots: int = 3, rest
     t_start = time.monotonic()
     runs = short_runs(work / "runs", n)
     kill_at = n // 3 if kill_after_finished is None else kill_after_finished
-    with SentinelCluster() as cluster:
-        env = process_env(cluster, tmux_socket)
+    with SentinelCluster() as cluster, WebhookReceiver() as hook:
+        env = process_env(cluster, tmux_socket, AJET_RUNNER_WEBHOOK_URL=hook.url)
         procs: list[subprocess.Popen[bytes]] = []
         try:
             url, api = start_serve(env, work / "serve.log")
@@ -279,6 +307,7 @@ def run_failover(work: Path, tmux_socket: str, n: int = 12, slots: int = 3, rest
                     time.sleep(0.2)
                 back = probe.first_ok_after(switched_at)
                 figures.api_back_seconds = (back - switched_at) if back is not None else float("inf")
+            count_webhooks(hook, ids, figures, until=max(time.monotonic() + WEBHOOK_WAIT_SECONDS, t_start + timeout))
             figures.api_503_seconds = probe.unavailable_seconds()
             figures.api_slowest_seconds = probe.slowest
             figures.api_other_errors = sum(1 for _, c in probe.samples if c not in (0, 200, 503))

@@ -5,12 +5,17 @@ run finished once, one finish.flag each, nothing launched twice."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -27,10 +32,12 @@ from ajet_runner.store.connection import (
     target_from,
 )
 from ajet_runner.store.keys import published_key
+from ajet_runner.store.per_experiment.event_reader import EventReader
 from ajet_runner.store.redis_server import free_port
 from ajet_runner.store.settings import Settings
-from tests.conftest import run_cli
+from tests.conftest import CLI, run_cli
 from tests.integration.failover import run_failover
+from tests.integration.scenario import wait_for
 from tests.sentinel_cluster import MASTER_NAME, SentinelCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -132,6 +139,40 @@ def test_clients_follow_the_new_master_without_an_error(cluster: SentinelCluster
     store.close()
 
 
+def test_clients_follow_a_master_that_hangs_instead_of_dying(cluster: SentinelCluster) -> None:
+    """A frozen master (SIGSTOP: its connections stay open, as behind a partition without resets) is replaced
+    by the sentinels; a command that timed out on it is retried on the new master (a reconnect asks the
+    sentinels again), and so is the API's SSE reader (its read timeout is bounded). redis-py alone retried
+    on the frozen address until its retries ran out (55 s measured), and the reader had no timeout at all."""
+    store = store_at(cluster.target, socket_timeout=2, socket_connect_timeout=1)
+    store.r.set("k", "before")
+    old_port = cluster.master_port() or 0
+    frozen = cluster.member_on(old_port)
+    assert frozen.process is not None
+
+    async def follow() -> tuple[object, float]:
+        reader = EventReader(cluster.target, read_timeout=4)
+        try:
+            await reader.exists("k")  # connected to the master before it froze
+            os.kill(frozen.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+            t0 = time.monotonic()
+            got = await asyncio.wait_for(reader.xread({"s": "$"}, count=1, block=2000), 45)
+            return got, time.monotonic() - t0
+        finally:
+            await reader.aclose()
+
+    try:
+        got, reader_seconds = asyncio.run(follow())
+        assert got in (None, [], {}) and reader_seconds < 30, reader_seconds
+        t0 = time.monotonic()
+        assert store.r.get("k") == b"before"  # the sync client's idle connection was to the frozen master
+        assert time.monotonic() - t0 < 20
+        assert master_address(store.r) not in (None, ("127.0.0.1", old_port))
+    finally:
+        os.kill(frozen.process.pid, signal.SIGCONT)
+    store.close()
+
+
 def test_retries_are_bounded_and_the_api_answers_503_only_while_no_master_is_known(
         cluster: SentinelCluster, tmp_path: Path) -> None:
     target = RedisTarget(sentinels=cluster.target.sentinels, master=MASTER_NAME, password=cluster.password,
@@ -172,6 +213,7 @@ def test_a_batch_of_runs_survives_a_master_sigkill(tmux_socket: str, tmp_path: P
     print("\n".join(figures.lines()))
     assert figures.passed, "\n".join([*figures.lines(), *figures.problems])
     assert figures.workers_kept  # the same worker processes served through it
+    assert figures.webhook_doubles == 0, figures.problems  # the outbox notified each run once through the switch
     assert figures.api_back_seconds <= 10.0, figures.lines()
     assert figures.api_other_errors == 0, figures.problems
 
@@ -199,4 +241,49 @@ def test_the_cli_run_uses_the_sentinels(cluster: SentinelCluster, tmux_socket: s
     assert "embedded Redis" not in done.stdout and sc.flag()["outcome"] == "completed"
     store = store_at(cluster.target)
     assert store.records.raw(sc.flag()["id"])["state"] == "finished"
+    store.close()
+
+
+def test_up_uses_the_sentinels_and_refuses_a_wrong_master(cluster: SentinelCluster, tmp_path: Path) -> None:
+    """`ajet-runner up` with the sentinel settings: no embedded Redis, the demo's record lands on the master the
+    sentinels name and its local worker (given the same settings) runs it; a wrong master name stops `up` at
+    start naming the setting, with nothing started (no fallback to an embedded Redis)."""
+    env = _env(**cluster.env(), AJET_RUNNER_POLL_INTERVAL="0.2")
+    env = {k: v for k, v in env.items() if not k.startswith("AJET_RUNNER_") or k.startswith("AJET_RUNNER_REDIS")
+           or k == "AJET_RUNNER_POLL_INTERVAL"}
+    wrong = subprocess.run([*CLI, "up", "--dir", str(tmp_path / "wrong"), "--port", str(free_port())],
+                           env={**env, "AJET_RUNNER_REDIS_MASTER": "nope"}, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert wrong.returncode == 2 and "AJET_RUNNER_REDIS_MASTER='nope'" in wrong.stderr, wrong.stderr
+    assert "console:" not in wrong.stdout
+
+    port, workdir = free_port(), tmp_path / "up"
+    proc = subprocess.Popen([*CLI, "up", "--dir", str(workdir), "--port", str(port)], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
+    store = store_at(cluster.target)
+    try:
+        wait_for(lambda: any(line.startswith("Ctrl-C") for line in lines) or proc.poll() is not None, 90,
+                 "up to print its addresses")
+        assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+        said = "".join(lines)
+        demo_id = re.search(r"demo:     experiment (\w+)", said).group(1)  # type: ignore[union-attr]
+        assert store.records.raw(demo_id) is not None  # the record is on the master the sentinels name
+        token = (workdir / "token").read_text().strip()
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/v1/experiments/{demo_id}",
+                                   headers={"Authorization": f"Bearer {token}"}).json()["state"]
+                 in ("running", "finished"), 90, "the demo to run")
+        assert (store.records.raw(demo_id) or {}).get("state") in ("running", "finished")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            subprocess.run(["tmux", "-S", str(workdir / "tmux.sock"), "kill-server"], capture_output=True,
+                           check=False)
+    assert proc.returncode == 0, proc.stderr.read()  # type: ignore[union-attr]
+    assert (store.records.raw(demo_id) or {}).get("state") == "finished"  # stopped with its report, or completed
     store.close()
