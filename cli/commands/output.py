@@ -135,9 +135,9 @@ def _columns_table(columns: Sequence[str], rows: list[list[str]], shrink: Sequen
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0), collapse_padding=True)
     for i, name in enumerate(columns):
         if i in free:
-            table.add_column(name, overflow="fold", min_width=free[i], max_width=free[i])
+            table.add_column(Text(name), overflow="fold", min_width=free[i], max_width=free[i])
         else:
-            table.add_column(name, no_wrap=True, overflow="fold", min_width=widest[i])
+            table.add_column(Text(name), no_wrap=True, overflow="fold", min_width=widest[i])
     for row in rows:
         table.add_row(*(Text(v) for v in row))  # Text: user text is never read as markup ([key=v] stays)
     return table

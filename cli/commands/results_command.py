@@ -27,7 +27,6 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -93,9 +92,9 @@ def _render(summary: ResultSummary, console: Console) -> None:
     if summary.final:
         _render_final(summary, cols, console)
     if summary.best:
-        console.print("[bold]best[/bold]")
-        for name, best in summary.best.items():
-            console.print(f"  {name}: {_fmt(best['value'])} at step {best['step']}")
+        console.print(Text("best", style="bold"))
+        for name, best in summary.best.items():  # a metric's name is the trainer's text, never markup
+            console.print(Text(f"  {name}: {_fmt(best['value'])} at step {best['step']}"))
     if summary.skipped:
         console.print(f"[yellow]{summary.skipped} truncated or unreadable record(s) skipped[/yellow]")
 
@@ -110,13 +109,13 @@ def _table_rows(summary: ResultSummary, cols: list[str]) -> tuple[list[str], lis
 
 
 def _rich_table(headers: list[str], rows: list[list[str]], legend: str) -> Table:
-    table = Table(title="Validation results", title_justify="left", caption=legend or None)
+    table = Table(title="Validation results", title_justify="left", caption=Text(legend) if legend else None)
     table.caption_justify = "left"
-    for name in headers:
+    for name in headers:  # a header is a metric's name (the trainer's text): Text, never markup
         if name == "dataset":
-            table.add_column(name, overflow="fold")
+            table.add_column(Text(name), overflow="fold")
         else:
-            table.add_column(name, justify="right", no_wrap=True)
+            table.add_column(Text(name), justify="right", no_wrap=True)
     for row in rows:
         table.add_row(*(Text(v) for v in row))
     return table
@@ -125,8 +124,8 @@ def _rich_table(headers: list[str], rows: list[list[str]], legend: str) -> Table
 def _render_final(summary: ResultSummary, cols: list[str], console: Console) -> None:
     """The final evaluation's values, each with its change since the baseline evaluation."""
     final = summary.final or {}
-    where = f" ({escape(summary.primary_dataset)})" if summary.primary_dataset else ""
-    console.print(f"[bold]final[/bold] step {final['step']}{where}")
+    where = f" ({summary.primary_dataset})" if summary.primary_dataset else ""
+    console.print(Text.assemble(("final", "bold"), f" step {final['step']}{where}"))
     baseline = summary.baseline or {}
     base = baseline.get("metrics", {})
     for col in cols + [c for c in (NUM_ALL_SUCCESS_TASKS, TOTAL_TASKS) if c not in cols]:
@@ -136,7 +135,7 @@ def _render_final(summary: ResultSummary, cols: list[str], console: Console) -> 
         change = ""
         if col in base and baseline.get("step") != final["step"]:
             change = f"  ({_delta(value, base[col])} since step {baseline['step']})"
-        console.print(f"  {col}: {_fmt(value)}{change}")
+        console.print(Text(f"  {col}: {_fmt(value)}{change}"))
 
 
 def results(
@@ -174,7 +173,7 @@ def _results(path: Path, as_json: bool, shown_as: str = "") -> None:
         return
     console = output.console()
     if len(files) > 1 or path.is_dir():
-        console.print("files: " + ", ".join(str(f) for f in files))
+        console.print(Text("files: " + ", ".join(str(f) for f in files)), soft_wrap=True)
     _render(summary, console)
 
 

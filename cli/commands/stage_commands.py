@@ -141,8 +141,9 @@ def _compare(facts: list[Any], stage: str, metric: str, out_dir: str, as_json: b
     from ajet_runner.workers.report.stage_report import write_stage_report
 
     comparison = compare(stage, facts, metric)
+    notes: list[str] = []
     try:
-        written = write_stage_report(out_dir, comparison)
+        written = write_stage_report(out_dir, comparison, notes)
     except OSError as exc:
         err(f"error: cannot write the stage report into {out_dir}: {exc.strerror or exc}")
         return FAILED
@@ -150,6 +151,8 @@ def _compare(facts: list[Any], stage: str, metric: str, out_dir: str, as_json: b
         typer.echo(Path(written["results"]).read_text(encoding="utf-8").rstrip("\n"))
     else:
         _print_comparison(comparison, stage, metric, written)
+        for note in notes:  # e.g. no plot on a client-only install, and how to get one
+            output.copyable(f"plot: not drawn: {note}")
     return OK
 
 

@@ -125,3 +125,29 @@ def test_bad_input_to_the_client_is_exit_2_and_an_unknown_id_draws_no_bar(redis_
         code, screen = on_terminal(env, "watch", "0123456789ab")
         assert code == 1 and "error:" in screen, screen
         assert "queued" not in screen and "attempt" not in screen and "━" not in screen, screen
+
+
+def test_results_on_a_terminal_prints_metric_names_and_file_names_as_text(tmp_path) -> None:
+    """A metric's name is the trainer's text: `acc[/]` once crashed `results` (rich's MarkupError) and
+    `score[gsm8k]` lost its `[gsm8k]`; a result dir named like a style tag kept its name neither."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_")}
+    env.update(COLUMNS="120", LINES="50", TERM="xterm-256color")
+    odd = tmp_path / "odd.md"  # metrics the runner has no column rule for: the first few are shown
+    odd.write_text("{'global_steps': 0, 'score[gsm8k]': 0.5, 'acc[/]': 0.1}\n"
+                   "{'global_steps': 2, 'score[gsm8k]': 0.6, 'acc[/]': 0.2}\n")
+    code, screen = on_terminal(env, "results", str(odd))
+    assert code == 0 and "Traceback" not in screen, screen
+    for name in ("score[gsm8k]", "acc[/]"):
+        assert f" {name} ┃" in screen, screen  # the column's header
+        assert f"  {name}: 0." in screen, screen  # the final values
+    out = piped(env, "results", str(odd))
+    assert out.returncode == 0, out.stderr
+    assert_plain(out.stdout, "results into a pipe")
+    assert out.stdout.splitlines()[0] == "step\tscore[gsm8k]\tacc[/]", out.stdout
+
+    run = tmp_path / "[bold]lr-1e-6"  # a result dir: `files:` names what was read
+    (run / "saved_val_result").mkdir(parents=True)
+    (run / "saved_val_result" / "val.md").write_text("{'global_steps': 0, 'mean_reward': 0.3}\n")
+    code, screen = on_terminal(env, "results", str(run))
+    assert code == 0, screen
+    assert f"files: {run / 'saved_val_result' / 'val.md'}" in "".join(screen.split("\n")), screen

@@ -86,6 +86,10 @@ def test_an_oom_at_step_5_relaunches_and_the_trainer_resumes_at_its_step_4_check
     assert [s["how"] for s in data["attempt_starts"]] == ["from scratch", "resumed"]
     report = (sc.results / "experiment_report.md").read_text()
     assert "4 (resumed from" in report
+    # the report's evaluation table names each row's attempt (issue 41: a repaired run's evaluations)
+    table = report[report.index("| step | attempt | dataset |"):].split("\n\n", 1)[0].splitlines()[2:]
+    assert [tuple(row.strip("| ").split(" | ")[:2]) for row in table] == [
+        ("0", "1"), ("2", "1"), ("4", "2"), ("6", "2"), ("8", "2")], table
     # the user's YAML never named the experiment, and still does not
     assert "experiment_name" not in (sc.codebase / "tests/bench/oom_resume/oom_resume.yaml").read_text()
 

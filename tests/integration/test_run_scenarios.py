@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from tests.integration.scenario import CLI, env_for, make, marked_processes, run_cli, wait_for
+from tests.integration.test_cli_terminal import assert_plain
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -24,6 +25,9 @@ def test_demo_completes_with_report_and_flag(tmp_path, tmux_socket) -> None:
     proc = run_cli(sc, env_for(tmux_socket))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Job submitted: " in proc.stdout
+    # Into a pipe (a CI log): the event lines and the result, no drawn progress bar, no padded line (issue 41)
+    assert_plain(proc.stdout + proc.stderr, "run into a pipe")
+    assert "  evaluation at step 0: " in proc.stdout, proc.stdout
     flag = sc.flag()
     assert flag["outcome"] == "completed" and set(flag) >= {"id", "outcome", "finished_at"}
     data = sc.results_json()

@@ -221,6 +221,15 @@ def test_wait_on_an_unknown_or_empty_stage_answers_at_once(redis_url: str, tmp_p
         assert [r.returncode for r in runs] == [0, 0], runs
         assert runs[0].stdout == runs[1].stdout and runs[0].stdout.count("Job submitted: ") == 2
         assert store.indexes.count() == 2
+        # The case end to end: a stage refused whole (its result dirs are cli-s's) leaves no stage, and
+        # `wait --stage` on it says so at once (it once waited 9 min 51 s for experiments that never existed).
+        refused = subprocess.run([*CLI, "submit", "--stage", "ghost", str(sweep)], env=env, capture_output=True,
+                                 text=True, timeout=60)
+        assert refused.returncode != 0 and "Job submitted" not in refused.stdout, refused
+        assert "ghost" not in stage_names(store) and store.indexes.count() == 2
+        ghost = subprocess.run([*CLI, "wait", "--stage", "ghost"], env=env, capture_output=True, text=True,
+                               timeout=60)
+        assert ghost.returncode == 2 and "no stage named 'ghost'" in ghost.stderr, ghost
 
 
 def test_wait_stage_raises_empty_stage_for_a_stage_without_experiments() -> None:

@@ -78,3 +78,19 @@ def test_chart_legend_colours_and_attach_box_in_a_real_browser(redis_url, tmux_s
         driver.execute_script("window.scrollTo(0, 0)")
         attach.screenshot(str(tmp_path / "attach.png"))
         screenshot(driver, shots / "experiment.png", colours=128)
+
+        # The repaired run (a CUDA OOM at step 3, relaunched from its step-2 checkpoint): every evaluation row
+        # names its attempt, and the chart draws each attempt's piece with a mark where the relaunch starts.
+        driver.get(f"{console.url}/ui/experiments/{ids[1]}")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "table.evals tbody tr")))
+        head = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "table.evals thead th")]
+        assert head[:3] == ["step", "attempt", "dataset"], head
+        rows = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")][:2]
+                for tr in driver.find_elements(By.CSS_SELECTOR, "table.evals tbody tr")]
+        assert {attempt for _, attempt in rows} == {"1", "2"}, rows
+        assert [attempt for _, attempt in rows] == sorted(attempt for _, attempt in rows), rows  # attempt order
+        pieces = {p.get_attribute("data-attempt") for p in
+                  driver.find_elements(By.CSS_SELECTOR, "#chart svg polyline.segment")}
+        assert pieces == {"1", "2"}, pieces
+        assert [t.text for t in driver.find_elements(By.CSS_SELECTOR, "#chart svg text.attempt-label")] == [
+            "attempt 2"]

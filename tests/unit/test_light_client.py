@@ -91,3 +91,19 @@ def test_a_report_without_matplotlib_says_why_it_has_no_plot(tmp_path: Path) -> 
     assert out.returncode == 0, out.stderr
     assert "ajet-runner[node]" in out.stdout and not (tmp_path / "p.png").exists()
 
+
+
+def test_compare_without_matplotlib_says_why_the_stage_has_no_plot(tmp_path: Path) -> None:
+    """`compare` on a client-only install writes the stage report without the plot and says why (it once said
+    "No experiment has a curve yet" of runs that had curves)."""
+    from tests.unit.test_compare import _result_dir
+
+    dirs = [_result_dir(tmp_path / "runs", name, value) for name, value in (("a", 0.5), ("b", 0.7))]
+    out = _cli("compare", *map(str, dirs), "-o", str(tmp_path / "stage"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    why = "is not installed here (pip install 'ajet-runner[node]' draws the plots)"
+    assert "plot: not drawn: " in out.stdout and why in out.stdout, out.stdout
+    report = (tmp_path / "stage" / "stage_report.md").read_text()
+    assert "No plot: " in report and why in report and "No experiment has a curve yet" not in report, report
+    assert not (tmp_path / "stage" / "stage_plot.png").exists()
+    assert "Traceback" not in out.stderr, out.stderr

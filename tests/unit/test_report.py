@@ -526,3 +526,19 @@ def test_the_report_shows_each_attempts_command_file_as_it_ran_multi_line_kept(t
         block = attempts.split(f"Command file as run (attempt {number}):\n\n```bash\n", 1)[1].split("\n```", 1)[0]
         assert block == command_script(command).rstrip("\n")  # byte for byte what logs/attempt-N.command.sh held
     assert "Command:" not in attempts  # no joined one-liner
+
+
+def test_the_evaluation_table_names_the_attempt_whenever_a_relaunch_made_the_evaluations(tmp_path: Path) -> None:
+    """Several attempts, or every evaluation from attempt 2 on (the first attempt evaluated nothing): an
+    attempt column. Only attempt 1, or no attempt known (older events): none."""
+    header = "| step | attempt | dataset |"
+    for attempts, shown in (([1, 1, 2, 2, 2, 2], True), ([2] * 6, True), ([1] * 6, False), ([None] * 6, False)):
+        data = completed_run(tmp_path)
+        data.evaluations = [e.model_copy(update={"attempt": a}) for e, a in zip(data.evaluations, attempts,
+                                                                                   strict=True)]
+        write_report(data)
+        report = (tmp_path / REPORT_NAME).read_text()
+        assert (header in report) is shown, (attempts, report)
+        if shown:
+            rows = report[report.index(header):].split("\n\n", 1)[0].splitlines()[2:]
+            assert [row.strip("| ").split(" | ")[1] for row in rows] == [str(a) for a in attempts], rows

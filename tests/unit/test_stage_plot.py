@@ -132,3 +132,28 @@ def test_a_plot_drawn_from_the_same_comparison_is_kept_and_any_other_is_drawn_ag
     assert write_stage_plot(path, c) and path.stat().st_ino == drawn  # the same comparison: kept as it is
     other = compare("s", grid(2, 1, 3))
     assert write_stage_plot(path, other) and path.stat().st_ino != drawn and digest_of(path) == plot_digest(other)
+
+
+def test_ties_are_shown_as_ties_on_the_stage_page_its_chart_and_the_stage_report() -> None:
+    """Two runs with the same final value share rank =1 (not 1 and 2) in the page's ranking, the chart's legend
+    says which curve each hides behind, and the stage report marks both =1."""
+    import re
+    from types import SimpleNamespace
+
+    from ajet_runner.service.ui.pages import fragment
+    from ajet_runner.service.ui.stage_chart import stage_chart_svg
+    from ajet_runner.service.ui.stage_pages import shown_purpose
+    from ajet_runner.workers.report.stage_report import render_stage_report
+
+    c = compare("s", [run("a", {"x.lr": "1"}, 0.5), run("b", {"x.lr": "2"}, 0.5), run("c", {"x.lr": "3"}, 0.4)])
+    svg = stage_chart_svg(stage_chart(c, "mean_reward"))
+    assert re.findall(r'class="tie">([^<]*)', str(svg)) == ["= tie with lr=2", "= tie with lr=1"]
+    summary = SimpleNamespace(name="s", states={"finished": 3}, outcomes={"completed": 3})
+    html = fragment("stage.html", s=summary, c=c, charts=[svg], metric="mean_reward", rows={r.id: r for r in c.rows},
+                    short=short_names(c.differing_keys), purposes={r.id: shown_purpose(r.purpose) for r in c.rows},
+                    request=None, viewer=None, csrf="")
+    ranking = html[html.index('id="ranking"'):].split("</table>", 1)[0]
+    assert re.findall(r'<tr data-id="(\w)"( class="tied")?><td data-sort="\d">(=?\d)</td>', ranking) == [
+        ("a", ' class="tied"', "=1"), ("b", ' class="tied"', "=1"), ("c", "", "3")], ranking
+    report = render_stage_report(c, ".", False, 0.0)
+    assert re.findall(r"^\| (=?\d) \| `(\w)` \|", report, flags=re.M)[:3] == [("=1", "a"), ("=1", "b"), ("3", "c")]

@@ -100,3 +100,8 @@ def test_a_relaunched_runs_evaluations_show_their_attempt_in_the_table_and_the_c
     assert rows == [("0", "1"), ("2", "1"), ("4", "1"), ("2", "2"), ("4", "2"), ("6", "2")]
     one = fragment("_evals.html", evals=evals[:3], chart="", metric_keys=["mean_reward"])
     assert "<th>attempt</th>" not in one  # a single attempt needs no column
+    relaunched = fragment("_evals.html", evals=evals[3:], chart="", metric_keys=["mean_reward"])
+    assert "<th>attempt</th>" in relaunched  # all from attempt 2 (attempt 1 evaluated nothing): still named
+    assert re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td>", relaunched) == [("2", "2"), ("4", "2"), ("6", "2")]
+    unknown = _stored([{"step": 0, "dataset": "d", "metrics": {"mean_reward": 0.1}}])
+    assert "<th>attempt</th>" not in fragment("_evals.html", evals=unknown, chart="", metric_keys=["mean_reward"])

@@ -142,7 +142,8 @@ def _evaluation_table(c: ReportContext) -> list[str]:
         return _no_evaluation(c.data.train_steps)
     metrics = table_metrics(c.evals)
     base = baselines(c.evals)
-    by_attempt = len({e.attempt for e in c.evals if e.attempt is not None}) > 1
+    attempts = {e.attempt for e in c.evals if e.attempt is not None}
+    by_attempt = len(attempts) > 1 or max(attempts, default=1) > 1  # a relaunch made some (or all) of them
     rows = [_evaluation_row(e, metrics, base, by_attempt) for e in c.evals]
     lines = _headline(c)
     lines += ["", "Every evaluation, in step order. Δ is the change since the dataset's step 0"

@@ -195,8 +195,9 @@ def _not_succeeded(c: StageComparison, base: str) -> list[str]:
     return lines
 
 
-def render_stage_report(c: StageComparison, base: str, plot_written: bool, now: float) -> str:
-    """The markdown, with links relative to `base` (where it is written)."""
+def render_stage_report(c: StageComparison, base: str, plot_written: bool, now: float, no_plot: str = "") -> str:
+    """The markdown, with links relative to `base` (where it is written); `no_plot`: why a plot of the curves
+    there are was not drawn (a client-only install)."""
     done = sum(1 for r in c.rows if r.succeeded)
     lines = [f"# Stage {c.stage}", "",
              f"{len(c.rows)} experiment(s); {done} completed or early-stopped, {len(c.rows) - done} did not"
@@ -211,6 +212,8 @@ def render_stage_report(c: StageComparison, base: str, plot_written: bool, now: 
         lines += [f"![the stage's curves]({STAGE_PLOT_NAME})", "",
                   f"The best {TOP_N} curves by final value are in colour, named by what differs; the rest share "
                   f"one grey band.{grouped} Every run's values are in the tables above."]
+    elif no_plot:
+        lines.append(f"No plot: {no_plot}. Every run's values are in the tables above.")
     else:
         lines.append("No experiment has a curve yet (no evaluation with a step was recorded).")
     lines += ["", *_not_succeeded(c, base), ""]
@@ -231,18 +234,26 @@ def stage_document(c: StageComparison, base: str, plot_written: bool, now: float
     return doc
 
 
-def write_stage_report(out_dir: str | Path, c: StageComparison) -> dict[str, Path]:
+def write_stage_report(out_dir: str | Path, c: StageComparison, notes: list[str] | None = None) -> dict[str, Path]:
     """Write the plot (when there is a curve), `stage_results.json`, then `stage_report.md` into `out_dir`
-    (created if missing, inside the allowed roots when confined). Returns the paths written."""
+    (created if missing, inside the allowed roots when confined). Returns the paths written; why a plot of
+    existing curves was not drawn is appended to `notes` (and said in the report)."""
     out = Path(out_dir)
     os.close(open_dir(out))
     now = time.time()
     written: dict[str, Path] = {}
     plot = out / STAGE_PLOT_NAME
+    no_plot = ""
     try:
         drawn = write_stage_plot(plot, c)
+    except ModuleNotFoundError as exc:  # a client-only install (`compare` on a laptop): the plots are [node]'s
+        from ajet_runner.workers.report.plot import missing_plotting
+
+        drawn, no_plot = False, missing_plotting(exc)
     except Exception:  # noqa: BLE001 - matplotlib trouble must not cost the report
         drawn = False
+    if no_plot and notes is not None:
+        notes.append(no_plot)
     if drawn:
         written["plot"] = plot
     else:
@@ -252,5 +263,6 @@ def write_stage_report(out_dir: str | Path, c: StageComparison) -> dict[str, Pat
     indent = 2 if len(c.rows) <= INDENTED_ROWS else None
     text = json.dumps(stage_document(c, str(out), drawn, now), indent=indent, ensure_ascii=False, allow_nan=False)
     written["results"] = atomic_write_text(out / STAGE_RESULTS_NAME, text + "\n")
-    written["report"] = atomic_write_text(out / STAGE_REPORT_NAME, render_stage_report(c, str(out), drawn, now))
+    written["report"] = atomic_write_text(out / STAGE_REPORT_NAME, render_stage_report(c, str(out), drawn, now,
+                                                                                  no_plot))
     return written
