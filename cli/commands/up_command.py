@@ -3,11 +3,11 @@
 For a first look on a laptop: nothing to install but this package and tmux. Without REDIS_URL it starts the
 embedded Redis (service/embedded.py), a worker for this machine (as `run` does) on a private tmux socket in
 DIR, and serves the API and the console on a loopback address with a token of its own (printed, and kept in
-DIR/token). A demo experiment (the simulated AgentJet, examples/) is submitted so the console has something to
-show; `--no-demo` skips it. The console answers at once: the worker (seconds of start-up on a loaded machine)
-joins when it is ready — the demo waits in its node's queue until then, and the console says so. Ctrl-C stops
-the experiments still running (each gets its report and `finish.flag`), then the worker, the API and the
-embedded Redis.
+DIR/token). A demo experiment (the simulated AgentJet, examples/) is submitted once the console answers, so it
+has something to show; `--no-demo` skips it. The console answers at once: the worker (seconds of start-up on a
+loaded machine) joins when it is ready — the demo waits in its node's queue until then, and the console says so.
+Ctrl-C stops the experiments still running (each gets its report and `finish.flag`), then the worker, the API and
+the embedded Redis.
 """
 
 from __future__ import annotations
@@ -88,6 +88,16 @@ def _submit_demo(store: Any, workdir: Path, node: str) -> str:
     return str(rec["id"])
 
 
+def _demo_or_fail(store: Any, workdir: Path, node: str, server: Any, failed: list[str]) -> str | None:
+    """The demo's id; None when it could not be submitted (said in `failed`, and the server stops)."""
+    try:
+        return _submit_demo(store, workdir, node)
+    except Exception as exc:  # noqa: BLE001 - in the announcing thread: `up` ends naming it, not a traceback
+        failed.append(f"error: the demo experiment could not be submitted: {type(exc).__name__}: {exc}")
+        server.should_exit = True
+        return None
+
+
 WORKER_JOIN_SECONDS = 120.0  # nothing waits on it: the console serves meanwhile
 
 
@@ -165,7 +175,6 @@ def register(app: typer.Typer) -> None:
         worker = start_local_worker(os.environ, node)
         store = Store.from_url(need_target(settings))
         try:
-            demo_id = _submit_demo(store, workdir, node) if demo else ""
             from ajet_runner.service.api.application import create_app
             from ajet_runner.service.api.hosts import HostsError
 
@@ -179,14 +188,20 @@ def register(app: typer.Typer) -> None:
                                                    log_config=None, timeout_graceful_shutdown=5,
                                                    server_header=False))
 
+            failed: list[str] = []
+
             def announce_once_listening() -> None:  # the printed URL answers when a person opens it
                 while not server.started and not server.should_exit:
                     time.sleep(0.05)
-                if server.started:
+                if not server.started:
+                    return
+                # The demo is submitted once the console answers, not before: its blueprint's parse and checks
+                # (~0.3 s of CPU, seconds on a loaded machine) are not on the way to the first page (issue 39).
+                demo_id = _demo_or_fail(store, workdir, node, server, failed) if demo else ""
+                if demo_id is not None:
                     _announce(host, port, token, token_file, workdir, demo_id, settings.tmux_socket)
 
             threading.Thread(target=announce_once_listening, name="announce", daemon=True).start()
-            failed: list[str] = []
             threading.Thread(target=_await_worker, args=(store, node, worker, server, failed), name="worker-join",
                              daemon=True).start()
             with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C once it has shut down
