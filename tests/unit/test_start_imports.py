@@ -2,7 +2,8 @@
 not load the experiment report's data model and the store's records through the `workers.report` package; the
 node's watcher, which every adoption after a crash waits for, does not load httpx and its command line client
 (click, rich, pygments) through the repair adviser; `ajet-runner worker` spawns its watcher before it loads the
-store, rq, the failure catalogue or rich (each import here is one the command makes before `spawn_watcher`)."""
+store, rq, the failure catalogue or rich (each import here is one the command makes before `spawn_watcher`), and
+`ajet-runner run` starts its local worker before it loads the store and the submission's parser."""
 
 from __future__ import annotations
 
@@ -53,3 +54,15 @@ def test_the_worker_command_spawns_its_watcher_before_loading_the_store_or_the_c
 def test_the_command_line_alone_loads_no_settings_store_or_http() -> None:
     assert _loaded("import ajet_runner.cli.app", ("pydantic", "redis", "ajet_runner.store.settings", "httpx", "rich",
                                                   "yaml", "fastapi")) == []
+
+
+def test_run_starts_its_local_worker_before_loading_the_store_or_the_submission() -> None:
+    code = ("import ajet_runner.cli.app\n"
+            "from ajet_runner.cli.lazy import build_module\n"
+            "build_module('run_command')\n"  # `run` and `demo`, built as the CLI resolves them
+            "from ajet_runner.cli.commands.worker_command import export_executor_options\n"  # the body's imports
+            "from ajet_runner.logsetup import configure\n"  # before start_local_worker
+            "from ajet_runner.service.embedded import EmbeddedRedis")
+    assert _loaded(code, ("ajet_runner.store.store", "ajet_runner.store.records", "ajet_runner.service.submit",
+                          "ajet_runner.statemachine.blueprint.parse", "ajet_runner.cli.commands.follow", "rq",
+                          "fastapi", "matplotlib")) == []
