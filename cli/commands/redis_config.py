@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import typer
 
-from ajet_runner.store.connection import RedisSettingsError, RedisTarget, check_reachable, need_target
+# From store/clients.py, not store/connection.py: the worker checks its Redis before it starts its watcher, and
+# the connection module brings the whole Store (pydantic records, rq) with it (issue 39).
+from ajet_runner.store.clients import RedisSettingsError, RedisTarget, check_reachable, need_target
 from ajet_runner.store.settings import Settings
 
 NONE = ("REDIS_URL is not set (e.g. REDIS_URL=redis://redis-host:6379/0), nor AJET_RUNNER_REDIS_SENTINELS "

@@ -20,8 +20,7 @@ from rich.markup import escape
 from ajet_runner.cli.commands import output
 from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
 from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local, wait_for_node
-from ajet_runner.statemachine.blueprint.parse import parse_blueprint
-from ajet_runner.store.connection import RedisSettingsError, RedisTarget, check_reachable, target_from
+from ajet_runner.store.clients import RedisSettingsError, RedisTarget, check_reachable, target_from
 from ajet_runner.store.settings import get_settings
 
 EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "cancelled": 130}
@@ -29,10 +28,6 @@ EXIT_CODES = {"completed": 0, "early_stopped": 0, "failed": 1, "timed_out": 1, "
 
 def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str = "",
                   show_worker_log: bool = False) -> int:
-    from ajet_runner.service.submit import SubmissionRejected, submit
-    from ajet_runner.store.store import Store
-    from ajet_runner.workers.executors.ssh_hosts import unknown_host
-
     settings = get_settings()
     text = _read_blueprint(path)
     if text is None:
@@ -44,6 +39,12 @@ def run_blueprint(path: Path, console: Console, node: str = "", redis_url: str =
     node = node or settings.node
     worker = start_local_worker({**os.environ, **target.env()}, node,
                                 quiet=bool(embedded) and not show_worker_log)
+    # Imported once the worker is starting (its start-up is what `run` waits for first): the Store, the
+    # submission's parser and checks (issue 39).
+    from ajet_runner.service.submit import SubmissionRejected, submit
+    from ajet_runner.store.store import Store
+    from ajet_runner.workers.executors.ssh_hosts import unknown_host
+
     store = Store.from_url(target)
     try:
         try:
@@ -119,6 +120,8 @@ def _follow_to_end(store: Any, exp_id: str, console: Console) -> int:
 
 def _attach_line(settings: Any, text: str, session: str) -> str:
     """The tmux attach line: on the ssh host the blueprint names (it runs there), else here."""
+    from ajet_runner.statemachine.blueprint.parse import parse_blueprint
+
     host = parse_blueprint(text).exp_host
     if host:
         from ajet_runner.workers.executors.ssh import attach_line

@@ -3,11 +3,11 @@
 For a first look on a laptop: nothing to install but this package and tmux. Without REDIS_URL it starts the
 embedded Redis (service/embedded.py), a worker for this machine (as `run` does) on a private tmux socket in
 DIR, and serves the API and the console on a loopback address with a token of its own (printed, and kept in
-DIR/token). A demo experiment (the simulated AgentJet, examples/) is submitted so the console has something to
-show; `--no-demo` skips it. The console answers at once: the worker (seconds of start-up on a loaded machine)
-joins when it is ready — the demo waits in its node's queue until then, and the console says so. Ctrl-C stops
-the experiments still running (each gets its report and `finish.flag`), then the worker, the API and the
-embedded Redis.
+DIR/token). A demo experiment (the simulated AgentJet, examples/) is submitted once the worker has joined, so the
+console has something to show; `--no-demo` skips it. The console answers at once: the worker (seconds of
+start-up on a loaded machine) joins when it is ready, and the console says so meanwhile.
+Ctrl-C stops the experiments still running (each gets its report and `finish.flag`), then the worker, the API and
+the embedded Redis.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,17 +83,31 @@ def _submit_demo(store: Any, workdir: Path, node: str) -> str:
     from ajet_runner.service.submit import submit
 
     blueprint = materialize("demo", workdir / "demo")
-    # Queued for our worker even before its first heartbeat: the console does not wait for it.
+    # Submitted once our worker joined; a missed heartbeat since must not refuse it (it waits queued then).
     rec = submit(store, blueprint.read_text(encoding="utf-8"), blueprint_path=str(blueprint), node=node,
                  wait_for_node=True)
     return str(rec["id"])
 
 
+def _demo_or_fail(store: Any, workdir: Path, node: str, server: Any, failed: list[str]) -> None:
+    """Submit the demo and print its line; when it cannot be, say why (in `failed`) and stop serving."""
+    try:
+        demo_id = _submit_demo(store, workdir, node)
+    except Exception as exc:  # noqa: BLE001 - in the worker-join thread: `up` ends naming it, not a traceback
+        failed.append(f"error: the demo experiment could not be submitted: {type(exc).__name__}: {exc}")
+        server.should_exit = True
+        return
+    output.copyable(f"demo:     experiment {demo_id} (results in {workdir / 'demo' / 'results'})")
+    sys.stdout.flush()
+
+
 WORKER_JOIN_SECONDS = 120.0  # nothing waits on it: the console serves meanwhile
 
 
-def _await_worker(store: Any, node: str, worker: Any, server: Any, failed: list[str]) -> None:
-    """Say when the worker has joined; if it dies first, say why (in `failed`) and stop serving."""
+def _await_worker(store: Any, node: str, worker: Any, server: Any, failed: list[str],
+                  then: Callable[[], None] | None = None) -> None:
+    """Say when the worker has joined, then call `then`; if it dies first, say why (in `failed`) and stop
+    serving."""
     from ajet_runner.cli.commands.local_worker import wait_for_node
 
     t0 = time.monotonic()
@@ -103,6 +118,8 @@ def _await_worker(store: Any, node: str, worker: Any, server: Any, failed: list[
         server.should_exit = True
         return
     output.err(f"worker {node} joined after {format_duration(time.monotonic() - t0)}")
+    if then is not None:
+        then()
 
 
 def _stop_experiments(store: Any, wait: float) -> None:
@@ -171,7 +188,6 @@ def register(app: typer.Typer) -> None:
         worker = start_local_worker(os.environ, node)
         store = Store.from_url(need_target(settings))
         try:
-            demo_id = _submit_demo(store, workdir, node) if demo else ""
             from ajet_runner.service.api.application import create_app
             from ajet_runner.service.api.hosts import HostsError
 
@@ -185,16 +201,23 @@ def register(app: typer.Typer) -> None:
                                                    log_config=None, timeout_graceful_shutdown=5,
                                                    server_header=False))
 
+            failed: list[str] = []
+
             def announce_once_listening() -> None:  # the printed URL answers when a person opens it
                 while not server.started and not server.should_exit:
                     time.sleep(0.05)
                 if server.started:
-                    _announce(host, port, token, token_file, workdir, demo_id, settings.tmux_socket)
+                    _announce(host, port, token, token_file, settings.tmux_socket, demo)
+
+            # The demo is submitted once the worker has joined (it could not run before): its blueprint's parse
+            # and checks (~0.3 s of CPU, seconds on a loaded machine, in this process) are neither on the way to
+            # the server's start nor beside its first answers (issue 39).
+            def submit_demo() -> None:
+                _demo_or_fail(store, workdir, node, server, failed)
 
             threading.Thread(target=announce_once_listening, name="announce", daemon=True).start()
-            failed: list[str] = []
-            threading.Thread(target=_await_worker, args=(store, node, worker, server, failed), name="worker-join",
-                             daemon=True).start()
+            threading.Thread(target=_await_worker, args=(store, node, worker, server, failed, submit_demo if demo
+                                                         else None), name="worker-join", daemon=True).start()
             with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C once it has shut down
                 server.run()
             if failed:
@@ -208,8 +231,7 @@ def register(app: typer.Typer) -> None:
                                check=False)
 
 
-def _announce(host: str, port: int, token: str, token_file: Path | None, workdir: Path, demo_id: str,
-              tmux_socket: str) -> None:
+def _announce(host: str, port: int, token: str, token_file: Path | None, tmux_socket: str, demo: bool) -> None:
     url = f"http://{host}:{port}"
     where = f"kept in {token_file}" if token_file else "from $AJET_RUNNER_TOKEN"
     credentials = f"AJET_RUNNER_TOKEN_FILE={token_file}" if token_file else "AJET_RUNNER_TOKEN=<as set>"
@@ -219,10 +241,9 @@ def _announce(host: str, port: int, token: str, token_file: Path | None, workdir
         f"API docs: {url}/docs",
         f"CLI:      export AJET_RUNNER_URL={url} {credentials}; ajet-runner scan",
     ]
-    if demo_id:
-        lines.append(f"demo:     experiment {demo_id} (results in {workdir / 'demo' / 'results'})")
     lines.append(f"tmux:     tmux -S {tmux_socket} ls")
-    lines.append("worker:   joins when it is ready (a line on stderr says when); queued experiments wait for it")
+    lines.append("worker:   joins when it is ready (a line on stderr says when); queued experiments wait for it"
+                 + ("; then the demo is submitted (its line follows)" if demo else ""))
     lines.append("Ctrl-C stops the experiments still running (with their reports), the worker and the API.")
     for line in lines:
         output.copyable(line)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ajet_runner.cli.commands.redis_config import redis_or_exit
-from ajet_runner.store.connection import RedisTarget
 from ajet_runner.store.settings import get_settings
+
+if TYPE_CHECKING:
+    from ajet_runner.store.clients import RedisTarget
 
 
 def _need_redis(check: bool = True) -> RedisTarget:
@@ -140,9 +142,9 @@ def register(app: typer.Typer) -> None:
                                              show_default="$AJET_RUNNER_SLURM_ARGS"),
     ) -> None:
         """Run this node's worker: the watcher (a thread per run), heartbeat, re-adoption of running experiments."""
-        # Imported here, not with the module: what runs before the first heartbeat is what a restarted node's
-        # adoption waits for (issue 39), and the catalogue command's module brings rich and yaml.
-        from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+        # Imported here, not with the module: what runs before the watcher is spawned and the first heartbeat is
+        # what a restarted node's adoption waits for (issue 39); the store, the catalogue command (rich, yaml) and
+        # the supervisor are imported after the spawn, while the watcher starts up beside us.
         from ajet_runner.logsetup import LogSetupError, configure
         from ajet_runner.workers.identity.this_node import NodeInfo
         from ajet_runner.workers.node.watcher_process import spawn_watcher
@@ -161,6 +163,8 @@ def register(app: typer.Typer) -> None:
         # First: the watcher's start-up (the driver's imports) is what re-adopting a node's runs waits for, so it
         # overlaps ours from here. Should a check below fail, it ends with this process (PR_SET_PDEATHSIG).
         watcher = spawn_watcher(info, url)
+
+        from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
 
         try:
             check_adviser("worker")

@@ -33,10 +33,12 @@ def test_up_serves_the_console_with_the_demo_in_it(tmp_path) -> None:
         assert f"console:  http://127.0.0.1:{port}/ui/" in said
         token = (workdir / "token").read_text().strip()
         assert f"token:    {token}" in said and oct((workdir / "token").stat().st_mode & 0o777) == "0o600"
-        demo_id = re.search(r"demo:     experiment (\w+)", said).group(1)  # type: ignore[union-attr]
-
         base = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{base}/healthz").status_code == 200  # listening once the addresses are printed
+        # The demo is submitted once the worker has joined (its line comes then, after the addresses).
+        wait_for(lambda: any(line.startswith("demo:") for line in lines) or proc.poll() is not None, 120,
+                 "the demo to be submitted once the worker joined")
+        demo_id = re.search(r"demo:     experiment (\w+)", "".join(lines)).group(1)  # type: ignore[union-attr]
         page = httpx.get(f"{base}/ui/", headers={"Authorization": f"Bearer {token}", "Accept": "text/html"})
         assert page.status_code == 200
         assert f'id="row-{demo_id}"' in page.text and "Demonstrate a complete, clean run" in page.text

@@ -76,6 +76,7 @@ class ExperimentDriver:
                                                                host=self.bp.exp_host or None))
         self.watch: AttemptWatch | None = None
         self.server_watch: ServerWatch | None = None  # swarm mode: the server, watched beside the client
+        self.cleaned_attempt = 0  # none yet by this driver (an adopted run in collecting is cleaned up there)
         self.plot_ahead = PlotAhead()  # the report's plot, drawn while the run is watched
         self.rules = default_rules(
             time_limit_grace=settings.time_limit_grace_seconds,

@@ -2,8 +2,9 @@
 (workers/drive/gang_steps.py) or a watch observer may use of the driver, and nothing more.
 
 `ExperimentDriver` (workers/drive/driver.py) is the one implementation; mypy checks it against `Drive`
-wherever a handler is called with it (the HANDLERS table). The four attributes a handler sets (the run's
-handle, its watches, when it started) are plain attributes here; everything else is read-only to them.
+wherever a handler is called with it (the HANDLERS table). The attributes a handler sets (the run's
+handle, its watches, when it started, the attempt whose leftovers were cleaned up) are plain attributes here;
+everything else is read-only to them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Drive(Protocol):
     watch: AttemptWatch | None  # the attempt's log and results watch (running sets it)
     server_watch: ServerWatch | None  # swarm mode: the server's watch (running sets it)
     started_at: float | None  # when the experiment started running (queued sets it)
+    cleaned_attempt: int  # the attempt whose leftover processes the end of its watch stopped (running sets it)
 
     # -- what a handler reads (and may mutate in place: ctx, lc through fire)
     @property

@@ -37,7 +37,6 @@ from ajet_runner.workers.executors.ssh_hosts import served_hosts
 from ajet_runner.workers.node.hosting import HOST
 from ajet_runner.workers.node.lifeline import die_with_parent, expected_parent_from_env, keep_environment_private
 from ajet_runner.workers.node.slot_worker import SlotWorker
-from ajet_runner.workers.report.plot_preload import preload_plotting
 
 log = logging.getLogger(__name__)
 HAND_BACK_SECONDS = 7.0  # the supervisor waits 10 s before SIGKILL
@@ -75,9 +74,9 @@ def main(argv: list[str]) -> int:
         use_extension(settings.catalogue_extra)  # checked by `ajet-runner worker` before it started us
     HOST.active = True
     importlib.import_module(DRIVE_JOB.rpartition(".")[0])  # the driver's code, before the first job needs it
-    # Once per node, in the background: no report's plot pays matplotlib's import. After the driver's import,
-    # not beside it: a restarted worker's first jobs (re-adopting runs) wait for that import, not for this.
-    preload_plotting()
+    # No plotting preload here: a restarted worker's first jobs (re-adopting its runs) shared the GIL with
+    # matplotlib's import and first drawing. Each driver starts it (once per process) when its watch starts,
+    # after the adoption; the plot is drawn after finish.flag anyway.
     conn = connect(url, health_check_interval=30)
     store = store_at(url, socket_timeout=10, socket_connect_timeout=5)
     hosts = served_hosts(settings) if settings.executor == "ssh" else []

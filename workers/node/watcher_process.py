@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from ajet_runner.store.connection import RedisTarget
+from ajet_runner.store.clients import RedisTarget
 from ajet_runner.workers.identity.this_node import NodeInfo
 from ajet_runner.workers.node.lifeline import PARENT_ENV
 

@@ -1,9 +1,9 @@
 """Import matplotlib in the background, once per process, so the report's plot is quick.
 
 A fresh RQ work-horse paid ~300 ms importing matplotlib between the command's exit and
-`finish.flag`. The node's watcher (one process for all its runs) starts the import when it starts;
-a driver run elsewhere (e.g. in the API's process) starts it when watching starts. Either way the
-exit → report path never pays it. The warm-up draws on the reused figure of
+`finish.flag`. Each driver starts the import (once per process: the node's watcher, or e.g. the API's
+process) when its watch starts, not the watcher at its own start, where it delayed a restarted node's
+re-adoptions (issue 39). Either way the exit → report path never pays it. The warm-up draws on the reused figure of
 `workers/report/plot.py`, so the first real plot does not build it either.
 
 `PlotAhead` goes further: it draws the plot while the run is watched, each time the evaluations

@@ -47,9 +47,13 @@ def _where(d: Drive) -> dict[str, str]:
 def handle(d: Drive) -> bool:
     if d.lc.attempt:
         d.renew()
+    stopped = False
     if d.handle is not None and d.runner.is_running(d.handle):
         d.runner.stop(d.handle, d.settings.stop_grace_seconds)
-    if d.lc.attempt:
+        stopped = True
+    # Scoped cleanup, once an attempt: the end of the watch (running) has already scanned the process table
+    # for this attempt's leftovers, ~50-120 ms at load on the way to finish.flag (issue 39).
+    if d.lc.attempt and (stopped or d.cleaned_attempt != d.lc.attempt):
         d.cleanup_processes()
     gang.finish(d)
     stop_ours(d.runner, d.ctx.swarm, d.settings.stop_grace_seconds, d.journal.publish)

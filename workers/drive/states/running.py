@@ -433,6 +433,7 @@ def _end_attempt(d: Drive, proposal: Proposal, alive: bool) -> None:
                            f"{gap['reason']}"})
     remove_checkpoint(d.handle.log_path)
     d.cleanup_processes()
+    d.cleaned_attempt = d.lc.attempt  # collecting need not scan the process table again
     gang.stop_members(d)  # a multi-node run: every other rank too
     _close_attempt(d, exit_code, proposal.reason)
     if proposal.trigger == Trigger.anomaly:

@@ -9,6 +9,7 @@ inherit it, so `/proc/<pid>/environ` still names the experiment they belong to.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 import psutil
 
 POLL = 0.02
+PROC = "/proc"
 KILL_WAIT = 5.0
 
 
@@ -49,17 +51,68 @@ def wait_gone(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Pr
 
 def processes_with_marker(name: str, value: str) -> list[psutil.Process]:
     """Live processes whose environment has `name=value` (not this process or its parents)."""
+    pids = _marked_pids(f"{name}={value}".encode()) if os.path.isdir(PROC) else None
+    if pids is None:  # no /proc to read: psutil's own walk
+        pids = [p.pid for p in psutil.process_iter() if _environ_has(p, name, value)]
+    if not pids:
+        return []
     protected = _protected()
     found: list[psutil.Process] = []
-    for proc in psutil.process_iter():
-        if proc.pid in protected:
+    for pid in pids:
+        if pid in protected:
             continue
         try:
-            if proc.environ().get(name) == value and not is_gone(proc):
-                found.append(proc)
-        except (psutil.AccessDenied, psutil.NoSuchProcess):
+            proc = psutil.Process(pid)
+        except psutil.NoSuchProcess:
             continue
+        if _environ_has(proc, name, value) and not is_gone(proc):  # again on the object: a pid reused since
+            found.append(proc)
     return found
+
+
+def _environ_has(proc: psutil.Process, name: str, value: str) -> bool:
+    try:
+        return bool(proc.environ().get(name) == value)
+    except (psutil.AccessDenied, psutil.NoSuchProcess):
+        return False
+
+
+def _read_all(fd: int) -> bytes:
+    """To the end: /proc hands out a page a read, whatever the size asked for."""
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _marked_pids(entry: bytes) -> list[int]:
+    """Pids whose `/proc/<pid>/environ` holds `entry` (NAME=value) as a whole entry, read as raw bytes.
+
+    Every attempt's end scans the whole process table (twice, with the collecting state's look): through
+    psutil that was an object and a dict of the environment per process, ~10 ms of CPU on a node of a few
+    hundred processes and 50-120 ms of wall time at load, on the way to `finish.flag`. A byte search finds
+    the few candidates for a quarter of that; psutil then checks each one on its object. Other users'
+    processes cannot be read (EACCES) and are skipped, as psutil's AccessDenied was."""
+    nul = b"\0"
+    whole, last = entry + nul, nul + entry
+    pids: list[int] = []
+    with os.scandir(PROC) as it:
+        for d in it:
+            if not d.name.isdigit():
+                continue
+            try:
+                fd = os.open(f"{PROC}/{d.name}/environ", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                data = _read_all(fd)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            if data.startswith(whole) or nul + whole in data or data.endswith(last) or data == entry:
+                pids.append(int(d.name))
+    return pids
 
 
 def signal_all(procs: Iterable[psutil.Process], sig: int) -> None:
