@@ -75,8 +75,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         _RECORDER.save(session.config)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Every run ends with its wall time and the load it ran at (the slowest 20: `--durations=20`)."""
+    """Every run ends with its wall time and the load it ran at, after the slowest 20 (`--durations=20`)."""
     wall = time.monotonic() - _SUITE_T0
     terminalreporter.write_line(f"suite wall time {wall:.0f} s ({wall / 60:.1f} min); load average "
                                 f"{_SUITE_LOAD0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
