@@ -8,8 +8,8 @@ mark and stay on one worker, in their order.
 
 The seconds come from the last run on this checkout (pytest's cache, key `ajet/durations`), else from
 tests/durations.json (committed: a fresh clone gets the order too; `python -m tests.schedule` rewrites it from
-the cache). A test not measured yet keeps its place after the measured ones. The order only moves tests: it
-changes no test and no assertion.
+the cache). A test not measured yet counts as UNMEASURED_SLOW_SECONDS if it is marked `slow`, else 0 (it keeps
+its place after the measured ones). The order only moves tests: it changes no test and no assertion.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ import pytest
 DURATIONS_FILE = Path(__file__).resolve().parent / "durations.json"
 CACHE_KEY = "ajet/durations"
 KEEP_SECONDS = 0.5  # the committed file lists the tests above this: the rest are noise for the order
+# A test marked `slow` that was never measured (new, or not in the file) is taken to last this long: it starts
+# among the measured scenarios, not after the thousand short unit tests.
+UNMEASURED_SLOW_SECONDS = 20.0
 
 
 def base_nodeid(nodeid: str) -> str:
@@ -57,7 +60,8 @@ def slowest_first(items: list[pytest.Item], seconds: dict[str, float]) -> None:
     the unmeasured ones keep their order."""
     per_unit: dict[str, float] = defaultdict(float)
     for item in items:
-        per_unit[group_of(item)] += seconds.get(base_nodeid(item.nodeid), 0.0)
+        unmeasured = UNMEASURED_SLOW_SECONDS if item.get_closest_marker("slow") is not None else 0.0
+        per_unit[group_of(item)] += seconds.get(base_nodeid(item.nodeid), unmeasured)
     items.sort(key=lambda item: -per_unit[group_of(item)])
 
 
