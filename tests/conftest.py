@@ -59,7 +59,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under `--dist loadgroup` (make test) the slowest tests first (tests/schedule.py): the long scenarios
     start at once and the short tests fill in around them. Other modes keep the collection order: `load`
     hands out consecutive chunks, and one worker would get every slow test."""
-    if config.getoption("dist", "no") == "loadgroup":
+    if getattr(config.option, "loadgroup", False):  # set by pytest-xdist in its workers (their `dist` reads "no")
         schedule.slowest_first(items, schedule.known_durations(config))
 
 
