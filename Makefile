@@ -33,7 +33,7 @@ demo: install
 	@$(BIN)/ajet-runner demo
 
 test: lint
-	$(BIN)/python -m pytest -n 4 -q -m "not soak and not bench"
+	$(BIN)/python -m pytest -n 4 --dist loadgroup -q -m "not soak and not bench"
 
 # The long runs kept out of make test (marked soak): the chaos run, the adoption under a 50 MB/s writer,
 # the demo from a wheel in a fresh venv, and the parser budgets' long fuzz.
@@ -48,11 +48,16 @@ lint: install-test
 # Hypothesis on every parser, the command lexer and rewrites (bash-executed), with time budgets.
 # AJET_FUZZ_EXAMPLES: examples per property (make test runs a few). An API schemathesis suite
 # (tests/integration/test_openapi_conformance.py) runs too, with AJET_RUNNER_SCHEMATHESIS_EXAMPLES examples per operation.
+# The unit tests' hypothesis properties run a quarter of their examples in make test (tests/load.py: examples) and
+# all of them here.
+PROPERTY_TESTS = $(addprefix tests/unit/test_,$(addsuffix .py,logmetrics durations blueprint preflight results \
+	signatures config_patch command))
 FUZZ_EXAMPLES ?= 400
 FUZZ_API_EXAMPLES ?= 500
 fuzz: install-test
 	AJET_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) AJET_RUNNER_SCHEMATHESIS_EXAMPLES=$(FUZZ_API_EXAMPLES) $(BIN)/python -m pytest -q \
-		-p no:randomly tests/fuzz tests/unit/test_command_safety.py tests/integration/test_openapi_conformance.py
+		-p no:randomly tests/fuzz tests/unit/test_command_safety.py tests/integration/test_openapi_conformance.py \
+		$(PROPERTY_TESTS)
 
 # Every bench script at toy size (do they still run to their summary?), then each at its real size.
 bench-smoke: install-test

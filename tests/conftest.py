@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from ajet_runner.service.embedded import EmbeddedRedis
-from tests.load import load_factor
+from tests import schedule
+from tests.load import load_factor, scaled
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -27,9 +28,10 @@ CLI = [sys.executable, "-m", "ajet_runner"]
 
 
 def run_cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """`ajet-runner ARGS...` in a child process (cwd: the repo, so `cli` imports even when not installed)."""
+    """`ajet-runner ARGS...` in a child process (cwd: the repo, so `cli` imports even when not installed);
+    `timeout` is for a quiet machine, scaled by the load (tests/load.py)."""
     kwargs.setdefault("cwd", REPO)
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False,
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=scaled(timeout), check=False,
                           **kwargs)  # type: ignore[call-overload]
 
 
@@ -50,8 +52,32 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
 
 
+_RECORDER = schedule.Recorder()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup` (make test) the slowest tests first (tests/schedule.py): the long scenarios
+    start at once and the short tests fill in around them. Other modes keep the collection order: `load`
+    hands out consecutive chunks, and one worker would get every slow test."""
+    if getattr(config.option, "loadgroup", False):  # set by pytest-xdist in its workers (their `dist` reads "no")
+        schedule.slowest_first(items, schedule.known_durations(config))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's seconds, for the next run's order (recorded where every report arrives: the xdist
+    controller, or the only process)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        _RECORDER.add(report)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        _RECORDER.save(session.config)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Every run ends with its wall time and the load it ran at (the slowest 20: `--durations=20`)."""
+    """Every run ends with its wall time and the load it ran at, after the slowest 20 (`--durations=20`)."""
     wall = time.monotonic() - _SUITE_T0
     terminalreporter.write_line(f"suite wall time {wall:.0f} s ({wall / 60:.1f} min); load average "
                                 f"{_SUITE_LOAD0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "

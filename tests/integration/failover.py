@@ -33,6 +33,7 @@ from ajet_runner.store.store import Store
 from tests.integration.scenario import CLI, Scenario, make
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.integration.workers import kill_group
+from tests.load import scaled
 from tests.sentinel_cluster import SentinelCluster
 
 FINAL_LINE = "Final validation metrics"
@@ -167,7 +168,7 @@ def start_serve(env: dict[str, str], log: Path) -> tuple[str, subprocess.Popen[b
         proc = subprocess.Popen([*CLI, "serve", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"serve exited: {log.read_text()[-2000:]}")
@@ -266,7 +267,7 @@ def run_failover(work: Path, tmux_socket: str, n: int = 12, slots: int = 3, rest
             workers = [start_worker(env, f"node-{x}", work / f"worker-{x}.log", slots) for x in "ab"]
             procs += workers
             store = store_at(cluster.target, socket_timeout=5, socket_connect_timeout=2)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + scaled(60)
             while {n_["name"] for n_ in store.nodes.all()} < {"node-a", "node-b"}:
                 assert time.monotonic() < deadline, "the workers did not register"
                 assert all(w.poll() is None for w in workers), "a worker exited at start"

@@ -75,8 +75,9 @@ def env_for(tmux_socket: str, **overrides: str) -> dict[str, str]:
 
 
 def run_cli(sc: Scenario, env: dict[str, str], timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    """`ajet-runner run`; `timeout` is for a quiet machine, scaled by the load (tests/load.py)."""
     return subprocess.run([*CLI, "run", str(sc.blueprint)], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=scaled(timeout), check=False)
 
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.1) -> object:

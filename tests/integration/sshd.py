@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.load import scaled
+
 SSHD = "/usr/sbin/sshd"
 HOST_VAR = ("AJET_TEST_HOST", "sshbox")
 ALIAS = "sshbox"
@@ -122,7 +124,7 @@ Host *
         cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
                f"mount -t tmpfs tmpfs {private_dir} && exec " + " ".join(cmd)]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:

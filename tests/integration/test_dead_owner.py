@@ -14,6 +14,7 @@ from ajet_runner.store.store import Store
 from ajet_runner.workers.identity.owner_identity import boot_id, owner_dead, owner_id, parse_owner, process_start
 from ajet_runner.workers.identity.this_node import NodeInfo
 from ajet_runner.workers.node.supervisor import NodeSupervisor
+from tests.load import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +64,7 @@ def test_an_owner_is_dead_only_when_this_node_and_boot_prove_it(live, dead) -> N
         with open(f"/proc/{zombie.pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0]
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while state() != "Z" and time.monotonic() < deadline:
         time.sleep(0.01)
     assert state() == "Z" and owner_dead(owner, "n1")

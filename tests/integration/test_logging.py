@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.scenario import CLI, env_for, make, run_cli, wait_for
+from tests.integration.scenario import CLI, env_for, make, run_cli, short_sim, wait_for
 from tests.integration.test_api import TOKEN, auth, running_server
 
 pytestmark = [pytest.mark.integration]
@@ -59,6 +59,7 @@ def test_unknown_log_settings_are_refused_naming_them(redis_url: str, args: list
 def test_worker_json_lines_carry_experiment_node_state_and_no_transitions_chatter(tmp_path: Path,
                                                                                   tmux_socket: str) -> None:
     sc = make("demo", tmp_path)
+    short_sim(sc)  # the run's log lines are tested, not its pace
     proc = run_cli(sc, env_for(tmux_socket, AJET_RUNNER_LOG_FORMAT="json", AJET_RUNNER_LOG_LEVEL="info",
                                AJET_RUNNER_NODE="log-node"))
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -27,6 +27,7 @@ from ajet_runner.store.store import Store
 from tests.integration.scenario import CLI, Scenario, make, marked_processes, wait_for
 from tests.integration.test_api import running_server
 from tests.integration.workers import kill_group, worker_env
+from tests.load import scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -130,7 +131,7 @@ def test_a_two_node_run_completes_as_one_gang_and_never_shares_gpus(hosts, clien
     # the single one waits (or it ran before). Each node's GPU hash maps index -> one owner by construction;
     # what must never happen is the single run starting while the gang holds both nodes.
     overlap, waited = [], set()
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + scaled(180)
     while not all(state(client, i) == "finished" for i in (gang, single)):
         assert time.monotonic() < deadline, "the two experiments did not finish"
         owners = {n: set(store.slots.gpu_owners(n).values()) for n in HOSTS}

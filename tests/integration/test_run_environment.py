@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.scenario import DEMO_YAML, env_for, make, run_cli
+from tests.integration.scenario import DEMO_YAML, env_for, make, run_cli, short_sim
 
 pytestmark = pytest.mark.integration
 
@@ -20,6 +20,7 @@ WEBHOOK = "whsec-control-plane-abcdef"
 
 def test_a_run_sees_the_shell_and_none_of_the_control_plane(tmp_path: Path, tmux_socket: str) -> None:
     sc = make("demo", tmp_path)
+    short_sim(sc)  # the run's environment is tested, not its pace
     dump = sc.workdir / "env.json"
     text = sc.blueprint.read_text()
     launcher = next(line for line in text.splitlines() if "-m ajet.launcher" in line)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.integration.scenario import CLI, env_for, make, marked_processes, run_cli, wait_for
+from tests.integration.scenario import CLI, env_for, make, marked_processes, run_cli, short_sim, wait_for
 from tests.integration.test_cli_terminal import assert_plain
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -20,9 +20,11 @@ def evaluations_steps(data: dict) -> list[int]:
     return [e["step"] for e in data["evaluations"]]
 
 
-def test_demo_completes_with_report_and_flag(tmp_path, tmux_socket) -> None:
+def test_demo_completes_with_report_and_flag_and_its_pane_lingers_as_configured(tmp_path, tmux_socket) -> None:
+    """The demo as shipped, end to end; one run checks the finished pane's linger too
+    (AJET_RUNNER_PANE_LINGER_SECONDS: how long a finished attempt's pane stays open to be attached to)."""
     sc = make("demo", tmp_path)
-    proc = run_cli(sc, env_for(tmux_socket))
+    proc = run_cli(sc, env_for(tmux_socket, AJET_RUNNER_PANE_LINGER_SECONDS="2"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Job submitted: " in proc.stdout
     # Into a pipe (a CI log): the event lines and the result, no drawn progress bar, no padded line (issue 41)
@@ -36,6 +38,13 @@ def test_demo_completes_with_report_and_flag(tmp_path, tmux_socket) -> None:
         assert (sc.results / name).exists(), name
     assert "ajet" in data["tmux_session"]
     assert marked_processes(flag["id"]) == []
+    session = re.search(r"attach -t (\S+)", proc.stdout).group(1)  # type: ignore[union-attr]
+
+    def has_session() -> bool:
+        return subprocess.run(["tmux", "-S", tmux_socket, "has-session", "-t", session], capture_output=True,
+                              check=False).returncode == 0
+
+    wait_for(lambda: not has_session(), 30, "the pane to close after its 2 s linger (the default is 300 s)")
 
 
 def test_preflight_fixes_execute_test_and_val_path_keeping_the_users_yaml(tmp_path, tmux_socket) -> None:
@@ -173,6 +182,7 @@ def test_invalid_blueprint_is_rejected_with_reasons(tmp_path, tmux_socket) -> No
 
 def test_repair_hook_plans_a_fix_the_catalogue_does_not_know(tmp_path, tmux_socket) -> None:
     sc = make("demo", tmp_path)
+    short_sim(sc)  # two attempts of the demo: their pace is not what is tested
     yaml_path = sc.codebase / "tests/bench/benchmark_math/benchmark_math.yaml"
     text = yaml_path.read_text()
     assert "ajet_sim:\n" in text
@@ -194,17 +204,3 @@ def test_repair_hook_plans_a_fix_the_catalogue_does_not_know(tmp_path, tmux_sock
     asked = json.loads(seen.read_text())
     assert asked["diagnosis"]["signature"] == "python_traceback" and asked["log_tail"]
     assert "AJET_HOOK_FIX" in (sc.results / "logs" / "attempt-2.sh").read_text()
-
-
-def test_a_finished_panes_linger_is_configurable(tmp_path, tmux_socket) -> None:
-    """AJET_RUNNER_PANE_LINGER_SECONDS: how long a finished attempt's pane stays open to be attached to."""
-    sc = make("demo", tmp_path)
-    proc = run_cli(sc, env_for(tmux_socket, AJET_RUNNER_PANE_LINGER_SECONDS="2"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    session = re.search(r"attach -t (\S+)", proc.stdout).group(1)  # type: ignore[union-attr]
-
-    def has_session() -> bool:
-        return subprocess.run(["tmux", "-S", tmux_socket, "has-session", "-t", session], capture_output=True,
-                              check=False).returncode == 0
-
-    wait_for(lambda: not has_session(), 30, "the pane to close after its 2 s linger (the default is 300 s)")

@@ -38,6 +38,7 @@ from ajet_runner.store.settings import Settings
 from tests.conftest import CLI, run_cli
 from tests.integration.failover import run_failover
 from tests.integration.scenario import wait_for
+from tests.load import scaled
 from tests.sentinel_cluster import MASTER_NAME, SentinelCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -200,7 +201,7 @@ def test_retries_are_bounded_and_the_api_answers_503_only_while_no_master_is_kno
                                          "sentinels are away): try again shortly", "problems": []}
         for server in cluster.servers:  # back: the sentinels name a master again, the API serves again
             server.start(cluster.workdir)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while api.get("/v1/experiments", headers=hdr).status_code != 200:
             assert time.monotonic() < deadline, "the API did not answer again"
             time.sleep(0.2)

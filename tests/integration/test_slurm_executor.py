@@ -27,7 +27,8 @@ from tests.integration.slurm_cluster import SlurmCluster, free_port, missing_bin
 from tests.integration.swarm_helpers import make_swarm
 from tests.integration.workers import kill_group, running_worker, start_worker, worker_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# One SLURM cluster (the module fixture) for all of them: one xdist worker runs the module (tests/schedule.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 MARKER = "AJET_RUNNER_EXPERIMENT"
 
 

@@ -17,6 +17,7 @@ from tests.integration.swarm_helpers import free_port
 from tests.integration.test_api import running_server
 from tests.integration.test_two_nodes import state_of, wait_nodes
 from tests.integration.workers import running_worker, worker_env
+from tests.load import scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,7 +38,7 @@ def test_two_swarm_runs_on_one_port_take_turns(client, redis_url, tmux_socket, t
         a = wait_for(lambda: next((i for i in ids if state_of(client, i) == "running"), None), 60, "a swarm run")
         b = next(i for i in ids if i != a)
         seen_b = set()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while state_of(client, a) not in ("collecting", "finished"):
             seen_b.add(state_of(client, b))
             assert time.monotonic() < deadline, "the first swarm run did not finish"

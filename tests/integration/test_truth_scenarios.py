@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.integration.scenario import CLI, env_for, make, run_cli
+from tests.integration.scenario import CLI, Scenario, env_for, make, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -18,10 +18,8 @@ def steps(data: dict) -> list[int]:
     return [e["step"] for e in data["evaluations"]]
 
 
-def test_console_only_run_reports_step_0_to_the_final_step_from_the_log(tmp_path, tmux_socket) -> None:
-    sc = make("console_only", tmp_path)
-    proc = run_cli(sc, env_for(tmux_socket))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def console_only_reports_step_0_to_the_final_step_from_the_log(sc: Scenario) -> None:
+    """A console-only run's results: its evaluations from step 0 to the final step, read from the log."""
     data = sc.results_json()
     assert steps(data) == [0, 2, 4, 6, 8]  # Initial (0), val-core step lines, Final (last progress step)
     final = data["evaluations"][-1]["metrics"]
@@ -55,10 +53,15 @@ def test_a_relative_val_file_with_old_lines_reports_only_this_runs_evaluations(t
     assert f"its first {len(old.encode())} bytes were already there" in data["results_source"]
 
 
-def test_reused_result_dir_moves_the_earlier_run_to_previous_and_links_it(tmp_path, tmux_socket) -> None:
+def test_console_only_runs_report_from_the_log_and_a_reused_result_dir_keeps_the_earlier_run(tmp_path,
+                                                                                              tmux_socket) -> None:
+    """Two console-only runs in one result dir: the first's results come from its log (step 0 to the final
+    step); the second moves the first to previous/ and links it."""
     sc = make("console_only", tmp_path)
     env = env_for(tmux_socket)
-    assert run_cli(sc, env).returncode == 0
+    proc = run_cli(sc, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    console_only_reports_step_0_to_the_final_step_from_the_log(sc)
     first = sc.flag()
     proc = run_cli(sc, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -14,6 +14,7 @@ from ajet_runner.service.client.api_client import AjetRunnerClient, ApiError
 from tests.integration.scenario import Scenario, make, marked_processes, short_sim, wait_for
 from tests.integration.test_api import running_server
 from tests.integration.workers import running_worker, worker_env
+from tests.load import scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -121,7 +122,7 @@ def test_capacity_waits_and_too_big_is_refused(client, redis_url, tmux_socket, t
         b = next(i for i in ids if i != a)
         assert client.get(a)["gpus"] == [0, 1, 2, 3]
         seen_b = set()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         # Until the first is collected (its GPUs are released while collecting): it ends in a few seconds.
         while state_of(client, a) not in ("collecting", "finished"):
             seen_b.add(state_of(client, b))

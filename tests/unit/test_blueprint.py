@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from ajet_runner.statemachine.blueprint.parse import load_blueprint, parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.models import Blueprint, Level, Problem
+from tests.load import examples
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "blueprints"
 EXPECTED = json.loads((CORPUS / "expected.json").read_text(encoding="utf-8"))
@@ -532,7 +533,7 @@ _MD_PIECES = st.sampled_from([
 ])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_parse_never_raises_on_any_text(text: str) -> None:
     bp = parse_blueprint(text)
@@ -540,7 +541,7 @@ def test_parse_never_raises_on_any_text(text: str) -> None:
     validate_blueprint(bp, check_disk=False)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.lists(_MD_PIECES, max_size=40).map("".join))
 def test_parse_never_raises_on_markdown_like_text(text: str) -> None:
     bp = parse_blueprint(text)

@@ -18,6 +18,7 @@ from ajet_runner.statemachine.shell.command import (
     replace_conf,
     split_chain,
 )
+from tests.load import examples
 
 SIMPLE = "python -m ajet.launcher --conf tests/bench/benchmark_math/benchmark_math.yaml --autokill"
 CHAIN = "cd /repo && export A=1 && source .venv/bin/activate && python -m ajet.launcher --conf=x.yaml --with-ray"
@@ -145,7 +146,7 @@ def test_odd_input_does_not_raise(cmd: str) -> None:
 _PIECES = [*"ab -=&|;'\"\\$()`#<>\n\t", "--conf", "ajet", "python -m ajet.launcher ", "--autokill"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.sampled_from(_PIECES), max_size=25).map("".join) | st.text(max_size=40), st.text(max_size=15))
 def test_command_functions_never_raise(cmd: str, other: str) -> None:
     segments = split_chain(cmd)

@@ -22,6 +22,7 @@ from ajet_runner.workers.repair.config_patch import (
     remove_patched_copy,
     write_patched_yaml,
 )
+from tests.load import examples
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "yaml"
 VALID = ["benchmark_math.yaml", "countdown.yaml", "appworld_2nodes.yaml", "minimal_no_trainer_common.yaml",
@@ -206,7 +207,7 @@ _data = st.recursive(_scalars, lambda inner: st.dictionaries(_keys, inner, max_s
                      max_leaves=10)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(_keys, _data, min_size=1, max_size=3),
        st.lists(st.tuples(st.lists(_keys, min_size=1, max_size=3).map(".".join), _scalars), max_size=3),
        st.booleans())

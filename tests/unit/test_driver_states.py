@@ -24,6 +24,7 @@ from ajet_runner.workers.executors.local.tmux import TmuxRunner
 from ajet_runner.workers.executors.protocol import Runner
 from ajet_runner.workers.identity.this_node import NodeInfo
 from tests.doubles import InMemoryRunner, Script, seed, settings_for
+from tests.load import scaled
 
 NODE = NodeInfo(name="test-node", gpus=0, slots=1)
 COMMAND = "python -m ajet.launcher --conf conf.yaml --backbone verl"
@@ -118,7 +119,7 @@ def test_running_stops_the_run_when_a_stop_is_requested(store: Store, tmp_path: 
     result: list[tuple[str, ExperimentRecord]] = []
     thread = threading.Thread(target=lambda: result.append(drive(store, exp_id, runner)), daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while (rec := store.records.get(exp_id)) is not None and rec.state != "running":
         assert time.monotonic() < deadline, "the run never reached running"
         time.sleep(0.01)

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ajet_runner.statemachine.durations import format_duration, format_limit, format_progress, parse_duration
+from tests.load import examples
 
 H, M = 3600.0, 60.0
 
@@ -74,7 +75,7 @@ def test_non_string_gives_none() -> None:
     assert parse_duration(12) is None  # type: ignore[arg-type]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.text())
 def test_never_raises_on_any_text(text: str) -> None:
     result = parse_duration(text)
@@ -87,7 +88,7 @@ _PIECES = st.sampled_from(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.lists(_PIECES, max_size=12).map("".join))
 def test_never_raises_on_duration_like_text(text: str) -> None:
     result = parse_duration(text)

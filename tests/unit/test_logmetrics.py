@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from ajet_runner.statemachine.failures.diagnose import LogScanner
 from ajet_runner.statemachine.logs.metrics import LogMetrics, merge_file_and_log, parse_log_lines, parse_log_text
 from ajet_runner.statemachine.logs.results import parse_val_text
+from tests.load import examples
 
 RAY = "\x1b[36m(TaskRunner pid=40211)\x1b[0m "
 INITIAL = ("Initial validation metrics: {'val-core/gsm8k/TGC@1': np.float64(0.31), "
@@ -92,7 +93,7 @@ _JUNK = st.text(alphabet=st.sampled_from(list("{}()'\"\\:,. -_/@0123456789naTGCf
                 max_size=400)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(_JUNK, st.sampled_from([INITIAL, FINAL, "Training Progress: |3/9", "('Final "
                                                   "validation metrics: {", " 'x': 1}')", "step:3 - val-core/a:1"])),
                 max_size=30))

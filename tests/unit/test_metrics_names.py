@@ -28,6 +28,7 @@ from ajet_runner.store.per_experiment.queue import queue
 from ajet_runner.store.settings import Settings
 from ajet_runner.store.store import Store
 from ajet_runner.workers.identity.this_node import NodeInfo
+from tests.load import scaled
 
 HISTOGRAMS = set(re.findall(r'"(\w+)",\s*#\s*histogram', Path(metric_names_module.__file__).read_text()))
 HTTP_METRIC = "ajet_runner_http_request_duration_seconds"
@@ -322,7 +323,7 @@ def test_process_tree_metrics_include_child_processes() -> None:
     child = subprocess.Popen([sys.executable, "-c", "b = bytearray(80_000_000); import time; time.sleep(60)"])
     try:
         proc = psutil.Process(child.pid)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while proc.memory_info().rss < 80_000_000:
             assert time.monotonic() < deadline, "child never allocated its memory"
             time.sleep(0.05)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from ajet_runner.statemachine.fixes.preflight import PreflightPlan, gpus_needed, plan_preflight
 from ajet_runner.statemachine.models import Blueprint, Level
+from tests.load import examples
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "yaml"
 TC = "ajet.trainer_common"
@@ -241,7 +242,7 @@ _yaml_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.text(max_size=200), _yaml_values.map(lambda v: yaml.safe_dump(v))), st.dictionaries(
     st.sampled_from(["SWANLAB_API_KEY", "CUDA_VISIBLE_DEVICES", "SWANLAB_MODE"]), st.text(max_size=5)))
 def test_plan_preflight_never_raises(text: str, env: dict) -> None:

@@ -15,6 +15,7 @@ from ajet_runner.store.store import Store
 from ajet_runner.workers.drive.driver import ExperimentDriver
 from ajet_runner.workers.identity.this_node import NodeInfo
 from tests.doubles import InMemoryRunner, Script, seed, settings_for
+from tests.load import scaled
 
 NODE = NodeInfo(name="test-node", gpus=0, slots=1)
 WITH_RAY = "python -m ajet.launcher --conf conf.yaml --backbone verl --with-ray"
@@ -123,7 +124,7 @@ def test_a_stop_during_a_transient_wait_ends_the_run_cancelled_at_once(
     result: list[tuple[str, ExperimentRecord]] = []
     thread = threading.Thread(target=lambda: result.append(drive(store, exp_id, runner)), daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while (rec := store.records.get(exp_id)) is None or rec.state != "repairing":
         assert time.monotonic() < deadline, "the run never started its wait"
         time.sleep(0.02)

@@ -27,6 +27,7 @@ from ajet_runner.statemachine.logs.results import (
     parse_val_text,
 )
 from ajet_runner.statemachine.models import Evaluation
+from tests.load import examples
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "results"
 
@@ -531,7 +532,7 @@ _fragments = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(_fragments, st.text(max_size=40)), max_size=25))
 def test_parsers_never_raise_on_mixed_fragments(parts: list[str]) -> None:
     text = "".join(parts)
@@ -545,7 +546,7 @@ def test_parsers_never_raise_on_mixed_fragments(parts: list[str]) -> None:
     latest_metrics(s)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_parsers_never_raise_on_arbitrary_text(text: str) -> None:
     parse_val_text(text)

@@ -22,6 +22,7 @@ from ajet_runner.statemachine.failures.signatures import load_catalogue, match_l
 from ajet_runner.statemachine.logs.text import clean_lines
 from ajet_runner.statemachine.models import Diagnosis
 from tests.conftest import CORPUS
+from tests.load import examples
 
 LOGS = CORPUS / "logs"
 E = "\x1b"
@@ -58,7 +59,7 @@ def test_clean_line(raw: str, clean: str) -> None:
     assert clean_line(raw) == clean
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(st.text())
 def test_clean_line_never_raises_and_leaves_no_escapes(text: str) -> None:
     out = clean_line(text)
@@ -66,7 +67,7 @@ def test_clean_line_never_raises_and_leaves_no_escapes(text: str) -> None:
     assert "\r" not in out
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(st.text(), st.sampled_from([f"{E}[3", f"{E}]8;;x", "\r", "(pid=1) ", E, "\x9b"]))))
 def test_block_cleaning_equals_line_by_line(lines: list[str]) -> None:
     lines = [line.replace("\n", " ") for line in lines]
@@ -477,7 +478,7 @@ def _state(scanner: LogScanner) -> tuple[object, ...]:
     return (scanner.findings, scanner.line_count, scanner.completed_run, scanner.counts, scanner.tail(20))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.one_of(st.binary(max_size=2000), st.lists(st.sampled_from(FRAGMENTS)).map(lambda x: "".join(x).encode())),
     cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=20),
@@ -494,7 +495,7 @@ def test_scanner_chunking_never_changes_the_result(data: bytes, cuts: list[int])
     assert _state(pieces) == _state(whole)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.text(), st.lists(st.sampled_from(FRAGMENTS)).map("".join)))
 def test_diagnose_text_never_raises_and_matches_the_scanner(text: str) -> None:
     diagnosis = diagnose_text(text)

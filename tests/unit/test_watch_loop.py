@@ -13,6 +13,7 @@ import pytest
 
 from ajet_runner.workers.drive.watch_loop import WatchLoop
 from ajet_runner.workers.executors.exit_wait import ExitWaiter
+from tests.load import scaled
 
 
 def lend(loop: WatchLoop, tick, waiter: ExitWaiter, due: float) -> dict:
@@ -68,7 +69,7 @@ def test_an_ended_process_wakes_its_lent_run_at_once() -> None:
         ticks.append(time.monotonic())
         return None if waiter.process_alive() is False else time.monotonic() + 300  # next look: in 5 min
     out = lend(loop, tick, waiter, time.monotonic())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while not ticks and time.monotonic() < deadline:
         time.sleep(0.01)
     killed = time.monotonic()
@@ -88,7 +89,7 @@ def test_a_wake_ticks_a_lent_run_before_its_due_time() -> None:
     def tick() -> float | None:
         return None if stop.is_set() else time.monotonic() + 300
     out = lend(loop, tick, waiter, time.monotonic() + 300)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while loop.lent == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     woke = time.monotonic()
