@@ -267,6 +267,9 @@ def test_up_uses_the_sentinels_and_refuses_a_wrong_master(cluster: SentinelClust
     try:
         wait_for(lambda: any(line.startswith("Ctrl-C") for line in lines) or proc.poll() is not None, 90,
                  "up to print its addresses")
+        # The demo is submitted once the worker has joined (its line comes then, after the addresses).
+        wait_for(lambda: any(line.startswith("demo:") for line in lines) or proc.poll() is not None, 120,
+                 "the demo to be submitted once the worker joined")
         assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
         said = "".join(lines)
         demo_id = re.search(r"demo:     experiment (\w+)", said).group(1)  # type: ignore[union-attr]
