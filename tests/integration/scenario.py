@@ -92,6 +92,17 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: fl
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def stays_false(cond: Callable[[], object], seconds: float, what: str, interval: float = 0.1) -> None:
+    """Fail if `cond()` becomes true within `seconds`. Not scaled by the load (unlike `wait_for`): a
+    window the code under test holds for a set time (a hand-back, a drain) must not outgrow it on a busy
+    machine, and a shorter look can only miss a wrong start, never invent one."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            raise AssertionError(f"{what} within {seconds:.0f}s")
+        time.sleep(interval)
+
+
 def marked_processes(exp_id: str) -> list[int]:
     """Live processes that carry this experiment's environment marker."""
     found = []
