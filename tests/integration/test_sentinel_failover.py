@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +37,7 @@ from ajet_runner.store.settings import Settings
 from tests.conftest import CLI, run_cli
 from tests.integration.failover import run_failover
 from tests.integration.scenario import wait_for
+from tests.integration.up_process import running_up
 from tests.load import scaled
 from tests.sentinel_cluster import MASTER_NAME, SentinelCluster
 
@@ -258,36 +258,21 @@ def test_up_uses_the_sentinels_and_refuses_a_wrong_master(cluster: SentinelClust
     assert wrong.returncode == 2 and "AJET_RUNNER_REDIS_MASTER='nope'" in wrong.stderr, wrong.stderr
     assert "console:" not in wrong.stdout
 
-    port, workdir = free_port(), tmp_path / "up"
-    proc = subprocess.Popen([*CLI, "up", "--dir", str(workdir), "--port", str(port)], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
     store = store_at(cluster.target)
     try:
-        wait_for(lambda: any(line.startswith("Ctrl-C") for line in lines) or proc.poll() is not None, 90,
-                 "up to print its addresses")
-        # The demo is submitted once the worker has joined (its line comes then, after the addresses).
-        wait_for(lambda: any(line.startswith("demo:") for line in lines) or proc.poll() is not None, 120,
-                 "the demo to be submitted once the worker joined")
-        assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
-        said = "".join(lines)
-        demo_id = re.search(r"demo:     experiment (\w+)", said).group(1)  # type: ignore[union-attr]
-        assert store.records.raw(demo_id) is not None  # the record is on the master the sentinels name
-        token = (workdir / "token").read_text().strip()
-        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/v1/experiments/{demo_id}",
-                                   headers={"Authorization": f"Bearer {token}"}).json()["state"]
-                 in ("running", "finished"), 90, "the demo to run")
-        assert (store.records.raw(demo_id) or {}).get("state") in ("running", "finished")
+        with running_up(tmp_path / "up", env) as up:
+            # The demo is submitted once the worker has joined (its line comes then, after the addresses).
+            line = up.wait_line("demo:", 120, "the demo to be submitted once the worker joined")
+            demo_id = re.search(r"demo:     experiment (\w+)", line).group(1)  # type: ignore[union-attr]
+            assert store.records.raw(demo_id) is not None  # the record is on the master the sentinels name
+            wait_for(lambda: httpx.get(f"{up.base}/v1/experiments/{demo_id}",
+                                       headers={"Authorization": f"Bearer {up.token()}"}).json()["state"]
+                     in ("running", "finished"), 90, "the demo to run")
+            assert (store.records.raw(demo_id) or {}).get("state") in ("running", "finished")
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            subprocess.run(["tmux", "-S", str(workdir / "tmux.sock"), "kill-server"], capture_output=True,
-                           check=False)
-    assert proc.returncode == 0, proc.stderr.read()  # type: ignore[union-attr]
+        subprocess.run(["tmux", "-S", str(tmp_path / "up" / "tmux.sock"), "kill-server"], capture_output=True,
+                       check=False)
+    proc = up.proc
+    assert proc.returncode == 0, "".join(up.errors)
     assert (store.records.raw(demo_id) or {}).get("state") == "finished"  # stopped with its report, or completed
     store.close()

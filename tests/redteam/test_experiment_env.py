@@ -14,11 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -26,7 +23,7 @@ import psutil
 import pytest
 
 from tests.integration.scenario import CLI, Scenario, env_for, make, short_sim, wait_for
-from tests.integration.test_api import free_port
+from tests.integration.up_process import clean_env, running_up
 from tests.integration.workers import kill_group, worker_env
 from tests.load import scaled
 from tests.redteam.procs import redis_with_password, serving
@@ -173,41 +170,17 @@ def test_a_service_worker_s_experiment_holds_no_control_plane_secret(tmp_path: P
     assert leaked == []
 
 
-@contextmanager
-def _up(workdir: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    port = free_port()
-    proc = subprocess.Popen([*CLI, "up", "--no-demo", "--dir", str(workdir), "--port", str(port), "--node", "upn"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
-    try:
-        wait_for(lambda: any(line.startswith("Ctrl-C") for line in lines) or proc.poll() is not None, 90,
-                 "up to print its addresses")
-        assert proc.poll() is None, "".join(lines)[-3000:]
-        yield proc, port
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(120)
-        finally:
-            if proc.poll() is None:
-                kill_group(proc)  # type: ignore[arg-type]
-
-
 @full
 def test_an_up_experiment_holds_no_control_plane_secret(tmp_path: Path) -> None:
     sc, dump = _dumping(tmp_path)
     secrets = {"webhook secret": WEBHOOK, "adviser key": LLM_KEY}
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_") and k != "REDIS_URL"},
-           "AJET_RUNNER_WEBHOOK_SECRET": WEBHOOK, "AJET_RUNNER_LLM_API_KEY": LLM_KEY, **_planted(secrets)}
-    workdir = tmp_path / "up"
-    with _up(workdir, env) as (proc, port):
-        token = (workdir / "token").read_text().strip()
-        password = _embedded_password(proc.pid)
+    env = clean_env(AJET_RUNNER_WEBHOOK_SECRET=WEBHOOK, AJET_RUNNER_LLM_API_KEY=LLM_KEY, **_planted(secrets))
+    with running_up(tmp_path / "up", env, "--no-demo", "--node", "upn") as up:
+        token = up.token()
+        password = _embedded_password(up.proc.pid)
         assert len(password) >= 16, "up's embedded Redis has no password"
         auth = {"Authorization": f"Bearer {token}"}
-        api = f"http://127.0.0.1:{port}"
+        api = up.base
         made = httpx.post(f"{api}/v1/experiments", json={"blueprint": sc.blueprint.read_text(), "node": "upn",
                                                            "wait_for_node": True}, headers=auth, timeout=30)
         assert made.status_code == 201, made.text

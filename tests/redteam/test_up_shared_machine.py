@@ -14,18 +14,15 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from tests.integration.scenario import CLI, wait_for
-from tests.integration.test_api import free_port
+from tests.integration.up_process import clean_env, running_up
 from tests.redteam.record import record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -55,56 +52,42 @@ def test_another_local_user_cannot_use_up_s_redis_token_or_tmux(tmp_path: Path) 
     base = Path(tempfile.mkdtemp(prefix="ajet-up-shared-"))
     base.chmod(0o755)  # the other user may enter it: the files' own modes are what is tested
     workdir = base / "up"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_") and k != "REDIS_URL"}
-    port = free_port()
-    proc = subprocess.Popen([*CLI, "up", "--no-demo", "--dir", str(workdir), "--port", str(port)], env=env,
-                            cwd=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
     tries: dict[str, bool] = {}  # attack -> refused
     try:
-        wait_for(lambda: any(line.startswith("Ctrl-C") for line in lines) or proc.poll() is not None, 90,
-                 "up to print its addresses")
-        assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        (redis_proc,) = [p for p in tree if "redis-server" in p.name()]
-        shown = " ".join(redis_proc.cmdline())  # redis-server's own title: "redis-server unixsocket:/path"
-        listening = [c for c in redis_proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
-        at_socket = re.search(r"unixsocket:(\S+)", shown)
-        where = ["-s", at_socket.group(1)] if at_socket else ["-p", str(listening[0].laddr.port)]
-        conf = Path(at_socket.group(1)).parent / "redis.conf" if at_socket else Path("/nonexistent")
-        found = re.search(r'requirepass "([^"]+)"', conf.read_text()) if conf.exists() else None
-        password = found.group(1) if found else "no password at all"
-        token = (workdir / "token").read_text().strip()
-        worker = next(p for p in tree if "worker" in p.cmdline())
+        with running_up(workdir, clean_env(), "--no-demo", cwd=base) as up:
+            proc, port = up.proc, up.port
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            (redis_proc,) = [p for p in tree if "redis-server" in p.name()]
+            shown = " ".join(redis_proc.cmdline())  # redis-server's own title: "redis-server unixsocket:/path"
+            listening = [c for c in redis_proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+            at_socket = re.search(r"unixsocket:(\S+)", shown)
+            where = ["-s", at_socket.group(1)] if at_socket else ["-p", str(listening[0].laddr.port)]
+            conf = Path(at_socket.group(1)).parent / "redis.conf" if at_socket else Path("/nonexistent")
+            found = re.search(r'requirepass "([^"]+)"', conf.read_text()) if conf.exists() else None
+            password = found.group(1) if found else "no password at all"
+            token = (workdir / "token").read_text().strip()
+            worker = next(p for p in tree if "worker" in p.cmdline())
 
-        tries["PING the Redis"] = "PONG" not in _as_other("redis-cli", *where, "PING").stdout
-        pushed = _as_other("redis-cli", *where, "LPUSH", "rq:queue:default", "x")
-        tries["push a job id into its queue"] = not pushed.stdout.strip().isdigit()
-        tries["a TCP port of the Redis"] = not listening
-        tries["read redis.conf (the password)"] = _as_other("cat", str(conf)).returncode != 0
-        tries["read the token file"] = _as_other("cat", str(workdir / "token")).returncode != 0
-        tries["read the worker's environment"] = _as_other("cat", f"/proc/{worker.pid}/environ").returncode != 0
-        tmux = _as_other("tmux", "-S", str(workdir / "tmux.sock"), "list-sessions")
-        tries["the private tmux server"] = tmux.returncode != 0
-        argv = " ".join(" ".join(p.cmdline()) for p in tree if p.is_running())
-        tries["a secret on a command line (ps)"] = password not in argv and token not in argv
-        assert oct((workdir / "token").stat().st_mode & 0o777) == "0o600"
+            tries["PING the Redis"] = "PONG" not in _as_other("redis-cli", *where, "PING").stdout
+            pushed = _as_other("redis-cli", *where, "LPUSH", "rq:queue:default", "x")
+            tries["push a job id into its queue"] = not pushed.stdout.strip().isdigit()
+            tries["a TCP port of the Redis"] = not listening
+            tries["read redis.conf (the password)"] = _as_other("cat", str(conf)).returncode != 0
+            tries["read the token file"] = _as_other("cat", str(workdir / "token")).returncode != 0
+            tries["read the worker's environment"] = _as_other("cat", f"/proc/{worker.pid}/environ").returncode != 0
+            tmux = _as_other("tmux", "-S", str(workdir / "tmux.sock"), "list-sessions")
+            tries["the private tmux server"] = tmux.returncode != 0
+            argv = " ".join(" ".join(p.cmdline()) for p in tree if p.is_running())
+            tries["a secret on a command line (ps)"] = password not in argv and token not in argv
+            assert oct((workdir / "token").stat().st_mode & 0o777) == "0o600"
 
-        url = f"http://127.0.0.1:{port}/metrics"
-        foreign = [httpx.get(url, headers={"Host": h, "Authorization": f"Bearer {token}"}).status_code
-                   for h in ("evil.example", f"evil.example:{port}", "127.0.0.1.nip.io", f"localhost.evil:{port}")]
-        own = httpx.get(url, headers={"Authorization": f"Bearer {token}"}).status_code
-        anonymous = _as_other("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url).stdout.strip()
-        tries["read /metrics (experiment purposes) without the token"] = anonymous == "401"
+            url = f"http://127.0.0.1:{port}/metrics"
+            foreign = [httpx.get(url, headers={"Host": h, "Authorization": f"Bearer {token}"}).status_code
+                       for h in ("evil.example", f"evil.example:{port}", "127.0.0.1.nip.io", f"localhost.evil:{port}")]
+            own = httpx.get(url, headers={"Authorization": f"Bearer {token}"}).status_code
+            anonymous = _as_other("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url).stdout.strip()
+            tries["read /metrics (experiment purposes) without the token"] = anonymous == "401"
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
         shutil.rmtree(base, ignore_errors=True)
     refused = [name for name, ok in tries.items() if ok]
     record("`up` on a shared machine", "another local user: " + ", ".join(tries), len(tries),
