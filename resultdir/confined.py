@@ -71,14 +71,19 @@ def open_dir(directory: str | os.PathLike[str], *, create: bool = True) -> int:
     return fd
 
 
+def _dir_fd(dfd: int, name: str, create: bool) -> int:
+    """`name` under `dfd` opened as a directory (made first when `create`); a symlink there fails (ELOOP)."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=dfd)
+    return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dfd)
+
+
 def _open_component(fd: int, part: str, *, create: bool, path: str, real: str, roots: Sequence[str]) -> int:
     """An O_DIRECTORY fd for directory `part` under `fd` (made first when `create`), not following a symlink:
     one that appeared there is refused as outside the roots."""
-    if create:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(part, 0o755, dir_fd=fd)
     try:
-        return os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+        return _dir_fd(fd, part, create)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise OutsideRoots(path, f"{real} (a symlink appeared at {part!r})", roots) from exc
@@ -96,11 +101,8 @@ def open_subdir(dfd: int, name: str, *, create: bool = False, where: str = "", w
     raises SymlinkRefused naming its target (`where` is the path shown for `dfd`)."""
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a plain directory name: {name!r}")
-    if create:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o755, dir_fd=dfd)
     try:
-        return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dfd)
+        return _dir_fd(dfd, name, create)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             try:

@@ -295,12 +295,9 @@ def _sse_headers(last: str | None) -> dict[str, str]:
 
 
 def _events_of(sses: Iterator[ServerSentEvent], backoff: Reconnect) -> Iterator[Event]:
-    """The stream's events; every message is a sign of contact, and the server's `retry:` the first delay."""
+    """The stream's events; every message is a sign of contact."""
     for sse in sses:
-        backoff.contact()
-        if sse.retry is not None:
-            backoff.server_retry(sse.retry)
-        event = _event_of(sse)
+        event = _contact(sse, backoff)
         if event is not None:
             yield event
 
@@ -308,12 +305,17 @@ def _events_of(sses: Iterator[ServerSentEvent], backoff: Reconnect) -> Iterator[
 async def _aevents_of(sses: AsyncIterator[ServerSentEvent], backoff: Reconnect) -> AsyncIterator[Event]:
     """`_events_of` for the async client."""
     async for sse in sses:
-        backoff.contact()
-        if sse.retry is not None:
-            backoff.server_retry(sse.retry)
-        event = _event_of(sse)
+        event = _contact(sse, backoff)
         if event is not None:
             yield event
+
+
+def _contact(sse: ServerSentEvent, backoff: Reconnect) -> Event | None:
+    """A message seen: contact for the backoff (the server's `retry:` its first delay), and its event if any."""
+    backoff.contact()
+    if sse.retry is not None:
+        backoff.server_retry(sse.retry)
+    return _event_of(sse)
 
 
 def _unavailable(url: str, exc: httpx.TransportError) -> ApiUnavailable:
