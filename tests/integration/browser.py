@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.load import scaled
+
 CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -59,6 +61,17 @@ def headless_chromium(extra_flags: tuple[str, ...] = ()) -> Iterator[Any]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def page_wait(driver: Any, seconds: float) -> Any:
+    """A WebDriverWait for a live page: `seconds` is for a quiet machine, scaled by the load (tests/load.py), and a
+    condition that read an element just re-rendered from the event stream (stale) is tried again, not failed —
+    at load 8 a `#exp-state` was replaced between finding it and reading its text."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, scaled(seconds), poll_frequency=0.2,
+                         ignored_exceptions=(StaleElementReferenceException,))
 
 
 def screenshot(driver: Any, path: Path, colours: int = 64, width: int = 1280) -> None:

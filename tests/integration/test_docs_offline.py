@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.browser import OFFLINE_FLAGS, headless_chromium, requested_urls
+from tests.integration.browser import OFFLINE_FLAGS, headless_chromium, page_wait, requested_urls
 from tests.integration.test_api import running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -18,10 +18,9 @@ def _csp_complaints(driver) -> list[str]:
 def test_api_docs_render_offline_under_the_csp(redis_url, tmp_path) -> None:
     from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     with running_server(redis_url, tmp_path / "serve.log") as server, headless_chromium(OFFLINE_FLAGS) as driver:
-        wait = WebDriverWait(driver, 60, poll_frequency=0.2)
+        wait = page_wait(driver, 60)
         with pytest.raises(WebDriverException, match="ERR_"):  # the network is really off
             driver.get("https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css")
         requested_urls(driver)

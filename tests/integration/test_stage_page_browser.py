@@ -20,7 +20,7 @@ import pytest
 from ajet_runner.resultdir.stage_series import TOP_N
 from ajet_runner.store.store import Store
 from bench.bench_stage import plant
-from tests.integration.browser import headless_chromium, screenshot
+from tests.integration.browser import headless_chromium, page_wait, screenshot
 from tests.integration.test_api import TOKEN, running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -55,7 +55,6 @@ def _fonts_used(driver, selector: str) -> list[str]:
 def test_the_stage_page_at_1366_px_small_and_at_200_runs(redis_url, tmp_path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     shots = Path(os.environ.get("AJET_RUNNER_SCREENSHOTS") or tmp_path / "screenshots")
     store = Store.from_url(redis_url)
@@ -63,7 +62,7 @@ def test_the_stage_page_at_1366_px_small_and_at_200_runs(redis_url, tmp_path) ->
     small = plant(store, tmp_path / "runs", "lr-study", 4, 21, cells=CELLS, purpose=PURPOSE)  # the newest
     with running_server(redis_url, tmp_path / "serve.log") as server, headless_chromium() as driver:
         driver.set_window_size(1366, 900)
-        wait = WebDriverWait(driver, 60, poll_frequency=0.2)
+        wait = page_wait(driver, 60)
         driver.get(f"{server.url}/ui/login")
         driver.find_element(By.ID, "token").send_keys(TOKEN)
         driver.find_element(By.ID, "login").click()

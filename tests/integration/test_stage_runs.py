@@ -148,14 +148,13 @@ def _check_console_stage_page(url: str, report_text: str) -> None:
     """The console's stage page shows the rows of the report's table (ids, outcomes, the differing values)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    from tests.integration.browser import headless_chromium
+    from tests.integration.browser import headless_chromium, page_wait
 
     expected = [(r[2].strip("`"), r[4], r[9].strip("`"), r[10].strip("`"))
                 for r in table_rows(report_text, "Experiments")]
     with headless_chromium() as driver:
-        wait = WebDriverWait(driver, 60, poll_frequency=0.2)
+        wait = page_wait(driver, 60)
         driver.get(f"{url}/ui/login")
         driver.find_element(By.ID, "token").send_keys(TOKEN)
         driver.find_element(By.ID, "login").click()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.browser import headless_chromium, screenshot
+from tests.integration.browser import headless_chromium, page_wait, screenshot
 from tests.integration.scenario import make, wait_for
 from tests.integration.test_api import TOKEN
 from tests.integration.ui_harness import IMG_LINE, IMG_PURPOSE, SCRIPT_LINE, SCRIPT_PURPOSE, demo, running_console
@@ -54,7 +54,6 @@ def _value(driver, element_id: str) -> str | None:
 def test_console_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     shots = Path(os.environ.get("AJET_RUNNER_SCREENSHOTS") or tmp_path / "screenshots")
     quick = demo(tmp_path, "quick", SCRIPT_PURPOSE)
@@ -62,7 +61,7 @@ def test_console_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
     repaired = make("oom_first_attempt", tmp_path / "oom")
     with headless_chromium() as driver, running_console(redis_url, tmux_socket, tmp_path) as console, \
             console.server.client() as api:
-        wait = WebDriverWait(driver, 120, poll_frequency=0.2)
+        wait = page_wait(driver, 120)
         slow_id = api.submit(slow.blueprint.read_text())["id"]
         oom_id = api.submit(repaired.blueprint.read_text())["id"]
 
@@ -132,7 +131,7 @@ def test_console_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".notice")))
         driver.execute_script("window.__afterStop = true")
         wait.until(lambda d: d.find_element(By.ID, "exp-state").text == "finished")
-        assert driver.find_element(By.ID, "exp-outcome").text == "cancelled"
+        assert wait.until(lambda d: d.find_element(By.ID, "exp-outcome").text) == "cancelled"  # read once rendered
         assert driver.execute_script("return window.__afterStop === true")
         assert driver.find_element(By.ID, "stop-button").get_attribute("disabled") is not None
         assert api.get(slow_id)["outcome"] == "cancelled"

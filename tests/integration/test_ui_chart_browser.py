@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.browser import headless_chromium, screenshot
+from tests.integration.browser import headless_chromium, page_wait, screenshot
 from tests.integration.scenario import make, wait_for
 from tests.integration.test_api import TOKEN
 from tests.integration.ui_harness import demo, running_console
@@ -31,7 +31,6 @@ def _rgb(hex_colour: str) -> str:
 def test_chart_legend_colours_and_attach_box_in_a_real_browser(redis_url, tmux_socket, tmp_path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from ajet_runner.resultdir.palette import PALETTE
 
@@ -45,7 +44,7 @@ def test_chart_legend_colours_and_attach_box_in_a_real_browser(redis_url, tmux_s
         ids = [api.submit(sc.blueprint.read_text())["id"] for sc in (clean, repaired)]
         for exp_id in ids:
             wait_for(lambda i=exp_id: api.get(i)["state"] == "finished", 180, "the runs to finish")
-        wait = WebDriverWait(driver, 60, poll_frequency=0.2)
+        wait = page_wait(driver, 60)
         driver.get(f"{console.url}/ui/login")
         driver.find_element(By.ID, "token").send_keys(TOKEN)
         driver.find_element(By.ID, "login").click()

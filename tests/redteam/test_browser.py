@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.browser import FLAGS, chromium_or_skip
+from tests.integration.browser import FLAGS, chromium_or_skip, page_wait
 from tests.integration.scenario import wait_for
 from tests.integration.test_api import TOKEN
 from tests.integration.ui_harness import IMG_LINE, IMG_PURPOSE, SCRIPT_LINE, SCRIPT_PURPOSE, demo, running_console
@@ -60,13 +60,12 @@ def test_hostile_pages_framing_and_a_rebound_name_in_chromium(redis_url: str, tm
                                                                tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     scripted = demo(tmp_path, "scripted", SCRIPT_PURPOSE)
     imaged = demo(tmp_path, "imaged", IMG_PURPOSE)
     with running_console(redis_url, tmux_socket, tmp_path) as console, console.server.client() as api, \
             chromium(f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1") as driver:
-        wait = WebDriverWait(driver, 60, poll_frequency=0.2)
+        wait = page_wait(driver, 60)
         ids = [api.submit(sc.blueprint.read_text())["id"] for sc in (scripted, imaged)]
         for exp_id, sc in zip(ids, (scripted, imaged), strict=True):
             wait_for(lambda e=exp_id: api.get(e)["state"] == "finished", 120, "the run to finish")
