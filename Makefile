@@ -32,7 +32,7 @@ install-test: $(VENV)/.installed-test
 demo: install
 	@$(BIN)/ajet-runner demo
 
-# Our modules compiled before the suite: with PYTHONDONTWRITEBYTECODE in the environment (as on our CI machines)
+# Our modules compiled before the suite: with PYTHONDONTWRITEBYTECODE in the environment (as on our development machines)
 # each of the ~230 processes the suite starts compiled every module it imported again (1.6 of the 4.4 CPU-s of an
 # `ajet-runner run`). Only what changed since the last time is compiled; compileall does not follow the links
 # under ajet_runner/, so the folders are named.
