@@ -62,6 +62,13 @@ def short_sim(sc: Scenario, yaml_rel: str = DEMO_YAML, **sim: float) -> None:
     path.write_text(head + sep + "\n".join(body + lines[end:]), encoding="utf-8")
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any ajet-runner setting or Redis address: a fresh user's shell
+    (then `extra`, e.g. the Redis a test started)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_") and k != "REDIS_URL"}
+    return {**env, **extra}
+
+
 def env_for(tmux_socket: str, **overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env.update({

@@ -9,8 +9,8 @@ import subprocess
 import httpx
 import pytest
 
-from tests.integration.scenario import wait_for
-from tests.integration.up_process import clean_env, running_up
+from tests.integration.scenario import clean_env, wait_for
+from tests.integration.up_process import running_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

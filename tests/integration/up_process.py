@@ -3,7 +3,6 @@ Ctrl-C at the end and, if that is not enough, its whole process group killed."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import threading
@@ -15,12 +14,6 @@ from pathlib import Path
 from ajet_runner.store.redis_server import free_port
 from tests.integration.scenario import CLI, wait_for
 from tests.integration.workers import kill_group
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without any ajet-runner setting or Redis address: a fresh user's shell."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_") and k != "REDIS_URL"}
-    return {**env, **extra}
 
 
 @dataclass

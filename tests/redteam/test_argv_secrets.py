@@ -10,7 +10,6 @@ process's command line meanwhile.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from ajet_runner.workers.executors.local.session_host import SessionHost
-from tests.integration.scenario import CLI, make, wait_for
+from tests.integration.scenario import CLI, clean_env, make, wait_for
 from tests.integration.workers import kill_group
 from tests.redteam.procs import CmdlineSampler, redis_with_password, serving
 from tests.redteam.record import record
@@ -31,9 +30,9 @@ LLM_KEY = "llm-key-argv-do-not-show-42"
 
 def test_no_runner_process_has_a_secret_in_its_command_line(tmp_path: Path, tmux_socket: str) -> None:
     with redis_with_password(tmp_path) as (url, password):
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_")}, "REDIS_URL": url,
-               "AJET_RUNNER_TOKEN": TOKEN, "AJET_RUNNER_LLM_API_KEY": LLM_KEY, "AJET_RUNNER_TMUX_SOCKET": tmux_socket,
-               "AJET_RUNNER_POLL_INTERVAL": "0.2", "AJET_RUNNER_LEASE_SECONDS": "3"}
+        env = clean_env(REDIS_URL=url, AJET_RUNNER_TOKEN=TOKEN, AJET_RUNNER_LLM_API_KEY=LLM_KEY,
+                        AJET_RUNNER_TMUX_SOCKET=tmux_socket, AJET_RUNNER_POLL_INTERVAL="0.2",
+                        AJET_RUNNER_LEASE_SECONDS="3")
         auth = {"Authorization": f"Bearer {TOKEN}"}
         with CmdlineSampler() as sampler:
             host = subprocess.Popen([*CLI, "session-host", "--socket", tmux_socket], env=env, start_new_session=True,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration.browser import FLAGS, chromium_or_skip, page_wait
-from tests.integration.scenario import wait_for
+from tests.integration.scenario import clean_env, wait_for
 from tests.integration.test_api import TOKEN
 from tests.integration.ui_harness import IMG_LINE, IMG_PURPOSE, SCRIPT_LINE, SCRIPT_PURPOSE, demo, running_console
 from tests.redteam.procs import serving
@@ -74,7 +74,7 @@ def test_hostile_pages_framing_and_a_rebound_name_in_chromium(redis_url: str, tm
 
         # Rebinding, against the setup it targets (`serve --insecure`: no token, loopback): the attacker's name
         # now reaches the server, which answers 400 and nothing of the console; its own name works.
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_")}, "REDIS_URL": redis_url}
+        env = clean_env(REDIS_URL=redis_url)
         rebound_pages = ["/ui/login", "/ui/submit", "/ui/", "/docs"]
         rebound_refused = 0
         with serving(env, tmp_path / "insecure.log", "--insecure") as open_api:

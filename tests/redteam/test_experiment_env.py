@@ -22,8 +22,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.integration.scenario import CLI, Scenario, env_for, make, short_sim, wait_for
-from tests.integration.up_process import clean_env, running_up
+from tests.integration.scenario import CLI, Scenario, clean_env, env_for, make, short_sim, wait_for
+from tests.integration.up_process import running_up
 from tests.integration.workers import kill_group, worker_env
 from tests.load import scaled
 from tests.redteam.procs import redis_with_password, serving

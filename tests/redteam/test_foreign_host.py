@@ -4,14 +4,13 @@ and with a token, AJET_RUNNER_ALLOWED_HOSTS is enforced the same way."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import httpx
 import pytest
 
 from ajet_runner.store.store import Store
-from tests.integration.scenario import make
+from tests.integration.scenario import clean_env, make
 from tests.redteam.procs import serving
 from tests.redteam.record import record
 
@@ -25,7 +24,7 @@ def _foreign(port: str) -> list[str]:
 
 
 def test_dns_rebinding_every_foreign_host_is_400(redis_url: str, tmp_path: Path) -> None:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_")}, "REDIS_URL": redis_url}
+    env = clean_env(REDIS_URL=redis_url)
     text = make("demo", tmp_path).blueprint.read_text()
     refused, tried = 0, 0
     with serving(env, tmp_path / "serve.log", "--insecure") as api:

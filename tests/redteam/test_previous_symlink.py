@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.scenario import make
+from tests.integration.scenario import clean_env, make
 from tests.redteam.procs import serving
 from tests.redteam.record import record
 
@@ -49,8 +49,7 @@ def test_a_previous_symlink_is_refused_and_nothing_is_written_outside(redis_url:
     sc = make("demo", root)
     _plant(sc.results, outside, variant)
     before = _tree(sc.results)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_")}, "REDIS_URL": redis_url,
-           "AJET_RUNNER_TOKEN": TOKEN, "AJET_RUNNER_ALLOWED_ROOTS": f"{root}:{VENV}"}
+    env = clean_env(REDIS_URL=redis_url, AJET_RUNNER_TOKEN=TOKEN, AJET_RUNNER_ALLOWED_ROOTS=f"{root}:{VENV}")
     with serving(env, tmp_path / "serve.log") as api:
         resp = httpx.post(f"{api}/v1/experiments", json={"blueprint": sc.blueprint.read_text()},
                           headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.scenario import make, wait_for
+from tests.integration.scenario import clean_env, make, wait_for
 from tests.integration.workers import running_worker, worker_env
 from tests.redteam.procs import serving
 from tests.redteam.record import full, record
@@ -31,8 +31,8 @@ CLIENTS = 6
 
 
 def _env(redis_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("AJET_RUNNER_")}, "REDIS_URL": redis_url,
-            "AJET_RUNNER_TOKEN": TOKEN, "AJET_RUNNER_ALLOWED_ROOTS": f"{tmp_path}:{VENV}", **extra}
+    return clean_env(REDIS_URL=redis_url, AJET_RUNNER_TOKEN=TOKEN, AJET_RUNNER_ALLOWED_ROOTS=f"{tmp_path}:{VENV}",
+                     **extra)
 
 
 def _race(api: str, text: str) -> list[httpx.Response]:

@@ -22,7 +22,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.integration.up_process import clean_env, running_up
+from tests.integration.scenario import clean_env
+from tests.integration.up_process import running_up
 from tests.redteam.record import record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
