@@ -82,7 +82,7 @@ def test_plot_ahead_draws_the_latest_evaluations_and_never_raises() -> None:
     from ajet_runner.statemachine.models import Evaluation
     from ajet_runner.workers.report.plot_preload import PlotAhead
 
-    ahead = PlotAhead()
+    ahead = PlotAhead(min_interval=0)
     assert ahead.background() is None
     evaluations = [Evaluation(step=s, dataset="", metrics={"mean_reward": 0.1 * s}) for s in range(3)]
     ahead.update(evaluations[:1])
@@ -93,3 +93,22 @@ def test_plot_ahead_draws_the_latest_evaluations_and_never_raises() -> None:
     assert render_png(points, "e: completed", background) == PlotCanvas().draw(points, "e: completed")
     ahead.update([object()])  # not an evaluation: ignored, the last drawing stays
     assert ahead.background() is background
+
+
+def test_plot_ahead_starts_at_most_one_drawing_per_interval_and_keeps_the_newest_for_later() -> None:
+    from ajet_runner.statemachine.models import Evaluation
+    from ajet_runner.workers.report.plot_preload import PlotAhead
+
+    now = [100.0]
+    ahead = PlotAhead(min_interval=20.0, clock=lambda: now[0])
+    evaluations = [Evaluation(step=s, dataset="", metrics={"mean_reward": 0.1 * s}) for s in range(4)]
+    points = [normalize_evaluations([e.model_dump() for e in evaluations[:n]]) for n in range(5)]
+    ahead.update(evaluations[:1])  # the first drawing starts at once
+    assert ahead.background().points == tuple(points[1])  # type: ignore[union-attr]
+    now[0] += 19.0
+    ahead.update(evaluations[:2])  # inside the interval: kept, not drawn
+    ahead.update(evaluations[:3])
+    assert ahead.background().points == tuple(points[1])  # type: ignore[union-attr]
+    now[0] += 1.0
+    ahead.update(evaluations[:4])  # the interval has passed: the newest is drawn
+    assert ahead.background().points == tuple(points[4])  # type: ignore[union-attr]
