@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ajet_runner.cli.commands import output
-from ajet_runner.cli.commands.catalogue_command import install_site_catalogue
+from ajet_runner.cli.commands.start_checks import install_site_catalogue
 from ajet_runner.statemachine.failures.diagnose import LogDiagnosis, LogScanner
 from ajet_runner.statemachine.models import Finding
 

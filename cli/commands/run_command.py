@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from ajet_runner.cli.commands import output
-from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
 from ajet_runner.cli.commands.local_worker import start_local_worker, stop_local, wait_for_node
+from ajet_runner.cli.commands.start_checks import check_adviser, install_site_catalogue
 from ajet_runner.store.clients import RedisSettingsError, RedisTarget, check_reachable, target_from
 from ajet_runner.store.settings import get_settings
 

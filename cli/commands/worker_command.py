@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
         # overlaps ours from here. Should a check below fail, it ends with this process (PR_SET_PDEATHSIG).
         watcher = spawn_watcher(info, url)
 
-        from ajet_runner.cli.commands.catalogue_command import check_adviser, install_site_catalogue
+        from ajet_runner.cli.commands.start_checks import check_adviser, install_site_catalogue
 
         try:
             check_adviser("worker")

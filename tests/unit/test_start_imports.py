@@ -35,7 +35,7 @@ def test_the_watcher_and_the_driver_load_no_http_client() -> None:
 # Store for the first heartbeat, the catalogue command (rich, yaml) for the checks, the supervisor.
 HEAVY_BEFORE_THE_WATCHER = (
     "ajet_runner.store.store", "ajet_runner.store.records", "ajet_runner.store.events",
-    "ajet_runner.statemachine.failures.signatures", "ajet_runner.cli.commands.catalogue_command",
+    "ajet_runner.statemachine.failures.signatures", "ajet_runner.cli.commands.start_checks",
     "ajet_runner.workers.node.supervisor", "ajet_runner.workers.drive.driver", "rq", "rich", "yaml", "httpx",
     "fastapi", "matplotlib")
 
@@ -66,3 +66,15 @@ def test_run_starts_its_local_worker_before_loading_the_store_or_the_submission(
     assert _loaded(code, ("ajet_runner.store.store", "ajet_runner.store.records", "ajet_runner.service.submit",
                           "ajet_runner.statemachine.blueprint.parse", "ajet_runner.cli.commands.follow", "rq",
                           "fastapi", "matplotlib")) == []
+
+
+def test_a_started_worker_loads_no_http_client_or_console() -> None:
+    """Everything `ajet-runner worker` imports to run (its checks, the supervisor, the outbox's deliverer): httpx
+    (with rich, click and pygments) is loaded by a webhook's first delivery, not by each of the ~190 worker starts
+    of a test run (~0.1 CPU-s each)."""
+    code = ("import ajet_runner.cli.app\n"
+            "from ajet_runner.cli.lazy import build_module\n"
+            "build_module('worker_command')\n"
+            "from ajet_runner.cli.commands.start_checks import check_adviser, install_site_catalogue\n"
+            "import ajet_runner.workers.node.supervisor, ajet_runner.workers.notify.deliverer")
+    assert _loaded(code, ("httpx", "anyio", "rich", "click", "pygments")) == []

@@ -20,13 +20,13 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
-from typing import Any
-
-import anyio
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ajet_runner.statemachine.blueprint.webhook_url import shown_url, webhook_url_problem
 from ajet_runner.statemachine.durations import format_limit
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["SIGNATURE_HEADER", "Delivery", "post_json", "shown_url", "signature"]
 
@@ -62,10 +62,15 @@ def post_json(url: str, payload: dict[str, Any], *, secret: str = "", timeout: f
                EVENT_HEADER: str(payload.get("type", "")), DELIVERY_HEADER: str(payload.get("delivery", ""))}
     if secret:
         headers[SIGNATURE_HEADER] = signature(body, secret)
+    import anyio  # here: every worker's outbox imports this module, most never post (httpx brings rich and click)
+
     return anyio.run(_post, url, body, headers, timeout, transport)
 
 
 async def _post(url: str, body: bytes, headers: dict[str, str], deadline: float, transport: Any) -> Delivery:
+    import anyio
+    import httpx
+
     with anyio.move_on_after(deadline):
         try:
             async with httpx.AsyncClient(timeout=deadline, transport=transport, follow_redirects=False) as client, \
