@@ -13,12 +13,12 @@ submission refused whole records nothing.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ajet_runner.service.submit import PARSE_DEADLINE_SECONDS, SubmissionRejected, submit
+from ajet_runner.statemachine.blueprint import parse_deadline
 from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_blueprint
 from ajet_runner.statemachine.blueprint.sweep import MAX_EXPERIMENTS, SweepPlan, plan_sweep
 from ajet_runner.statemachine.durations import format_limit
@@ -68,7 +68,7 @@ def expand_blueprints(blueprints: Sequence[tuple[str, str]], sweep: Sequence[str
     planned: list[Planned] = []
     problems: list[Problem] = []
     sweep_dirs: list[str] = []
-    deadline = time.monotonic() + PARSE_DEADLINE_SECONDS  # one budget for the request's every blueprint and sweep
+    deadline = parse_deadline.after(PARSE_DEADLINE_SECONDS)  # one budget for the request's every blueprint and sweep
     for k, (text, path) in enumerate(blueprints, start=1):
         where = path or f"blueprint {k}"
         try:

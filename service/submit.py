@@ -12,6 +12,7 @@ from typing import Any
 from ajet_runner.resultdir.archive import archive_previous_run
 from ajet_runner.resultdir.refusal import write_refusal
 from ajet_runner.resultdir.roots import confined
+from ajet_runner.statemachine.blueprint import parse_deadline
 from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.durations import format_limit
 from ajet_runner.statemachine.fixes.preflight import gang_shape, gpus_needed, read_yaml_data
@@ -197,7 +198,7 @@ def _head_node(node: str | None, named: Sequence[str]) -> str | None:
 
 def _parse(text: str, overrides: Mapping[str, Any] | None, check_disk: bool) -> tuple[Blueprint, list[Problem]]:
     """The blueprint (with `overrides`) and its problems, within one parse deadline."""
-    deadline = time.monotonic() + PARSE_DEADLINE_SECONDS
+    deadline = parse_deadline.after(PARSE_DEADLINE_SECONDS)
     try:  # bounded work per request: a hostile text is refused, it cannot hold a submission thread
         bp = parse_blueprint(text, deadline=deadline)
         if overrides:

@@ -267,8 +267,8 @@ def _check_control_chars(bp: Blueprint, problems: _Problems) -> bool:
 def validate_blueprint(bp: Blueprint, *, check_disk: bool = True, deadline: float | None = None) -> list[Problem]:
     """Everything that keeps `bp` from running (errors) or looks wrong (warnings).
 
-    With `check_disk`, paths are checked on this machine; nothing is created. `deadline` (a
-    `time.monotonic()` instant) bounds the sweep part's parse as it bounds the blueprint's: ParseDeadline.
+    With `check_disk`, paths are checked on this machine; nothing is created. `deadline` (from
+    `parse_deadline.after`) bounds the sweep part's parse as it bounds the blueprint's: ParseDeadline.
     """
     problems = _Problems(bp.parse_problems)
     if bp.source_lines > BLUEPRINT_MAX_LINES:

@@ -568,7 +568,7 @@ def _normalize(text: str) -> tuple[str, int]:
 
 def parse_blueprint(text: str, *, deadline: float | None = None) -> Blueprint:
     """Every part found in `text`; missing parts stay empty. Never raises on any string, except
-    `ParseDeadline` when `deadline` (a `time.monotonic()` instant) passes first."""
+    `ParseDeadline` when `deadline` (`parse_deadline.after`: this thread's CPU clock) passes first."""
     if not isinstance(text, str):
         return Blueprint()
     text, source_lines = _normalize(text)

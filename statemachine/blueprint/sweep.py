@@ -321,8 +321,8 @@ def name_suffix(values: Mapping[str, Any]) -> str:
 def plan_sweep(part_text: str, options: Iterable[str] = (), *, result_dir: str, purpose: str,
                deadline: float | None = None, max_experiments: int = MAX_EXPERIMENTS) -> SweepPlan:
     """The grid of a blueprint's `[exp_sweep]` part and `--sweep` options (options replace the part's keys
-    they name); no axes at all gives an empty plan (not a sweep). ParseDeadline once `deadline` (a
-    `time.monotonic()` instant: the request's parse deadline) passes. `max_experiments`: the combinations
+    they name); no axes at all gives an empty plan (not a sweep). ParseDeadline once `deadline` (the
+    request's parse deadline, `parse_deadline.after`) passes. `max_experiments`: the combinations
     allowed, MAX_EXPERIMENTS unless the submitter raised it (up to MAX_EXPERIMENTS_ALLOWED)."""
     part_axes, problems = parse_sweep_text(part_text, deadline) if part_text.strip() else ([], [])
     option_axes, option_problems = parse_sweep_options(options, deadline)

@@ -9,11 +9,11 @@ import os
 import re
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
+from ajet_runner.statemachine.blueprint import parse_deadline
 from ajet_runner.statemachine.blueprint.command_field import non_shell_reason
 from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.blueprint.swarm_blueprint import split_swarm_command, swarm_spec
@@ -309,8 +309,8 @@ def test_a_launcher_prefix_missing_on_path_is_a_preflight_error(tmp_path: Path) 
 def test_a_parse_past_its_deadline_raises() -> None:
     text = "## [exp_purpose]\n" + "- purpose: x\n" * 900
     with pytest.raises(ParseDeadline):
-        parse_blueprint(text, deadline=time.monotonic() - 1)
-    assert parse_blueprint(text, deadline=time.monotonic() + 60).exp_purpose.startswith("x")
+        parse_blueprint(text, deadline=parse_deadline.after(-1))
+    assert parse_blueprint(text, deadline=parse_deadline.after(60)).exp_purpose.startswith("x")
 
 
 def test_nesting_deeper_than_the_tokenizer_reads_is_an_error_not_a_silent_loss() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ajet_runner.statemachine.blueprint import parse_deadline
 from ajet_runner.statemachine.blueprint import sweep as sweep_module
 from ajet_runner.statemachine.blueprint.parse import ParseDeadline, parse_blueprint, validate_blueprint
 from ajet_runner.statemachine.blueprint.sweep import MAX_PART_BYTES, MAX_SPEC_CHARS, MAX_VALUES, plan_sweep
@@ -90,14 +91,27 @@ def test_the_limits_are_named_and_a_real_sweep_still_passes() -> None:
     assert ok.ok and [a.values for a in ok.axes] == [["a,b", "c"], [1e-5, 2e-5], [True, None]]
 
 
+def test_the_parse_deadline_counts_the_threads_cpu_not_its_wait_for_a_core() -> None:
+    """A busy machine (here: a sleep, the thread holding no core) does not use up a real blueprint's budget;
+    the thread's own work does."""
+    deadline = parse_deadline.after(0.05)
+    time.sleep(0.2)
+    parse_deadline.check(deadline)  # 0.2 s of wall clock, ~0 of CPU: not past
+    spin_until = time.thread_time() + 0.06
+    while time.thread_time() < spin_until:
+        pass
+    with pytest.raises(ParseDeadline):
+        parse_deadline.check(deadline)
+
+
 def test_the_sweep_part_is_read_inside_the_parse_deadline() -> None:
     with pytest.raises(ParseDeadline):
-        plan_sweep("ajet.x: 1, 2", result_dir="/r", purpose="p", deadline=time.monotonic() - 1)
+        plan_sweep("ajet.x: 1, 2", result_dir="/r", purpose="p", deadline=parse_deadline.after(-1))
     with pytest.raises(ParseDeadline):
-        plan_sweep("", ["ajet.x=1,2"], result_dir="/r", purpose="p", deadline=time.monotonic() - 1)
+        plan_sweep("", ["ajet.x=1,2"], result_dir="/r", purpose="p", deadline=parse_deadline.after(-1))
     bp = parse_blueprint(BASE + "\n## [exp_sweep]\najet.x: 1, 2\n")
     with pytest.raises(ParseDeadline):  # validate_blueprint reads the part with the request's deadline
-        validate_blueprint(bp, check_disk=False, deadline=time.monotonic() - 1)
+        validate_blueprint(bp, check_disk=False, deadline=parse_deadline.after(-1))
 
 
 @pytest.mark.parametrize("text", [
