@@ -50,7 +50,7 @@ bytecode: install-test $(VENV)/.rewritten
 	@$(BIN)/python -m compileall -q -j 0 $(SOURCES) > /dev/null
 
 test: lint bytecode
-	$(BIN)/python -m pytest -n 6 --dist loadgroup -q -m "not soak and not bench"
+	$(BIN)/python -m pytest -n 8 --dist loadgroup -q -m "not soak and not bench"
 
 # The long runs kept out of make test (marked soak): the chaos run, the adoption under a 50 MB/s writer,
 # the demo from a wheel in a fresh venv, and the parser budgets' long fuzz.
