@@ -38,7 +38,7 @@ demo: install
 # under ajet_runner/, so the folders are named.
 SOURCES = ajet_runner cli logsetup resultdir service statemachine store workers examples tests bench scripts
 # pytest's assertion rewriting of the test modules is cached the same way: without it each xdist worker
-# rewrote all ~500 modules again (collecting took 11.5 CPU-s a worker, 3.4 with the cache). One collection writes the
+# rewrote all ~200 test modules again (collecting took 11.5 CPU-s a worker, 3.4 with the cache). One collection writes the
 # cache when a test module changed; the workers read it (they read it with PYTHONDONTWRITEBYTECODE too).
 TEST_MODULES := $(shell find tests -name 'test_*.py' -o -name 'conftest.py')
 $(VENV)/.rewritten: $(TEST_MODULES) | $(VENV)/.installed-test
