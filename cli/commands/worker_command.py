@@ -143,8 +143,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run this node's worker: the watcher (a thread per run), heartbeat, re-adoption of running experiments."""
         # Imported here, not with the module: what runs before the watcher is spawned and the first heartbeat is
-        # what a restarted node's adoption waits for (issue 39); the store, the catalogue command (rich, yaml) and
-        # the supervisor are imported after the spawn, while the watcher starts up beside us.
+        # what a restarted node's adoption waits for (issue 39); the store, the start checks (the failure catalogue)
+        # and the supervisor are imported after the spawn, while the watcher starts up beside us.
         from ajet_runner.logsetup import LogSetupError, configure
         from ajet_runner.workers.identity.this_node import NodeInfo
         from ajet_runner.workers.node.watcher_process import spawn_watcher

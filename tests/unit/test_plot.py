@@ -95,7 +95,7 @@ def test_plot_ahead_draws_the_latest_evaluations_and_never_raises() -> None:
     assert ahead.background() is background
 
 
-def test_plot_ahead_starts_at_most_one_drawing_per_interval_and_keeps_the_newest_for_later() -> None:
+def test_plot_ahead_starts_at_most_one_drawing_per_interval_and_the_next_update_draws_the_newest() -> None:
     from ajet_runner.statemachine.models import Evaluation
     from ajet_runner.workers.report.plot_preload import PlotAhead
 
@@ -106,7 +106,7 @@ def test_plot_ahead_starts_at_most_one_drawing_per_interval_and_keeps_the_newest
     ahead.update(evaluations[:1])  # the first drawing starts at once
     assert ahead.background().points == tuple(points[1])  # type: ignore[union-attr]
     now[0] += 19.0
-    ahead.update(evaluations[:2])  # inside the interval: kept, not drawn
+    ahead.update(evaluations[:2])  # inside the interval: not drawn
     ahead.update(evaluations[:3])
     assert ahead.background().points == tuple(points[1])  # type: ignore[union-attr]
     now[0] += 1.0

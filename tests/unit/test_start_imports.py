@@ -32,7 +32,7 @@ def test_the_watcher_and_the_driver_load_no_http_client() -> None:
 
 # What `ajet-runner worker` must not have loaded when it spawns its watcher: the watcher's start-up (the driver's
 # imports) is what adopting a crashed node's runs waits for, and it starts only then. Loaded after the spawn: the
-# Store for the first heartbeat, the catalogue command (rich, yaml) for the checks, the supervisor.
+# Store for the first heartbeat, the start checks (the failure catalogue), the supervisor.
 HEAVY_BEFORE_THE_WATCHER = (
     "ajet_runner.store.store", "ajet_runner.store.records", "ajet_runner.store.events",
     "ajet_runner.statemachine.failures.signatures", "ajet_runner.cli.commands.start_checks",

@@ -11,7 +11,8 @@ so that collecting only adds the title to that drawing (~20 ms instead of ~60) â
 before, when the evaluations changed after the last drawing. At most one drawing starts per
 `min_interval` (20 s): each costs ~70 ms of CPU, and a run that evaluates every few seconds (the
 simulated trainer, a smoke test) paid ~0.45 CPU-s per run for drawings that only the last one is used of,
-to save ~40 ms once. An update inside the interval is kept and drawn by the next update after it.
+to save ~40 ms once. An update inside the interval is dropped before any work (it runs on the watch
+loop); evaluations only grow, so the next update after the interval carries it.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class PlotAhead:
     def update(self, evaluations: list[Any]) -> None:
         """`evaluations` as the report gets them (each an `Evaluation`, in its stored form).
         Never raises: drawing ahead is an optimisation, the watch loop must not depend on it."""
+        with self._lock:
+            if not self._due():
+                return
         try:
             points = plot_points(normalize_evaluations([e.to_json() for e in evaluations]))
         except Exception:  # noqa: BLE001 - collecting draws the plot in full
@@ -85,11 +89,11 @@ class PlotAhead:
     def _run(self) -> None:
         while True:
             with self._lock:
-                points = self._next
-                if points is None or not self._due():  # what came meanwhile waits for the next update
+                points, self._next = self._next, None
+                if points is None:
                     self._thread = None
                     return
-                self._next, self._last_start = None, self._clock()
+                self._last_start = self._clock()
             try:
                 background: Background | None = draw_background(points)
             except Exception:  # noqa: BLE001 - the full drawing at the end says what is wrong
